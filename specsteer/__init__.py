@@ -1,0 +1,1 @@
+"""SpecSteer: personalised generation by speculative decoding with a private on-device drafter."""

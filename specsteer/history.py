@@ -156,6 +156,8 @@ class History:
 def parse_history(data: bytes | str, filename: str | None = None) -> History:
     """Parse an uploaded history; raise HistoryError naming the place at fault."""
     text = _decode(data)
+    if not text.strip():
+        raise HistoryError("the history is empty: the file has no content")
     suffix = PurePath(filename).suffix.lower() if filename else ""
     if suffix == ".json":
         return _parse_json_or_jsonl(text)

@@ -85,6 +85,9 @@ class ModelLoadError(RuntimeError):
 
 @dataclass
 class LoadedPair:
+    """Two loaded models and the tokenizer they share (the Specialist's; the Generalist's was checked
+    to have the same vocabulary and special tokens)."""
+
     pairing_id: str
     specialist: PreTrainedModel
     generalist: PreTrainedModel
@@ -193,7 +196,7 @@ def _copy_and_hash(sources: Iterable[Path], destination: Path | None) -> str:
     return digest.hexdigest()
 
 
-def verified_gguf(spec: ModelSpec, work_dir: Path, progress: Progress = _quiet) -> Path:
+def verified_gguf(spec: ModelSpec, work_dir: Path, progress: Progress) -> Path:
     """The GGUF of an offline spec with its SHA-256 checked: assembled into ``work_dir`` when chunked.
 
     On a mismatch the assembled file is deleted and ModelLoadError names expected and actual hashes.
@@ -222,14 +225,14 @@ def verified_gguf(spec: ModelSpec, work_dir: Path, progress: Progress = _quiet) 
 _conversion_lock = threading.Lock()
 
 
-def prepare_offline(spec: ModelSpec, progress: Progress = _quiet) -> Path:
+def prepare_offline(spec: ModelSpec, progress: Progress | None = None) -> Path:
     """The converted ``save_pretrained`` directory of an offline model, converting it once if needed."""
     if spec.kind != "offline":
         raise ValueError(f"{spec.name} is not an offline model")
     target = converted_model_dir(spec)
     with _conversion_lock:
         if not converted_cache_ready(spec):
-            _convert(spec, target, progress)
+            _convert(spec, target, progress or _quiet)
     return target
 
 
@@ -323,31 +326,35 @@ def _publish(converted: Path, target: Path, work: Path) -> None:
 # --------------------------------------------------------------------------- reading any source
 
 
-def load_tokenizer(spec: ModelSpec, progress: Progress = _quiet) -> PreTrainedTokenizerBase:
+def load_tokenizer(spec: ModelSpec, progress: Progress | None = None) -> PreTrainedTokenizerBase:
     from transformers import AutoTokenizer
 
-    return _read(spec, AutoTokenizer.from_pretrained, {}, progress)
+    return _read(spec, AutoTokenizer.from_pretrained, {}, progress or _quiet)
 
 
 def load_model(
     spec: ModelSpec,
     dtype: str | torch.dtype = "bf16",
-    progress: Progress = _quiet,
+    progress: Progress | None = None,
     device: str | torch.device | None = None,
 ) -> PreTrainedModel:
     """One model in eval mode, in ``dtype``, on ``device`` (default: CUDA when available)."""
     from transformers import AutoModelForCausalLM, GgufConfig
 
-    torch_dtype = resolve_dtype(dtype)
-    progress(f"loading {spec.name} ({str(torch_dtype).removeprefix('torch.')})…")
+    torch_dtype, target = resolve_dtype(dtype), torch.device(device) if device is not None else default_device()
+    report = progress or _quiet
+    report(f"loading {spec.name} ({str(torch_dtype).removeprefix('torch.')})…")
     if spec.kind == "gguf":
         kwargs: dict[str, Any] = {"dtype": torch.float32, "quantization_config": GgufConfig(dequantize=True)}
-        model = _read(spec, AutoModelForCausalLM.from_pretrained, kwargs, progress)
+        model = _read(spec, AutoModelForCausalLM.from_pretrained, kwargs, report)
         _drop_gguf_quantization(model)
         model.to(torch_dtype)
     else:
-        model = _read(spec, AutoModelForCausalLM.from_pretrained, {"dtype": torch_dtype}, progress)
-    return model.to(device or default_device()).eval()
+        kwargs = {"dtype": torch_dtype}
+        if target.type != "cpu":
+            kwargs["device_map"] = str(target)  # straight onto the accelerator, not through host memory
+        model = _read(spec, AutoModelForCausalLM.from_pretrained, kwargs, report)
+    return model.to(target).eval()
 
 
 def _read(spec: ModelSpec, from_pretrained: Callable[..., Any], kwargs: dict[str, Any], progress: Progress) -> Any:
@@ -403,11 +410,12 @@ def check_tokenizers_match(
             "are not supported yet: SpecSteer's verification compares p_L(y) with p_S0(y) for the same "
             "token id y, so both models must share one vocabulary."
         )
-    if _special_tokens(specialist) != _special_tokens(generalist):
+    small_special, large_special = _special_tokens(specialist), _special_tokens(generalist)
+    if small_special != large_special:
+        differing = sorted(set(small_special.items()) ^ set(large_special.items()))[:3]
         raise ModelLoadError(
-            f"pairing {pairing_id!r}: the two tokenizers mark different special tokens "
-            f"({_special_tokens(specialist)} vs {_special_tokens(generalist)}); cross-tokenizer pairings "
-            "are not supported yet."
+            f"pairing {pairing_id!r}: the two tokenizers mark different special tokens (e.g. {differing}); "
+            "cross-tokenizer pairings are not supported yet."
         )
 
 
@@ -433,7 +441,9 @@ def _output_size(model: PreTrainedModel) -> int:
     return int(model.get_output_embeddings().weight.shape[0])
 
 
-def end_token_ids(tokenizer: PreTrainedTokenizerBase, models: Iterable[PreTrainedModel], vocab_size: int) -> frozenset[int]:
+def end_token_ids(
+    tokenizer: PreTrainedTokenizerBase, models: Iterable[PreTrainedModel], vocab_size: int
+) -> frozenset[int]:
     """Every id that ends a generation: the tokenizer's eos, the models' generation-config eos ids,
     and Qwen's <|im_end|> / <|endoftext|> where the vocabulary has them."""
     ids: set[int] = set()

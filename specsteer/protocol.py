@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from .decoding import (
+    ForwardLog,
     Sampler,
     Stream,
     costeer_refine,
@@ -165,11 +166,11 @@ def needs_generic(rule: str, beta: float) -> bool:
 class Cloud:
     """The Generalist and the generic Specialist copy. Knows nothing of the user's history."""
 
-    def __init__(self, generalist, generic_specialist, vocab_size: int, forward_calls: dict[str, int]):
+    def __init__(self, generalist, generic_specialist, vocab_size: int, forward_log: ForwardLog):
         self._generalist = generalist
         self._generic = generic_specialist
         self._vocab_size = vocab_size
-        self._forward_calls = forward_calls
+        self._forward_log = forward_log
         self._settings: dict = {}
         self.large: Stream | None = None
         self.generic: Stream | None = None
@@ -179,9 +180,9 @@ class Cloud:
 
     def open(self, message: dict) -> None:
         self._settings = message
-        self.large = Stream(self._generalist, message["prompt"], self._vocab_size, self._forward_calls, "generalist")
+        self.large = Stream(self._generalist, message["prompt"], self._vocab_size, self._forward_log, "generalist")
         if needs_generic(message["rule"], message["beta"]):
-            self.generic = Stream(self._generic, message["prompt"], self._vocab_size, self._forward_calls, "specialist0")
+            self.generic = Stream(self._generic, message["prompt"], self._vocab_size, self._forward_log, "specialist0")
         if message["temperature"] > 0:
             self._sampler = Sampler.make(True, message["temperature"], message["top_p"], message["seed"] + 1)
 
@@ -270,11 +271,11 @@ class Settlement:
 class Edge:
     """The Specialist reading the private prompt. The only holder of the user's history."""
 
-    def __init__(self, specialist, private_prompt: list[int], vocab_size: int, forward_calls: dict[str, int],
+    def __init__(self, specialist, private_prompt: list[int], vocab_size: int, forward_log: ForwardLog,
                  sampler: Sampler, stop_ids: frozenset[int], rule: str, beta: float,
                  costeer: tuple[int, float, float] = (20, 10.0, 2.0), stream_name: str = "specialist+"):
         self.costeer = costeer  # iterations, step, regularization
-        self.stream = Stream(specialist, private_prompt, vocab_size, forward_calls, stream_name)
+        self.stream = Stream(specialist, private_prompt, vocab_size, forward_log, stream_name)
         self.sampler = sampler
         self.stop_ids = stop_ids
         self.rule = rule

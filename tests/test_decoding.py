@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from specsteer.decoding import Detokenizer, Sampler, Stream, recover, residual_test, steering_entries
+from specsteer.decoding import Detokenizer, ForwardLog, Sampler, Stream, recover, residual_test, steering_entries
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.testing import tiny_pair
 
@@ -110,8 +110,7 @@ def test_cached_rounds_match_a_no_cache_reference(pair, alpha):
 
 def test_stream_crop_matches_recomputation(pair):
     torch.manual_seed(0)
-    calls: dict[str, int] = {}
-    stream = Stream(pair.generalist, list(range(10, 30)), pair.vocab_size, calls, "generalist")
+    stream = Stream(pair.generalist, list(range(10, 30)), pair.vocab_size, ForwardLog(), "generalist")
     stream.predict(1)
     for step in range(6):
         extra = torch.randint(0, 200, (4,)).tolist()

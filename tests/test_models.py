@@ -4,6 +4,7 @@ padded vocabularies, and the tiny test models. One integration test loads the re
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import time
 from pathlib import Path
@@ -208,6 +209,38 @@ def test_a_file_that_is_not_a_gguf_fails_cleanly_after_a_matching_hash(site):
     assert cache_leftovers(spec) == []
 
 
+def test_a_gguf_shipped_whole_inside_one_package_is_read_in_place(tmp_path, site):
+    package = site / "specsteer_tiny_e"
+    package.mkdir()
+    original = write_tiny_gguf(package / "Tiny.Q8.gguf", seed=6)
+    info = site / "specsteer_tiny_e-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: specsteer-tiny-e\nVersion: 1.0\n")
+    digest = hashlib.sha256((package / "Tiny.Q8.gguf").read_bytes()).hexdigest()
+    spec = ModelSpec(name="tiny-whole", kind="offline", ref="test/tiny", package_prefix="specsteer-tiny-e",
+                     package_count=0, package_version="1.0", sha256=digest, gguf_file="Tiny.Q8.gguf")
+
+    model = load_model(spec, "fp32")
+
+    assert torch.allclose(logits(model, "abc"), logits(original, "abc"), atol=0.05)
+    assert (package / "Tiny.Q8.gguf").is_file()  # the installed file is never moved or deleted
+
+
+def test_a_gguf_path_loads_directly_in_the_requested_dtype(tmp_path):
+    original = write_tiny_gguf(tmp_path / "direct.gguf", seed=7)
+    model = load_model(ModelSpec(name="direct", kind="gguf", ref=str(tmp_path / "direct.gguf")), "fp32")
+    # Unquantized fp32 tensors and no cache in between: the same numbers exactly.
+    assert torch.equal(logits(model, "xyz"), logits(original, "xyz"))
+    assert list(converted_model_dir(ModelSpec(name="direct", kind="gguf", ref="x")).parent.glob("*")) == []
+
+
+def test_prepare_command_skips_hub_models_and_refuses_cross_tokenizer_pairings(capsys):
+    assert models.main(["prepare", "--pairing", "qwen3-0.6b__qwen3-1.7b"]) == 0
+    assert "nothing to prepare" in capsys.readouterr().out
+    assert models.main(["prepare", "--pairing", "offline-smollm2__gemma3"]) == 1
+    assert "not supported yet" in capsys.readouterr().err
+
+
 # --------------------------------------------------------------------------- hub ids offline
 
 
@@ -236,7 +269,8 @@ def local_pairing(specialist: Path, generalist: Path) -> Pairing:
     def spec(path: Path) -> ModelSpec:
         return ModelSpec(name=path.name, kind="local", ref=str(path))
 
-    return Pairing(id=f"local:{specialist.name}", label="local", specialist=spec(specialist), generalist=spec(generalist))
+    return Pairing(id=f"local:{specialist.name}", label="local", specialist=spec(specialist),
+                   generalist=spec(generalist))
 
 
 def test_local_pair_with_padded_vocabularies_of_different_sizes(tmp_path):
@@ -276,11 +310,15 @@ def test_different_tokenizers_are_refused_before_the_generalist_loads(tmp_path, 
 
 
 def test_same_vocabulary_but_different_special_tokens_is_refused():
+    from tokenizers import Tokenizer
+    from transformers import PreTrainedTokenizerFast
+
     plain = tiny_tokenizer()
-    demoted = tiny_tokenizer()
-    demoted.added_tokens_decoder[IM_END_ID].special = False
-    if models._special_tokens(plain) == models._special_tokens(demoted):
-        pytest.skip("this tokenizers version does not let a token's special flag be changed in place")
+    state = json.loads(plain.backend_tokenizer.to_str())
+    for token in state["added_tokens"]:
+        token["special"] = token["content"] != "<|im_end|>"
+    demoted = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(state)))
+    assert demoted.get_vocab() == plain.get_vocab()
     with pytest.raises(ModelLoadError, match="special tokens"):
         check_tokenizers_match(plain, demoted, "p")
 
@@ -315,7 +353,7 @@ def test_dtype_names():
 def test_tiny_pair_is_deterministic_and_seeds_differ():
     first, second = tiny_pair(seed=0, generalist_seed=1), tiny_pair(seed=0, generalist_seed=1)
     for a, b in ((first.specialist, second.specialist), (first.generalist, second.generalist)):
-        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
     assert not torch.equal(logits(first.specialist, "abc"), logits(first.generalist, "abc"))
 
 
@@ -370,7 +408,8 @@ def test_real_default_pair_loads_from_the_cache(monkeypatch):
     # Use the real cache (converting once if needed) rather than this module's temporary one.
     monkeypatch.delenv("SPECSTEER_CACHE", raising=False)
     pairing = PAIRINGS[DEFAULT_PAIRING]
-    if any(package_problems(spec) and not converted_cache_ready(spec) for spec in (pairing.specialist, pairing.generalist)):
+    roles = (pairing.specialist, pairing.generalist)
+    if any(package_problems(spec) and not converted_cache_ready(spec) for spec in roles):
         pytest.skip("offline model packages not installed (scripts/install_models.sh)")
     pair = load_pair(DEFAULT_PAIRING, dtype="bf16")
     assert pair.vocab_size == 151936

@@ -121,7 +121,7 @@ def test_audit_catches_a_leaking_edge(pair, monkeypatch):
 
 def test_cloud_has_no_way_to_receive_the_history():
     parameters = set(inspect.signature(Cloud.__init__).parameters)
-    assert parameters == {"self", "generalist", "generic_specialist", "vocab_size", "forward_calls"}
+    assert parameters == {"self", "generalist", "generic_specialist", "vocab_size", "forward_log"}
     assert not any("history" in f.name for f in dataclasses.fields(Link))
 
 

@@ -1,0 +1,89 @@
+"""SpecSteer web app: ``python app.py`` serves it on http://127.0.0.1:7860.
+
+One Gradio Blocks app built from ``ui/`` (one module per tab) over ``specsteer/`` (decoding) and
+``storage/`` (SQLite in ``$SPECSTEER_DATA_DIR``, default ./data, or ``DATABASE_URL``). The same
+file is the Hugging Face Spaces entry point and the Docker command; host and port come from
+GRADIO_SERVER_NAME / GRADIO_SERVER_PORT.
+
+Models load on first use, not at start-up, so the page opens at once. Every event that runs a
+model shares one queue slot (concurrency id "models"): a second user waits with a visible queue
+position instead of doubling the memory in use.
+"""
+
+from __future__ import annotations
+
+import os
+
+# No network here and no telemetry wanted anywhere: set before gradio is imported.
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+from pathlib import Path  # noqa: E402
+
+import gradio as gr  # noqa: E402
+
+import storage  # noqa: E402
+from ui import compare_tab, dashboard_tab, generate_tab  # noqa: E402
+
+ASSETS = Path(__file__).resolve().parent / "assets"
+CSS_PATH = ASSETS / "style.css"
+MAX_FILE_SIZE = "50mb"  # server-side cap on any upload; histories are further capped at 5 MB when parsed
+QUEUE_MAX_SIZE = 64
+
+HEADER = """
+<div class="ss-header">
+  <div class="ss-title">SpecSteer</div>
+  <div class="ss-subtitle">Personalized text from a small model on your device and a large one in the cloud:
+  the device drafts with your history, the cloud verifies without ever seeing it.</div>
+</div>
+"""
+
+
+def theme() -> gr.themes.Base:
+    # System fonts only: a theme's web fonts would be fetched from the internet on every page load.
+    return gr.themes.Soft(
+        primary_hue="indigo",
+        secondary_hue="teal",
+        neutral_hue="slate",
+        font=["ui-sans-serif", "system-ui", "Segoe UI", "Helvetica", "Arial", "sans-serif"],
+        font_mono=["ui-monospace", "SFMono-Regular", "Menlo", "Consolas", "monospace"],
+    )
+
+
+def launch_options() -> dict:
+    """Look and limits; pass them to every ``launch()`` (Gradio 6 takes theme and CSS there)."""
+    return {"theme": theme(), "css_paths": [CSS_PATH], "max_file_size": MAX_FILE_SIZE}
+
+
+def build_app() -> gr.Blocks:
+    storage.init_db()  # create the tables now, so the first request does not pay for it
+    with gr.Blocks(title="SpecSteer", analytics_enabled=False) as demo:
+        gr.HTML(HEADER)
+        with gr.Tabs():
+            with gr.Tab("Generate", id="generate"):
+                settings = generate_tab.build()
+            with gr.Tab("Compare & annotate", id="compare"):
+                stored = compare_tab.build(settings)
+            with gr.Tab("Dashboard", id="dashboard"):
+                runs = dashboard_tab.build()
+        # Other users (or an earlier run of the app) may have stored comparisons and runs since
+        # the page was built: list them afresh whenever a page opens.
+        demo.load(compare_tab.refresh_on_load, None, [stored.saved, stored.summary, stored.agreement],
+                  api_visibility="private", show_progress="hidden")
+        demo.load(lambda: gr.update(choices=dashboard_tab.run_choices()), None, runs, api_visibility="private",
+                  show_progress="hidden")
+    demo.queue(default_concurrency_limit=4, max_size=QUEUE_MAX_SIZE)
+    return demo
+
+
+def main() -> None:
+    demo = build_app()
+    demo.launch(
+        server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
+        server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+        **launch_options(),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""``python -m specsteer.bench speed``: every method on the same prompts, in one run.
+
+Speeds are only comparable inside one run on this kind of shared machine, so
+the benchmark reports ratios to ``llm`` measured in the same run, interleaving
+methods prompt by prompt so that drift in machine load hits them all alike.
+
+For the speculative methods it also reports the bound of DESIGN §6, computed
+from this run's own measured step times and acceptance:
+
+    E = (1 - a^(k+1)) / (1 - a)          tokens per round (bonus token included)
+    T = k t_S + t_L(k+1) + t_S0(k+1)      seconds per round
+    bound = E / T                          tokens per second
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .engine import DecodeConfig, Prepared, Request, chat_ids, collect, generate, prepare
+
+DEFAULT_METHODS = "slm,slm+,llm,sd,lightcosteer,costeer,specsteer"
+
+
+@dataclass
+class Tally:
+    """Totals of one method configuration over every prompt."""
+
+    config: DecodeConfig
+    tokens: int = 0
+    seconds: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+    rounds: int = 0
+    uplink_bytes: int = 0
+    downlink_bytes: int = 0
+    step_seconds: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, stats) -> None:
+        self.tokens += stats.new_tokens
+        self.seconds += stats.seconds
+        self.drafted += stats.drafted
+        self.accepted += stats.accepted
+        self.rounds += stats.rounds
+        self.uplink_bytes += stats.uplink_bytes
+        self.downlink_bytes += stats.downlink_bytes
+        for name, seconds in stats.step_seconds.items():
+            self.step_seconds.setdefault(name, []).append(seconds)
+
+    @property
+    def tok_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    def mean_step(self, name: str) -> float:
+        values = self.step_seconds.get(name, [])
+        return sum(values) / len(values) if values else 0.0
+
+    def bound(self) -> float | None:
+        """DESIGN §6 bound from this configuration's own acceptance and step times."""
+        if self.config.method not in ("sd", "specsteer") or self.acceptance is None:
+            return None
+        return speculative_bound(self.acceptance, self.config.draft_len, self.mean_step("specialist+"),
+                                 self.mean_step("generalist"), self.mean_step("specialist0"))
+
+
+def speculative_bound(acceptance: float, k: int, t_draft: float, t_large: float, t_generic: float) -> float:
+    tokens_per_round = k + 1 if acceptance >= 1 else (1 - acceptance ** (k + 1)) / (1 - acceptance)
+    seconds_per_round = k * t_draft + t_large + t_generic
+    return tokens_per_round / seconds_per_round
+
+
+def method_configs(methods: list[str], alphas: list[float], draft_len: int, max_new_tokens: int) -> list[DecodeConfig]:
+    configs = []
+    for method in methods:
+        for alpha in alphas if method == "specsteer" else [0.1]:
+            configs.append(DecodeConfig(method=method, alpha=alpha, draft_len=draft_len, max_new_tokens=max_new_tokens).validate())
+    return configs
+
+
+def load_prompts(count: int, data: str | None) -> list[Prepared]:
+    """``count`` real LongLaMP records (review and writing alternately), prepared with BM25 top-3."""
+    from .data import bundled_sample_path, load_records, shared_data_path
+
+    sources = [data] if data else [shared_data_path("review"), shared_data_path("writing")]
+    sources = [s for s in sources if s] or [bundled_sample_path("review"), bundled_sample_path("writing")]
+    pools = [load_records(source) for source in sources]
+    records = [pool[i] for i in range(max(map(len, pools))) for pool in pools if i < len(pool)][:count]
+    return [prepare(Request(task=r.task, input_text=r.input, history=r.profile)) for r in records]
+
+
+def run_speed(pair, prompts: list[Prepared], configs: list[DecodeConfig], reference: bool = True,
+              progress=lambda line: None) -> dict:
+    _warm_up(pair, prompts[0], configs)
+    tallies = [Tally(config) for config in configs]
+    assisted = Tally(DecodeConfig(method="llm"))
+    for index, prepared in enumerate(prompts):
+        for tally in tallies:
+            _, finished = collect(generate(pair, prepared, tally.config))
+            tally.add(finished.stats)
+            progress(f"prompt {index + 1}/{len(prompts)} {_label(tally.config)}: {finished.stats.tok_per_s:.2f} tok/s")
+        if reference:
+            tokens, seconds = transformers_assisted(pair, prepared, configs[0].max_new_tokens)
+            assisted.tokens += tokens
+            assisted.seconds += seconds
+            progress(f"prompt {index + 1}/{len(prompts)} transformers-assisted: {tokens / seconds:.2f} tok/s")
+    llm = next((t.tok_per_s for t in tallies if t.config.method == "llm"), None)
+    speedup = (lambda tps: tps / llm if llm else None)
+    rows = []
+    for tally in tallies:
+        bound = tally.bound()
+        rows.append({
+            "method": tally.config.method,
+            "alpha": tally.config.alpha if tally.config.method == "specsteer" else None,
+            "beta": tally.config.beta if tally.config.method in ("specsteer", "lightcosteer", "costeer") else None,
+            "tok_per_s": tally.tok_per_s,
+            "speedup": speedup(tally.tok_per_s),
+            "acceptance": tally.acceptance,
+            "bound_tok_per_s": bound,
+            "bound_fraction": tally.tok_per_s / bound if bound else None,
+            "bound_speedup": speedup(bound) if bound else None,
+            "draft_len": tally.config.draft_len if tally.config.method in ("sd", "specsteer") else None,
+            "rounds": tally.rounds,
+            "tokens": tally.tokens,
+            "uplink_bytes": tally.uplink_bytes,
+            "downlink_bytes": tally.downlink_bytes,
+            "step_ms": {name: 1000 * tally.mean_step(name) for name in tally.step_seconds},
+        })
+    result = {"rows": rows, "prompts": len(prompts), "max_new_tokens": configs[0].max_new_tokens,
+              "dtype": str(pair.dtype).replace("torch.", ""), "threads": torch.get_num_threads()}
+    if reference:
+        result["reference"] = {"method": "transformers-assisted", "tok_per_s": assisted.tok_per_s,
+                               "speedup": speedup(assisted.tok_per_s)}
+    return result
+
+
+def transformers_assisted(pair, prepared: Prepared, max_new_tokens: int) -> tuple[int, float]:
+    """transformers' own assisted generation on the same pair and prompt (greedy): the reference."""
+    input_ids = torch.tensor([chat_ids(pair.tokenizer, prepared.prompts.plain)], device=pair.generalist.device)
+    eos = sorted(pair.eos_token_ids)
+    started = time.perf_counter()
+    with torch.inference_mode():
+        output = pair.generalist.generate(input_ids, assistant_model=pair.specialist, max_new_tokens=max_new_tokens,
+                                          do_sample=False, eos_token_id=eos, pad_token_id=eos[0])
+    seconds = time.perf_counter() - started
+    return output.shape[1] - input_ids.shape[1], seconds
+
+
+def _warm_up(pair, prepared: Prepared, configs: list[DecodeConfig]) -> None:
+    for method in {c.method for c in configs}:
+        collect(generate(pair, prepared, DecodeConfig(method=method, max_new_tokens=8)))
+
+
+def _label(config: DecodeConfig) -> str:
+    return f"{config.method} a={config.alpha:g}" if config.method == "specsteer" else config.method
+
+
+def format_table(result: dict) -> str:
+    lines = [f"{'method':22s} {'tok/s':>7s} {'vs llm':>7s} {'accept':>7s} {'bound':>7s} {'of bound':>8s}"]
+    rows = list(result["rows"])
+    if "reference" in result:
+        rows.append({**result["reference"], "alpha": None, "acceptance": None, "bound_tok_per_s": None, "bound_fraction": None})
+    for row in rows:
+        name = row["method"] + (f" a={row['alpha']:g}" if row.get("alpha") is not None else "")
+        cells = [
+            f"{row['tok_per_s']:7.2f}",
+            f"{row['speedup']:6.2f}x" if row["speedup"] is not None else f"{'-':>7s}",
+            f"{row['acceptance']:7.0%}" if row["acceptance"] is not None else f"{'-':>7s}",
+            f"{row['bound_tok_per_s']:7.2f}" if row["bound_tok_per_s"] else f"{'-':>7s}",
+            f"{row['bound_fraction']:8.0%}" if row["bound_fraction"] else f"{'-':>8s}",
+        ]
+        lines.append(f"{name:22s} " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specsteer.bench", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    speed = commands.add_parser("speed", help="tokens/s of every method on the offline pair")
+    speed.add_argument("--json", action="store_true")
+    speed.add_argument("--prompts", type=int, default=5)
+    speed.add_argument("--max-new-tokens", type=int, default=128)
+    speed.add_argument("--methods", default=DEFAULT_METHODS)
+    speed.add_argument("--alpha", default="0.1", help="comma-separated alphas for specsteer")
+    speed.add_argument("--draft-len", type=int, default=4)
+    speed.add_argument("--pairing", default=None)
+    speed.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
+    speed.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
+    speed.add_argument("--no-reference", action="store_true", help="skip transformers' assisted generation")
+    args = parser.parse_args(argv)
+
+    from .models import ModelLoadError, load_pair
+    from .registry import DEFAULT_PAIRING
+
+    log = (lambda line: print(f"[bench] {line}", file=sys.stderr, flush=True))
+    try:
+        configs = method_configs(args.methods.split(","), [float(a) for a in args.alpha.split(",")],
+                                 args.draft_len, args.max_new_tokens)
+        pair = load_pair(args.pairing or DEFAULT_PAIRING, dtype=args.dtype, progress=log)
+    except (ValueError, KeyError, ModelLoadError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    prompts = load_prompts(args.prompts, args.data)
+    result = run_speed(pair, prompts, configs, reference=not args.no_reference, progress=log)
+    print(json.dumps(result) if args.json else format_table(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

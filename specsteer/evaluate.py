@@ -1,0 +1,556 @@
+"""The evaluation batch: a grid of methods x alpha x beta over N LongLaMP records, stored cell by cell.
+
+One *cell* is one generation: (record, method, alpha, beta). Its output, ROUGE scores and
+generation statistics are saved to the database (``storage.save_cell``) the moment it finishes,
+so a run that crashes or is cancelled loses at most the generation in flight, and running the
+same run name again continues where it stopped (finished cells are skipped; a different config
+under the same name is refused, so two runs never mix).
+
+Grid. alpha and beta only go to the methods that read them: SpecSteer takes both, LightCoSteer
+and CoSteer take beta, and SLM, SLM+, LLM and SD take neither, so they run once per record
+whatever the grid size. ``extra_points`` adds (alpha, beta) pairs to the methods that take alpha
+only — the paper's beta study at one alpha — without multiplying the beta-only baselines.
+Decoding is greedy (the paper's setting). Cells run record by record, every method on a record
+before the next record, so a partial run compares methods on the same records.
+
+Before the first timed cell one short SpecSteer generation (``WARMUP_TOKENS``, not stored) runs
+all three streams once, so one-off start-up costs are not charged to the first method.
+
+Summary (:func:`summarize`), one row per (method, alpha, beta):
+
+* ROUGE — the mean over records of each F-measure, on the 0–100 scale; ``rouge1`` / ``rougeL``
+  unstemmed (the LaMP protocol), ``rouge1_stemmed`` / ``rougeL_stemmed`` with the Porter stemmer.
+* ``tok_per_s`` — total new tokens / total generation seconds over the row's records (time
+  includes prompt prefill and, for speculative methods, every round).
+* ``acceptance`` — total accepted drafts / total drafted tokens (0–1); None for methods that
+  do not draft.
+* ``speedup`` — the row's tok_per_s divided by the ``llm`` row's, both recomputed over the
+  records the two rows share, measured in the same run. None when the run has no ``llm`` cells:
+  a stored constant would compare timings from another machine state.
+* ``rounds``, ``new_tokens``, ``uplink_bytes``, ``downlink_bytes`` — means per generation.
+
+Noise (the paper's robustness study): ``noise = n`` appends to each record's Specialist context
+the n items least similar to its input (BM25) drawn from the profiles of *other* users' records in
+the same file (the first ``max(limit, NOISE_POOL_RECORDS)`` records).
+
+Command line (``python -m specsteer.evaluate --help``). ``--data`` is a file, or ``shared`` (the
+real records, ``data.shared_data_path``) or ``sample`` (the bundled synthetic sample). Exit status:
+0 finished, 2 bad input (data, arguments, unknown pairing, a run name reused with another config),
+1 models that cannot be loaded, 130 cancelled (Ctrl-C or SIGTERM finish the run as cancelled).
+``--pairing tiny`` is a test-only hook: two random tiny models from ``specsteer.testing`` (the
+numbers it gives mean nothing); it lets tests run this command line without real weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, UTC
+from pathlib import Path
+from typing import Any
+
+from storage.queries import (
+    cell_key,
+    create_run,
+    finished_cell_keys,
+    run_cells,
+    save_cell,
+    set_run_status,
+    to_jsonable,
+)
+
+from .data import LONGLAMP_TASKS, DataError, Record, bundled_sample_path, load_records, shared_data_path
+from .engine import METHODS, DecodeConfig, Prepared, Request, collect, generate, prepare
+from .history import HistoryItem
+from .metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
+from .registry import DEFAULT_PAIRING
+from .retrieval import low_similarity_items
+
+ALPHA_METHODS = frozenset({"specsteer"})
+BETA_METHODS = frozenset({"specsteer", "lightcosteer", "costeer"})
+REFERENCE_METHOD = "llm"  # the speed reference (1.00x)
+WARMUP_TOKENS = 8
+NOISE_POOL_RECORDS = 64
+TEST_PAIRING = "tiny"
+JSON_ROW_KEYS = ("method", "alpha", "beta", *ROUGE_KEYS, "acceptance", "tok_per_s", "speedup")
+
+
+# --------------------------------------------------------------------------- the grid
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """A method with the alpha and beta it reads (None for a parameter it does not use)."""
+
+    method: str
+    alpha: float | None = None
+    beta: float | None = None
+
+    @property
+    def label(self) -> str:
+        parameters = [f"{name}={value:g}" for name, value in (("a", self.alpha), ("b", self.beta)) if value is not None]
+        return " ".join([self.method, *parameters])
+
+
+def grid_points(
+    methods: Sequence[str],
+    alphas: Sequence[float],
+    betas: Sequence[float],
+    extra_points: Sequence[tuple[float, float]] = (),
+) -> list[GridPoint]:
+    """Every distinct (method, alpha, beta) to run, in the order given."""
+    points: list[GridPoint] = []
+    for method in methods:
+        pairs = [(alpha, beta) for alpha in alphas for beta in betas]
+        if method in ALPHA_METHODS:
+            pairs += list(extra_points)
+        for alpha, beta in pairs:
+            point = GridPoint(
+                method,
+                float(alpha) if method in ALPHA_METHODS else None,
+                float(beta) if method in BETA_METHODS else None,
+            )
+            if point not in points:
+                points.append(point)
+    return points
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """What to evaluate; everything except ``run_name`` is the run's stored config."""
+
+    data: str
+    task: str
+    methods: tuple[str, ...] = METHODS
+    alphas: tuple[float, ...] = (1.0, 0.5, 0.1)
+    betas: tuple[float, ...] = (1.0,)
+    extra_points: tuple[tuple[float, float], ...] = ()
+    limit: int | None = None
+    pairing: str = DEFAULT_PAIRING
+    dtype: str | None = None  # None: models.default_dtype()
+    max_new_tokens: int = 256
+    draft_len: int = 4
+    retrieval_k: int = 3
+    noise: int = 0
+    run_name: str | None = None  # None: a new run named after the task and the time
+
+    def points(self) -> list[GridPoint]:
+        return grid_points(self.methods, self.alphas, self.betas, self.extra_points)
+
+    def validate(self) -> EvalSpec:
+        problems = []
+        if self.task not in LONGLAMP_TASKS:
+            problems.append(f"unknown task {self.task!r}; choose one of {', '.join(LONGLAMP_TASKS)}")
+        unknown = [method for method in self.methods if method not in METHODS]
+        if not self.methods or unknown:
+            problems.append(f"methods must be some of {', '.join(METHODS)} (got {', '.join(self.methods) or 'none'})")
+        if not self.alphas or not self.betas:
+            problems.append("give at least one alpha and one beta")
+        if self.limit is not None and self.limit < 1:
+            problems.append("limit must be at least 1")
+        if self.noise < 0 or self.retrieval_k < 0:
+            problems.append("noise and retrieval k must be >= 0")
+        if problems:
+            raise ValueError("; ".join(problems))
+        for point in self.points():  # alpha, beta, draft length and token budget ranges
+            decode_config(point, self).validate()
+        return self
+
+
+def decode_config(point: GridPoint, spec: EvalSpec) -> DecodeConfig:
+    used = {name: value for name, value in (("alpha", point.alpha), ("beta", point.beta)) if value is not None}
+    return DecodeConfig(method=point.method, draft_len=spec.draft_len, max_new_tokens=spec.max_new_tokens, **used)
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def noise_items(record: Record, pool: Sequence[Record], n: int) -> list[HistoryItem]:
+    """The n items of other users' profiles in ``pool`` least similar to the record's input."""
+    if n <= 0:
+        return []
+    foreign: dict[tuple, HistoryItem] = {}
+    for other in pool:
+        if _same_user(other, record):
+            continue
+        for item in other.profile:
+            # Two records of one user repeat profile items; noise should not repeat them.
+            foreign.setdefault(tuple(sorted(item.fields.items())), item)
+    if not foreign:
+        raise DataError(f"record {record.id}: noise needs records of other users in the same file")
+    return low_similarity_items(record.task, record.input, list(foreign.values()), n)
+
+
+def _same_user(a: Record, b: Record) -> bool:
+    if a.user_id is None or b.user_id is None:
+        return a.id == b.id
+    return a.user_id == b.user_id
+
+
+def record_request(record: Record, retrieval_k: int, noise: Sequence[HistoryItem] = ()) -> Request:
+    return Request(task=record.task, input_text=record.input, history=record.profile,
+                   retrieval_k=retrieval_k, noise_items=tuple(noise))
+
+
+def load_evaluation_records(spec: EvalSpec) -> tuple[list[Record], dict[str, Prepared]]:
+    """The first ``limit`` records of the file and each one's prepared prompts (noise included)."""
+    pool_limit = spec.limit if spec.limit is None or not spec.noise else max(spec.limit, NOISE_POOL_RECORDS)
+    pool = load_records(spec.data, spec.task, limit=pool_limit)
+    records = pool[: spec.limit]
+    seen: set[str] = set()
+    for record in records:
+        if record.id in seen:
+            raise DataError(f"{Path(spec.data).name}: record id {record.id!r} appears twice; ids name the stored cells")
+        seen.add(record.id)
+    prepared = {
+        record.id: prepare(record_request(record, spec.retrieval_k, noise_items(record, pool, spec.noise)))
+        for record in records
+    }
+    return records, prepared
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class GridProgress:
+    """Where a run stands; ``done`` counts finished cells, including those finished by an earlier attempt."""
+
+    done: int
+    total: int
+    stage: str  # "loading" (models) | "warmup" | "running" (a cell is about to run) | "done"
+    point: GridPoint | None = None
+    record_id: str | None = None
+
+    @property
+    def fraction(self) -> float:
+        return self.done / self.total if self.total else 1.0
+
+    def describe(self) -> str:
+        if self.stage == "running" and self.point is not None:
+            return f"[{self.done + 1}/{self.total}] {self.point.label} rec={self.record_id}"
+        return f"[{self.done}/{self.total}] {self.stage}"
+
+
+@dataclass
+class EvalResult:
+    run_id: int
+    run_name: str
+    status: str  # "finished" | "cancelled"
+    computed: int  # cells generated by this call (the others were already stored)
+    cells: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class _Cell:
+    record: Record
+    point: GridPoint
+
+    @property
+    def key(self) -> str:
+        return cell_key(self.record.id, self.point.method, self.point.alpha, self.point.beta)
+
+
+def run_config(spec: EvalSpec, pairing_id: str, dtype: str, cells_total: int) -> dict[str, Any]:
+    config = asdict(spec)
+    del config["run_name"]
+    config.update(data=str(Path(spec.data).resolve()), pairing=pairing_id, dtype=dtype, cells_total=cells_total)
+    return config
+
+
+def run_grid(
+    spec: EvalSpec,
+    pair=None,
+    progress: Callable[[GridProgress], None] | None = None,
+    cancel: threading.Event | None = None,
+    url: str | None = None,
+) -> EvalResult:
+    """Run (or resume) the grid of ``spec``; every finished cell is stored at once.
+
+    ``pair``: a loaded pair to use (tests, the UI); by default ``spec.pairing`` is loaded, and only
+    if some cell is left to run. ``progress`` is called before each cell and at each stage.
+    ``cancel`` stops the run between cells and the generation in flight within a token; the
+    interrupted cell is not stored, and the run is marked cancelled. An exception marks it failed.
+    """
+    from .models import load_pair, resolve_dtype
+    from .registry import resolve_pairing
+
+    spec.validate()
+    cancel = cancel or threading.Event()
+    report = progress or (lambda _: None)
+    records, prepared = load_evaluation_records(spec)
+    pairing = None if pair is not None else resolve_pairing(spec.pairing)
+    dtype = pair.dtype if pair is not None else resolve_dtype(spec.dtype)
+    cells = [_Cell(record, point) for record in records for point in spec.points()]
+    name = spec.run_name or f"{spec.task}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    config = run_config(spec, pair.pairing_id if pair is not None else pairing.id, str(dtype), len(cells))
+    run_id = create_run(name, config, url=url)
+    finished = finished_cell_keys(run_id, url=url)
+    pending = [cell for cell in cells if cell.key not in finished]
+    set_run_status(run_id, "running", url=url)
+    try:
+        if pending:
+            report(GridProgress(len(cells) - len(pending), len(cells), "loading"))
+            pair = pair if pair is not None else load_pair(pairing, dtype=dtype)
+        computed = _run_cells(pair, pending, prepared, spec, len(cells), report, cancel, run_id, url)
+    except BaseException as error:
+        status = "cancelled" if isinstance(error, KeyboardInterrupt) else "failed"
+        set_run_status(run_id, status, error=f"{type(error).__name__}: {error}", url=url)
+        raise
+    status = "finished" if computed == len(pending) else "cancelled"
+    set_run_status(run_id, status, url=url)
+    stored = run_cells(run_id, url=url)
+    return EvalResult(run_id, name, status, computed, stored, summarize(stored))
+
+
+def _run_cells(pair, pending: list[_Cell], prepared: Mapping[str, Prepared], spec: EvalSpec, total: int,
+               report: Callable[[GridProgress], None], cancel: threading.Event, run_id: int,
+               url: str | None) -> int:
+    done = total - len(pending)
+    computed = 0
+    if pending:
+        report(GridProgress(done, total, "warmup"))
+        warmup = DecodeConfig(method="specsteer", draft_len=spec.draft_len, max_new_tokens=WARMUP_TOKENS)
+        collect(generate(pair, prepared[pending[0].record.id], warmup, cancel))
+    for cell in pending:
+        if cancel.is_set():
+            break
+        report(GridProgress(done + computed, total, "running", cell.point, cell.record.id))
+        _, result = collect(generate(pair, prepared[cell.record.id], decode_config(cell.point, spec), cancel))
+        if result.stats.stop_reason == "cancelled":
+            break  # a cut-short generation is not a result
+        save_cell(run_id, record_id=cell.record.id, method=cell.point.method, alpha=cell.point.alpha,
+                  beta=cell.point.beta, output=result.text, rouge=rouge_scores(result.text, cell.record.output),
+                  stats=result.stats.to_dict(), url=url)
+        computed += 1
+    report(GridProgress(done + computed, total, "done"))
+    return computed
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _group_key(cell: Mapping[str, Any]) -> tuple[str, float | None, float | None]:
+    return cell["method"], cell["alpha"], cell["beta"]
+
+
+def _row_order(key: tuple[str, float | None, float | None]) -> tuple:
+    method, alpha, beta = key
+    rank = METHODS.index(method) if method in METHODS else len(METHODS)
+    # Strict to permissive (alpha descending), as the paper's tables read.
+    return rank, method, -(alpha if alpha is not None else float("inf")), beta if beta is not None else 0.0
+
+
+def _throughput(cells: Sequence[Mapping[str, Any]]) -> float | None:
+    seconds = sum(cell["stats"].get("seconds") or 0.0 for cell in cells)
+    tokens = sum(cell["stats"].get("new_tokens") or 0 for cell in cells)
+    return tokens / seconds if seconds > 0 else None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _speedup(cells: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, Any]]) -> float | None:
+    shared = {cell["record_id"] for cell in cells} & {cell["record_id"] for cell in reference}
+    own = _throughput([cell for cell in cells if cell["record_id"] in shared])
+    base = _throughput([cell for cell in reference if cell["record_id"] in shared])
+    return own / base if own is not None and base else None
+
+
+def _summary_row(key: tuple, cells: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, Any]]) -> dict:
+    stats = [cell["stats"] for cell in cells]
+    drafted = sum(s.get("drafted") or 0 for s in stats)
+    method, alpha, beta = key
+    return {
+        "method": method,
+        "alpha": alpha,
+        "beta": beta,
+        "records": len(cells),
+        **corpus_rouge(cells),
+        "acceptance": sum(s.get("accepted") or 0 for s in stats) / drafted if drafted else None,
+        "tok_per_s": _throughput(cells),
+        "speedup": _speedup(cells, reference) if reference else None,
+        **{name: _mean([s.get(name) or 0 for s in stats])
+           for name in ("rounds", "new_tokens", "uplink_bytes", "downlink_bytes")},
+    }
+
+
+def summarize(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """One row per (method, alpha, beta) from stored cells (``storage.run_cells``); see the module doc."""
+    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+    for cell in cells:
+        groups.setdefault(_group_key(cell), []).append(cell)
+    reference = groups.get((REFERENCE_METHOD, None, None), [])
+    return [_summary_row(key, groups[key], reference) for key in sorted(groups, key=_row_order)]
+
+
+def json_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The command line's ``--json`` rows: exactly JSON_ROW_KEYS, non-finite numbers as null."""
+    return [to_jsonable({key: row.get(key) for key in JSON_ROW_KEYS}) for row in rows]
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _number_list(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or any(value != value for value in values):  # NaN is not a grid value
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    return values
+
+
+def _point_list(text: str) -> tuple[tuple[float, float], ...]:
+    points = []
+    for part in filter(None, (part.strip() for part in text.split(","))):
+        alpha, colon, beta = part.partition(":")
+        if not colon:
+            raise argparse.ArgumentTypeError(f"expected alpha:beta pairs such as 0.5:2, got {part!r}")
+        points.append((_number_list(alpha)[0], _number_list(beta)[0]))
+    return tuple(points)
+
+
+def _method_list(text: str) -> tuple[str, ...]:
+    methods = tuple(part.strip() for part in text.split(",") if part.strip())
+    unknown = [method for method in methods if method not in METHODS]
+    if not methods or unknown:
+        raise argparse.ArgumentTypeError(f"unknown method(s) {', '.join(unknown) or text!r}; choose from {', '.join(METHODS)}")
+    return methods
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m specsteer.evaluate",
+        description="Evaluate methods on LongLaMP records: ROUGE, speed, acceptance; results stored per cell.",
+    )
+    parser.add_argument("--data", required=True,
+                        help="records file (JSONL/JSON/parquet), or 'shared' (real LongLaMP records) or 'sample'")
+    parser.add_argument("--task", required=True, choices=LONGLAMP_TASKS)
+    parser.add_argument("--limit", type=int, default=None, help="first N records of the file")
+    parser.add_argument("--methods", type=_method_list, default=METHODS, help="comma-separated, default all")
+    parser.add_argument("--alpha", type=_number_list, default=(1.0, 0.5, 0.1), help="alpha values (SpecSteer)")
+    parser.add_argument("--beta", type=_number_list, default=(1.0,), help="beta values (SpecSteer, (Light)CoSteer)")
+    parser.add_argument("--extra-grid", type=_point_list, default=(),
+                        help="extra alpha:beta pairs for SpecSteer only, e.g. 0.5:0.5,0.5:2")
+    parser.add_argument("--pairing", default=DEFAULT_PAIRING,
+                        help=f"pairing id (default {DEFAULT_PAIRING}); '{TEST_PAIRING}' = random test models, tests only")
+    parser.add_argument("--dtype", choices=("bf16", "fp32"), default=None, help="default: bf16 where fast")
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--draft-len", type=int, default=4)
+    parser.add_argument("--retrieval-k", type=int, default=3, help="profile items retrieved by BM25")
+    parser.add_argument("--noise", type=int, default=0, help="low-similarity items of other users appended")
+    parser.add_argument("--run-name", default=None, help="name of the run; the same name resumes it")
+    parser.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
+    parser.add_argument("--json", action="store_true", help='print {"rows": [...]} instead of a table')
+    parser.add_argument("--plot", default=None, help="write the figures as one standalone HTML file")
+    return parser
+
+
+def _data_path(value: str, task: str) -> str:
+    if value == "sample":
+        return str(bundled_sample_path(task))
+    if value == "shared":
+        found = shared_data_path(task)
+        if found is None:
+            raise DataError(f"no shared LongLaMP records for task {task!r} (set SPECSTEER_SHARED_DATA)")
+        return str(found)
+    return value
+
+
+def spec_from_args(args: argparse.Namespace) -> EvalSpec:
+    return EvalSpec(
+        data=_data_path(args.data, args.task), task=args.task, methods=args.methods, alphas=args.alpha,
+        betas=args.beta, extra_points=args.extra_grid, limit=args.limit, pairing=args.pairing, dtype=args.dtype,
+        max_new_tokens=args.max_new_tokens, draft_len=args.draft_len, retrieval_k=args.retrieval_k,
+        noise=args.noise, run_name=args.run_name,
+    )
+
+
+@contextmanager
+def _cancel_on_signals(cancel: threading.Event) -> Iterator[None]:
+    """Ctrl-C / SIGTERM end the run cleanly as cancelled; a second Ctrl-C aborts at once."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
+        yield
+        return
+
+    def handle(signum, _frame) -> None:
+        if cancel.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        cancel.set()
+        print("\ncancelling after the current token (Ctrl-C again to abort)", file=sys.stderr)
+
+    previous = {signum: signal.signal(signum, handle) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _print_progress(update: GridProgress) -> None:
+    print(update.describe(), file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from .models import ModelLoadError
+
+    args = build_parser().parse_args(argv)
+    cancel = threading.Event()
+    try:
+        spec = spec_from_args(args)
+        if REFERENCE_METHOD not in spec.methods:
+            print(f"warning: {REFERENCE_METHOD} is not among the methods, so speedup is null", file=sys.stderr)
+        pair = _test_pair() if spec.pairing == TEST_PAIRING else None
+        with _cancel_on_signals(cancel):
+            result = run_grid(spec, pair=pair, progress=_print_progress, cancel=cancel, url=args.database)
+    except ModelLoadError as error:
+        return _fail(str(error), 1)
+    except (DataError, ValueError, KeyError) as error:  # KeyError: registry.UnknownPairingError
+        return _fail(str(error), 2)
+    except KeyboardInterrupt:
+        return _fail("aborted; run again with the same --run-name to resume", 130)
+    _report(result, spec, args)
+    if result.status == "cancelled":
+        print(f"cancelled: run {result.run_name!r} is resumable with --run-name", file=sys.stderr)
+        return 130
+    return 0
+
+
+def _test_pair():
+    from .testing import tiny_pair
+
+    return tiny_pair()
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def _report(result: EvalResult, spec: EvalSpec, args: argparse.Namespace) -> None:
+    from . import plots
+
+    if args.json:
+        print(json.dumps({"rows": json_rows(result.rows)}, ensure_ascii=False, allow_nan=False))
+    else:
+        print(plots.text_table(result.rows))
+    print(f"run {result.run_name!r} (id {result.run_id}): {result.status}, {result.computed} cells computed, "
+          f"{len(result.cells)} stored", file=sys.stderr)
+    if args.plot:
+        title = f"SpecSteer evaluation: {spec.task}, run {result.run_name}"
+        plots.write_html(args.plot, result.rows, title=title)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""Figures of an evaluation run, shared by the command line's HTML report and the dashboard.
+
+Every function takes the summary rows of ``specsteer.evaluate.summarize`` (ROUGE on 0–100,
+acceptance 0–1, tok_per_s, speedup) and returns a ``plotly.graph_objects.Figure`` or plain data,
+so the dashboard shows exactly what ``python -m specsteer.evaluate --plot`` writes.
+
+* :func:`quality_speed_figure` — quality (any ROUGE key) against speed (tok/s or speedup), one
+  labelled point per (method, alpha, beta); SLM+ and LLM are reference points (star markers and
+  a dashed line at their quality), the two ends a personalized fast method should beat.
+* :func:`acceptance_figure` — acceptance against alpha, one line per (method, beta); methods that
+  draft without alpha (standard SD) are a dotted reference line.
+* :func:`display_rows` / :func:`table_figure` / :func:`text_table` — the per-row table.
+* :func:`write_html` — all of them as one standalone page with plotly.js inline (works offline).
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+
+from .metrics import ROUGE_LABELS
+
+Row = Mapping[str, Any]
+
+METHOD_LABELS = {
+    "slm": "SLM",
+    "slm+": "SLM+",
+    "llm": "LLM",
+    "sd": "SD",
+    "lightcosteer": "LightCoSteer",
+    "costeer": "CoSteer",
+    "specsteer": "SpecSteer",
+}
+METHOD_COLORS = dict(zip(METHOD_LABELS, qualitative.Plotly))
+REFERENCE_METHODS = ("slm+", "llm")
+SPEED_LABELS = {"tok_per_s": "tokens / s", "speedup": "speedup over LLM (×, same records, same run)"}
+TABLE_NOTE = (
+    "ROUGE: F-measure × 100, mean over records; R-1 / R-L unstemmed (LaMP protocol), 'stem' with the "
+    "Porter stemmer. tok/s: total new tokens / total seconds. acceptance: accepted / drafted tokens. "
+    "speedup: tok/s over LLM's on the same records in the same run. rounds, bytes: mean per generation."
+)
+
+
+def method_label(method: str) -> str:
+    return METHOD_LABELS.get(method, method)
+
+
+def point_label(row: Row) -> str:
+    """E.g. "SpecSteer α=0.1 β=1", "LightCoSteer β=1", "LLM"."""
+    parameters = [f"{symbol}={row[key]:g}" for symbol, key in (("α", "alpha"), ("β", "beta")) if row.get(key) is not None]
+    return " ".join([method_label(row["method"]), *parameters])
+
+
+def _methods(rows: Sequence[Row]) -> list[str]:
+    return list(dict.fromkeys(row["method"] for row in rows))
+
+
+def _color(method: str) -> str | None:
+    return METHOD_COLORS.get(method)
+
+
+def quality_speed_figure(rows: Sequence[Row], quality: str = "rougeL", speed: str = "speedup") -> go.Figure:
+    """Quality against speed, one labelled point per row; rows missing either value are left out."""
+    if quality not in ROUGE_LABELS or speed not in SPEED_LABELS:
+        raise ValueError(f"quality must be one of {', '.join(ROUGE_LABELS)} and speed one of {', '.join(SPEED_LABELS)}")
+    plotted = [row for row in rows if row.get(quality) is not None and row.get(speed) is not None]
+    figure = go.Figure()
+    for method in _methods(plotted):
+        method_rows = [row for row in plotted if row["method"] == method]
+        reference = method in REFERENCE_METHODS
+        figure.add_trace(go.Scatter(
+            x=[row[speed] for row in method_rows],
+            y=[row[quality] for row in method_rows],
+            mode="markers+text",
+            text=[point_label(row) for row in method_rows],
+            textposition="top center",
+            name=f"{method_label(method)} (reference)" if reference else method_label(method),
+            marker={"symbol": "star" if reference else "circle", "size": 16 if reference else 11,
+                    "color": _color(method)},
+            hovertemplate="%{text}<br>" + f"{speed}: %{{x:.3g}}<br>{quality}: %{{y:.2f}}<extra></extra>",
+        ))
+        if reference:
+            for row in method_rows:
+                figure.add_hline(y=row[quality], line_dash="dash", line_color=_color(method), opacity=0.6)
+    figure.update_layout(
+        title=f"{ROUGE_LABELS[quality]} against {'speedup' if speed == 'speedup' else 'speed'}",
+        xaxis_title=SPEED_LABELS[speed],
+        yaxis_title=f"{ROUGE_LABELS[quality]} (F1 × 100)",
+        template="plotly_white",
+    )
+    if speed == "speedup" and rows and not plotted:
+        figure.add_annotation(text="no LLM cells in this run: speedup is unavailable", showarrow=False,
+                              xref="paper", yref="paper", x=0.5, y=0.5)
+    return figure
+
+
+def acceptance_figure(rows: Sequence[Row]) -> go.Figure:
+    """Acceptance (%) against alpha (log axis), one line per (method, beta)."""
+    figure = go.Figure()
+    with_alpha = [row for row in rows if row.get("alpha") is not None and row.get("acceptance") is not None]
+    for method in _methods(with_alpha):
+        method_rows = [row for row in with_alpha if row["method"] == method]
+        for beta in sorted({row.get("beta") for row in method_rows}, key=lambda value: (value is None, value)):
+            line = sorted((row for row in method_rows if row.get("beta") == beta), key=lambda row: row["alpha"])
+            figure.add_trace(go.Scatter(
+                x=[row["alpha"] for row in line],
+                y=[100 * row["acceptance"] for row in line],
+                mode="lines+markers",
+                name=point_label({"method": method, "beta": beta}),
+            ))
+    for row in rows:
+        if row.get("alpha") is None and row.get("acceptance") is not None:
+            figure.add_hline(y=100 * row["acceptance"], line_dash="dot", line_color=_color(row["method"]),
+                             annotation_text=f"{point_label(row)} (no α)")
+    figure.update_layout(
+        title="Draft acceptance against α",
+        xaxis={"title": "α (verification threshold, log scale)", "type": "log"},
+        yaxis={"title": "acceptance (%)", "range": [0, 105]},
+        template="plotly_white",
+    )
+    return figure
+
+
+def _number(value: Any, digits: int, suffix: str = "") -> str:
+    return "–" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _parameter(value: Any) -> str:
+    return "–" if value is None else f"{value:g}"
+
+
+def display_rows(rows: Sequence[Row]) -> list[dict[str, str]]:
+    """The table as strings, one dict per row, keyed by column header (what the UI and CLI show)."""
+    return [
+        {
+            "method": method_label(row["method"]),
+            "α": _parameter(row.get("alpha")),
+            "β": _parameter(row.get("beta")),
+            "n": str(row.get("records", "")),
+            "R-1": _number(row.get("rouge1"), 2),
+            "R-L": _number(row.get("rougeL"), 2),
+            "R-1 stem": _number(row.get("rouge1_stemmed"), 2),
+            "R-L stem": _number(row.get("rougeL_stemmed"), 2),
+            "acceptance": _number(None if row.get("acceptance") is None else 100 * row["acceptance"], 1, "%"),
+            "tok/s": _number(row.get("tok_per_s"), 2),
+            "speedup": _number(row.get("speedup"), 2, "×"),
+            "rounds": _number(row.get("rounds"), 1),
+            "up B": _number(row.get("uplink_bytes"), 0),
+            "down B": _number(row.get("downlink_bytes"), 0),
+        }
+        for row in rows
+    ]
+
+
+def table_figure(rows: Sequence[Row]) -> go.Figure:
+    shown = display_rows(rows)
+    headers = list(shown[0]) if shown else ["no results"]
+    figure = go.Figure(go.Table(
+        header={"values": headers, "align": "left"},
+        cells={"values": [[row[header] for row in shown] for header in headers], "align": "left"},
+    ))
+    figure.update_layout(title="Per-method results", height=120 + 28 * len(shown))
+    return figure
+
+
+def text_table(rows: Sequence[Row]) -> str:
+    """A fixed-width table for the terminal, with the note on what each column means."""
+    shown = display_rows(rows)
+    if not shown:
+        return "no results"
+    headers = list(shown[0])
+    widths = {header: max(len(header), *(len(row[header]) for row in shown)) for header in headers}
+    lines = ["  ".join(header.ljust(widths[header]) for header in headers)]
+    lines += ["  ".join(row[header].ljust(widths[header]) for header in headers) for row in shown]
+    return "\n".join([*lines, "", TABLE_NOTE])
+
+
+def write_html(path: str | Path, rows: Sequence[Row], title: str = "SpecSteer evaluation") -> Path:
+    """Every figure of the run in one self-contained HTML file (plotly.js inline, no network)."""
+    speed = "speedup" if any(row.get("speedup") is not None for row in rows) else "tok_per_s"
+    figures = [
+        quality_speed_figure(rows, "rouge1", speed),
+        quality_speed_figure(rows, "rougeL", speed),
+        acceptance_figure(rows),
+        table_figure(rows),
+    ]
+    # plotly.js goes in once, with the first figure; the others reuse it.
+    bodies = [figure.to_html(full_html=False, include_plotlyjs=index == 0) for index, figure in enumerate(figures)]
+    document = (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>\n'
+        f"<body><h1>{html.escape(title)}</h1>\n<p>{html.escape(TABLE_NOTE)}</p>\n" + "\n".join(bodies)
+        + "\n</body></html>\n"
+    )
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(document, encoding="utf-8")
+    return target

@@ -1,0 +1,178 @@
+"""The launched app over HTTP with gradio_client: streaming, comparison, annotation, dashboard, queueing.
+
+The app runs in-process on a free loopback port with the tiny test pair (SPECSTEER_TEST_PAIR=tiny)
+and a temporary database.
+"""
+
+from __future__ import annotations
+
+import csv
+import socket
+import time
+
+import pytest
+
+pytest.importorskip("gradio_client")
+
+from gradio_client import Client, handle_file  # noqa: E402
+from gradio_client.utils import Status  # noqa: E402
+
+import storage  # noqa: E402
+from ui import pairs  # noqa: E402
+
+GENERATE = dict(task="review", input_text="Write a review of a power bank with great battery life",
+                pairing_id=pairs.TINY_PAIRING_ID, method="specsteer", alpha=0.1, beta=1.0, draft_len=4,
+                max_new_tokens=40, decoding="greedy", seed=0, temperature=1.0, top_p=1.0, retrieval_k=3,
+                downlink_top_k=64, exact=False)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    data = tmp_path_factory.mktemp("app-data")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(pairs.TEST_PAIR_ENV, "tiny")
+        patch.setenv("SPECSTEER_DATA_DIR", str(data))
+        patch.delenv("DATABASE_URL", raising=False)
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        patch.setenv("GRADIO_ANALYTICS_ENABLED", "False")
+        storage.reset_engines()
+        import app
+
+        demo = app.build_app()
+        port = free_port()
+        demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
+                    **app.launch_options())
+        try:
+            yield f"http://127.0.0.1:{port}/", data
+        finally:
+            demo.close()
+            storage.reset_engines()
+
+
+def client_for(server, tmp_path=None) -> Client:
+    url, data = server
+    return Client(url, verbose=False, analytics_enabled=False, download_files=str(tmp_path or data / "downloads"))
+
+
+def test_api_lists_the_endpoints(server):
+    api = client_for(server).view_api(return_format="dict", print_info=False)["named_endpoints"]
+    for name in ("/load_sample", "/upload_history", "/generate", "/stop_generate", "/compare", "/annotate",
+                 "/open_comparison", "/export_csv", "/export_jsonl", "/evaluate", "/open_runs"):
+        assert name in api
+
+
+def test_generate_streams_frames_one_by_one(server):
+    client = client_for(server)
+    summary, task, _ = client.predict("review", api_name="/load_sample")
+    assert "Read 8 items" in summary and task == "review"
+    job = client.submit(**GENERATE, api_name="/generate")
+    arrivals = []
+    for frame in job:  # frames arrive while the generation runs
+        arrivals.append((time.monotonic(), frame))
+    outputs = [frame[1] for _, frame in arrivals if isinstance(frame[1], str) and "ss-tok" in frame[1]]
+    assert len(outputs) >= 3 and len(set(outputs)) >= 3, "several intermediate outputs should arrive"
+    assert arrivals[-1][0] - arrivals[0][0] > 0  # spread over time, not one batch
+    status, output, stats, _retrieved, privacy = job.outputs()[-1]
+    assert "saved as generation #" in status
+    assert "ss-tok-" in output and 'data-state="length"' in stats
+    assert "Privacy check passed" in privacy
+
+
+def test_upload_errors_reach_the_page_as_messages(server, tmp_path):
+    client = client_for(server)
+    bad = tmp_path / "broken.jsonl"
+    bad.write_text('{"summary": "ok", "reviewText": "fine"}\n{"summary": \n')
+    summary, _task = client.predict(handle_file(str(bad)), api_name="/upload_history")
+    assert "ss-box-error" in summary and "line 2" in summary and "Traceback" not in summary
+    good = tmp_path / "mine.txt"
+    good.write_text("I hike every weekend.\n\nI love lakes and early starts.")
+    summary, task = client.predict(handle_file(str(good)), api_name="/upload_history")
+    assert "Read 2 items" in summary and task == "free"
+
+
+def test_unavailable_pairing_gives_a_clear_error(server):
+    client = client_for(server)
+    client.predict("review", api_name="/load_sample")
+    status, *_ = client.predict(**{**GENERATE, "pairing_id": "qwen3-0.6b__qwen3-1.7b"}, api_name="/generate")
+    assert "unavailable here" in status and "no model hub" in status
+
+
+def test_compare_annotate_and_export(server, tmp_path):
+    client = client_for(server, tmp_path)
+    client.predict("writing", api_name="/load_sample")
+    settings = {key: value for key, value in GENERATE.items() if key not in ("method", "exact")}
+    settings.update(task="writing", input_text="Generate the content for a reddit post about rye bread",
+                    max_new_tokens=12)
+    final = client.predict(**settings, methods=["slm+", "llm", "specsteer"], blind=True, api_name="/compare")
+    status, _preferred, _saved, *slots = final
+    assert "Saved as comparison #" in status
+    assert all("Output" in slot for slot in slots[:3])
+    assert not any("SpecSteer" in slot for slot in slots[:3])  # blind until judged
+
+    ratings = [5, 4, 3, 3, 2, 2] + [None] * 8
+    status, *revealed = client.predict("annotator-1", "A", "first judgement", *ratings, api_name="/annotate")
+    assert "Saved annotation" in status
+    assert sum(name in " ".join(map(str, revealed[:3])) for name in ("SpecSteer", "SLM+", "LLM")) == 3
+
+    # A second annotator reopens the same comparison in their own session.
+    other = client_for(server, tmp_path)
+    comparison_id = storage.list_comparisons()[0]["id"]
+    reopened = other.predict(comparison_id, api_name="/open_comparison")
+    assert f"Opened comparison #{comparison_id}" in reopened[0]
+    status, *_ = other.predict("annotator-2", "tie", "", *([None] * 14), api_name="/annotate")
+    assert "Saved annotation" in status
+
+    csv_file, message = client.predict(api_name="/export_csv")
+    assert "Exported" in message
+    with open(csv_file, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert {row["annotator"] for row in rows} >= {"annotator-1", "annotator-2"}
+    jsonl_file, _ = client.predict(api_name="/export_jsonl")
+    assert open(jsonl_file, encoding="utf-8").read().count("\n") == len(rows)
+    table, agreement = client.predict(api_name="/annotation_summary")
+    assert table["headers"][0] == "method" and len(table["data"]) == 3
+    assert "judged by two or more annotators" in agreement
+
+
+def test_dashboard_one_record_run(server):
+    client = client_for(server)
+    status, quality, acceptance, table, runs = client.predict(
+        source="sample", upload=None, task="review", records=1, methods=["llm", "specsteer"], alphas="0.1",
+        betas="1", pairing_id=pairs.TINY_PAIRING_ID, max_new_tokens=4, draft_len=2, run_name="client-run",
+        api_name="/evaluate")
+    assert "finished" in status and "2 cells computed" in status
+    assert quality and acceptance  # plotly figures, serialized
+    assert [row[0] for row in table["data"]] == ["LLM", "SpecSteer"]
+    run_id = storage.get_run_by_name("client-run")["id"]
+    status, *_ = client.predict([run_id], api_name="/open_runs")
+    assert "client-run" in status
+
+
+def test_second_user_waits_in_the_queue_then_runs(server):
+    """Model events share one slot: a second generation queues (with a position) instead of failing."""
+    first, second = client_for(server), client_for(server)
+    first.predict("review", api_name="/load_sample")
+    second.predict("review", api_name="/load_sample")
+    long_job = first.submit(**{**GENERATE, "max_new_tokens": 1000}, api_name="/generate")
+    deadline = time.monotonic() + 60
+    while not long_job.outputs() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    waiting = second.submit(**{**GENERATE, "max_new_tokens": 4}, api_name="/generate")
+    seen = set()
+    while time.monotonic() < deadline:
+        seen.add(waiting.status().code)
+        if Status.IN_QUEUE in seen or waiting.done():
+            break
+        time.sleep(0.05)
+    assert Status.IN_QUEUE in seen, f"the second user should wait in the queue, saw {seen}"
+    assert not waiting.done()
+    first.predict(api_name="/stop_generate")  # the Stop button of the first user's page
+    result = waiting.result(timeout=60)
+    assert "saved as generation" in result[0]
+    assert "Stopped" in long_job.outputs()[-1][0] or long_job.status().code in (Status.CANCELLED, Status.FINISHED)

@@ -1,0 +1,96 @@
+"""``python -m specsteer generate``: the JSON contract, the coloured output and the error exits."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specsteer import cli
+from specsteer.testing import tiny_pair
+
+SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "samples" / "review_user.jsonl"
+
+
+@pytest.fixture
+def tiny_models(monkeypatch):
+    pair = tiny_pair()
+    monkeypatch.setattr("specsteer.models.load_pair", lambda *args, **kwargs: pair)
+    return pair
+
+
+def generate(capsys, *extra):
+    code = cli.main(["generate", "--history", str(SAMPLE), "--task", "review",
+                     "--input", "Write a review of wireless earbuds.", "--max-new-tokens", "12", *extra])
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def test_json_contract(tiny_models, capsys):
+    code, out, _ = generate(capsys, "--json", "--alpha", "0.5")
+    assert code == 0
+    document = json.loads(out)
+    assert set(document) == {"text", "tokens", "stats", "transcript"}
+    assert all(set(t) == {"id", "text", "kind"} for t in document["tokens"])
+    assert "".join(t["text"] for t in document["tokens"] if t["kind"] != "rejected") == document["text"]
+    stats = document["stats"]
+    for key in ("new_tokens", "seconds", "tok_per_s", "rounds", "drafted", "accepted", "acceptance_rate",
+                "forward_calls", "uplink_bytes", "downlink_bytes"):
+        assert key in stats
+    assert stats["uplink_bytes"] == sum(m["bytes"] for m in document["transcript"] if m["direction"] == "uplink")
+    assert all(set(m) == {"direction", "bytes", "payload"} for m in document["transcript"])
+    assert document["transcript"][0]["payload"]["kind"] == "open"
+
+
+def test_infinite_alpha_is_valid_json(tiny_models, capsys):
+    code, out, _ = generate(capsys, "--json", "--alpha", "inf")
+    assert code == 0 and "Infinity" not in out
+    assert json.loads(out)["stats"]["accepted"] == 0
+
+
+def test_coloured_text_and_stats_line(tiny_models, capsys):
+    code, out, _ = generate(capsys, "--alpha", "1.0")
+    assert code == 0
+    assert "\033[" in out  # tokens are coloured by kind
+    assert "tok/s" in out and "acceptance" in out and "uplink" in out
+
+
+def test_no_colour(tiny_models, capsys):
+    code, out, _ = generate(capsys, "--no-color", "--method", "llm")
+    assert code == 0 and "\033[" not in out
+
+
+@pytest.mark.parametrize("content, message", [
+    ("", "empty"),
+    ("{not json", "JSON"),
+])
+def test_bad_history_exits_2_with_a_message(tmp_path, capsys, content, message):
+    bad = tmp_path / "history.json"
+    bad.write_text(content)
+    code = cli.main(["generate", "--history", str(bad), "--task", "free", "--input", "x"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("error:") and message.lower() in err.lower()
+
+
+def test_missing_history_file(capsys):
+    code = cli.main(["generate", "--history", "/nonexistent/file.json", "--task", "free", "--input", "x"])
+    assert code == 2 and "not found" in capsys.readouterr().err
+
+
+def test_unknown_pairing_lists_the_valid_ones(capsys):
+    code, _, err = generate(capsys, "--pairing", "no-such-pair")
+    assert code == 2 and "offline-qwen2.5-coder" in err
+
+
+def test_hub_model_offline_fails_fast_naming_the_offline_pair(monkeypatch, capsys):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    code, _, err = generate(capsys, "--pairing", "qwen3-0.6b__qwen3-1.7b")
+    assert code == 1 and "offline-qwen2.5-coder" in err
+
+
+def test_module_entry_point_prints_help():
+    result = subprocess.run([sys.executable, "-m", "specsteer", "generate", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "--draft-len" in result.stdout

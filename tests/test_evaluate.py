@@ -1,0 +1,260 @@
+"""The evaluation grid on tiny random models: grid shape, storage, resume, cancel, noise, CLI contract."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from specsteer import evaluate
+from specsteer.data import DataError, bundled_sample_path
+from specsteer.evaluate import EvalSpec, GridPoint, grid_points, load_evaluation_records, run_grid, summarize
+from specsteer.testing import tiny_pair
+from storage import db, queries
+
+REPO = Path(__file__).resolve().parents[1]
+SAMPLE = str(bundled_sample_path("review"))
+# Short prompts and outputs keep every generation of the byte-level tiny models in milliseconds.
+FAST = EvalSpec(data=SAMPLE, task="review", methods=("llm", "slm+"), alphas=(1.0,), max_new_tokens=3,
+                retrieval_k=1)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    # Tiny models gain nothing from a second thread, and on a shared, busy CPU the threads'
+    # synchronisation makes each step many times slower.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_engines():
+    db.reset_engines()
+    yield
+    db.reset_engines()
+
+
+@pytest.fixture
+def url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'eval.db'}"
+
+
+# --------------------------------------------------------------------------- grid
+
+
+def test_alpha_and_beta_go_only_to_the_methods_that_read_them():
+    points = grid_points(("slm", "llm", "lightcosteer", "specsteer"), (1.0, 0.5, 0.1), (0.5, 1.0, 2.0))
+    assert [point for point in points if point.method == "slm"] == [GridPoint("slm")]
+    assert [point.beta for point in points if point.method == "lightcosteer"] == [0.5, 1.0, 2.0]
+    assert sum(point.method == "specsteer" for point in points) == 9
+    assert len(points) == 1 + 1 + 3 + 9
+
+
+def test_extra_points_add_beta_values_at_one_alpha_for_specsteer_only():
+    points = grid_points(("llm", "costeer", "specsteer"), (1.0, 0.5, 0.1), (1.0,), ((0.5, 0.5), (0.5, 2.0), (0.5, 1.0)))
+    assert [(point.alpha, point.beta) for point in points if point.method == "specsteer"] == [
+        (1.0, 1.0), (0.5, 1.0), (0.1, 1.0), (0.5, 0.5), (0.5, 2.0)  # the repeated (0.5, 1) runs once
+    ]
+    assert [point for point in points if point.method == "costeer"] == [GridPoint("costeer", None, 1.0)]
+
+
+def test_invalid_specs_are_refused_before_anything_runs():
+    with pytest.raises(ValueError, match="methods"):
+        replace(FAST, methods=("gpt",)).validate()
+    with pytest.raises(ValueError, match="alpha"):
+        replace(FAST, methods=("specsteer",), alphas=(-1.0,)).validate()
+
+
+# --------------------------------------------------------------------------- runs
+
+
+def test_end_to_end_batch_stores_every_cell_and_summarizes(pair, url):
+    spec = replace(FAST, methods=evaluate.METHODS, alphas=(1.0, 0.1), run_name="e2e")
+    updates = []
+    result = run_grid(spec, pair=pair, progress=updates.append, url=url)
+    points = spec.points()
+    assert result.status == "finished" and result.computed == 3 * len(points) == len(result.cells)
+    assert queries.get_run_by_name("e2e", url=url)["status"] == "finished"
+    for cell in result.cells:
+        assert all(0.0 <= cell[key] <= 1.0 for key in evaluate.ROUGE_KEYS)
+        assert cell["stats"]["new_tokens"] >= 1 and cell["stats"]["seconds"] > 0
+    assert [(row["method"], row["alpha"], row["beta"]) for row in result.rows] == [
+        (point.method, point.alpha, point.beta) for point in points
+    ]
+    by_method = {row["method"]: row for row in result.rows}
+    assert by_method["llm"]["speedup"] == pytest.approx(1.0)
+    assert by_method["llm"]["acceptance"] is None and by_method["sd"]["acceptance"] is not None
+    assert all(row["records"] == 3 for row in result.rows)
+    running = [update for update in updates if update.stage == "running"]
+    assert [update.done for update in running] == list(range(len(result.cells)))
+    assert running[0].describe() == "[1/24] slm rec=sample-review-0"
+    assert updates[-1].stage == "done" and updates[-1].fraction == 1.0
+
+
+def test_a_crashed_run_resumes_without_duplicates_or_lost_cells(pair, url):
+    spec = replace(FAST, run_name="crash")
+    total = 3 * len(spec.points())
+
+    def crash_after_three(update):
+        if update.stage == "running" and update.done == 3:
+            raise RuntimeError("power cut")
+
+    with pytest.raises(RuntimeError, match="power cut"):
+        run_grid(spec, pair=pair, progress=crash_after_three, url=url)
+    run = queries.get_run_by_name("crash", url=url)
+    assert run["status"] == "failed" and "power cut" in run["error"] and run["cell_count"] == 3
+    before = queries.run_cells(run["id"], url=url)
+
+    result = run_grid(spec, pair=pair, url=url)
+    assert result.status == "finished" and result.computed == total - 3
+    keys = [cell["cell_key"] for cell in result.cells]
+    assert len(keys) == len(set(keys)) == total
+    assert result.cells[:3] == before  # the cells finished before the crash were kept, not redone
+
+
+def test_cancel_between_cells_and_inside_a_generation(pair, url):
+    spec = replace(FAST, run_name="cancel")
+    cancel = evaluate.threading.Event()
+
+    def cancel_as_third_cell_starts(update):
+        if update.stage == "running" and update.done == 2:
+            cancel.set()  # the third generation starts with the flag up: generate() must stop it
+
+    result = run_grid(spec, pair=pair, progress=cancel_as_third_cell_starts, cancel=cancel, url=url)
+    assert result.status == "cancelled" and result.computed == 2 and len(result.cells) == 2
+    assert queries.get_run_by_name("cancel", url=url)["status"] == "cancelled"
+    resumed = run_grid(spec, pair=pair, url=url)
+    assert resumed.status == "finished" and resumed.computed == 3 * len(spec.points()) - 2
+
+
+def test_a_run_name_is_never_reused_for_another_config(pair, url):
+    run_grid(replace(FAST, limit=1, run_name="same"), pair=pair, url=url)
+    with pytest.raises(ValueError, match="different config"):
+        run_grid(replace(FAST, limit=1, max_new_tokens=4, run_name="same"), pair=pair, url=url)
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _cell(record, method, tokens, seconds, alpha=None, beta=None, accepted=0, drafted=0):
+    return {"record_id": record, "method": method, "alpha": alpha, "beta": beta,
+            "rouge1": 0.5, "rougeL": 0.25, "rouge1_stemmed": 0.5, "rougeL_stemmed": 0.25,
+            "stats": {"new_tokens": tokens, "seconds": seconds, "accepted": accepted, "drafted": drafted,
+                      "rounds": 2, "uplink_bytes": 10, "downlink_bytes": 4}}
+
+
+def test_speedup_is_measured_against_llm_on_the_same_records():
+    cells = [
+        _cell("r1", "llm", 10, 1.0), _cell("r2", "llm", 10, 4.0),
+        # specsteer has only r1: compared with llm's r1 (10 tok/s), not llm's overall 4 tok/s.
+        _cell("r1", "specsteer", 10, 0.5, alpha=0.1, beta=1.0, accepted=6, drafted=8),
+    ]
+    rows = {row["method"]: row for row in summarize(cells)}
+    assert rows["llm"]["tok_per_s"] == pytest.approx(4.0) and rows["llm"]["speedup"] == pytest.approx(1.0)
+    assert rows["specsteer"]["tok_per_s"] == pytest.approx(20.0)
+    assert rows["specsteer"]["speedup"] == pytest.approx(2.0)
+    assert rows["specsteer"]["acceptance"] == pytest.approx(0.75)
+    assert rows["specsteer"]["rouge1"] == pytest.approx(50.0)
+    slower_llm = [_cell("r1", "llm", 10, 2.0), cells[2]]
+    assert summarize(slower_llm)[1]["speedup"] == pytest.approx(4.0)  # measured, never a constant
+
+
+def test_without_llm_speedup_is_null():
+    rows = summarize([_cell("r1", "slm", 10, 1.0)])
+    assert rows[0]["speedup"] is None
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def test_noise_appends_other_users_low_similarity_items_to_the_private_prompt():
+    spec = replace(FAST, noise=2)
+    records, prepared = load_evaluation_records(spec)
+    record = records[0]  # user SAMPLE_R1; the file's only other user is SAMPLE_R2
+    other_profile = [item.fields for other in records if other.user_id != record.user_id for item in other.profile]
+    retrieved = prepared[record.id].retrieved
+    assert len(retrieved) == spec.retrieval_k + 2
+    noise = retrieved[spec.retrieval_k:]
+    assert all(item.fields in other_profile for item in noise)
+    private = prepared[record.id].prompts.private
+    assert all(item.fields["reviewText"][:40] in private for item in noise)
+    assert noise[0].fields["reviewText"][:40] not in prepared[record.id].prompts.plain
+    clean = load_evaluation_records(FAST)[1][record.id]
+    assert len(clean.retrieved) == spec.retrieval_k and len(private) > len(clean.prompts.private)
+
+
+def test_noise_needs_another_user(tmp_path):
+    single = tmp_path / "one.jsonl"
+    single.write_text(Path(SAMPLE).read_text().splitlines()[0] + "\n")
+    with pytest.raises(DataError, match="other users"):
+        load_evaluation_records(replace(FAST, data=str(single), noise=1))
+
+
+def test_retrieval_depth_sets_the_number_of_profile_items():
+    _, prepared = load_evaluation_records(replace(FAST, retrieval_k=3))
+    assert {len(item.retrieved) for item in prepared.values()} == {3}
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def test_cli_json_contract_and_plot(tmp_path):
+    plot = tmp_path / "plot.html"
+    command = [
+        sys.executable, "-m", "specsteer.evaluate", "--data", SAMPLE, "--task", "review", "--limit", "2",
+        "--methods", "llm,specsteer", "--alpha", "1,0.1", "--beta", "1", "--pairing", "tiny",
+        "--max-new-tokens", "3", "--retrieval-k", "1", "--database", f"sqlite:///{tmp_path / 'cli.db'}",
+        "--run-name", "cli", "--json", "--plot", str(plot),
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)
+    assert list(document) == ["rows"]
+    assert [tuple(row) for row in document["rows"]] == [evaluate.JSON_ROW_KEYS] * 3
+    assert [(row["method"], row["alpha"], row["beta"]) for row in document["rows"]] == [
+        ("llm", None, None), ("specsteer", 1.0, 1.0), ("specsteer", 0.1, 1.0)
+    ]
+    assert document["rows"][0]["speedup"] == pytest.approx(1.0)
+    assert all(0 <= row[key] <= 100 for row in document["rows"] for key in evaluate.ROUGE_KEYS)
+    assert "[1/6] llm rec=sample-review-0" in done.stderr
+    assert not re.search(r"<script[^>]*\bsrc=", plot.read_text(encoding="utf-8"))
+
+
+def test_cli_without_llm_warns_and_prints_null_speedup(pair, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(evaluate, "_test_pair", lambda: pair)
+    code = evaluate.main(["--data", "sample", "--task", "review", "--limit", "1", "--methods", "slm",
+                          "--pairing", "tiny", "--max-new-tokens", "2", "--json",
+                          "--database", f"sqlite:///{tmp_path / 'cli.db'}"])
+    out, err = capsys.readouterr()
+    assert code == 0
+    assert "speedup is null" in err
+    assert json.loads(out)["rows"][0]["speedup"] is None
+    assert re.search(r'"speedup": null', out)
+
+
+@pytest.mark.parametrize("arguments, code, message", [
+    (["--data", "missing.jsonl"], 2, "no such file"),
+    (["--data", "sample", "--pairing", "no-such-pairing"], 2, "unknown pairing"),
+    (["--data", "sample", "--pairing", "offline-smollm2__gemma3"], 1, "tokenizers"),
+])
+def test_cli_errors_are_one_line_without_traceback(arguments, code, message, tmp_path, capsys):
+    base = ["--task", "review", "--limit", "1", "--database", f"sqlite:///{tmp_path / 'cli.db'}"]
+    assert evaluate.main(arguments + base) == code
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and message in last and "Traceback" not in err

@@ -1,0 +1,60 @@
+"""The real offline pair on real LongLaMP records (loads the converted cache; converts it once if needed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from specsteer.data import bundled_sample_path, load_records, shared_data_path
+from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, prepare
+from specsteer.history import HistoryItem
+from specsteer.privacy import audit_uplink
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def pair():
+    from specsteer.models import load_pair
+    from specsteer.registry import DEFAULT_PAIRING
+
+    return load_pair(DEFAULT_PAIRING, dtype="bf16")
+
+
+@pytest.fixture(scope="module")
+def record():
+    path = shared_data_path("review") or bundled_sample_path("review")
+    return load_records(path, limit=1)[0]
+
+
+def test_offline_pair_generates_personalized_text_for_a_real_record(pair, record):
+    request = Request(task=record.task, input_text=record.input, history=record.profile, retrieval_k=2)
+    tokens, finished = collect(generate(pair, request, DecodeConfig(method="specsteer", alpha=0.1, max_new_tokens=40)))
+    stats = finished.stats
+    assert stats.new_tokens >= 32 or stats.stop_reason == "eos"
+    assert len(finished.text.split()) >= 10
+    assert stats.rounds > 0 and stats.drafted > 0 and 0 <= stats.acceptance_rate <= 1
+    assert "".join(t.text for t in tokens if t.emitted) == finished.text
+    assert finished.text == pair.tokenizer.decode(finished.token_ids, skip_special_tokens=True)
+    kinds = {t.kind for t in tokens}
+    assert "accepted" in kinds
+
+
+def test_canary_never_crosses_the_link_with_the_real_tokenizer(pair, record):
+    canary = "Zyxwvut canary 90210 marmalade-octopus"
+    history = list(record.profile[:3]) + [HistoryItem({"reviewText": f"{canary}. This pen writes well.",
+                                                        "summary": "pen", "description": "pen", "overall": "5"})]
+    prepared = prepare(Request(task="review", input_text=record.input, history=history, retrieval_k=4))
+    assert canary in prepared.prompts.private and canary not in prepared.prompts.plain
+    tokens, finished = collect(generate(pair, prepared, DecodeConfig(max_new_tokens=24)))
+    audit = audit_uplink(finished.transcript, chat_ids(pair.tokenizer, prepared.prompts.plain), tokens)
+    assert audit.ok, audit.problems
+    canary_ids = pair.tokenizer.encode(canary, add_special_tokens=False)
+    uplinked = [i for m in finished.transcript if m.direction == "uplink" for i in m.payload.get("prompt", [])]
+    # The canary's token sequence never appears in the prompt that was sent.
+    assert not any(uplinked[j : j + len(canary_ids)] == canary_ids for j in range(len(uplinked)))
+
+
+def test_same_tokenizer_and_end_tokens(pair):
+    assert pair.vocab_size == 151936
+    end = {pair.tokenizer.convert_tokens_to_ids(t) for t in ("<|im_end|>", "<|endoftext|>")}
+    assert end <= pair.eos_token_ids

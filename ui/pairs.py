@@ -1,0 +1,133 @@
+"""Which model pairing the UI offers, and loading it lazily with visible progress.
+
+Nothing is loaded when the page is built: the first generation loads the pair (``load_pair``
+caches it), so the page opens at once and the user sees what is happening while weights load.
+
+Test-only hook: with ``SPECSTEER_TEST_PAIR=tiny`` in the environment the app offers a "tiny test
+pair" (``specsteer.testing.tiny_pair``, random weights, builds in about a second) as its default
+pairing. Tests of the UI, the HTTP API and the browser use it; a real deployment never sets it.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator
+
+from specsteer.models import LoadedPair, ModelLoadError, default_dtype, load_pair
+from specsteer.registry import DEFAULT_PAIRING, PAIRINGS, Pairing, pairing_status
+
+TEST_PAIR_ENV = "SPECSTEER_TEST_PAIR"
+TINY_PAIRING_ID = "tiny-test"
+TINY_LABEL = "Tiny random pair (tests only)"
+
+_tiny_lock = threading.Lock()
+_tiny_pair: LoadedPair | None = None
+
+
+class PairingUnavailable(ValueError):
+    """The chosen pairing cannot load here; the message says why and what to choose instead."""
+
+
+def test_pair_enabled() -> bool:
+    return os.environ.get(TEST_PAIR_ENV, "").strip().lower() == "tiny"
+
+
+def default_pairing_id() -> str:
+    return TINY_PAIRING_ID if test_pair_enabled() else DEFAULT_PAIRING
+
+
+def _short_reason(pairing: Pairing, note: str) -> str:
+    """A few words for the dropdown label; the full reason is shown beside it."""
+    if pairing.cross_tokenizer:
+        return "different tokenizers"
+    if "hub" in note:
+        return "no hub"
+    if "packages" in note:
+        return "not installed"
+    return note[:40]
+
+
+def pairing_choices() -> list[tuple[str, str]]:
+    """(label, id) for the dropdown; pairings that cannot load here say so in their label."""
+    choices = [(TINY_LABEL, TINY_PAIRING_ID)] if test_pair_enabled() else []
+    for pairing in PAIRINGS.values():
+        ok, note = pairing_status(pairing)
+        label = pairing.label if ok else f"{pairing.label} (unavailable: {_short_reason(pairing, note)})"
+        choices.append((label, pairing.id))
+    return choices
+
+
+def pairing_note(pairing_id: str | None) -> str:
+    """Markdown describing a pairing and whether it can load (registry text only, trusted)."""
+    if pairing_id == TINY_PAIRING_ID and test_pair_enabled():
+        return "**Tiny random pair** — random weights for automated tests; the output is gibberish."
+    pairing = PAIRINGS.get(pairing_id or "")
+    if pairing is None:
+        return "Choose a pairing."
+    ok, note = pairing_status(pairing)
+    state = "✓ available" if ok else "✕ unavailable"
+    return f"**{pairing.specialist.name} → {pairing.generalist.name}** — {pairing.description}  \n{state}: {note}"
+
+
+def check_pairing(pairing_id: str | None) -> None:
+    """Raise PairingUnavailable with a clear message unless the pairing can load now."""
+    if pairing_id == TINY_PAIRING_ID and test_pair_enabled():
+        return
+    pairing = PAIRINGS.get(pairing_id or "")
+    if pairing is None:
+        raise PairingUnavailable(f"Unknown pairing {pairing_id!r}. Choose one from the list.")
+    ok, note = pairing_status(pairing)
+    if not ok:
+        raise PairingUnavailable(
+            f"The pairing “{pairing.label}” is unavailable here: {note}. "
+            f"Choose an available pairing, e.g. “{PAIRINGS[DEFAULT_PAIRING].label}”."
+        )
+
+
+def _load(pairing_id: str, progress) -> LoadedPair:
+    if pairing_id == TINY_PAIRING_ID and test_pair_enabled():
+        global _tiny_pair
+        with _tiny_lock:
+            if _tiny_pair is None:
+                from specsteer.testing import tiny_pair
+
+                _tiny_pair = tiny_pair(eos_bias=0.0)
+            return _tiny_pair
+    return load_pair(pairing_id, dtype=default_dtype(), progress=progress)
+
+
+def load_with_progress(pairing_id: str, quiet_for: float = 0.3) -> Iterator[str | LoadedPair]:
+    """Load the pair in a worker thread; yield progress lines while it loads, then the pair.
+
+    A pair that is already loaded comes back at once with no progress lines (``quiet_for`` is how
+    long to wait before saying anything). Raises PairingUnavailable or ModelLoadError.
+    """
+    check_pairing(pairing_id)
+    lines: queue.Queue[str] = queue.Queue()
+    outcome: dict[str, object] = {}
+
+    def work() -> None:
+        try:
+            outcome["pair"] = _load(pairing_id, lines.put)
+        except BaseException as error:  # handed to the caller's thread below
+            outcome["error"] = error
+
+    worker = threading.Thread(target=work, name="specsteer-load-pair", daemon=True)
+    started = time.monotonic()
+    worker.start()
+    worker.join(quiet_for)
+    if worker.is_alive():
+        yield "Loading the models (first use; this takes a while once)…"
+    while worker.is_alive():
+        worker.join(0.25)
+        while not lines.empty():
+            yield f"Loading the models ({time.monotonic() - started:.0f} s): {lines.get()}"
+    error = outcome.get("error")
+    if error is not None:
+        if isinstance(error, (ModelLoadError, PairingUnavailable, ValueError, KeyError, OSError)):
+            raise ModelLoadError(str(error.args[0]) if error.args else str(error)) from error
+        raise error  # type: ignore[misc]
+    yield outcome["pair"]  # type: ignore[misc]

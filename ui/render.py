@@ -1,0 +1,355 @@
+"""HTML for everything the app shows, built from domain objects.
+
+The one rule of this module: every piece of text that came from a user, a file or a model goes
+through :func:`esc` before it is placed in markup. Histories, inputs and model outputs are
+untrusted: a history item reading ``<img src=x onerror=...>`` must show up as those characters and
+run nothing. Only this module's own literals (class names, labels, numbers it formats) are trusted.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable, Mapping, Sequence
+
+from specsteer.events import LinkMessage, TokenEvent
+
+KIND_LABELS = {
+    "accepted": "accepted draft",
+    "rejected": "rejected draft",
+    "recovered": "recovered",
+    "bonus": "bonus",
+    "plain": "single model",
+}
+KIND_EXPLANATIONS = {
+    "accepted": "proposed by the on-device Specialist and accepted by the cloud",
+    "rejected": "proposed by the Specialist, refused by the cloud (not part of the output)",
+    "recovered": "chosen on the device from the steered logits after a rejection",
+    "bonus": "extra steered token after a fully accepted round",
+    "plain": "token of a method without drafting",
+}
+
+METHOD_LABELS = {
+    "specsteer": "SpecSteer",
+    "slm": "SLM",
+    "slm+": "SLM+",
+    "llm": "LLM",
+    "sd": "Standard SD",
+    "lightcosteer": "LightCoSteer",
+    "costeer": "CoSteer",
+}
+METHOD_CHOICE_LABELS = {
+    "specsteer": "SpecSteer (ours)",
+    "slm": "SLM — small model alone",
+    "slm+": "SLM+ — small model with history",
+    "llm": "LLM — large model alone",
+    "sd": "Standard speculative decoding",
+    "lightcosteer": "LightCoSteer",
+    "costeer": "CoSteer (slow)",
+}
+METHOD_DESCRIPTIONS = {
+    "specsteer": "The device drafts with your history; the cloud verifies the drafts without seeing it.",
+    "slm": "The small on-device model alone, without your history.",
+    "slm+": "The small on-device model with your retrieved history; nothing is sent anywhere.",
+    "llm": "The large cloud model alone, without your history (the speed reference).",
+    "sd": "Speculative decoding towards the large model: the output follows it, drafts only speed it up.",
+    "lightcosteer": "Steered logits (large model + β × personal delta) at every token, no drafting.",
+    "costeer": "CoSteer's iterative per-token steering: accurate but slow.",
+}
+
+# C0 control characters (other than newline and tab) and DEL are invisible or break the layout;
+# show them as their Unicode "control picture" so random or odd output stays readable.
+_CONTROL_PICTURES = {code: chr(0x2400 + code) for code in range(32) if chr(code) not in "\n\t"}
+_CONTROL_PICTURES[0x7F] = "\u2421"
+
+
+def esc(text: object) -> str:
+    """Escaped text for HTML content and attribute values (quotes included)."""
+    return html.escape(str(text), quote=True).translate(_CONTROL_PICTURES)
+
+
+def method_label(method: str) -> str:
+    return METHOD_LABELS.get(method, method)
+
+
+# --------------------------------------------------------------------------- messages
+
+
+def message_box(message: str, kind: str = "info") -> str:
+    """A coloured box with one message; kind is info, ok, warning or error."""
+    icon = {"info": "ℹ", "ok": "✓", "warning": "!", "error": "✕", "busy": "⏳"}.get(kind, "ℹ")
+    return (
+        f'<div class="ss-box ss-box-{esc(kind)}" role="{"alert" if kind == "error" else "status"}">'
+        f'<span class="ss-box-icon" aria-hidden="true">{icon}</span><span>{esc(message)}</span></div>'
+    )
+
+
+# --------------------------------------------------------------------------- tokens
+
+
+def _visible_whitespace(text: str) -> str:
+    # A struck-through draft made only of spaces or newlines would be invisible.
+    return text.replace(" ", "\u2423").replace("\n", "\u21b5")
+
+
+def token_span(event: TokenEvent) -> str:
+    """One token as a span whose CSS class names its kind (ss-tok-accepted, ...)."""
+    text = event.text
+    if not text:
+        return ""  # a token ending inside a multi-byte character; a later one carries it
+    if event.kind == "rejected" and not text.strip():
+        text = _visible_whitespace(text)
+    title = f"{KIND_LABELS.get(event.kind, event.kind)} · token {event.id}"
+    if event.round:
+        title += f" · round {event.round}"
+    if event.ratio is not None and math.isfinite(event.ratio):
+        title += f" · ratio {event.ratio:.3g}"
+    tag = "del" if event.kind == "rejected" else "span"
+    return f'<{tag} class="ss-tok ss-tok-{esc(event.kind)}" title="{esc(title)}">{esc(text)}</{tag}>'
+
+
+class TokenHtml:
+    """The token stream as HTML that only ever grows at its end.
+
+    Appending keeps each update a pure extension of the previous value, so re-rendering stays
+    proportional to what is new on the Python side, and Gradio's diff of a streamed string value
+    is an append.
+    """
+
+    def __init__(self) -> None:
+        self._parts: list[str] = []
+        self._html = ""
+
+    def add(self, event: TokenEvent) -> None:
+        self._parts.append(token_span(event))
+
+    @property
+    def html(self) -> str:
+        if self._parts:
+            self._html += "".join(self._parts)
+            self._parts.clear()
+        return self._html
+
+
+def tokens_html(events: Iterable[TokenEvent]) -> str:
+    stream = TokenHtml()
+    for event in events:
+        stream.add(event)
+    return stream.html
+
+
+def legend_html(kinds: Sequence[str] = ("accepted", "rejected", "recovered", "bonus", "plain")) -> str:
+    items = "".join(
+        f'<span class="ss-legend-item" title="{esc(KIND_EXPLANATIONS[kind])}">'
+        f'<span class="ss-tok ss-tok-{kind}">{"abc" if kind != "rejected" else "xyz"}</span> '
+        f"{esc(KIND_LABELS[kind])}</span>"
+        for kind in kinds
+    )
+    return f'<div class="ss-legend" aria-label="token colours">{items}</div>'
+
+
+def output_html(body: str, placeholder: str = "The output appears here, token by token.") -> str:
+    """The output panel around token spans (already escaped).
+
+    The wrapper is deliberately left unclosed (the HTML parser closes it): successive values
+    while streaming are then pure extensions of each other, which Gradio sends as an append
+    instead of the whole output again.
+    """
+    if not body:
+        return f'<div class="ss-output ss-output-empty">{esc(placeholder)}</div>'
+    return f'<div class="ss-output">{body}'
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _fmt_rate(value: float | None) -> str:
+    return "–" if value is None else f"{value:.0%}"
+
+
+def _fmt_bytes(value: int | None) -> str:
+    if value is None:
+        return "–"
+    if value < 10_000:
+        return f"{value:,} B"
+    return f"{value / 1024:,.1f} KiB"
+
+
+def stats_html(
+    *,
+    method: str,
+    tokens: int,
+    seconds: float,
+    accepted: int,
+    drafted: int,
+    rounds: int,
+    uplink_bytes: int | None,
+    downlink_bytes: int | None,
+    state: str,
+) -> str:
+    """The live (or final) statistics strip. Byte counts are None while unknown."""
+    speed = tokens / seconds if seconds > 0 else 0.0
+    acceptance = accepted / drafted if drafted else None
+    cells = [
+        ("method", method_label(method)),
+        ("tokens", f"{tokens}"),
+        ("speed", f"{speed:.1f} tok/s"),
+        ("acceptance", f"{_fmt_rate(acceptance)}" + (f" ({accepted}/{drafted})" if drafted else "")),
+        ("rounds", f"{rounds}" if rounds else "–"),
+        ("uplink", _fmt_bytes(uplink_bytes)),
+        ("downlink", _fmt_bytes(downlink_bytes)),
+        ("state", state),
+    ]
+    body = "".join(
+        f'<div class="ss-stat"><div class="ss-stat-name">{esc(name)}</div>'
+        f'<div class="ss-stat-value">{esc(value)}</div></div>'
+        for name, value in cells
+    )
+    return f'<div class="ss-stats" data-state="{esc(state)}">{body}</div>'
+
+
+# --------------------------------------------------------------------------- history and retrieval
+
+
+def history_summary_html(name: str, items: int, schema: str, user_id: str | None) -> str:
+    user = f", user {user_id}" if user_id else ""
+    return message_box(f"Read {items} item{'s' if items != 1 else ''} from {name} (schema: {schema}{user}).", "ok")
+
+
+def retrieved_html(
+    scored: Sequence[tuple[str, float]], total: int, task: str, private_prompt: str | None, plain_prompt: str | None
+) -> str:
+    """The items BM25 picked (as rendered into the Specialist's prompt) with their scores."""
+    if total == 0:
+        return message_box("No history loaded: the Specialist sees only your input, like the cloud does.", "info")
+    if not scored:
+        return message_box("Type an input to see which history items BM25 retrieves for it.", "info")
+    rows = "".join(
+        f'<li class="ss-retrieved-item"><div class="ss-retrieved-head"><span class="ss-rank">#{rank}</span>'
+        f'<span class="ss-score">BM25 {score:.3f}</span></div>'
+        f'<div class="ss-retrieved-text">{esc(text)}</div></li>'
+        for rank, (text, score) in enumerate(scored, start=1)
+    )
+    prompts = ""
+    if private_prompt is not None and plain_prompt is not None:
+        prompts = (
+            "<details class=\"ss-details\"><summary>The Specialist's full prompt (stays on the device)</summary>"
+            f'<pre class="ss-pre">{esc(private_prompt)}</pre></details>'
+            "<details class=\"ss-details\"><summary>The cloud's prompt (your input only)</summary>"
+            f'<pre class="ss-pre">{esc(plain_prompt)}</pre></details>'
+        )
+    return (
+        f'<div class="ss-retrieved"><p class="ss-muted">BM25 retrieved {len(scored)} of {total} history items '
+        f"for this input ({esc(task)} task). These are placed in the Specialist's prompt, on your device.</p>"
+        f'<ol class="ss-retrieved-list">{rows}</ol>{prompts}</div>'
+    )
+
+
+# --------------------------------------------------------------------------- privacy
+
+
+_MAX_TRANSCRIPT_ROWS = 300
+
+
+def _ids_cell(ids: Sequence[int], decode) -> str:
+    if not ids:
+        return '<span class="ss-muted">none</span>'
+    shown = ", ".join(str(int(i)) for i in ids[:64]) + (" …" if len(ids) > 64 else "")
+    text = decode(ids)
+    return f'<code class="ss-ids">[{esc(shown)}]</code> <span class="ss-decoded">{esc(repr(text))}</span>'
+
+
+def _payload_cell(message: LinkMessage, decode) -> str:
+    payload = message.payload
+    if message.kind == "open":
+        prompt = list(payload.get("prompt", []))
+        settings = ", ".join(f"{key}={payload[key]}" for key in ("rule", "alpha", "beta", "top_k", "bonus") if key in payload)
+        return (
+            f'<div>settings: <code>{esc(settings)}</code></div>'
+            f'<details class="ss-details"><summary>plain prompt: {len(prompt)} token ids (no history)</summary>'
+            f'<code class="ss-ids">{esc(prompt)}</code><pre class="ss-pre">{esc(decode(prompt))}</pre></details>'
+        )
+    if message.kind == "draft":
+        parts = [f"<div>drafted: {_ids_cell(list(payload.get('draft', [])), decode)}</div>"]
+        if payload.get("append"):
+            parts.append(f"<div>chosen on device: {_ids_cell(list(payload['append']), decode)}</div>")
+        return "".join(parts)
+    if message.kind == "verdict":
+        entries = len(payload.get("ids", []))
+        extra = len(payload.get("extra", []))
+        text = f"accepted {payload.get('accepted', 0)} draft(s)"
+        if entries:
+            text += f"; top-{entries} recovery logits (generic, no history)"
+        if extra:
+            text += f"; {extra} extra values"
+        return esc(text)
+    if message.kind == "tokens":
+        return f"Generalist tokens: {_ids_cell(list(payload.get('ids', [])), decode)}"
+    return esc(message.kind)
+
+
+def transcript_html(transcript: Sequence[LinkMessage], decode) -> str:
+    """Every message that crossed the device-cloud link: direction, kind, bytes and ids (decoded)."""
+    if not transcript:
+        return message_box(
+            "Nothing crossed the link: this method runs entirely on the device.", "ok"
+        )
+    shown = transcript[:_MAX_TRANSCRIPT_ROWS]
+    rows = "".join(
+        f'<tr class="ss-{esc(message.direction)}"><td>{number}</td>'
+        f'<td>{"↑ up" if message.direction == "uplink" else "↓ down"}</td>'
+        f"<td>{esc(message.kind)}</td><td class=\"ss-num\">{message.bytes:,}</td>"
+        f"<td>{_payload_cell(message, decode)}</td></tr>"
+        for number, message in enumerate(shown, start=1)
+    )
+    more = ""
+    if len(transcript) > len(shown):
+        more = f'<p class="ss-muted">{len(transcript) - len(shown)} later messages not shown (all are saved).</p>'
+    return (
+        '<div class="ss-transcript"><table><thead><tr><th>#</th><th>direction</th><th>kind</th>'
+        f"<th>bytes</th><th>payload</th></tr></thead><tbody>{rows}</tbody></table>{more}</div>"
+    )
+
+
+def audit_html(ok: bool, summary: str) -> str:
+    return message_box(("Privacy check passed: " if ok else "Privacy check FAILED: ") + summary, "ok" if ok else "error")
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+def comparison_slot_html(label: str, text: str | None, method: str | None = None, stats: Mapping | None = None,
+                         state: str = "") -> str:
+    """One output of a comparison; ``method`` is None while the judgement is blind."""
+    title = f"Output {esc(label)}"
+    if method:
+        title += f' <span class="ss-method">— {esc(method_label(method))}</span>'
+    footer = ""
+    if method and stats:
+        acceptance = stats.get("acceptance_rate")
+        footer = (
+            f'<div class="ss-slot-stats">{esc(stats.get("new_tokens", 0))} tokens · '
+            f'{float(stats.get("tok_per_s") or 0):.1f} tok/s · acceptance {esc(_fmt_rate(acceptance))}</div>'
+        )
+    if state:
+        footer += f'<div class="ss-slot-state">{esc(state)}</div>'
+    if text is None:
+        body = '<div class="ss-output ss-output-empty">waiting…</div>'
+    else:
+        shown = esc(text) or '<span class="ss-muted">(empty output)</span>'
+        body = f'<div class="ss-output">{shown}</div>'
+    return f'<div class="ss-slot"><div class="ss-slot-title">{title}</div>{body}{footer}</div>'
+
+
+# --------------------------------------------------------------------------- progress
+
+
+def progress_html(done: int, total: int, text: str) -> str:
+    """A progress bar with a line of text (the dashboard's batch progress)."""
+    total = max(total, 1)
+    percent = max(0.0, min(1.0, done / total)) * 100
+    return (
+        f'<div class="ss-progress" role="progressbar" aria-valuemin="0" aria-valuemax="{total}" '
+        f'aria-valuenow="{done}"><div class="ss-progress-bar" style="width:{percent:.1f}%"></div></div>'
+        f'<div class="ss-progress-text">{done} / {total} cells · {esc(text)}</div>'
+    )

@@ -22,9 +22,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .engine import DecodeConfig, Prepared, Request, chat_ids, collect, generate, prepare
+from .engine import DecodeConfig, Prepared, Request, chat_ids, collect, generate, prepare, speculative_bound
 
 DEFAULT_METHODS = "slm,slm+,llm,sd,lightcosteer,costeer,specsteer"
+MAX_AUTO_DRAFT = 8
 
 
 @dataclass
@@ -36,6 +37,7 @@ class Tally:
     seconds: float = 0.0
     drafted: int = 0
     accepted: int = 0
+    verified: int = 0
     rounds: int = 0
     uplink_bytes: int = 0
     downlink_bytes: int = 0
@@ -46,6 +48,7 @@ class Tally:
         self.seconds += stats.seconds
         self.drafted += stats.drafted
         self.accepted += stats.accepted
+        self.verified += stats.verified
         self.rounds += stats.rounds
         self.uplink_bytes += stats.uplink_bytes
         self.downlink_bytes += stats.downlink_bytes
@@ -64,25 +67,36 @@ class Tally:
         values = self.step_seconds.get(name, [])
         return sum(values) / len(values) if values else 0.0
 
+    @property
+    def token_acceptance(self) -> float | None:
+        """Per-token acceptance probability, the ``a`` of the bound: accepted / verified."""
+        return self.accepted / self.verified if self.verified else None
+
     def bound(self) -> float | None:
-        """DESIGN §6 bound from this configuration's own acceptance and step times."""
-        if self.config.method not in ("sd", "specsteer") or self.acceptance is None:
+        """DESIGN §6 bound from this configuration's own acceptance and step times.
+
+        With an adaptive draft length, k is the mean draft length of its rounds.
+        """
+        if self.config.method not in ("sd", "specsteer") or not self.verified:
             return None
-        return speculative_bound(self.acceptance, self.config.draft_len, self.mean_step("specialist+"),
+        k = self.drafted / self.rounds
+        return speculative_bound(self.token_acceptance, k, self.mean_step("specialist+"),
                                  self.mean_step("generalist"), self.mean_step("specialist0"))
 
 
-def speculative_bound(acceptance: float, k: int, t_draft: float, t_large: float, t_generic: float) -> float:
-    tokens_per_round = k + 1 if acceptance >= 1 else (1 - acceptance ** (k + 1)) / (1 - acceptance)
-    seconds_per_round = k * t_draft + t_large + t_generic
-    return tokens_per_round / seconds_per_round
+def method_configs(methods: list[str], alphas: list[float], draft_lens: list[str], max_new_tokens: int) -> list[DecodeConfig]:
+    """One configuration per method, per alpha (specsteer) and per draft length (speculative methods).
 
-
-def method_configs(methods: list[str], alphas: list[float], draft_len: int, max_new_tokens: int) -> list[DecodeConfig]:
+    A draft length is a number or ``auto`` (adaptive, at most MAX_AUTO_DRAFT).
+    """
     configs = []
     for method in methods:
         for alpha in alphas if method == "specsteer" else [0.1]:
-            configs.append(DecodeConfig(method=method, alpha=alpha, draft_len=draft_len, max_new_tokens=max_new_tokens).validate())
+            for draft_len in draft_lens if method in ("sd", "specsteer") else draft_lens[:1]:
+                adaptive = draft_len == "auto"
+                configs.append(DecodeConfig(method=method, alpha=alpha, max_new_tokens=max_new_tokens,
+                                            draft_len=MAX_AUTO_DRAFT if adaptive else int(draft_len),
+                                            adaptive_draft=adaptive).validate())
     return configs
 
 
@@ -124,10 +138,12 @@ def run_speed(pair, prompts: list[Prepared], configs: list[DecodeConfig], refere
             "tok_per_s": tally.tok_per_s,
             "speedup": speedup(tally.tok_per_s),
             "acceptance": tally.acceptance,
+            "token_acceptance": tally.token_acceptance,
             "bound_tok_per_s": bound,
             "bound_fraction": tally.tok_per_s / bound if bound else None,
             "bound_speedup": speedup(bound) if bound else None,
-            "draft_len": tally.config.draft_len if tally.config.method in ("sd", "specsteer") else None,
+            "draft_len": _draft_label(tally.config) if tally.config.method in ("sd", "specsteer") else None,
+            "mean_draft_len": tally.drafted / tally.rounds if tally.rounds and tally.config.method in ("sd", "specsteer") else None,
             "rounds": tally.rounds,
             "tokens": tally.tokens,
             "uplink_bytes": tally.uplink_bytes,
@@ -159,8 +175,13 @@ def _warm_up(pair, prepared: Prepared, configs: list[DecodeConfig]) -> None:
         collect(generate(pair, prepared, DecodeConfig(method=method, max_new_tokens=8)))
 
 
+def _draft_label(config: DecodeConfig) -> str:
+    return "auto" if config.adaptive_draft else str(config.draft_len)
+
+
 def _label(config: DecodeConfig) -> str:
-    return f"{config.method} a={config.alpha:g}" if config.method == "specsteer" else config.method
+    name = f"{config.method} a={config.alpha:g}" if config.method == "specsteer" else config.method
+    return f"{name} k={_draft_label(config)}" if config.method in ("sd", "specsteer") else name
 
 
 def format_table(result: dict) -> str:
@@ -170,6 +191,7 @@ def format_table(result: dict) -> str:
         rows.append({**result["reference"], "alpha": None, "acceptance": None, "bound_tok_per_s": None, "bound_fraction": None})
     for row in rows:
         name = row["method"] + (f" a={row['alpha']:g}" if row.get("alpha") is not None else "")
+        name += f" k={row['draft_len']}" if row.get("draft_len") else ""
         cells = [
             f"{row['tok_per_s']:7.2f}",
             f"{row['speedup']:6.2f}x" if row["speedup"] is not None else f"{'-':>7s}",
@@ -190,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     speed.add_argument("--max-new-tokens", type=int, default=128)
     speed.add_argument("--methods", default=DEFAULT_METHODS)
     speed.add_argument("--alpha", default="0.1", help="comma-separated alphas for specsteer")
-    speed.add_argument("--draft-len", type=int, default=4)
+    speed.add_argument("--draft-len", default="4,auto", help="comma-separated draft lengths for sd and specsteer; 'auto' adapts k")
     speed.add_argument("--pairing", default=None)
     speed.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
     speed.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
@@ -203,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     log = (lambda line: print(f"[bench] {line}", file=sys.stderr, flush=True))
     try:
         configs = method_configs(args.methods.split(","), [float(a) for a in args.alpha.split(",")],
-                                 args.draft_len, args.max_new_tokens)
+                                 args.draft_len.split(","), args.max_new_tokens)
         pair = load_pair(args.pairing or DEFAULT_PAIRING, dtype=args.dtype, progress=log)
     except (ValueError, KeyError, ModelLoadError) as error:
         print(f"error: {error}", file=sys.stderr)

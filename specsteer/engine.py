@@ -45,6 +45,7 @@ class DecodeConfig:
     alpha: float = 0.1
     beta: float = 1.0
     draft_len: int = 4
+    adaptive_draft: bool = False  # choose k <= draft_len each round from the DESIGN §6 bound
     downlink_top_k: int = 64  # 0 sends the whole vocabulary
     bonus: bool = True
     max_new_tokens: int = 256
@@ -146,16 +147,32 @@ def collect(events: Iterable[TokenEvent | Finished]) -> tuple[list[TokenEvent], 
 class _Output:
     """Counts emitted tokens, turns them into events and knows when to stop."""
 
-    def __init__(self, tokenizer, max_new_tokens: int, stop_ids: frozenset[int]):
+    def __init__(self, tokenizer, max_new_tokens: int, stop_ids: frozenset[int], link: Link,
+                 cancel: threading.Event):
         self.detokenizer = Detokenizer(tokenizer)
         self.max_new_tokens = max_new_tokens
         self.stop_ids = stop_ids
+        self.link = link
+        self.cancel = cancel
         self.pieces: list[str] = []
         self.stop_reason: str | None = None
 
     @property
     def done(self) -> bool:
         return self.stop_reason is not None
+
+    def keep_going(self) -> bool:
+        """False once the text ended, the budget is spent or a stop was asked for.
+
+        A stop is honoured only here, between rounds, so that every draft that
+        crossed the link is also shown (and can be audited).
+        """
+        if self.stop_reason is None and self.cancel.is_set():
+            self.stop_reason = "cancelled"
+        return self.stop_reason is None
+
+    def _event(self, token: int, text: str, kind: str, round_: int, ratio: float | None) -> TokenEvent:
+        return TokenEvent(token, text, kind, round_, ratio, self.link.totals["uplink"], self.link.totals["downlink"])
 
     @property
     def remaining(self) -> int:
@@ -168,7 +185,7 @@ class _Output:
         self.pieces.append(piece)
         if last:
             self.stop_reason = "eos" if is_end else "length"
-        return TokenEvent(token, piece, kind, round_, ratio)
+        return self._event(token, piece, kind, round_, ratio)
 
     def rejected(self, drafts: list[int], round_: int, ratio: float | None) -> list[TokenEvent]:
         """The refused draft and the unverified drafts after it, each with the text it would have added."""
@@ -176,8 +193,8 @@ class _Output:
         shown = ""
         for i, token in enumerate(drafts):
             text = self.detokenizer.peek(drafts[: i + 1])
-            events.append(TokenEvent(token, text[len(shown):] if text.startswith(shown) else text, "rejected", round_,
-                                     ratio if i == 0 else None))
+            piece = text[len(shown):] if text.startswith(shown) else text
+            events.append(self._event(token, piece, "rejected", round_, ratio if i == 0 else None))
             shown = text
         return events
 
@@ -189,7 +206,7 @@ def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.E
     started = time.perf_counter()
     forward_log = ForwardLog()
     link = Link()
-    output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids)
+    output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids, link, cancel)
     stats = GenerationStats(method=config.method)
     with torch.inference_mode():
         if config.method in ("slm", "slm+"):
@@ -198,11 +215,7 @@ def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.E
             loop = _cloud_only(pair, plain_ids, config, forward_log, output, link)
         else:
             loop = _speculative(pair, plain_ids, private_ids, config, forward_log, output, link, stats)
-        for event in loop:
-            yield event
-            if cancel.is_set() and not output.done:
-                output.stop_reason = "cancelled"
-                break
+        yield from loop
     seconds = time.perf_counter() - started
     new_tokens = len(output.detokenizer.ids)
     stats.new_tokens = new_tokens
@@ -212,8 +225,8 @@ def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.E
     stats.forward_calls = dict(forward_log.calls)
     stats.forward_seconds = dict(forward_log.seconds)
     stats.step_seconds = forward_log.step_seconds()
-    stats.uplink_bytes = link.bytes("uplink")
-    stats.downlink_bytes = link.bytes("downlink")
+    stats.uplink_bytes = link.totals["uplink"]
+    stats.downlink_bytes = link.totals["downlink"]
     stats.stop_reason = output.stop_reason or "length"
     yield Finished("".join(output.pieces), list(output.detokenizer.ids), stats, link.transcript)
 
@@ -227,7 +240,7 @@ def _device_only(pair, plain_ids, private_ids, config, forward_log, output):
     edge = Edge(pair.specialist, private_ids if personal else plain_ids, pair.vocab_size, forward_log,
                 _sampler(config), pair.eos_token_ids, rule="match", beta=0.0,
                 stream_name="specialist+" if personal else "specialist0")
-    while not output.done:
+    while output.keep_going():
         yield output.emit(edge.next_token(), "plain", 0)
 
 
@@ -245,7 +258,7 @@ def _open_cloud(pair, plain_ids, config, rule, beta, forward_log, link) -> Cloud
 def _cloud_only(pair, plain_ids, config, forward_log, output, link):
     cloud = _open_cloud(pair, plain_ids, config, "match", 0.0, forward_log, link)
     sampler = _sampler(config)
-    while not output.done:
+    while output.keep_going():
         message = link.send("downlink", "tokens", cloud.generate(1, sampler))
         for token in message["ids"]:
             yield output.emit(token, "plain", 0)
@@ -273,9 +286,11 @@ def _speculative(pair, plain_ids, private_ids, config, forward_log, output, link
     append: list[int] = []
     keep = -1
     round_ = 0
-    while not output.done:
+    draft_length = DraftLength(config.draft_len, config.adaptive_draft and not every_token)
+    while output.keep_going():
         round_ += 1
-        drafts = edge.draft(0 if every_token else min(config.draft_len, output.remaining))
+        k = 0 if every_token else draft_length.choose(stats, forward_log)
+        drafts = edge.draft(min(k, output.remaining))
         message = link.send("uplink", "draft", {"keep": keep, "append": append, "draft": drafts})
         verdict = link.send("downlink", "verdict", cloud.verify(message))
         may_extend = output.remaining > len(drafts) and not output.ends_text(drafts)
@@ -286,6 +301,7 @@ def _speculative(pair, plain_ids, private_ids, config, forward_log, output, link
         stats.rounds += 1
         stats.drafted += len(drafts)
         stats.accepted += settled.accepted
+        stats.verified += min(settled.accepted + 1, len(drafts))
         for position, token in enumerate(drafts[: settled.accepted]):
             yield output.emit(token, "accepted", round_, _at(ratios, position))
             if output.done:
@@ -297,6 +313,42 @@ def _speculative(pair, plain_ids, private_ids, config, forward_log, output, link
             yield output.emit(settled.chosen, kind, round_)
         append = [settled.chosen] if settled.chosen is not None else []
         keep = settled.accepted if rule == "exact" else -1
+
+
+def speculative_bound(acceptance: float, k: int, t_draft: float, t_large: float, t_generic: float) -> float:
+    """DESIGN §6: tokens per second of a round of k drafts with per-token acceptance ``acceptance``.
+
+    E = (1 - a^(k+1)) / (1 - a) tokens (the bonus token included) per
+    T = k t_S + t_L(k+1) + t_S0(k+1) seconds.
+    """
+    tokens_per_round = k + 1 if acceptance >= 1 else (1 - acceptance ** (k + 1)) / (1 - acceptance)
+    return tokens_per_round / (k * t_draft + t_large + t_generic)
+
+
+class DraftLength:
+    """The draft length of each round: fixed, or the k that maximises the bound right now.
+
+    Adaptive mode uses this generation's own measurements: the per-token
+    acceptance so far and the mean step times of the three models (a
+    verification pass over a few tokens costs about one step, so t_L and t_S0
+    are taken as flat in k). It starts at the maximum until there is data.
+    """
+
+    MIN_VERIFIED = 8
+
+    def __init__(self, maximum: int, adaptive: bool):
+        self.maximum = maximum
+        self.adaptive = adaptive
+
+    def choose(self, stats: GenerationStats, log: ForwardLog) -> int:
+        if not self.adaptive or stats.verified < self.MIN_VERIFIED:
+            return self.maximum
+        steps = log.step_seconds()
+        if "specialist+" not in steps or "generalist" not in steps:
+            return self.maximum
+        acceptance = min(max(stats.accepted / stats.verified, 0.01), 0.99)
+        return max(range(1, self.maximum + 1), key=lambda k: speculative_bound(
+            acceptance, k, steps["specialist+"], steps["generalist"], steps.get("specialist0", 0.0)))
 
 
 def _at(values: list[float], index: int) -> float | None:

@@ -37,7 +37,7 @@ Command line (``python -m specsteer.evaluate --help``). ``--data`` is a file, or
 real records, ``data.shared_data_path``) or ``sample`` (the bundled synthetic sample). Exit status:
 0 finished, 2 bad input (data, arguments, unknown pairing, a run name reused with another config),
 1 models that cannot be loaded, 130 cancelled (Ctrl-C or SIGTERM finish the run as cancelled).
-``--pairing tiny`` is a test-only hook: two random tiny models from ``specsteer.testing`` (the
+``--pairing tiny-test`` is a test-only hook: two random tiny models from ``specsteer.testing`` (the
 numbers it gives mean nothing); it lets tests run this command line without real weights.
 """
 
@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import sys
 import threading
@@ -53,7 +54,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, UTC
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from storage.queries import (
     cell_key,
@@ -71,13 +72,16 @@ from .history import HistoryItem
 from .metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
 from .registry import DEFAULT_PAIRING
 from .retrieval import low_similarity_items
+from .testing import TEST_PAIRING_ID, shared_tiny_pair
+
+if TYPE_CHECKING:
+    from .models import LoadedPair
 
 ALPHA_METHODS = frozenset({"specsteer"})
 BETA_METHODS = frozenset({"specsteer", "lightcosteer", "costeer"})
 REFERENCE_METHOD = "llm"  # the speed reference (1.00x)
 WARMUP_TOKENS = 8
 NOISE_POOL_RECORDS = 64
-TEST_PAIRING = "tiny"
 JSON_ROW_KEYS = ("method", "alpha", "beta", *ROUGE_KEYS, "acceptance", "tok_per_s", "speedup")
 
 
@@ -152,6 +156,10 @@ class EvalSpec:
             problems.append(f"methods must be some of {', '.join(METHODS)} (got {', '.join(self.methods) or 'none'})")
         if not self.alphas or not self.betas:
             problems.append("give at least one alpha and one beta")
+        grid_values = [*self.alphas, *self.betas, *(value for point in self.extra_points for value in point)]
+        if not all(math.isfinite(value) for value in grid_values):
+            # alpha = inf (reject every draft) is LightCoSteer, which the grid can run by name.
+            problems.append("alpha and beta values must be finite")
         if self.limit is not None and self.limit < 1:
             problems.append("limit must be at least 1")
         if self.noise < 0 or self.retrieval_k < 0:
@@ -224,7 +232,7 @@ class GridProgress:
 
     done: int
     total: int
-    stage: str  # "loading" (models) | "warmup" | "running" (a cell is about to run) | "done"
+    stage: str  # "loading" (models) | "warmup" | "running" (a cell is about to run) | "finished" | "cancelled"
     point: GridPoint | None = None
     record_id: str | None = None
 
@@ -267,7 +275,7 @@ def run_config(spec: EvalSpec, pairing_id: str, dtype: str, cells_total: int) ->
 
 def run_grid(
     spec: EvalSpec,
-    pair=None,
+    pair: LoadedPair | None = None,
     progress: Callable[[GridProgress], None] | None = None,
     cancel: threading.Event | None = None,
     url: str | None = None,
@@ -306,11 +314,12 @@ def run_grid(
         raise
     status = "finished" if computed == len(pending) else "cancelled"
     set_run_status(run_id, status, url=url)
+    report(GridProgress(len(cells) - len(pending) + computed, len(cells), status))
     stored = run_cells(run_id, url=url)
     return EvalResult(run_id, name, status, computed, stored, summarize(stored))
 
 
-def _run_cells(pair, pending: list[_Cell], prepared: Mapping[str, Prepared], spec: EvalSpec, total: int,
+def _run_cells(pair: LoadedPair, pending: list[_Cell], prepared: Mapping[str, Prepared], spec: EvalSpec, total: int,
                report: Callable[[GridProgress], None], cancel: threading.Event, run_id: int,
                url: str | None) -> int:
     done = total - len(pending)
@@ -330,7 +339,6 @@ def _run_cells(pair, pending: list[_Cell], prepared: Mapping[str, Prepared], spe
                   beta=cell.point.beta, output=result.text, rouge=rouge_scores(result.text, cell.record.output),
                   stats=result.stats.to_dict(), url=url)
         computed += 1
-    report(GridProgress(done + computed, total, "done"))
     return computed
 
 
@@ -420,12 +428,8 @@ def _point_list(text: str) -> tuple[tuple[float, float], ...]:
     return tuple(points)
 
 
-def _method_list(text: str) -> tuple[str, ...]:
-    methods = tuple(part.strip() for part in text.split(",") if part.strip())
-    unknown = [method for method in methods if method not in METHODS]
-    if not methods or unknown:
-        raise argparse.ArgumentTypeError(f"unknown method(s) {', '.join(unknown) or text!r}; choose from {', '.join(METHODS)}")
-    return methods
+def _name_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())  # checked by EvalSpec.validate
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -437,13 +441,13 @@ def build_parser() -> argparse.ArgumentParser:
                         help="records file (JSONL/JSON/parquet), or 'shared' (real LongLaMP records) or 'sample'")
     parser.add_argument("--task", required=True, choices=LONGLAMP_TASKS)
     parser.add_argument("--limit", type=int, default=None, help="first N records of the file")
-    parser.add_argument("--methods", type=_method_list, default=METHODS, help="comma-separated, default all")
+    parser.add_argument("--methods", type=_name_list, default=METHODS, help="comma-separated, default all")
     parser.add_argument("--alpha", type=_number_list, default=(1.0, 0.5, 0.1), help="alpha values (SpecSteer)")
     parser.add_argument("--beta", type=_number_list, default=(1.0,), help="beta values (SpecSteer, (Light)CoSteer)")
     parser.add_argument("--extra-grid", type=_point_list, default=(),
                         help="extra alpha:beta pairs for SpecSteer only, e.g. 0.5:0.5,0.5:2")
     parser.add_argument("--pairing", default=DEFAULT_PAIRING,
-                        help=f"pairing id (default {DEFAULT_PAIRING}); '{TEST_PAIRING}' = random test models, tests only")
+                        help=f"pairing id (default {DEFAULT_PAIRING}); '{TEST_PAIRING_ID}': random models, for tests only")
     parser.add_argument("--dtype", choices=("bf16", "fp32"), default=None, help="default: bf16 where fast")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--draft-len", type=int, default=4)
@@ -510,12 +514,12 @@ def main(argv: list[str] | None = None) -> int:
         spec = spec_from_args(args)
         if REFERENCE_METHOD not in spec.methods:
             print(f"warning: {REFERENCE_METHOD} is not among the methods, so speedup is null", file=sys.stderr)
-        pair = _test_pair() if spec.pairing == TEST_PAIRING else None
+        pair = shared_tiny_pair() if spec.pairing == TEST_PAIRING_ID else None
         with _cancel_on_signals(cancel):
             result = run_grid(spec, pair=pair, progress=_print_progress, cancel=cancel, url=args.database)
     except ModelLoadError as error:
         return _fail(str(error), 1)
-    except (DataError, ValueError, KeyError) as error:  # KeyError: registry.UnknownPairingError
+    except ValueError as error:  # bad data (DataError), arguments, unknown pairing, reused run name
         return _fail(str(error), 2)
     except KeyboardInterrupt:
         return _fail("aborted; run again with the same --run-name to resume", 130)
@@ -524,12 +528,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cancelled: run {result.run_name!r} is resumable with --run-name", file=sys.stderr)
         return 130
     return 0
-
-
-def _test_pair():
-    from .testing import tiny_pair
-
-    return tiny_pair()
 
 
 def _fail(message: str, code: int) -> int:

@@ -25,7 +25,8 @@ class TokenEvent:
     completed character. A ``rejected`` token is a draft the Cloud refused: its
     piece is what it would have added, and it is not part of the output.
     ``ratio`` is the verification ratio p_L(y) / (alpha * p_S0(y)) where one
-    was computed.
+    was computed. ``uplink_bytes`` / ``downlink_bytes`` are the link's running
+    totals when the token was shown, for live displays.
     """
 
     id: int
@@ -33,6 +34,8 @@ class TokenEvent:
     kind: TokenKind
     round: int
     ratio: float | None = None
+    uplink_bytes: int = 0
+    downlink_bytes: int = 0
 
     @property
     def emitted(self) -> bool:
@@ -49,8 +52,9 @@ class GenerationStats:
     seconds: float = 0.0
     tok_per_s: float = 0.0
     rounds: int = 0
-    drafted: int = 0
+    drafted: int = 0  # draft tokens sent, including those after a round's first rejection
     accepted: int = 0
+    verified: int = 0  # drafts the test decided on: accepted ones plus each round's first rejection
     acceptance_rate: float | None = None
     forward_calls: dict[str, int] = field(default_factory=dict)
     forward_seconds: dict[str, float] = field(default_factory=dict)

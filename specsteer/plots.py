@@ -52,7 +52,8 @@ def method_label(method: str) -> str:
 
 def point_label(row: Row) -> str:
     """E.g. "SpecSteer α=0.1 β=1", "LightCoSteer β=1", "LLM"."""
-    parameters = [f"{symbol}={row[key]:g}" for symbol, key in (("α", "alpha"), ("β", "beta")) if row.get(key) is not None]
+    parameters = [f"{symbol}={row[key]:g}" for symbol, key in (("α", "alpha"), ("β", "beta"))
+                  if row.get(key) is not None]
     return " ".join([method_label(row["method"]), *parameters])
 
 
@@ -96,7 +97,8 @@ def quality_speed_figure(rows: Sequence[Row], quality: str = "rougeL", speed: st
     if speed == "speedup" and rows and not plotted:
         figure.add_annotation(text="no LLM cells in this run: speedup is unavailable", showarrow=False,
                               xref="paper", yref="paper", x=0.5, y=0.5)
-    return figure
+    # Point labels near the plot's edge would otherwise be cut off at the axes.
+    return figure.update_traces(cliponaxis=False)
 
 
 def acceptance_figure(rows: Sequence[Row]) -> go.Figure:

@@ -38,6 +38,8 @@ def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[i
     audit = UplinkAudit()
     uplink = [m for m in transcript if m.direction == "uplink"]
     audit.messages = len(uplink)
+    if not uplink:  # a device-only method: nothing crossed the link at all
+        return audit
     audit.bytes = sum(m.bytes for m in uplink)
     drafted = [e.id for e in events if e.kind in ("accepted", "rejected")]
     # Every emitted token that is not an accepted draft was chosen on the Edge:

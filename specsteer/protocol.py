@@ -144,15 +144,14 @@ class Link:
     """The channel between Edge and Cloud: bytes only, every message recorded."""
 
     transcript: list[LinkMessage] = field(default_factory=list)
+    totals: dict[str, int] = field(default_factory=lambda: {"uplink": 0, "downlink": 0})
 
     def send(self, direction: str, kind: str, payload: dict) -> dict:
         data = encode(kind, payload)
         received_kind, received = decode(data)  # the other side sees only what the bytes carry
         self.transcript.append(LinkMessage(direction, received_kind, _summary(received_kind, received), len(data)))
+        self.totals[direction] += len(data)
         return received
-
-    def bytes(self, direction: str) -> int:
-        return sum(message.bytes for message in self.transcript if message.direction == direction)
 
 
 # --------------------------------------------------------------------------- Cloud

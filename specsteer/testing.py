@@ -18,6 +18,8 @@ The models are random Qwen2ForCausalLM with a few deliberate properties:
 
 from __future__ import annotations
 
+import threading
+
 import zlib
 
 import torch
@@ -154,3 +156,17 @@ def tiny_pair(
     specialist = tiny_model(seed, specialist_vocab, eos_bias=eos_bias).to(dtype)
     generalist = tiny_model(generalist_seed, generalist_vocab, eos_bias=eos_bias).to(dtype)
     return assemble_pair("tiny", specialist, generalist, tiny_tokenizer(), dtype)
+
+
+TEST_PAIRING_ID = "tiny-test"  # the pairing id test hooks accept (the evaluate CLI, the app)
+_shared_lock = threading.Lock()
+_shared: LoadedPair | None = None
+
+
+def shared_tiny_pair() -> LoadedPair:
+    """One process-wide ``tiny_pair()`` for the test hooks, built on first use."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = tiny_pair()
+        return _shared

@@ -10,6 +10,7 @@ Never run ``playwright install``: the test uses /usr/bin/chromium and is skipped
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 from urllib.parse import urlparse
@@ -146,6 +147,48 @@ def test_generate_streams_coloured_tokens_and_injection_stays_text(page, tmp_pat
     assert_not_pwned(page)
 
 
+def test_stop_keeps_the_partial_output(page):
+    expect = sync_api.expect
+    set_number(page, "#max-new-tokens", "1000")
+    page.click("#generate-button")
+    expect(page.locator("#generate-output .ss-tok").first).to_be_visible(timeout=WAIT_MS)
+    page.click("#stop-button")
+    status = page.locator("#generate-status")
+    expect(status).to_contain_text("Stopped", timeout=WAIT_MS)
+    expect(status).to_contain_text("saved as generation")
+    expect(page.locator("#generate-stats")).to_contain_text("cancelled")
+    expect(page.locator("#generate-button")).to_be_enabled()
+
+
+def test_second_user_waits_with_a_visible_queue_position(page, browser, server):
+    """Every model event shares one slot: while one user's evaluation batch runs, another user's
+    generation waits in the queue and shows its position; cancelling the batch lets it run."""
+    expect = sync_api.expect
+    other_context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    try:
+        other = other_context.new_page()
+        other.goto(server)
+        other.wait_for_selector("#generate-button", timeout=WAIT_MS)
+        set_number(other, "#max-new-tokens", "8")
+
+        page.get_by_role("tab", name="Dashboard").click()
+        set_number(page, "#dashboard-records", "3")
+        set_number(page, "#dashboard-max-new-tokens", "400")
+        page.click("#dashboard-run")
+        expect(page.locator("#dashboard-status .ss-progress")).to_be_visible(timeout=WAIT_MS)
+
+        other.click("#generate-button")
+        expect(other.locator("#generate-status")).to_contain_text("Queued", timeout=WAIT_MS)
+        expect(other.get_by_text(re.compile(r"queue: \d+/\d+")).first).to_be_visible(timeout=WAIT_MS)
+        shot(other, "08-second-user-queued")
+
+        page.click("#dashboard-cancel")
+        expect(page.locator("#dashboard-status")).to_contain_text("cancelled", timeout=WAIT_MS)
+        expect(other.locator("#generate-status")).to_contain_text("saved as generation", timeout=WAIT_MS)
+    finally:
+        other_context.close()
+
+
 def test_malformed_upload_shows_a_message_not_a_trace(page, tmp_path):
     expect = sync_api.expect
     broken = tmp_path / "broken.json"
@@ -162,10 +205,12 @@ def test_malformed_upload_shows_a_message_not_a_trace(page, tmp_path):
 def test_blind_comparison_and_annotation(page):
     expect = sync_api.expect
     set_number(page, "#max-new-tokens", "16")
+    page.locator("#task-input textarea").fill(f"Review this lamp {XSS_IMG}")
     page.get_by_role("tab", name="Compare & annotate").click()
     page.click("#compare-button")
     status = page.locator("#compare-status")
     expect(status).to_contain_text("Saved as comparison", timeout=WAIT_MS)
+    assert XSS_IMG in page.locator("#comparison-picker input").input_value()  # the label, as text
     for label in "ABC":
         expect(page.locator(f"#slot-{label}")).to_contain_text(f"Output {label}")
     assert "SpecSteer" not in page.locator("#slot-A").inner_text()  # blind until judged

@@ -7,11 +7,11 @@ import os
 import re
 import subprocess
 import sys
+import threading
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
-import torch
 
 from specsteer import evaluate
 from specsteer.data import DataError, bundled_sample_path
@@ -24,16 +24,6 @@ SAMPLE = str(bundled_sample_path("review"))
 # Short prompts and outputs keep every generation of the byte-level tiny models in milliseconds.
 FAST = EvalSpec(data=SAMPLE, task="review", methods=("llm", "slm+"), alphas=(1.0,), max_new_tokens=3,
                 retrieval_k=1)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # Tiny models gain nothing from a second thread, and on a shared, busy CPU the threads'
-    # synchronisation makes each step many times slower.
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -102,7 +92,7 @@ def test_end_to_end_batch_stores_every_cell_and_summarizes(pair, url):
     running = [update for update in updates if update.stage == "running"]
     assert [update.done for update in running] == list(range(len(result.cells)))
     assert running[0].describe() == "[1/24] slm rec=sample-review-0"
-    assert updates[-1].stage == "done" and updates[-1].fraction == 1.0
+    assert updates[-1].stage == "finished" and updates[-1].fraction == 1.0
 
 
 def test_a_crashed_run_resumes_without_duplicates_or_lost_cells(pair, url):
@@ -128,14 +118,17 @@ def test_a_crashed_run_resumes_without_duplicates_or_lost_cells(pair, url):
 
 def test_cancel_between_cells_and_inside_a_generation(pair, url):
     spec = replace(FAST, run_name="cancel")
-    cancel = evaluate.threading.Event()
+    cancel = threading.Event()
+    updates = []
 
     def cancel_as_third_cell_starts(update):
+        updates.append(update)
         if update.stage == "running" and update.done == 2:
             cancel.set()  # the third generation starts with the flag up: generate() must stop it
 
     result = run_grid(spec, pair=pair, progress=cancel_as_third_cell_starts, cancel=cancel, url=url)
     assert result.status == "cancelled" and result.computed == 2 and len(result.cells) == 2
+    assert (updates[-1].stage, updates[-1].done) == ("cancelled", 2)
     assert queries.get_run_by_name("cancel", url=url)["status"] == "cancelled"
     resumed = run_grid(spec, pair=pair, url=url)
     assert resumed.status == "finished" and resumed.computed == 3 * len(spec.points()) - 2
@@ -216,7 +209,7 @@ def test_cli_json_contract_and_plot(tmp_path):
     plot = tmp_path / "plot.html"
     command = [
         sys.executable, "-m", "specsteer.evaluate", "--data", SAMPLE, "--task", "review", "--limit", "2",
-        "--methods", "llm,specsteer", "--alpha", "1,0.1", "--beta", "1", "--pairing", "tiny",
+        "--methods", "llm,specsteer", "--alpha", "1,0.1", "--beta", "1", "--pairing", "tiny-test",
         "--max-new-tokens", "3", "--retrieval-k", "1", "--database", f"sqlite:///{tmp_path / 'cli.db'}",
         "--run-name", "cli", "--json", "--plot", str(plot),
     ]
@@ -238,7 +231,7 @@ def test_cli_json_contract_and_plot(tmp_path):
 def test_cli_without_llm_warns_and_prints_null_speedup(pair, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(evaluate, "_test_pair", lambda: pair)
     code = evaluate.main(["--data", "sample", "--task", "review", "--limit", "1", "--methods", "slm",
-                          "--pairing", "tiny", "--max-new-tokens", "2", "--json",
+                          "--pairing", "tiny-test", "--max-new-tokens", "2", "--json",
                           "--database", f"sqlite:///{tmp_path / 'cli.db'}"])
     out, err = capsys.readouterr()
     assert code == 0

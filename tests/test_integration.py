@@ -14,10 +14,14 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture(scope="module")
 def pair():
+    import torch
+
     from specsteer.models import load_pair
     from specsteer.registry import DEFAULT_PAIRING
 
-    return load_pair(DEFAULT_PAIRING, dtype="bf16")
+    torch.set_num_threads(2)  # real models: matrix work that two cores do share
+    yield load_pair(DEFAULT_PAIRING, dtype="bf16")
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")

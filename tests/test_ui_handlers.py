@@ -12,7 +12,7 @@ from specsteer.engine import METHODS
 from specsteer.events import TokenEvent
 from specsteer.history import MAX_UPLOAD_BYTES
 from ui import compare_tab, dashboard_tab, generate_tab, pairs, render
-from ui.streaming import STOP_FLAGS, Throttle
+from ui.streaming import BackgroundRun, Throttle, merge_frames
 
 XSS_SCRIPT = "<script>window.__pwned=1</script>"
 XSS_IMG = '<img src=x onerror="window.__pwned=1">'
@@ -89,6 +89,56 @@ def test_throttle_limits_updates():
     assert sum(throttle.due() for _ in range(100)) == 20
 
 
+def test_live_stats_count_tokens_and_use_running_byte_totals_when_events_carry_them():
+    from ui.streaming import LiveStats
+
+    live = LiveStats("specsteer")
+    live.add(TokenEvent(id=1, text="a", kind="accepted", round=1))
+    live.add(TokenEvent(id=2, text="b", kind="rejected", round=1))
+    live.add(TokenEvent(id=3, text="c", kind="recovered", round=1))
+    assert (live.emitted, live.accepted, live.rejected, live.rounds) == (2, 1, 1, 1)
+    assert live.uplink_bytes is None  # today's events carry no byte totals: shown at the end
+    live.add(SimpleNamespace(emitted=True, kind="bonus", round=2, uplink_bytes=120, downlink_bytes=600))
+    assert (live.uplink_bytes, live.downlink_bytes, live.rounds) == (120, 600, 2)
+
+
+def test_background_run_merges_frames_without_losing_updates():
+    skip = generate_tab.gr.skip()
+    assert merge_frames(("a", "b"), (skip, "c")) == ("a", "c")
+
+    def produce(flag):
+        yield ("status 1", "retrieved", skip)
+        for number in range(50):
+            yield (skip, skip, f"output {number}")
+        yield ("done", skip, skip)
+
+    run = BackgroundRun(produce, width=3, name="test")
+    frames = list(run.frames(min_interval=0.01))
+    assert merge_frames(*frames[:2]) if len(frames) > 1 else True
+    merged = frames[0]
+    for frame in frames[1:]:
+        merged = merge_frames(merged, frame)
+    assert merged == ("done", "retrieved", "output 49") == run.state
+
+
+def test_background_run_errors_reach_the_consumer_and_stop_sets_the_flag():
+    def failing(flag):
+        yield ("one",)
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        list(BackgroundRun(failing, width=1, name="test").frames())
+
+    def endless(flag):
+        while not flag.is_set():
+            yield ("tick",)
+        yield ("stopped",)
+
+    run = BackgroundRun(endless, width=1, name="test")
+    run.stop(timeout=5)
+    assert run.done and run.state == ("stopped",)
+
+
 # --------------------------------------------------------------------------- history
 
 
@@ -158,8 +208,8 @@ def test_unavailable_pairings_are_marked_and_refused():
     assert labels["qwen3-0.6b__qwen3-32b"].endswith("(unavailable: no hub)")
     assert "(unavailable: different tokenizers)" in labels["offline-smollm2__gemma3"]
     frames = run_generate(sample_history(), pairing_id="qwen3-0.6b__qwen3-32b")
-    assert len(frames) == 1
-    assert "ss-box-error" in frames[0].status and "unavailable here" in frames[0].status
+    assert all(str(frame.output) == str(generate_tab.gr.skip()) for frame in frames)  # nothing generated
+    assert "ss-box-error" in frames[-1].status and "unavailable here" in frames[-1].status
 
 
 # --------------------------------------------------------------------------- generation
@@ -211,17 +261,21 @@ def test_invalid_settings_are_reported():
     assert "draft length" in frames[-1].status and "ss-box-error" in frames[-1].status
 
 
-def test_stop_flag_ends_the_generation_early():
+def test_stop_ends_the_generation_and_shows_where_it_ended():
     request = SimpleNamespace(session_hash="session-stop")
-    stream = generate_tab.generate_stream(sample_history(), **settings(max_new_tokens=400), request=request)
-    frames = []
-    for frame in stream:
-        frames.append(frame)
-        if "ss-tok" in str(frame.output) and len(frames) > 3:
-            assert "Stopping" in generate_tab.stop_generation(request)
-    assert "Stopped" in frames[-1].status
-    assert storage.list_generations()[0]["stats"]["stop_reason"] == "cancelled"
-    assert "Nothing is running" in generate_tab.stop_generation(request)
+    stream = generate_tab.generate_stream(sample_history(), **settings(max_new_tokens=1000), request=request)
+    stopped = None
+    for frame in stream:  # as the page would, until Stop abandons the stream
+        if "ss-tok" in str(frame.output):
+            stopped = generate_tab.stop_generation(request)
+            break
+    assert stopped is not None
+    assert "Stopped" in stopped.status and "saved as generation" in stopped.status
+    assert 'data-state="cancelled"' in stopped.stats and "ss-tok" in stopped.output
+    assert "Privacy check passed" in stopped.privacy or "Stopped mid-round" in stopped.privacy
+    generation = storage.list_generations()[0]
+    assert generation["stats"]["stop_reason"] == "cancelled" and generation["stats"]["new_tokens"] < 1000
+    assert generate_tab.stop_generation(SimpleNamespace(session_hash="other")).status.count("Stopped.") == 1
 
 
 def test_script_in_history_and_input_is_escaped_everywhere(tmp_path):
@@ -281,9 +335,11 @@ def test_comparison_annotation_reveal_export_and_agreement():
     rows, agreement = compare_tab.summary_table()
     assert "1 comparison(s) judged by two or more" in agreement and "pairwise agreement 100%" in agreement
 
-    csv_path, message = compare_tab.export_annotations("csv")
-    assert "Exported 2" in message and open(csv_path).read().count("\n") == 3
-    jsonl_path, _ = compare_tab.export_annotations("jsonl")
+    csv_file, message = compare_tab.export_annotations("csv")
+    assert "Exported 2" in message and csv_file["visible"]
+    assert open(csv_file["value"]).read().count("\n") == 3
+    jsonl_file, _ = compare_tab.export_annotations("jsonl")
+    jsonl_path = jsonl_file["value"]
     lines = [json.loads(line) for line in open(jsonl_path)]
     assert {line["annotator"] for line in lines} == {"ann-1", "ann-2"}
     assert lines[0]["preferred_method"] == view.order[0]
@@ -307,16 +363,16 @@ def test_annotation_needs_name_and_choice_and_a_comparison():
 
 def test_comparison_stop_does_not_save():
     request = SimpleNamespace(session_hash="session-compare")
-    values = settings(max_new_tokens=300)
+    values = settings(max_new_tokens=1000)
     values.pop("method")
     values.pop("exact")
-    frames = []
+    stopped = None
     for frame in compare_tab.run_comparison(sample_history(), **values, methods=["slm", "llm"], blind=True,
                                             request=request):
-        frames.append(frame_of(frame))
-        if len(frames) == 4:
-            STOP_FLAGS.stop(request, "compare")
-    assert "not saved" in frames[-1].status
+        if "generating…" in " ".join(map(str, frame_of(frame).slots)):
+            stopped = frame_of(compare_tab.stop_comparison(request))
+            break
+    assert stopped is not None and "not saved" in stopped.status
     assert storage.list_comparisons() == []
 
 
@@ -355,6 +411,19 @@ def test_dashboard_compares_runs():
     view = dashboard_tab.open_runs(ids)
     assert set(view.table["run"]) == {f"#{ids[0]} two", f"#{ids[1]} one"}
     assert any(trace.name.startswith("#") for trace in view.quality.data)
+
+
+def test_dashboard_cancel_keeps_finished_cells():
+    request = SimpleNamespace(session_hash="session-dashboard")
+    values = dashboard_values(records=3, max_new_tokens=200, methods=["slm", "llm"], run_name="to-cancel")
+    cancelled = None
+    for frame in dashboard_tab.run_batch(**values, request=request):
+        if "ss-progress" in str(frame.status) and "on record" in str(frame.status):
+            cancelled = dashboard_tab.cancel_batch(request)
+            break
+    assert cancelled is not None and "cancelled" in cancelled.status and "same name to resume" in cancelled.status
+    run = storage.get_run_by_name("to-cancel")
+    assert run["status"] == "cancelled" and run["cell_count"] < 6
 
 
 def test_dashboard_input_errors_are_messages(tmp_path):

@@ -33,7 +33,7 @@ from ui.generate_tab import (
     save_history_row,
     settings_record,
 )
-from ui.streaming import STOP_FLAGS, Throttle
+from ui.streaming import RUNS, Throttle
 
 log = logging.getLogger(__name__)
 
@@ -113,12 +113,11 @@ def run_comparison(loaded: LoadedHistory | None, task: str, input_text: str, pai
                    temperature: float, top_p: float, retrieval_k: float, downlink_top_k: float,
                    methods: Sequence[str], blind: bool, request: gr.Request = None) -> Iterator[tuple]:
     """Generate with every chosen method (streaming each into its slot), then save the comparison."""
-    flag = STOP_FLAGS.start(request, "compare")
-    try:
-        yield from _run(loaded, task, input_text, pairing_id, alpha, beta, draft_len, max_new_tokens, decoding,
-                        seed, temperature, top_p, retrieval_k, downlink_top_k, methods, blind, flag)
-    finally:
-        STOP_FLAGS.finish(request, "compare", flag)
+    def produce(flag):
+        return _run(loaded, task, input_text, pairing_id, alpha, beta, draft_len, max_new_tokens, decoding, seed,
+                    temperature, top_p, retrieval_k, downlink_top_k, methods, blind, flag)
+
+    yield from RUNS.start(request, "compare", produce, width=len(Frame().values())).frames()
 
 
 def _error(message: str) -> tuple:
@@ -148,7 +147,7 @@ def _run(loaded, task, input_text, pairing_id, alpha, beta, draft_len, max_new_t
 
     frame = Frame().show_slots(len(order))
     frame.view = None  # nothing to judge until every output is saved
-    frame.status = render.message_box("Waiting for the models…", "busy")
+    frame.status = render.message_box("Starting…", "busy")
     frame.slots = [render.comparison_slot_html(slot_label(slot), None) if slot < len(order) else gr.skip()
                    for slot in range(MAX_SLOTS)]
     yield frame.values()
@@ -232,9 +231,14 @@ def _save(loaded, task, input_text, pairing_id, configs, retrieval_k, order, fin
     return ComparisonView(comparison_id, list(order), [result.text for result in finished], generation_ids, bool(blind))
 
 
-def stop_comparison(request: gr.Request = None) -> str:
-    stopped = STOP_FLAGS.stop(request, "compare")
-    return render.message_box("Stopping…" if stopped else "Nothing is running.", "warning" if stopped else "info")
+def stop_comparison(request: gr.Request = None) -> tuple:
+    """The Stop button: end this page's comparison run (an incomplete comparison is not saved)."""
+    run = RUNS.stop(request, "compare")
+    if run is not None and run.done:
+        return run.state
+    frame = Frame()
+    frame.status = render.message_box("Stopped. The incomplete comparison was not saved.", "warning")
+    return frame.values()
 
 
 # --------------------------------------------------------------------------- reopening and judging
@@ -330,16 +334,17 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def export_annotations(kind: str) -> tuple[str | None, str]:
+def export_annotations(kind: str) -> tuple[dict, str]:
     """Write every annotation to a fresh CSV or JSONL file for download."""
     rows = storage.annotations_export_rows()
     if not rows:
-        return None, render.message_box("No annotations yet: nothing to export.", "info")
+        return gr.update(value=None, visible=False), render.message_box("No annotations yet: nothing to export.", "info")
     folder = Path(tempfile.mkdtemp(prefix="specsteer-export-"))
     path = folder / f"annotations-{time.strftime('%Y%m%d-%H%M%S')}.{kind}"
     writer = storage.write_annotations_csv if kind == "csv" else storage.write_annotations_jsonl
     count = writer(rows, path)
-    return str(path), render.message_box(f"Exported {count} annotation(s) as {kind.upper()}.", "ok")
+    return gr.update(value=str(path), visible=True), render.message_box(
+        f"Exported {count} annotation(s) as {kind.upper()}.", "ok")
 
 
 # --------------------------------------------------------------------------- layout
@@ -372,7 +377,7 @@ def build(settings: GenerateControls) -> CompareRefresh:
     with gr.Row():
         run = gr.Button("Run comparison", variant="primary", elem_id="compare-button")
         stop = gr.Button("Stop", variant="stop")
-    with gr.Row(equal_height=True):
+    with gr.Row(equal_height=False):
         # Custom values: API clients (and typists) may give a comparison id this page has not listed.
         saved = gr.Dropdown(choices=comparison_choices(), value=None, label="…or reopen a saved comparison",
                             scale=4, elem_id="comparison-picker", allow_custom_value=True)
@@ -411,18 +416,21 @@ def build(settings: GenerateControls) -> CompareRefresh:
             export_csv = gr.Button("Export CSV")
             export_jsonl = gr.Button("Export JSONL")
             refresh_summary = gr.Button("Refresh summary")
-        download = gr.File(label="Download", interactive=False, elem_id="annotation-download")
+        download = gr.File(label="Download", interactive=False, elem_id="annotation-download", visible=False)
         export_status = gr.HTML()
 
     frame_outputs = [status, view, preferred, saved, *slot_html, *slot_columns, *rating_inputs]
-    comparison = run.click(
+    # Shown at once, before the queue: the queue position appears beside it while others run first.
+    queued = run.click(render.queued_status, None, status, queue=False, api_visibility="private",
+                       show_progress="hidden")
+    comparison = queued.then(
         run_comparison,
         [settings.history, settings.task, settings.input_text, settings.pairing, settings.alpha, settings.beta,
          settings.draft_len, settings.max_new_tokens, settings.decoding, settings.seed, settings.temperature,
          settings.top_p, settings.retrieval_k, settings.downlink_top_k, methods, blind],
         frame_outputs, api_name="compare", concurrency_id=MODELS_CONCURRENCY_ID, concurrency_limit=1,
     )
-    stop.click(stop_comparison, None, status, cancels=[comparison], api_name="stop_compare", queue=False)
+    stop.click(stop_comparison, None, frame_outputs, cancels=[comparison], api_name="stop_compare", queue=False)
     reopen.click(open_comparison, saved, frame_outputs, api_name="open_comparison")
     refresh.click(lambda: gr.update(choices=comparison_choices()), None, saved, api_visibility="private")
     submit.click(submit_annotation, [view, annotator, preferred, comment, *rating_inputs],

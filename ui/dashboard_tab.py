@@ -30,7 +30,7 @@ from specsteer.history import MAX_UPLOAD_BYTES
 from storage.db import data_dir
 from ui import pairs, render
 from ui.generate_tab import MODELS_CONCURRENCY_ID, TASK_LABELS, load_pair_with_status
-from ui.streaming import STOP_FLAGS
+from ui.streaming import RUNS
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +111,8 @@ def _speed_key(rows: Sequence[dict]) -> str:
 def figures(rows: Sequence[dict]):
     """(quality-vs-speed figure, acceptance-vs-alpha figure, table) of one run's summary rows."""
     table = pd.DataFrame(plots.display_rows(rows), columns=TABLE_HEADERS)
-    return plots.quality_speed_figure(rows, "rougeL", _speed_key(rows)), plots.acceptance_figure(rows), table
+    quality = plots.quality_speed_figure(rows, "rougeL", _speed_key(rows))
+    return quality, plots.acceptance_figure(rows), table
 
 
 def compared_figures(runs: Sequence[tuple[str, list[dict]]]):
@@ -182,13 +183,12 @@ def run_batch(source: str, upload: str | None, task: str, records: float, method
               betas: str, pairing_id: str, max_new_tokens: float, draft_len: float, run_name: str,
               request: gr.Request = None) -> Iterator[DashboardView]:
     """Run (or resume) an evaluation grid, streaming progress, then show its figures and table."""
-    flag = STOP_FLAGS.start(request, "dashboard")
-    try:
-        yield from _run_batch(source, upload, task, records, methods, alphas, betas, pairing_id, max_new_tokens,
-                              draft_len, run_name, flag)
-    finally:
-        flag.set()  # if the page went away mid-run, the worker thread must not go on alone
-        STOP_FLAGS.finish(request, "dashboard", flag)
+    def produce(flag):
+        return _run_batch(source, upload, task, records, methods, alphas, betas, pairing_id, max_new_tokens,
+                          draft_len, run_name, flag)
+
+    for frame in RUNS.start(request, "dashboard", produce, width=len(DashboardView._fields)).frames():
+        yield DashboardView(*frame)
 
 
 def _fail(message: str) -> DashboardView:
@@ -261,10 +261,14 @@ def _run_batch(source, upload, task, records, methods, alphas, betas, pairing_id
                         gr.update(choices=run_choices(), value=[result.run_id]))
 
 
-def cancel_batch(request: gr.Request = None) -> str:
-    stopped = STOP_FLAGS.stop(request, "dashboard")
-    return render.message_box("Cancelling after the current token; finished cells stay stored." if stopped
-                              else "Nothing is running.", "warning" if stopped else "info")
+def cancel_batch(request: gr.Request = None) -> DashboardView:
+    """The Cancel button: stop after the current token; finished cells stay stored (and resumable)."""
+    skip = gr.skip()
+    run = RUNS.stop(request, "dashboard", timeout=30.0)
+    if run is not None and run.done:
+        return DashboardView(*run.state)
+    message = "Cancelled. Finished cells stay stored; run again under the same name to resume."
+    return DashboardView(render.message_box(message, "warning"), skip, skip, skip, gr.update(choices=run_choices()))
 
 
 # --------------------------------------------------------------------------- layout
@@ -280,10 +284,10 @@ def build() -> gr.Dropdown:
         with gr.Column(scale=2, min_width=320, elem_classes="ss-panel"):
             source = gr.Radio(source_choices(), value="sample", label="Data")
             upload = gr.File(label="LongLaMP records file (JSONL or JSON)", file_types=[".jsonl", ".json"],
-                             type="filepath", height=100, elem_id="dashboard-upload")
+                             type="filepath", height=150, elem_id="dashboard-upload")
             with gr.Row():
                 task = gr.Dropdown([(TASK_LABELS[t], t) for t in LONGLAMP_TASKS], value="review", label="Task")
-                records = gr.Slider(1, 50, value=1, step=1, label="Records")
+                records = gr.Slider(1, 50, value=1, step=1, label="Records", elem_id="dashboard-records")
             methods = gr.CheckboxGroup([(render.method_label(m), m) for m in METHODS], value=DEFAULT_METHODS,
                                        label="Methods")
             with gr.Row():
@@ -297,11 +301,11 @@ def build() -> gr.Dropdown:
             run_name = gr.Textbox(label="Run name (optional; the same name resumes)", elem_id="run-name")
             with gr.Row():
                 run = gr.Button("Run evaluation", variant="primary", elem_id="dashboard-run")
-                cancel = gr.Button("Cancel", variant="stop")
+                cancel = gr.Button("Cancel", variant="stop", elem_id="dashboard-cancel")
         with gr.Column(scale=3, min_width=420):
             status = gr.HTML(render.message_box("Choose the data and the grid, then run.", "info"),
                              elem_id="dashboard-status")
-            with gr.Row(equal_height=True):
+            with gr.Row(equal_height=False):
                 # Custom values: API clients may name a run id this page has not listed yet.
                 runs = gr.Dropdown(run_choices(), value=[], multiselect=True, scale=4, allow_custom_value=True,
                                    label="Stored runs (choose several to compare)", elem_id="run-picker")
@@ -312,13 +316,17 @@ def build() -> gr.Dropdown:
                                  wrap=True)
             gr.Markdown(plots.TABLE_NOTE, elem_classes="ss-note")
 
-    batch = run.click(
+    # Shown at once, before the queue: the queue position appears beside it while others run first.
+    queued = run.click(render.queued_status, None, status, queue=False, api_visibility="private",
+                       show_progress="hidden")
+    batch = queued.then(
         run_batch,
         [source, upload, task, records, methods, alphas, betas, pairing, max_new_tokens, draft_len, run_name],
         [status, quality, acceptance, table, runs],
         api_name="evaluate", concurrency_id=MODELS_CONCURRENCY_ID, concurrency_limit=1,
     )
-    cancel.click(cancel_batch, None, status, cancels=[batch], api_name="cancel_evaluate", queue=False)
+    cancel.click(cancel_batch, None, [status, quality, acceptance, table, runs], cancels=[batch],
+                 api_name="cancel_evaluate", queue=False)
     show.click(open_runs, runs, [status, quality, acceptance, table, runs], api_name="open_runs")
     upload.upload(lambda: "upload", None, source, api_visibility="private", show_progress="hidden")
     return runs

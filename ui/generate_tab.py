@@ -10,23 +10,23 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import gradio as gr
 
 import storage
+from specsteer.data import sample_history_path
 from specsteer.engine import METHODS, DecodeConfig, Prepared, Request, chat_ids, generate, prepare
 from specsteer.events import Finished, TokenEvent
 from specsteer.history import MAX_ITEMS, MAX_UPLOAD_BYTES, History, HistoryError, parse_history
 from specsteer.models import ModelLoadError
 from specsteer.privacy import audit_uplink
 from specsteer.retrieval import retrieve_scored
-from specsteer.tasks import TASK_FOR_SCHEMA, TASKS, render_item
-from specsteer.data import sample_history_path
+from specsteer.tasks import TASK_FOR_SCHEMA, TASKS, build_prompts, render_item
 from ui import pairs, render
-from ui.streaming import STOP_FLAGS, LiveStats, Throttle
+from ui.streaming import RUNS, LiveStats, Throttle
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +59,8 @@ SAMPLES: dict[str, tuple[str, str]] = {
     ),
 }
 DEFAULT_SAMPLE = "review"
-METHOD_CHOICES = [(render.METHOD_CHOICE_LABELS[m], m) for m in ("specsteer", "slm", "slm+", "llm", "sd", "lightcosteer", "costeer")]
-assert sorted(m for _, m in METHOD_CHOICES) == sorted(METHODS)
+# SpecSteer first (the default), then the baselines in the engine's order.
+METHOD_CHOICES = [(render.METHOD_CHOICE_LABELS[m], m) for m in ("specsteer", *(m for m in METHODS if m != "specsteer"))]
 
 
 @dataclass(frozen=True)
@@ -132,13 +132,16 @@ def retrieval_preview(loaded: LoadedHistory | None, task: str, input_text: str, 
         return render.retrieved_html([], 0, task, None, None)
     if not (input_text or "").strip():
         return render.retrieved_html([], len(items), task, None, None)
+    if int(retrieval_k) <= 0:
+        return render.message_box("Retrieval is off (k = 0): the Specialist sees only your input.", "info")
     try:
+        # The same ranking and prompt that engine.prepare() builds for the generation.
         scored = retrieve_scored(task, input_text, items, int(retrieval_k))
-        prepared = prepare(Request(task=task, input_text=input_text, history=items, retrieval_k=int(retrieval_k)))
+        prompts = build_prompts(task, input_text, [item for item, _ in scored])
     except ValueError as error:
         return render.message_box(str(error), "error")
     shown = [(render_item(task, item), score) for item, score in scored]
-    return render.retrieved_html(shown, len(items), task, prepared.prompts.private, prepared.prompts.plain)
+    return render.retrieved_html(shown, len(items), task, prompts.private, prompts.plain)
 
 
 def pairing_changed(pairing_id: str) -> str:
@@ -169,8 +172,6 @@ def decode_config(method, alpha, beta, draft_len, max_new_tokens, decoding, seed
 
 def settings_record(config: DecodeConfig, pairing_id: str, retrieval_k: int, history_name: str | None) -> dict:
     """What is saved with a generation so that it can be reproduced."""
-    from dataclasses import asdict
-
     return {**asdict(config), "pairing": pairing_id, "retrieval_k": retrieval_k, "history": history_name}
 
 
@@ -202,7 +203,8 @@ def load_pair_with_status(pairing_id: str) -> Iterator[str | object]:
 def _live_stats(live: LiveStats, state: str) -> str:
     return render.stats_html(
         method=live.method, tokens=live.emitted, seconds=live.seconds, accepted=live.accepted,
-        drafted=live.accepted + live.rejected, rounds=live.rounds, uplink_bytes=None, downlink_bytes=None,
+        drafted=live.accepted + live.rejected, rounds=live.rounds, uplink_bytes=live.uplink_bytes,
+        downlink_bytes=live.downlink_bytes,
         state=state,
     )
 
@@ -231,12 +233,13 @@ def generate_stream(loaded: LoadedHistory | None, task: str, input_text: str, pa
                     temperature: float, top_p: float, retrieval_k: float, downlink_top_k: float, exact: bool,
                     request: gr.Request = None) -> Iterator[GenerateView]:
     """Stream one generation: status, coloured tokens and live stats, then the privacy report."""
-    flag = STOP_FLAGS.start(request, "generate")
-    try:
-        yield from _generate(loaded, task, input_text, pairing_id, method, alpha, beta, draft_len, max_new_tokens,
-                             decoding, seed, temperature, top_p, retrieval_k, downlink_top_k, exact, flag)
-    finally:
-        STOP_FLAGS.finish(request, "generate", flag)
+    def produce(flag):
+        return _generate(loaded, task, input_text, pairing_id, method, alpha, beta, draft_len, max_new_tokens,
+                         decoding, seed, temperature, top_p, retrieval_k, downlink_top_k, exact, flag)
+
+    run = RUNS.start(request, "generate", produce, width=len(GenerateView._fields))
+    for frame in run.frames():
+        yield GenerateView(*frame)
 
 
 def _generate(loaded, task, input_text, pairing_id, method, alpha, beta, draft_len, max_new_tokens, decoding, seed,
@@ -252,7 +255,7 @@ def _generate(loaded, task, input_text, pairing_id, method, alpha, beta, draft_l
         yield GenerateView(render.message_box(str(error), "error"), skip, skip, skip, skip)
         return
     retrieved = retrieval_preview(loaded, task, input_text, retrieval_k)
-    yield GenerateView(render.message_box("Waiting for the models…", "busy"), render.output_html(""),
+    yield GenerateView(render.message_box("Starting…", "busy"), render.output_html(""),
                        skip, retrieved, render.message_box("The transcript appears when the generation ends.", "info"))
     try:
         pair = None
@@ -310,9 +313,16 @@ def _save_generation(loaded, task, input_text, pairing_id, config, retrieval_k, 
                               "warning" if stopped else "ok")
 
 
-def stop_generation(request: gr.Request = None) -> str:
-    stopped = STOP_FLAGS.stop(request, "generate")
-    return render.message_box("Stopping…" if stopped else "Nothing is running.", "warning" if stopped else "info")
+def stop_generation(request: gr.Request = None) -> GenerateView:
+    """The Stop button: end this page's generation and show where it ended (saved if it had begun)."""
+    skip = gr.skip()
+    run = RUNS.stop(request, "generate")
+    if run is None:
+        return GenerateView(render.message_box("Stopped.", "info"), skip, skip, skip, skip)
+    if not run.done:  # still loading the models: it ends without generating once they are loaded
+        return GenerateView(render.message_box("Stopped. The models finish loading in the background.", "warning"),
+                            skip, skip, skip, skip)
+    return GenerateView(*run.state)
 
 
 # --------------------------------------------------------------------------- layout
@@ -415,13 +425,17 @@ def build() -> GenerateControls:
     method.input(lambda chosen: gr.update(info=render.METHOD_DESCRIPTIONS.get(chosen, "")), method, method,
                  api_visibility="private", show_progress="hidden")
 
-    generation = run.click(
+    # Shown at once, before the queue: the queue position appears beside it while others run first.
+    queued = run.click(render.queued_status, None, status, queue=False, api_visibility="private",
+                       show_progress="hidden")
+    generation = queued.then(
         generate_stream,
         [history_state, task, input_text, pairing, method, alpha, beta, draft_len, max_new_tokens, decoding, seed,
          temperature, top_p, retrieval_k, downlink_top_k, exact],
         [status, output, stats, retrieved, privacy],  # the order of GenerateView
         api_name="generate", concurrency_id=MODELS_CONCURRENCY_ID, concurrency_limit=1,
     )
-    stop.click(stop_generation, None, status, cancels=[generation], api_name="stop_generate", queue=False)
+    stop.click(stop_generation, None, [status, output, stats, retrieved, privacy], cancels=[generation],
+               api_name="stop_generate", queue=False)
     return GenerateControls(history_state, task, input_text, pairing, alpha, beta, draft_len, max_new_tokens,
                             decoding, seed, temperature, top_p, retrieval_k, downlink_top_k, summary)

@@ -18,13 +18,10 @@ from collections.abc import Iterator
 
 from specsteer.models import LoadedPair, ModelLoadError, default_dtype, load_pair
 from specsteer.registry import DEFAULT_PAIRING, PAIRINGS, Pairing, pairing_status
+from specsteer.testing import TEST_PAIRING_ID as TINY_PAIRING_ID, shared_tiny_pair
 
 TEST_PAIR_ENV = "SPECSTEER_TEST_PAIR"
-TINY_PAIRING_ID = "tiny-test"
 TINY_LABEL = "Tiny random pair (tests only)"
-
-_tiny_lock = threading.Lock()
-_tiny_pair: LoadedPair | None = None
 
 
 class PairingUnavailable(ValueError):
@@ -36,7 +33,15 @@ def test_pair_enabled() -> bool:
 
 
 def default_pairing_id() -> str:
-    return TINY_PAIRING_ID if test_pair_enabled() else DEFAULT_PAIRING
+    """The registry's default when it can load here, else the first pairing that can (e.g. a hub
+    pairing on a Space without the offline weights), else the default anyway (its note says why)."""
+    if test_pair_enabled():
+        return TINY_PAIRING_ID
+    ordered = [PAIRINGS[DEFAULT_PAIRING], *(p for p in PAIRINGS.values() if p.id != DEFAULT_PAIRING)]
+    for pairing in ordered:
+        if pairing_status(pairing)[0]:
+            return pairing.id
+    return DEFAULT_PAIRING
 
 
 def _short_reason(pairing: Pairing, note: str) -> str:
@@ -89,13 +94,7 @@ def check_pairing(pairing_id: str | None) -> None:
 
 def _load(pairing_id: str, progress) -> LoadedPair:
     if pairing_id == TINY_PAIRING_ID and test_pair_enabled():
-        global _tiny_pair
-        with _tiny_lock:
-            if _tiny_pair is None:
-                from specsteer.testing import tiny_pair
-
-                _tiny_pair = tiny_pair(eos_bias=0.0)
-            return _tiny_pair
+        return shared_tiny_pair()
     return load_pair(pairing_id, dtype=default_dtype(), progress=progress)
 
 

@@ -77,11 +77,16 @@ def method_label(method: str) -> str:
 
 def message_box(message: str, kind: str = "info") -> str:
     """A coloured box with one message; kind is info, ok, warning or error."""
-    icon = {"info": "ℹ", "ok": "✓", "warning": "!", "error": "✕", "busy": "⏳"}.get(kind, "ℹ")
+    icon = {"info": "ℹ", "ok": "✓", "warning": "!", "error": "✕", "busy": "●"}.get(kind, "ℹ")
     return (
         f'<div class="ss-box ss-box-{esc(kind)}" role="{"alert" if kind == "error" else "status"}">'
         f'<span class="ss-box-icon" aria-hidden="true">{icon}</span><span>{esc(message)}</span></div>'
     )
+
+
+def queued_status() -> str:
+    return message_box("Queued: the models serve one request at a time; this one starts when they are free.",
+                       "busy")
 
 
 # --------------------------------------------------------------------------- tokens

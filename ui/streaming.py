@@ -1,64 +1,177 @@
-"""Helpers for long-running handlers: per-session stop flags, update throttling, live statistics."""
+"""Long-running handlers: work in a worker thread, streamed to the page, stoppable from a Stop button.
+
+Why a worker thread: the Stop buttons use Gradio's ``cancels=``, which drops a waiting request from
+the queue and abandons a running streaming handler at once. Anything that handler would still have
+done (final statistics, saving the partial output, drawing the partial results) would then never
+happen, and the page would be left half-updated. So the work runs in a :class:`BackgroundRun`:
+the streaming handler only relays its frames, and the Stop handler sets the run's
+``threading.Event`` (which ``generate()`` / ``run_grid()`` check every token), waits for the run
+to wind down, and returns the run's final view itself.
+
+A *frame* is the tuple of an event's outputs; fields left unchanged are ``gr.skip()``. Frames are
+merged field by field, so a consumer that polls (at most every ``min_interval`` seconds, which also
+keeps the browser from re-rendering after every token) never loses an update.
+"""
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+
+import gradio as gr
 
 from specsteer.events import TokenEvent
 
+log = logging.getLogger(__name__)
 
-class StopFlags:
-    """One ``threading.Event`` per (browser session, task), so Stop cancels only its own run.
+_SKIP = gr.skip()
 
-    The Stop button's handler sets the flag; the running generator passed the same Event to
-    ``generate()``/``run_grid()``, which stop at their next step. Gradio's ``cancels=`` also drops
-    the event from the queue, but it cannot interrupt a model call in a worker thread: the flag can.
+
+def _is_skip(value: object) -> bool:
+    return isinstance(value, dict) and value == _SKIP
+
+
+def merge_frames(older: tuple, newer: tuple) -> tuple:
+    """``newer`` over ``older``, field by field; skipped fields keep the older value."""
+    return tuple(old if _is_skip(new) else new for old, new in zip(older, newer, strict=True))
+
+
+class BackgroundRun:
+    """Drives a frame producer in a worker thread; ``frames()`` streams it, ``stop()`` ends it."""
+
+    def __init__(self, produce: Callable[[threading.Event], Iterator[tuple]], width: int, name: str) -> None:
+        self.flag = threading.Event()
+        self._width = width
+        self._condition = threading.Condition()
+        self._pending: tuple | None = None  # merged frames the consumer has not taken yet
+        self._everything: tuple = (_SKIP,) * width  # every frame merged: the page's latest state
+        self._error: BaseException | None = None
+        self._done = False
+        self.finished_at: float | None = None
+        self._thread = threading.Thread(target=self._work, args=(produce,), name=name, daemon=True)
+        self._thread.start()
+
+    def _work(self, produce: Callable[[threading.Event], Iterator[tuple]]) -> None:
+        try:
+            for frame in produce(self.flag):
+                self._publish(tuple(frame))
+        except BaseException as error:  # handed to the consumer, which shows no stack trace
+            log.exception("background run failed")
+            self._error = error
+        finally:
+            with self._condition:
+                self._done = True
+                self.finished_at = time.monotonic()
+                self._condition.notify_all()
+
+    def _publish(self, frame: tuple) -> None:
+        if len(frame) != self._width:
+            raise ValueError(f"a frame has {len(frame)} fields, expected {self._width}")
+        with self._condition:
+            self._pending = frame if self._pending is None else merge_frames(self._pending, frame)
+            self._everything = merge_frames(self._everything, frame)
+            self._condition.notify_all()
+
+    def _take(self, timeout: float) -> tuple | None:
+        with self._condition:
+            if self._pending is None and not self._done:
+                self._condition.wait(timeout)
+            frame, self._pending = self._pending, None
+            return frame
+
+    @property
+    def done(self) -> bool:
+        with self._condition:
+            return self._done
+
+    def frames(self, min_interval: float = 0.05) -> Iterator[tuple]:
+        """The run's frames as they come (merged when they come faster than ``min_interval``)."""
+        finished = False
+        try:
+            while True:
+                done_before = self.done
+                frame = self._take(timeout=0.25)
+                if frame is not None:
+                    yield frame
+                    time.sleep(min_interval)
+                elif done_before:
+                    break
+            if self._error is not None:
+                raise self._error
+            # Gradio repeats a stream's last frame when it completes. After a Stop that frame may be
+            # older than what the Stop handler showed, so end on the complete latest state instead.
+            yield self.state
+            finished = True
+        finally:
+            if not finished:  # the page went away (or Stop abandoned us): the work must not go on alone
+                self.flag.set()
+
+    @property
+    def state(self) -> tuple:
+        """Every frame so far merged: what the page should show now."""
+        with self._condition:
+            return self._everything
+
+    def stop(self, timeout: float) -> None:
+        """Set the flag and wait up to ``timeout`` s for the run to end (a model load cannot be cut short)."""
+        self.flag.set()
+        self._thread.join(timeout)
+        with self._condition:
+            self._pending = None  # the Stop handler shows the state; the abandoned stream must not repeat it
+
+
+class RunRegistry:
+    """The current run of each (browser session, tab), so that a Stop button finds its own run only.
+
+    A finished run stays findable for a while (a Stop that races the end of a run then still gets
+    the final state), then is forgotten so that long uptimes do not pile up old outputs.
     """
+
+    KEEP_FINISHED_S = 600.0
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._flags: dict[tuple[str, str], threading.Event] = {}
+        self._runs: dict[tuple[str, str], BackgroundRun] = {}
+
+    def _forget_old(self) -> None:
+        horizon = time.monotonic() - self.KEEP_FINISHED_S
+        for key, run in list(self._runs.items()):
+            if run.finished_at is not None and run.finished_at < horizon:
+                del self._runs[key]
 
     @staticmethod
     def _key(request, scope: str) -> tuple[str, str]:
-        session = getattr(request, "session_hash", None) or "no-session"
-        return (str(session), scope)
+        return (str(getattr(request, "session_hash", None) or "no-session"), scope)
 
-    def start(self, request, scope: str) -> threading.Event:
-        """A fresh flag for a run that is starting (replacing the session's previous one)."""
-        flag = threading.Event()
-        if request is None:  # a direct call (tests): nobody else can reach this flag
-            return flag
+    def start(self, request, scope: str, produce: Callable[[threading.Event], Iterator[tuple]],
+              width: int) -> BackgroundRun:
+        run = BackgroundRun(produce, width, name=f"specsteer-{scope}")
+        if request is not None:  # a direct call (tests) has no page, so no Stop button to find it
+            with self._lock:
+                self._forget_old()
+                self._runs[self._key(request, scope)] = run
+        return run
+
+    def stop(self, request, scope: str, timeout: float = 10.0) -> BackgroundRun | None:
+        """Stop the session's run of that tab and return it (None when the session has none)."""
         with self._lock:
-            self._flags[self._key(request, scope)] = flag
-        return flag
-
-    def stop(self, request, scope: str) -> bool:
-        """Set the session's flag; False when it has no run of that kind."""
-        with self._lock:
-            flag = self._flags.get(self._key(request, scope))
-        if flag is None:
-            return False
-        flag.set()
-        return True
-
-    def finish(self, request, scope: str, flag: threading.Event) -> None:
-        if request is None:
-            return
-        with self._lock:
-            if self._flags.get(self._key(request, scope)) is flag:
-                del self._flags[self._key(request, scope)]
+            run = self._runs.get(self._key(request, scope))
+        if run is not None:
+            run.stop(timeout)
+        return run
 
 
-STOP_FLAGS = StopFlags()
+RUNS = RunRegistry()
 
 
 class Throttle:
-    """Says when to push an update: every ``every`` items or ``seconds``, whichever comes first.
+    """Says when to publish a frame: every ``every`` items or ``seconds``, whichever comes first.
 
-    Re-rendering a long output after every token makes the browser's work quadratic in the length.
+    Rendering the whole output after every token costs time proportional to its length, so doing it
+    for each of n tokens would cost n² overall.
     """
 
     def __init__(self, every: int = 8, seconds: float = 0.05) -> None:
@@ -87,6 +200,10 @@ class LiveStats:
     accepted: int = 0
     rejected: int = 0
     rounds: int = 0
+    # Link bytes so far, where the engine's events carry running totals (``uplink_bytes`` /
+    # ``downlink_bytes``); otherwise they are known only from the Finished statistics.
+    uplink_bytes: int | None = None
+    downlink_bytes: int | None = None
 
     def add(self, event: TokenEvent) -> None:
         if event.emitted:
@@ -96,6 +213,8 @@ class LiveStats:
         elif event.kind == "rejected":
             self.rejected += 1
         self.rounds = max(self.rounds, event.round)
+        self.uplink_bytes = event.uplink_bytes
+        self.downlink_bytes = event.downlink_bytes
 
     @property
     def seconds(self) -> float:

@@ -1,0 +1,72 @@
+"""The speed benchmark's arithmetic and its JSON shape (tiny models: numbers mean nothing here)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from specsteer import bench
+from specsteer.engine import DecodeConfig, DraftLength, Request, collect, generate, prepare, speculative_bound
+from specsteer.events import GenerationStats
+from specsteer.decoding import ForwardLog
+from specsteer.testing import tiny_pair
+
+
+def test_bound_matches_design_worked_example():
+    # DESIGN §6: a = 0.82, k = 4, t_S = 66 ms, t_L = 180 ms, t_S0 = 70 ms.
+    # 0.82^5 = 0.37074, so E = (1 - 0.37074) / 0.18 = 3.4959; T = 4 * 0.066 + 0.180 + 0.070 = 0.514 s.
+    assert speculative_bound(0.82, 4, 0.066, 0.180, 0.070) == pytest.approx(3.4959 / 0.514, rel=1e-4)
+    assert speculative_bound(1.0, 3, 0.1, 0.2, 0.0) == pytest.approx(4 / 0.5)
+
+
+def _log(draft: float, large: float, generic: float) -> ForwardLog:
+    log = ForwardLog()
+    for name, seconds in (("specialist+", draft), ("generalist", large), ("specialist0", generic)):
+        log.record(name, 1.0)  # prefill, excluded from step times
+        log.record(name, seconds)
+    return log
+
+
+def test_adaptive_draft_length_follows_the_bound():
+    choose = DraftLength(maximum=8, adaptive=True).choose
+    cheap_drafts = _log(0.01, 0.2, 0.05)
+    costly_drafts = _log(0.15, 0.2, 0.05)
+    confident = GenerationStats(method="specsteer", accepted=95, verified=100)
+    doubtful = GenerationStats(method="specsteer", accepted=40, verified=100)
+    assert choose(confident, cheap_drafts) == 8
+    assert choose(doubtful, costly_drafts) == 1
+    k = choose(GenerationStats(method="specsteer", accepted=82, verified=100), _log(0.066, 0.18, 0.07))
+    assert k == max(range(1, 9), key=lambda n: speculative_bound(0.82, n, 0.066, 0.18, 0.07))
+    # Until there is data, and when fixed, the maximum is used.
+    assert choose(GenerationStats(method="specsteer"), costly_drafts) == 8
+    assert DraftLength(4, adaptive=False).choose(doubtful, costly_drafts) == 4
+
+
+def test_adaptive_generation_keeps_the_greedy_output():
+    """k changes only the speed: with alpha = 0 the output is still SLM+'s, token for token."""
+    pair = tiny_pair()
+    prepared = prepare(Request(task="free", input_text="Write about the sea."))
+    _, reference = collect(generate(pair, prepared, DecodeConfig(method="slm+", max_new_tokens=30)))
+    _, adaptive = collect(generate(pair, prepared, DecodeConfig(method="specsteer", alpha=0.0, bonus=False,
+                                                                adaptive_draft=True, draft_len=6, max_new_tokens=30)))
+    assert adaptive.token_ids == reference.token_ids
+    assert adaptive.stats.verified == adaptive.stats.accepted == 30
+
+
+def test_speed_report_shape_on_tiny_models():
+    pair = tiny_pair(generalist_vocab=320)  # transformers' assisted generation wants equal vocab sizes
+    prompts = [prepare(Request(task="free", input_text=f"Topic {i}: rivers.")) for i in range(2)]
+    configs = bench.method_configs(["llm", "specsteer", "sd"], [0.5], ["3", "auto"], max_new_tokens=6)
+    assert [(c.method, c.adaptive_draft) for c in configs] == [
+        ("llm", False), ("specsteer", False), ("specsteer", True), ("sd", False), ("sd", True)]
+    result = json.loads(json.dumps(bench.run_speed(pair, prompts, configs, reference=True)))
+    rows = {(r["method"], r["draft_len"]): r for r in result["rows"]}
+    assert rows[("llm", None)]["speedup"] == pytest.approx(1.0)
+    for key in ("method", "alpha", "beta", "tok_per_s", "speedup", "acceptance", "bound_tok_per_s"):
+        assert all(key in r for r in result["rows"])
+    assert rows[("llm", None)]["bound_tok_per_s"] is None
+    assert rows[("specsteer", "3")]["bound_tok_per_s"] > 0
+    assert result["reference"]["method"] == "transformers-assisted"
+    assert math.isfinite(result["reference"]["speedup"])

@@ -23,18 +23,42 @@ from dataclasses import dataclass, field
 import torch
 
 from .engine import DecodeConfig, Prepared, Request, chat_ids, collect, generate, prepare, speculative_bound
+from .tasks import PromptPair
 
-DEFAULT_METHODS = "slm,slm+,llm,sd,lightcosteer,costeer,specsteer"
+DEFAULT_METHODS = "slm,slm+,llm,sd,sd-plain,lightcosteer,costeer,specsteer"
 MAX_AUTO_DRAFT = 8
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One row of the benchmark: a decoding configuration, and whether the drafter sees the history.
+
+    ``sd-plain`` (standard SD whose drafter reads the plain prompt) is the setting of transformers'
+    assisted generation, which has no way to give the assistant another prompt: the engine-to-engine
+    comparison. Plain ``sd`` is the paper's baseline, drafting with SLM+.
+    """
+
+    config: DecodeConfig
+    drafter_history: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.config.method if self.drafter_history else f"{self.config.method}-plain"
+
+    def prompts_for(self, prepared: Prepared) -> Prepared:
+        if self.drafter_history:
+            return prepared
+        return Prepared(PromptPair(prepared.prompts.plain, prepared.prompts.plain), [])
 
 
 @dataclass
 class Tally:
-    """Totals of one method configuration over every prompt."""
+    """Totals of one case over every prompt."""
 
-    config: DecodeConfig
+    case: BenchCase
     tokens: int = 0
     seconds: float = 0.0
+    prefill_seconds: float = 0.0
     drafted: int = 0
     accepted: int = 0
     verified: int = 0
@@ -46,6 +70,7 @@ class Tally:
     def add(self, stats) -> None:
         self.tokens += stats.new_tokens
         self.seconds += stats.seconds
+        self.prefill_seconds += stats.prefill_seconds
         self.drafted += stats.drafted
         self.accepted += stats.accepted
         self.verified += stats.verified
@@ -56,8 +81,18 @@ class Tally:
             self.step_seconds.setdefault(name, []).append(seconds)
 
     @property
+    def config(self) -> DecodeConfig:
+        return self.case.config
+
+    @property
     def tok_per_s(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def decode_tok_per_s(self) -> float:
+        """Tokens per second of the decoding phase: prompt processing (every stream's prefill) left out."""
+        seconds = self.seconds - self.prefill_seconds
+        return self.tokens / seconds if seconds > 0 else 0.0
 
     @property
     def acceptance(self) -> float | None:
@@ -84,20 +119,23 @@ class Tally:
                                  self.mean_step("generalist"), self.mean_step("specialist0"))
 
 
-def method_configs(methods: list[str], alphas: list[float], draft_lens: list[str], max_new_tokens: int) -> list[DecodeConfig]:
-    """One configuration per method, per alpha (specsteer) and per draft length (speculative methods).
+def bench_cases(methods: list[str], alphas: list[float], draft_lens: list[str], max_new_tokens: int) -> list[BenchCase]:
+    """One case per method, per alpha (specsteer) and per draft length (speculative methods).
 
-    A draft length is a number or ``auto`` (adaptive, at most MAX_AUTO_DRAFT).
+    A method is an engine method or ``sd-plain``; a draft length is a number or ``auto``
+    (adaptive, at most MAX_AUTO_DRAFT).
     """
-    configs = []
-    for method in methods:
+    cases = []
+    for name in methods:
+        method = name.removesuffix("-plain")
         for alpha in alphas if method == "specsteer" else [0.1]:
             for draft_len in draft_lens if method in ("sd", "specsteer") else draft_lens[:1]:
                 adaptive = draft_len == "auto"
-                configs.append(DecodeConfig(method=method, alpha=alpha, max_new_tokens=max_new_tokens,
-                                            draft_len=MAX_AUTO_DRAFT if adaptive else int(draft_len),
-                                            adaptive_draft=adaptive).validate())
-    return configs
+                config = DecodeConfig(method=method, alpha=alpha, max_new_tokens=max_new_tokens,
+                                      draft_len=MAX_AUTO_DRAFT if adaptive else int(draft_len),
+                                      adaptive_draft=adaptive).validate()
+                cases.append(BenchCase(config, drafter_history=name == method))
+    return cases
 
 
 def load_prompts(count: int, data: str | None) -> list[Prepared]:
@@ -111,18 +149,19 @@ def load_prompts(count: int, data: str | None) -> list[Prepared]:
     return [prepare(Request(task=r.task, input_text=r.input, history=r.profile)) for r in records]
 
 
-def run_speed(pair, prompts: list[Prepared], configs: list[DecodeConfig], reference: bool = True,
+def run_speed(pair, prompts: list[Prepared], cases: list[BenchCase], reference: bool = True,
               progress=lambda line: None) -> dict:
-    _warm_up(pair, prompts[0], configs)
-    tallies = [Tally(config) for config in configs]
-    assisted = Tally(DecodeConfig(method="llm"))
+    _warm_up(pair, prompts[0], [case.config for case in cases])
+    tallies = [Tally(case) for case in cases]
+    assisted = Tally(BenchCase(DecodeConfig(method="llm")))
+    max_new_tokens = cases[0].config.max_new_tokens
     for index, prepared in enumerate(prompts):
         for tally in tallies:
-            _, finished = collect(generate(pair, prepared, tally.config))
+            _, finished = collect(generate(pair, tally.case.prompts_for(prepared), tally.config))
             tally.add(finished.stats)
-            progress(f"prompt {index + 1}/{len(prompts)} {_label(tally.config)}: {finished.stats.tok_per_s:.2f} tok/s")
+            progress(f"prompt {index + 1}/{len(prompts)} {_label(tally.case)}: {finished.stats.tok_per_s:.2f} tok/s")
         if reference:
-            tokens, seconds = transformers_assisted(pair, prepared, configs[0].max_new_tokens)
+            tokens, seconds = transformers_assisted(pair, prepared, max_new_tokens)
             assisted.tokens += tokens
             assisted.seconds += seconds
             progress(f"prompt {index + 1}/{len(prompts)} transformers-assisted: {tokens / seconds:.2f} tok/s")
@@ -132,7 +171,7 @@ def run_speed(pair, prompts: list[Prepared], configs: list[DecodeConfig], refere
     for tally in tallies:
         bound = tally.bound()
         rows.append({
-            "method": tally.config.method,
+            "method": tally.case.name,
             "alpha": tally.config.alpha if tally.config.method == "specsteer" else None,
             "beta": tally.config.beta if tally.config.method in ("specsteer", "lightcosteer", "costeer") else None,
             "tok_per_s": tally.tok_per_s,
@@ -141,6 +180,8 @@ def run_speed(pair, prompts: list[Prepared], configs: list[DecodeConfig], refere
             "token_acceptance": tally.token_acceptance,
             "bound_tok_per_s": bound,
             "bound_fraction": tally.tok_per_s / bound if bound else None,
+            "decode_tok_per_s": tally.decode_tok_per_s,
+            "decode_bound_fraction": tally.decode_tok_per_s / bound if bound else None,
             "bound_speedup": speedup(bound) if bound else None,
             "draft_len": _draft_label(tally.config) if tally.config.method in ("sd", "specsteer") else None,
             "mean_draft_len": tally.drafted / tally.rounds if tally.rounds and tally.config.method in ("sd", "specsteer") else None,
@@ -150,7 +191,7 @@ def run_speed(pair, prompts: list[Prepared], configs: list[DecodeConfig], refere
             "downlink_bytes": tally.downlink_bytes,
             "step_ms": {name: 1000 * tally.mean_step(name) for name in tally.step_seconds},
         })
-    result = {"rows": rows, "prompts": len(prompts), "max_new_tokens": configs[0].max_new_tokens,
+    result = {"rows": rows, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
               "dtype": str(pair.dtype).replace("torch.", ""), "threads": torch.get_num_threads()}
     if reference:
         result["reference"] = {"method": "transformers-assisted", "tok_per_s": assisted.tok_per_s,
@@ -179,27 +220,28 @@ def _draft_label(config: DecodeConfig) -> str:
     return "auto" if config.adaptive_draft else str(config.draft_len)
 
 
-def _label(config: DecodeConfig) -> str:
-    name = f"{config.method} a={config.alpha:g}" if config.method == "specsteer" else config.method
+def _label(case: BenchCase) -> str:
+    config = case.config
+    name = f"{case.name} a={config.alpha:g}" if config.method == "specsteer" else case.name
     return f"{name} k={_draft_label(config)}" if config.method in ("sd", "specsteer") else name
 
 
 def format_table(result: dict) -> str:
-    lines = [f"{'method':22s} {'tok/s':>7s} {'vs llm':>7s} {'accept':>7s} {'bound':>7s} {'of bound':>8s}"]
+    """The human-readable report: ``of bound`` end to end, ``decode/bound`` without prompt processing."""
+    columns = [("tok/s", "tok_per_s", "{:7.2f}"), ("vs llm", "speedup", "{:6.2f}x"), ("accept", "acceptance", "{:7.0%}"),
+               ("bound", "bound_tok_per_s", "{:7.2f}"), ("of bound", "bound_fraction", "{:8.0%}"),
+               ("decode/bound", "decode_bound_fraction", "{:12.0%}")]
+    widths = [max(len(title), 7) for title, _, _ in columns]
+    lines = [f"{'method':24s} " + " ".join(f"{title:>{w}s}" for (title, _, _), w in zip(columns, widths))]
     rows = list(result["rows"])
     if "reference" in result:
-        rows.append({**result["reference"], "alpha": None, "acceptance": None, "bound_tok_per_s": None, "bound_fraction": None})
+        rows.append(dict(result["reference"]))
     for row in rows:
         name = row["method"] + (f" a={row['alpha']:g}" if row.get("alpha") is not None else "")
         name += f" k={row['draft_len']}" if row.get("draft_len") else ""
-        cells = [
-            f"{row['tok_per_s']:7.2f}",
-            f"{row['speedup']:6.2f}x" if row["speedup"] is not None else f"{'-':>7s}",
-            f"{row['acceptance']:7.0%}" if row["acceptance"] is not None else f"{'-':>7s}",
-            f"{row['bound_tok_per_s']:7.2f}" if row["bound_tok_per_s"] else f"{'-':>7s}",
-            f"{row['bound_fraction']:8.0%}" if row["bound_fraction"] else f"{'-':>8s}",
-        ]
-        lines.append(f"{name:22s} " + " ".join(cells))
+        cells = [fmt.format(row[key]).rjust(w) if row.get(key) is not None else "-".rjust(w)
+                 for (_, key, fmt), w in zip(columns, widths)]
+        lines.append(f"{name:24s} " + " ".join(cells))
     return "\n".join(lines)
 
 
@@ -224,14 +266,14 @@ def main(argv: list[str] | None = None) -> int:
 
     log = (lambda line: print(f"[bench] {line}", file=sys.stderr, flush=True))
     try:
-        configs = method_configs(args.methods.split(","), [float(a) for a in args.alpha.split(",")],
-                                 args.draft_len.split(","), args.max_new_tokens)
+        cases = bench_cases(args.methods.split(","), [float(a) for a in args.alpha.split(",")],
+                            args.draft_len.split(","), args.max_new_tokens)
         pair = load_pair(args.pairing or DEFAULT_PAIRING, dtype=args.dtype, progress=log)
     except (ValueError, KeyError, ModelLoadError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     prompts = load_prompts(args.prompts, args.data)
-    result = run_speed(pair, prompts, configs, reference=not args.no_reference, progress=log)
+    result = run_speed(pair, prompts, cases, reference=not args.no_reference, progress=log)
     print(json.dumps(result) if args.json else format_table(result))
     return 0
 

@@ -225,6 +225,7 @@ def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.E
     stats.forward_calls = dict(forward_log.calls)
     stats.forward_seconds = dict(forward_log.seconds)
     stats.step_seconds = forward_log.step_seconds()
+    stats.prefill_seconds = sum(forward_log.prefill_seconds.values())
     stats.uplink_bytes = link.totals["uplink"]
     stats.downlink_bytes = link.totals["downlink"]
     stats.stop_reason = output.stop_reason or "length"

@@ -59,6 +59,7 @@ class GenerationStats:
     forward_calls: dict[str, int] = field(default_factory=dict)
     forward_seconds: dict[str, float] = field(default_factory=dict)
     step_seconds: dict[str, float] = field(default_factory=dict)  # mean pass after the prefill, per model
+    prefill_seconds: float = 0.0  # the first pass of every stream: prompt processing, not decoding
     uplink_bytes: int = 0
     downlink_bytes: int = 0
     stop_reason: str = "length"  # "eos" | "length" | "cancelled"

@@ -305,13 +305,22 @@ class Edge:
         if accepted < len(drafts):
             private_row = self._rewind(accepted)
         elif verdict["ids"] and may_extend:
-            private_row = self.stream.predict(1)[0]
+            private_row = self._private_row_after_drafts()
         else:
             return Settlement(accepted, None, [])
         ids = torch.tensor(verdict["ids"])
         chosen = recover(ids, torch.from_numpy(verdict["values"]), private_row, self.beta, self.sampler)
         self.stream.append([chosen])
         return Settlement(accepted, chosen, [])
+
+    def _private_row_after_drafts(self) -> torch.Tensor | None:
+        """The Specialist's logits after the last draft, for a bonus token.
+
+        With beta = 0 (standard SD) the bonus comes from the Cloud's logits alone, so
+        the last draft stays pending and is fed together with the bonus token in the
+        next round's first pass (two tokens cost about one step).
+        """
+        return self.stream.predict(1)[0] if self.beta else None
 
     def _rewind(self, accepted: int) -> torch.Tensor:
         """Drop the drafts after the accepted ones; return the private logits at the rejected position."""
@@ -329,8 +338,8 @@ class Edge:
             self._rewind(accepted)
             chosen = replacement
         elif may_extend:
-            private_row = self.stream.predict(1)[0]
-            chosen = self.sampler.choose(public[k] + self.beta * private_row)
+            private_row = self._private_row_after_drafts()
+            chosen = self.sampler.choose(public[k] + self.beta * private_row if self.beta else public[k])
         else:
             return Settlement(accepted, None, ratios)
         self.stream.append([chosen])

@@ -1,14 +1,50 @@
 """Shared test settings: modest CPU use and no model-hub traffic."""
 
 import os
+import socket
 
 # Tests must never reach a model hub; the offline pairing and tiny models cover loading.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
+import pytest  # noqa: E402
 import torch  # noqa: E402  (after the environment is set)
 
 # The tiny test models are dominated by per-op overhead, where a second thread only
 # adds synchronisation; the integration tests on the real pair ask for two themselves.
 torch.set_num_threads(1)
 
+
+
+@pytest.fixture(scope="module")
+def app_server(tmp_path_factory):
+    """The app served in-process on a free loopback port, with the tiny test pair and a fresh
+    database: yields (url, data directory)."""
+    import storage
+    from ui import pairs
+
+    data = tmp_path_factory.mktemp("app-data")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(pairs.TEST_PAIR_ENV, "tiny")
+        patch.setenv("SPECSTEER_DATA_DIR", str(data))
+        patch.delenv("DATABASE_URL", raising=False)
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        patch.setenv("GRADIO_ANALYTICS_ENABLED", "False")
+        storage.reset_engines()
+        import app
+
+        demo = app.build_app()
+        port = _free_port()
+        demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
+                    **app.launch_options())
+        try:
+            yield f"http://127.0.0.1:{port}/", data
+        finally:
+            demo.close()
+            storage.reset_engines()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]

@@ -7,7 +7,6 @@ and a temporary database.
 from __future__ import annotations
 
 import csv
-import socket
 import time
 
 import pytest
@@ -26,33 +25,9 @@ GENERATE = dict(task="review", input_text="Write a review of a power bank with g
                 downlink_top_k=64, exact=False)
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    data = tmp_path_factory.mktemp("app-data")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(pairs.TEST_PAIR_ENV, "tiny")
-        patch.setenv("SPECSTEER_DATA_DIR", str(data))
-        patch.delenv("DATABASE_URL", raising=False)
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setenv("GRADIO_ANALYTICS_ENABLED", "False")
-        storage.reset_engines()
-        import app
-
-        demo = app.build_app()
-        port = free_port()
-        demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
-                    **app.launch_options())
-        try:
-            yield f"http://127.0.0.1:{port}/", data
-        finally:
-            demo.close()
-            storage.reset_engines()
+def server(app_server):
+    return app_server
 
 
 def client_for(server, tmp_path=None) -> Client:

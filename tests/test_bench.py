@@ -58,10 +58,12 @@ def test_adaptive_generation_keeps_the_greedy_output():
 def test_speed_report_shape_on_tiny_models():
     pair = tiny_pair(generalist_vocab=320)  # transformers' assisted generation wants equal vocab sizes
     prompts = [prepare(Request(task="free", input_text=f"Topic {i}: rivers.")) for i in range(2)]
-    configs = bench.method_configs(["llm", "specsteer", "sd"], [0.5], ["3", "auto"], max_new_tokens=6)
-    assert [(c.method, c.adaptive_draft) for c in configs] == [
-        ("llm", False), ("specsteer", False), ("specsteer", True), ("sd", False), ("sd", True)]
-    result = json.loads(json.dumps(bench.run_speed(pair, prompts, configs, reference=True)))
+    cases = bench.bench_cases(["llm", "specsteer", "sd-plain"], [0.5], ["3", "auto"], max_new_tokens=6)
+    assert [(c.name, c.config.adaptive_draft) for c in cases] == [
+        ("llm", False), ("specsteer", False), ("specsteer", True), ("sd-plain", False), ("sd-plain", True)]
+    plain = cases[-1].prompts_for(prompts[0]).prompts
+    assert plain.private == plain.plain == prompts[0].prompts.plain
+    result = json.loads(json.dumps(bench.run_speed(pair, prompts, cases, reference=True)))
     rows = {(r["method"], r["draft_len"]): r for r in result["rows"]}
     assert rows[("llm", None)]["speedup"] == pytest.approx(1.0)
     for key in ("method", "alpha", "beta", "tok_per_s", "speedup", "acceptance", "bound_tok_per_s"):

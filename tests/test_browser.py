@@ -11,7 +11,6 @@ Never run ``playwright install``: the test uses /usr/bin/chromium and is skipped
 from __future__ import annotations
 
 import re
-import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -23,8 +22,6 @@ if not CHROMIUM.exists():
                 allow_module_level=True)
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
 
-import storage  # noqa: E402
-from ui import pairs  # noqa: E402
 
 pytestmark = pytest.mark.browser
 
@@ -35,33 +32,9 @@ XSS_TEMPLATE = "${window.__pwned=1}"  # gr.HTML renders through a JS template: d
 WAIT_MS = 60_000
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
-def server(tmp_path_factory):
-    data = tmp_path_factory.mktemp("browser-data")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(pairs.TEST_PAIR_ENV, "tiny")
-        patch.setenv("SPECSTEER_DATA_DIR", str(data))
-        patch.delenv("DATABASE_URL", raising=False)
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setenv("GRADIO_ANALYTICS_ENABLED", "False")
-        storage.reset_engines()
-        import app
-
-        demo = app.build_app()
-        port = free_port()
-        demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
-                    **app.launch_options())
-        try:
-            yield f"http://127.0.0.1:{port}/"
-        finally:
-            demo.close()
-            storage.reset_engines()
+def server(app_server):
+    return app_server[0]
 
 
 @pytest.fixture(scope="module")

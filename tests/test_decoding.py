@@ -254,3 +254,16 @@ def test_exact_variant_end_to_end_matches_steered_target():
     tv = 0.5 * float((observed - Q).abs().sum())
     assert 0.5 * float((q - Q).abs().sum()) > 0.15
     assert tv < 0.08, tv
+
+
+def test_standard_sd_bonus_costs_no_extra_device_step():
+    """With beta = 0 the bonus needs no Specialist logits: the last draft and the bonus are fed in one pass."""
+    same = tiny_pair(seed=3, generalist_seed=3)
+    plain = same.tokenizer.encode("identical models, standard SD")
+    tokens, finished = run(same, plain, plain, method="sd", draft_len=4, max_new_tokens=20)
+    assert finished.stats.acceptance_rate == 1.0
+    assert [t.kind for t in tokens[:5]] == ["accepted"] * 4 + ["bonus"]
+    assert finished.stats.rounds == 4
+    assert finished.stats.forward_calls["specialist+"] == 16  # k per round, none for the bonus
+    _, reference = run(same, plain, plain, method="llm", max_new_tokens=20)
+    assert finished.token_ids == reference.token_ids

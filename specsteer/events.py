@@ -42,7 +42,8 @@ class TokenEvent:
         return self.kind in EMITTED_KINDS
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The token as stored and exported; the live byte totals are display-only."""
+        return {"id": self.id, "text": self.text, "kind": self.kind, "round": self.round, "ratio": self.ratio}
 
 
 @dataclass

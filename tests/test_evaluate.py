@@ -229,7 +229,7 @@ def test_cli_json_contract_and_plot(tmp_path):
 
 
 def test_cli_without_llm_warns_and_prints_null_speedup(pair, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(evaluate, "_test_pair", lambda: pair)
+    monkeypatch.setattr(evaluate, "shared_tiny_pair", lambda: pair)
     code = evaluate.main(["--data", "sample", "--task", "review", "--limit", "1", "--methods", "slm",
                           "--pairing", "tiny-test", "--max-new-tokens", "2", "--json",
                           "--database", f"sqlite:///{tmp_path / 'cli.db'}"])

@@ -89,16 +89,16 @@ def test_throttle_limits_updates():
     assert sum(throttle.due() for _ in range(100)) == 20
 
 
-def test_live_stats_count_tokens_and_use_running_byte_totals_when_events_carry_them():
+def test_live_stats_count_tokens_and_follow_the_running_byte_totals():
     from ui.streaming import LiveStats
 
     live = LiveStats("specsteer")
-    live.add(TokenEvent(id=1, text="a", kind="accepted", round=1))
-    live.add(TokenEvent(id=2, text="b", kind="rejected", round=1))
-    live.add(TokenEvent(id=3, text="c", kind="recovered", round=1))
+    live.add(TokenEvent(id=1, text="a", kind="accepted", round=1, uplink_bytes=40))
+    live.add(TokenEvent(id=2, text="b", kind="rejected", round=1, uplink_bytes=40, downlink_bytes=81))
+    live.add(TokenEvent(id=3, text="c", kind="recovered", round=1, uplink_bytes=40, downlink_bytes=81))
     assert (live.emitted, live.accepted, live.rejected, live.rounds) == (2, 1, 1, 1)
-    assert live.uplink_bytes is None  # today's events carry no byte totals: shown at the end
-    live.add(SimpleNamespace(emitted=True, kind="bonus", round=2, uplink_bytes=120, downlink_bytes=600))
+    assert (live.uplink_bytes, live.downlink_bytes) == (40, 81)
+    live.add(TokenEvent(id=4, text="d", kind="bonus", round=2, uplink_bytes=120, downlink_bytes=600))
     assert (live.uplink_bytes, live.downlink_bytes, live.rounds) == (120, 600, 2)
 
 

@@ -388,3 +388,16 @@ def _gold_outputs(outputs: dict, outputs_name: str) -> dict[str, str]:
             raise DataError(f"{where} (id {gold_id}): the id appears twice")
         by_id[gold_id] = _text_field(gold, "output", f"{where} (id {gold_id})")
     return by_id
+
+
+def resolve_data_source(source: str, task: str) -> str:
+    """A records file from a source name: ``sample`` (bundled), ``shared`` (the real records) or a path."""
+    if source == "sample":
+        return str(bundled_sample_path(task))
+    if source == "shared":
+        found = shared_data_path(task)
+        if found is None:
+            raise DataError(f"no real LongLaMP records for the {task} task here (../shared/data/longlamp/ or "
+                            "$SPECSTEER_SHARED_DATA); use the bundled sample or another file")
+        return str(found)
+    return source

@@ -66,7 +66,7 @@ from storage.queries import (
     to_jsonable,
 )
 
-from .data import LONGLAMP_TASKS, DataError, Record, bundled_sample_path, load_records, shared_data_path
+from .data import LONGLAMP_TASKS, DataError, Record, load_records, resolve_data_source
 from .engine import METHODS, DecodeConfig, Prepared, Request, collect, generate, prepare
 from .history import HistoryItem
 from .metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
@@ -460,20 +460,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _data_path(value: str, task: str) -> str:
-    if value == "sample":
-        return str(bundled_sample_path(task))
-    if value == "shared":
-        found = shared_data_path(task)
-        if found is None:
-            raise DataError(f"no shared LongLaMP records for task {task!r} (set SPECSTEER_SHARED_DATA)")
-        return str(found)
-    return value
-
-
 def spec_from_args(args: argparse.Namespace) -> EvalSpec:
     return EvalSpec(
-        data=_data_path(args.data, args.task), task=args.task, methods=args.methods, alphas=args.alpha,
+        data=resolve_data_source(args.data, args.task), task=args.task, methods=args.methods, alphas=args.alpha,
         betas=args.beta, extra_points=args.extra_grid, limit=args.limit, pairing=args.pairing, dtype=args.dtype,
         max_new_tokens=args.max_new_tokens, draft_len=args.draft_len, retrieval_k=args.retrieval_k,
         noise=args.noise, run_name=args.run_name,

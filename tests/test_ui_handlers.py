@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 import storage
+from specsteer.data import bundled_sample_path
 from specsteer.engine import METHODS
 from specsteer.events import TokenEvent
 from specsteer.history import MAX_UPLOAD_BYTES
@@ -436,7 +437,7 @@ def test_dashboard_input_errors_are_messages(tmp_path):
 
 
 def test_dashboard_upload_is_copied_into_the_data_folder(tmp_path):
-    records = dashboard_tab.bundled_sample_path("review").read_text()
+    records = bundled_sample_path("review").read_text()
     upload = write(tmp_path, "mine.jsonl", records)
     final = list(dashboard_tab.run_batch(**dashboard_values(source="upload", upload=upload, methods=["slm"])))[-1]
     assert "finished" in final.status

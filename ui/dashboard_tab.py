@@ -23,7 +23,7 @@ import pandas as pd
 
 import storage
 from specsteer import plots
-from specsteer.data import LONGLAMP_TASKS, DataError, bundled_sample_path, shared_data_path
+from specsteer.data import LONGLAMP_TASKS, DataError, resolve_data_source, shared_data_path
 from specsteer.engine import METHODS
 from specsteer.evaluate import EvalSpec, GridProgress, run_grid, summarize
 from specsteer.history import MAX_UPLOAD_BYTES
@@ -75,13 +75,8 @@ def parse_numbers(text: str, what: str) -> tuple[float, ...]:
 
 def data_path(source: str, task: str, upload: str | None) -> str:
     """The records file for the chosen source; uploads are copied into the data folder so resumes find them."""
-    if source == "sample":
-        return str(bundled_sample_path(task))
-    if source == "shared":
-        found = shared_data_path(task)
-        if found is None:
-            raise ValueError(f"No real LongLaMP records for the {task} task here; use the bundled sample or upload a file.")
-        return str(found)
+    if source in ("sample", "shared"):
+        return resolve_data_source(source, task)
     if not upload:
         raise ValueError("Upload a LongLaMP records file (JSONL or JSON) first.")
     source_path = Path(upload)

@@ -205,13 +205,13 @@ class Cloud:
             accepted, self.last_ratios = ratio_test(large_rows, generic_rows, message["draft"], settings["alpha"], self._sampler)
         else:
             accepted = match_test(large_rows, message["draft"])
-        if accepted < k:
-            self._drop_rejected(k - accepted, large_rows[accepted], generic_rows, accepted)
-        if accepted < k or settings["bonus"]:
-            generic_row = generic_rows[accepted] if generic_rows is not None else None
-            ids, values = steering_entries(large_rows[accepted], generic_row, settings["beta"] if generic_row is not None else 0.0, settings["top_k"])
-            return {"accepted": accepted, "ids": ids.tolist(), "values": values.numpy(), "extra": np.zeros(0, np.float32)}
-        return {"accepted": accepted, "ids": [], "values": np.zeros(0, np.float32), "extra": np.zeros(0, np.float32)}
+        self._rewind(accepted, k, large_rows, generic_rows)
+        if accepted == k and not settings["bonus"]:
+            return _verdict(accepted)
+        generic_row = generic_rows[accepted] if generic_rows is not None else None
+        beta = settings["beta"] if generic_row is not None else 0.0
+        ids, values = steering_entries(large_rows[accepted], generic_row, beta, settings["top_k"])
+        return _verdict(accepted, ids.tolist(), values.numpy())
 
     def generate(self, count: int, sampler: Sampler) -> dict:
         """The ``llm`` baseline: the Generalist decodes alone and sends its tokens down."""
@@ -222,12 +222,6 @@ class Cloud:
             ids.append(token)
         return {"ids": ids}
 
-    def _drop_rejected(self, dropped: int, large_row, generic_rows, accepted: int) -> None:
-        length = len(self.large) - dropped
-        self.large.truncate(length, large_row)
-        if self.generic is not None:
-            self.generic.truncate(length, generic_rows[accepted])
-
     def _send_rows(self, large_rows: torch.Tensor, generic_rows: torch.Tensor | None) -> dict:
         """Exact and CoSteer modes: the Edge decides, so it needs the Cloud's rows (no truncation for exact)."""
         self._rows = (large_rows, generic_rows)
@@ -237,22 +231,31 @@ class Cloud:
             log_large = torch.log_softmax(large_rows[-1], -1)
             log_generic = torch.log_softmax(generic_rows[-1], -1)
             ids, values = steering_entries(log_large, None, 0.0, settings["top_k"])  # log p_L on its top-k
-            return {"accepted": 0, "ids": ids.tolist(), "values": values.numpy(), "extra": log_generic[ids].numpy()}
+            return _verdict(0, ids.tolist(), values.numpy(), log_generic[ids].numpy())
         public = large_rows - settings["beta"] * generic_rows if generic_rows is not None else large_rows
-        return {"accepted": 0, "ids": [], "values": public.reshape(-1).numpy(), "extra": np.zeros(0, np.float32)}
+        return _verdict(0, values=public.reshape(-1).numpy())
 
     def _keep(self, kept: int) -> None:
-        """Exact mode: the Edge reports how many of the last drafts it kept."""
-        if kept < 0 or self._rows is None:
-            return
-        large_rows, generic_rows = self._rows
-        drafts = large_rows.shape[0] - 1
-        if kept < drafts:
-            length = len(self.large) - (drafts - kept)
-            self.large.truncate(length, large_rows[kept])
-            if self.generic is not None:
-                self.generic.truncate(length, generic_rows[kept])
+        """Exact mode: the Edge reports how many of the last round's drafts it kept."""
+        if kept >= 0 and self._rows is not None:
+            large_rows, generic_rows = self._rows
+            self._rewind(kept, large_rows.shape[0] - 1, large_rows, generic_rows)
         self._rows = None
+
+    def _rewind(self, kept: int, drafted: int, large_rows: torch.Tensor, generic_rows: torch.Tensor | None) -> None:
+        """Forget the drafts after the first ``kept`` of ``drafted``; their rows replace the cut cache's logits."""
+        if kept >= drafted:
+            return
+        length = len(self.large) - (drafted - kept)
+        self.large.truncate(length, large_rows[kept])
+        if self.generic is not None:
+            self.generic.truncate(length, generic_rows[kept])
+
+
+def _verdict(accepted: int, ids: list[int] = (), values: np.ndarray | None = None, extra: np.ndarray | None = None) -> dict:
+    empty = np.zeros(0, np.float32)
+    return {"accepted": accepted, "ids": list(ids), "values": empty if values is None else values,
+            "extra": empty if extra is None else extra}
 
 
 # --------------------------------------------------------------------------- Edge

@@ -123,17 +123,19 @@ def bench_cases(methods: list[str], alphas: list[float], draft_lens: list[str], 
     """One case per method, per alpha (specsteer) and per draft length (speculative methods).
 
     A method is an engine method or ``sd-plain``; a draft length is a number or ``auto``
-    (adaptive, at most MAX_AUTO_DRAFT).
+    (adaptive, at most MAX_AUTO_DRAFT), optionally followed by ``@c``: stop drafting after a
+    draft the Specialist gave less than probability c (``12@0.4``, ``auto@0.4``).
     """
     cases = []
     for name in methods:
         method = name.removesuffix("-plain")
         for alpha in alphas if method == "specsteer" else [0.1]:
             for draft_len in draft_lens if method in ("sd", "specsteer") else draft_lens[:1]:
-                adaptive = draft_len == "auto"
+                length, _, confidence = draft_len.partition("@")
+                adaptive = length == "auto"
                 config = DecodeConfig(method=method, alpha=alpha, max_new_tokens=max_new_tokens,
-                                      draft_len=MAX_AUTO_DRAFT if adaptive else int(draft_len),
-                                      adaptive_draft=adaptive).validate()
+                                      draft_len=MAX_AUTO_DRAFT if adaptive else int(length),
+                                      adaptive_draft=adaptive, draft_confidence=float(confidence or 0)).validate()
                 cases.append(BenchCase(config, drafter_history=name == method))
     return cases
 
@@ -217,7 +219,8 @@ def _warm_up(pair, prepared: Prepared, configs: list[DecodeConfig]) -> None:
 
 
 def _draft_label(config: DecodeConfig) -> str:
-    return "auto" if config.adaptive_draft else str(config.draft_len)
+    length = "auto" if config.adaptive_draft else str(config.draft_len)
+    return f"{length}@{config.draft_confidence:g}" if config.draft_confidence else length
 
 
 def _label(case: BenchCase) -> str:
@@ -254,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     speed.add_argument("--max-new-tokens", type=int, default=128)
     speed.add_argument("--methods", default=DEFAULT_METHODS)
     speed.add_argument("--alpha", default="0.1", help="comma-separated alphas for specsteer")
-    speed.add_argument("--draft-len", default="4,auto", help="comma-separated draft lengths for sd and specsteer; 'auto' adapts k")
+    speed.add_argument("--draft-len", default="4,auto", help="comma-separated draft lengths for sd and specsteer: K, 'auto' (adapts k), "
+                       "either with '@C' to stop drafting after a draft of probability < C (e.g. 12@0.4)")
     speed.add_argument("--pairing", default=None)
     speed.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
     speed.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")

@@ -53,6 +53,8 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--draft-len", type=int, default=4)
     gen.add_argument("--adaptive-draft", action="store_true",
                      help="choose each round's draft length (at most --draft-len) from the speed bound")
+    gen.add_argument("--draft-confidence", type=_float, default=0.0,
+                     help="end a round's drafting after a draft the Specialist gave less than this probability (0 = off)")
     gen.add_argument("--top-k", type=int, default=64, help="downlink top-k entries on recovery (0 = whole vocabulary)")
     gen.add_argument("--no-bonus", action="store_true", help="no steered bonus token after a fully accepted round")
     gen.add_argument("--exact", action="store_true", help="exact-target sampling variant of SpecSteer")
@@ -96,7 +98,7 @@ def _generate(args) -> int:
 
     config = DecodeConfig(
         method=args.method, alpha=args.alpha, beta=args.beta, draft_len=args.draft_len,
-        adaptive_draft=args.adaptive_draft,
+        adaptive_draft=args.adaptive_draft, draft_confidence=args.draft_confidence,
         downlink_top_k=args.top_k, bonus=not args.no_bonus, max_new_tokens=args.max_new_tokens,
         sample=args.sample, temperature=args.temperature, top_p=args.top_p, seed=args.seed, exact=args.exact,
     )

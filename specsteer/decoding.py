@@ -185,10 +185,14 @@ class Stream:
 # --------------------------------------------------------------------------- draft / verify / recover
 
 
-def draft(stream: Stream, k: int, sampler: Sampler, stop_ids: frozenset[int]) -> tuple[list[int], list[torch.Tensor]]:
+def draft(stream: Stream, k: int, sampler: Sampler, stop_ids: frozenset[int],
+          min_confidence: float = 0.0) -> tuple[list[int], list[torch.Tensor]]:
     """The Specialist proposes up to ``k`` tokens; returns ids and the logits row each came from.
 
-    Drafting stops early at an end token: nothing after it could be emitted.
+    Drafting stops early at an end token (nothing after it could be emitted) and,
+    when ``min_confidence > 0``, after a token the Specialist itself gave less
+    than that probability: the drafts after an unsure one are the likeliest to be
+    refused, and each costs a device step whether or not it is kept.
     The last draft is appended to the stream but not fed (it is pending).
     """
     ids: list[int] = []
@@ -199,9 +203,14 @@ def draft(stream: Stream, k: int, sampler: Sampler, stop_ids: frozenset[int]) ->
         stream.append([token])
         ids.append(token)
         rows.append(row)
-        if token in stop_ids:
+        if token in stop_ids or (min_confidence > 0 and _probability(row, token) < min_confidence):
             break
     return ids, rows
+
+
+def _probability(row: torch.Tensor, token: int) -> float:
+    """p(token) under softmax(row), at temperature 1 whatever the sampler's."""
+    return math.exp(float(row[token] - torch.logsumexp(row, -1)))
 
 
 def ratio_test(

@@ -46,6 +46,7 @@ class DecodeConfig:
     beta: float = 1.0
     draft_len: int = 4
     adaptive_draft: bool = False  # choose k <= draft_len each round from the DESIGN §6 bound
+    draft_confidence: float = 0.0  # end a round's drafting after a draft the Specialist gave p < this; 0 = off
     downlink_top_k: int = 64  # 0 sends the whole vocabulary
     bonus: bool = True
     max_new_tokens: int = 256
@@ -70,6 +71,8 @@ class DecodeConfig:
             problems.append(f"draft length must be between 1 and {MAX_DRAFT_LEN}")
         if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
             problems.append(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}")
+        if not 0 <= self.draft_confidence < 1:
+            problems.append("draft confidence must be in [0, 1) (0 switches the early stop off)")
         if self.downlink_top_k < 0:
             problems.append("downlink top-k must be >= 0 (0 = whole vocabulary)")
         if self.sample and not (self.temperature > 0 and 0 < self.top_p <= 1):
@@ -282,7 +285,8 @@ def _speculative(pair, plain_ids, private_ids, config, forward_log, output, link
     cloud = _open_cloud(pair, plain_ids, config, rule, beta, forward_log, link)
     edge = Edge(pair.specialist, private_ids, pair.vocab_size, forward_log, _sampler(config),
                 pair.eos_token_ids, rule, beta,
-                costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda))
+                costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
+                draft_confidence=config.draft_confidence)
     chosen_kind = "plain" if every_token else None
     append: list[int] = []
     keep = -1

@@ -279,6 +279,7 @@ def run_grid(
     progress: Callable[[GridProgress], None] | None = None,
     cancel: threading.Event | None = None,
     url: str | None = None,
+    shard: tuple[int, int] = (0, 1),
 ) -> EvalResult:
     """Run (or resume) the grid of ``spec``; every finished cell is stored at once.
 
@@ -286,11 +287,18 @@ def run_grid(
     if some cell is left to run. ``progress`` is called before each cell and at each stage.
     ``cancel`` stops the run between cells and the generation in flight within a token; the
     interrupted cell is not stored, and the run is marked cancelled. An exception marks it failed.
+    ``shard = (i, n)``: this worker runs only the records i, i+n, i+2n, ... so that n workers (other
+    processes, other machines on one database) share a run without doing a cell twice. The run is
+    finished when every cell is stored; a worker done with its share while others are not yet done
+    leaves it running.
     """
     from .models import load_pair, resolve_dtype
     from .registry import resolve_pairing
 
     spec.validate()
+    shard_index, shard_count = shard
+    if not 0 <= shard_index < shard_count:
+        raise ValueError(f"shard must be i/n with 0 <= i < n (got {shard_index}/{shard_count})")
     cancel = cancel or threading.Event()
     report = progress or (lambda _: None)
     records, prepared = load_evaluation_records(spec)
@@ -301,7 +309,8 @@ def run_grid(
     config = run_config(spec, pair.pairing_id if pair is not None else pairing.id, str(dtype), len(cells))
     run_id = create_run(name, config, url=url)
     finished = finished_cell_keys(run_id, url=url)
-    pending = [cell for cell in cells if cell.key not in finished]
+    mine = {record.id for position, record in enumerate(records) if position % shard_count == shard_index}
+    pending = [cell for cell in cells if cell.key not in finished and cell.record.id in mine]
     set_run_status(run_id, "running", url=url)
     try:
         if pending:
@@ -312,10 +321,13 @@ def run_grid(
         status = "cancelled" if isinstance(error, KeyboardInterrupt) else "failed"
         set_run_status(run_id, status, error=f"{type(error).__name__}: {error}", url=url)
         raise
-    status = "finished" if computed == len(pending) else "cancelled"
-    set_run_status(run_id, status, url=url)
-    report(GridProgress(len(cells) - len(pending) + computed, len(cells), status))
     stored = run_cells(run_id, url=url)
+    if computed < len(pending):
+        status = "cancelled"
+    else:
+        status = "finished" if len(stored) == len(cells) else "running"  # other shards still at work
+    set_run_status(run_id, status, url=url)
+    report(GridProgress(len(stored), len(cells), status))
     return EvalResult(run_id, name, status, computed, stored, summarize(stored))
 
 
@@ -428,6 +440,17 @@ def _point_list(text: str) -> tuple[tuple[float, float], ...]:
     return tuple(points)
 
 
+def _shard(text: str) -> tuple[int, int]:
+    index, slash, count = text.partition("/")
+    try:
+        shard = int(index), int(count)
+    except ValueError:
+        shard = None
+    if not slash or shard is None or not 0 <= shard[0] < shard[1]:
+        raise argparse.ArgumentTypeError(f"expected I/N with 0 <= I < N, got {text!r}")
+    return shard
+
+
 def _name_list(text: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in text.split(",") if part.strip())  # checked by EvalSpec.validate
 
@@ -455,6 +478,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--noise", type=int, default=0, help="low-similarity items of other users appended")
     parser.add_argument("--run-name", default=None, help="name of the run; the same name resumes it")
     parser.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
+    parser.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
+                        help="run only records I, I+N, ... of the run, so that N workers share it (0-based)")
     parser.add_argument("--json", action="store_true", help='print {"rows": [...]} instead of a table')
     parser.add_argument("--plot", default=None, help="write the figures as one standalone HTML file")
     return parser
@@ -505,7 +530,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warning: {REFERENCE_METHOD} is not among the methods, so speedup is null", file=sys.stderr)
         pair = shared_tiny_pair() if spec.pairing == TEST_PAIRING_ID else None
         with _cancel_on_signals(cancel):
-            result = run_grid(spec, pair=pair, progress=_print_progress, cancel=cancel, url=args.database)
+            result = run_grid(spec, pair=pair, progress=_print_progress, cancel=cancel, url=args.database,
+                              shard=args.shard)
     except ModelLoadError as error:
         return _fail(str(error), 1)
     except ValueError as error:  # bad data (DataError), arguments, unknown pairing, reused run name
@@ -516,6 +542,8 @@ def main(argv: list[str] | None = None) -> int:
     if result.status == "cancelled":
         print(f"cancelled: run {result.run_name!r} is resumable with --run-name", file=sys.stderr)
         return 130
+    if result.status == "running":
+        print(f"this shard is done; run {result.run_name!r} finishes when the other shards do", file=sys.stderr)
     return 0
 
 

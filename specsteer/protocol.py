@@ -275,8 +275,10 @@ class Edge:
 
     def __init__(self, specialist, private_prompt: list[int], vocab_size: int, forward_log: ForwardLog,
                  sampler: Sampler, stop_ids: frozenset[int], rule: str, beta: float,
-                 costeer: tuple[int, float, float] = (20, 10.0, 2.0), stream_name: str = "specialist+"):
+                 costeer: tuple[int, float, float] = (20, 10.0, 2.0), stream_name: str = "specialist+",
+                 draft_confidence: float = 0.0):
         self.costeer = costeer  # iterations, step, regularization
+        self.draft_confidence = draft_confidence
         self.stream = Stream(specialist, private_prompt, vocab_size, forward_log, stream_name)
         self.sampler = sampler
         self.stop_ids = stop_ids
@@ -285,7 +287,7 @@ class Edge:
         self._draft_rows: list[torch.Tensor] = []
 
     def draft(self, k: int) -> list[int]:
-        ids, self._draft_rows = draft(self.stream, k, self.sampler, self.stop_ids)
+        ids, self._draft_rows = draft(self.stream, k, self.sampler, self.stop_ids, self.draft_confidence)
         return ids
 
     def next_token(self) -> int:

@@ -55,6 +55,15 @@ def test_adaptive_generation_keeps_the_greedy_output():
     assert adaptive.stats.verified == adaptive.stats.accepted == 30
 
 
+def test_draft_length_specs():
+    cases = bench.bench_cases(["sd"], [0.1], ["4", "auto", "12@0.4", "auto@0.3"], max_new_tokens=8)
+    assert [(c.config.draft_len, c.config.adaptive_draft, c.config.draft_confidence) for c in cases] == [
+        (4, False, 0.0), (bench.MAX_AUTO_DRAFT, True, 0.0), (12, False, 0.4), (bench.MAX_AUTO_DRAFT, True, 0.3)]
+    assert [bench._draft_label(c.config) for c in cases] == ["4", "auto", "12@0.4", "auto@0.3"]
+    with pytest.raises(ValueError, match="draft confidence"):
+        bench.bench_cases(["sd"], [0.1], ["4@1.5"], max_new_tokens=8)
+
+
 def test_speed_report_shape_on_tiny_models():
     pair = tiny_pair(generalist_vocab=320)  # transformers' assisted generation wants equal vocab sizes
     prompts = [prepare(Request(task="free", input_text=f"Topic {i}: rivers.")) for i in range(2)]

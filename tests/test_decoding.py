@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from specsteer.decoding import Detokenizer, ForwardLog, Sampler, Stream, recover, residual_test, steering_entries
+from specsteer.decoding import (Detokenizer, ForwardLog, Sampler, Stream, draft, recover, residual_test,
+                                steering_entries)
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.testing import tiny_pair
 
@@ -59,6 +60,29 @@ def test_standard_sd_reproduces_llm(pair):
         _, reference = run(pair, plain, private, method="llm")
         _, finished = run(pair, plain, private, method="sd", draft_len=4)
         assert finished.token_ids == reference.token_ids
+
+
+@torch.inference_mode()
+def test_draft_stops_after_the_first_unsure_token(pair):
+    prompt = prompts(pair, 1)[0][1]
+    stream = Stream(pair.specialist, prompt, pair.vocab_size, ForwardLog(), "specialist+")
+    _, free_rows = draft(stream, 8, Sampler(), frozenset())
+    confidences = [torch.softmax(row, -1).max().item() for row in free_rows]
+    threshold = sorted(confidences)[len(confidences) // 2]  # some drafts fall below it, some do not
+    first_unsure = next(i for i, c in enumerate(confidences) if c < threshold)
+    stream = Stream(pair.specialist, prompt, pair.vocab_size, ForwardLog(), "specialist+")
+    ids, rows = draft(stream, 8, Sampler(), frozenset(), min_confidence=threshold)
+    assert len(ids) == first_unsure + 1  # the unsure draft is proposed, nothing after it
+    assert len(stream) == len(prompt) + len(ids)
+
+
+def test_confidence_stop_keeps_sd_equal_to_llm_and_shortens_rounds(pair):
+    for plain, private in prompts(pair, 3):
+        _, reference = run(pair, plain, private, method="llm")
+        _, fixed = run(pair, plain, private, method="sd", draft_len=6)
+        _, stopped = run(pair, plain, private, method="sd", draft_len=6, draft_confidence=0.5)
+        assert stopped.token_ids == reference.token_ids
+        assert stopped.stats.drafted / stopped.stats.rounds < fixed.stats.drafted / fixed.stats.rounds
 
 
 def test_specialist_as_its_own_generalist_accepts_every_greedy_draft():

@@ -116,6 +116,20 @@ def test_a_crashed_run_resumes_without_duplicates_or_lost_cells(pair, url):
     assert result.cells[:3] == before  # the cells finished before the crash were kept, not redone
 
 
+def test_shards_split_one_run_between_workers(pair, url):
+    spec = replace(FAST, run_name="shared")
+    points = len(spec.points())
+    first = run_grid(spec, pair=pair, url=url, shard=(0, 2))
+    assert first.status == "running" and first.computed == 2 * points  # records 0 and 2 of 3
+    assert queries.get_run_by_name("shared", url=url)["status"] == "running"
+    second = run_grid(spec, pair=pair, url=url, shard=(1, 2))
+    assert second.status == "finished" and second.computed == points
+    keys = [cell["cell_key"] for cell in second.cells]
+    assert len(keys) == len(set(keys)) == 3 * points
+    with pytest.raises(ValueError, match="shard"):
+        run_grid(spec, pair=pair, url=url, shard=(2, 2))
+
+
 def test_cancel_between_cells_and_inside_a_generation(pair, url):
     spec = replace(FAST, run_name="cancel")
     cancel = threading.Event()
@@ -251,3 +265,11 @@ def test_cli_errors_are_one_line_without_traceback(arguments, code, message, tmp
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: ") and message in last and "Traceback" not in err
+
+
+@pytest.mark.parametrize("shard", ["2/2", "1", "a/b", "0/0"])
+def test_cli_refuses_a_bad_shard(shard, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        evaluate.main(["--data", "sample", "--task", "review", "--shard", shard])
+    assert exit_info.value.code == 2
+    assert "--shard: expected I/N" in capsys.readouterr().err

@@ -15,6 +15,21 @@ import torch  # noqa: E402  (after the environment is set)
 torch.set_num_threads(1)
 
 
+@pytest.fixture
+def fresh_engines():
+    """Drop the database engines that earlier tests (or the app) cached, before and after."""
+    from storage import db
+
+    db.reset_engines()
+    yield
+    db.reset_engines()
+
+
+@pytest.fixture
+def url(tmp_path, fresh_engines) -> str:
+    """A new, empty SQLite database for one test."""
+    return f"sqlite:///{tmp_path / 'test.db'}"
+
 
 @pytest.fixture(scope="module")
 def app_server(tmp_path_factory):

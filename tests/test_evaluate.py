@@ -17,7 +17,7 @@ from specsteer import evaluate
 from specsteer.data import DataError, bundled_sample_path
 from specsteer.evaluate import EvalSpec, GridPoint, grid_points, load_evaluation_records, run_grid, summarize
 from specsteer.testing import tiny_pair
-from storage import db, queries
+from storage import queries
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = str(bundled_sample_path("review"))
@@ -31,16 +31,7 @@ def pair():
     return tiny_pair()
 
 
-@pytest.fixture(autouse=True)
-def _fresh_engines():
-    db.reset_engines()
-    yield
-    db.reset_engines()
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'eval.db'}"
+pytestmark = pytest.mark.usefixtures("fresh_engines")
 
 
 # --------------------------------------------------------------------------- grid

@@ -31,16 +31,7 @@ TABLES = {
 }
 
 
-@pytest.fixture(autouse=True)
-def _fresh_engines():
-    db.reset_engines()
-    yield
-    db.reset_engines()
-
-
-@pytest.fixture
-def url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'test.db'}"
+pytestmark = pytest.mark.usefixtures("fresh_engines")
 
 
 def _generation(url: str, method: str, text: str = "output", task: str = "review") -> int:
@@ -162,7 +153,7 @@ def test_retry_on_locked_reruns_the_unit_of_work():
 
 def test_writer_waits_for_a_lock_held_by_another_process_style_connection(url, tmp_path):
     comparison_id = _comparison(url)
-    holder = sqlite3.connect(tmp_path / "test.db", isolation_level=None, check_same_thread=False)
+    holder = sqlite3.connect(url.removeprefix("sqlite:///"), isolation_level=None, check_same_thread=False)
     holder.execute("BEGIN IMMEDIATE")  # hold the write lock like a long writer elsewhere
     releaser = threading.Timer(0.5, lambda: holder.execute("COMMIT"))
     releaser.start()

@@ -151,15 +151,13 @@ def _run(loaded, task, input_text, pairing_id, alpha, beta, draft_len, max_new_t
     frame.slots = [render.comparison_slot_html(slot_label(slot), None) if slot < len(order) else gr.skip()
                    for slot in range(MAX_SLOTS)]
     yield frame.values()
+    def status_only(status: str):
+        update = Frame()
+        update.status = status
+        return update.values()
+
     try:
-        pair = None
-        for step in load_pair_with_status(pairing_id):
-            if isinstance(step, str):
-                update = Frame()
-                update.status = step
-                yield update.values()
-            else:
-                pair = step
+        pair = yield from load_pair_with_status(pairing_id, status_only)
     except ValueError as error:
         yield _error(str(error))
         return

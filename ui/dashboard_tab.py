@@ -208,12 +208,7 @@ def _run_batch(source, upload, task, records, methods, alphas, betas, pairing_id
         return
 
     try:
-        pair = None
-        for step in load_pair_with_status(pairing_id):
-            if isinstance(step, str):
-                yield DashboardView(step, skip, skip, skip, skip)
-            else:
-                pair = step
+        pair = yield from load_pair_with_status(pairing_id, lambda status: DashboardView(status, skip, skip, skip, skip))
     except ValueError as error:
         yield _fail(str(error))
         return

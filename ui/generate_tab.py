@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 import gradio as gr
 
@@ -21,7 +21,7 @@ from specsteer.data import sample_history_path
 from specsteer.engine import METHODS, DecodeConfig, Prepared, Request, chat_ids, generate, prepare
 from specsteer.events import Finished, TokenEvent
 from specsteer.history import MAX_ITEMS, MAX_UPLOAD_BYTES, History, HistoryError, parse_history
-from specsteer.models import ModelLoadError
+from specsteer.models import LoadedPair, ModelLoadError
 from specsteer.privacy import audit_uplink
 from specsteer.retrieval import retrieve_scored
 from specsteer.tasks import TASK_FOR_SCHEMA, TASKS, build_prompts, render_item
@@ -191,13 +191,22 @@ def save_history_row(loaded: LoadedHistory | None) -> int | None:
     return storage.save_history(name=loaded.name, schema=history.schema, items=history.items, user_id=history.user_id)
 
 
-def load_pair_with_status(pairing_id: str) -> Iterator[str | object]:
-    """Status lines while the pair loads (escaped HTML), then the pair; errors become ValueError."""
+Frame = TypeVar("Frame")
+
+
+def load_pair_with_status(pairing_id: str, frame: Callable[[str], Frame]) -> Generator[Frame, None, LoadedPair]:
+    """For ``pair = yield from ...``: yields ``frame(status HTML)`` while the pair loads, returns the pair.
+
+    Every loading error becomes a ValueError, so a handler has one thing to catch.
+    """
     try:
         for step in pairs.load_with_progress(pairing_id):
-            yield render.message_box(step, "busy") if isinstance(step, str) else step
+            if not isinstance(step, str):
+                return step
+            yield frame(render.message_box(step, "busy"))
     except (pairs.PairingUnavailable, ModelLoadError) as error:
         raise ValueError(str(error)) from None
+    raise ValueError(f"pairing {pairing_id!r} did not load")
 
 
 def _live_stats(live: LiveStats, state: str) -> str:
@@ -258,12 +267,7 @@ def _generate(loaded, task, input_text, pairing_id, method, alpha, beta, draft_l
     yield GenerateView(render.message_box("Starting…", "busy"), render.output_html(""),
                        skip, retrieved, render.message_box("The transcript appears when the generation ends.", "info"))
     try:
-        pair = None
-        for step in load_pair_with_status(pairing_id):
-            if isinstance(step, str):
-                yield GenerateView(step, skip, skip, skip, skip)
-            else:
-                pair = step
+        pair = yield from load_pair_with_status(pairing_id, lambda status: GenerateView(status, skip, skip, skip, skip))
     except ValueError as error:
         gr.Warning(render.esc(str(error)))
         yield GenerateView(render.message_box(str(error), "error"), skip, skip, skip, skip)

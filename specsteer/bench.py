@@ -10,6 +10,11 @@ from this run's own measured step times and acceptance:
     E = (1 - a^(k+1)) / (1 - a)          tokens per round (bonus token included)
     T = k t_S + t_L(k+1) + t_S0(k+1)      seconds per round
     bound = E / T                          tokens per second
+
+and two measures of where the rest goes: the same bound with T charged for the Specialist
+steps each round really took (``device_bound``: SpecSteer's steered bonus token needs one
+more), and the share of wall time spent inside model forward passes (``forward_share``; the
+rest is Python, sampling, the wire format).
 """
 
 from __future__ import annotations
@@ -59,6 +64,8 @@ class Tally:
     tokens: int = 0
     seconds: float = 0.0
     prefill_seconds: float = 0.0
+    forward_seconds: float = 0.0
+    device_steps: int = 0  # Specialist passes after its prefill
     drafted: int = 0
     accepted: int = 0
     verified: int = 0
@@ -71,6 +78,8 @@ class Tally:
         self.tokens += stats.new_tokens
         self.seconds += stats.seconds
         self.prefill_seconds += stats.prefill_seconds
+        self.forward_seconds += sum(stats.forward_seconds.values())
+        self.device_steps += max(stats.forward_calls.get("specialist+", 0) - 1, 0)
         self.drafted += stats.drafted
         self.accepted += stats.accepted
         self.verified += stats.verified
@@ -107,16 +116,22 @@ class Tally:
         """Per-token acceptance probability, the ``a`` of the bound: accepted / verified."""
         return self.accepted / self.verified if self.verified else None
 
-    def bound(self) -> float | None:
+    def bound(self, charge_device_steps: bool = False) -> float | None:
         """DESIGN §6 bound from this configuration's own acceptance and step times.
 
         With an adaptive draft length, k is the mean draft length of its rounds.
+        ``charge_device_steps``: T counts the Specialist steps per round that were really run.
         """
         if self.config.method not in ("sd", "specsteer") or not self.verified:
             return None
         k = self.drafted / self.rounds
+        steps = self.device_steps / self.rounds if charge_device_steps else None
         return speculative_bound(self.token_acceptance, k, self.mean_step("specialist+"),
-                                 self.mean_step("generalist"), self.mean_step("specialist0"))
+                                 self.mean_step("generalist"), self.mean_step("specialist0"), steps)
+
+    @property
+    def forward_share(self) -> float | None:
+        return self.forward_seconds / self.seconds if self.seconds else None
 
 
 def bench_cases(methods: list[str], alphas: list[float], draft_lens: list[str], max_new_tokens: int) -> list[BenchCase]:
@@ -172,6 +187,7 @@ def run_speed(pair, prompts: list[Prepared], cases: list[BenchCase], reference: 
     rows = []
     for tally in tallies:
         bound = tally.bound()
+        device_bound = tally.bound(charge_device_steps=True)
         rows.append({
             "method": tally.case.name,
             "alpha": tally.config.alpha if tally.config.method == "specsteer" else None,
@@ -185,6 +201,9 @@ def run_speed(pair, prompts: list[Prepared], cases: list[BenchCase], reference: 
             "decode_tok_per_s": tally.decode_tok_per_s,
             "decode_bound_fraction": tally.decode_tok_per_s / bound if bound else None,
             "bound_speedup": speedup(bound) if bound else None,
+            "device_bound_tok_per_s": device_bound,
+            "decode_device_bound_fraction": tally.decode_tok_per_s / device_bound if device_bound else None,
+            "forward_share": tally.forward_share,
             "draft_len": _draft_label(tally.config) if tally.config.method in ("sd", "specsteer") else None,
             "mean_draft_len": tally.drafted / tally.rounds if tally.rounds and tally.config.method in ("sd", "specsteer") else None,
             "rounds": tally.rounds,
@@ -230,10 +249,13 @@ def _label(case: BenchCase) -> str:
 
 
 def format_table(result: dict) -> str:
-    """The human-readable report: ``of bound`` end to end, ``decode/bound`` without prompt processing."""
+    """The human-readable report: ``of bound`` end to end, ``decode/bound`` without prompt processing,
+    ``decode/steps-bound`` against the bound charged for the device steps really taken."""
     columns = [("tok/s", "tok_per_s", "{:7.2f}"), ("vs llm", "speedup", "{:6.2f}x"), ("accept", "acceptance", "{:7.0%}"),
                ("bound", "bound_tok_per_s", "{:7.2f}"), ("of bound", "bound_fraction", "{:8.0%}"),
-               ("decode/bound", "decode_bound_fraction", "{:12.0%}")]
+               ("decode/bound", "decode_bound_fraction", "{:12.0%}"),
+               ("decode/steps-bound", "decode_device_bound_fraction", "{:18.0%}"),
+               ("in forward", "forward_share", "{:10.0%}")]
     widths = [max(len(title), 7) for title, _, _ in columns]
     lines = [f"{'method':24s} " + " ".join(f"{title:>{w}s}" for (title, _, _), w in zip(columns, widths))]
     rows = list(result["rows"])

@@ -320,14 +320,18 @@ def _speculative(pair, plain_ids, private_ids, config, forward_log, output, link
         keep = settled.accepted if rule == "exact" else -1
 
 
-def speculative_bound(acceptance: float, k: int, t_draft: float, t_large: float, t_generic: float) -> float:
+def speculative_bound(acceptance: float, k: float, t_draft: float, t_large: float, t_generic: float,
+                      device_steps: float | None = None) -> float:
     """DESIGN §6: tokens per second of a round of k drafts with per-token acceptance ``acceptance``.
 
     E = (1 - a^(k+1)) / (1 - a) tokens (the bonus token included) per
-    T = k t_S + t_L(k+1) + t_S0(k+1) seconds.
+    T = k t_S + t_L(k+1) + t_S0(k+1) seconds. ``device_steps`` replaces the k of the t_S term
+    with the Specialist steps a round really took: a steered bonus token needs the Specialist's
+    logits after the last draft, one step more than DESIGN charges.
     """
     tokens_per_round = k + 1 if acceptance >= 1 else (1 - acceptance ** (k + 1)) / (1 - acceptance)
-    return tokens_per_round / (k * t_draft + t_large + t_generic)
+    steps = k if device_steps is None else device_steps
+    return tokens_per_round / (steps * t_draft + t_large + t_generic)
 
 
 class DraftLength:

@@ -19,6 +19,8 @@ def test_bound_matches_design_worked_example():
     # 0.82^5 = 0.37074, so E = (1 - 0.37074) / 0.18 = 3.4959; T = 4 * 0.066 + 0.180 + 0.070 = 0.514 s.
     assert speculative_bound(0.82, 4, 0.066, 0.180, 0.070) == pytest.approx(3.4959 / 0.514, rel=1e-4)
     assert speculative_bound(1.0, 3, 0.1, 0.2, 0.0) == pytest.approx(4 / 0.5)
+    # Charged for the steered bonus's extra device step in every round: T = 5 * 0.066 + 0.25.
+    assert speculative_bound(0.82, 4, 0.066, 0.180, 0.070, device_steps=5) == pytest.approx(3.4959 / 0.58, rel=1e-4)
 
 
 def _log(draft: float, large: float, generic: float) -> ForwardLog:
@@ -78,6 +80,9 @@ def test_speed_report_shape_on_tiny_models():
     for key in ("method", "alpha", "beta", "tok_per_s", "speedup", "acceptance", "bound_tok_per_s"):
         assert all(key in r for r in result["rows"])
     assert rows[("llm", None)]["bound_tok_per_s"] is None
-    assert rows[("specsteer", "3")]["bound_tok_per_s"] > 0
+    specsteer = rows[("specsteer", "3")]
+    assert specsteer["bound_tok_per_s"] > 0
+    assert specsteer["device_bound_tok_per_s"] > 0
+    assert all(0 < r["forward_share"] <= 1 for r in result["rows"])
     assert result["reference"]["method"] == "transformers-assisted"
     assert math.isfinite(result["reference"]["speedup"])

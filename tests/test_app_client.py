@@ -22,7 +22,7 @@ from ui import pairs  # noqa: E402
 GENERATE = dict(task="review", input_text="Write a review of a power bank with great battery life",
                 pairing_id=pairs.TINY_PAIRING_ID, method="specsteer", alpha=0.1, beta=1.0, draft_len=4,
                 max_new_tokens=40, decoding="greedy", seed=0, temperature=1.0, top_p=1.0, retrieval_k=3,
-                downlink_top_k=64, exact=False)
+                downlink_top_k=64, exact=False, adaptive_draft=False)
 
 
 @pytest.fixture(scope="module")

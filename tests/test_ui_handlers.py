@@ -36,7 +36,7 @@ def settings(**overrides):
     values = dict(task="review", input_text="Write a review of a power bank with great battery life",
                   pairing_id=pairs.TINY_PAIRING_ID, method="specsteer", alpha=0.1, beta=1.0, draft_len=4,
                   max_new_tokens=24, decoding="greedy", seed=0, temperature=1.0, top_p=1.0, retrieval_k=3,
-                  downlink_top_k=64, exact=False)
+                  downlink_top_k=64, exact=False, adaptive_draft=False)
     values.update(overrides)
     return values
 
@@ -242,6 +242,13 @@ def test_every_method_runs_from_the_ui(method):
         assert "Nothing crossed the link" in frames[-1].privacy
     else:
         assert "Privacy check passed" in frames[-1].privacy
+
+
+def test_adaptive_draft_length_reaches_the_engine_and_the_saved_settings():
+    frames = run_generate(sample_history(), adaptive_draft=True, draft_len=6, max_new_tokens=30)
+    assert "saved as generation" in frames[-1].status
+    generation = storage.get_generation(storage.list_generations()[0]["id"])
+    assert generation["settings"]["adaptive_draft"] is True and generation["settings"]["draft_len"] == 6
 
 
 def test_sampling_with_a_seed_is_reproducible():

@@ -110,12 +110,12 @@ def _slot_views(view: ComparisonView) -> list[object]:
 
 def run_comparison(loaded: LoadedHistory | None, task: str, input_text: str, pairing_id: str, alpha: float,
                    beta: float, draft_len: float, max_new_tokens: float, decoding: str, seed: float,
-                   temperature: float, top_p: float, retrieval_k: float, downlink_top_k: float,
+                   temperature: float, top_p: float, retrieval_k: float, downlink_top_k: float, adaptive_draft: bool,
                    methods: Sequence[str], blind: bool, request: gr.Request = None) -> Iterator[tuple]:
     """Generate with every chosen method (streaming each into its slot), then save the comparison."""
     def produce(flag):
         return _run(loaded, task, input_text, pairing_id, alpha, beta, draft_len, max_new_tokens, decoding, seed,
-                    temperature, top_p, retrieval_k, downlink_top_k, methods, blind, flag)
+                    temperature, top_p, retrieval_k, downlink_top_k, adaptive_draft, methods, blind, flag)
 
     yield from RUNS.start(request, "compare", produce, width=len(Frame().values())).frames()
 
@@ -128,14 +128,15 @@ def _error(message: str) -> tuple:
 
 
 def _run(loaded, task, input_text, pairing_id, alpha, beta, draft_len, max_new_tokens, decoding, seed, temperature,
-         top_p, retrieval_k, downlink_top_k, methods, blind, flag) -> Iterator[tuple]:
+         top_p, retrieval_k, downlink_top_k, adaptive_draft, methods, blind, flag) -> Iterator[tuple]:
     chosen = [method for method in METHODS if method in set(methods or [])]
     if not chosen:
         yield _error("Choose at least one method to compare.")
         return
     try:
         configs = {method: decode_config(method, alpha, beta, draft_len, max_new_tokens, decoding, seed, temperature,
-                                         top_p, downlink_top_k) for method in chosen}
+                                         top_p, downlink_top_k, adaptive_draft=adaptive_draft)
+                   for method in chosen}
         prepared = prepare_request(loaded, task, input_text, int(retrieval_k))
         pairs.check_pairing(pairing_id)
     except ValueError as error:
@@ -425,7 +426,7 @@ def build(settings: GenerateControls) -> CompareRefresh:
         run_comparison,
         [settings.history, settings.task, settings.input_text, settings.pairing, settings.alpha, settings.beta,
          settings.draft_len, settings.max_new_tokens, settings.decoding, settings.seed, settings.temperature,
-         settings.top_p, settings.retrieval_k, settings.downlink_top_k, methods, blind],
+         settings.top_p, settings.retrieval_k, settings.downlink_top_k, settings.adaptive_draft, methods, blind],
         frame_outputs, api_name="compare", concurrency_id=MODELS_CONCURRENCY_ID, concurrency_limit=1,
     )
     stop.click(stop_comparison, None, frame_outputs, cancels=[comparison], api_name="stop_compare", queue=False)

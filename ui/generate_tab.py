@@ -156,14 +156,14 @@ def pairing_changed(pairing_id: str) -> str:
 
 
 def decode_config(method, alpha, beta, draft_len, max_new_tokens, decoding, seed, temperature=1.0, top_p=1.0,
-                  downlink_top_k=64, exact=False) -> DecodeConfig:
+                  downlink_top_k=64, exact=False, adaptive_draft=False) -> DecodeConfig:
     """The engine's config from the widgets' values; raises ValueError with the engine's message."""
     try:
         config = DecodeConfig(
             method=str(method), alpha=float(alpha), beta=float(beta), draft_len=int(draft_len),
             max_new_tokens=int(max_new_tokens), sample=decoding == "sampling", seed=int(seed or 0),
             temperature=float(temperature), top_p=float(top_p), downlink_top_k=int(downlink_top_k),
-            exact=bool(exact) and decoding == "sampling",
+            exact=bool(exact) and decoding == "sampling", adaptive_draft=bool(adaptive_draft),
         )
     except (TypeError, ValueError) as error:
         raise ValueError(f"invalid setting: {error}") from None
@@ -240,11 +240,11 @@ def privacy_report(pair, prepared: Prepared, events: list[TokenEvent], finished:
 def generate_stream(loaded: LoadedHistory | None, task: str, input_text: str, pairing_id: str, method: str,
                     alpha: float, beta: float, draft_len: float, max_new_tokens: float, decoding: str, seed: float,
                     temperature: float, top_p: float, retrieval_k: float, downlink_top_k: float, exact: bool,
-                    request: gr.Request = None) -> Iterator[GenerateView]:
+                    adaptive_draft: bool = False, request: gr.Request = None) -> Iterator[GenerateView]:
     """Stream one generation: status, coloured tokens and live stats, then the privacy report."""
     def produce(flag):
         return _generate(loaded, task, input_text, pairing_id, method, alpha, beta, draft_len, max_new_tokens,
-                         decoding, seed, temperature, top_p, retrieval_k, downlink_top_k, exact, flag)
+                         decoding, seed, temperature, top_p, retrieval_k, downlink_top_k, exact, adaptive_draft, flag)
 
     run = RUNS.start(request, "generate", produce, width=len(GenerateView._fields))
     for frame in run.frames():
@@ -252,11 +252,11 @@ def generate_stream(loaded: LoadedHistory | None, task: str, input_text: str, pa
 
 
 def _generate(loaded, task, input_text, pairing_id, method, alpha, beta, draft_len, max_new_tokens, decoding, seed,
-              temperature, top_p, retrieval_k, downlink_top_k, exact, flag) -> Iterator[GenerateView]:
+              temperature, top_p, retrieval_k, downlink_top_k, exact, adaptive_draft, flag) -> Iterator[GenerateView]:
     skip = gr.skip()
     try:
         config = decode_config(method, alpha, beta, draft_len, max_new_tokens, decoding, seed, temperature, top_p,
-                               downlink_top_k, exact)
+                               downlink_top_k, exact, adaptive_draft)
         prepared = prepare_request(loaded, task, input_text, int(retrieval_k))
         pairs.check_pairing(pairing_id)
     except ValueError as error:  # PairingUnavailable is a ValueError too
@@ -350,6 +350,7 @@ class GenerateControls:
     top_p: gr.Slider
     retrieval_k: gr.Slider
     downlink_top_k: gr.Number
+    adaptive_draft: gr.Checkbox
     history_summary: gr.HTML
 
 
@@ -400,7 +401,11 @@ def build() -> GenerateControls:
                 with gr.Row():
                     retrieval_k = gr.Slider(0, 10, value=3, step=1, label="History items retrieved (BM25 k)")
                     downlink_top_k = gr.Number(value=64, precision=0, minimum=0, label="Downlink top-k (0 = all)")
-                exact = gr.Checkbox(value=False, label="Exact-target sampling (SpecSteer, sampling only)")
+                with gr.Row():
+                    exact = gr.Checkbox(value=False, label="Exact-target sampling (SpecSteer, sampling only)")
+                    adaptive_draft = gr.Checkbox(
+                        value=False, label="Adaptive draft length",
+                        info="Each round drafts the k (at most the slider's) that the measured speed favours")
 
         with gr.Column(scale=3, min_width=420):
             with gr.Row():
@@ -435,11 +440,11 @@ def build() -> GenerateControls:
     generation = queued.then(
         generate_stream,
         [history_state, task, input_text, pairing, method, alpha, beta, draft_len, max_new_tokens, decoding, seed,
-         temperature, top_p, retrieval_k, downlink_top_k, exact],
+         temperature, top_p, retrieval_k, downlink_top_k, exact, adaptive_draft],
         [status, output, stats, retrieved, privacy],  # the order of GenerateView
         api_name="generate", concurrency_id=MODELS_CONCURRENCY_ID, concurrency_limit=1,
     )
     stop.click(stop_generation, None, [status, output, stats, retrieved, privacy], cancels=[generation],
                api_name="stop_generate", queue=False)
     return GenerateControls(history_state, task, input_text, pairing, alpha, beta, draft_len, max_new_tokens,
-                            decoding, seed, temperature, top_p, retrieval_k, downlink_top_k, summary)
+                            decoding, seed, temperature, top_p, retrieval_k, downlink_top_k, adaptive_draft, summary)

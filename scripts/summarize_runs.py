@@ -1,0 +1,89 @@
+"""Markdown tables of stored evaluation runs, for the README.
+
+    .venv/bin/python scripts/summarize_runs.py sqlite:///$PWD/results/longlamp.db RUN [RUN ...]
+
+Rows average over the records on which every cell of the run is stored, so a run that is still
+going (or was stopped) compares like with like. Below each table, every SpecSteer setting is
+compared with SLM+ and LLM record by record on ROUGE-L: records won, the mean difference and its
+95 % bootstrap interval [low, high] (a dozen records make a small sample).
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from specsteer import evaluate  # noqa: E402
+from storage import queries  # noqa: E402
+
+LABELS = {"slm": "SLM", "slm+": "SLM+", "llm": "LLM", "sd": "SD", "lightcosteer": "LightCoSteer",
+          "costeer": "CoSteer", "specsteer": "SpecSteer"}
+
+
+def complete_records(cells: list[dict]) -> list[str]:
+    points = {evaluate._group_key(cell) for cell in cells}
+    by_record: dict[str, set] = {}
+    for cell in cells:
+        by_record.setdefault(cell["record_id"], set()).add(evaluate._group_key(cell))
+    return sorted((record for record, done in by_record.items() if done == points), key=lambda r: (len(r), r))
+
+
+def _value(value, fmt: str) -> str:
+    return "–" if value is None else fmt.format(value)
+
+
+def table(rows: list[dict]) -> list[str]:
+    lines = ["| method | α | β | R-1 | R-L | R-1 stem | R-L stem | acceptance | tok/s | vs llm | mean tokens |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append("| " + " | ".join([
+            LABELS.get(row["method"], row["method"]), _value(row["alpha"], "{:g}"), _value(row["beta"], "{:g}"),
+            f"{row['rouge1']:.2f}", f"{row['rougeL']:.2f}", f"{row['rouge1_stemmed']:.2f}",
+            f"{row['rougeL_stemmed']:.2f}", _value(row["acceptance"] and 100 * row["acceptance"], "{:.0f}%"),
+            _value(row["tok_per_s"], "{:.2f}"), _value(row["speedup"], "{:.2f}×"), f"{row['new_tokens']:.0f}",
+        ]) + " |")
+    return lines
+
+
+def paired(cells: list[dict], ours: tuple, theirs: tuple, metric: str = "rougeL", draws: int = 10000) -> str:
+    """Record-by-record comparison of two grid points on one metric (0-100)."""
+    score = {(evaluate._group_key(cell), cell["record_id"]): 100 * cell[metric] for cell in cells}
+    records = sorted({cell["record_id"] for cell in cells})
+    differences = [score[(ours, record)] - score[(theirs, record)] for record in records]
+    rng = random.Random(0)
+    means = sorted(sum(rng.choices(differences, k=len(differences))) / len(differences) for _ in range(draws))
+    low, high = means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
+    wins = sum(difference > 0 for difference in differences)
+    return f"{wins}/{len(records)} better, {sum(differences) / len(differences):+.2f} [{low:+.2f}, {high:+.2f}]"
+
+
+def main(url: str, names: list[str]) -> None:
+    for name in names:
+        run = queries.get_run_by_name(name, url=url)
+        if run is None:
+            raise SystemExit(f"no run named {name!r} in {url}")
+        cells = queries.run_cells(run["id"], url=url)
+        records = complete_records(cells)
+        kept = [cell for cell in cells if cell["record_id"] in records]
+        rows = evaluate.summarize(kept)
+        print(f"**{name}** ({run['status']}): {len(records)} records complete, {len(cells)} cells stored\n")
+        print("\n".join(table(rows)) + "\n")
+        baselines = [b for b in ("slm+", "llm") if any(row["method"] == b for row in rows)]
+        steered = [row for row in rows if row["method"] == "specsteer"]
+        if not steered or not baselines:
+            continue
+        print("| SpecSteer R-L, record by record | " + " | ".join(f"vs {LABELS[b]}" for b in baselines) + " |")
+        print("|---|" + "---|" * len(baselines))
+        for row in steered:
+            point = ("specsteer", row["alpha"], row["beta"])
+            print(f"| α={row['alpha']:g} β={row['beta']:g} | "
+                  + " | ".join(paired(kept, point, (b, None, None)) for b in baselines) + " |")
+        print()
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        raise SystemExit(__doc__)
+    main(sys.argv[1], sys.argv[2:])

@@ -24,10 +24,10 @@ LABELS = {"slm": "SLM", "slm+": "SLM+", "llm": "LLM", "sd": "SD", "lightcosteer"
 
 
 def complete_records(cells: list[dict]) -> list[str]:
-    points = {evaluate._group_key(cell) for cell in cells}
+    points = {evaluate.grid_key(cell) for cell in cells}
     by_record: dict[str, set] = {}
     for cell in cells:
-        by_record.setdefault(cell["record_id"], set()).add(evaluate._group_key(cell))
+        by_record.setdefault(cell["record_id"], set()).add(evaluate.grid_key(cell))
     return sorted((record for record, done in by_record.items() if done == points), key=lambda r: (len(r), r))
 
 
@@ -50,7 +50,7 @@ def table(rows: list[dict]) -> list[str]:
 
 def paired(cells: list[dict], ours: tuple, theirs: tuple, metric: str = "rougeL", draws: int = 10000) -> str:
     """Record-by-record comparison of two grid points on one metric (0-100)."""
-    score = {(evaluate._group_key(cell), cell["record_id"]): 100 * cell[metric] for cell in cells}
+    score = {(evaluate.grid_key(cell), cell["record_id"]): 100 * cell[metric] for cell in cells}
     records = sorted({cell["record_id"] for cell in cells})
     differences = [score[(ours, record)] - score[(theirs, record)] for record in records]
     rng = random.Random(0)

@@ -357,7 +357,7 @@ def _run_cells(pair: LoadedPair, pending: list[_Cell], prepared: Mapping[str, Pr
 # --------------------------------------------------------------------------- summary
 
 
-def _group_key(cell: Mapping[str, Any]) -> tuple[str, float | None, float | None]:
+def grid_key(cell: Mapping[str, Any]) -> tuple[str, float | None, float | None]:
     return cell["method"], cell["alpha"], cell["beta"]
 
 
@@ -407,7 +407,7 @@ def summarize(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per (method, alpha, beta) from stored cells (``storage.run_cells``); see the module doc."""
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for cell in cells:
-        groups.setdefault(_group_key(cell), []).append(cell)
+        groups.setdefault(grid_key(cell), []).append(cell)
     reference = groups.get((REFERENCE_METHOD, None, None), [])
     return [_summary_row(key, groups[key], reference) for key in sorted(groups, key=_row_order)]
 

@@ -213,6 +213,7 @@ def run_speed(pair, prompts: list[Prepared], cases: list[BenchCase], reference: 
             "step_ms": {name: 1000 * tally.mean_step(name) for name in tally.step_seconds},
         })
     result = {"rows": rows, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
+              "attention": pair.generalist.config._attn_implementation,
               "dtype": str(pair.dtype).replace("torch.", ""), "threads": torch.get_num_threads()}
     if reference:
         result["reference"] = {"method": "transformers-assisted", "tok_per_s": assisted.tok_per_s,
@@ -285,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     speed.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
     speed.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
     speed.add_argument("--no-reference", action="store_true", help="skip transformers' assisted generation")
+    speed.add_argument("--attention", choices=("packed", "sdpa", "eager"), default="packed",
+                       help="attention of both models: 'packed' (default; specsteer.attention) or a transformers one")
     args = parser.parse_args(argv)
 
     from .models import ModelLoadError, load_pair
@@ -298,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ValueError, KeyError, ModelLoadError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.attention != "packed":
+        for model in (pair.specialist, pair.generalist):
+            model.set_attn_implementation(args.attention)
     prompts = load_prompts(args.prompts, args.data)
     result = run_speed(pair, prompts, cases, reference=not args.no_reference, progress=log)
     print(json.dumps(result) if args.json else format_table(result))

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from .attention import use_packed_gqa
 from .registry import (
     CACHE_MARKER,
     DEFAULT_PAIRING,
@@ -466,6 +467,8 @@ def assemble_pair(
     dtype: torch.dtype,
 ) -> LoadedPair:
     """A LoadedPair from two loaded models that share ``tokenizer`` (also used by specsteer.testing)."""
+    for model in (specialist, generalist):
+        use_packed_gqa(model)
     vocab_size = shared_vocab_size(specialist, generalist, tokenizer)
     return LoadedPair(
         pairing_id=pairing_id,

@@ -138,8 +138,8 @@ def bench_cases(methods: list[str], alphas: list[float], draft_lens: list[str], 
     """One case per method, per alpha (specsteer) and per draft length (speculative methods).
 
     A method is an engine method or ``sd-plain``; a draft length is a number or ``auto``
-    (adaptive, at most MAX_AUTO_DRAFT), optionally followed by ``@c``: stop drafting after a
-    draft the Specialist gave less than probability c (``12@0.4``, ``auto@0.4``).
+    (adaptive, at most MAX_AUTO_DRAFT; ``auto:N`` at most N), optionally followed by ``@c``: stop
+    drafting after a draft the Specialist gave less than probability c (``12@0.4``, ``auto:12@0.4``).
     """
     cases = []
     for name in methods:
@@ -147,9 +147,10 @@ def bench_cases(methods: list[str], alphas: list[float], draft_lens: list[str], 
         for alpha in alphas if method == "specsteer" else [0.1]:
             for draft_len in draft_lens if method in ("sd", "specsteer") else draft_lens[:1]:
                 length, _, confidence = draft_len.partition("@")
-                adaptive = length == "auto"
+                adaptive = length.startswith("auto")
+                cap = length.removeprefix("auto").removeprefix(":") if adaptive else length
                 config = DecodeConfig(method=method, alpha=alpha, max_new_tokens=max_new_tokens,
-                                      draft_len=MAX_AUTO_DRAFT if adaptive else int(length),
+                                      draft_len=int(cap) if cap else MAX_AUTO_DRAFT,
                                       adaptive_draft=adaptive, draft_confidence=float(confidence or 0)).validate()
                 cases.append(BenchCase(config, drafter_history=name == method))
     return cases
@@ -239,7 +240,10 @@ def _warm_up(pair, prepared: Prepared, configs: list[DecodeConfig]) -> None:
 
 
 def _draft_label(config: DecodeConfig) -> str:
-    length = "auto" if config.adaptive_draft else str(config.draft_len)
+    if config.adaptive_draft:
+        length = "auto" if config.draft_len == MAX_AUTO_DRAFT else f"auto:{config.draft_len}"
+    else:
+        length = str(config.draft_len)
     return f"{length}@{config.draft_confidence:g}" if config.draft_confidence else length
 
 
@@ -281,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     speed.add_argument("--methods", default=DEFAULT_METHODS)
     speed.add_argument("--alpha", default="0.1", help="comma-separated alphas for specsteer")
     speed.add_argument("--draft-len", default="4,auto", help="comma-separated draft lengths for sd and specsteer: K, 'auto' (adapts k), "
-                       "either with '@C' to stop drafting after a draft of probability < C (e.g. 12@0.4)")
+                       "'auto:N' (adapts k up to N), each with '@C' to stop drafting after a draft of probability < C "
+                       "(e.g. 12@0.4)")
     speed.add_argument("--pairing", default=None)
     speed.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
     speed.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")

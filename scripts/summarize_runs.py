@@ -83,6 +83,7 @@ def main(url: str, names: list[str]) -> None:
                   + " | ".join(paired(kept, point, (b, None, None)) for b in baselines) + " |")
         print()
 
+
 if __name__ == "__main__":
     if len(sys.argv) < 3:
         raise SystemExit(__doc__)

@@ -14,6 +14,7 @@ import threading
 
 import torch
 import torch.nn.functional as F
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 IMPLEMENTATION = "sdpa_packed_gqa"
 _registered = threading.Lock()
@@ -22,12 +23,11 @@ _registered = threading.Lock()
 def packed_gqa_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
                          scaling: float | None = None, **kwargs):
     """``query`` [b, h, q, d]; ``key``, ``value`` [b, kv, L, d]; returns ([b, q, h, d], None) like ``sdpa``."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     groups = getattr(module, "num_key_value_groups", 1)
     batch, heads, length, dim = query.shape
     shared_mask = attention_mask is None or attention_mask.shape[1] == 1  # one mask row for every head
-    if length != 1 or groups == 1 or query.device.type != "cpu" or not shared_mask or kwargs.get("position_bias") is not None:
+    single_cpu_query = length == 1 and query.device.type == "cpu"
+    if not single_cpu_query or groups == 1 or not shared_mask or kwargs.get("position_bias") is not None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     # Query head h reads key/value head h // groups (transformers' repeat_kv order).

@@ -152,6 +152,7 @@ def _run(loaded, task, input_text, pairing_id, alpha, beta, draft_len, max_new_t
     frame.slots = [render.comparison_slot_html(slot_label(slot), None) if slot < len(order) else gr.skip()
                    for slot in range(MAX_SLOTS)]
     yield frame.values()
+
     def status_only(status: str):
         update = Frame()
         update.status = status

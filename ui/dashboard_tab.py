@@ -208,7 +208,8 @@ def _run_batch(source, upload, task, records, methods, alphas, betas, pairing_id
         return
 
     try:
-        pair = yield from load_pair_with_status(pairing_id, lambda status: DashboardView(status, skip, skip, skip, skip))
+        pair = yield from load_pair_with_status(pairing_id,
+                                                lambda status: DashboardView(status, skip, skip, skip, skip))
     except ValueError as error:
         yield _fail(str(error))
         return

@@ -191,10 +191,10 @@ def save_history_row(loaded: LoadedHistory | None) -> int | None:
     return storage.save_history(name=loaded.name, schema=history.schema, items=history.items, user_id=history.user_id)
 
 
-Frame = TypeVar("Frame")
+View = TypeVar("View")
 
 
-def load_pair_with_status(pairing_id: str, frame: Callable[[str], Frame]) -> Generator[Frame, None, LoadedPair]:
+def load_pair_with_status(pairing_id: str, frame: Callable[[str], View]) -> Generator[View, None, LoadedPair]:
     """For ``pair = yield from ...``: yields ``frame(status HTML)`` while the pair loads, returns the pair.
 
     Every loading error becomes a ValueError, so a handler has one thing to catch.
@@ -267,7 +267,8 @@ def _generate(loaded, task, input_text, pairing_id, method, alpha, beta, draft_l
     yield GenerateView(render.message_box("Starting…", "busy"), render.output_html(""),
                        skip, retrieved, render.message_box("The transcript appears when the generation ends.", "info"))
     try:
-        pair = yield from load_pair_with_status(pairing_id, lambda status: GenerateView(status, skip, skip, skip, skip))
+        pair = yield from load_pair_with_status(pairing_id,
+                                                lambda status: GenerateView(status, skip, skip, skip, skip))
     except ValueError as error:
         gr.Warning(render.esc(str(error)))
         yield GenerateView(render.message_box(str(error), "error"), skip, skip, skip, skip)

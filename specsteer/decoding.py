@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 import torch
 from transformers import DynamicCache
 
+from .events import TraceStep
+
 
 # --------------------------------------------------------------------------- sampling
 
@@ -90,13 +92,18 @@ def _nucleus(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
 @dataclass
 class ForwardLog:
-    """Forward passes per model stream, and their time; the first pass of a stream is its prefill."""
+    """Forward passes per model stream, and their time; the first pass of a stream is its prefill.
+
+    ``trace`` (shared with the Link, when there is one) receives every pass as a TraceStep.
+    """
 
     calls: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     prefill_seconds: dict[str, float] = field(default_factory=dict)
+    trace: list[TraceStep] = field(default_factory=list)
 
-    def record(self, name: str, seconds: float) -> None:
+    def record(self, name: str, seconds: float, tokens: int = 1) -> None:
+        self.trace.append(TraceStep("forward", name, tokens, seconds))
         if name not in self.calls:
             self.calls[name] = 0
             self.seconds[name] = 0.0
@@ -175,9 +182,10 @@ class Stream:
         # logits_to_keep: the LM head over a 150k vocabulary costs as much as a
         # few layers, so only the rows asked for are computed.
         out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
+        fed_now = len(self.tokens) - self.fed
         self.fed = len(self.tokens)
         rows = out.logits[0, :, : self.vocab_size].float().cpu()  # [keep, V]
-        self._log.record(self._name, time.perf_counter() - started)
+        self._log.record(self._name, time.perf_counter() - started, fed_now)
         self.last_logits = rows[-1]
         return rows
 

@@ -208,7 +208,7 @@ class _Output:
 def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.Event):
     started = time.perf_counter()
     forward_log = ForwardLog()
-    link = Link()
+    link = Link(trace=forward_log.trace)
     output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids, link, cancel)
     stats = GenerationStats(method=config.method)
     with torch.inference_mode():
@@ -232,6 +232,7 @@ def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.E
     stats.uplink_bytes = link.totals["uplink"]
     stats.downlink_bytes = link.totals["downlink"]
     stats.stop_reason = output.stop_reason or "length"
+    stats.trace = list(forward_log.trace)
     yield Finished("".join(output.pieces), list(output.detokenizer.ids), stats, link.transcript)
 
 

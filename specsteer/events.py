@@ -8,7 +8,7 @@ statistics and the device-cloud transcript of that generation.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Literal
+from typing import Literal, NamedTuple
 
 TokenKind = Literal["accepted", "rejected", "recovered", "bonus", "plain"]
 TOKEN_KINDS: tuple[TokenKind, ...] = ("accepted", "rejected", "recovered", "bonus", "plain")
@@ -46,6 +46,22 @@ class TokenEvent:
         return {"id": self.id, "text": self.text, "kind": self.kind, "round": self.round, "ratio": self.ratio}
 
 
+class TraceStep(NamedTuple):
+    """One step of a generation's timeline, in the order it happened.
+
+    ``kind`` "forward": the model stream ``who`` ("specialist+", "specialist0", "generalist") read
+    ``size`` tokens in one pass that took ``seconds``. ``kind`` "message": ``size`` bytes crossed the
+    link in direction ``who`` ("uplink" / "downlink"); ``seconds`` is the time the link itself took
+    (0 in process). The timeline is what a deployment projection replays under other step times,
+    round-trip times and bandwidths (tuples, so that a stored trace stays small as JSON).
+    """
+
+    kind: Literal["forward", "message"]
+    who: str
+    size: int
+    seconds: float
+
+
 @dataclass
 class GenerationStats:
     method: str
@@ -64,6 +80,7 @@ class GenerationStats:
     uplink_bytes: int = 0
     downlink_bytes: int = 0
     stop_reason: str = "length"  # "eos" | "length" | "cancelled"
+    trace: list[TraceStep] = field(default_factory=list)  # every forward pass and message, in order
 
     def to_dict(self) -> dict:
         return asdict(self)

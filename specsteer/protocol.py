@@ -42,7 +42,7 @@ from .decoding import (
     residual_test,
     steering_entries,
 )
-from .events import LinkMessage
+from .events import LinkMessage, TraceStep
 
 # --------------------------------------------------------------------------- wire format
 #
@@ -145,12 +145,14 @@ class Link:
 
     transcript: list[LinkMessage] = field(default_factory=list)
     totals: dict[str, int] = field(default_factory=lambda: {"uplink": 0, "downlink": 0})
+    trace: list[TraceStep] = field(default_factory=list)  # shared with the ForwardLog: one timeline
 
     def send(self, direction: str, kind: str, payload: dict) -> dict:
         data = encode(kind, payload)
         received_kind, received = decode(data)  # the other side sees only what the bytes carry
         self.transcript.append(LinkMessage(direction, received_kind, _summary(received_kind, received), len(data)))
         self.totals[direction] += len(data)
+        self.trace.append(TraceStep("message", direction, len(data), 0.0))
         return received
 
 

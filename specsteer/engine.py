@@ -31,11 +31,10 @@ import torch
 
 from .decoding import Detokenizer, ForwardLog, Sampler
 from .events import Finished, GenerationStats, TokenEvent
-from .protocol import Cloud, Edge, Link
+from .protocol import MAX_DRAFT_LEN, Cloud, Edge, Link
 
 METHODS = ("slm", "slm+", "llm", "sd", "lightcosteer", "costeer", "specsteer")
 SPECULATIVE = frozenset({"sd", "specsteer"})
-MAX_DRAFT_LEN = 16
 MAX_NEW_TOKENS = 4096
 
 
@@ -218,7 +217,10 @@ def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.E
             loop = _cloud_only(pair, plain_ids, config, forward_log, output, link)
         else:
             loop = _speculative(pair, plain_ids, private_ids, config, forward_log, output, link, stats)
-        yield from loop
+        for event in loop:
+            if stats.ttft_s is None and event.emitted:
+                stats.ttft_s = time.perf_counter() - started
+            yield event
     seconds = time.perf_counter() - started
     new_tokens = len(output.detokenizer.ids)
     stats.new_tokens = new_tokens
@@ -233,6 +235,9 @@ def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.E
     stats.downlink_bytes = link.totals["downlink"]
     stats.stop_reason = output.stop_reason or "length"
     stats.trace = list(forward_log.trace)
+    stats.runtime = pair.runtime
+    stats.precision = pair.precision
+    stats.reused_tokens = dict(forward_log.reused)
     yield Finished("".join(output.pieces), list(output.detokenizer.ids), stats, link.transcript)
 
 
@@ -244,29 +249,40 @@ def _device_only(pair, plain_ids, private_ids, config, forward_log, output):
     personal = config.method == "slm+"
     edge = Edge(pair.specialist, private_ids if personal else plain_ids, pair.vocab_size, forward_log,
                 _sampler(config), pair.eos_token_ids, rule="match", beta=0.0,
-                stream_name="specialist+" if personal else "specialist0")
-    while output.keep_going():
-        yield output.emit(edge.next_token(), "plain", 0)
+                stream_name="specialist+" if personal else "specialist0", max_new_tokens=config.max_new_tokens)
+    try:
+        while output.keep_going():
+            yield output.emit(edge.next_token(), "plain", 0)
+    finally:
+        edge.close()
 
 
 def _open_cloud(pair, plain_ids, config, rule, beta, forward_log, link) -> Cloud:
     cloud = Cloud(pair.generalist, pair.specialist, pair.vocab_size, forward_log)
-    cloud.open(link.send("uplink", "open", {
+    opening = link.send("uplink", "open", {
         "rule": rule, "alpha": min(config.alpha, 1e300), "beta": beta,
         "temperature": config.temperature if config.sample else 0.0, "top_p": config.top_p,
         "top_k": config.downlink_top_k, "bonus": config.bonus or config.method in ("lightcosteer", "costeer"),
-        "seed": config.seed, "prompt": plain_ids,
-    }))
+        "seed": config.seed, "max_new_tokens": config.max_new_tokens, "prompt": plain_ids,
+    })
+    try:
+        cloud.open(opening)
+    except BaseException:
+        cloud.close()
+        raise
     return cloud
 
 
 def _cloud_only(pair, plain_ids, config, forward_log, output, link):
     cloud = _open_cloud(pair, plain_ids, config, "match", 0.0, forward_log, link)
     sampler = _sampler(config)
-    while output.keep_going():
-        message = link.send("downlink", "tokens", cloud.generate(1, sampler))
-        for token in message["ids"]:
-            yield output.emit(token, "plain", 0)
+    try:
+        while output.keep_going():
+            message = link.send("downlink", "tokens", cloud.generate(1, sampler))
+            for token in message["ids"]:
+                yield output.emit(token, "plain", 0)
+    finally:
+        cloud.close()
 
 
 def _rule_and_beta(config: DecodeConfig) -> tuple[str, float]:
@@ -280,14 +296,27 @@ def _rule_and_beta(config: DecodeConfig) -> tuple[str, float]:
 
 
 def _speculative(pair, plain_ids, private_ids, config, forward_log, output, link, stats):
-    """Draft -> Verify -> Recover, one round per iteration."""
+    """The Edge and the Cloud of a speculative method; their streams' caches are given back at the end."""
     rule, beta = _rule_and_beta(config)
     every_token = config.method in ("lightcosteer", "costeer")  # rounds of draft length 0
     cloud = _open_cloud(pair, plain_ids, config, rule, beta, forward_log, link)
-    edge = Edge(pair.specialist, private_ids, pair.vocab_size, forward_log, _sampler(config),
-                pair.eos_token_ids, rule, beta,
-                costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
-                draft_confidence=config.draft_confidence)
+    try:
+        edge = Edge(pair.specialist, private_ids, pair.vocab_size, forward_log, _sampler(config),
+                    pair.eos_token_ids, rule, beta,
+                    costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
+                    draft_confidence=config.draft_confidence, max_new_tokens=config.max_new_tokens)
+    except BaseException:
+        cloud.close()
+        raise
+    try:
+        yield from _rounds(edge, cloud, config, rule, every_token, forward_log, output, link, stats)
+    finally:
+        edge.close()
+        cloud.close()
+
+
+def _rounds(edge, cloud, config, rule, every_token, forward_log, output, link, stats):
+    """Draft -> Verify -> Recover, one round per iteration."""
     chosen_kind = "plain" if every_token else None
     append: list[int] = []
     keep = -1
@@ -339,9 +368,11 @@ class DraftLength:
     """The draft length of each round: fixed, or the k that maximises the bound right now.
 
     Adaptive mode uses this generation's own measurements: the per-token
-    acceptance so far and the mean step times of the three models (a
-    verification pass over a few tokens costs about one step, so t_L and t_S0
-    are taken as flat in k). It starts at the maximum until there is data.
+    acceptance so far, a Specialist step's mean time, and each Cloud model's
+    pass time as a function of the tokens in the pass (fitted on this
+    generation's passes). A transformers pass over a few tokens costs about
+    one step; a llama.cpp pass on a CPU grows with its tokens, which makes
+    long drafts expensive there. It starts at the maximum until there is data.
     """
 
     MIN_VERIFIED = 8
@@ -353,12 +384,49 @@ class DraftLength:
     def choose(self, stats: GenerationStats, log: ForwardLog) -> int:
         if not self.adaptive or stats.verified < self.MIN_VERIFIED:
             return self.maximum
-        steps = log.step_seconds()
-        if "specialist+" not in steps or "generalist" not in steps:
+        draft_cost, large_cost = pass_cost(log.trace, "specialist+"), pass_cost(log.trace, "generalist")
+        if draft_cost is None or large_cost is None:
             return self.maximum
+        if len({tokens for tokens, _ in _passes(log.trace, "generalist")}) < 2:
+            # Every verification so far read as many tokens, so how a pass's time grows with its
+            # tokens is unknown: probe a shorter round once to learn it.
+            return max(1, self.maximum // 2)
+        generic_cost = pass_cost(log.trace, "specialist0") or PassCost(0.0, 0.0)
         acceptance = min(max(stats.accepted / stats.verified, 0.01), 0.99)
         return max(range(1, self.maximum + 1), key=lambda k: speculative_bound(
-            acceptance, k, steps["specialist+"], steps["generalist"], steps.get("specialist0", 0.0)))
+            acceptance, k, draft_cost.seconds(1), large_cost.seconds(k + 1), generic_cost.seconds(k + 1)))
+
+
+@dataclass(frozen=True)
+class PassCost:
+    """Seconds of one pass of a model over ``n`` tokens: ``fixed + per_token * n``."""
+
+    fixed: float
+    per_token: float
+
+    def seconds(self, tokens: int) -> float:
+        return self.fixed + self.per_token * tokens
+
+
+def _passes(trace: Sequence, stream: str) -> list[tuple[int, float]]:
+    """(tokens, seconds) of a stream's passes after its first (the prefill)."""
+    return [(step.size, step.seconds) for step in trace if step.kind == "forward" and step.who == stream][1:]
+
+
+def pass_cost(trace: Sequence, stream: str) -> PassCost | None:
+    """A least-squares line through a stream's passes after its prefill (flat when they all read as
+    many tokens); None before the stream has had two passes."""
+    points = _passes(trace, stream)
+    if not points:
+        return None
+    count = len(points)
+    mean_n = sum(n for n, _ in points) / count
+    mean_t = sum(t for _, t in points) / count
+    spread = sum((n - mean_n) ** 2 for n, _ in points)
+    if spread == 0:
+        return PassCost(mean_t, 0.0)
+    slope = max(sum((n - mean_n) * (t - mean_t) for n, t in points) / spread, 0.0)
+    return PassCost(max(mean_t - slope * mean_n, 0.0), slope)
 
 
 def _at(values: list[float], index: int) -> float | None:

@@ -72,6 +72,7 @@ from .history import HistoryItem
 from .metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
 from .registry import DEFAULT_PAIRING
 from .retrieval import low_similarity_items
+from .runtime import RUNTIME_CHOICES, dtype_label
 from .testing import TEST_PAIRING_ID, shared_tiny_pair
 
 if TYPE_CHECKING:
@@ -137,7 +138,8 @@ class EvalSpec:
     extra_points: tuple[tuple[float, float], ...] = ()
     limit: int | None = None
     pairing: str = DEFAULT_PAIRING
-    dtype: str | None = None  # None: models.default_dtype()
+    runtime: str = "auto"  # "auto" | "llama.cpp" | "transformers" (models.choose_runtime); stored resolved
+    dtype: str | None = None  # transformers only; None: models.default_dtype()
     max_new_tokens: int = 256
     draft_len: int = 4
     retrieval_k: int = 3
@@ -266,10 +268,12 @@ class _Cell:
         return cell_key(self.record.id, self.point.method, self.point.alpha, self.point.beta)
 
 
-def run_config(spec: EvalSpec, pairing_id: str, dtype: str, cells_total: int) -> dict[str, Any]:
+def run_config(spec: EvalSpec, pairing_id: str, runtime: str, dtype: str | None, cells_total: int) -> dict[str, Any]:
+    """The stored config: the runtime as resolved here, so that a resume on another runtime is refused."""
     config = asdict(spec)
     del config["run_name"]
-    config.update(data=str(Path(spec.data).resolve()), pairing=pairing_id, dtype=dtype, cells_total=cells_total)
+    config.update(data=str(Path(spec.data).resolve()), pairing=pairing_id, runtime=runtime, dtype=dtype,
+                  cells_total=cells_total)
     return config
 
 
@@ -292,7 +296,7 @@ def run_grid(
     finished when every cell is stored; a worker done with its share while others are not yet done
     leaves it running.
     """
-    from .models import load_pair, resolve_dtype
+    from .models import choose_runtime, load_pair, resolve_dtype
     from .registry import resolve_pairing
 
     spec.validate()
@@ -303,10 +307,14 @@ def run_grid(
     report = progress or (lambda _: None)
     records, prepared = load_evaluation_records(spec)
     pairing = None if pair is not None else resolve_pairing(spec.pairing)
-    dtype = pair.dtype if pair is not None else resolve_dtype(spec.dtype)
+    runtime = pair.runtime if pair is not None else choose_runtime(pairing, spec.runtime)
+    if pair is not None:
+        dtype = pair.precision
+    else:
+        dtype = dtype_label(resolve_dtype(spec.dtype)) if runtime == "transformers" else None
     cells = [_Cell(record, point) for record in records for point in spec.points()]
     name = spec.run_name or f"{spec.task}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    config = run_config(spec, pair.pairing_id if pair is not None else pairing.id, str(dtype), len(cells))
+    config = run_config(spec, pair.pairing_id if pair is not None else pairing.id, runtime, dtype, len(cells))
     run_id = create_run(name, config, url=url)
     finished = finished_cell_keys(run_id, url=url)
     mine = {record.id for position, record in enumerate(records) if position % shard_count == shard_index}
@@ -315,7 +323,7 @@ def run_grid(
     try:
         if pending:
             report(GridProgress(len(cells) - len(pending), len(cells), "loading"))
-            pair = pair if pair is not None else load_pair(pairing, dtype=dtype)
+            pair = pair if pair is not None else load_pair(pairing, dtype=spec.dtype, runtime=runtime)
         computed = _run_cells(pair, pending, prepared, spec, len(cells), report, cancel, run_id, url)
     except BaseException as error:
         status = "cancelled" if isinstance(error, KeyboardInterrupt) else "failed"
@@ -471,7 +479,10 @@ def build_parser() -> argparse.ArgumentParser:
                         help="extra alpha:beta pairs for SpecSteer only, e.g. 0.5:0.5,0.5:2")
     parser.add_argument("--pairing", default=DEFAULT_PAIRING,
                         help=f"pairing id (default {DEFAULT_PAIRING}); '{TEST_PAIRING_ID}': random models, for tests only")
-    parser.add_argument("--dtype", choices=("bf16", "fp32"), default=None, help="default: bf16 where fast")
+    parser.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto",
+                        help="llama.cpp (GGUF files, CPU), transformers, or auto: llama.cpp where it can run the pairing")
+    parser.add_argument("--dtype", choices=("bf16", "fp32"), default=None,
+                        help="transformers runtime only; default: bf16 where this CPU computes it fast, else fp32")
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--draft-len", type=int, default=4)
     parser.add_argument("--retrieval-k", type=int, default=3, help="profile items retrieved by BM25")
@@ -488,7 +499,8 @@ def build_parser() -> argparse.ArgumentParser:
 def spec_from_args(args: argparse.Namespace) -> EvalSpec:
     return EvalSpec(
         data=resolve_data_source(args.data, args.task), task=args.task, methods=args.methods, alphas=args.alpha,
-        betas=args.beta, extra_points=args.extra_grid, limit=args.limit, pairing=args.pairing, dtype=args.dtype,
+        betas=args.beta, extra_points=args.extra_grid, limit=args.limit, pairing=args.pairing,
+        runtime=args.runtime, dtype=args.dtype,
         max_new_tokens=args.max_new_tokens, draft_len=args.draft_len, retrieval_k=args.retrieval_k,
         noise=args.noise, run_name=args.run_name,
     )

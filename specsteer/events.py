@@ -80,6 +80,10 @@ class GenerationStats:
     uplink_bytes: int = 0
     downlink_bytes: int = 0
     stop_reason: str = "length"  # "eos" | "length" | "cancelled"
+    runtime: str = ""  # "llama.cpp" | "transformers"
+    precision: str = ""  # what the weights compute in: "fp32", "bf16", "Q4_K_M", ...
+    ttft_s: float | None = None  # seconds from the request to the first emitted token
+    reused_tokens: dict[str, int] = field(default_factory=dict)  # prompt tokens read from the prefix cache, per stream
     trace: list[TraceStep] = field(default_factory=list)  # every forward pass and message, in order
 
     def to_dict(self) -> dict:

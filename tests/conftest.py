@@ -63,3 +63,19 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+LLAMA_REQUIRED_ENV = "SPECSTEER_REQUIRE_LLAMA_CPP"
+
+
+def require_llamacpp() -> None:
+    """Skip a llama.cpp test where llama-cpp-python is not built; fail instead where the run says it
+    must be there (CI sets SPECSTEER_REQUIRE_LLAMA_CPP=1, so a broken build cannot pass as skips)."""
+    from specsteer import llamacpp
+
+    usable, reason = llamacpp.status()
+    if usable:
+        return
+    if os.environ.get(LLAMA_REQUIRED_ENV, "").strip() in ("1", "true", "yes"):
+        pytest.fail(reason)
+    pytest.skip(reason)

@@ -23,11 +23,13 @@ def test_bound_matches_design_worked_example():
     assert speculative_bound(0.82, 4, 0.066, 0.180, 0.070, device_steps=5) == pytest.approx(3.4959 / 0.58, rel=1e-4)
 
 
-def _log(draft: float, large: float, generic: float) -> ForwardLog:
+def _log(draft: float, large: float, generic: float, sizes: tuple[int, ...] = (2, 9)) -> ForwardLog:
+    """Passes that cost the same whatever their tokens (a transformers pass over a few tokens)."""
     log = ForwardLog()
     for name, seconds in (("specialist+", draft), ("generalist", large), ("specialist0", generic)):
-        log.record(name, 1.0)  # prefill, excluded from step times
-        log.record(name, seconds)
+        log.record(name, 1.0, tokens=300)  # prefill, excluded from step times
+        for tokens in sizes if name != "specialist+" else (1,):
+            log.record(name, seconds, tokens)
     return log
 
 
@@ -44,6 +46,25 @@ def test_adaptive_draft_length_follows_the_bound():
     # Until there is data, and when fixed, the maximum is used.
     assert choose(GenerationStats(method="specsteer"), costly_drafts) == 8
     assert DraftLength(4, adaptive=False).choose(doubtful, costly_drafts) == 4
+
+
+def test_adaptive_draft_length_learns_how_a_pass_grows_with_its_tokens():
+    choose = DraftLength(maximum=16, adaptive=True).choose
+    confident = GenerationStats(method="specsteer", accepted=99, verified=100)
+    # Every verification so far read 17 tokens: the growth is unknown, so a shorter round is probed.
+    assert choose(confident, _log(0.03, 0.2, 0.1, sizes=(17, 17))) == 8
+    # Passes that grow with their tokens (llama.cpp on a CPU): 60 ms + 50 ms per token for the Generalist.
+    growing = ForwardLog()
+    growing.record("specialist+", 1.0, tokens=300)
+    growing.record("specialist+", 0.03)
+    for name, fixed, per_token in (("generalist", 0.06, 0.05), ("specialist0", 0.02, 0.02)):
+        growing.record(name, 1.0, tokens=300)
+        for tokens in (3, 9, 17):
+            growing.record(name, fixed + per_token * tokens, tokens)
+    expected = max(range(1, 17), key=lambda k: speculative_bound(0.99, k, 0.03, 0.06 + 0.05 * (k + 1),
+                                                                 0.02 + 0.02 * (k + 1)))
+    assert choose(confident, growing) == expected < 16
+    assert choose(confident, _log(0.03, 0.2, 0.1)) == 16  # flat passes: the longest draft wins
 
 
 def test_adaptive_generation_keeps_the_greedy_output():
@@ -76,7 +97,7 @@ def test_speed_report_shape_on_tiny_models():
         ("llm", False), ("specsteer", False), ("specsteer", True), ("sd-plain", False), ("sd-plain", True)]
     plain = cases[-1].prompts_for(prompts[0]).prompts
     assert plain.private == plain.plain == prompts[0].prompts.plain
-    result = json.loads(json.dumps(bench.run_speed(pair, prompts, cases, reference=True)))
+    result = json.loads(json.dumps(bench.run_speed([pair], prompts, cases, reference=True)))
     rows = {(r["method"], r["draft_len"]): r for r in result["rows"]}
     assert rows[("llm", None)]["speedup"] == pytest.approx(1.0)
     for key in ("method", "alpha", "beta", "tok_per_s", "speedup", "acceptance", "bound_tok_per_s"):
@@ -86,5 +107,7 @@ def test_speed_report_shape_on_tiny_models():
     assert specsteer["bound_tok_per_s"] > 0
     assert specsteer["device_bound_tok_per_s"] > 0
     assert all(0 < r["forward_share"] <= 1 for r in result["rows"])
+    assert all(r["runtime"] == "transformers" and r["ttft_s"] > 0 for r in result["rows"])
+    assert result["machine"]["cpu"] and result["machine"]["threads"] >= 1
     assert result["reference"]["method"] == "transformers-assisted"
     assert math.isfinite(result["reference"]["speedup"])

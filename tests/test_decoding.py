@@ -96,9 +96,9 @@ def test_specialist_as_its_own_generalist_accepts_every_greedy_draft():
 def reference_specsteer(pair, plain, private, alpha, beta, k, max_new, top_k):
     """SpecSteer greedy with no KV cache at all: every logit from a full forward pass."""
 
-    def logits(model, ids):
+    def logits(runtime, ids):
         with torch.no_grad():
-            return model(torch.tensor([ids])).logits[0, -1, : pair.vocab_size].float()
+            return runtime.model(torch.tensor([ids])).logits[0, -1, : pair.vocab_size].float()
 
     out: list[int] = []
     while len(out) < max_new:
@@ -143,9 +143,9 @@ def test_stream_crop_matches_recomputation(pair):
         keep = step % 4
         stream.truncate(len(stream) - (4 - keep), rows[keep])
         with torch.no_grad():
-            full = pair.generalist(torch.tensor([stream.tokens])).logits[0, -1, : pair.vocab_size].float()
+            full = pair.generalist.model(torch.tensor([stream.tokens])).logits[0, -1, : pair.vocab_size].float()
         assert torch.allclose(stream.last_logits, full, atol=1e-4)
-        assert stream.cache.get_seq_length() == len(stream)
+        assert stream.sequence.tokens == stream.tokens
 
 
 def test_forward_passes_are_per_round_not_per_token(pair):
@@ -263,9 +263,9 @@ def test_exact_variant_end_to_end_matches_steered_target():
     private = small.tokenizer.encode("xyz history ") + plain
     temperature = 0.35  # concentrates Q on a handful of tokens so a few hundred samples suffice
     with torch.no_grad():
-        z_large = small.generalist(torch.tensor([plain])).logits[0, -1, : small.vocab_size].float()
-        z_generic = small.specialist(torch.tensor([plain])).logits[0, -1, : small.vocab_size].float()
-        z_private = small.specialist(torch.tensor([private])).logits[0, -1, : small.vocab_size].float()
+        z_large = small.generalist.model(torch.tensor([plain])).logits[0, -1, : small.vocab_size].float()
+        z_generic = small.specialist.model(torch.tensor([plain])).logits[0, -1, : small.vocab_size].float()
+        z_private = small.specialist.model(torch.tensor([private])).logits[0, -1, : small.vocab_size].float()
     Q = torch.softmax((z_large + z_private - z_generic) / temperature, -1)
     q = torch.softmax(z_private / temperature, -1)
     n = 600

@@ -9,8 +9,6 @@ import threading
 import time
 from pathlib import Path
 
-import gguf
-import numpy as np
 import pytest
 import torch
 
@@ -34,7 +32,8 @@ from specsteer.registry import (
     converted_model_dir,
     package_problems,
 )
-from specsteer.testing import IM_END_ID, TOKENIZER_SIZE, tiny_model, tiny_pair, tiny_tokenizer
+from specsteer.runtime import TransformersModel
+from specsteer.testing import IM_END_ID, TOKENIZER_SIZE, tiny_model, tiny_pair, tiny_tokenizer, write_tiny_gguf
 
 
 @pytest.fixture(autouse=True)
@@ -47,54 +46,6 @@ def isolated_cache(tmp_path, monkeypatch):
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def write_tiny_gguf(path: Path, seed: int, vocab_size: int = 320) -> torch.nn.Module:
-    """Write tiny_model(seed) as an unquantized qwen2 GGUF, the layout llama.cpp uses; return the model."""
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    model = tiny_model(seed, vocab_size)
-    config = model.config
-    writer = gguf.GGUFWriter(str(path), "qwen2")
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    spelling = bytes_to_unicode()
-    padding = [f"[PAD{i}]" for i in range(TOKENIZER_SIZE, vocab_size)]  # as real Qwen GGUFs pad
-    tokens = [spelling[b] for b in range(256)] + ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] + padding
-    writer.add_tokenizer_model("gpt2")
-    writer.add_tokenizer_pre("qwen2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([1] * 256 + [3] * 3 + [1] * len(padding))  # 3 marks control tokens
-    writer.add_token_scores([0.0] * len(tokens))
-    writer.add_eos_token_id(IM_END_ID)
-    writer.add_pad_token_id(256)
-    writer.add_chat_template(tiny_tokenizer().chat_template)
-    for name, tensor in model.state_dict().items():
-        writer.add_tensor(_gguf_tensor_name(name), tensor.numpy().astype(np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return model
-
-
-def _gguf_tensor_name(name: str) -> str:
-    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-           "lm_head.weight": "output.weight"}
-    if name in top:
-        return top[name]
-    block = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
-    _, _, index, rest = name.split(".", 3)
-    module, kind = rest.rsplit(".", 1)
-    return f"blk.{index}.{block[module]}.{kind}"
 
 
 def install_chunk_packages(site: Path, prefix: str, payload: bytes, count: int, version: str = "0.1.0",
@@ -139,6 +90,8 @@ def save_tiny(directory: Path, seed: int, vocab_size: int, tokenizer=None) -> Pa
 
 
 def logits(model, text: str) -> torch.Tensor:
+    """Every position's logits of a transformers model, given as is or as the runtime that holds it."""
+    model = model.model if isinstance(model, TransformersModel) else model
     with torch.no_grad():
         return model(torch.tensor([tiny_tokenizer().encode(text)])).logits[0].float()
 
@@ -165,7 +118,7 @@ def test_offline_gguf_is_assembled_verified_converted_and_cached(tmp_path, site,
     assert torch.allclose(logits(model, "héllo"), logits(original, "héllo"), atol=0.05)
 
     # A second load reads the cache and never touches the packages again.
-    monkeypatch.setattr(models, "verified_gguf", _must_not_be_called)
+    monkeypatch.setattr(models, "offline_gguf", _must_not_be_called)
     assert load_model(spec, "bf16").dtype == torch.bfloat16
 
 
@@ -280,11 +233,11 @@ def test_local_pair_with_padded_vocabularies_of_different_sizes(tmp_path):
 
     assert pair.vocab_size == 288 >= len(pair.tokenizer)
     assert pair.eos_token_ids == frozenset({IM_END_ID, 256})
-    assert pair.dtype == torch.float32 and pair.pairing_id == pairing.id
-    assert not pair.specialist.training and not pair.generalist.training
+    assert pair.precision == "fp32" and pair.runtime == "transformers" and pair.pairing_id == pairing.id
+    assert not pair.specialist.model.training and not pair.generalist.model.training
     assert torch.is_grad_enabled()  # loading must not switch autograd off globally
     assert load_pair(pairing, dtype="fp32") is pair  # the in-process cache
-    assert load_pair(pairing, dtype="bf16").specialist.dtype == torch.bfloat16
+    assert load_pair(pairing, dtype="bf16").specialist.model.dtype == torch.bfloat16
 
 
 def test_concurrent_callers_share_one_load(tmp_path):
@@ -335,7 +288,7 @@ def test_output_layer_smaller_than_the_tokenizer_is_refused():
     small = tiny_model(0, 320)
     small.resize_token_embeddings(200)
     with pytest.raises(ModelLoadError, match="200 rows"):
-        shared_vocab_size(small, tiny_model(1, 320), tiny_tokenizer())
+        shared_vocab_size(TransformersModel(small), TransformersModel(tiny_model(1, 320)), tiny_tokenizer())
 
 
 def test_dtype_names():
@@ -353,7 +306,8 @@ def test_dtype_names():
 def test_tiny_pair_is_deterministic_and_seeds_differ():
     first, second = tiny_pair(seed=0, generalist_seed=1), tiny_pair(seed=0, generalist_seed=1)
     for a, b in ((first.specialist, second.specialist), (first.generalist, second.generalist)):
-        assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values(), strict=True))
+        assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values(),
+                                                     strict=True))
     assert not torch.equal(logits(first.specialist, "abc"), logits(first.generalist, "abc"))
 
 
@@ -385,7 +339,7 @@ def test_eos_bias_makes_generations_end():
     eager = tiny_pair(eos_bias=6.0)
     ids = torch.tensor([eager.tokenizer.encode("stop soon")])
     with torch.no_grad():
-        out = eager.generalist.generate(ids, max_new_tokens=40, do_sample=False)[0, ids.shape[1]:]
+        out = eager.generalist.model.generate(ids, max_new_tokens=40, do_sample=False)[0, ids.shape[1]:]
     assert int(out[-1]) == IM_END_ID
 
 
@@ -411,7 +365,7 @@ def test_real_default_pair_loads_from_the_cache(monkeypatch):
     roles = (pairing.specialist, pairing.generalist)
     if any(package_problems(spec) and not converted_cache_ready(spec) for spec in roles):
         pytest.skip("offline model packages not installed (scripts/install_models.sh)")
-    pair = load_pair(DEFAULT_PAIRING, dtype="bf16")
+    pair = load_pair(DEFAULT_PAIRING, dtype="bf16", runtime="transformers")
     assert pair.vocab_size == 151936
     im_end = pair.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert {im_end, pair.tokenizer.convert_tokens_to_ids("<|endoftext|>")} <= pair.eos_token_ids
@@ -419,5 +373,5 @@ def test_real_default_pair_loads_from_the_cache(monkeypatch):
                                                 add_generation_prompt=True)
     ids = pair.tokenizer.encode(prompt)
     with torch.no_grad():
-        out = pair.specialist.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)
+        out = pair.specialist.model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)
     assert pair.tokenizer.decode(out[0, len(ids):], skip_special_tokens=True).strip()

@@ -34,7 +34,7 @@ def history_with_canary():
 def test_messages_roundtrip_and_sizes_are_exact():
     cases = [
         ("open", {"rule": "ratio", "alpha": 0.1, "beta": 1.0, "temperature": 0.0, "top_k": 64, "bonus": True,
-                  "top_p": 1.0, "seed": 7, "prompt": [1, 2, 3]}),
+                  "top_p": 1.0, "seed": 7, "max_new_tokens": 64, "prompt": [1, 2, 3]}),
         ("draft", {"keep": -1, "append": [9], "draft": [4, 5, 6, 7]}),
         ("verdict", {"accepted": 2, "ids": [3, 1], "values": np.array([0.5, -1.0], np.float32),
                      "extra": np.zeros(0, np.float32)}),

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Compiles llama.cpp for this CPU (the pinned llama-cpp-python, which PyPI ships as source only) and
+# installs it into .venv. The wheel is kept in $SPECSTEER_CACHE/wheels/<version>-<cpu key>, so a later
+# set-up on a machine with the same CPU model and instruction set reuses it, and one with another CPU
+# builds its own: a native build (GGML_NATIVE=ON) may use every instruction of the CPU it was compiled
+# on. A failed build is reported and set-up goes on: the app then runs on the transformers runtime.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+python=.venv/bin/python
+pin=$(grep -E '^llama-cpp-python==' requirements.txt | cut -d' ' -f1)
+version=${pin#llama-cpp-python==}
+cache=${SPECSTEER_CACHE:-$HOME/.cache/specsteer}
+key=$("$python" -m specsteer.llamacpp cpu-key 2>/dev/null)
+wheels=$cache/wheels/llama-cpp-python-$version-${key:-unknown}
+mkdir -p "$wheels"
+
+if ! compgen -G "$wheels/llama_cpp_python-*.whl" >/dev/null; then
+  log=$wheels/build.log
+  echo "[setup] compiling llama.cpp ($pin) for this CPU, once: about 10-15 minutes on 2 cores (log: $log)"
+  started=$SECONDS
+  # LLAVA_BUILD=OFF: the multimodal library is not used here and is a third of the build.
+  # --no-cache-dir: pip's own wheel cache is not keyed by CPU, so a native wheel must not land in it.
+  CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+    "$python" -m pip wheel --no-deps --no-cache-dir --disable-pip-version-check -v -w "$wheels.partial" "$pin" 2>&1 \
+    | tee "$log" | grep --line-buffered -oE '^\[[0-9]+/[0-9]+\]' | awk -F'[][/]' '
+        { step = $2; total = $3; pct = int(100 * step / total) }
+        pct >= next_report { printf "[setup]   llama.cpp build %d%% (%d/%d)\n", pct, step, total; fflush(); next_report = pct + 10 }'
+  if compgen -G "$wheels.partial/llama_cpp_python-*.whl" >/dev/null; then
+    mv "$wheels.partial"/llama_cpp_python-*.whl "$wheels/" && rm -rf "$wheels.partial"
+    echo "[setup] llama.cpp compiled in $(( (SECONDS - started) / 60 )) min"
+  else
+    rm -rf "$wheels.partial"
+    echo "[setup] WARNING: compiling llama.cpp failed (see $log). SpecSteer will use the transformers" \
+         "runtime, which is several times slower on a CPU; run scripts/setup.sh again to retry." >&2
+    exit 0
+  fi
+fi
+"$python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall "$wheels"/llama_cpp_python-*.whl
+"$python" -m pip install --quiet --disable-pip-version-check "$pin"   # its small dependencies
+"$python" -m specsteer.llamacpp stamp --native >/dev/null
+"$python" -m specsteer.llamacpp check | sed 's/^/[setup] llama.cpp runtime: /'

@@ -1,0 +1,372 @@
+"""The llama.cpp runtime: a GGUF file read directly, through llama-cpp-python's C-API bindings.
+
+Only the low-level, stable surface of the bindings is used (``llama_model_load_from_file``,
+``llama_init_from_model``, ``llama_batch_init``, ``llama_decode``, ``llama_get_logits_ith``,
+``llama_memory_seq_rm``): the high-level ``Llama`` class keeps per-position logits and cache
+removal behind private attributes that changed within 0.3.x.
+
+One :class:`LlamaCppModel` holds the weights once (memory-mapped); every :class:`LlamaCppSequence`
+is a llama.cpp context of its own (its own KV cache) over those weights. So the Edge's Specialist
+and the Cloud's generic Specialist copy share one copy of the weights when they run in one process.
+
+A pass asks llama.cpp for logits only at the positions the caller needs (``llama_batch.logits``),
+and a rollback removes KV entries (``llama_memory_seq_rm``) instead of reading the prefix again.
+llama.cpp's results depend slightly on how tokens are batched (a multi-token pass and single
+steps differ by up to a few tenths of a logit), so llama.cpp is held to agreement with a fresh
+evaluation within a tolerance, not to equality; exactness lives on fp32 transformers models.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import hashlib
+import importlib.util
+import json
+import platform
+import sys
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from .runtime import ModelRuntime, Sequence, check_rows, cpu_threads
+
+# llama.cpp's own name for the package, pinned in requirements.txt and built by scripts/setup.sh.
+PACKAGE = "llama-cpp-python"
+BATCH_TOKENS = 512  # tokens per llama_decode call; a longer prompt is read in chunks
+CONTEXT_STEP = 4096  # contexts are sized in these steps, so most sequences fit any later prompt
+_SEQ = 0  # every context holds one sequence
+
+_backend_lock = threading.Lock()
+_backend_ready = False
+
+
+class LlamaCppUnavailable(RuntimeError):
+    """llama-cpp-python is missing or its build does not load; the message names the fallback."""
+
+
+# What a build of llama.cpp assumes of the CPU it runs on. A native build (GGML_NATIVE=ON, what
+# scripts/setup.sh makes) may use any instruction of the CPU it was compiled on; a portable one
+# (GGML_NATIVE=OFF: the Docker image, a Space's `pip install`) assumes x86-64 with AVX2, FMA and F16C.
+# Running a build on a CPU without those instructions kills the process (SIGILL) instead of raising,
+# so the stamp written beside the installed package is checked before the library is loaded.
+BUILD_STAMP = "specsteer-build.json"
+PORTABLE_X86_FLAGS = ("avx", "avx2", "fma", "f16c")
+
+
+def _cpu() -> tuple[str, frozenset[str]]:
+    model, flags = "", frozenset()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and not model:
+                model = value.strip()
+            elif key.strip() in ("flags", "Features") and not flags:
+                flags = frozenset(value.split())
+    except OSError:
+        pass
+    return model or platform.processor() or platform.machine(), flags
+
+
+def cpu_key() -> str:
+    """Names this CPU model and instruction set: a native build is reusable exactly where it matches."""
+    model, flags = _cpu()
+    return hashlib.sha256(f"{platform.machine()}|{model}|{' '.join(sorted(flags))}".encode()).hexdigest()[:16]
+
+
+def _stamp_path() -> Path | None:
+    found = importlib.util.find_spec("llama_cpp")
+    if found is None or not found.submodule_search_locations:
+        return None
+    return Path(next(iter(found.submodule_search_locations))) / BUILD_STAMP
+
+
+def write_build_stamp(native: bool) -> Path:
+    """Record, beside the installed package, which CPU the build may run on."""
+    path = _stamp_path()
+    if path is None:
+        raise SystemExit(f"{PACKAGE} is not installed")
+    model, flags = _cpu()
+    required = sorted(flags) if native else [flag for flag in PORTABLE_X86_FLAGS if platform.machine() in ("x86_64", "AMD64")]
+    path.write_text(json.dumps({"native": native, "cpu": model, "machine": platform.machine(),
+                                "required_flags": required}, indent=1) + "\n")
+    return path
+
+
+def build_problem() -> str | None:
+    """Why the installed build must not run on this CPU, or None. A build without a stamp (installed
+    by plain pip) is taken to be the portable one."""
+    path = _stamp_path()
+    model, flags = _cpu()
+    try:
+        stamp = json.loads(path.read_text()) if path is not None and path.is_file() else None
+    except (OSError, ValueError):
+        stamp = None
+    if stamp is None:
+        machine = platform.machine()
+        stamp = {"native": False, "cpu": "any", "machine": machine,
+                 "required_flags": list(PORTABLE_X86_FLAGS) if machine in ("x86_64", "AMD64") else []}
+    if stamp.get("machine") != platform.machine():
+        return f"it was built for {stamp.get('machine')}, and this machine is {platform.machine()}"
+    missing = sorted(set(stamp.get("required_flags", [])) - flags) if flags else []
+    if missing:
+        built_for = f"the CPU it was compiled on ({stamp.get('cpu')})" if stamp.get("native") else "x86-64 with AVX2"
+        return (f"it was built for {built_for}, and this CPU ({model}) lacks {', '.join(missing[:6])}"
+                f"{' …' if len(missing) > 6 else ''}")
+    return None
+
+
+@lru_cache(maxsize=1)
+def _bindings():
+    """The llama_cpp module, imported once; LlamaCppUnavailable says why it cannot be."""
+    problem = build_problem() if importlib.util.find_spec("llama_cpp") is not None else None
+    if problem:
+        raise LlamaCppUnavailable(
+            f"the llama.cpp runtime is unavailable: the installed {PACKAGE} must not run here ({problem}). "
+            "Rebuild it on this machine with `bash scripts/setup.sh`, or use the transformers runtime "
+            "(--runtime transformers)."
+        )
+    try:
+        import llama_cpp
+    except Exception as error:  # ImportError, or OSError from a broken shared library
+        raise LlamaCppUnavailable(
+            f"the llama.cpp runtime is unavailable: {PACKAGE} does not import here ({type(error).__name__}: "
+            f"{error}). Build it with `bash scripts/setup.sh` (compiles llama.cpp once, about 10-15 minutes "
+            "on 2 cores), or use the transformers runtime instead (--runtime transformers)."
+        ) from error
+    return llama_cpp
+
+
+def status() -> tuple[bool, str]:
+    """(usable, a short reason) without raising: for `pairings`, the UI and `auto`."""
+    try:
+        module = _bindings()
+    except LlamaCppUnavailable as error:
+        return False, str(error)
+    return True, f"{PACKAGE} {getattr(module, '__version__', '?')}"
+
+
+def version() -> str | None:
+    try:
+        return getattr(_bindings(), "__version__", None)
+    except LlamaCppUnavailable:
+        return None
+
+
+def _silence_log(ll) -> None:
+    """llama.cpp reports every tensor it loads on stderr; keep only errors."""
+    level_error = 4  # enum ggml_log_level in ggml.h: NONE, DEBUG, INFO, WARN, ERROR, CONT
+
+    @ll.llama_log_callback
+    def quiet(level, text, _user_data):
+        if level == level_error:
+            import sys
+
+            sys.stderr.write(text.decode("utf-8", "replace"))
+
+    _silence_log.callback = quiet  # the C side keeps only a pointer: keep the Python object alive
+    ll.llama_log_set(quiet, ctypes.c_void_p(0))
+
+
+def _ensure_backend(ll) -> None:
+    global _backend_ready
+    with _backend_lock:
+        if not _backend_ready:
+            _silence_log(ll)
+            ll.llama_backend_init()
+            _backend_ready = True
+
+
+class LlamaCppModel(ModelRuntime):
+    """A GGUF model loaded once; sequences are contexts over its weights."""
+
+    runtime = "llama.cpp"
+
+    def __init__(self, path: str | Path, name: str = "", threads: int | None = None) -> None:
+        ll = _bindings()
+        _ensure_backend(ll)
+        self._ll = ll
+        self.path = Path(path)
+        self.threads = threads or cpu_threads()
+        params = ll.llama_model_default_params()
+        params.n_gpu_layers = 0  # this build is the CPU one
+        model = ll.llama_model_load_from_file(str(self.path).encode(), params)
+        if not model:
+            raise ValueError(f"llama.cpp could not load the GGUF file {self.path}")
+        self._model = model
+        vocab = ll.llama_model_get_vocab(model)
+        self._rows = int(ll.llama_vocab_n_tokens(vocab))
+        self._end_ids = frozenset(
+            int(i) for i in (ll.llama_vocab_eos(vocab), ll.llama_vocab_eot(vocab)) if int(i) >= 0)
+        self._train_context = int(ll.llama_model_n_ctx_train(model))
+        buffer = ctypes.create_string_buffer(256)
+        ll.llama_model_desc(model, buffer, ctypes.sizeof(buffer))
+        self.description = buffer.value.decode("utf-8", "replace")  # e.g. "qwen2 1.5B Q4_K - Medium"
+        self.size_bytes = int(ll.llama_model_size(model))
+        # f16 keys and values of every layer: what one cached token costs a context.
+        head_dim = int(ll.llama_model_n_embd(model)) // max(1, int(ll.llama_model_n_head(model)))
+        self.kv_bytes_per_token = 2 * 2 * int(ll.llama_model_n_layer(model)) * head_dim * int(ll.llama_model_n_head_kv(model))
+        super().__init__(name or self.path.stem)
+
+    @property
+    def output_rows(self) -> int:
+        return self._rows
+
+    @property
+    def precision(self) -> str:
+        return _quantization_label(self.description)
+
+    @property
+    def end_token_ids(self) -> frozenset[int]:
+        return self._end_ids
+
+    def new_sequence(self, capacity: int) -> Sequence:
+        size = -(-max(capacity, 1) // CONTEXT_STEP) * CONTEXT_STEP
+        if size > self._train_context > 0:
+            if capacity > self._train_context:
+                raise ValueError(f"{self.name} reads at most {self._train_context} tokens; "
+                                 f"this request needs {capacity} (prompt + new tokens)")
+            size = self._train_context
+        return LlamaCppSequence(self, size)
+
+    def close(self) -> None:
+        self.prefix_cache.clear()
+        if self._model:
+            self._ll.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self) -> None:  # contexts first (through the cache), then the weights
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _quantization_label(description: str) -> str:
+    """"qwen2 1.5B Q4_K - Medium" -> "Q4_K_M", "qwen2 ?B (guessed) all F32" -> "F32"; the description
+    itself when it has another form."""
+    parts = description.split(" ", 2)
+    if len(parts) < 3:
+        return description
+    kind = parts[2].removeprefix("(guessed) ").removeprefix("all ")
+    for suffix, letter in ((" - Medium", "_M"), (" - Small", "_S"), (" - Large", "_L")):
+        if kind.endswith(suffix):
+            return kind.removesuffix(suffix) + letter
+    return kind
+
+
+class LlamaCppSequence(Sequence):
+    """One llama.cpp context: a KV cache of ``capacity`` tokens over the model's weights."""
+
+    def __init__(self, model: LlamaCppModel, capacity: int) -> None:
+        super().__init__()
+        ll = model._ll
+        self._ll = ll
+        self._owner = model  # keeps the weights alive while this context exists
+        self.capacity = capacity
+        params = ll.llama_context_default_params()
+        params.n_ctx = capacity
+        params.n_batch = BATCH_TOKENS
+        params.n_ubatch = BATCH_TOKENS
+        params.n_seq_max = 1
+        params.n_threads = model.threads
+        params.n_threads_batch = model.threads
+        params.no_perf = True
+        context = ll.llama_init_from_model(model._model, params)
+        if not context:
+            raise MemoryError(f"llama.cpp could not create a {capacity}-token context for {model.name}")
+        self._context = context
+        self._memory = ll.llama_get_memory(context)
+        self._batch = ll.llama_batch_init(BATCH_TOKENS, 0, 1)
+        self._rows = model.output_rows
+        self._kv_bytes = capacity * model.kv_bytes_per_token
+
+    def fits(self, length: int) -> bool:
+        return length <= self.capacity
+
+    def extend(self, ids: list[int], rows: int):
+        import torch  # imported by whoever decodes; kept out of this module's import for registry.py
+
+        check_rows(ids, rows)
+        if len(self.tokens) + len(ids) > self.capacity:
+            raise ValueError(f"the sequence would exceed its {self.capacity}-token context")
+        first_kept = len(ids) - rows
+        out = np.empty((rows, self._rows), dtype=np.float32)
+        filled = 0
+        for start in range(0, len(ids), BATCH_TOKENS):
+            chunk = ids[start:start + BATCH_TOKENS]
+            wanted = [i for i in range(len(chunk)) if start + i >= first_kept]
+            self._decode(chunk, wanted)
+            for index in wanted:
+                pointer = self._ll.llama_get_logits_ith(self._context, index)
+                out[filled] = np.ctypeslib.as_array(pointer, shape=(self._rows,))
+                filled += 1
+            self.tokens.extend(chunk)
+        return torch.from_numpy(out)
+
+    def _decode(self, chunk: list[int], wanted: list[int]) -> None:
+        batch, position = self._batch, len(self.tokens)
+        batch.n_tokens = len(chunk)
+        keep = set(wanted)
+        for i, token in enumerate(chunk):
+            batch.token[i] = token
+            batch.pos[i] = position + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = _SEQ
+            batch.logits[i] = i in keep
+        code = self._ll.llama_decode(self._context, batch)
+        if code != 0:
+            # 1: no KV slot (context full); 2: aborted; < 0: invalid batch or a fatal error. Either
+            # way the cache may hold part of the chunk: drop it so that tokens and cache agree.
+            self._ll.llama_memory_seq_rm(self._memory, _SEQ, position, -1)
+            raise RuntimeError(f"llama_decode failed with code {code} at position {position}")
+
+    def crop(self, length: int) -> None:
+        if length < len(self.tokens):
+            if not self._ll.llama_memory_seq_rm(self._memory, _SEQ, length, -1):
+                raise RuntimeError(f"llama.cpp could not remove cached tokens from position {length}")
+            del self.tokens[length:]
+
+    @property
+    def nbytes(self) -> int:
+        """The KV cache a context allocates up front, whatever it holds now."""
+        return self._kv_bytes if self._context else 0
+
+    def close(self) -> None:
+        if getattr(self, "_context", None):
+            self._ll.llama_batch_free(self._batch)
+            self._ll.llama_free(self._context)
+            self._context = None
+            self.tokens = []
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Set-up helpers: ``cpu-key`` (names the wheel cache), ``stamp`` (after an install), ``check``."""
+    parser = argparse.ArgumentParser(prog="python -m specsteer.llamacpp", description=main.__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("cpu-key")
+    stamp = commands.add_parser("stamp")
+    stamp.add_argument("--native", action="store_true")
+    commands.add_parser("check")
+    args = parser.parse_args(argv)
+    if args.command == "cpu-key":
+        print(cpu_key())
+    elif args.command == "stamp":
+        print(write_build_stamp(args.native))
+    else:
+        usable, reason = status()
+        print(reason)
+        return 0 if usable else 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,319 @@
+"""The runtime contract: what the decoding core needs of a model, held by both runtimes.
+
+The same tiny fp32 weights run on transformers and, written as a GGUF, on llama.cpp. transformers is
+held to exact recomputation (its cached and uncached passes agree to float rounding); llama.cpp is
+held to agreement within a tolerance, because its kernels give slightly different results for a
+multi-token pass than for single steps. The last tests do the same on the real offline Specialist.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+import torch
+
+from conftest import require_llamacpp
+from specsteer.decoding import ForwardLog, Stream
+from specsteer.engine import DecodeConfig, collect, generate_ids
+from specsteer.models import assemble_pair
+from specsteer.runtime import PrefixCache, Sequence, TransformersModel
+from specsteer.testing import IM_END_ID, tiny_model, tiny_tokenizer, write_tiny_gguf
+
+# How far a row may be from a fresh evaluation of the same tokens. llama.cpp on the tiny fp32 model
+# measured ~5e-4 between batched and single-token passes; its logits spread over a few units.
+TOLERANCE = {"transformers": 1e-4, "llama.cpp": 5e-3}
+TEXT = "Rivers carry water to the sea; naïve 東京 🚀 ends here."
+
+
+@pytest.fixture(scope="module")
+def gguf_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("gguf")
+
+
+def _model(runtime: str, seed: int, gguf_dir, eos_bias: float = 0.0):
+    if runtime == "transformers":
+        return TransformersModel(tiny_model(seed, eos_bias=eos_bias), f"tiny-{seed}")
+    require_llamacpp()
+    from specsteer.llamacpp import LlamaCppModel
+
+    path = gguf_dir / f"tiny-{seed}-{eos_bias}.gguf"
+    if not path.exists():
+        write_tiny_gguf(path, seed, eos_bias=eos_bias)
+    return LlamaCppModel(path, name=f"tiny-{seed}", threads=1)
+
+
+RUNTIMES = ["transformers", "llama.cpp"]
+
+
+@pytest.fixture(params=RUNTIMES)
+def runtime(request):
+    return request.param
+
+
+def _ids() -> list[int]:
+    return tiny_tokenizer().encode(TEXT)
+
+
+def _fresh_rows(model, ids: list[int], rows: int) -> torch.Tensor:
+    sequence = model.new_sequence(len(ids) + 8)
+    try:
+        return sequence.extend(ids, rows)
+    finally:
+        sequence.close()
+
+
+def _assert_close(actual: torch.Tensor, expected: torch.Tensor, runtime: str) -> None:
+    difference = float((actual - expected).abs().max())
+    assert difference <= TOLERANCE[runtime], f"{runtime}: rows differ by {difference}"
+
+
+def test_extend_returns_fp32_rows_for_the_last_positions_only(runtime, gguf_dir):
+    model = _model(runtime, 0, gguf_dir)
+    ids = _ids()
+    every = _fresh_rows(model, ids, len(ids))  # [n, V]
+    assert every.dtype == torch.float32 and every.shape == (len(ids), model.output_rows)
+    last_three = _fresh_rows(model, ids, 3)
+    _assert_close(last_three, every[-3:], runtime)
+    # Read in pieces: the rows after each piece equal the one-pass rows there.
+    sequence = model.new_sequence(len(ids))
+    first = sequence.extend(ids[:10], 1)
+    rest = sequence.extend(ids[10:], len(ids) - 10)
+    _assert_close(first[0], every[9], runtime)
+    _assert_close(rest, every[10:], runtime)
+    assert sequence.tokens == ids
+    with pytest.raises(ValueError):
+        sequence.extend([1, 2], 3)
+
+
+def test_crop_at_every_position_continues_like_a_fresh_evaluation(runtime, gguf_dir):
+    model = _model(runtime, 1, gguf_dir)
+    ids = _ids()
+    expected = _fresh_rows(model, ids, len(ids))
+    sequence = model.new_sequence(len(ids))
+    sequence.extend(ids, 1)
+    for position in range(len(ids) - 1, 0, -1):
+        sequence.crop(position)
+        assert sequence.tokens == ids[:position]
+        row = sequence.extend(ids[position:position + 1], 1)[0]
+        _assert_close(row, expected[position], runtime)
+        sequence.crop(position)  # what was just read is forgotten again before the next, earlier crop
+
+
+def test_rollback_then_another_continuation(runtime, gguf_dir):
+    """A rejected draft: the cache is cut back and other tokens follow, as if the draft never was."""
+    model = _model(runtime, 2, gguf_dir)
+    ids = _ids()
+    other = tiny_tokenizer().encode(" and the ocean")
+    sequence = model.new_sequence(64)
+    sequence.extend(ids, 1)
+    sequence.crop(12)
+    rows = sequence.extend(other, len(other))
+    _assert_close(rows, _fresh_rows(model, ids[:12] + other, len(other)), runtime)
+
+
+def test_stream_rounds_match_recomputation(runtime, gguf_dir):
+    """The decoding core's Stream on either runtime: drafts appended, verified, partly kept."""
+    model = _model(runtime, 3, gguf_dir)
+    torch.manual_seed(0)
+    stream = Stream(model, list(range(10, 30)), model.output_rows, ForwardLog(), "generalist", capacity=64)
+    stream.predict(1)
+    for step in range(6):
+        stream.append(torch.randint(0, 250, (4,)).tolist())
+        rows = stream.predict(5)
+        keep = step % 4
+        stream.truncate(len(stream) - (4 - keep), rows[keep])
+        _assert_close(stream.last_logits, _fresh_rows(model, stream.tokens, 1)[0], runtime)
+    stream.close()
+
+
+def test_end_token_and_multibyte_pieces(runtime, gguf_dir):
+    """A generation ends at the end-of-turn token, and pieces concatenate to the decoded text even
+    where a character spans several byte tokens."""
+    model = _model(runtime, 4, gguf_dir, eos_bias=6.0)
+    pair = assemble_pair("contract", model, _model(runtime, 5, gguf_dir, eos_bias=6.0), tiny_tokenizer())
+    assert IM_END_ID in pair.eos_token_ids
+    prompt = tiny_tokenizer().encode("東京 🚀 stop soon")
+    events, finished = collect(generate_ids(pair, prompt, prompt, DecodeConfig(method="llm", max_new_tokens=60)))
+    assert finished.stats.stop_reason == "eos" and finished.token_ids[-1] == IM_END_ID
+    tokenizer = tiny_tokenizer()
+    # A tiny model without an end bias writes bytes that form multi-byte characters now and then.
+    plain = assemble_pair("contract", _model(runtime, 6, gguf_dir), _model(runtime, 7, gguf_dir), tokenizer)
+    events, finished = collect(generate_ids(plain, prompt, prompt, DecodeConfig(method="specsteer", alpha=0.5,
+                                                                                  max_new_tokens=80)))
+    decoded = tokenizer.decode(finished.token_ids, skip_special_tokens=True)
+    assert "".join(e.text for e in events if e.emitted) == finished.text == decoded
+    assert finished.stats.runtime == runtime
+
+
+def test_both_runtimes_agree_on_the_same_weights(gguf_dir):
+    """The same tiny fp32 model on both runtimes: logits within a few thousandths, and greedy outputs
+    that agree token for token over a whole generation (measured: 0.007 at most)."""
+    require_llamacpp()
+    ids = _ids()
+    rows = {name: _fresh_rows(_model(name, 8, gguf_dir), ids, len(ids)) for name in RUNTIMES}
+    assert float((rows["transformers"] - rows["llama.cpp"]).abs().max()) < 0.05
+    outputs = {}
+    for name in RUNTIMES:
+        pair = assemble_pair("agree", _model(name, 8, gguf_dir), _model(name, 9, gguf_dir), tiny_tokenizer())
+        _, finished = collect(generate_ids(pair, ids, ids, DecodeConfig(method="specsteer", alpha=0.3,
+                                                                         max_new_tokens=40)))
+        outputs[name] = finished.token_ids
+    assert outputs["transformers"] == outputs["llama.cpp"]
+
+
+# --------------------------------------------------------------------------- prefix reuse
+
+
+class _Recorded(Sequence):
+    """A sequence that only keeps its tokens: for the prefix cache's bookkeeping."""
+
+    def __init__(self, capacity: int, size: int = 10) -> None:
+        super().__init__()
+        self.capacity, self.size, self.closed = capacity, size, False
+
+    def extend(self, ids, rows):
+        self.tokens.extend(ids)
+        return torch.zeros(rows, 4)
+
+    def crop(self, length):
+        del self.tokens[length:]
+
+    @property
+    def nbytes(self):
+        return self.size
+
+    def fits(self, length):
+        return length <= self.capacity
+
+    def close(self):
+        self.closed = True
+
+
+def _holding(cache: PrefixCache, tokens: list[int], capacity: int = 100) -> Sequence:
+    sequence = cache.acquire([999], capacity)
+    sequence.crop(0)
+    sequence.extend(tokens, 1)
+    return sequence
+
+
+def test_prefix_cache_hands_out_the_longest_shared_prefix_and_keeps_the_last_token_to_read():
+    cache = PrefixCache(_Recorded, max_idle=4)
+    short, long_ = _holding(cache, [1, 2, 3]), _holding(cache, [1, 2, 3, 4, 5, 6])
+    cache.release(short)
+    cache.release(long_)
+    taken = cache.acquire([1, 2, 3, 4, 9], 100)
+    assert taken is long_ and taken.tokens == [1, 2, 3, 4]
+    # The whole prompt cached: all but its last token are kept, whose logits the stream needs.
+    cache.release(taken)
+    again = cache.acquire([1, 2, 3, 4], 100)
+    assert again.tokens == [1, 2, 3]
+    # Nothing shared: a new sequence; one that cannot hold the request is never handed out.
+    assert cache.acquire([7, 8], 100).tokens == []
+    cache.release(again)
+    assert cache.acquire([1, 2, 3, 4], capacity=500) is not again
+
+
+def test_prefix_cache_evicts_least_recently_used_past_count_and_bytes():
+    cache = PrefixCache(_Recorded, max_idle=2, max_idle_bytes=25)
+    first, second, third = (_holding(cache, [n]) for n in (1, 2, 3))
+    for sequence in (first, second, third):
+        cache.release(sequence)
+    assert first.closed and not second.closed and cache.idle == 2
+    big = _Recorded(100, size=20)
+    cache.release(big)  # 10 + 20 > 25 bytes: the oldest goes
+    assert second.closed and cache.idle == 2 and cache.idle_bytes == 30 or cache.idle_bytes <= 25
+
+
+def test_a_sequence_is_never_handed_to_two_streams_at_once():
+    cache = PrefixCache(_Recorded, max_idle=8)
+    cache.release(_holding(cache, [1, 2, 3, 4]))
+    taken: list[Sequence] = []
+    lock = threading.Lock()
+
+    def take():
+        sequence = cache.acquire([1, 2, 3, 4, 5], 100)
+        with lock:
+            taken.append(sequence)
+
+    threads = [threading.Thread(target=take) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len({id(sequence) for sequence in taken}) == 8
+    assert sum(sequence.tokens == [1, 2, 3, 4] for sequence in taken) == 1
+
+
+def test_a_repeated_request_reuses_every_prompt_and_gives_the_same_output(runtime, gguf_dir):
+    small, large = _model(runtime, 10, gguf_dir), _model(runtime, 11, gguf_dir)
+    pair = assemble_pair("reuse", small, large, tiny_tokenizer())
+    plain, private = _ids(), tiny_tokenizer().encode("History: I like boats. " + TEXT)
+    config = DecodeConfig(method="specsteer", alpha=0.3, max_new_tokens=24)
+    _, first = collect(generate_ids(pair, plain, private, config))
+    _, repeat = collect(generate_ids(pair, plain, private, config))
+    assert first.stats.reused_tokens == {"generalist": 0, "specialist0": 0, "specialist+": 0}
+    assert repeat.stats.reused_tokens == {"generalist": len(plain) - 1, "specialist0": len(plain) - 1,
+                                          "specialist+": len(private) - 1}
+    assert repeat.token_ids == first.token_ids
+    # Another method on the same request shares the prompts too (SLM+ after SpecSteer).
+    _, slm = collect(generate_ids(pair, plain, private, DecodeConfig(method="slm+", max_new_tokens=4)))
+    assert slm.stats.reused_tokens == {"specialist+": len(private) - 1}
+
+
+def test_a_failed_pass_does_not_return_a_broken_cache(gguf_dir):
+    model = TransformersModel(tiny_model(12), "tiny-12")
+    stream = Stream(model, [1, 2, 3], model.output_rows, ForwardLog(), "generalist")
+    stream.append([10_000])  # an id past the embedding table: the pass fails midway
+    with pytest.raises(IndexError):
+        stream.predict(1)
+    stream.close()
+    assert model.prefix_cache.idle == 0
+
+
+# --------------------------------------------------------------------------- the real Specialist
+
+
+@pytest.mark.integration
+def test_real_specialist_on_llamacpp_rolls_back_within_tolerance():
+    """The real 0.5B Q4_K_M GGUF: rows after a rollback against a fresh evaluation of the same tokens.
+    Quantized kernels batch differently from single steps, so this is agreement, measured, not equality."""
+    require_llamacpp()
+    from specsteer.llamacpp import LlamaCppModel
+    from specsteer.models import load_tokenizer, offline_gguf
+    from specsteer.registry import PAIRINGS, DEFAULT_PAIRING, package_problems
+
+    spec = PAIRINGS[DEFAULT_PAIRING].specialist
+    if package_problems(spec):
+        pytest.skip("offline model packages not installed (scripts/install_models.sh)")
+    model = LlamaCppModel(offline_gguf(spec), name=spec.name)
+    tokenizer = load_tokenizer(spec)
+    ids = tokenizer.apply_chat_template([{"role": "user", "content": "Write two sentences about rivers."}],
+                                        add_generation_prompt=True, tokenize=True)
+    ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    continuation = tokenizer.encode("Rivers shape valleys over time, and they")
+    # A verification pass over the continuation, then a rollback to `kept` tokens and a pass over the
+    # rest; against a sequence that read the same tokens without the rollback, batched the same way.
+    rolled_back = model.new_sequence(512)
+    rolled_back.extend(ids, 1)
+    rolled_back.extend(continuation, len(continuation))
+    worst, flipped = 0.0, []
+    for kept in range(1, len(continuation) - 1):
+        rolled_back.crop(len(ids) + kept)
+        rows = rolled_back.extend(continuation[kept:], len(continuation) - kept)
+        fresh = model.new_sequence(512)
+        fresh.extend(ids, 1)
+        fresh.extend(continuation[:kept], 1)
+        expected = fresh.extend(continuation[kept:], len(continuation) - kept)
+        fresh.close()
+        difference = (rows - expected).abs().max(-1).values  # [rows]
+        worst = max(worst, float(difference.max()))
+        top2 = expected.topk(2, -1).values
+        margin = top2[:, 0] - top2[:, 1]
+        for position in range(rows.shape[0]):
+            if int(rows[position].argmax()) != int(expected[position].argmax()):
+                flipped.append(position)
+                # A choice may only flip where the two best candidates were closer than the difference.
+                assert float(margin[position]) <= 2 * float(difference[position])
+    assert worst < 0.5, f"rows after rollback differ from a fresh evaluation by up to {worst}"
+    assert model.output_rows == 151936 and 151645 in model.end_token_ids  # <|im_end|>

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from specsteer.history import DETECTABLE_SCHEMAS, HistoryItem
@@ -174,3 +176,81 @@ def test_empty_input_is_rejected(text):
 def test_every_history_schema_has_a_default_task():
     assert set(TASK_FOR_SCHEMA) == set(DETECTABLE_SCHEMAS)
     assert set(TASK_FOR_SCHEMA.values()) == set(TASKS)
+
+
+# --------------------------------------------------------------------------- the paper prompts, pinned
+# Expected strings recorded from build_prompts before the clean style existed: the paper's templates
+# are the default and must stay byte-for-byte what the stored runs were made with.
+
+_LONG = " ".join(f"w{n}" for n in range(90))
+_PINNED_CASES = {
+    "review": (
+        'Generate the review text written by a reviewer who has a given an overall rating of "4.0" for a '
+        'product with description "A {steel} kettle". The summary of the review text is "Fast".',
+        [
+            HistoryItem({"description": _LONG, "overall": "5.0", "reviewText": "Line one.\nLine  two " + _LONG,
+                         "summary": "Works"}),
+            HistoryItem({"reviewText": "Only a body.", "summary": ""}),
+        ],
+    ),
+    "writing": (
+        "Generate the content for a reddit post Press on regardless.",
+        [
+            HistoryItem({"author": "a", "content": _LONG + " end", "id": "1", "summary": "TL;DR {0}"}),
+            HistoryItem({"text": "fallback text"}),
+        ],
+    ),
+    "abstract": (
+        'Generate an abstract for the title "On B".',
+        [HistoryItem({"abstract": _LONG, "id": "1", "title": "On A", "year": "2020"})],
+    ),
+    "free": ("Write a note.", [HistoryItem({"text": _LONG + " " + _LONG})]),
+    "lamp7": ("Paraphrase: x", [HistoryItem({"text": _LONG})]),
+}
+_PINNED_PRIVATE_AT_20_WORDS = {
+    "review": 'Here are past reviews written by this user:\nProduct: "w0 w1 w2 w3 w4 w5 w6 w7 w8 ..."\n'
+    'Summary: "Works" Review: "Line one.\nLine  two w0 w1 w2 w3 w4 w5 ..."\n\nReview: "Only a body.". '
+    'Following their style, Generate the review text written by a reviewer who has a given an overall rating '
+    'of "4.0" for a product with description "A {steel} kettle". The summary of the review text is "Fast".',
+    "writing": 'Here are past posts written by this author:\nSummary: "TL;DR {0}"\n'
+    'Content: "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 ..."\n\nfallback text. '
+    "Following their style, Generate the content for a reddit post Press on regardless.",
+    "abstract": 'Here are some examples of abstracts written by this author:\nTitle: "On A"\n'
+    'Abstract: "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 ...". '
+    'Following these examples, Generate an abstract for the title "On B".',
+    "free": "Here are past texts written by this user:\n"
+    "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 .... Following their style, Write a note.",
+    "lamp7": '"w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 ..." are written by a person. '
+    "Following the given patterns Paraphrase: x",
+}
+# SHA-256 over every record's plain and private prompt (BM25 top-3, default word budget), in file order.
+_PINNED_FILE_DIGESTS = {
+    ("bundled", "review"): "bfcba54a7bce936a90bc4adf5b17fb798e333a6866bf64d4414472f8471e29b1",
+    ("bundled", "writing"): "d429c43a0aeeaf2f1dc8359efd59f09513240c56e04e5702b5ddff7fdfa0f6bd",
+    ("bundled", "abstract"): "37d520bac62340cc362f6ed2c95f110244131943e9c9df58f5d73e005be7e4ea",
+    ("shared", "review"): "5450a2254092829dd399f758ddc8739e486476f7a5d06cfbb6f8e56c958db3a0",
+    ("shared", "writing"): "0c011ae9ba5abe1fa42cc2a2980be0ff7bcbc8087395dc729d1d8915bcaf4ae3",
+}
+
+
+@pytest.mark.parametrize("task", sorted(_PINNED_CASES))
+def test_paper_prompts_are_pinned(task):
+    input_text, items = _PINNED_CASES[task]
+    pair = build_prompts(task, input_text, items, item_word_budget=20)
+    assert pair == PromptPair(plain=input_text, private=_PINNED_PRIVATE_AT_20_WORDS[task])
+
+
+@pytest.mark.parametrize("source, task", sorted(_PINNED_FILE_DIGESTS))
+def test_paper_prompts_of_whole_record_files_are_pinned(source, task):
+    from specsteer.data import bundled_sample_path, load_records, shared_data_path
+    from specsteer.retrieval import retrieve
+
+    path = bundled_sample_path(task) if source == "bundled" else shared_data_path(task)
+    if path is None:
+        pytest.skip("the shared LongLaMP records are not here")
+    digest = hashlib.sha256()
+    for record in load_records(path, task):
+        pair = build_prompts(task, record.input, retrieve(task, record.input, list(record.profile), 3))
+        for prompt in (pair.plain, pair.private):
+            digest.update(prompt.encode() + b"\0")
+    assert digest.hexdigest() == _PINNED_FILE_DIGESTS[source, task]

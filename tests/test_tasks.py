@@ -9,11 +9,15 @@ import pytest
 from specsteer.history import DETECTABLE_SCHEMAS, HistoryItem
 from specsteer.tasks import (
     ALL_TASKS,
+    DEFAULT_PROMPT_STYLE,
     ITEM_WORD_BUDGET,
+    LAMP_TASKS,
+    PROMPT_STYLES,
     TASK_FOR_SCHEMA,
     TASKS,
     PromptPair,
     build_prompts,
+    item_field_labels,
     render_item,
 )
 
@@ -254,3 +258,108 @@ def test_paper_prompts_of_whole_record_files_are_pinned(source, task):
         for prompt in (pair.plain, pair.private):
             digest.update(prompt.encode() + b"\0")
     assert digest.hexdigest() == _PINNED_FILE_DIGESTS[source, task]
+
+
+# --------------------------------------------------------------------------- the clean style
+
+CLEAN_INSTRUCTION = "Write only the {} itself, with no title, headings, field labels or introduction."
+# One real-looking item per task with every field its schema has.
+FULL_ITEMS = {
+    "review": HistoryItem({"description": "Paper Mate InkJoy Quatro, four colours in one pen.", "overall": "5.0",
+                           "reviewText": "Writes smoothly.\nThe red is bright.", "summary": "A GREAT pen"}),
+    "writing": HistoryItem({"author": "sam", "content": "I was a waitress for two years.", "id": "a",
+                            "summary": "Rage comics, everywhere."}),
+    "abstract": HistoryItem({"abstract": "We study A.", "id": "1", "title": "On A", "year": "2020"}),
+    "free": HistoryItem({"text": "Dear diary, rain again."}),
+}
+
+
+def test_prompt_styles():
+    assert PROMPT_STYLES == ("paper", "clean")
+    assert DEFAULT_PROMPT_STYLE == "paper"
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_the_default_style_is_the_paper(task):
+    items = [FULL_ITEMS[task]]
+    assert build_prompts(task, INPUT, items) == build_prompts(task, INPUT, items, style="paper")
+    assert render_item(task, items[0]) == render_item(task, items[0], style="paper")
+
+
+def test_clean_review_prompt():
+    items = [FULL_ITEMS["review"], HistoryItem({"reviewText": "Loud lid.", "summary": "Meh"})]
+    assert build_prompts("review", INPUT, items, style="clean") == PromptPair(
+        plain="Generate the text.\n\n" + CLEAN_INSTRUCTION.format("review"),
+        private="Below are past reviews written by this user, each in quotes.\n\n"
+        '"Writes smoothly.\nThe red is bright."\n\n"Loud lid."\n\n'
+        "Write in the same style as these reviews.\n\n"
+        "Generate the text.\n\n" + CLEAN_INSTRUCTION.format("review"),
+    )
+
+
+@pytest.mark.parametrize("task, shown, noun, preface", [
+    ("writing", '"I was a waitress for two years."', "post", "Below are past posts written by this author"),
+    ("abstract", '"We study A."', "abstract", "Below are abstracts written by this author"),
+    ("free", '"Dear diary, rain again."', "text", "Below are past texts written by this user"),
+])
+def test_clean_prompts_of_the_other_tasks(task, shown, noun, preface):
+    pair = build_prompts(task, INPUT, [FULL_ITEMS[task]], style="clean")
+    assert pair.plain == f"{INPUT}\n\n{CLEAN_INSTRUCTION.format(noun)}"
+    assert pair.private == (f"{preface}, each in quotes.\n\n{shown}\n\n"
+                            f"Write in the same style as these {noun}s.\n\n{pair.plain}")
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_clean_prompts_show_no_field_labels(task):
+    pair = build_prompts(task, INPUT, [FULL_ITEMS[task]] * 2, style="clean")
+    paper = build_prompts(task, INPUT, [FULL_ITEMS[task]])
+    for label in item_field_labels(task):
+        assert f"{label}:" in paper.private  # the paper's layout shows it ...
+        assert f"{label}:" not in pair.private  # ... the clean one does not
+    assert not pair.private.startswith("Here")  # no "Here are …" to echo as a preamble
+
+
+def test_field_labels_come_from_the_paper_templates():
+    assert item_field_labels("review") == ("Product", "Summary", "Review")
+    assert item_field_labels("writing") == ("Summary", "Content")
+    assert item_field_labels("abstract") == ("Title", "Abstract")
+    assert all(item_field_labels(task) == () for task in ("free", *LAMP_TASKS))
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_clean_prompts_keep_the_prompt_pair_contract(task):
+    text = '  Generate a review for "X" {with braces}.\n'
+    pair = build_prompts(task, text, [FULL_ITEMS[task]], style="clean")
+    assert pair.plain.startswith(text)  # the input verbatim, then the instruction
+    assert pair.private.endswith(pair.plain)
+    nothing = build_prompts(task, text, [], style="clean")
+    assert nothing.private == nothing.plain == pair.plain
+
+
+def test_clean_items_share_the_word_budget_and_the_fallback():
+    item = HistoryItem({"summary": "Quick", "reviewText": "one two three four five"})
+    assert render_item("review", item, 3, style="clean") == '"one two three ..."'
+    assert build_prompts("review", INPUT, [item], item_word_budget=3, style="clean").private.startswith(
+        'Below are past reviews written by this user, each in quotes.\n\n"one two three ..."\n\n'
+    )
+    # An item without the shown field falls back to its text, as in the paper style: no labels either way.
+    assert render_item("review", HistoryItem({"summary": "Quick"}), style="clean") == "Quick"
+
+
+@pytest.mark.parametrize("style", ["fancy", "Paper", "", None])
+def test_unknown_prompt_styles_are_refused(style):
+    with pytest.raises(ValueError, match=r"unknown prompt style .*; choose one of paper, clean"):
+        build_prompts("review", INPUT, [], style=style)
+    with pytest.raises(ValueError, match="unknown prompt style"):
+        render_item("review", FULL_ITEMS["review"], style=style)
+
+
+@pytest.mark.parametrize("task", LAMP_TASKS)
+def test_the_clean_style_does_not_cover_the_lamp_tasks(task):
+    with pytest.raises(ValueError, match=f"covers abstract, review, writing, free; {task} has the paper's template"):
+        build_prompts(task, INPUT, [], style="clean")
+
+
+def test_an_unknown_task_is_named_before_the_style():
+    with pytest.raises(ValueError, match="unknown task 'poem'"):
+        build_prompts("poem", INPUT, [], style="fancy")

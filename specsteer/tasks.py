@@ -18,6 +18,19 @@ is shared fairly between an item's fields: each gets an equal share, and what
 a short field (a summary, a title) leaves unused goes to the long ones. A cut
 field ends with " ..." so the model sees it was cut. Pass
 ``item_word_budget=None`` for the paper's untruncated prompts.
+
+Prompt styles. ``style="paper"`` (the default) is Table 13 as the paper
+wrote it, so numbers stay comparable with the paper's. Its field labels
+(``Product: "…"``, ``Summary: "…"``) are a layout the small Specialist tends
+to continue instead of writing the text asked for. ``style="clean"`` (review,
+abstract, writing, free) shows each retrieved item as the user's own text
+alone (the review, post, abstract or text; not the product description,
+summary or title), in quotes, without field labels, and ends both prompts
+with an instruction to write only the text: no title, headings, labels or
+introduction. In the clean style the plain prompt is therefore the input
+*followed by that instruction* (the Generalist gets it too, so that the two
+sides of a speculative method are asked for the same thing), and the private
+prompt ends with the plain prompt. Both styles share the word budget.
 """
 
 from __future__ import annotations
@@ -25,6 +38,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from specsteer.history import HistoryItem
 
@@ -38,10 +52,15 @@ TASK_FOR_SCHEMA = {"review": "review", "abstract": "abstract", "writing": "writi
 ITEM_WORD_BUDGET = 150
 TRUNCATION_MARK = " ..."
 
+PromptStyle = Literal["paper", "clean"]
+PROMPT_STYLES: tuple[PromptStyle, ...] = get_args(PromptStyle)
+DEFAULT_PROMPT_STYLE: PromptStyle = "paper"
+
 
 @dataclass(frozen=True)
 class PromptPair:
-    plain: str  # user message for the Generalist and the generic Specialist (task input only)
+    # User message for the Generalist and the generic Specialist: the task input (clean style: and an instruction).
+    plain: str
     private: str  # user message for the Specialist: retrieved history, then the task input
 
 
@@ -58,7 +77,8 @@ class _Segment:
 class _Template:
     entry: tuple[_Segment, ...]
     joiner: str
-    aggregate: str  # "{items}" and "{input}" mark the joined entries and the task input
+    aggregate: str  # "{items}" and "{input}" mark the joined entries and the plain prompt
+    plain: str = "{input}"  # the plain prompt; "{input}" marks the task input
 
 
 _TEMPLATES: dict[str, _Template] = {
@@ -104,7 +124,32 @@ _TEMPLATES: dict[str, _Template] = {
     ),
 }
 
+
+def _clean_template(field: str, items_noun: str, text_noun: str) -> _Template:
+    """One clean-style template: the item's own text in quotes, no field labels.
+
+    The preface does not open with "Here are": models echo it as a "Here is …" preamble.
+    """
+    return _Template(
+        entry=(_Segment("", '"{}"', field),),
+        joiner="\n\n",
+        aggregate=f"Below are {items_noun}, each in quotes.\n\n{{items}}\n\n"
+        f"Write in the same style as these {text_noun}s.\n\n{{input}}",
+        plain=f"{{input}}\n\nWrite only the {text_noun} itself, with no title, headings, field labels or introduction.",
+    )
+
+
+_CLEAN_TEMPLATES: dict[str, _Template] = {
+    "abstract": _clean_template("abstract", "abstracts written by this author", "abstract"),
+    "review": _clean_template("reviewText", "past reviews written by this user", "review"),
+    "writing": _clean_template("content", "past posts written by this author", "post"),
+    "free": _clean_template("text", "past texts written by this user", "text"),
+}
+_TEMPLATES_BY_STYLE: dict[str, dict[str, _Template]] = {"paper": _TEMPLATES, "clean": _CLEAN_TEMPLATES}
+
 _WORD = re.compile(r"\S+")
+# A paper per-entry pattern that names its field, e.g. 'Product: "{}"' (label "Product").
+_LABELLED_PATTERN = re.compile(r"^(?P<label>\w[\w ]*):")
 
 
 def build_prompts(
@@ -113,29 +158,40 @@ def build_prompts(
     retrieved: Sequence[HistoryItem],
     *,
     item_word_budget: int | None = ITEM_WORD_BUDGET,
+    style: PromptStyle = DEFAULT_PROMPT_STYLE,
 ) -> PromptPair:
     """The plain and the history-augmented user messages for one request.
 
-    ``input_text`` is used verbatim (LongLaMP inputs are full instructions).
+    ``input_text`` is used verbatim (LongLaMP inputs are full instructions);
+    in the paper style it is the whole plain prompt, in the clean style the
+    plain prompt adds the write-only-the-text instruction after it.
     """
-    template = _template(task)
+    template = _template(task, style)
     _check_budget(item_word_budget)
     if not input_text.strip():
         raise ValueError("the task input is empty")
-    entries = [entry for entry in (render_item(task, item, item_word_budget) for item in retrieved) if entry]
+    plain = template.plain.format(input=input_text)
+    rendered = (render_item(task, item, item_word_budget, style=style) for item in retrieved)
+    entries = [entry for entry in rendered if entry]
     if not entries:
-        return PromptPair(plain=input_text, private=input_text)
-    private = template.aggregate.format(items=template.joiner.join(entries), input=input_text)
-    return PromptPair(plain=input_text, private=private)
+        return PromptPair(plain=plain, private=plain)
+    private = template.aggregate.format(items=template.joiner.join(entries), input=plain)
+    return PromptPair(plain=plain, private=private)
 
 
-def render_item(task: str, item: HistoryItem, word_budget: int | None = ITEM_WORD_BUDGET) -> str:
+def render_item(
+    task: str,
+    item: HistoryItem,
+    word_budget: int | None = ITEM_WORD_BUDGET,
+    *,
+    style: PromptStyle = DEFAULT_PROMPT_STYLE,
+) -> str:
     """One item through the task's per-profile-entry prompt.
 
     Fields the item lacks are left out; an item with none of the template's
     fields is shown as its plain text. Returns "" for an item without text.
     """
-    template = _template(task)
+    template = _template(task, style)
     _check_budget(word_budget)
     present = [segment for segment in template.entry if item.fields.get(segment.key, "").strip()]
     if not present:
@@ -147,11 +203,26 @@ def render_item(task: str, item: HistoryItem, word_budget: int | None = ITEM_WOR
     return "".join(separator + part for separator, part in zip(separators, parts, strict=True))
 
 
-def _template(task: str) -> _Template:
-    try:
-        return _TEMPLATES[task]
-    except KeyError:
-        raise ValueError(f"unknown task {task!r}; choose one of {', '.join(ALL_TASKS)}") from None
+def item_field_labels(task: str) -> tuple[str, ...]:
+    """The field labels the paper's per-entry prompt of ``task`` shows, in order.
+
+    ("Product", "Summary", "Review") for review; () for tasks whose items carry
+    no labels (free, the LaMP tasks). The hygiene measure looks for these in outputs.
+    """
+    matches = (_LABELLED_PATTERN.match(segment.pattern) for segment in _template(task).entry)
+    return tuple(match["label"] for match in matches if match)
+
+
+def _template(task: str, style: PromptStyle = DEFAULT_PROMPT_STYLE) -> _Template:
+    if task not in _TEMPLATES:
+        raise ValueError(f"unknown task {task!r}; choose one of {', '.join(ALL_TASKS)}")
+    if style not in PROMPT_STYLES:
+        raise ValueError(f"unknown prompt style {style!r}; choose one of {', '.join(PROMPT_STYLES)}")
+    templates = _TEMPLATES_BY_STYLE[style]
+    if task not in templates:
+        covered = ", ".join(templates)
+        raise ValueError(f"the {style} prompt style covers {covered}; {task} has the paper's template only")
+    return templates[task]
 
 
 def _check_budget(word_budget: int | None) -> None:

@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import hashlib
+
 import pytest
 
 from specsteer.history import DETECTABLE_SCHEMAS, HistoryItem
 from specsteer.tasks import (
     ALL_TASKS,
+    DEFAULT_PROMPT_STYLE,
     ITEM_WORD_BUDGET,
+    LAMP_TASKS,
+    PROMPT_STYLES,
     TASK_FOR_SCHEMA,
     TASKS,
     PromptPair,
     build_prompts,
+    item_field_labels,
     render_item,
 )
 
@@ -174,3 +180,186 @@ def test_empty_input_is_rejected(text):
 def test_every_history_schema_has_a_default_task():
     assert set(TASK_FOR_SCHEMA) == set(DETECTABLE_SCHEMAS)
     assert set(TASK_FOR_SCHEMA.values()) == set(TASKS)
+
+
+# --------------------------------------------------------------------------- the paper prompts, pinned
+# Expected strings recorded from build_prompts before the clean style existed: the paper's templates
+# are the default and must stay byte-for-byte what the stored runs were made with.
+
+_LONG = " ".join(f"w{n}" for n in range(90))
+_PINNED_CASES = {
+    "review": (
+        'Generate the review text written by a reviewer who has a given an overall rating of "4.0" for a '
+        'product with description "A {steel} kettle". The summary of the review text is "Fast".',
+        [
+            HistoryItem({"description": _LONG, "overall": "5.0", "reviewText": "Line one.\nLine  two " + _LONG,
+                         "summary": "Works"}),
+            HistoryItem({"reviewText": "Only a body.", "summary": ""}),
+        ],
+    ),
+    "writing": (
+        "Generate the content for a reddit post Press on regardless.",
+        [
+            HistoryItem({"author": "a", "content": _LONG + " end", "id": "1", "summary": "TL;DR {0}"}),
+            HistoryItem({"text": "fallback text"}),
+        ],
+    ),
+    "abstract": (
+        'Generate an abstract for the title "On B".',
+        [HistoryItem({"abstract": _LONG, "id": "1", "title": "On A", "year": "2020"})],
+    ),
+    "free": ("Write a note.", [HistoryItem({"text": _LONG + " " + _LONG})]),
+    "lamp7": ("Paraphrase: x", [HistoryItem({"text": _LONG})]),
+}
+_PINNED_PRIVATE_AT_20_WORDS = {
+    "review": 'Here are past reviews written by this user:\nProduct: "w0 w1 w2 w3 w4 w5 w6 w7 w8 ..."\n'
+    'Summary: "Works" Review: "Line one.\nLine  two w0 w1 w2 w3 w4 w5 ..."\n\nReview: "Only a body.". '
+    'Following their style, Generate the review text written by a reviewer who has a given an overall rating '
+    'of "4.0" for a product with description "A {steel} kettle". The summary of the review text is "Fast".',
+    "writing": 'Here are past posts written by this author:\nSummary: "TL;DR {0}"\n'
+    'Content: "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 ..."\n\nfallback text. '
+    "Following their style, Generate the content for a reddit post Press on regardless.",
+    "abstract": 'Here are some examples of abstracts written by this author:\nTitle: "On A"\n'
+    'Abstract: "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 ...". '
+    'Following these examples, Generate an abstract for the title "On B".',
+    "free": "Here are past texts written by this user:\n"
+    "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 .... Following their style, Write a note.",
+    "lamp7": '"w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 w12 w13 w14 w15 w16 w17 w18 w19 ..." are written by a person. '
+    "Following the given patterns Paraphrase: x",
+}
+# SHA-256 over every record's plain and private prompt (BM25 top-3, default word budget), in file order.
+_PINNED_FILE_DIGESTS = {
+    ("bundled", "review"): "bfcba54a7bce936a90bc4adf5b17fb798e333a6866bf64d4414472f8471e29b1",
+    ("bundled", "writing"): "d429c43a0aeeaf2f1dc8359efd59f09513240c56e04e5702b5ddff7fdfa0f6bd",
+    ("bundled", "abstract"): "37d520bac62340cc362f6ed2c95f110244131943e9c9df58f5d73e005be7e4ea",
+    ("shared", "review"): "5450a2254092829dd399f758ddc8739e486476f7a5d06cfbb6f8e56c958db3a0",
+    ("shared", "writing"): "0c011ae9ba5abe1fa42cc2a2980be0ff7bcbc8087395dc729d1d8915bcaf4ae3",
+}
+
+
+@pytest.mark.parametrize("task", sorted(_PINNED_CASES))
+def test_paper_prompts_are_pinned(task):
+    input_text, items = _PINNED_CASES[task]
+    pair = build_prompts(task, input_text, items, item_word_budget=20)
+    assert pair == PromptPair(plain=input_text, private=_PINNED_PRIVATE_AT_20_WORDS[task])
+
+
+@pytest.mark.parametrize("source, task", sorted(_PINNED_FILE_DIGESTS))
+def test_paper_prompts_of_whole_record_files_are_pinned(source, task):
+    from specsteer.data import bundled_sample_path, load_records, shared_data_path
+    from specsteer.retrieval import retrieve
+
+    path = bundled_sample_path(task) if source == "bundled" else shared_data_path(task)
+    if path is None:
+        pytest.skip("the shared LongLaMP records are not here")
+    digest = hashlib.sha256()
+    for record in load_records(path, task):
+        pair = build_prompts(task, record.input, retrieve(task, record.input, list(record.profile), 3))
+        for prompt in (pair.plain, pair.private):
+            digest.update(prompt.encode() + b"\0")
+    assert digest.hexdigest() == _PINNED_FILE_DIGESTS[source, task]
+
+
+# --------------------------------------------------------------------------- the clean style
+
+CLEAN_INSTRUCTION = "Write only the {} itself, with no title, headings, field labels or introduction."
+# One real-looking item per task with every field its schema has.
+FULL_ITEMS = {
+    "review": HistoryItem({"description": "Paper Mate InkJoy Quatro, four colours in one pen.", "overall": "5.0",
+                           "reviewText": "Writes smoothly.\nThe red is bright.", "summary": "A GREAT pen"}),
+    "writing": HistoryItem({"author": "sam", "content": "I was a waitress for two years.", "id": "a",
+                            "summary": "Rage comics, everywhere."}),
+    "abstract": HistoryItem({"abstract": "We study A.", "id": "1", "title": "On A", "year": "2020"}),
+    "free": HistoryItem({"text": "Dear diary, rain again."}),
+}
+
+
+def test_prompt_styles():
+    assert PROMPT_STYLES == ("paper", "clean")
+    assert DEFAULT_PROMPT_STYLE == "paper"
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_the_default_style_is_the_paper(task):
+    items = [FULL_ITEMS[task]]
+    assert build_prompts(task, INPUT, items) == build_prompts(task, INPUT, items, style="paper")
+    assert render_item(task, items[0]) == render_item(task, items[0], style="paper")
+
+
+def test_clean_review_prompt():
+    items = [FULL_ITEMS["review"], HistoryItem({"reviewText": "Loud lid.", "summary": "Meh"})]
+    assert build_prompts("review", INPUT, items, style="clean") == PromptPair(
+        plain="Generate the text.\n\n" + CLEAN_INSTRUCTION.format("review"),
+        private="Below are past reviews written by this user, each in quotes.\n\n"
+        '"Writes smoothly.\nThe red is bright."\n\n"Loud lid."\n\n'
+        "Write in the same style as these reviews.\n\n"
+        "Generate the text.\n\n" + CLEAN_INSTRUCTION.format("review"),
+    )
+
+
+@pytest.mark.parametrize("task, shown, noun, preface", [
+    ("writing", '"I was a waitress for two years."', "post", "Below are past posts written by this author"),
+    ("abstract", '"We study A."', "abstract", "Below are abstracts written by this author"),
+    ("free", '"Dear diary, rain again."', "text", "Below are past texts written by this user"),
+])
+def test_clean_prompts_of_the_other_tasks(task, shown, noun, preface):
+    pair = build_prompts(task, INPUT, [FULL_ITEMS[task]], style="clean")
+    assert pair.plain == f"{INPUT}\n\n{CLEAN_INSTRUCTION.format(noun)}"
+    assert pair.private == (f"{preface}, each in quotes.\n\n{shown}\n\n"
+                            f"Write in the same style as these {noun}s.\n\n{pair.plain}")
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_clean_prompts_show_no_field_labels(task):
+    pair = build_prompts(task, INPUT, [FULL_ITEMS[task]] * 2, style="clean")
+    paper = build_prompts(task, INPUT, [FULL_ITEMS[task]])
+    for label in item_field_labels(task):
+        assert f"{label}:" in paper.private  # the paper's layout shows it ...
+        assert f"{label}:" not in pair.private  # ... the clean one does not
+    assert not pair.private.startswith("Here")  # no "Here are …" to echo as a preamble
+
+
+def test_field_labels_come_from_the_paper_templates():
+    assert item_field_labels("review") == ("Product", "Summary", "Review")
+    assert item_field_labels("writing") == ("Summary", "Content")
+    assert item_field_labels("abstract") == ("Title", "Abstract")
+    assert all(item_field_labels(task) == () for task in ("free", *LAMP_TASKS))
+
+
+@pytest.mark.parametrize("task", TASKS)
+def test_clean_prompts_keep_the_prompt_pair_contract(task):
+    text = '  Generate a review for "X" {with braces}.\n'
+    pair = build_prompts(task, text, [FULL_ITEMS[task]], style="clean")
+    assert pair.plain.startswith(text)  # the input verbatim, then the instruction
+    assert pair.private.endswith(pair.plain)
+    nothing = build_prompts(task, text, [], style="clean")
+    assert nothing.private == nothing.plain == pair.plain
+
+
+def test_clean_items_share_the_word_budget_and_the_fallback():
+    item = HistoryItem({"summary": "Quick", "reviewText": "one two three four five"})
+    assert render_item("review", item, 3, style="clean") == '"one two three ..."'
+    assert build_prompts("review", INPUT, [item], item_word_budget=3, style="clean").private.startswith(
+        'Below are past reviews written by this user, each in quotes.\n\n"one two three ..."\n\n'
+    )
+    # An item without the shown field falls back to its text, as in the paper style: no labels either way.
+    assert render_item("review", HistoryItem({"summary": "Quick"}), style="clean") == "Quick"
+
+
+@pytest.mark.parametrize("style", ["fancy", "Paper", "", None])
+def test_unknown_prompt_styles_are_refused(style):
+    with pytest.raises(ValueError, match=r"unknown prompt style .*; choose one of paper, clean"):
+        build_prompts("review", INPUT, [], style=style)
+    with pytest.raises(ValueError, match="unknown prompt style"):
+        render_item("review", FULL_ITEMS["review"], style=style)
+
+
+@pytest.mark.parametrize("task", LAMP_TASKS)
+def test_the_clean_style_does_not_cover_the_lamp_tasks(task):
+    with pytest.raises(ValueError, match=f"covers abstract, review, writing, free; {task} has the paper's template"):
+        build_prompts(task, INPUT, [], style="clean")
+
+
+def test_an_unknown_task_is_named_before_the_style():
+    with pytest.raises(ValueError, match="unknown task 'poem'"):
+        build_prompts("poem", INPUT, [], style="fancy")

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 import math
+import time
 
 import pytest
 
-from specsteer import deployment
+from specsteer import deployment, engine
 from specsteer.deployment import (
     DOWNLINK, NO_LINK, PROFILES, ROLES, UPLINK, DeploymentProfile, LinkConditions, LinkEmulator, MeasuredRun,
     PassCost, PassSample, Source, StreamCost, as_trace, fit_pass_cost, get_profile, measured_profile,
@@ -15,6 +16,7 @@ from specsteer.deployment import (
 )
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.events import TraceStep
+from specsteer.protocol import Link
 from specsteer.testing import tiny_pair
 
 # --------------------------------------------------------------------------- helpers
@@ -395,6 +397,59 @@ def test_emulation_over_charges_a_stream_opener_by_at_most_its_transmission():
     run = emulate(trace, link)
     projected = project(run.trace, measured_profile([run], link=link), 1).seconds
     assert projected <= run.seconds <= projected + link.transmission_s(UPLINK, 100) + 1e-12
+
+
+def test_link_without_conditions_does_not_wait():
+    link = Link()
+    link.send("downlink", "tokens", {"ids": [1, 2]})
+    assert link.emulator is None and link.conditions is None
+    assert link.trace == [TraceStep("message", "downlink", 13, 0.0)]
+
+
+def test_link_records_the_emulated_wait_and_keeps_its_records():
+    clock = VirtualClock()
+    conditions = LinkConditions(rtt_ms=80)
+    link = Link(emulator=LinkEmulator(conditions, clock.clock, clock.sleep))
+    assert link.conditions is conditions
+    received = link.send("uplink", "draft", {"keep": -1, "append": [5], "draft": [1, 2, 3]})
+    assert received == {"keep": -1, "append": [5], "draft": [1, 2, 3]}
+    assert link.trace == [TraceStep("message", "uplink", 29, pytest.approx(0.040))]
+    assert link.totals == {"uplink": 29, "downlink": 0}
+    assert [m.bytes for m in link.transcript] == [29]
+    assert Link(conditions=conditions).emulator is not None
+
+
+@pytest.fixture
+def virtual_link(monkeypatch):
+    """Generations whose Link waits on a virtual clock: real time plus the sleeps it pretended."""
+    slept = []
+    conditions = LinkConditions(rtt_ms=50)
+
+    def clock() -> float:
+        return time.perf_counter() + sum(slept)
+
+    def make_link(**kwargs) -> Link:
+        return Link(emulator=LinkEmulator(conditions, clock, slept.append), **kwargs)
+
+    monkeypatch.setattr(engine, "Link", make_link)
+    return conditions, slept
+
+
+@pytest.mark.parametrize("method,round_trips", [("llm", lambda stats: 1), ("lightcosteer", lambda s: s.rounds),
+                                                ("specsteer", lambda s: s.rounds)])
+def test_generations_over_an_emulated_link(pair, virtual_link, method, round_trips):
+    conditions, slept = virtual_link
+    plain, private = prompts(pair)
+    _, finished = collect(generate_ids(pair, plain, private, DecodeConfig(method=method, max_new_tokens=8,
+                                                                          draft_len=3)))
+    stats = finished.stats
+    waited = sum(step.seconds for step in stats.trace if step.kind == "message")
+    assert waited == pytest.approx(sum(slept))
+    # llm pays one round trip for its whole stream; the round-based methods one per round.
+    assert waited == pytest.approx(round_trips(stats) * 0.050)
+    run = MeasuredRun(stats.trace, stats.seconds + waited, stats.new_tokens)
+    projected = project(run.trace, measured_profile([run], link=conditions), run.new_tokens)
+    assert projected.seconds == pytest.approx(run.seconds, rel=0.02)
 
 
 # --------------------------------------------------------------------------- methods against RTT

@@ -42,6 +42,7 @@ from .decoding import (
     residual_test,
     steering_entries,
 )
+from .deployment import LinkConditions, LinkEmulator
 from .events import LinkMessage, TraceStep
 
 # --------------------------------------------------------------------------- wire format
@@ -147,18 +148,33 @@ def _summary(kind: str, payload: dict) -> dict:
 
 @dataclass
 class Link:
-    """The channel between Edge and Cloud: bytes only, every message recorded."""
+    """The channel between Edge and Cloud: bytes only, every message recorded.
+
+    ``conditions`` (None: in process, no delay) makes ``send`` hold the caller as a network with that
+    round-trip time and bandwidth would, pipelining one-direction streams (specsteer.deployment
+    explains the rule); the time waited is the message's ``seconds`` in the trace. ``emulator``
+    replaces the default one built from ``conditions`` (tests pass one on a virtual clock).
+    """
 
     transcript: list[LinkMessage] = field(default_factory=list)
     totals: dict[str, int] = field(default_factory=lambda: {"uplink": 0, "downlink": 0})
     trace: list[TraceStep] = field(default_factory=list)  # shared with the ForwardLog: one timeline
+    conditions: LinkConditions | None = None
+    emulator: LinkEmulator | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.emulator is None and self.conditions is not None:
+            self.emulator = LinkEmulator(self.conditions)
+        elif self.emulator is not None:
+            self.conditions = self.emulator.conditions
 
     def send(self, direction: str, kind: str, payload: dict) -> dict:
         data = encode(kind, payload)
+        waited = self.emulator.carry(direction, len(data)) if self.emulator is not None else 0.0
         received_kind, received = decode(data)  # the other side sees only what the bytes carry
         self.transcript.append(LinkMessage(direction, received_kind, _summary(received_kind, received), len(data)))
         self.totals[direction] += len(data)
-        self.trace.append(TraceStep("message", direction, len(data), 0.0))
+        self.trace.append(TraceStep("message", direction, len(data), waited))
         return received
 
 

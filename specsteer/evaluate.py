@@ -6,9 +6,9 @@ so a run that crashes or is cancelled loses at most the generation in flight, an
 same run name again continues where it stopped (finished cells are skipped; a different config
 under the same name is refused, so two runs never mix).
 
-Grid. alpha and beta only go to the methods that read them: SpecSteer takes both, LightCoSteer
-and CoSteer take beta, and SLM, SLM+, LLM and SD take neither, so they run once per record
-whatever the grid size. ``extra_points`` adds (alpha, beta) pairs to the methods that take alpha
+Grid. alpha and beta only go to the methods that read them (``specsteer.methods``): SpecSteer
+takes both, LightCoSteer takes beta, and SLM, SLM+, LLM, SD and CoSteer (whose strength is its own
+lambda) take neither, so they run once per record whatever the grid size. ``extra_points`` adds (alpha, beta) pairs to the methods that take alpha
 only — the paper's beta study at one alpha — without multiplying the beta-only baselines.
 Decoding is greedy (the paper's setting). Cells run record by record, every method on a record
 before the next record, so a partial run compares methods on the same records.
@@ -67,8 +67,9 @@ from storage.queries import (
 )
 
 from .data import LONGLAMP_TASKS, DataError, Record, load_records, resolve_data_source
-from .engine import METHODS, DecodeConfig, Prepared, Request, collect, generate, prepare
+from .engine import DecodeConfig, Prepared, Request, collect, generate, prepare
 from .history import HistoryItem
+from .methods import METHOD_INFO, METHODS, SPEED_REFERENCE
 from .metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
 from .registry import DEFAULT_PAIRING
 from .retrieval import low_similarity_items
@@ -77,9 +78,6 @@ from .testing import TEST_PAIRING_ID, shared_tiny_pair
 if TYPE_CHECKING:
     from .models import LoadedPair
 
-ALPHA_METHODS = frozenset({"specsteer"})
-BETA_METHODS = frozenset({"specsteer", "lightcosteer", "costeer"})
-REFERENCE_METHOD = "llm"  # the speed reference (1.00x)
 WARMUP_TOKENS = 8
 NOISE_POOL_RECORDS = 64
 JSON_ROW_KEYS = ("method", "alpha", "beta", *ROUGE_KEYS, "acceptance", "tok_per_s", "speedup")
@@ -111,14 +109,15 @@ def grid_points(
     """Every distinct (method, alpha, beta) to run, in the order given."""
     points: list[GridPoint] = []
     for method in methods:
+        info = METHOD_INFO[method]
         pairs = [(alpha, beta) for alpha in alphas for beta in betas]
-        if method in ALPHA_METHODS:
+        if info.takes_alpha:
             pairs += list(extra_points)
         for alpha, beta in pairs:
             point = GridPoint(
                 method,
-                float(alpha) if method in ALPHA_METHODS else None,
-                float(beta) if method in BETA_METHODS else None,
+                float(alpha) if info.takes_alpha else None,
+                float(beta) if info.takes_beta else None,
             )
             if point not in points:
                 points.append(point)
@@ -408,7 +407,7 @@ def summarize(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     groups: dict[tuple, list[Mapping[str, Any]]] = {}
     for cell in cells:
         groups.setdefault(grid_key(cell), []).append(cell)
-    reference = groups.get((REFERENCE_METHOD, None, None), [])
+    reference = groups.get((SPEED_REFERENCE, None, None), [])
     return [_summary_row(key, groups[key], reference) for key in sorted(groups, key=_row_order)]
 
 
@@ -466,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=None, help="first N records of the file")
     parser.add_argument("--methods", type=_name_list, default=METHODS, help="comma-separated, default all")
     parser.add_argument("--alpha", type=_number_list, default=(1.0, 0.5, 0.1), help="alpha values (SpecSteer)")
-    parser.add_argument("--beta", type=_number_list, default=(1.0,), help="beta values (SpecSteer, (Light)CoSteer)")
+    parser.add_argument("--beta", type=_number_list, default=(1.0,), help="beta values (SpecSteer, LightCoSteer)")
     parser.add_argument("--extra-grid", type=_point_list, default=(),
                         help="extra alpha:beta pairs for SpecSteer only, e.g. 0.5:0.5,0.5:2")
     parser.add_argument("--pairing", default=DEFAULT_PAIRING,
@@ -526,8 +525,8 @@ def main(argv: list[str] | None = None) -> int:
     cancel = threading.Event()
     try:
         spec = spec_from_args(args)
-        if REFERENCE_METHOD not in spec.methods:
-            print(f"warning: {REFERENCE_METHOD} is not among the methods, so speedup is null", file=sys.stderr)
+        if SPEED_REFERENCE not in spec.methods:
+            print(f"warning: {SPEED_REFERENCE} is not among the methods, so speedup is null", file=sys.stderr)
         pair = shared_tiny_pair() if spec.pairing == TEST_PAIRING_ID else None
         with _cancel_on_signals(cancel):
             result = run_grid(spec, pair=pair, progress=_print_progress, cancel=cancel, url=args.database,

@@ -46,11 +46,14 @@ def test_alpha_and_beta_go_only_to_the_methods_that_read_them():
 
 
 def test_extra_points_add_beta_values_at_one_alpha_for_specsteer_only():
-    points = grid_points(("llm", "costeer", "specsteer"), (1.0, 0.5, 0.1), (1.0,), ((0.5, 0.5), (0.5, 2.0), (0.5, 1.0)))
+    points = grid_points(("llm", "lightcosteer", "costeer", "specsteer"), (1.0, 0.5, 0.1), (1.0,),
+                         ((0.5, 0.5), (0.5, 2.0), (0.5, 1.0)))
     assert [(point.alpha, point.beta) for point in points if point.method == "specsteer"] == [
         (1.0, 1.0), (0.5, 1.0), (0.1, 1.0), (0.5, 0.5), (0.5, 2.0)  # the repeated (0.5, 1) runs once
     ]
-    assert [point for point in points if point.method == "costeer"] == [GridPoint("costeer", None, 1.0)]
+    assert [point for point in points if point.method == "lightcosteer"] == [GridPoint("lightcosteer", None, 1.0)]
+    # CoSteer's strength is its own lambda: beta changes nothing, so it runs once per record.
+    assert [point for point in points if point.method == "costeer"] == [GridPoint("costeer")]
 
 
 def test_invalid_specs_are_refused_before_anything_runs():

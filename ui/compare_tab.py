@@ -19,8 +19,9 @@ from pathlib import Path
 import gradio as gr
 
 import storage
-from specsteer.engine import METHODS, generate
+from specsteer.engine import generate
 from specsteer.events import Finished
+from specsteer.methods import CORE_METHODS, METHODS, method_label
 from storage.queries import slot_label
 from ui import pairs, render
 from ui.generate_tab import (
@@ -38,7 +39,6 @@ from ui.streaming import RUNS, Throttle
 log = logging.getLogger(__name__)
 
 MAX_SLOTS = len(METHODS)
-DEFAULT_METHODS = ["slm+", "llm", "specsteer"]
 PREFERENCE_EXTRAS = [("Tie", "tie"), ("All bad", "all_bad")]
 SUMMARY_HEADERS = ["method", "shown", "wins", "win rate", "ties", "all bad", "personalization", "fluency"]
 
@@ -313,7 +313,7 @@ def summary_table() -> tuple[list[list], str]:
     for method, stats in summary["methods"].items():
         means = stats["mean_ratings"]
         rows.append([
-            render.method_label(method), stats["shown"], stats["wins"], round(stats["win_rate"], 3), stats["ties"],
+            method_label(method), stats["shown"], stats["wins"], round(stats["win_rate"], 3), stats["ties"],
             stats["all_bad"], _round(means.get("personalization")), _round(means.get("fluency")),
         ])
     agreement = summary["agreement"]
@@ -371,7 +371,7 @@ def build(settings: GenerateControls) -> CompareRefresh:
         "your judgement is saved.", elem_classes="ss-note")
     with gr.Row(equal_height=True):
         methods = gr.CheckboxGroup(
-            choices=[(render.method_label(m), m) for m in METHODS], value=DEFAULT_METHODS, label="Methods",
+            choices=[(method_label(m), m) for m in METHODS], value=list(CORE_METHODS), label="Methods",
             scale=3)
         blind = gr.Checkbox(value=True, label="Blind (shuffle, hide names)", scale=1)
     with gr.Row():

@@ -24,9 +24,9 @@ import pandas as pd
 import storage
 from specsteer import plots
 from specsteer.data import LONGLAMP_TASKS, DataError, resolve_data_source, shared_data_path
-from specsteer.engine import METHODS
 from specsteer.evaluate import EvalSpec, GridProgress, run_grid, summarize
 from specsteer.history import MAX_UPLOAD_BYTES
+from specsteer.methods import CORE_METHODS, METHODS, method_label
 from storage.db import data_dir
 from ui import pairs, render
 from ui.generate_tab import MODELS_CONCURRENCY_ID, TASK_LABELS, load_pair_with_status
@@ -40,7 +40,6 @@ SOURCES = {
     "upload": "Uploaded LongLaMP file",
 }
 MAX_DATA_UPLOAD_BYTES = 10 * MAX_UPLOAD_BYTES
-DEFAULT_METHODS = ["slm+", "llm", "specsteer"]
 TABLE_HEADERS = list(plots.display_rows([{"method": "x"}])[0])
 
 
@@ -279,7 +278,7 @@ def build() -> gr.Dropdown:
             with gr.Row():
                 task = gr.Dropdown([(TASK_LABELS[t], t) for t in LONGLAMP_TASKS], value="review", label="Task")
                 records = gr.Slider(1, 50, value=1, step=1, label="Records", elem_id="dashboard-records")
-            methods = gr.CheckboxGroup([(render.method_label(m), m) for m in METHODS], value=DEFAULT_METHODS,
+            methods = gr.CheckboxGroup([(method_label(m), m) for m in METHODS], value=list(CORE_METHODS),
                                        label="Methods")
             with gr.Row():
                 alphas = gr.Textbox(value="1.0, 0.1", label="α list (SpecSteer)", elem_id="dashboard-alphas")

@@ -431,7 +431,7 @@ def test_dashboard_cancel_keeps_finished_cells():
             break
     assert cancelled is not None and "cancelled" in cancelled.status and "same name to resume" in cancelled.status
     run = storage.get_run_by_name("to-cancel")
-    assert run["status"] == "cancelled" and run["cell_count"] < 6
+    assert run.status == "cancelled" and run.cell_count < 6
 
 
 def test_dashboard_input_errors_are_messages(tmp_path):
@@ -448,5 +448,5 @@ def test_dashboard_upload_is_copied_into_the_data_folder(tmp_path):
     upload = write(tmp_path, "mine.jsonl", records)
     final = list(dashboard_tab.run_batch(**dashboard_values(source="upload", upload=upload, methods=["slm"])))[-1]
     assert "finished" in final.status
-    config = storage.list_runs()[0]["config"]
+    config = storage.list_runs()[0].config
     assert "uploads" in config["data"]

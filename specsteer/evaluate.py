@@ -216,10 +216,6 @@ class GridProgress:
     point: GridPoint | None = None
     record_id: str | None = None
 
-    @property
-    def fraction(self) -> float:
-        return self.done / self.total if self.total else 1.0
-
     def describe(self) -> str:
         if self.stage == "running" and self.point is not None:
             return f"[{self.done + 1}/{self.total}] {self.point.label} rec={self.record_id}"

@@ -49,10 +49,11 @@ class BackgroundRun:
         self._width = width
         self._lock = threading.Lock()
         self._everything: tuple = (_SKIP,) * width  # every frame merged: the page's latest state
-        self._work = Background(self._frames_of(produce), name=name, merge=merge_frames)
+        self._work = Background.iterate(self._recorded(produce), name=name, merge=merge_frames)
 
-    def _frames_of(self, produce: Callable[[threading.Event], Iterator[tuple]]):
-        def work(emit: Callable[[tuple], None], flag: threading.Event) -> None:
+    def _recorded(self, produce: Callable[[threading.Event], Iterator[tuple]]):
+        """``produce`` with each frame checked and merged into the page's latest state as it passes."""
+        def frames(flag: threading.Event) -> Iterator[tuple]:
             try:
                 for frame in produce(flag):
                     frame = tuple(frame)
@@ -60,12 +61,12 @@ class BackgroundRun:
                         raise ValueError(f"a frame has {len(frame)} fields, expected {self._width}")
                     with self._lock:
                         self._everything = merge_frames(self._everything, frame)
-                    emit(frame)
-            except BaseException:  # the consumer shows it without a stack trace; the log keeps one
+                    yield frame
+            except Exception:  # the consumer shows it without a stack trace; the log keeps one
                 log.exception("background run failed")
                 raise
 
-        return work
+        return frames
 
     @property
     def done(self) -> bool:

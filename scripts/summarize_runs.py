@@ -16,18 +16,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import storage  # noqa: E402
 from specsteer import evaluate  # noqa: E402
-from storage import queries  # noqa: E402
-
-LABELS = {"slm": "SLM", "slm+": "SLM+", "llm": "LLM", "sd": "SD", "lightcosteer": "LightCoSteer",
-          "costeer": "CoSteer", "specsteer": "SpecSteer"}
+from specsteer.methods import BASELINES, method_label  # noqa: E402
+from specsteer.runstore import CellResult, GridPoint  # noqa: E402
 
 
-def complete_records(cells: list[dict]) -> list[str]:
-    points = {evaluate.grid_key(cell) for cell in cells}
-    by_record: dict[str, set] = {}
+def complete_records(cells: list[CellResult]) -> list[str]:
+    points = {cell.point for cell in cells}
+    by_record: dict[str, set[GridPoint]] = {}
     for cell in cells:
-        by_record.setdefault(cell["record_id"], set()).add(evaluate.grid_key(cell))
+        by_record.setdefault(cell.record_id, set()).add(cell.point)
     return sorted((record for record, done in by_record.items() if done == points), key=lambda r: (len(r), r))
 
 
@@ -40,7 +39,7 @@ def table(rows: list[dict]) -> list[str]:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append("| " + " | ".join([
-            LABELS.get(row["method"], row["method"]), _value(row["alpha"], "{:g}"), _value(row["beta"], "{:g}"),
+            method_label(row["method"]), _value(row["alpha"], "{:g}"), _value(row["beta"], "{:g}"),
             f"{row['rouge1']:.2f}", f"{row['rougeL']:.2f}", f"{row['rouge1_stemmed']:.2f}",
             f"{row['rougeL_stemmed']:.2f}", _value(row["acceptance"] and 100 * row["acceptance"], "{:.0f}%"),
             _value(row["tok_per_s"], "{:.2f}"), _value(row["speedup"], "{:.2f}×"), f"{row['new_tokens']:.0f}",
@@ -48,10 +47,11 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def paired(cells: list[dict], ours: tuple, theirs: tuple, metric: str = "rougeL", draws: int = 10000) -> str:
-    """Record-by-record comparison of two grid points on one metric (0-100)."""
-    score = {(evaluate.grid_key(cell), cell["record_id"]): 100 * cell[metric] for cell in cells}
-    records = sorted({cell["record_id"] for cell in cells})
+def paired(cells: list[CellResult], ours: GridPoint, theirs: GridPoint, metric: str = "rougeL",
+           draws: int = 10000) -> str:
+    """Record-by-record comparison of two grid points on one ROUGE metric (0-100)."""
+    score = {(cell.point, cell.record_id): 100 * cell.rouge[metric] for cell in cells}
+    records = sorted({cell.record_id for cell in cells})
     differences = [score[(ours, record)] - score[(theirs, record)] for record in records]
     rng = random.Random(0)
     means = sorted(sum(rng.choices(differences, k=len(differences))) / len(differences) for _ in range(draws))
@@ -62,25 +62,25 @@ def paired(cells: list[dict], ours: tuple, theirs: tuple, metric: str = "rougeL"
 
 def main(url: str, names: list[str]) -> None:
     for name in names:
-        run = queries.get_run_by_name(name, url=url)
+        run = storage.get_run_by_name(name, url=url)
         if run is None:
             raise SystemExit(f"no run named {name!r} in {url}")
-        cells = queries.run_cells(run["id"], url=url)
+        cells = storage.run_cells(run.id, url=url)
         records = complete_records(cells)
-        kept = [cell for cell in cells if cell["record_id"] in records]
+        kept = [cell for cell in cells if cell.record_id in records]
         rows = evaluate.summarize(kept)
-        print(f"**{name}** ({run['status']}): {len(records)} records complete, {len(cells)} cells stored\n")
+        print(f"**{name}** ({run.status}): {len(records)} records complete, {len(cells)} cells stored\n")
         print("\n".join(table(rows)) + "\n")
-        baselines = [b for b in ("slm+", "llm") if any(row["method"] == b for row in rows)]
+        baselines = [b for b in BASELINES if any(row["method"] == b for row in rows)]
         steered = [row for row in rows if row["method"] == "specsteer"]
         if not steered or not baselines:
             continue
-        print("| SpecSteer R-L, record by record | " + " | ".join(f"vs {LABELS[b]}" for b in baselines) + " |")
+        print("| SpecSteer R-L, record by record | " + " | ".join(f"vs {method_label(b)}" for b in baselines) + " |")
         print("|---|" + "---|" * len(baselines))
         for row in steered:
-            point = ("specsteer", row["alpha"], row["beta"])
+            point = GridPoint("specsteer", row["alpha"], row["beta"])
             print(f"| α={row['alpha']:g} β={row['beta']:g} | "
-                  + " | ".join(paired(kept, point, (b, None, None)) for b in baselines) + " |")
+                  + " | ".join(paired(kept, point, GridPoint(b)) for b in baselines) + " |")
         print()
 
 

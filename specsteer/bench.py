@@ -39,6 +39,7 @@ from .engine import (MAX_DRAFT_LEN, DecodeConfig, Prepared, Request, chat_ids, c
                      speculative_bound)
 from .machine import machine_info
 from .runtime import RUNTIME_CHOICES
+from .methods import METHOD_INFO, SPEED_REFERENCE, method_info
 from .tasks import PromptPair
 
 if TYPE_CHECKING:
@@ -142,7 +143,7 @@ class Tally:
         With an adaptive draft length, k is the mean draft length of its rounds.
         ``charge_device_steps``: T counts the Specialist steps per round that were really run.
         """
-        if self.config.method not in ("sd", "specsteer") or not self.verified:
+        if not METHOD_INFO[self.config.method].speculative or not self.verified:
             return None
         k = self.drafted / self.rounds
         steps = self.device_steps / self.rounds if charge_device_steps else None
@@ -169,8 +170,9 @@ def bench_cases(methods: list[str], alphas: list[float], draft_lens: list[str], 
     cases = []
     for name in methods:
         method = name.removesuffix("-plain")
-        for alpha in alphas if method == "specsteer" else [0.1]:
-            for draft_len in draft_lens if method in ("sd", "specsteer") else draft_lens[:1]:
+        info = method_info(method)
+        for alpha in alphas if info.takes_alpha else [0.1]:
+            for draft_len in draft_lens if info.speculative else draft_lens[:1]:
                 length, _, confidence = draft_len.partition("@")
                 adaptive = length.startswith("auto")
                 cap = length.removeprefix("auto").removeprefix(":") if adaptive else length
@@ -237,18 +239,18 @@ def run_speed(pairs: Sequence[LoadedPair], prompts: list[Prepared], cases: list[
 
 
 def _rows(tallies: list[Tally]) -> list[dict]:
-    llm = next((t.tok_per_s for t in tallies if t.config.method == "llm"), None)
+    llm = next((t.tok_per_s for t in tallies if t.config.method == SPEED_REFERENCE), None)
     speedup = (lambda tps: tps / llm if llm else None)
     rows = []
     for tally in tallies:
+        info = METHOD_INFO[tally.config.method]
         bound = tally.bound()
         device_bound = tally.bound(charge_device_steps=True)
-        speculative = tally.config.method in ("sd", "specsteer")
         rows.append({
             "method": tally.case.name,
             "runtime": tally.runtime,
-            "alpha": tally.config.alpha if tally.config.method == "specsteer" else None,
-            "beta": tally.config.beta if tally.config.method in ("specsteer", "lightcosteer", "costeer") else None,
+            "alpha": tally.config.alpha if info.takes_alpha else None,
+            "beta": tally.config.beta if info.takes_beta else None,
             "tok_per_s": tally.tok_per_s,
             "speedup": speedup(tally.tok_per_s),
             "ttft_s": tally.ttft_s,
@@ -262,8 +264,8 @@ def _rows(tallies: list[Tally]) -> list[dict]:
             "device_bound_tok_per_s": device_bound,
             "decode_device_bound_fraction": tally.decode_tok_per_s / device_bound if device_bound else None,
             "forward_share": tally.forward_share,
-            "draft_len": _draft_label(tally.config) if speculative else None,
-            "mean_draft_len": tally.drafted / tally.rounds if tally.rounds and speculative else None,
+            "draft_len": _draft_label(tally.config) if info.speculative else None,
+            "mean_draft_len": tally.drafted / tally.rounds if tally.rounds and info.speculative else None,
             "rounds": tally.rounds,
             "tokens": tally.tokens,
             "uplink_bytes": tally.uplink_bytes,
@@ -318,8 +320,9 @@ def _draft_label(config: DecodeConfig) -> str:
 
 def _label(case: BenchCase) -> str:
     config = case.config
-    name = f"{case.name} a={config.alpha:g}" if config.method == "specsteer" else case.name
-    return f"{name} k={_draft_label(config)}" if config.method in ("sd", "specsteer") else name
+    info = METHOD_INFO[config.method]
+    name = f"{case.name} a={config.alpha:g}" if info.takes_alpha else case.name
+    return f"{name} k={_draft_label(config)}" if info.speculative else name
 
 
 def format_table(result: dict) -> str:

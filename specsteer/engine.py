@@ -31,10 +31,8 @@ import torch
 
 from .decoding import Detokenizer, ForwardLog, Sampler
 from .events import Finished, GenerationStats, TokenEvent
+from .methods import METHOD_INFO, METHODS
 from .protocol import MAX_DRAFT_LEN, Cloud, Edge, Link
-
-METHODS = ("slm", "slm+", "llm", "sd", "lightcosteer", "costeer", "specsteer")
-SPECULATIVE = frozenset({"sd", "specsteer"})
 MAX_NEW_TOKENS = 4096
 
 
@@ -211,7 +209,7 @@ def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.E
     output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids, link, cancel)
     stats = GenerationStats(method=config.method)
     with torch.inference_mode():
-        if config.method in ("slm", "slm+"):
+        if METHOD_INFO[config.method].device_only:
             loop = _device_only(pair, plain_ids, private_ids, config, forward_log, output)
         elif config.method == "llm":
             loop = _cloud_only(pair, plain_ids, config, forward_log, output, link)

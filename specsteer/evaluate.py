@@ -1,15 +1,18 @@
 """The evaluation batch: a grid of methods x alpha x beta over N LongLaMP records, stored cell by cell.
 
 One *cell* is one generation: (record, method, alpha, beta). Its output, ROUGE scores and
-generation statistics are saved to the database (``storage.save_cell``) the moment it finishes,
-so a run that crashes or is cancelled loses at most the generation in flight, and running the
-same run name again continues where it stopped (finished cells are skipped; a different config
-under the same name is refused, so two runs never mix).
+generation statistics are kept in the run's store (a ``specsteer.runstore.RunStore``; the app and
+the command line use ``storage.SqlRunStore``) the moment it finishes, so a run that crashes or is
+cancelled loses at most the generation in flight, and running the same run name again continues
+where it stopped (finished cells are skipped; a different config under the same name is refused,
+so two runs never mix). :func:`run_grid_events` reports progress as a generator of
+:class:`GridProgress` events ending with the :class:`EvalResult`; :func:`run_grid` just runs it.
 
-Grid. alpha and beta only go to the methods that read them: SpecSteer takes both, LightCoSteer
-and CoSteer take beta, and SLM, SLM+, LLM and SD take neither, so they run once per record
-whatever the grid size. ``extra_points`` adds (alpha, beta) pairs to the methods that take alpha
-only — the paper's beta study at one alpha — without multiplying the beta-only baselines.
+Grid. alpha and beta only go to the methods that read them (``specsteer.methods``): SpecSteer
+takes both, LightCoSteer takes beta, and SLM, SLM+, LLM, SD and CoSteer (whose strength is its own
+lambda) take neither, so they run once per record whatever the grid size. ``extra_points`` adds
+(alpha, beta) pairs to the methods that take alpha only — the paper's beta study at one alpha —
+without multiplying the beta-only baselines.
 Decoding is greedy (the paper's setting). Cells run record by record, every method on a record
 before the next record, so a partial run compares methods on the same records.
 
@@ -49,58 +52,34 @@ import math
 import signal
 import sys
 import threading
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from storage.queries import (
-    cell_key,
-    create_run,
-    finished_cell_keys,
-    run_cells,
-    save_cell,
-    set_run_status,
-    to_jsonable,
-)
-
 from .data import LONGLAMP_TASKS, DataError, Record, load_records, resolve_data_source
-from .engine import METHODS, DecodeConfig, Prepared, Request, collect, generate, prepare
+from .engine import DecodeConfig, Prepared, Request, collect, generate, prepare
 from .history import HistoryItem
+from .jsonable import to_jsonable
+from .methods import METHOD_INFO, METHODS, SPEED_REFERENCE
 from .metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
 from .registry import DEFAULT_PAIRING
 from .retrieval import low_similarity_items
 from .runtime import RUNTIME_CHOICES, dtype_label
+from .runstore import CellResult, GridPoint, RunStatus, RunStore, cell_key
 from .testing import TEST_PAIRING_ID, shared_tiny_pair
 
 if TYPE_CHECKING:
     from .models import LoadedPair
 
-ALPHA_METHODS = frozenset({"specsteer"})
-BETA_METHODS = frozenset({"specsteer", "lightcosteer", "costeer"})
-REFERENCE_METHOD = "llm"  # the speed reference (1.00x)
 WARMUP_TOKENS = 8
 NOISE_POOL_RECORDS = 64
 JSON_ROW_KEYS = ("method", "alpha", "beta", *ROUGE_KEYS, "acceptance", "tok_per_s", "speedup")
 
 
 # --------------------------------------------------------------------------- the grid
-
-
-@dataclass(frozen=True)
-class GridPoint:
-    """A method with the alpha and beta it reads (None for a parameter it does not use)."""
-
-    method: str
-    alpha: float | None = None
-    beta: float | None = None
-
-    @property
-    def label(self) -> str:
-        parameters = [f"{name}={value:g}" for name, value in (("a", self.alpha), ("b", self.beta)) if value is not None]
-        return " ".join([self.method, *parameters])
 
 
 def grid_points(
@@ -112,14 +91,15 @@ def grid_points(
     """Every distinct (method, alpha, beta) to run, in the order given."""
     points: list[GridPoint] = []
     for method in methods:
+        info = METHOD_INFO[method]
         pairs = [(alpha, beta) for alpha in alphas for beta in betas]
-        if method in ALPHA_METHODS:
+        if info.takes_alpha:
             pairs += list(extra_points)
         for alpha, beta in pairs:
             point = GridPoint(
                 method,
-                float(alpha) if method in ALPHA_METHODS else None,
-                float(beta) if method in BETA_METHODS else None,
+                float(alpha) if info.takes_alpha else None,
+                float(beta) if info.takes_beta else None,
             )
             if point not in points:
                 points.append(point)
@@ -234,13 +214,9 @@ class GridProgress:
 
     done: int
     total: int
-    stage: str  # "loading" (models) | "warmup" | "running" (a cell is about to run) | "finished" | "cancelled"
+    stage: str  # "loading" (models) | "warmup" | "running" (a cell is about to run) | a final RunStatus
     point: GridPoint | None = None
     record_id: str | None = None
-
-    @property
-    def fraction(self) -> float:
-        return self.done / self.total if self.total else 1.0
 
     def describe(self) -> str:
         if self.stage == "running" and self.point is not None:
@@ -250,11 +226,13 @@ class GridProgress:
 
 @dataclass
 class EvalResult:
+    """The last item of :func:`run_grid_events`."""
+
     run_id: int
     run_name: str
-    status: str  # "finished" | "cancelled"
+    status: RunStatus  # "finished" | "cancelled" | "running" (this shard is done, others are not yet)
     computed: int  # cells generated by this call (the others were already stored)
-    cells: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[CellResult] = field(default_factory=list)
     rows: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -265,7 +243,7 @@ class _Cell:
 
     @property
     def key(self) -> str:
-        return cell_key(self.record.id, self.point.method, self.point.alpha, self.point.beta)
+        return cell_key(self.record.id, self.point)
 
 
 def run_config(spec: EvalSpec, pairing_id: str, runtime: str, dtype: str | None, cells_total: int) -> dict[str, Any]:
@@ -277,20 +255,22 @@ def run_config(spec: EvalSpec, pairing_id: str, runtime: str, dtype: str | None,
     return config
 
 
-def run_grid(
+def run_grid_events(
     spec: EvalSpec,
+    store: RunStore,
     pair: LoadedPair | None = None,
-    progress: Callable[[GridProgress], None] | None = None,
     cancel: threading.Event | None = None,
-    url: str | None = None,
     shard: tuple[int, int] = (0, 1),
-) -> EvalResult:
-    """Run (or resume) the grid of ``spec``; every finished cell is stored at once.
+) -> Iterator[GridProgress | EvalResult]:
+    """Run (or resume) the grid of ``spec``, keeping every finished cell in ``store`` at once.
 
+    Yields a :class:`GridProgress` at each stage and before each cell, and ends with the
+    :class:`EvalResult`, the way ``engine.generate`` yields tokens and ends with ``Finished``.
     ``pair``: a loaded pair to use (tests, the UI); by default ``spec.pairing`` is loaded, and only
-    if some cell is left to run. ``progress`` is called before each cell and at each stage.
-    ``cancel`` stops the run between cells and the generation in flight within a token; the
-    interrupted cell is not stored, and the run is marked cancelled. An exception marks it failed.
+    if some cell is left to run. ``cancel`` stops the run between cells and the generation in flight
+    within a token; the interrupted cell is not stored, and the run is marked cancelled. An exception
+    (raised here, or thrown in by the consumer) marks it failed; a consumer that closes the generator
+    early leaves it cancelled, so either way the same run name resumes it.
     ``shard = (i, n)``: this worker runs only the records i, i+n, i+2n, ... so that n workers (other
     processes, other machines on one database) share a run without doing a cell twice. The run is
     finished when every cell is stored; a worker done with its share while others are not yet done
@@ -304,7 +284,6 @@ def run_grid(
     if not 0 <= shard_index < shard_count:
         raise ValueError(f"shard must be i/n with 0 <= i < n (got {shard_index}/{shard_count})")
     cancel = cancel or threading.Event()
-    report = progress or (lambda _: None)
     records, prepared = load_evaluation_records(spec)
     pairing = None if pair is not None else resolve_pairing(spec.pairing)
     runtime = pair.runtime if pair is not None else choose_runtime(pairing, spec.runtime)
@@ -315,49 +294,64 @@ def run_grid(
     cells = [_Cell(record, point) for record in records for point in spec.points()]
     name = spec.run_name or f"{spec.task}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     config = run_config(spec, pair.pairing_id if pair is not None else pairing.id, runtime, dtype, len(cells))
-    run_id = create_run(name, config, url=url)
-    finished = finished_cell_keys(run_id, url=url)
+    run_id = store.open_run(name, config)
+    finished = store.finished_keys(run_id)
     mine = {record.id for position, record in enumerate(records) if position % shard_count == shard_index}
     pending = [cell for cell in cells if cell.key not in finished and cell.record.id in mine]
-    set_run_status(run_id, "running", url=url)
+    store.set_status(run_id, "running")
+    computed = 0
     try:
         if pending:
-            report(GridProgress(len(cells) - len(pending), len(cells), "loading"))
+            yield GridProgress(len(cells) - len(pending), len(cells), "loading")
             pair = pair if pair is not None else load_pair(pairing, dtype=spec.dtype, runtime=runtime)
-        computed = _run_cells(pair, pending, prepared, spec, len(cells), report, cancel, run_id, url)
+            computed = yield from _run_cells(pair, pending, prepared, spec, len(cells), cancel, run_id, store)
     except BaseException as error:
-        status = "cancelled" if isinstance(error, KeyboardInterrupt) else "failed"
-        set_run_status(run_id, status, error=f"{type(error).__name__}: {error}", url=url)
+        # Exceptions are failures; KeyboardInterrupt, or a consumer closing the generator, a stop.
+        status: RunStatus = "failed" if isinstance(error, Exception) else "cancelled"
+        store.set_status(run_id, status, error=type(error).__name__ + (f": {error}" if str(error) else ""))
         raise
-    stored = run_cells(run_id, url=url)
+    stored = store.cells(run_id)
     if computed < len(pending):
         status = "cancelled"
     else:
         status = "finished" if len(stored) == len(cells) else "running"  # other shards still at work
-    set_run_status(run_id, status, url=url)
-    report(GridProgress(len(stored), len(cells), status))
-    return EvalResult(run_id, name, status, computed, stored, summarize(stored))
+    store.set_status(run_id, status)
+    yield GridProgress(len(stored), len(cells), status)
+    yield EvalResult(run_id, name, status, computed, stored, summarize(stored))
+
+
+def run_grid(
+    spec: EvalSpec,
+    store: RunStore,
+    pair: LoadedPair | None = None,
+    cancel: threading.Event | None = None,
+    shard: tuple[int, int] = (0, 1),
+) -> EvalResult:
+    """:func:`run_grid_events` to its end, for callers that need no progress: the result."""
+    for event in run_grid_events(spec, store, pair=pair, cancel=cancel, shard=shard):
+        if isinstance(event, EvalResult):
+            return event
+    raise RuntimeError("the grid ended without a result")
 
 
 def _run_cells(pair: LoadedPair, pending: list[_Cell], prepared: Mapping[str, Prepared], spec: EvalSpec, total: int,
-               report: Callable[[GridProgress], None], cancel: threading.Event, run_id: int,
-               url: str | None) -> int:
+               cancel: threading.Event, run_id: int, store: RunStore) -> Generator[GridProgress, None, int]:
+    """Generates and stores the pending cells in order; returns how many it stored."""
     done = total - len(pending)
     computed = 0
     if pending:
-        report(GridProgress(done, total, "warmup"))
+        yield GridProgress(done, total, "warmup")
         warmup = DecodeConfig(method="specsteer", draft_len=spec.draft_len, max_new_tokens=WARMUP_TOKENS)
         collect(generate(pair, prepared[pending[0].record.id], warmup, cancel))
     for cell in pending:
         if cancel.is_set():
             break
-        report(GridProgress(done + computed, total, "running", cell.point, cell.record.id))
+        yield GridProgress(done + computed, total, "running", cell.point, cell.record.id)
         _, result = collect(generate(pair, prepared[cell.record.id], decode_config(cell.point, spec), cancel))
         if result.stats.stop_reason == "cancelled":
             break  # a cut-short generation is not a result
-        save_cell(run_id, record_id=cell.record.id, method=cell.point.method, alpha=cell.point.alpha,
-                  beta=cell.point.beta, output=result.text, rouge=rouge_scores(result.text, cell.record.output),
-                  stats=result.stats.to_dict(), url=url)
+        store.save_cell(run_id, CellResult(cell.record.id, cell.point, result.text,
+                                           rouge_scores(result.text, cell.record.output), result.stats))
         computed += 1
     return computed
 
@@ -365,20 +359,16 @@ def _run_cells(pair: LoadedPair, pending: list[_Cell], prepared: Mapping[str, Pr
 # --------------------------------------------------------------------------- summary
 
 
-def grid_key(cell: Mapping[str, Any]) -> tuple[str, float | None, float | None]:
-    return cell["method"], cell["alpha"], cell["beta"]
-
-
-def _row_order(key: tuple[str, float | None, float | None]) -> tuple:
-    method, alpha, beta = key
-    rank = METHODS.index(method) if method in METHODS else len(METHODS)
+def _row_order(point: GridPoint) -> tuple:
+    rank = METHODS.index(point.method) if point.method in METHODS else len(METHODS)
     # Strict to permissive (alpha descending), as the paper's tables read.
-    return rank, method, -(alpha if alpha is not None else float("inf")), beta if beta is not None else 0.0
+    alpha = point.alpha if point.alpha is not None else float("inf")
+    return rank, point.method, -alpha, point.beta if point.beta is not None else 0.0
 
 
-def _throughput(cells: Sequence[Mapping[str, Any]]) -> float | None:
-    seconds = sum(cell["stats"].get("seconds") or 0.0 for cell in cells)
-    tokens = sum(cell["stats"].get("new_tokens") or 0 for cell in cells)
+def _throughput(cells: Sequence[CellResult]) -> float | None:
+    seconds = sum(cell.stats.seconds for cell in cells)
+    tokens = sum(cell.stats.new_tokens for cell in cells)
     return tokens / seconds if seconds > 0 else None
 
 
@@ -386,38 +376,39 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _speedup(cells: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, Any]]) -> float | None:
-    shared = {cell["record_id"] for cell in cells} & {cell["record_id"] for cell in reference}
-    own = _throughput([cell for cell in cells if cell["record_id"] in shared])
-    base = _throughput([cell for cell in reference if cell["record_id"] in shared])
+def _speedup(cells: Sequence[CellResult], reference: Sequence[CellResult]) -> float | None:
+    shared = {cell.record_id for cell in cells} & {cell.record_id for cell in reference}
+    own = _throughput([cell for cell in cells if cell.record_id in shared])
+    base = _throughput([cell for cell in reference if cell.record_id in shared])
     return own / base if own is not None and base else None
 
 
-def _summary_row(key: tuple, cells: Sequence[Mapping[str, Any]], reference: Sequence[Mapping[str, Any]]) -> dict:
-    stats = [cell["stats"] for cell in cells]
-    drafted = sum(s.get("drafted") or 0 for s in stats)
-    method, alpha, beta = key
+def _summary_row(point: GridPoint, cells: Sequence[CellResult], reference: Sequence[CellResult]) -> dict[str, Any]:
+    stats = [cell.stats for cell in cells]
+    drafted = sum(s.drafted for s in stats)
     return {
-        "method": method,
-        "alpha": alpha,
-        "beta": beta,
+        "method": point.method,
+        "alpha": point.alpha,
+        "beta": point.beta,
         "records": len(cells),
-        **corpus_rouge(cells),
-        "acceptance": sum(s.get("accepted") or 0 for s in stats) / drafted if drafted else None,
+        **corpus_rouge(cell.rouge for cell in cells),
+        "acceptance": sum(s.accepted for s in stats) / drafted if drafted else None,
         "tok_per_s": _throughput(cells),
         "speedup": _speedup(cells, reference) if reference else None,
-        **{name: _mean([s.get(name) or 0 for s in stats])
-           for name in ("rounds", "new_tokens", "uplink_bytes", "downlink_bytes")},
+        "rounds": _mean([s.rounds for s in stats]),
+        "new_tokens": _mean([s.new_tokens for s in stats]),
+        "uplink_bytes": _mean([s.uplink_bytes for s in stats]),
+        "downlink_bytes": _mean([s.downlink_bytes for s in stats]),
     }
 
 
-def summarize(cells: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """One row per (method, alpha, beta) from stored cells (``storage.run_cells``); see the module doc."""
-    groups: dict[tuple, list[Mapping[str, Any]]] = {}
+def summarize(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
+    """One row per (method, alpha, beta) of a run's cells; see the module doc."""
+    groups: dict[GridPoint, list[CellResult]] = {}
     for cell in cells:
-        groups.setdefault(grid_key(cell), []).append(cell)
-    reference = groups.get((REFERENCE_METHOD, None, None), [])
-    return [_summary_row(key, groups[key], reference) for key in sorted(groups, key=_row_order)]
+        groups.setdefault(cell.point, []).append(cell)
+    reference = groups.get(GridPoint(SPEED_REFERENCE), [])
+    return [_summary_row(point, groups[point], reference) for point in sorted(groups, key=_row_order)]
 
 
 def json_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -474,7 +465,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--limit", type=int, default=None, help="first N records of the file")
     parser.add_argument("--methods", type=_name_list, default=METHODS, help="comma-separated, default all")
     parser.add_argument("--alpha", type=_number_list, default=(1.0, 0.5, 0.1), help="alpha values (SpecSteer)")
-    parser.add_argument("--beta", type=_number_list, default=(1.0,), help="beta values (SpecSteer, (Light)CoSteer)")
+    parser.add_argument("--beta", type=_number_list, default=(1.0,), help="beta values (SpecSteer, LightCoSteer)")
     parser.add_argument("--extra-grid", type=_point_list, default=(),
                         help="extra alpha:beta pairs for SpecSteer only, e.g. 0.5:0.5,0.5:2")
     parser.add_argument("--pairing", default=DEFAULT_PAIRING,
@@ -527,23 +518,32 @@ def _cancel_on_signals(cancel: threading.Event) -> Iterator[None]:
             signal.signal(signum, handler)
 
 
-def _print_progress(update: GridProgress) -> None:
-    print(update.describe(), file=sys.stderr, flush=True)
+def _print_progress(events: Iterator[GridProgress | EvalResult]) -> EvalResult:
+    """Prints each progress event on stderr; returns the result that ends the events."""
+    for event in events:
+        if isinstance(event, EvalResult):
+            return event
+        print(event.describe(), file=sys.stderr, flush=True)
+    raise RuntimeError("the grid ended without a result")
 
 
 def main(argv: list[str] | None = None) -> int:
+    # The composition root of the command: the one place in specsteer that imports storage, here
+    # and not at module level, so that the library itself never depends on a database.
+    from storage import SqlRunStore
+
     from .models import ModelLoadError
 
     args = build_parser().parse_args(argv)
     cancel = threading.Event()
     try:
         spec = spec_from_args(args)
-        if REFERENCE_METHOD not in spec.methods:
-            print(f"warning: {REFERENCE_METHOD} is not among the methods, so speedup is null", file=sys.stderr)
+        if SPEED_REFERENCE not in spec.methods:
+            print(f"warning: {SPEED_REFERENCE} is not among the methods, so speedup is null", file=sys.stderr)
         pair = shared_tiny_pair() if spec.pairing == TEST_PAIRING_ID else None
         with _cancel_on_signals(cancel):
-            result = run_grid(spec, pair=pair, progress=_print_progress, cancel=cancel, url=args.database,
-                              shard=args.shard)
+            result = _print_progress(run_grid_events(spec, SqlRunStore(args.database), pair=pair, cancel=cancel,
+                                                     shard=args.shard))
     except ModelLoadError as error:
         return _fail(str(error), 1)
     except ValueError as error:  # bad data (DataError), arguments, unknown pairing, reused run name

@@ -7,8 +7,9 @@ statistics and the device-cloud transcript of that generation.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Literal, NamedTuple
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal, NamedTuple
 
 TokenKind = Literal["accepted", "rejected", "recovered", "bonus", "plain"]
 TOKEN_KINDS: tuple[TokenKind, ...] = ("accepted", "rejected", "recovered", "bonus", "plain")
@@ -88,6 +89,18 @@ class GenerationStats:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    @classmethod
+    def from_dict(cls, stored: Mapping[str, Any]) -> GenerationStats:
+        """Statistics read back from :meth:`to_dict`'s JSON.
+
+        Rows stored by an earlier version lack the fields added since (they take their defaults),
+        and keys this version does not know are ignored, so old runs still read.
+        """
+        known = {item.name for item in fields(cls)}
+        values = {key: value for key, value in stored.items() if key in known}
+        values["trace"] = [TraceStep(*step) for step in values.get("trace") or ()]
+        return cls(**{"method": "", **values})
 
 
 @dataclass(frozen=True)

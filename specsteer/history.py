@@ -172,13 +172,6 @@ def parse_history(data: bytes | str, filename: str | None = None) -> History:
     return _parse_sniffed(text)
 
 
-def history_from_texts(texts: Sequence[str]) -> History:
-    """A plain-schema history from a sequence of texts (e.g. pasted items)."""
-    raw = [{"text": text} for text in texts]
-    schema, items = build_items(raw, schema="plain")
-    return History(items=items, schema=schema)
-
-
 def build_items(
     raw_items: Sequence[object],
     *,

@@ -23,31 +23,18 @@ from typing import Any
 import plotly.graph_objects as go
 from plotly.colors import qualitative
 
+from .methods import BASELINES, METHODS, method_label
 from .metrics import ROUGE_LABELS
 
 Row = Mapping[str, Any]
 
-METHOD_LABELS = {
-    "slm": "SLM",
-    "slm+": "SLM+",
-    "llm": "LLM",
-    "sd": "SD",
-    "lightcosteer": "LightCoSteer",
-    "costeer": "CoSteer",
-    "specsteer": "SpecSteer",
-}
-METHOD_COLORS = dict(zip(METHOD_LABELS, qualitative.Plotly))
-REFERENCE_METHODS = ("slm+", "llm")
+METHOD_COLORS = dict(zip(METHODS, qualitative.Plotly))
 SPEED_LABELS = {"tok_per_s": "tokens / s", "speedup": "speedup over LLM (×, same records, same run)"}
 TABLE_NOTE = (
     "ROUGE: F-measure × 100, mean over records; R-1 / R-L unstemmed (LaMP protocol), 'stem' with the "
     "Porter stemmer. tok/s: total new tokens / total seconds. acceptance: accepted / drafted tokens. "
     "speedup: tok/s over LLM's on the same records in the same run. rounds, bytes: mean per generation."
 )
-
-
-def method_label(method: str) -> str:
-    return METHOD_LABELS.get(method, method)
 
 
 def point_label(row: Row) -> str:
@@ -73,7 +60,7 @@ def quality_speed_figure(rows: Sequence[Row], quality: str = "rougeL", speed: st
     figure = go.Figure()
     for method in _methods(plotted):
         method_rows = [row for row in plotted if row["method"] == method]
-        reference = method in REFERENCE_METHODS
+        reference = method in BASELINES
         figure.add_trace(go.Scatter(
             x=[row[speed] for row in method_rows],
             y=[row[quality] for row in method_rows],

@@ -1,44 +1,52 @@
 """Persistence for SpecSteer: histories, generations, comparisons, annotations, evaluation runs.
 
-``storage.db`` owns the engine (SQLite with WAL by default, ``DATABASE_URL`` for
-anything else); ``storage.queries`` is the API the UI and the evaluation runner
-call. The decoding library (``specsteer/``) never imports this package.
+One module per concern, each a set of small functions that open their own short session:
+
+* ``storage.db`` owns the engine (SQLite with WAL and foreign keys by default, ``DATABASE_URL``
+  for anything else) and hands out sessions; ``storage.models`` declares the tables;
+* ``storage.histories``, ``storage.generations``, ``storage.comparisons`` (comparisons and their
+  annotations) and ``storage.runs`` (evaluation runs and cells, and ``SqlRunStore``, the
+  evaluation grid's store) read and write them;
+* ``storage.judgements`` (the annotation vocabulary, win rates and agreement) and
+  ``storage.exports`` (CSV / JSON-lines files) are pure: they never touch the database.
+
+This package may import ``specsteer`` (for the grid's store protocol and its typed rows); the
+decoding library never imports this package.
 """
 
-from storage.db import database_url, get_engine, init_db, reset_engines, session_scope
-from storage.models import RUN_STATUSES
-from storage.queries import (
-    RATING_CRITERIA,
-    ROUGE_KEYS,
-    SPECIAL_PREFERENCES,
+from storage.comparisons import (
     annotation_summary,
-    annotations_csv_text,
     annotations_export_rows,
-    cell_key,
-    create_run,
-    export_annotations_csv,
-    export_annotations_jsonl,
-    finished_cell_keys,
     get_comparison,
-    get_generation,
-    get_history,
-    get_run,
-    get_run_by_name,
     list_annotations,
     list_comparisons,
-    list_generations,
-    list_histories,
+    save_annotation,
+    save_comparison,
+)
+from storage.db import database_url, get_engine, init_db, reset_engines, session_scope
+from storage.exports import write_annotations_csv, write_annotations_jsonl
+from storage.generations import get_generation, list_generations, save_generation
+from storage.histories import get_history, list_histories, save_history
+from storage.judgements import (
+    RATING_CRITERIA,
+    SPECIAL_PREFERENCES,
+    AnnotationSummary,
+    Judgement,
+    slot_label,
+    summarize_annotations,
+)
+from storage.models import ROUGE_KEYS, RUN_STATUSES
+from storage.runs import (
+    SqlRunStore,
+    StoredRun,
+    create_run,
+    finished_cell_keys,
+    get_run,
+    get_run_by_name,
     list_runs,
     run_cells,
-    save_annotation,
     save_cell,
-    save_comparison,
-    save_generation,
-    save_history,
     set_run_status,
-    summarize_annotations,
-    write_annotations_csv,
-    write_annotations_jsonl,
 )
 
 __all__ = [
@@ -46,14 +54,14 @@ __all__ = [
     "ROUGE_KEYS",
     "RUN_STATUSES",
     "SPECIAL_PREFERENCES",
+    "AnnotationSummary",
+    "Judgement",
+    "SqlRunStore",
+    "StoredRun",
     "annotation_summary",
-    "annotations_csv_text",
     "annotations_export_rows",
-    "cell_key",
     "create_run",
     "database_url",
-    "export_annotations_csv",
-    "export_annotations_jsonl",
     "finished_cell_keys",
     "get_comparison",
     "get_engine",
@@ -76,6 +84,7 @@ __all__ = [
     "save_history",
     "session_scope",
     "set_run_status",
+    "slot_label",
     "summarize_annotations",
     "write_annotations_csv",
     "write_annotations_jsonl",

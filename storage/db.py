@@ -77,10 +77,6 @@ def _normalise_url(url: str) -> str:
     return url
 
 
-def is_sqlite(url: str | URL) -> bool:
-    return make_url(url).get_backend_name() == "sqlite"
-
-
 def _is_memory_sqlite(url: URL) -> bool:
     return url.database in (None, "", ":memory:") or (url.query.get("mode") == "memory")
 

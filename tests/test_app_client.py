@@ -129,7 +129,7 @@ def test_dashboard_one_record_run(server):
     assert "finished" in status and "2 cells computed" in status
     assert quality and acceptance  # plotly figures, serialized
     assert [row[0] for row in table["data"]] == ["LLM", "SpecSteer"]
-    run_id = storage.get_run_by_name("client-run")["id"]
+    run_id = storage.get_run_by_name("client-run").id
     status, *_ = client.predict([run_id], api_name="/open_runs")
     assert "client-run" in status
 

@@ -1,4 +1,4 @@
-"""The evaluation grid on tiny random models: grid shape, storage, resume, cancel, noise, CLI contract."""
+"""The evaluation grid on tiny random models: grid shape, stores, resume, cancel, noise, CLI contract."""
 
 from __future__ import annotations
 
@@ -13,11 +13,14 @@ from pathlib import Path
 
 import pytest
 
+import storage
 from specsteer import evaluate
 from specsteer.data import DataError, bundled_sample_path
-from specsteer.evaluate import EvalSpec, GridPoint, grid_points, load_evaluation_records, run_grid, summarize
+from specsteer.evaluate import (EvalResult, EvalSpec, GridProgress, grid_points, load_evaluation_records, run_grid,
+                                run_grid_events, summarize)
+from specsteer.events import GenerationStats
+from specsteer.runstore import CellResult, GridPoint
 from specsteer.testing import tiny_pair
-from storage import queries
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = str(bundled_sample_path("review"))
@@ -46,11 +49,14 @@ def test_alpha_and_beta_go_only_to_the_methods_that_read_them():
 
 
 def test_extra_points_add_beta_values_at_one_alpha_for_specsteer_only():
-    points = grid_points(("llm", "costeer", "specsteer"), (1.0, 0.5, 0.1), (1.0,), ((0.5, 0.5), (0.5, 2.0), (0.5, 1.0)))
+    points = grid_points(("llm", "lightcosteer", "costeer", "specsteer"), (1.0, 0.5, 0.1), (1.0,),
+                         ((0.5, 0.5), (0.5, 2.0), (0.5, 1.0)))
     assert [(point.alpha, point.beta) for point in points if point.method == "specsteer"] == [
         (1.0, 1.0), (0.5, 1.0), (0.1, 1.0), (0.5, 0.5), (0.5, 2.0)  # the repeated (0.5, 1) runs once
     ]
-    assert [point for point in points if point.method == "costeer"] == [GridPoint("costeer", None, 1.0)]
+    assert [point for point in points if point.method == "lightcosteer"] == [GridPoint("lightcosteer", None, 1.0)]
+    # CoSteer's strength is its own lambda: beta changes nothing, so it runs once per record.
+    assert [point for point in points if point.method == "costeer"] == [GridPoint("costeer")]
 
 
 def test_invalid_specs_are_refused_before_anything_runs():
@@ -63,16 +69,62 @@ def test_invalid_specs_are_refused_before_anything_runs():
 # --------------------------------------------------------------------------- runs
 
 
+class MemoryStore:
+    """A RunStore in plain dictionaries: the grid must need nothing but the protocol."""
+
+    def __init__(self) -> None:
+        self.runs: dict[str, tuple[int, dict]] = {}
+        self.status: dict[int, tuple[str, str | None]] = {}
+        self.saved: dict[int, dict[str, CellResult]] = {}
+
+    def open_run(self, name, config):
+        run_id, stored = self.runs.setdefault(name, (len(self.runs) + 1, dict(config)))
+        if stored != dict(config):
+            raise ValueError(f"run {name!r} already exists with a different config")
+        return run_id
+
+    def finished_keys(self, run_id):
+        return set(self.saved.get(run_id, {}))
+
+    def save_cell(self, run_id, cell):
+        cells = self.saved.setdefault(run_id, {})
+        if cell.key in cells:
+            return False
+        cells[cell.key] = cell
+        return True
+
+    def set_status(self, run_id, status, error=None):
+        self.status[run_id] = (status, error)
+
+    def cells(self, run_id):
+        return list(self.saved.get(run_id, {}).values())
+
+
+def test_the_grid_needs_only_the_store_protocol(pair):
+    store = MemoryStore()
+    spec = replace(FAST, limit=2, run_name="in-memory")
+    result = run_grid(spec, store, pair=pair)
+    assert result.status == "finished" and result.computed == 2 * len(spec.points()) == len(result.cells)
+    assert store.status[result.run_id] == ("finished", None)
+    assert all(isinstance(cell, CellResult) and cell.stats.new_tokens >= 1 for cell in result.cells)
+    assert [row["method"] for row in result.rows] == ["slm+", "llm"]
+    again = run_grid(spec, store, pair=pair)  # resumed: nothing left to do
+    assert again.run_id == result.run_id and again.computed == 0 and again.cells == result.cells
+
+
 def test_end_to_end_batch_stores_every_cell_and_summarizes(pair, url):
     spec = replace(FAST, methods=evaluate.METHODS, alphas=(1.0, 0.1), run_name="e2e")
-    updates = []
-    result = run_grid(spec, pair=pair, progress=updates.append, url=url)
+    events = list(run_grid_events(spec, storage.SqlRunStore(url), pair=pair))
+    result = events[-1]
+    updates = events[:-1]
+    assert isinstance(result, EvalResult) and all(isinstance(update, GridProgress) for update in updates)
     points = spec.points()
     assert result.status == "finished" and result.computed == 3 * len(points) == len(result.cells)
-    assert queries.get_run_by_name("e2e", url=url)["status"] == "finished"
+    assert storage.get_run_by_name("e2e", url=url).status == "finished"
+    assert storage.run_cells(result.run_id, url=url) == result.cells
     for cell in result.cells:
-        assert all(0.0 <= cell[key] <= 1.0 for key in evaluate.ROUGE_KEYS)
-        assert cell["stats"]["new_tokens"] >= 1 and cell["stats"]["seconds"] > 0
+        assert all(0.0 <= cell.rouge[key] <= 1.0 for key in evaluate.ROUGE_KEYS)
+        assert cell.stats.new_tokens >= 1 and cell.stats.seconds > 0
     assert [(row["method"], row["alpha"], row["beta"]) for row in result.rows] == [
         (point.method, point.alpha, point.beta) for point in points
     ]
@@ -80,79 +132,91 @@ def test_end_to_end_batch_stores_every_cell_and_summarizes(pair, url):
     assert by_method["llm"]["speedup"] == pytest.approx(1.0)
     assert by_method["llm"]["acceptance"] is None and by_method["sd"]["acceptance"] is not None
     assert all(row["records"] == 3 for row in result.rows)
+    assert [update.stage for update in updates[:2]] == ["loading", "warmup"]
     running = [update for update in updates if update.stage == "running"]
     assert [update.done for update in running] == list(range(len(result.cells)))
     assert running[0].describe() == "[1/24] slm rec=sample-review-0"
-    assert updates[-1].stage == "finished" and updates[-1].fraction == 1.0
+    assert (updates[-1].stage, updates[-1].done, updates[-1].total) == ("finished", 24, 24)
 
 
 def test_a_crashed_run_resumes_without_duplicates_or_lost_cells(pair, url):
     spec = replace(FAST, run_name="crash")
     total = 3 * len(spec.points())
+    events = run_grid_events(spec, storage.SqlRunStore(url), pair=pair)
+    for event in events:
+        if event.stage == "running" and event.done == 3:
+            with pytest.raises(RuntimeError, match="power cut"):
+                events.throw(RuntimeError("power cut"))  # the crash happens where the grid is
+            break
+    run = storage.get_run_by_name("crash", url=url)
+    assert run.status == "failed" and "power cut" in run.error and run.cell_count == 3
+    before = storage.run_cells(run.id, url=url)
 
-    def crash_after_three(update):
-        if update.stage == "running" and update.done == 3:
-            raise RuntimeError("power cut")
-
-    with pytest.raises(RuntimeError, match="power cut"):
-        run_grid(spec, pair=pair, progress=crash_after_three, url=url)
-    run = queries.get_run_by_name("crash", url=url)
-    assert run["status"] == "failed" and "power cut" in run["error"] and run["cell_count"] == 3
-    before = queries.run_cells(run["id"], url=url)
-
-    result = run_grid(spec, pair=pair, url=url)
+    result = run_grid(spec, storage.SqlRunStore(url), pair=pair)
     assert result.status == "finished" and result.computed == total - 3
-    keys = [cell["cell_key"] for cell in result.cells]
+    keys = [cell.key for cell in result.cells]
     assert len(keys) == len(set(keys)) == total
     assert result.cells[:3] == before  # the cells finished before the crash were kept, not redone
+
+
+def test_a_consumer_that_stops_listening_leaves_the_run_cancelled_and_resumable(pair, url):
+    spec = replace(FAST, run_name="abandoned")
+    events = run_grid_events(spec, storage.SqlRunStore(url), pair=pair)
+    for event in events:
+        if event.stage == "running" and event.done == 2:
+            break
+    events.close()
+    run = storage.get_run_by_name("abandoned", url=url)
+    assert (run.status, run.cell_count) == ("cancelled", 2)
+    assert run_grid(spec, storage.SqlRunStore(url), pair=pair).computed == 3 * len(spec.points()) - 2
 
 
 def test_shards_split_one_run_between_workers(pair, url):
     spec = replace(FAST, run_name="shared")
     points = len(spec.points())
-    first = run_grid(spec, pair=pair, url=url, shard=(0, 2))
+    store = storage.SqlRunStore(url)
+    first = run_grid(spec, store, pair=pair, shard=(0, 2))
     assert first.status == "running" and first.computed == 2 * points  # records 0 and 2 of 3
-    assert queries.get_run_by_name("shared", url=url)["status"] == "running"
-    second = run_grid(spec, pair=pair, url=url, shard=(1, 2))
+    assert storage.get_run_by_name("shared", url=url).status == "running"
+    second = run_grid(spec, store, pair=pair, shard=(1, 2))
     assert second.status == "finished" and second.computed == points
-    keys = [cell["cell_key"] for cell in second.cells]
+    keys = [cell.key for cell in second.cells]
     assert len(keys) == len(set(keys)) == 3 * points
     with pytest.raises(ValueError, match="shard"):
-        run_grid(spec, pair=pair, url=url, shard=(2, 2))
+        run_grid(spec, store, pair=pair, shard=(2, 2))
 
 
 def test_cancel_between_cells_and_inside_a_generation(pair, url):
     spec = replace(FAST, run_name="cancel")
     cancel = threading.Event()
     updates = []
-
-    def cancel_as_third_cell_starts(update):
-        updates.append(update)
-        if update.stage == "running" and update.done == 2:
+    for event in run_grid_events(spec, storage.SqlRunStore(url), pair=pair, cancel=cancel):
+        updates.append(event)
+        if isinstance(event, GridProgress) and event.stage == "running" and event.done == 2:
             cancel.set()  # the third generation starts with the flag up: generate() must stop it
-
-    result = run_grid(spec, pair=pair, progress=cancel_as_third_cell_starts, cancel=cancel, url=url)
+    result = updates.pop()
     assert result.status == "cancelled" and result.computed == 2 and len(result.cells) == 2
     assert (updates[-1].stage, updates[-1].done) == ("cancelled", 2)
-    assert queries.get_run_by_name("cancel", url=url)["status"] == "cancelled"
-    resumed = run_grid(spec, pair=pair, url=url)
+    assert storage.get_run_by_name("cancel", url=url).status == "cancelled"
+    resumed = run_grid(spec, storage.SqlRunStore(url), pair=pair)
     assert resumed.status == "finished" and resumed.computed == 3 * len(spec.points()) - 2
 
 
 def test_a_run_name_is_never_reused_for_another_config(pair, url):
-    run_grid(replace(FAST, limit=1, run_name="same"), pair=pair, url=url)
+    store = storage.SqlRunStore(url)
+    run_grid(replace(FAST, limit=1, run_name="same"), store, pair=pair)
     with pytest.raises(ValueError, match="different config"):
-        run_grid(replace(FAST, limit=1, max_new_tokens=4, run_name="same"), pair=pair, url=url)
+        run_grid(replace(FAST, limit=1, max_new_tokens=4, run_name="same"), store, pair=pair)
 
 
 # --------------------------------------------------------------------------- summary
 
 
 def _cell(record, method, tokens, seconds, alpha=None, beta=None, accepted=0, drafted=0):
-    return {"record_id": record, "method": method, "alpha": alpha, "beta": beta,
-            "rouge1": 0.5, "rougeL": 0.25, "rouge1_stemmed": 0.5, "rougeL_stemmed": 0.25,
-            "stats": {"new_tokens": tokens, "seconds": seconds, "accepted": accepted, "drafted": drafted,
-                      "rounds": 2, "uplink_bytes": 10, "downlink_bytes": 4}}
+    return CellResult(record, GridPoint(method, alpha, beta), "output",
+                      {"rouge1": 0.5, "rougeL": 0.25, "rouge1_stemmed": 0.5, "rougeL_stemmed": 0.25},
+                      GenerationStats(method=method, new_tokens=tokens, seconds=seconds, accepted=accepted,
+                                      drafted=drafted, rounds=2, uplink_bytes=10, downlink_bytes=4))
 
 
 def test_speedup_is_measured_against_llm_on_the_same_records():

@@ -17,7 +17,6 @@ from specsteer.history import (
     History,
     HistoryError,
     HistoryItem,
-    history_from_texts,
     parse_history,
 )
 
@@ -137,16 +136,6 @@ def test_shared_longlamp_files_parse_as_first_record_history(task):
     assert parsed.schema == task
     assert len(parsed) == len(first["profile"])
     assert parsed.user_id == first["reviewerId" if task == "review" else "author"]
-
-
-def test_history_from_texts():
-    parsed = history_from_texts(["one", "two"])
-    assert parsed.schema == "plain"
-    assert [item.fields["text"] for item in parsed.items] == ["one", "two"]
-    with pytest.raises(HistoryError, match="empty"):
-        history_from_texts([])
-    with pytest.raises(HistoryError, match="item 2"):
-        history_from_texts(["ok", "   "])
 
 
 # --- HistoryItem ------------------------------------------------------------

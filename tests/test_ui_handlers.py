@@ -9,7 +9,7 @@ import pytest
 
 import storage
 from specsteer.data import bundled_sample_path
-from specsteer.engine import METHODS
+from specsteer.methods import METHOD_INFO, METHODS, method_label
 from specsteer.events import TokenEvent
 from specsteer.history import MAX_UPLOAD_BYTES
 from ui import compare_tab, dashboard_tab, generate_tab, pairs, render
@@ -238,7 +238,7 @@ def test_generation_streams_colours_and_saves():
 def test_every_method_runs_from_the_ui(method):
     frames = run_generate(sample_history(), method=method, max_new_tokens=5)
     assert "saved as generation" in frames[-1].status, frames[-1].status
-    if method in ("slm", "slm+"):
+    if METHOD_INFO[method].device_only:
         assert "Nothing crossed the link" in frames[-1].privacy
     else:
         assert "Privacy check passed" in frames[-1].privacy
@@ -328,8 +328,8 @@ def test_comparison_annotation_reveal_export_and_agreement():
     status, revealed, *rest = compare_tab.submit_annotation(view, "ann-1", "A", "A reads like the user", *ratings)
     slots, table, agreement = rest[:compare_tab.MAX_SLOTS], rest[-2], rest[-1]
     assert "Saved annotation" in status and revealed.revealed
-    assert compare_tab.render.method_label(view.order[0]) in slots[0]  # revealed after the judgement
-    assert any(row[0] == compare_tab.render.method_label(view.order[0]) and row[2] == 1 for row in table)
+    assert method_label(view.order[0]) in slots[0]  # revealed after the judgement
+    assert any(row[0] == method_label(view.order[0]) and row[2] == 1 for row in table)
     assert "no comparison has been judged by two" in agreement
     again = compare_tab.submit_annotation(revealed, "ann-1", "B", "", *ratings)
     assert "already saved" in again[0]
@@ -431,7 +431,7 @@ def test_dashboard_cancel_keeps_finished_cells():
             break
     assert cancelled is not None and "cancelled" in cancelled.status and "same name to resume" in cancelled.status
     run = storage.get_run_by_name("to-cancel")
-    assert run["status"] == "cancelled" and run["cell_count"] < 6
+    assert run.status == "cancelled" and run.cell_count < 6
 
 
 def test_dashboard_input_errors_are_messages(tmp_path):
@@ -448,5 +448,5 @@ def test_dashboard_upload_is_copied_into_the_data_folder(tmp_path):
     upload = write(tmp_path, "mine.jsonl", records)
     final = list(dashboard_tab.run_batch(**dashboard_values(source="upload", upload=upload, methods=["slm"])))[-1]
     assert "finished" in final.status
-    config = storage.list_runs()[0]["config"]
+    config = storage.list_runs()[0].config
     assert "uploads" in config["data"]

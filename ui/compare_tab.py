@@ -19,9 +19,10 @@ from pathlib import Path
 import gradio as gr
 
 import storage
-from specsteer.engine import METHODS, generate
+from specsteer.engine import generate
 from specsteer.events import Finished
-from storage.queries import slot_label
+from specsteer.methods import CORE_METHODS, METHODS, method_label
+from storage import slot_label
 from ui import pairs, render
 from ui.generate_tab import (
     MODELS_CONCURRENCY_ID,
@@ -38,7 +39,6 @@ from ui.streaming import RUNS, Throttle
 log = logging.getLogger(__name__)
 
 MAX_SLOTS = len(METHODS)
-DEFAULT_METHODS = ["slm+", "llm", "specsteer"]
 PREFERENCE_EXTRAS = [("Tie", "tie"), ("All bad", "all_bad")]
 SUMMARY_HEADERS = ["method", "shown", "wins", "win rate", "ties", "all bad", "personalization", "fluency"]
 
@@ -310,23 +310,23 @@ def summary_table() -> tuple[list[list], str]:
     """Win rates and mean ratings per method, and inter-annotator agreement (trusted numbers only)."""
     summary = storage.annotation_summary()
     rows = []
-    for method, stats in summary["methods"].items():
-        means = stats["mean_ratings"]
+    for method, judged in summary.methods.items():
+        means = judged.mean_ratings
         rows.append([
-            render.method_label(method), stats["shown"], stats["wins"], round(stats["win_rate"], 3), stats["ties"],
-            stats["all_bad"], _round(means.get("personalization")), _round(means.get("fluency")),
+            method_label(method), judged.shown, judged.wins, round(judged.win_rate, 3), judged.ties,
+            judged.all_bad, _round(means.get("personalization")), _round(means.get("fluency")),
         ])
-    agreement = summary["agreement"]
-    if agreement["comparisons"]:
-        kappa = agreement["fleiss_kappa"]
+    agreement = summary.agreement
+    if agreement.comparisons:
+        kappa = agreement.fleiss_kappa
         text = (
-            f"**Agreement** over {agreement['comparisons']} comparison(s) judged by two or more annotators "
-            f"({agreement['judgements']} judgements): pairwise agreement {agreement['percent_agreement']:.0%}, "
-            f"unanimous {agreement['unanimous']:.0%}, Fleiss' κ {'n/a' if kappa is None else f'{kappa:.2f}'}."
+            f"**Agreement** over {agreement.comparisons} comparison(s) judged by two or more annotators "
+            f"({agreement.judgements} judgements): pairwise agreement {agreement.percent_agreement:.0%}, "
+            f"unanimous {agreement.unanimous:.0%}, Fleiss' κ {'n/a' if kappa is None else f'{kappa:.2f}'}."
         )
     else:
         text = "**Agreement**: no comparison has been judged by two annotators yet."
-    text = f"{summary['judgements']} judgement(s) by {summary['annotators']} annotator(s). " + text
+    text = f"{summary.judgements} judgement(s) by {summary.annotators} annotator(s). " + text
     return rows, text
 
 
@@ -371,7 +371,7 @@ def build(settings: GenerateControls) -> CompareRefresh:
         "your judgement is saved.", elem_classes="ss-note")
     with gr.Row(equal_height=True):
         methods = gr.CheckboxGroup(
-            choices=[(render.method_label(m), m) for m in METHODS], value=DEFAULT_METHODS, label="Methods",
+            choices=[(method_label(m), m) for m in METHODS], value=list(CORE_METHODS), label="Methods",
             scale=3)
         blind = gr.Checkbox(value=True, label="Blind (shuffle, hide names)", scale=1)
     with gr.Row():

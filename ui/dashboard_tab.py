@@ -1,9 +1,10 @@
 """Dashboard tab: run an evaluation grid on LongLaMP records and look at quality against speed.
 
-The batch itself is ``specsteer.evaluate.run_grid``; it stores every finished cell at once, so a
-run survives an app restart and can be reopened (or resumed under the same run name) later.
-This module only collects the choices, runs the batch in a worker thread while streaming its
-progress, and draws the figures of ``specsteer.plots``.
+The batch itself is ``specsteer.evaluate.run_grid_events`` on ``storage.SqlRunStore``; it stores
+every finished cell at once, so a run survives an app restart and can be reopened (or resumed under
+the same run name) later. This module only collects the choices, turns the grid's progress events
+into frames (streamed from a ``ui.streaming.BackgroundRun``, which Cancel stops), and draws the
+figures of ``specsteer.plots``.
 """
 
 from __future__ import annotations
@@ -11,9 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
-import queue
 import shutil
-import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
@@ -24,9 +23,9 @@ import pandas as pd
 import storage
 from specsteer import plots
 from specsteer.data import LONGLAMP_TASKS, DataError, resolve_data_source, shared_data_path
-from specsteer.engine import METHODS
-from specsteer.evaluate import EvalSpec, GridProgress, run_grid, summarize
+from specsteer.evaluate import EvalResult, EvalSpec, GridProgress, run_grid_events, summarize
 from specsteer.history import MAX_UPLOAD_BYTES
+from specsteer.methods import CORE_METHODS, METHODS, method_label
 from storage.db import data_dir
 from ui import pairs, render
 from ui.generate_tab import MODELS_CONCURRENCY_ID, TASK_LABELS, load_pair_with_status
@@ -40,7 +39,6 @@ SOURCES = {
     "upload": "Uploaded LongLaMP file",
 }
 MAX_DATA_UPLOAD_BYTES = 10 * MAX_UPLOAD_BYTES
-DEFAULT_METHODS = ["slm+", "llm", "specsteer"]
 TABLE_HEADERS = list(plots.display_rows([{"method": "x"}])[0])
 
 
@@ -136,10 +134,10 @@ def run_choices() -> list[tuple[str, int]]:
     """Stored runs, newest first (labels are rendered as text, not HTML)."""
     choices = []
     for run in storage.list_runs():
-        config = run["config"] or {}
+        config = run.config or {}
         total = config.get("cells_total", "?")
-        choices.append((f"#{run['id']} {run['name']} · {config.get('task', '?')} · {run['status']} · "
-                        f"{run['cell_count']}/{total} cells", run["id"]))
+        choices.append((f"#{run.id} {run.name} · {config.get('task', '?')} · {run.status} · "
+                        f"{run.cell_count}/{total} cells", run.id))
     return choices
 
 
@@ -156,7 +154,7 @@ def open_runs(run_ids: Sequence[int] | int | None) -> DashboardView:
         if run is None:
             return DashboardView(render.message_box(f"Run #{run_id} does not exist.", "error"),
                                  gr.skip(), gr.skip(), gr.skip(), gr.skip())
-        runs.append((f"#{run['id']} {run['name']}", summarize(storage.run_cells(run["id"]))))
+        runs.append((f"#{run.id} {run.name}", summarize(storage.run_cells(run.id))))
     quality, acceptance, table = compared_figures(runs)
     names = ", ".join(name for name, _ in runs)
     status = render.message_box(f"Showing {names}.", "ok")
@@ -214,34 +212,21 @@ def _run_batch(source, upload, task, records, methods, alphas, betas, pairing_id
         yield _fail(str(error))
         return
 
-    updates: queue.Queue[GridProgress] = queue.Queue()
-    outcome: dict[str, object] = {}
-
-    def work() -> None:
-        try:
-            outcome["result"] = run_grid(spec, pair=pair, progress=updates.put, cancel=flag)
-        except BaseException as error:  # shown to the user below, never as a traceback
-            outcome["error"] = error
-
-    worker = threading.Thread(target=work, name="specsteer-dashboard-run", daemon=True)
-    worker.start()
     yield DashboardView(render.progress_html(0, 1, "reading the records"), skip, skip, skip, skip)
-    while worker.is_alive() or not updates.empty():
-        worker.join(0.2)
-        latest = None
-        while not updates.empty():
-            latest = updates.get()
-        if latest is not None:
-            yield DashboardView(_progress_box(latest), skip, skip, skip, skip)
-
-    error = outcome.get("error")
-    if error is not None:
+    result: EvalResult | None = None
+    try:
+        for event in run_grid_events(spec, storage.SqlRunStore(), pair=pair, cancel=flag):
+            if isinstance(event, EvalResult):
+                result = event
+            else:
+                yield DashboardView(_progress_box(event), skip, skip, skip, skip)
+    except Exception as error:  # shown to the user, never as a traceback
         if not isinstance(error, (ValueError, DataError, OSError)):
             log.error("evaluation run failed", exc_info=error)
         yield DashboardView(render.message_box(f"The run failed ({type(error).__name__}): {error}", "error"),
                             skip, skip, skip, gr.update(choices=run_choices()))
         return
-    result = outcome["result"]
+    assert result is not None  # run_grid_events always ends with its result
     quality, acceptance, table = figures(result.rows)
     cancelled = result.status == "cancelled"
     message = (f"Run “{result.run_name}” (#{result.run_id}) {result.status}: {result.computed} cells computed now, "
@@ -279,7 +264,7 @@ def build() -> gr.Dropdown:
             with gr.Row():
                 task = gr.Dropdown([(TASK_LABELS[t], t) for t in LONGLAMP_TASKS], value="review", label="Task")
                 records = gr.Slider(1, 50, value=1, step=1, label="Records", elem_id="dashboard-records")
-            methods = gr.CheckboxGroup([(render.method_label(m), m) for m in METHODS], value=DEFAULT_METHODS,
+            methods = gr.CheckboxGroup([(method_label(m), m) for m in METHODS], value=list(CORE_METHODS),
                                        label="Methods")
             with gr.Row():
                 alphas = gr.Textbox(value="1.0, 0.1", label="α list (SpecSteer)", elem_id="dashboard-alphas")

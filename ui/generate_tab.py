@@ -18,9 +18,10 @@ import gradio as gr
 
 import storage
 from specsteer.data import sample_history_path
-from specsteer.engine import METHODS, DecodeConfig, Prepared, Request, chat_ids, generate, prepare
+from specsteer.engine import DecodeConfig, Prepared, Request, chat_ids, generate, prepare
 from specsteer.events import Finished, TokenEvent
 from specsteer.history import MAX_ITEMS, MAX_UPLOAD_BYTES, History, HistoryError, parse_history
+from specsteer.methods import METHOD_INFO, METHODS, method_label
 from specsteer.models import LoadedPair, ModelLoadError
 from specsteer.privacy import audit_uplink
 from specsteer.retrieval import retrieve_scored
@@ -60,7 +61,7 @@ SAMPLES: dict[str, tuple[str, str]] = {
 }
 DEFAULT_SAMPLE = "review"
 # SpecSteer first (the default), then the baselines in the engine's order.
-METHOD_CHOICES = [(render.METHOD_CHOICE_LABELS[m], m) for m in ("specsteer", *(m for m in METHODS if m != "specsteer"))]
+METHOD_CHOICES = [(METHOD_INFO[m].choice_label, m) for m in ("specsteer", *(m for m in METHODS if m != "specsteer"))]
 
 
 @dataclass(frozen=True)
@@ -278,7 +279,7 @@ def _generate(loaded, task, input_text, pairing_id, method, alpha, beta, draft_l
     tokens = render.TokenHtml()
     events: list[TokenEvent] = []
     throttle = Throttle()
-    running = render.message_box(f"Generating with {render.method_label(config.method)}…", "busy")
+    running = render.message_box(f"Generating with {method_label(config.method)}…", "busy")
     finished: Finished | None = None
     try:
         for event in generate(pair, prepared, config, cancel=flag):
@@ -384,7 +385,7 @@ def build() -> GenerateControls:
             pairing = gr.Dropdown(choices=choices, value=default_pairing, label="Pairing (Specialist → Generalist)")
             pairing_info = gr.Markdown(pairs.pairing_note(default_pairing), elem_classes="ss-note")
             method = gr.Dropdown(choices=METHOD_CHOICES, value="specsteer", label="Method",
-                                 info=render.METHOD_DESCRIPTIONS["specsteer"])
+                                 info=METHOD_INFO["specsteer"].description)
             with gr.Row():
                 alpha = gr.Slider(0, 2, value=0.1, step=0.01, label="α (strictness)", elem_id="alpha",
                                   info="0 accepts every draft")
@@ -432,7 +433,8 @@ def build() -> GenerateControls:
         trigger(retrieval_preview, preview_inputs, retrieved, api_visibility="private", show_progress="hidden",
                 trigger_mode="always_last")
     pairing.input(pairing_changed, pairing, pairing_info, api_visibility="private", show_progress="hidden")
-    method.input(lambda chosen: gr.update(info=render.METHOD_DESCRIPTIONS.get(chosen, "")), method, method,
+    method.input(lambda chosen: gr.update(info=METHOD_INFO[chosen].description if chosen in METHOD_INFO else ""),
+                 method, method,
                  api_visibility="private", show_progress="hidden")
 
     # Shown at once, before the queue: the queue position appears beside it while others run first.

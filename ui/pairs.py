@@ -11,11 +11,10 @@ pairing. Tests of the UI, the HTTP API and the browser use it; a real deployment
 from __future__ import annotations
 
 import os
-import queue
-import threading
 import time
 from collections.abc import Iterator
 
+from specsteer.background import Background
 from specsteer.models import LoadedPair, ModelLoadError, default_dtype, load_pair
 from specsteer.registry import DEFAULT_PAIRING, PAIRINGS, Pairing, pairing_status
 from specsteer.testing import TEST_PAIRING_ID as TINY_PAIRING_ID, shared_tiny_pair
@@ -105,28 +104,15 @@ def load_with_progress(pairing_id: str, quiet_for: float = 0.3) -> Iterator[str 
     long to wait before saying anything). Raises PairingUnavailable or ModelLoadError.
     """
     check_pairing(pairing_id)
-    lines: queue.Queue[str] = queue.Queue()
-    outcome: dict[str, object] = {}
-
-    def work() -> None:
-        try:
-            outcome["pair"] = _load(pairing_id, lines.put)
-        except BaseException as error:  # handed to the caller's thread below
-            outcome["error"] = error
-
-    worker = threading.Thread(target=work, name="specsteer-load-pair", daemon=True)
+    loading: Background[str, LoadedPair] = Background(lambda emit, _cancel: _load(pairing_id, emit),
+                                                     name="specsteer-load-pair")
     started = time.monotonic()
-    worker.start()
-    worker.join(quiet_for)
-    if worker.is_alive():
+    if not loading.wait(quiet_for):
         yield "Loading the models (first use; this takes a while once)…"
-    while worker.is_alive():
-        worker.join(0.25)
-        while not lines.empty():
-            yield f"Loading the models ({time.monotonic() - started:.0f} s): {lines.get()}"
-    error = outcome.get("error")
-    if error is not None:
-        if isinstance(error, (ModelLoadError, PairingUnavailable, ValueError, KeyError, OSError)):
-            raise ModelLoadError(str(error.args[0]) if error.args else str(error)) from error
-        raise error  # type: ignore[misc]
-    yield outcome["pair"]  # type: ignore[misc]
+        for line in loading.items():
+            yield f"Loading the models ({time.monotonic() - started:.0f} s): {line}"
+    try:
+        pair = loading.result()
+    except (ModelLoadError, PairingUnavailable, ValueError, KeyError, OSError) as error:
+        raise ModelLoadError(str(error.args[0]) if error.args else str(error)) from error
+    yield pair

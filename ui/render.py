@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 from specsteer.events import LinkMessage, TokenEvent
+from specsteer.methods import method_label
 
 KIND_LABELS = {
     "accepted": "accepted draft",
@@ -29,34 +30,6 @@ KIND_EXPLANATIONS = {
     "plain": "token of a method without drafting",
 }
 
-METHOD_LABELS = {
-    "specsteer": "SpecSteer",
-    "slm": "SLM",
-    "slm+": "SLM+",
-    "llm": "LLM",
-    "sd": "Standard SD",
-    "lightcosteer": "LightCoSteer",
-    "costeer": "CoSteer",
-}
-METHOD_CHOICE_LABELS = {
-    "specsteer": "SpecSteer (ours)",
-    "slm": "SLM — small model alone",
-    "slm+": "SLM+ — small model with history",
-    "llm": "LLM — large model alone",
-    "sd": "Standard speculative decoding",
-    "lightcosteer": "LightCoSteer",
-    "costeer": "CoSteer (slow)",
-}
-METHOD_DESCRIPTIONS = {
-    "specsteer": "The device drafts with your history; the cloud verifies the drafts without seeing it.",
-    "slm": "The small on-device model alone, without your history.",
-    "slm+": "The small on-device model with your retrieved history; nothing is sent anywhere.",
-    "llm": "The large cloud model alone, without your history (the speed reference).",
-    "sd": "Speculative decoding towards the large model: the output follows it, drafts only speed it up.",
-    "lightcosteer": "Steered logits (large model + β × personal delta) at every token, no drafting.",
-    "costeer": "CoSteer's iterative per-token steering: accurate but slow.",
-}
-
 # C0 control characters (other than newline and tab) and DEL are invisible or break the layout;
 # show them as their Unicode "control picture" so random or odd output stays readable.
 _CONTROL_PICTURES = {code: chr(0x2400 + code) for code in range(32) if chr(code) not in "\n\t"}
@@ -66,10 +39,6 @@ _CONTROL_PICTURES[0x7F] = "\u2421"
 def esc(text: object) -> str:
     """Escaped text for HTML content and attribute values (quotes included)."""
     return html.escape(str(text), quote=True).translate(_CONTROL_PICTURES)
-
-
-def method_label(method: str) -> str:
-    return METHOD_LABELS.get(method, method)
 
 
 # --------------------------------------------------------------------------- messages
@@ -134,13 +103,6 @@ class TokenHtml:
             self._html += "".join(self._parts)
             self._parts.clear()
         return self._html
-
-
-def tokens_html(events: Iterable[TokenEvent]) -> str:
-    stream = TokenHtml()
-    for event in events:
-        stream.add(event)
-    return stream.html
 
 
 def legend_html(kinds: Sequence[str] = ("accepted", "rejected", "recovered", "bonus", "plain")) -> str:

@@ -3,14 +3,16 @@
 Why a worker thread: the Stop buttons use Gradio's ``cancels=``, which drops a waiting request from
 the queue and abandons a running streaming handler at once. Anything that handler would still have
 done (final statistics, saving the partial output, drawing the partial results) would then never
-happen, and the page would be left half-updated. So the work runs in a :class:`BackgroundRun`:
-the streaming handler only relays its frames, and the Stop handler sets the run's
-``threading.Event`` (which ``generate()`` / ``run_grid()`` check every token), waits for the run
-to wind down, and returns the run's final view itself.
+happen, and the page would be left half-updated. So the work runs in a :class:`BackgroundRun` (a
+``specsteer.background.Background`` producing frames): the streaming handler only relays its
+frames, and the Stop handler sets the run's ``threading.Event`` (which ``generate()`` /
+``run_grid_events()`` check every token), waits for the run to wind down, and returns the run's
+final view itself.
 
 A *frame* is the tuple of an event's outputs; fields left unchanged are ``gr.skip()``. Frames are
 merged field by field, so a consumer that polls (at most every ``min_interval`` seconds, which also
-keeps the browser from re-rendering after every token) never loses an update.
+keeps the browser from re-rendering after every token) never loses an update. This merging is the
+Gradio-specific part; the thread, the hand-over and the stop flag are the generic helper's.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass, field
 
 import gradio as gr
 
+from specsteer.background import Background
 from specsteer.events import TokenEvent
 
 log = logging.getLogger(__name__)
@@ -43,84 +46,59 @@ class BackgroundRun:
     """Drives a frame producer in a worker thread; ``frames()`` streams it, ``stop()`` ends it."""
 
     def __init__(self, produce: Callable[[threading.Event], Iterator[tuple]], width: int, name: str) -> None:
-        self.flag = threading.Event()
         self._width = width
-        self._condition = threading.Condition()
-        self._pending: tuple | None = None  # merged frames the consumer has not taken yet
+        self._lock = threading.Lock()
         self._everything: tuple = (_SKIP,) * width  # every frame merged: the page's latest state
-        self._error: BaseException | None = None
-        self._done = False
-        self.finished_at: float | None = None
-        self._thread = threading.Thread(target=self._work, args=(produce,), name=name, daemon=True)
-        self._thread.start()
+        self._work = Background.iterate(self._recorded(produce), name=name, merge=merge_frames)
 
-    def _work(self, produce: Callable[[threading.Event], Iterator[tuple]]) -> None:
-        try:
-            for frame in produce(self.flag):
-                self._publish(tuple(frame))
-        except BaseException as error:  # handed to the consumer, which shows no stack trace
-            log.exception("background run failed")
-            self._error = error
-        finally:
-            with self._condition:
-                self._done = True
-                self.finished_at = time.monotonic()
-                self._condition.notify_all()
+    def _recorded(self, produce: Callable[[threading.Event], Iterator[tuple]]):
+        """``produce`` with each frame checked and merged into the page's latest state as it passes."""
+        def frames(flag: threading.Event) -> Iterator[tuple]:
+            try:
+                for frame in produce(flag):
+                    frame = tuple(frame)
+                    if len(frame) != self._width:
+                        raise ValueError(f"a frame has {len(frame)} fields, expected {self._width}")
+                    with self._lock:
+                        self._everything = merge_frames(self._everything, frame)
+                    yield frame
+            except Exception:  # the consumer shows it without a stack trace; the log keeps one
+                log.exception("background run failed")
+                raise
 
-    def _publish(self, frame: tuple) -> None:
-        if len(frame) != self._width:
-            raise ValueError(f"a frame has {len(frame)} fields, expected {self._width}")
-        with self._condition:
-            self._pending = frame if self._pending is None else merge_frames(self._pending, frame)
-            self._everything = merge_frames(self._everything, frame)
-            self._condition.notify_all()
-
-    def _take(self, timeout: float) -> tuple | None:
-        with self._condition:
-            if self._pending is None and not self._done:
-                self._condition.wait(timeout)
-            frame, self._pending = self._pending, None
-            return frame
+        return frames
 
     @property
     def done(self) -> bool:
-        with self._condition:
-            return self._done
+        return self._work.done
+
+    @property
+    def finished_at(self) -> float | None:
+        return self._work.finished_at
 
     def frames(self, min_interval: float = 0.05) -> Iterator[tuple]:
-        """The run's frames as they come (merged when they come faster than ``min_interval``)."""
-        finished = False
-        try:
-            while True:
-                done_before = self.done
-                frame = self._take(timeout=0.25)
-                if frame is not None:
-                    yield frame
-                    time.sleep(min_interval)
-                elif done_before:
-                    break
-            if self._error is not None:
-                raise self._error
-            # Gradio repeats a stream's last frame when it completes. After a Stop that frame may be
-            # older than what the Stop handler showed, so end on the complete latest state instead.
-            yield self.state
-            finished = True
-        finally:
-            if not finished:  # the page went away (or Stop abandoned us): the work must not go on alone
-                self.flag.set()
+        """The run's frames as they come (merged when they come faster than ``min_interval``).
+
+        Abandoning this stream (the page went away, or Stop dropped the handler) stops the work.
+        """
+        yield from self._work.items(min_interval)
+        self._work.result()  # the run's error, raised in the handler's thread
+        # Gradio repeats a stream's last frame when it completes. After a Stop that frame may be
+        # older than what the Stop handler showed, so end on the complete latest state instead.
+        yield self.state
 
     @property
     def state(self) -> tuple:
         """Every frame so far merged: what the page should show now."""
-        with self._condition:
+        with self._lock:
             return self._everything
 
     def stop(self, timeout: float) -> None:
-        """Set the flag and wait up to ``timeout`` s for the run to end (a model load cannot be cut short)."""
-        self.flag.set()
-        self._thread.join(timeout)
-        with self._condition:
-            self._pending = None  # the Stop handler shows the state; the abandoned stream must not repeat it
+        """Set the flag and wait up to ``timeout`` s for the run to end (a model load cannot be cut short).
+
+        Frames not yet streamed are dropped: the Stop handler shows the state itself.
+        """
+        self._work.stop(timeout)
 
 
 class RunRegistry:

@@ -1,0 +1,225 @@
+"""Evaluation runs and their cells; :class:`SqlRunStore` is the evaluation grid's store.
+
+``specsteer.evaluate`` runs a grid against the ``specsteer.runstore.RunStore`` protocol;
+:class:`SqlRunStore` implements it over the functions below for one database URL. The dashboard
+and the scripts read runs back with :func:`get_run`, :func:`list_runs` and :func:`run_cells`.
+
+Cells arrive one at a time, the moment each is computed, possibly from several processes working
+on one run (``--shard``): :func:`save_cell` inserts a cell unless the run already has its key,
+without failing and without ending the transaction, so two workers never store a cell twice.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, cast
+
+from sqlalchemy import CursorResult, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+
+from specsteer.events import GenerationStats
+from specsteer.jsonable import to_jsonable
+from specsteer.runstore import RUN_STATUSES, CellResult, GridPoint, RunStatus
+from storage.db import retry_on_locked, session_scope
+from storage.models import ROUGE_KEYS, EvalCell, EvalRun
+from storage.values import require_text
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run as stored, with the number of cells it has so far."""
+
+    id: int
+    name: str
+    config: Mapping[str, Any]
+    status: RunStatus
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    cell_count: int
+
+
+def _canonical_config(config: Mapping[str, Any]) -> dict[str, Any]:
+    # Round-trip through JSON so that tuples/lists and key order compare equal.
+    return json.loads(json.dumps(to_jsonable(dict(config)), sort_keys=True))
+
+
+def _stored_run(row: EvalRun, cell_count: int) -> StoredRun:
+    return StoredRun(row.id, row.name, row.config, cast(RunStatus, row.status), row.error, row.created_at,
+                     row.updated_at, cell_count)
+
+
+def _existing_run_id(name: str, config: dict[str, Any], url: str | None) -> int | None:
+    with session_scope(url) as session:
+        row = session.scalar(select(EvalRun).where(EvalRun.name == name))
+        if row is None:
+            return None
+        if _canonical_config(row.config) != config:
+            raise ValueError(
+                f"run {name!r} already exists with a different config; choose another name to start a new run"
+            )
+        return row.id
+
+
+@retry_on_locked()
+def create_run(name: str, config: Mapping[str, Any], *, url: str | None = None) -> int:
+    """Create a run, or return the id of the run of that name if its config is the same (resume).
+
+    Raises ValueError if a run of that name exists with a different config.
+    """
+    name = require_text(name, "run name")
+    canonical = _canonical_config(config)
+    existing = _existing_run_id(name, canonical, url)
+    if existing is not None:
+        return existing
+    try:
+        with session_scope(url) as session:
+            row = EvalRun(name=name, config=canonical, status="pending")
+            session.add(row)
+            session.flush()
+            return row.id
+    except IntegrityError:
+        # Created by another process meanwhile: resume it (or refuse, if configs differ).
+        existing = _existing_run_id(name, canonical, url)
+        if existing is None:
+            raise
+        return existing
+
+
+def get_run(run_id: int, *, url: str | None = None) -> StoredRun | None:
+    """One run, or None."""
+    with session_scope(url) as session:
+        row = session.get(EvalRun, run_id)
+        if row is None:
+            return None
+        count = session.scalar(select(func.count()).select_from(EvalCell).where(EvalCell.run_id == run_id))
+        return _stored_run(row, count or 0)
+
+
+def get_run_by_name(name: str, *, url: str | None = None) -> StoredRun | None:
+    """The run of that name, or None."""
+    with session_scope(url) as session:
+        run_id = session.scalar(select(EvalRun.id).where(EvalRun.name == name))
+    return get_run(run_id, url=url) if run_id is not None else None
+
+
+def list_runs(*, url: str | None = None) -> list[StoredRun]:
+    """All runs, newest first."""
+    with session_scope(url) as session:
+        counts = (
+            select(EvalCell.run_id, func.count().label("cells")).group_by(EvalCell.run_id).subquery()
+        )
+        query = (
+            select(EvalRun, func.coalesce(counts.c.cells, 0))
+            .outerjoin(counts, counts.c.run_id == EvalRun.id)
+            .order_by(EvalRun.id.desc())
+        )
+        return [_stored_run(row, count) for row, count in session.execute(query)]
+
+
+@retry_on_locked()
+def set_run_status(run_id: int, status: RunStatus, *, error: str | None = None, url: str | None = None) -> None:
+    """Set a run's status (one of RUN_STATUSES) and error text (None clears it)."""
+    if status not in RUN_STATUSES:
+        raise ValueError(f"status must be one of {RUN_STATUSES}, got {status!r}")
+    with session_scope(url) as session:
+        row = session.get(EvalRun, run_id)
+        if row is None:
+            raise ValueError(f"run {run_id} does not exist")
+        row.status = status
+        row.error = error
+
+
+def finished_cell_keys(run_id: int, *, url: str | None = None) -> set[str]:
+    """Keys of the cells a run already has (skip these when resuming)."""
+    with session_scope(url) as session:
+        return set(session.scalars(select(EvalCell.cell_key).where(EvalCell.run_id == run_id)))
+
+
+def _rouge_columns(rouge: Mapping[str, float | None]) -> dict[str, float | None]:
+    unknown = set(rouge) - set(ROUGE_KEYS)
+    if unknown:
+        raise ValueError(f"unknown ROUGE key(s) {sorted(unknown)}; expected {ROUGE_KEYS}")
+    return {key: (None if rouge.get(key) is None else float(rouge[key])) for key in ROUGE_KEYS}
+
+
+def _insert_ignoring_duplicate(session: Session, values: dict[str, Any]) -> bool:
+    dialect = session.get_bind().dialect.name
+    if dialect in ("sqlite", "postgresql"):
+        insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
+        statement = insert(EvalCell).values(**values).on_conflict_do_nothing(index_elements=["run_id", "cell_key"])
+        result = cast(CursorResult[Any], session.execute(statement))
+        return result.rowcount == 1
+    # Other databases: a savepoint lets the duplicate fail without ending the transaction.
+    try:
+        with session.begin_nested():
+            session.add(EvalCell(**values))
+        return True
+    except IntegrityError:
+        return False
+
+
+@retry_on_locked()
+def save_cell(run_id: int, cell: CellResult, *, url: str | None = None) -> bool:
+    """Persist one cell at once; True if stored, False if the run already had it (never raises for that)."""
+    point = cell.point
+    values = {
+        "run_id": run_id,
+        "cell_key": cell.key,
+        "record_id": str(cell.record_id),
+        "method": require_text(point.method, "method"),
+        "alpha": None if point.alpha is None else float(point.alpha),
+        "beta": None if point.beta is None else float(point.beta),
+        "output": cell.output or "",
+        "stats": to_jsonable(cell.stats),
+        **_rouge_columns(cell.rouge),
+    }
+    with session_scope(url) as session:
+        if session.get(EvalRun, run_id) is None:
+            raise ValueError(f"run {run_id} does not exist")
+        return _insert_ignoring_duplicate(session, values)
+
+
+def _cell_result(row: EvalCell) -> CellResult:
+    return CellResult(
+        record_id=row.record_id,
+        point=GridPoint(row.method, row.alpha, row.beta),
+        output=row.output,
+        rouge={key: getattr(row, key) for key in ROUGE_KEYS},
+        # Rows stored before the stats carried their method still say it in their own column.
+        stats=GenerationStats.from_dict({"method": row.method, **row.stats}),
+    )
+
+
+def run_cells(run_id: int, *, url: str | None = None) -> list[CellResult]:
+    """A run's cells in the order they were saved."""
+    with session_scope(url) as session:
+        rows = session.scalars(select(EvalCell).where(EvalCell.run_id == run_id).order_by(EvalCell.id))
+        return [_cell_result(row) for row in rows]
+
+
+class SqlRunStore:
+    """The evaluation grid's ``RunStore`` on one database (default: ``DATABASE_URL`` / the SQLite file)."""
+
+    def __init__(self, url: str | None = None) -> None:
+        self.url = url
+
+    def open_run(self, name: str, config: Mapping[str, Any]) -> int:
+        return create_run(name, config, url=self.url)
+
+    def finished_keys(self, run_id: int) -> set[str]:
+        return finished_cell_keys(run_id, url=self.url)
+
+    def save_cell(self, run_id: int, cell: CellResult) -> bool:
+        return save_cell(run_id, cell, url=self.url)
+
+    def set_status(self, run_id: int, status: RunStatus, error: str | None = None) -> None:
+        set_run_status(run_id, status, error=error, url=self.url)
+
+    def cells(self, run_id: int) -> list[CellResult]:
+        return run_cells(run_id, url=self.url)

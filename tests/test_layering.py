@@ -1,0 +1,53 @@
+"""The layering ARCHITECTURE.md promises, read from the source: what each package may import."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _imports(path: Path) -> list[tuple[str, str | None]]:
+    """(module imported, name of the enclosing top-level function or None) per absolute import."""
+    found = []
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    for top in tree.body:
+        owner = top.name if isinstance(top, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
+        for node in ast.walk(top):
+            if isinstance(node, ast.Import):
+                found += [(alias.name, owner) for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.append((node.module, owner))
+    return found
+
+
+def test_the_library_never_imports_storage_the_ui_or_their_frameworks():
+    allowed = {("evaluate.py", "storage", "main")}  # the command's composition root
+    offending = [
+        (path.name, module, owner)
+        for path in sorted((REPO / "specsteer").glob("*.py"))
+        for module, owner in _imports(path)
+        if module.split(".")[0] in ("storage", "ui", "app", "sqlalchemy", "gradio")
+        and (path.name, module, owner) not in allowed
+    ]
+    assert offending == []
+
+
+def test_storage_and_the_background_helper_run_without_gradio_or_torch():
+    # storage implements the grid's store protocol without loading the decoding library's models.
+    probe = ("import sys, storage, specsteer.background; "
+             "print(sorted(m for m in ('gradio', 'torch', 'transformers') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_the_pure_storage_modules_never_touch_the_database():
+    pure = ("storage.judgements", "storage.exports", "storage.values")
+    for name in pure:
+        modules = [module for module, _ in _imports(REPO / (name.replace(".", "/") + ".py"))]
+        database = [m for m in modules if m.split(".")[0] == "sqlalchemy" or (m.startswith("storage.") and m not in pure)]
+        assert database == [], name

@@ -317,3 +317,25 @@ def test_real_specialist_on_llamacpp_rolls_back_within_tolerance():
                 assert float(margin[position]) <= 2 * float(difference[position])
     assert worst < 0.5, f"rows after rollback differ from a fresh evaluation by up to {worst}"
     assert model.output_rows == 151936 and 151645 in model.end_token_ids  # <|im_end|>
+
+
+def test_llamacpp_reads_long_passes_in_chunks_of_bounded_tokens_and_rows():
+    from specsteer.llamacpp import BATCH_TOKENS, OUTPUT_ROWS, _chunks
+
+    for count, rows in ((5, 1), (1300, 1), (70, 70), (600, 40), (BATCH_TOKENS, OUTPUT_ROWS + 1)):
+        spans = _chunks(count, count - rows)
+        assert spans[0][0] == 0 and spans[-1][1] == count
+        assert all(a[1] == b[0] for a, b in zip(spans, spans[1:]))
+        for start, end in spans:
+            assert 0 < end - start <= BATCH_TOKENS
+            assert end - max(start, count - rows) <= OUTPUT_ROWS
+
+
+def test_every_row_of_a_long_pass_comes_back(gguf_dir):
+    """More rows than one llama_decode call returns: read over several calls, equal to the rows one
+    transformers pass gives for the same weights."""
+    model = _model("llama.cpp", 13, gguf_dir)
+    ids = (_ids() * 3)[:70]
+    rows = _fresh_rows(model, ids, len(ids))
+    expected = _fresh_rows(TransformersModel(tiny_model(13), "tiny-13"), ids, len(ids))
+    assert rows.shape == expected.shape and float((rows - expected).abs().max()) < 0.05

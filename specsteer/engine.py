@@ -88,6 +88,7 @@ class Request:
     history: Sequence = ()
     retrieval_k: int = 3
     noise_items: Sequence = ()  # appended to the Specialist's context (robustness study)
+    prompt_style: str = "paper"  # tasks.PROMPT_STYLES: the paper's templates, or "clean" (no field labels)
 
 
 @dataclass
@@ -103,7 +104,7 @@ def prepare(request: Request) -> Prepared:
 
     retrieved = retrieve(request.task, request.input_text, list(request.history), request.retrieval_k)
     retrieved = retrieved + list(request.noise_items)
-    return Prepared(build_prompts(request.task, request.input_text, retrieved), retrieved)
+    return Prepared(build_prompts(request.task, request.input_text, retrieved, style=request.prompt_style), retrieved)
 
 
 def chat_ids(tokenizer, user_message: str) -> list[int]:

@@ -59,6 +59,7 @@ from datetime import datetime, UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
 from .data import LONGLAMP_TASKS, DataError, Record, load_records, resolve_data_source
 from .engine import DecodeConfig, Prepared, Request, collect, generate, prepare
 from .history import HistoryItem
@@ -124,6 +125,7 @@ class EvalSpec:
     draft_len: int = 4
     retrieval_k: int = 3
     noise: int = 0
+    prompt_style: str = DEFAULT_PROMPT_STYLE  # "paper" (Table 13) or "clean" (no field labels to copy)
     run_name: str | None = None  # None: a new run named after the task and the time
 
     def points(self) -> list[GridPoint]:
@@ -146,6 +148,8 @@ class EvalSpec:
             problems.append("limit must be at least 1")
         if self.noise < 0 or self.retrieval_k < 0:
             problems.append("noise and retrieval k must be >= 0")
+        if self.prompt_style not in PROMPT_STYLES:
+            problems.append(f"unknown prompt style {self.prompt_style!r}; choose one of {', '.join(PROMPT_STYLES)}")
         if problems:
             raise ValueError("; ".join(problems))
         for point in self.points():  # alpha, beta, draft length and token budget ranges
@@ -183,9 +187,10 @@ def _same_user(a: Record, b: Record) -> bool:
     return a.user_id == b.user_id
 
 
-def record_request(record: Record, retrieval_k: int, noise: Sequence[HistoryItem] = ()) -> Request:
+def record_request(record: Record, retrieval_k: int, noise: Sequence[HistoryItem] = (),
+                   prompt_style: str = DEFAULT_PROMPT_STYLE) -> Request:
     return Request(task=record.task, input_text=record.input, history=record.profile,
-                   retrieval_k=retrieval_k, noise_items=tuple(noise))
+                   retrieval_k=retrieval_k, noise_items=tuple(noise), prompt_style=prompt_style)
 
 
 def load_evaluation_records(spec: EvalSpec) -> tuple[list[Record], dict[str, Prepared]]:
@@ -199,7 +204,8 @@ def load_evaluation_records(spec: EvalSpec) -> tuple[list[Record], dict[str, Pre
             raise DataError(f"{Path(spec.data).name}: record id {record.id!r} appears twice; ids name the stored cells")
         seen.add(record.id)
     prepared = {
-        record.id: prepare(record_request(record, spec.retrieval_k, noise_items(record, pool, spec.noise)))
+        record.id: prepare(record_request(record, spec.retrieval_k, noise_items(record, pool, spec.noise),
+                                          spec.prompt_style))
         for record in records
     }
     return records, prepared
@@ -478,6 +484,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--draft-len", type=int, default=4)
     parser.add_argument("--retrieval-k", type=int, default=3, help="profile items retrieved by BM25")
     parser.add_argument("--noise", type=int, default=0, help="low-similarity items of other users appended")
+    parser.add_argument("--prompt-style", choices=PROMPT_STYLES, default=DEFAULT_PROMPT_STYLE,
+                        help="paper: the paper's Table 13 templates (default, comparable); clean: the retrieved "
+                             "texts without their field labels, and an instruction to write only the text")
     parser.add_argument("--run-name", default=None, help="name of the run; the same name resumes it")
     parser.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
     parser.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
@@ -493,7 +502,7 @@ def spec_from_args(args: argparse.Namespace) -> EvalSpec:
         betas=args.beta, extra_points=args.extra_grid, limit=args.limit, pairing=args.pairing,
         runtime=args.runtime, dtype=args.dtype,
         max_new_tokens=args.max_new_tokens, draft_len=args.draft_len, retrieval_k=args.retrieval_k,
-        noise=args.noise, run_name=args.run_name,
+        noise=args.noise, prompt_style=args.prompt_style, run_name=args.run_name,
     )
 
 

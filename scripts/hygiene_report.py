@@ -8,13 +8,10 @@ and the share that copy the prompt's item layout, open with a preamble, or refus
 same table over all of them follows; last, one row per method with its α and β pooled.
 
 Prompts. The layout check needs the request's prompts (was any item shown; does the request itself
-write a field label), so they are rebuilt from the records, as the run built them: the records
-file, task and retrieval k stored in the run's config, BM25 retrieval, ``tasks.build_prompts`` in
-the run's prompt style (config key ``prompt_style``; runs without it used the paper's). Cells name
-their record by ``record_id``. Runs with ``noise`` items are rebuilt without them: noise only adds
-items to the private prompt, and the checks read the private prompt only to know whether any item
-was shown, so the verdicts do not change (the report says so under such a run). ``--data-dir DIR``
-looks for the stored file name in DIR when the stored path is gone (a moved checkout).
+write a field label), so they are rebuilt from the records as the run built them
+(``evaluate.run_prompts``: the run's stored config, BM25 retrieval, noise items, prompt style).
+Cells name their record by ``record_id``. ``--data-dir DIR`` looks for the stored file name in DIR
+when the stored path is gone (a moved checkout).
 
 Read-only: a SQLite file is opened with ``mode=ro``; any other database is only sent SELECTs, and
 the connection closes without a commit. Nothing here loads a model.
@@ -36,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlalchemy import Connection, create_engine, make_url, text  # noqa: E402
 from sqlalchemy.engine import URL  # noqa: E402
 
-from specsteer.data import DataError, load_records  # noqa: E402
+from specsteer.data import DataError  # noqa: E402
+from specsteer.evaluate import run_prompts  # noqa: E402
 from specsteer.hygiene import GridVerdict, HygieneShares, classify_output, hygiene_shares  # noqa: E402
-from specsteer.retrieval import retrieve  # noqa: E402
-from specsteer.tasks import DEFAULT_PROMPT_STYLE, PromptPair, build_prompts  # noqa: E402
+from specsteer.tasks import DEFAULT_PROMPT_STYLE  # noqa: E402
 
 
 @dataclass(frozen=True)
@@ -117,32 +114,11 @@ def _json(value: Any) -> dict[str, Any]:
 # --------------------------------------------------------------------------- prompts and verdicts
 
 
-def records_path(run: StoredRun, data_dir: Path | None) -> Path:
-    stored = Path(run.config["data"])
-    if stored.is_file():
-        return stored
-    if data_dir is not None and (data_dir / stored.name).is_file():
-        return data_dir / stored.name
-    raise ValueError(f"run {run.name!r}: its records file {stored} is not here; pass --data-dir")
-
-
-def rebuild_prompts(run: StoredRun, path: Path, record_ids: Iterable[str]) -> dict[str, PromptPair]:
-    """The prompts of each named record, as the run built them (noise items left out; see the module doc)."""
-    wanted = set(record_ids)
-    records = {record.id: record for record in load_records(path, run.task) if record.id in wanted}
-    missing = sorted(wanted - set(records))
-    if missing:
-        raise DataError(f"run {run.name!r}: records {', '.join(missing)} are not in {path}")
-    k = run.config.get("retrieval_k", 3)
-    return {
-        record.id: build_prompts(run.task, record.input, retrieve(run.task, record.input, list(record.profile), k),
-                                 style=run.prompt_style)
-        for record in records.values()
-    }
-
-
 def classify_run(run: StoredRun, cells: Sequence[StoredCell], data_dir: Path | None) -> ClassifiedRun:
-    prompts = rebuild_prompts(run, records_path(run, data_dir), {cell.record_id for cell in cells}) if cells else {}
+    prompts = run_prompts(run.config, data_dir) if cells else {}
+    missing = sorted({cell.record_id for cell in cells} - set(prompts))
+    if missing:
+        raise DataError(f"run {run.name!r}: records {', '.join(missing)} are not in {run.config['data']}")
     verdicts = tuple(
         GridVerdict(cell.method, cell.alpha, cell.beta, classify_output(cell.output, run.task, prompts[cell.record_id]))
         for cell in cells
@@ -200,8 +176,6 @@ def report(classified_runs: Sequence[ClassifiedRun], with_evidence: bool) -> str
         lines += [f"**{run.name}** ({run.status}; {run.task}, {run.prompt_style} prompts, "
                   f"{len(classified.cells)} outputs)", ""]
         lines += shares_table(hygiene_shares(classified.verdicts)) if classified.cells else ["(no stored cells)"]
-        if run.config.get("noise"):
-            lines += ["", f"Noise items ({run.config['noise']} per record) were not rebuilt; they change no verdict."]
         if with_evidence:
             lines += ["", *evidence_lines(classified)]
         lines.append("")

@@ -3,9 +3,14 @@
     .venv/bin/python scripts/summarize_runs.py sqlite:///$PWD/results/longlamp.db RUN [RUN ...]
 
 Rows average over the records on which every cell of the run is stored, so a run that is still
-going (or was stopped) compares like with like. Below each table, every SpecSteer setting is
-compared with SLM+ and LLM record by record on ROUGE-L: records won, the mean difference and its
-95 % bootstrap interval [low, high] (a dozen records make a small sample).
+going (or was stopped) compares like with like. Columns: ROUGE (0-100), acceptance, end-to-end
+tok/s and its ratio to LLM, the same for the decoding phase only (prompt processing left out: the
+fair comparison where the runtime reuses a record's prompts between methods), and output hygiene:
+the share of outputs copying the prompt's item layout, opening with a preamble, or refusing
+(``specsteer.hygiene``; the prompts are rebuilt from the run's records, no model is loaded).
+Below each table, every SpecSteer setting is compared with SLM+ and LLM record by record on
+ROUGE-L: records won, the mean difference and its 95 % bootstrap interval [low, high] (a dozen
+records make a small sample).
 """
 
 from __future__ import annotations
@@ -34,15 +39,23 @@ def _value(value, fmt: str) -> str:
     return "–" if value is None else fmt.format(value)
 
 
+def _share(value) -> str:
+    return "–" if value is None else f"{100 * value:.0f}%"
+
+
 def table(rows: list[dict]) -> list[str]:
-    lines = ["| method | α | β | R-1 | R-L | R-1 stem | R-L stem | acceptance | tok/s | vs llm | mean tokens |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| method | α | β | R-1 | R-L | R-1 stem | R-L stem | acceptance | tok/s | vs llm | decode tok/s "
+             "| decode vs llm | mean tokens | layout copied | preamble | refusal |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append("| " + " | ".join([
             method_label(row["method"]), _value(row["alpha"], "{:g}"), _value(row["beta"], "{:g}"),
             f"{row['rouge1']:.2f}", f"{row['rougeL']:.2f}", f"{row['rouge1_stemmed']:.2f}",
             f"{row['rougeL_stemmed']:.2f}", _value(row["acceptance"] and 100 * row["acceptance"], "{:.0f}%"),
-            _value(row["tok_per_s"], "{:.2f}"), _value(row["speedup"], "{:.2f}×"), f"{row['new_tokens']:.0f}",
+            _value(row["tok_per_s"], "{:.2f}"), _value(row["speedup"], "{:.2f}×"),
+            _value(row["decode_tok_per_s"], "{:.2f}"), _value(row["decode_speedup"], "{:.2f}×"),
+            f"{row['new_tokens']:.0f}", _share(row.get("layout_copy")), _share(row.get("preamble")),
+            _share(row.get("refusal")),
         ]) + " |")
     return lines
 
@@ -68,8 +81,12 @@ def main(url: str, names: list[str]) -> None:
         cells = storage.run_cells(run.id, url=url)
         records = complete_records(cells)
         kept = [cell for cell in cells if cell.record_id in records]
-        rows = evaluate.summarize(kept)
-        print(f"**{name}** ({run.status}): {len(records)} records complete, {len(cells)} cells stored\n")
+        rows = evaluate.summarize(kept, run.config["task"], evaluate.run_prompts(run.config))
+        runtime = run.config.get("runtime", "transformers")  # runs made before the runtime choice used transformers
+        precision = run.config.get("dtype") or ("Q4_K_M" if runtime == "llama.cpp" else "?")
+        style = run.config.get("prompt_style", "paper")
+        print(f"**{name}** ({run.status}; {runtime}, {precision}, {style} prompts): {len(records)} records "
+              f"complete, {len(cells)} cells stored\n")
         print("\n".join(table(rows)) + "\n")
         baselines = [b for b in BASELINES if any(row["method"] == b for row in rows)]
         steered = [row for row in rows if row["method"] == "specsteer"]

@@ -30,6 +30,13 @@ Summary (:func:`summarize`), one row per (method, alpha, beta):
 * ``speedup`` — the row's tok_per_s divided by the ``llm`` row's, both recomputed over the
   records the two rows share, measured in the same run. None when the run has no ``llm`` cells:
   a stored constant would compare timings from another machine state.
+* ``decode_tok_per_s`` / ``decode_speedup`` — the same with every stream's first pass (prompt
+  processing) left out. On a runtime with prefix reuse (llama.cpp) the first method run on a record
+  pays for reading its prompts and the later ones mostly do not, so the decoding phase is the fair
+  comparison between methods there.
+* ``layout_copy``, ``preamble``, ``refusal`` — output hygiene (``specsteer.hygiene``): the share of
+  outputs that copy the prompt's item layout, open with a preamble, or refuse; given when the
+  summary has the run's prompts (the grid's own result, ``run_prompts`` for a stored run).
 * ``rounds``, ``new_tokens``, ``uplink_bytes``, ``downlink_bytes`` — means per generation.
 
 Noise (the paper's robustness study): ``noise = n`` appends to each record's Specialist context
@@ -54,12 +61,13 @@ import sys
 import threading
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
+from .hygiene import classify_output
+from .tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair
 from .data import LONGLAMP_TASKS, DataError, Record, load_records, resolve_data_source
 from .engine import DecodeConfig, Prepared, Request, collect, generate, prepare
 from .history import HistoryItem
@@ -77,7 +85,8 @@ if TYPE_CHECKING:
 
 WARMUP_TOKENS = 8
 NOISE_POOL_RECORDS = 64
-JSON_ROW_KEYS = ("method", "alpha", "beta", *ROUGE_KEYS, "acceptance", "tok_per_s", "speedup")
+JSON_ROW_KEYS = ("method", "alpha", "beta", *ROUGE_KEYS, "acceptance", "tok_per_s", "speedup", "decode_tok_per_s",
+                 "decode_speedup", "layout_copy", "preamble", "refusal")
 
 
 # --------------------------------------------------------------------------- the grid
@@ -323,7 +332,8 @@ def run_grid_events(
         status = "finished" if len(stored) == len(cells) else "running"  # other shards still at work
     store.set_status(run_id, status)
     yield GridProgress(len(stored), len(cells), status)
-    yield EvalResult(run_id, name, status, computed, stored, summarize(stored))
+    prompts = {record_id: item.prompts for record_id, item in prepared.items()}
+    yield EvalResult(run_id, name, status, computed, stored, summarize(stored, spec.task, prompts))
 
 
 def run_grid(
@@ -372,8 +382,13 @@ def _row_order(point: GridPoint) -> tuple:
     return rank, point.method, -alpha, point.beta if point.beta is not None else 0.0
 
 
-def _throughput(cells: Sequence[CellResult]) -> float | None:
-    seconds = sum(cell.stats.seconds for cell in cells)
+def _throughput(cells: Sequence[CellResult], decode_only: bool = False) -> float | None:
+    """Tokens per second over the cells; ``decode_only`` leaves every stream's first pass out.
+
+    The decoding phase is what compares fairly between the methods of one record: on a runtime
+    with prefix reuse the first method to read a prompt pays its processing, the later ones not.
+    """
+    seconds = sum(cell.stats.seconds - (cell.stats.prefill_seconds if decode_only else 0.0) for cell in cells)
     tokens = sum(cell.stats.new_tokens for cell in cells)
     return tokens / seconds if seconds > 0 else None
 
@@ -382,16 +397,25 @@ def _mean(values: Sequence[float]) -> float | None:
     return sum(values) / len(values) if values else None
 
 
-def _speedup(cells: Sequence[CellResult], reference: Sequence[CellResult]) -> float | None:
+def _speedup(cells: Sequence[CellResult], reference: Sequence[CellResult], decode_only: bool = False) -> float | None:
     shared = {cell.record_id for cell in cells} & {cell.record_id for cell in reference}
-    own = _throughput([cell for cell in cells if cell.record_id in shared])
-    base = _throughput([cell for cell in reference if cell.record_id in shared])
+    own = _throughput([cell for cell in cells if cell.record_id in shared], decode_only)
+    base = _throughput([cell for cell in reference if cell.record_id in shared], decode_only)
     return own / base if own is not None and base else None
 
 
-def _summary_row(point: GridPoint, cells: Sequence[CellResult], reference: Sequence[CellResult]) -> dict[str, Any]:
+def _hygiene(cells: Sequence[CellResult], task: str, prompts: Mapping[str, PromptPair]) -> dict[str, float]:
+    """Shares of the cells' outputs that copy the prompt's item layout, open with a preamble, or refuse."""
+    verdicts = [classify_output(cell.output, task, prompts[cell.record_id]) for cell in cells]
+    share = lambda flag: sum(getattr(v, flag) for v in verdicts) / len(verdicts) if verdicts else None  # noqa: E731
+    return {"layout_copy": share("layout_copy"), "preamble": share("preamble"), "refusal": share("refusal")}
+
+
+def _summary_row(point: GridPoint, cells: Sequence[CellResult], reference: Sequence[CellResult],
+                 task: str | None, prompts: Mapping[str, PromptPair] | None) -> dict[str, Any]:
     stats = [cell.stats for cell in cells]
     drafted = sum(s.drafted for s in stats)
+    hygiene = _hygiene(cells, task, prompts) if task and prompts is not None else {}
     return {
         "method": point.method,
         "alpha": point.alpha,
@@ -401,6 +425,9 @@ def _summary_row(point: GridPoint, cells: Sequence[CellResult], reference: Seque
         "acceptance": sum(s.accepted for s in stats) / drafted if drafted else None,
         "tok_per_s": _throughput(cells),
         "speedup": _speedup(cells, reference) if reference else None,
+        "decode_tok_per_s": _throughput(cells, decode_only=True),
+        "decode_speedup": _speedup(cells, reference, decode_only=True) if reference else None,
+        **hygiene,
         "rounds": _mean([s.rounds for s in stats]),
         "new_tokens": _mean([s.new_tokens for s in stats]),
         "uplink_bytes": _mean([s.uplink_bytes for s in stats]),
@@ -408,13 +435,39 @@ def _summary_row(point: GridPoint, cells: Sequence[CellResult], reference: Seque
     }
 
 
-def summarize(cells: Sequence[CellResult]) -> list[dict[str, Any]]:
-    """One row per (method, alpha, beta) of a run's cells; see the module doc."""
+def summarize(cells: Sequence[CellResult], task: str | None = None,
+              prompts: Mapping[str, PromptPair] | None = None) -> list[dict[str, Any]]:
+    """One row per (method, alpha, beta) of a run's cells; see the module doc. With the run's task
+    and its prompts by record id (:func:`run_prompts`), rows also give the output hygiene shares."""
     groups: dict[GridPoint, list[CellResult]] = {}
     for cell in cells:
         groups.setdefault(cell.point, []).append(cell)
     reference = groups.get(GridPoint(SPEED_REFERENCE), [])
-    return [_summary_row(point, groups[point], reference) for point in sorted(groups, key=_row_order)]
+    return [_summary_row(point, groups[point], reference, task, prompts) for point in sorted(groups, key=_row_order)]
+
+
+def spec_from_config(config: Mapping[str, Any], data_dir: Path | None = None) -> EvalSpec:
+    """The EvalSpec a stored run was made with (fields added since take their defaults). ``data_dir``:
+    where to look for the records file by name when its stored path is gone (a moved checkout)."""
+    known = {item.name for item in fields(EvalSpec)}
+    values = {key: value for key, value in config.items() if key in known}
+    for key in ("methods", "alphas", "betas"):
+        values[key] = tuple(values.get(key, ()))
+    values["extra_points"] = tuple(tuple(point) for point in values.get("extra_points", ()))
+    stored = Path(values["data"])
+    if not stored.is_file() and data_dir is not None and (data_dir / stored.name).is_file():
+        values["data"] = str(data_dir / stored.name)
+    return EvalSpec(**values)
+
+
+def run_prompts(config: Mapping[str, Any], data_dir: Path | None = None) -> dict[str, PromptPair]:
+    """The prompts of every record of a stored run, rebuilt as the run built them (retrieval, noise,
+    prompt style): what the hygiene measure needs besides the outputs. No model is loaded."""
+    spec = spec_from_config(config, data_dir)
+    if not Path(spec.data).is_file():
+        raise DataError(f"the run's records file {spec.data} is not here; pass the folder that holds it")
+    _, prepared = load_evaluation_records(spec)
+    return {record_id: item.prompts for record_id, item in prepared.items()}
 
 
 def json_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:

@@ -326,7 +326,7 @@ def test_report_names_what_is_missing(tmp_path, capsys):
     assert "no stored run named 'no-such-run'; stored: tiny-review" in capsys.readouterr().err
     assert report.main([f"sqlite:///{database}"]) == 2
     error = capsys.readouterr().err
-    assert "its records file" in error and "gone.jsonl is not here; pass --data-dir" in error
+    assert "records file" in error and "gone.jsonl is not here; pass the folder that holds it" in error
     assert report.main([f"sqlite:///{tmp_path / 'absent.db'}"]) == 2
     assert "no database file" in capsys.readouterr().err
 

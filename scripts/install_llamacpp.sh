@@ -22,9 +22,12 @@ if ! compgen -G "$wheels/llama_cpp_python-*.whl" >/dev/null; then
   # --no-cache-dir: pip's own wheel cache is not keyed by CPU, so a native wheel must not land in it.
   CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
     "$python" -m pip wheel --no-deps --no-cache-dir --disable-pip-version-check -v -w "$wheels.partial" "$pin" 2>&1 \
-    | tee "$log" | grep --line-buffered -oE '^\[[0-9]+/[0-9]+\]' | awk -F'[][/]' '
-        { step = $2; total = $3; pct = int(100 * step / total) }
-        pct >= next_report { printf "[setup]   llama.cpp build %d%% (%d/%d)\n", pct, step, total; fflush(); next_report = pct + 10 }'
+    | tee "$log" | awk '
+        match($0, /^[ \t]*\[[0-9]+\/[0-9]+\]/) {
+          step = substr($0, RSTART, RLENGTH); gsub(/[][ \t]/, "", step); split(step, part, "/")
+          pct = int(100 * part[1] / part[2])
+          if (pct >= next_report) { printf "[setup]   llama.cpp build %d%% (%d/%d)\n", pct, part[1], part[2]; fflush(); next_report = pct + 10 }
+        }'
   if compgen -G "$wheels.partial/llama_cpp_python-*.whl" >/dev/null; then
     mv "$wheels.partial"/llama_cpp_python-*.whl "$wheels/" && rm -rf "$wheels.partial"
     echo "[setup] llama.cpp compiled in $(( (SECONDS - started) / 60 )) min"

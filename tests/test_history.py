@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import copy
 import codecs
+import copy
 import json
 import pickle
 

@@ -27,8 +27,11 @@ import gradio as gr
 
 from specsteer.background import Background
 from specsteer.events import TokenEvent
+from ui.render import StatsView
 
 log = logging.getLogger(__name__)
+
+MODELS_CONCURRENCY_ID = "models"  # every event that runs a model shares one slot (memory, CPU)
 
 _SKIP = gr.skip()
 
@@ -173,11 +176,14 @@ class LiveStats:
     """Statistics counted from the token events while a generation runs."""
 
     method: str
+    runtime: str = ""
+    precision: str = ""
     started: float = field(default_factory=time.perf_counter)
     emitted: int = 0
     accepted: int = 0
     rejected: int = 0
     rounds: int = 0
+    first_token_s: float | None = None
     # Link bytes so far, where the engine's events carry running totals (``uplink_bytes`` /
     # ``downlink_bytes``); otherwise they are known only from the Finished statistics.
     uplink_bytes: int | None = None
@@ -186,6 +192,8 @@ class LiveStats:
     def add(self, event: TokenEvent) -> None:
         if event.emitted:
             self.emitted += 1
+            if self.first_token_s is None:
+                self.first_token_s = self.seconds
         if event.kind == "accepted":
             self.accepted += 1
         elif event.kind == "rejected":
@@ -197,3 +205,12 @@ class LiveStats:
     @property
     def seconds(self) -> float:
         return time.perf_counter() - self.started
+
+    def view(self, state: str) -> StatsView:
+        """The strip as it stands; the prefix cache's reuse is known only at the end."""
+        return StatsView(
+            method=self.method, tokens=self.emitted, seconds=self.seconds, accepted=self.accepted,
+            drafted=self.accepted + self.rejected, rounds=self.rounds, uplink_bytes=self.uplink_bytes,
+            downlink_bytes=self.downlink_bytes, state=state, runtime=self.runtime, precision=self.precision,
+            ttft_s=self.first_token_s,
+        )

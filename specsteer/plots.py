@@ -73,7 +73,8 @@ def quality_speed_figure(rows: Sequence[Row], quality: str = "rougeL", speed: st
             y=[row[quality] for row in method_rows],
             mode="markers+text",
             text=[point_label(row) for row in method_rows],
-            textposition="top center",
+            # Alternate above and below: the points of one method (α values) often lie close together.
+            textposition=["top center" if index % 2 == 0 else "bottom center" for index in range(len(method_rows))],
             name=f"{method_label(method)} (reference)" if reference else method_label(method),
             marker={"symbol": "star" if reference else "circle", "size": 16 if reference else 11,
                     "color": _color(method)},

@@ -507,12 +507,12 @@ def test_dashboard_run_shows_figures_table_and_survives_restart(dashboard):
     final = frames[-1]
     assert "finished" in final.status and "3 cells computed" in final.status
     assert final.quality.data and final.acceptance.data
-    assert list(final.table["method"]) == ["LLM", "SpecSteer", "SpecSteer"]
+    assert list(final.table["value"]["method"]) == ["LLM", "SpecSteer", "SpecSteer"]
     storage.reset_engines()  # as after an app restart
     choices = dashboard_tab.run_choices()
     assert len(choices) == 1 and "ui-test-run" in choices[0][0] and "3/3 cells" in choices[0][0]
     view = dashboard_tab.open_runs([choices[0][1]])
-    assert "Showing #" in view.status and len(view.table) == 3
+    assert "Showing #" in view.status and len(view.table["value"]) == 3
     again = list(dashboard.run_batch(**dashboard_values(run_name="ui-test-run")))[-1]
     assert "0 cells computed now, 3 stored" in again.status  # resumed: nothing left to do
 
@@ -523,7 +523,10 @@ def test_dashboard_compares_runs_and_shows_their_names_as_text(dashboard):
     assert "finished" in first.status and "finished" in second.status
     ids = [run_id for _, run_id in dashboard_tab.run_choices()]
     view = dashboard_tab.open_runs(ids)
-    assert set(view.table["run"]) == {f'#{ids[0]} <a href="x">two</a>', f"#{ids[1]} <b>one</b>"}
+    table = view.table["value"]
+    assert set(table["run"]) == {f'#{ids[0]} <a href="x">two</a>', f"#{ids[1]} <b>one</b>"}
+    widths = dict(zip(table.columns, view.table["column_widths"], strict=True))
+    assert widths["run"] == "240px" and widths["acceptance"] == "109px"  # a header word's width, never less
     names = [trace.name for figure in (view.quality, view.acceptance) for trace in figure.data]
     assert names and all("<" not in name for name in names)  # plotly would render <b> and <a> as markup
     assert any(name.startswith(f"#{ids[1]} &lt;b&gt;one&lt;/b&gt;: ") for name in names)

@@ -128,7 +128,8 @@ def test_dashboard_one_record_run(server):
         api_name="/evaluate")
     assert "finished" in status and "2 cells computed" in status
     assert quality and acceptance  # plotly figures, serialized
-    assert [row[0] for row in table["data"]] == ["LLM", "SpecSteer"]
+    assert [row[0] for row in table["value"]["data"]] == ["LLM", "SpecSteer"]  # an update: value and column widths
+    assert len(table["column_widths"]) == len(table["value"]["headers"])
     run_id = storage.get_run_by_name("client-run").id
     status, *_ = client.predict([run_id], api_name="/open_runs")
     assert "client-run" in status

@@ -571,3 +571,18 @@ def test_dashboard_upload_is_copied_into_the_data_folder(dashboard, tmp_path):
     assert "finished" in final.status
     config = storage.list_runs()[0].config
     assert "uploads" in config["data"] and config["data"].endswith("mine.jsonl")
+
+
+def test_a_run_hands_gradio_copies_of_its_update_dicts():
+    """Gradio pops "value" out of an update dict as it sends it; the final state, sent again at the end
+    of the stream, must still carry every value (an API client reads the last frame)."""
+    def produce(flag):
+        yield (generate_tab.gr.update(value="table", column_widths=["10px"]),)
+
+    run = BackgroundRun(produce, width=1, name="test")
+    sent = []
+    for (update,) in run.frames():
+        sent.append(dict(update))
+        update.pop("value", None)  # what Gradio's postprocessing does to the dict it is given
+    assert [frame["value"] for frame in sent] == ["table", "table"]
+    assert run.state[0]["value"] == "table"

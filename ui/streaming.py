@@ -40,6 +40,13 @@ def _is_skip(value: object) -> bool:
     return isinstance(value, dict) and value == _SKIP
 
 
+def _detached(frame: tuple) -> tuple:
+    """The frame with its update dicts copied. Gradio pops "value" out of an update dict it sends, so a
+    frame kept here (the page's latest state, sent again at the end and by Stop) must never be the
+    object handed to Gradio, or its values would be gone the second time."""
+    return tuple(dict(value) if isinstance(value, dict) else value for value in frame)
+
+
 def merge_frames(older: tuple, newer: tuple) -> tuple:
     """``newer`` over ``older``, field by field; skipped fields keep the older value."""
     return tuple(old if _is_skip(new) else new for old, new in zip(older, newer, strict=True))
@@ -84,7 +91,8 @@ class BackgroundRun:
 
         Abandoning this stream (the page went away, or Stop dropped the handler) stops the work.
         """
-        yield from self._work.items(min_interval)
+        for frame in self._work.items(min_interval):
+            yield _detached(frame)
         self._work.result()  # the run's error, raised in the handler's thread
         # Gradio repeats a stream's last frame when it completes. After a Stop that frame may be
         # older than what the Stop handler showed, so end on the complete latest state instead.
@@ -94,7 +102,7 @@ class BackgroundRun:
     def state(self) -> tuple:
         """Every frame so far merged: what the page should show now."""
         with self._lock:
-            return self._everything
+            return _detached(self._everything)
 
     def stop(self, timeout: float) -> None:
         """Set the flag and wait up to ``timeout`` s for the run to end (a model load cannot be cut short).

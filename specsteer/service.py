@@ -224,8 +224,9 @@ class PairCatalog:
         reasons: list[str] = []
         chosen = choose_runtime(pairing, "auto", progress=reasons.append)
         if chosen == "llama.cpp":
-            return ("Auto picks llama.cpp here: both models are GGUF files and llama.cpp works on this machine; "
-                    "its quantized CPU kernels are faster than transformers on the converted weights.")
+            return ("Auto picks llama.cpp here: both models are GGUF files, there is no GPU and llama.cpp works on "
+                    "this machine, so it runs the 4-bit files as they are (transformers would run a dequantized "
+                    "copy).")
         if reasons:  # llama.cpp was wanted, but is not installed or does not work here
             return sentence(f"Auto picks transformers here: {reasons[0]}")
         if any(spec.kind not in ("offline", "gguf") for spec in (pairing.specialist, pairing.generalist)):

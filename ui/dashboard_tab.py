@@ -1,10 +1,11 @@
 """Dashboard tab: run an evaluation grid on LongLaMP records and look at quality against speed.
 
-The batch itself is ``specsteer.evaluate.run_grid_events`` on ``storage.SqlRunStore``; it stores
-every finished cell at once, so a run survives an app restart and can be reopened (or resumed under
-the same run name) later. This module only collects the choices, turns the grid's progress events
-into frames (streamed from a ``ui.streaming.BackgroundRun``, which Cancel stops), and draws the
-figures of ``specsteer.plots``.
+The batch itself is the service's ``evaluate`` (the grid of ``specsteer.evaluate.run_grid_events``
+on the run store ``app.py`` chose, ``storage.SqlRunStore``); it stores every finished cell at once,
+so a run survives an app restart and can be reopened (or resumed under the same run name) later.
+This module only collects the choices (keeping an uploaded records file, see :func:`keep_upload`),
+turns the service's events into frames (streamed from a ``ui.streaming.BackgroundRun``, which
+Cancel stops), and draws the figures of ``specsteer.plots`` and the table.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """SpecSteer web app: ``python app.py`` serves it on http://127.0.0.1:7860.
 
-One Gradio Blocks app built from ``ui/`` (one module per tab) over ``specsteer/`` (decoding) and
-``storage/`` (SQLite in ``$SPECSTEER_DATA_DIR``, default ./data, or ``DATABASE_URL``). The same
+One Gradio Blocks app built from ``ui/`` (one module per tab) over one ``specsteer.service.AppService``.
+This file is the composition root: it alone chooses where things are kept (the SQL stores of
+``storage/``: SQLite in ``$SPECSTEER_DATA_DIR``, default ./data, or ``DATABASE_URL``) and which
+pairings may load (``ui.pairs.catalog``), and hands them to the service the tabs share. The same
 file is the Hugging Face Spaces entry point and the Docker command; host and port come from
 GRADIO_SERVER_NAME / GRADIO_SERVER_PORT.
 
@@ -23,7 +25,8 @@ from pathlib import Path  # noqa: E402
 import gradio as gr  # noqa: E402
 
 import storage  # noqa: E402
-from ui import compare_tab, dashboard_tab, generate_tab  # noqa: E402
+from specsteer.service import AppService  # noqa: E402
+from ui import compare_tab, dashboard_tab, generate_tab, pairs  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 CSS_PATH = ASSETS / "style.css"
@@ -55,17 +58,23 @@ def launch_options() -> dict:
     return {"theme": theme(), "css_paths": [CSS_PATH], "max_file_size": MAX_FILE_SIZE}
 
 
-def build_app() -> gr.Blocks:
+def build_service() -> AppService:
+    """The one service every tab uses, on the database that ``DATABASE_URL`` / the data folder names."""
+    return AppService(store=storage.SqlGenerationStore(), runs=storage.SqlRunStore(), pairs=pairs.catalog())
+
+
+def build_app(service: AppService | None = None) -> gr.Blocks:
     storage.init_db()  # create the tables now, so the first request does not pay for it
+    service = service or build_service()
     with gr.Blocks(title="SpecSteer", analytics_enabled=False) as demo:
         gr.HTML(HEADER)
         with gr.Tabs():
             with gr.Tab("Generate", id="generate"):
-                settings = generate_tab.build()
+                controls = generate_tab.build(service)
             with gr.Tab("Compare & annotate", id="compare"):
-                stored = compare_tab.build(settings)
+                stored = compare_tab.build(service, controls)
             with gr.Tab("Dashboard", id="dashboard"):
-                runs = dashboard_tab.build()
+                runs = dashboard_tab.build(service)
         # Other users (or an earlier run of the app) may have stored comparisons and runs since
         # the page was built: list them afresh whenever a page opens.
         demo.load(compare_tab.refresh_on_load, None, [stored.saved, stored.summary, stored.agreement],

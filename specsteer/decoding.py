@@ -21,6 +21,7 @@ Token kinds, as the speculative methods use them:
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import dataclass, field
 
@@ -213,7 +214,7 @@ class Stream:
 
 
 def draft(stream: Stream, k: int, sampler: Sampler, stop_ids: frozenset[int],
-          min_confidence: float = 0.0) -> tuple[list[int], list[torch.Tensor]]:
+          min_confidence: float = 0.0, cancel: threading.Event | None = None) -> tuple[list[int], list[torch.Tensor]]:
     """The Specialist proposes up to ``k`` tokens; returns ids and the logits row each came from.
 
     Drafting stops early at an end token (nothing after it could be emitted) and,
@@ -221,10 +222,14 @@ def draft(stream: Stream, k: int, sampler: Sampler, stop_ids: frozenset[int],
     than that probability: the drafts after an unsure one are the likeliest to be
     refused, and each costs a device step whether or not it is kept.
     The last draft is appended to the stream but not fed (it is pending).
+    A set ``cancel`` ends drafting before the next step, so that a stop waits for one step at most
+    (a round of 16 drafts takes seconds on a CPU); the caller then sends nothing.
     """
     ids: list[int] = []
     rows: list[torch.Tensor] = []
     for _ in range(k):
+        if cancel is not None and cancel.is_set():
+            break
         row = stream.predict(1)[0]  # [V]
         token = sampler.choose(row)
         stream.append([token])

@@ -165,8 +165,9 @@ class _Output:
     def keep_going(self) -> bool:
         """False once the text ended, the budget is spent or a stop was asked for.
 
-        A stop is honoured only here, between rounds, so that every draft that
-        crossed the link is also shown (and can be audited).
+        A stop is honoured here, between rounds and (by the speculative loop) right
+        after drafting, before the drafts are sent: every draft that crossed the
+        link is therefore also shown (and can be audited).
         """
         if self.stop_reason is None and self.cancel.is_set():
             self.stop_reason = "cancelled"
@@ -324,7 +325,9 @@ def _rounds(edge, cloud, config, rule, every_token, forward_log, output, link, s
     while output.keep_going():
         round_ += 1
         k = 0 if every_token else draft_length.choose(stats, forward_log)
-        drafts = edge.draft(min(k, output.remaining))
+        drafts = edge.draft(min(k, output.remaining), output.cancel)
+        if not output.keep_going():  # stopped while drafting: these drafts never cross the link
+            return
         message = link.send("uplink", "draft", {"keep": keep, "append": append, "draft": drafts})
         verdict = link.send("downlink", "verdict", cloud.verify(message))
         may_extend = output.remaining > len(drafts) and not output.ends_text(drafts)

@@ -38,6 +38,7 @@ rejected so that the user knows what the Specialist will actually see.
 
 from __future__ import annotations
 
+import codecs
 import csv
 import io
 import json
@@ -217,13 +218,38 @@ def _decode(data: bytes | str) -> str:
         return _normalise_newlines(data.removeprefix("\ufeff"))
     if len(data) > MAX_UPLOAD_BYTES:
         raise HistoryError(_too_large_message())
+    encoding = _encoding_of_bom(data)
     try:
-        return _normalise_newlines(data.decode("utf-8-sig"))
+        return _normalise_newlines(data.decode(encoding))
     except UnicodeDecodeError as error:
+        if encoding != "utf-8-sig":
+            raise HistoryError(
+                f"the file starts as {encoding.upper()} but is not valid {encoding.upper()} (byte {error.start}); "
+                "save it as UTF-8"
+            ) from None
         line = data.count(b"\n", 0, error.start) + 1
         raise HistoryError(
             f"line {line}: the file is not valid UTF-8 (byte {error.start}); save it as UTF-8"
         ) from None
+
+
+# Windows editors (Notepad's "Unicode", Excel's "Unicode text") save UTF-16 with a byte order mark;
+# UTF-32's marks begin like UTF-16 LE's, so they are tried first.
+_BYTE_ORDER_MARKS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def _encoding_of_bom(data: bytes) -> str:
+    """The encoding a byte order mark announces ("utf-16" and "utf-32" read and drop the mark); UTF-8
+    (with or without its mark) otherwise."""
+    for mark, encoding in _BYTE_ORDER_MARKS:
+        if data.startswith(mark):
+            return encoding
+    return "utf-8-sig"
 
 
 def _too_large_message() -> str:

@@ -11,6 +11,7 @@ so the dashboard shows exactly what ``python -m specsteer.evaluate --plot`` writ
   draft without alpha (standard SD) are a dotted reference line.
 * :func:`display_rows` / :func:`table_figure` / :func:`text_table` — the per-row table.
 * :func:`write_html` — all of them as one standalone page with plotly.js inline (works offline).
+* :func:`plot_text` — user text (run names) made safe for plotly's labels.
 """
 
 from __future__ import annotations
@@ -35,6 +36,12 @@ TABLE_NOTE = (
     "Porter stemmer. tok/s: total new tokens / total seconds. acceptance: accepted / drafted tokens. "
     "speedup: tok/s over LLM's on the same records in the same run. rounds, bytes: mean per generation."
 )
+
+
+def plot_text(text: object) -> str:
+    """User text (a run name) for a plotly label: plotly reads ``<b>``, ``<br>``, ``<a href=…>`` and the
+    like in trace names and titles as markup and decodes HTML entities, so escaped text shows as written."""
+    return html.escape(str(text), quote=False)
 
 
 def point_label(row: Row) -> str:
@@ -66,7 +73,8 @@ def quality_speed_figure(rows: Sequence[Row], quality: str = "rougeL", speed: st
             y=[row[quality] for row in method_rows],
             mode="markers+text",
             text=[point_label(row) for row in method_rows],
-            textposition="top center",
+            # Alternate above and below: the points of one method (α values) often lie close together.
+            textposition=["top center" if index % 2 == 0 else "bottom center" for index in range(len(method_rows))],
             name=f"{method_label(method)} (reference)" if reference else method_label(method),
             marker={"symbol": "star" if reference else "circle", "size": 16 if reference else 11,
                     "color": _color(method)},

@@ -27,10 +27,23 @@ class UplinkAudit:
         return not self.problems
 
     def summary(self) -> str:
-        verdict = "nothing derived from the history left the device" if self.ok else "LEAK: " + "; ".join(self.problems)
+        """What crossed, and the claim the audit (and the canary tests) make about it, in one paragraph.
+
+        The claim is about raw history text only: the drafted and chosen ids are computed by the
+        Specialist reading the history, so they carry something of it by design; rejected drafts,
+        which never reach the output, are among them.
+        """
+        crossed = (
+            f"{self.messages} uplink message{'s' if self.messages != 1 else ''} ({self.bytes:,} bytes): "
+            f"the plain prompt ({self.prompt_tokens} token ids of your input, without the history), "
+            f"{self.draft_tokens} drafted token ids and {self.chosen_tokens} chosen token ids."
+        )
+        if not self.ok:
+            return f"{crossed} LEAK: {'; '.join(self.problems)}."
         return (
-            f"{self.messages} uplink messages, {self.bytes} bytes: the plain prompt ({self.prompt_tokens} tokens, "
-            f"no history), {self.draft_tokens} drafted token ids and {self.chosen_tokens} chosen token ids -- {verdict}"
+            f"{crossed} No raw history text left the device: the only prompt sent was the plain one, and every "
+            "other id sent is a token the Specialist drafted or chose. Those ids are computed with your history, "
+            "by design (that is what the cloud verifies); rejected drafts are among them."
         )
 
 

@@ -25,6 +25,7 @@ tokens the Edge chose to emit (or proposes as drafts).
 from __future__ import annotations
 
 import struct
+import threading
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -323,8 +324,9 @@ class Edge:
     def close(self) -> None:
         self.stream.close()
 
-    def draft(self, k: int) -> list[int]:
-        ids, self._draft_rows = draft(self.stream, k, self.sampler, self.stop_ids, self.draft_confidence)
+    def draft(self, k: int, cancel: threading.Event | None = None) -> list[int]:
+        """Up to ``k`` drafts; fewer when ``cancel`` is set meanwhile (the caller must not send them then)."""
+        ids, self._draft_rows = draft(self.stream, k, self.sampler, self.stop_ids, self.draft_confidence, cancel)
         return ids
 
     def next_token(self) -> int:

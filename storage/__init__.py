@@ -6,12 +6,13 @@ One module per concern, each a set of small functions that open their own short 
   for anything else) and hands out sessions; ``storage.models`` declares the tables;
 * ``storage.histories``, ``storage.generations``, ``storage.comparisons`` (comparisons and their
   annotations) and ``storage.runs`` (evaluation runs and cells, and ``SqlRunStore``, the
-  evaluation grid's store) read and write them;
+  evaluation grid's store) read and write them; ``storage.generation_store`` (``SqlGenerationStore``,
+  the application service's store) saves the service's typed values through them;
 * ``storage.judgements`` (the annotation vocabulary, win rates and agreement) and
   ``storage.exports`` (CSV / JSON-lines files) are pure: they never touch the database.
 
-This package may import ``specsteer`` (for the grid's store protocol and its typed rows); the
-decoding library never imports this package.
+This package may import ``specsteer``'s light modules (the store protocols and the typed values
+that cross them); the decoding library never imports this package.
 """
 
 from storage.comparisons import (
@@ -25,6 +26,7 @@ from storage.comparisons import (
 )
 from storage.db import database_url, get_engine, init_db, reset_engines, session_scope
 from storage.exports import write_annotations_csv, write_annotations_jsonl
+from storage.generation_store import SqlGenerationStore
 from storage.generations import get_generation, list_generations, save_generation
 from storage.histories import get_history, list_histories, save_history
 from storage.judgements import (
@@ -56,6 +58,7 @@ __all__ = [
     "SPECIAL_PREFERENCES",
     "AnnotationSummary",
     "Judgement",
+    "SqlGenerationStore",
     "SqlRunStore",
     "StoredRun",
     "annotation_summary",

@@ -19,10 +19,10 @@ from gradio_client.utils import Status  # noqa: E402
 import storage  # noqa: E402
 from ui import pairs  # noqa: E402
 
+# The settings are named after GenerationSettings' fields; those left out take the widgets' values.
 GENERATE = dict(task="review", input_text="Write a review of a power bank with great battery life",
-                pairing_id=pairs.TINY_PAIRING_ID, method="specsteer", alpha=0.1, beta=1.0, draft_len=4,
-                max_new_tokens=40, decoding="greedy", seed=0, temperature=1.0, top_p=1.0, retrieval_k=3,
-                downlink_top_k=64, exact=False, adaptive_draft=False)
+                pairing=pairs.TINY_PAIRING_ID, method="specsteer", alpha=0.1, beta=1.0, draft_len=4,
+                max_new_tokens=40, decoding="greedy", seed=0, retrieval_k=3)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +49,7 @@ def test_api_lists_the_endpoints(server):
 
 def test_generate_streams_frames_one_by_one(server):
     client = client_for(server)
-    summary, task, _ = client.predict("review", api_name="/load_sample")
+    summary, task, _input, _upload = client.predict("review", api_name="/load_sample")
     assert "Read 8 items" in summary and task == "review"
     job = client.submit(**GENERATE, api_name="/generate")
     arrivals = []
@@ -68,27 +68,27 @@ def test_upload_errors_reach_the_page_as_messages(server, tmp_path):
     client = client_for(server)
     bad = tmp_path / "broken.jsonl"
     bad.write_text('{"summary": "ok", "reviewText": "fine"}\n{"summary": \n')
-    summary, _task = client.predict(handle_file(str(bad)), api_name="/upload_history")
+    summary, _task, _sample = client.predict(handle_file(str(bad)), api_name="/upload_history")
     assert "ss-box-error" in summary and "line 2" in summary and "Traceback" not in summary
+    assert "broken.jsonl" in summary  # the user's file name, not the server's temporary one
     good = tmp_path / "mine.txt"
     good.write_text("I hike every weekend.\n\nI love lakes and early starts.")
-    summary, task = client.predict(handle_file(str(good)), api_name="/upload_history")
-    assert "Read 2 items" in summary and task == "free"
+    summary, task, sample = client.predict(handle_file(str(good)), api_name="/upload_history")
+    assert "Read 2 items" in summary and task == "free" and sample is None
 
 
 def test_unavailable_pairing_gives_a_clear_error(server):
     client = client_for(server)
     client.predict("review", api_name="/load_sample")
-    status, *_ = client.predict(**{**GENERATE, "pairing_id": "qwen3-0.6b__qwen3-1.7b"}, api_name="/generate")
+    status, *_ = client.predict(**{**GENERATE, "pairing": "qwen3-0.6b__qwen3-1.7b"}, api_name="/generate")
     assert "unavailable here" in status and "no model hub" in status
 
 
 def test_compare_annotate_and_export(server, tmp_path):
     client = client_for(server, tmp_path)
     client.predict("writing", api_name="/load_sample")
-    settings = {key: value for key, value in GENERATE.items() if key not in ("method", "exact")}
-    settings.update(task="writing", input_text="Generate the content for a reddit post about rye bread",
-                    max_new_tokens=12)
+    settings = {**GENERATE, "task": "writing", "input_text": "Generate the content for a reddit post about rye bread",
+                "max_new_tokens": 12}
     final = client.predict(**settings, methods=["slm+", "llm", "specsteer"], blind=True, api_name="/compare")
     status, _preferred, _saved, *slots = final
     assert "Saved as comparison #" in status
@@ -124,11 +124,12 @@ def test_dashboard_one_record_run(server):
     client = client_for(server)
     status, quality, acceptance, table, runs = client.predict(
         source="sample", upload=None, task="review", records=1, methods=["llm", "specsteer"], alphas="0.1",
-        betas="1", pairing_id=pairs.TINY_PAIRING_ID, max_new_tokens=4, draft_len=2, run_name="client-run",
+        betas="1", pairing=pairs.TINY_PAIRING_ID, runtime="auto", max_new_tokens=4, draft_len=2, run_name="client-run",
         api_name="/evaluate")
     assert "finished" in status and "2 cells computed" in status
     assert quality and acceptance  # plotly figures, serialized
-    assert [row[0] for row in table["data"]] == ["LLM", "SpecSteer"]
+    assert [row[0] for row in table["value"]["data"]] == ["LLM", "SpecSteer"]  # an update: value and column widths
+    assert len(table["column_widths"]) == len(table["value"]["headers"])
     run_id = storage.get_run_by_name("client-run").id
     status, *_ = client.predict([run_id], api_name="/open_runs")
     assert "client-run" in status

@@ -1,4 +1,5 @@
-"""specsteer.background: work in a thread, followed as an iterator; and the two UI helpers built on it."""
+"""specsteer.background: work in a thread, followed as an iterator (the service's pair loading, which
+runs on it, is tested in test_service)."""
 
 from __future__ import annotations
 
@@ -8,8 +9,6 @@ import time
 import pytest
 
 from specsteer.background import Background
-from specsteer.models import ModelLoadError
-from ui import pairs
 
 
 def test_every_item_arrives_in_order_then_the_result():
@@ -86,31 +85,3 @@ def test_a_result_asked_for_too_early_times_out():
         background.result(timeout=0.01)
     gate.set()
     assert background.result(timeout=5) is True
-
-
-def _slow_load(pairing_id, progress):
-    for step in ("tokenizer", "specialist", "generalist"):
-        time.sleep(0.05)
-        progress(step)
-    return f"pair {pairing_id}"
-
-
-def test_loading_a_pair_reports_progress_then_yields_the_pair(monkeypatch):
-    monkeypatch.setattr(pairs, "check_pairing", lambda pairing_id: None)
-    monkeypatch.setattr(pairs, "_load", _slow_load)
-    steps = list(pairs.load_with_progress("some-pair", quiet_for=0.01))
-    assert steps[0].startswith("Loading the models (first use")
-    assert [step.rsplit(": ", 1)[1] for step in steps[1:-1]] == ["tokenizer", "specialist", "generalist"]
-    assert steps[-1] == "pair some-pair"
-    # Already fast (e.g. cached): no progress lines at all.
-    assert list(pairs.load_with_progress("some-pair", quiet_for=5)) == ["pair some-pair"]
-
-
-def test_a_failed_load_becomes_one_model_load_error(monkeypatch):
-    def broken(pairing_id, progress):
-        raise OSError("weights missing")
-
-    monkeypatch.setattr(pairs, "check_pairing", lambda pairing_id: None)
-    monkeypatch.setattr(pairs, "_load", broken)
-    with pytest.raises(ModelLoadError, match="weights missing"):
-        list(pairs.load_with_progress("some-pair"))

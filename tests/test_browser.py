@@ -1,9 +1,11 @@
 """The app in a real browser: Debian's Chromium driven by Playwright's Python package.
 
 Covers uploading a history, streaming a generation with coloured tokens, the privacy panel, a
-blind comparison with an annotation, a one-record dashboard batch with its plot, and proof that
-markup in a history or an input is shown as text and never runs. Screenshots go to
-test-artifacts/screenshots/ for a person to look at.
+blind comparison with an annotation, dashboard batches with their plots and table, and proof that
+markup in a history, an input or a run name is shown as text and never runs; and what only a
+browser shows: the retrieval preview following a paste, the pairing dropdown's single warning, the
+table's layout. Screenshots go to test-artifacts/screenshots/ for a person to look at: every tab at
+1400×900 (``tab-*.png``), and the whole page at moments of the flows.
 
 Never run ``playwright install``: the test uses /usr/bin/chromium and is skipped without it.
 """
@@ -30,6 +32,7 @@ XSS_SCRIPT = "<script>window.__pwned=1</script>"
 XSS_IMG = '<img src=x onerror="window.__pwned=1">'
 XSS_TEMPLATE = "${window.__pwned=1}"  # gr.HTML renders through a JS template: data must not be evaluated
 WAIT_MS = 60_000
+VIEWPORT = {"width": 1400, "height": 900}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +54,7 @@ def browser():
 @pytest.fixture
 def page(browser, server):
     """A fresh page on the app; fails the test if the page asks anything of a host other than the app."""
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    context = browser.new_context(viewport=VIEWPORT, permissions=["clipboard-read", "clipboard-write"])
     page = context.new_page()
     outside: list[str] = []
     page.on("request", lambda request: outside.append(request.url)
@@ -63,9 +66,15 @@ def page(browser, server):
     assert not outside, f"the page made requests outside the app: {outside[:5]}"
 
 
-def shot(page, name: str) -> None:
+def shot(page, name: str, full_page: bool = True) -> None:
     SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
+    page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=full_page)
+
+
+def tab_shot(page, name: str) -> None:
+    """The tab as a person first sees it: the 1400×900 window, scrolled to the top."""
+    page.evaluate("window.scrollTo(0, 0)")
+    shot(page, f"tab-{name}", full_page=False)
 
 
 def set_number(page, selector: str, value: str) -> None:
@@ -112,12 +121,20 @@ def test_generate_streams_coloured_tokens_and_injection_stays_text(page, tmp_pat
     expect(page.locator("#generate-stats")).to_contain_text("tok/s")
     shot(page, "02-generated")
 
+    stats = page.locator("#generate-stats")
+    for shown in ("transformers · fp32", "first token", "prefix cache"):
+        expect(stats).to_contain_text(shown)
+    tab_shot(page, "generate")
+
     page.locator("#privacy-accordion").get_by_text("Privacy: what was sent to the cloud").click()
     privacy = page.locator("#privacy")
     expect(privacy).to_contain_text("Privacy check passed", timeout=WAIT_MS)
     expect(privacy).to_contain_text("uplink messages")
+    expect(privacy).to_contain_text("No raw history text left the device")
+    expect(privacy).to_contain_text("computed with your history, by design")
     shot(page, "03-privacy-panel")
     assert_not_pwned(page)
+    expect(page.locator("#sample-user input")).to_have_value("")  # the upload replaced the sample user
 
 
 def test_stop_keeps_the_partial_output(page):
@@ -202,19 +219,116 @@ def test_blind_comparison_and_annotation(page):
         assert name in revealed
     expect(page.locator("#annotation-summary")).to_contain_text("SpecSteer")
     shot(page, "06-comparison-annotated")
+    tab_shot(page, "compare")
     assert_not_pwned(page)
 
 
-def test_dashboard_batch_shows_the_plot(page):
+def test_preview_follows_a_paste_and_a_cleared_input(page):
+    """ "What the Specialist sees" must follow every change of the input, not only typed keys."""
+    expect = sync_api.expect
+    retrieved = page.locator("#retrieved")
+    box = page.locator("#task-input textarea")
+    first_rank = retrieved.locator(".ss-retrieved-item").first
+    expect(first_rank).to_be_visible(timeout=WAIT_MS)
+    before = first_rank.inner_text()
+    page.evaluate("navigator.clipboard.writeText('cordless handheld vacuum cleaner suction')")
+    box.click()
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Control+V")
+    expect(box).to_have_value("cordless handheld vacuum cleaner suction")
+    expect(first_rank).to_contain_text("vacuum", timeout=WAIT_MS)
+    assert first_rank.inner_text() != before
+    page.keyboard.press("Control+A")
+    page.keyboard.press("Delete")
+    expect(retrieved).to_contain_text("Type an input to see which history items BM25 retrieves", timeout=WAIT_MS)
+
+
+def test_an_unavailable_pairing_warns_once_and_the_dropdown_goes_back(page):
+    expect = sync_api.expect
+    dropdown = page.locator("#pairing input")
+    before = dropdown.input_value()
+    dropdown.click()
+    page.get_by_role("option", name=re.compile(r"32B .*unavailable")).first.click()
+    toast = page.locator(".toast-body")
+    expect(toast).to_contain_text("is unavailable here", timeout=WAIT_MS)
+    page.wait_for_timeout(1500)  # a second warning would arrive by now
+    assert toast.count() == 1 and "(2)" not in toast.first.inner_text(), toast.all_inner_texts()
+    expect(dropdown).to_have_value(before)
+    expect(page.locator("#runtime-note")).to_contain_text("Auto runs the test pair on transformers")
+
+
+def _run_batch(page, name: str) -> None:
+    page.locator("#run-name textarea, #run-name input").first.fill(name)
+    page.click("#dashboard-run")
+    sync_api.expect(page.locator("#dashboard-status")).to_contain_text("finished", timeout=WAIT_MS)
+
+
+def _words_broken_in_headers(page) -> list[str]:
+    """Header words the browser laid out on more than one line (a word split mid-way)."""
+    return page.evaluate("""() => {
+        const broken = [];
+        for (const header of document.querySelectorAll('#results-table th .header')) {
+            const text = header.firstChild;
+            if (!text || text.nodeType !== Node.TEXT_NODE) continue;
+            let start = 0;
+            for (const word of text.textContent.split(' ')) {
+                const range = document.createRange();
+                range.setStart(text, start);
+                range.setEnd(text, start + word.length);
+                const lines = new Set([...range.getClientRects()].map(rect => Math.round(rect.top)));
+                if (word && lines.size > 1) broken.push(word);
+                start += word.length + 1;
+            }
+        }
+        return broken;
+    }""")
+
+
+def _columns_out_of_view(page) -> list[str]:
+    """Headers whose column ends beyond the table's visible box (they would need a sideways scroll)."""
+    return page.evaluate("""() => {
+        const table = document.querySelector('#results-table');
+        const right = table.getBoundingClientRect().right;
+        return [...table.querySelectorAll('th')]
+            .filter(th => th.getBoundingClientRect().right > right + 1)
+            .map(th => th.textContent.trim());
+    }""")
+
+
+def test_dashboard_batch_plot_and_table_and_compared_runs(page):
     expect = sync_api.expect
     page.get_by_role("tab", name="Dashboard").click()
     set_number(page, "#dashboard-max-new-tokens", "6")
     page.locator("#dashboard-alphas textarea, #dashboard-alphas input").first.fill("1.0, 0.1")
-    page.click("#dashboard-run")
-    status = page.locator("#dashboard-status")
-    expect(status).to_contain_text("finished", timeout=WAIT_MS)
+    _run_batch(page, "<b>first</b> run, named at some length")
     expect(page.locator("#quality-plot .js-plotly-plot").first).to_be_visible(timeout=WAIT_MS)
     expect(page.locator("#acceptance-plot .js-plotly-plot").first).to_be_visible()
-    expect(page.locator("#results-table")).to_contain_text("SpecSteer")
+    table = page.locator("#results-table")
+    expect(table).to_contain_text("SpecSteer")
+    assert _words_broken_in_headers(page) == []
+    assert _columns_out_of_view(page) == []
     shot(page, "07-dashboard")
+    tab_shot(page, "dashboard")
+
+    _run_batch(page, '<a href="https://example.org">second</a>')
+    picker = page.locator("#run-picker input")
+    picker.click()
+    page.get_by_role("option", name=re.compile("first")).click()  # the second run is already chosen
+    page.keyboard.press("Escape")
+    chosen = page.locator("#run-picker .token")
+    expect(chosen).to_have_count(2, timeout=WAIT_MS)
+    page.click("#show-runs")
+    status = page.locator("#dashboard-status")
+    expect(status).to_contain_text("Showing", timeout=WAIT_MS)
+    expect(table).to_contain_text("<b>first</b> run, named at some length")  # the name as text
+    assert _words_broken_in_headers(page) == []
+    assert _columns_out_of_view(page) == [], "comparing runs pushed columns out of sight"
+    assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
+    legend = page.locator("#quality-plot .legend")
+    expect(legend).to_contain_text("<b>first</b> run")  # plotly shows the markup as text
+    assert legend.locator("a").count() == 0 and page.locator("#quality-plot svg a").count() == 0
+    bold = legend.evaluate("node => [...node.querySelectorAll('tspan')].some(t => "
+                           "getComputedStyle(t).fontWeight === '700' || t.style.fontWeight === 'bold')")
+    assert not bold
+    shot(page, "09-dashboard-compared")
     assert_not_pwned(page)

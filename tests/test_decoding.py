@@ -291,3 +291,38 @@ def test_standard_sd_bonus_costs_no_extra_device_step():
     assert finished.stats.forward_calls["specialist+"] == 16  # k per round, none for the bonus
     _, reference = run(same, plain, plain, method="llm", max_new_tokens=20)
     assert finished.token_ids == reference.token_ids
+
+
+def test_stop_ends_the_generation_within_one_draft_step(pair, monkeypatch):
+    """A stop asked for while the Specialist drafts ends the generation after the step in progress:
+    no further pass of any model and no further message. The drafts that never crossed the link are
+    not shown, and the audit of what did cross still passes."""
+    import threading
+
+    from specsteer import decoding
+    from specsteer.privacy import audit_uplink
+
+    plain, private = prompts(pair, 1)[0]
+    cancel = threading.Event()
+    specialist_steps = 0
+    steps_when_stopped: list[int] = []
+    original_feed = decoding.Stream._feed
+
+    def feed(stream, keep):
+        nonlocal specialist_steps
+        rows = original_feed(stream, keep)
+        if stream._name == "specialist+":
+            specialist_steps += 1
+            if specialist_steps == 6:  # round 1: the prefill and 3 steps; round 2: its 2nd step
+                cancel.set()
+                steps_when_stopped.append(len(stream._log.trace))
+        return rows
+
+    monkeypatch.setattr(decoding.Stream, "_feed", feed)
+    events = list(generate_ids(pair, plain, private, DecodeConfig(alpha=0.0, bonus=False, draft_len=4,
+                                                                  max_new_tokens=200), cancel=cancel))
+    tokens, finished = collect(events)
+    assert finished.stats.stop_reason == "cancelled"
+    assert len(finished.stats.trace) == steps_when_stopped[0], "work went on after the stop"
+    assert finished.stats.rounds == 1 and len(finished.token_ids) == 4
+    assert audit_uplink(finished.transcript, plain, tokens).ok

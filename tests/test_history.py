@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import copy
 import json
 import pickle
@@ -102,6 +103,23 @@ def test_plain_text_paragraphs():
 def test_utf8_bom_and_non_ascii_are_fine():
     parsed = parse_history("\ufeffCafé crème ☕\n".encode())
     assert parsed.items[0].text == "Café crème ☕"
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32"])
+def test_utf16_and_utf32_with_a_byte_order_mark_are_read(encoding):
+    content = "summary,reviewText\r\nCafé,Crème brûlée ☕ every day\r\n"
+    raw = content.encode(encoding)
+    if not encoding.endswith(("-le", "-be")):
+        assert raw[:2] in (codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)  # Python's codec writes the mark
+    else:
+        raw = (codecs.BOM_UTF16_LE if encoding.endswith("-le") else codecs.BOM_UTF16_BE) + raw
+    parsed = parse_history(raw, filename="h.csv")
+    assert parsed.schema == "review" and parsed.items[0].fields["reviewText"] == "Crème brûlée ☕ every day"
+
+
+def test_broken_utf16_names_its_encoding():
+    with pytest.raises(HistoryError, match=r"starts as UTF-16 but is not valid UTF-16"):
+        parse_history(codecs.BOM_UTF16_LE + "ok".encode("utf-16-le") + b"\x00\xd8", filename="h.txt")
 
 
 @pytest.mark.parametrize(

@@ -131,3 +131,20 @@ def test_downlink_is_small_on_greedy_acceptance(pair):
     # Every round fully accepted with no bonus: an accept count and empty arrays only.
     downlink = [m for m in finished.transcript if m.direction == "downlink"]
     assert all(m.bytes == 1 + 4 + 4 + 4 + 4 for m in downlink)
+
+
+def test_the_audit_claims_what_it_checks_and_no_more(pair):
+    """The verdict says what crossed (the plain prompt, drafted and chosen ids) and claims only that no
+    raw history text left: the ids are functions of the history by design, rejected drafts included."""
+    request = Request(task="free", input_text="Write about headphones.", history=history_with_canary(), retrieval_k=3)
+    prepared = prepare(request)
+    plain_ids = chat_ids(pair.tokenizer, prepared.prompts.plain)
+    tokens, finished = collect(generate(pair, prepared, DecodeConfig(alpha=0.5, max_new_tokens=16)))
+    audit = audit_uplink(finished.transcript, plain_ids, tokens)
+    summary = audit.summary()
+    assert audit.ok and "nothing derived from the history" not in summary
+    assert "No raw history text left the device" in summary
+    assert f"the plain prompt ({len(plain_ids)} token ids" in summary
+    assert f"{audit.draft_tokens} drafted token ids and {audit.chosen_tokens} chosen token ids" in summary
+    assert "computed with your history, by design" in summary and "rejected drafts are among them" in summary
+    assert summary.endswith(".")

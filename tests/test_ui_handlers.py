@@ -1,4 +1,8 @@
-"""The UI's handlers called as plain functions (no server): tiny random models, a temporary database."""
+"""The UI's handlers called as plain functions (no server): tiny random models, a temporary database.
+
+Each tab's handlers are methods of a small class over one ``AppService`` (what ``app.py`` builds), so a
+test builds the same service and calls them, collecting a streamed handler with ``list(...)``.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +11,12 @@ from types import SimpleNamespace
 
 import pytest
 
+import app
 import storage
 from specsteer.data import bundled_sample_path
-from specsteer.methods import METHOD_INFO, METHODS, method_label
-from specsteer.events import TokenEvent
+from specsteer.events import GenerationStats, TokenEvent
 from specsteer.history import MAX_UPLOAD_BYTES
+from specsteer.methods import METHOD_INFO, METHODS, method_label
 from ui import compare_tab, dashboard_tab, generate_tab, pairs, render
 from ui.streaming import BackgroundRun, Throttle, merge_frames
 
@@ -31,18 +36,49 @@ def app_env(tmp_path, monkeypatch):
     storage.reset_engines()
 
 
+@pytest.fixture
+def service():
+    return app.build_service()
+
+
+@pytest.fixture
+def generate(service):
+    return generate_tab.GenerateTab(service)
+
+
+@pytest.fixture
+def compare(service):
+    return compare_tab.CompareTab(service)
+
+
+@pytest.fixture
+def dashboard(service):
+    return dashboard_tab.DashboardTab(service)
+
+
+@pytest.fixture
+def warnings(monkeypatch):
+    """Every gr.Warning a handler raises, in order."""
+    shown: list[str] = []
+    monkeypatch.setattr(generate_tab.gr, "Warning", lambda message, *args, **kwargs: shown.append(message))
+    return shown
+
+
 def settings(**overrides):
-    """The Generate tab's widget values for a short greedy SpecSteer run on the tiny pair."""
-    values = dict(task="review", input_text="Write a review of a power bank with great battery life",
-                  pairing_id=pairs.TINY_PAIRING_ID, method="specsteer", alpha=0.1, beta=1.0, draft_len=4,
-                  max_new_tokens=24, decoding="greedy", seed=0, temperature=1.0, top_p=1.0, retrieval_k=3,
-                  downlink_top_k=64, exact=False, adaptive_draft=False)
+    """The Generate tab's settings widgets' values (by GenerationSettings field name) for a short greedy
+    SpecSteer run on the tiny pair, as the widgets send them."""
+    values = dict(pairing=pairs.TINY_PAIRING_ID, runtime="auto", method="specsteer", alpha=0.1, beta=1.0,
+                  draft_len=4, max_new_tokens=24, decoding="greedy", seed=0, temperature=1.0, top_p=1.0,
+                  retrieval_k=3, downlink_top_k=64, exact=False, adaptive_draft=False, prompt_style="paper")
     values.update(overrides)
     return values
 
 
-def run_generate(loaded, **overrides):
-    return list(generate_tab.generate_stream(loaded, **settings(**overrides)))
+TASK_INPUT = dict(task="review", input_text="Write a review of a power bank with great battery life")
+
+
+def run_generate(tab, loaded, task="review", input_text=TASK_INPUT["input_text"], **overrides):
+    return list(tab.generate(loaded, task, input_text, **settings(**overrides)))
 
 
 def sample_history():
@@ -66,7 +102,7 @@ def test_everything_rendered_from_text_is_escaped():
     assert "ss-tok-accepted" in span
     box = render.message_box(XSS_SCRIPT, "error")
     assert "<script>" not in box and "&lt;script&gt;" in box
-    slot = render.comparison_slot_html("A", XSS_SCRIPT, "specsteer", {"new_tokens": 3, "tok_per_s": 1.0})
+    slot = render.comparison_slot_html("A", XSS_SCRIPT, "specsteer", GenerationStats("specsteer", new_tokens=3))
     assert "<script>" not in slot
 
 
@@ -101,6 +137,21 @@ def test_live_stats_count_tokens_and_follow_the_running_byte_totals():
     assert (live.uplink_bytes, live.downlink_bytes) == (40, 81)
     live.add(TokenEvent(id=4, text="d", kind="bonus", round=2, uplink_bytes=120, downlink_bytes=600))
     assert (live.uplink_bytes, live.downlink_bytes, live.rounds) == (120, 600, 2)
+
+
+def test_the_stats_strip_shows_runtime_precision_first_token_and_prefix_reuse():
+    stats = GenerationStats("specsteer", new_tokens=12, seconds=2.0, accepted=9, drafted=12, rounds=3,
+                            uplink_bytes=120, downlink_bytes=300, stop_reason="eos", runtime="llama.cpp",
+                            precision="Q4_K_M", ttft_s=0.84, reused_tokens={"specialist+": 812, "generalist": 0})
+    strip = render.stats_html(render.StatsView.final(stats))
+    assert "llama.cpp · Q4_K_M" in strip and "0.84 s" in strip and "812 tokens" in strip
+    assert "specialist+: 812, generalist: 0" in strip and 'data-state="eos"' in strip
+    from ui.streaming import LiveStats
+
+    live = LiveStats("specsteer", "transformers", "bf16")
+    assert "transformers · bf16" in render.stats_html(live.view("running"))
+    live.add(TokenEvent(id=1, text="a", kind="accepted", round=1))
+    assert live.first_token_s is not None and "–" in render.stats_html(live.view("running"))  # reuse known at the end
 
 
 def test_background_run_merges_frames_without_losing_updates():
@@ -143,15 +194,16 @@ def test_background_run_errors_reach_the_consumer_and_stop_sets_the_flag():
 # --------------------------------------------------------------------------- history
 
 
-def test_sample_users_load_with_their_task_and_input():
+def test_sample_users_load_with_their_task_and_input(generate):
     for sample in generate_tab.SAMPLES:
-        loaded, summary, task, text = generate_tab.load_sample(sample)
+        loaded, summary, task, text, upload = generate.load_sample(sample)
         assert len(loaded.history) > 0
         assert f"Read {len(loaded.history)} item" in summary
         assert task in ("review", "writing", "abstract", "free") and text
+        assert upload is None  # a sample replaces an upload: the upload box is cleared
 
 
-def test_upload_formats_are_read(tmp_path):
+def test_upload_formats_are_read(generate, tmp_path):
     items = [{"summary": "Great battery", "reviewText": "Lasts two days.", "overall": "5.0"},
              {"summary": "Meh", "reviewText": "Broke after a week.", "overall": "2.0"}]
     files = {
@@ -159,65 +211,94 @@ def test_upload_formats_are_read(tmp_path):
         "h.jsonl": "\n".join(json.dumps(item) for item in items),
         "h.csv": "summary,reviewText,overall\nGreat battery,Lasts two days.,5.0\nMeh,Broke after a week.,2.0\n",
         "h.txt": "First paragraph.\n\nSecond paragraph.\n\nThird.",
+        "h16.txt": "\ufeffFirst paragraph.\n\nSecond paragraph.\n\nThird.".encode("utf-16-le"),
     }
     for name, content in files.items():
-        loaded, summary, task = generate_tab.load_upload(write(tmp_path, name, content), None)
+        loaded, summary, task, _sample = generate.load_upload(write(tmp_path, name, content), None)
         assert "Read" in summary and name in summary
         assert len(loaded.history) == (3 if name.endswith(".txt") else 2)
         assert task == ("free" if name.endswith(".txt") else "review")
 
 
-def test_malformed_upload_gives_a_clear_message_and_keeps_the_history(tmp_path):
+def test_after_an_upload_the_sample_dropdown_names_no_sample(generate, tmp_path):
+    """The upload replaced the sample's history, so the "Sample user" dropdown must not still name it."""
+    loaded, _summary, _task, sample = generate.load_upload(write(tmp_path, "mine.txt", "One.\n\nTwo."), None)
+    assert loaded.name == "“mine.txt”" and sample is None
+    _state, _summary, _task, sample = generate.load_upload(write(tmp_path, "bad.json", "[{"), sample_history())
+    assert sample == generate_tab.gr.skip()  # a refused file keeps the history, and the name of it
+
+
+def test_malformed_upload_gives_a_clear_message_and_keeps_the_history(generate, tmp_path):
     current = sample_history()
-    state, summary, task = generate_tab.load_upload(write(tmp_path, "bad.json", '[{"summary": "x",'), current)
+    state, summary, task, _ = generate.load_upload(write(tmp_path, "bad.json", '[{"summary": "x",'), current)
     assert state == generate_tab.gr.skip() and task == generate_tab.gr.skip()
     assert "ss-box-error" in summary and "malformed JSON" in summary and "line 1" in summary
     assert "Traceback" not in summary and "Still using" in summary
 
 
-def test_oversized_upload_is_refused(tmp_path):
+def test_oversized_upload_is_refused(generate, tmp_path):
     path = write(tmp_path, "big.txt", b"a" * (MAX_UPLOAD_BYTES + 1))
-    _, summary, _ = generate_tab.load_upload(path, None)
-    assert "limit is 5 MB" in summary
+    _, summary, _, _ = generate.load_upload(path, None)
+    assert "limit is 5 MB." in summary
 
 
-def test_unsupported_file_type_is_refused(tmp_path):
-    _, summary, _ = generate_tab.load_upload(write(tmp_path, "history.pdf", b"%PDF"), None)
+def test_unsupported_file_type_is_refused(generate, tmp_path):
+    _, summary, _, _ = generate.load_upload(write(tmp_path, "history.pdf", b"%PDF"), None)
     assert "unsupported file type" in summary
 
 
-def test_retrieval_preview_shows_scored_items_escaped(tmp_path):
+def test_retrieval_preview_shows_scored_items_escaped(generate, tmp_path):
     content = f"{XSS_SCRIPT} battery power bank\n\n{XSS_IMG} garden hose\n\nsomething else entirely"
-    loaded, _, _ = generate_tab.load_upload(write(tmp_path, "xss.txt", content), None)
-    preview = generate_tab.retrieval_preview(loaded, "free", "battery power bank " + XSS_IMG, 2)
+    loaded, _, _, _ = generate.load_upload(write(tmp_path, "xss.txt", content), None)
+    preview = generate.preview(loaded, "free", "battery power bank " + XSS_IMG, 2, "paper")
     assert "BM25 retrieved 2 of 3" in preview and "BM25 " in preview
     assert "<script>" not in preview and "<img" not in preview
     assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in preview
 
 
-def test_retrieval_preview_without_history_or_input():
-    assert "No history loaded" in generate_tab.retrieval_preview(None, "review", "hello", 3)
-    assert "Type an input" in generate_tab.retrieval_preview(sample_history(), "review", "  ", 3)
+def test_retrieval_preview_without_history_or_input_and_in_the_clean_style(generate):
+    assert "No history loaded" in generate.preview(None, "review", "hello", 3, "paper")
+    assert "Type an input" in generate.preview(sample_history(), "review", "  ", 3, "paper")
+    assert "Retrieval is off" in generate.preview(sample_history(), "review", "hello", 0, "paper")
+    paper = generate.preview(sample_history(), "review", "power bank", 3, "paper")
+    clean = generate.preview(sample_history(), "review", "power bank", 3, "clean")
+    assert "Product: " in paper and "Product: " not in clean and "Write only the review itself" in clean
+    assert "ss-box-error" in generate.preview(sample_history(), "review", "hello", 3, "fancy")
 
 
 # --------------------------------------------------------------------------- pairings
 
 
-def test_unavailable_pairings_are_marked_and_refused():
-    labels = dict((value, label) for label, value in pairs.pairing_choices())
+def test_unavailable_pairings_are_marked_and_refused(generate):
+    catalog = generate.service.pairs
+    labels = dict((value, label) for label, value in pairs.pairing_choices(catalog))
     assert labels[pairs.TINY_PAIRING_ID] == pairs.TINY_LABEL
     assert labels["qwen3-0.6b__qwen3-32b"].endswith("(unavailable: no hub)")
     assert "(unavailable: different tokenizers)" in labels["offline-smollm2__gemma3"]
-    frames = run_generate(sample_history(), pairing_id="qwen3-0.6b__qwen3-32b")
+    frames = run_generate(generate, sample_history(), pairing="qwen3-0.6b__qwen3-32b")
     assert all(str(frame.output) == str(generate_tab.gr.skip()) for frame in frames)  # nothing generated
     assert "ss-box-error" in frames[-1].status and "unavailable here" in frames[-1].status
+
+
+def test_choosing_an_unavailable_pairing_warns_once_and_goes_back(generate, warnings):
+    catalog = generate.service.pairs
+    dropdown, note, runtime_note, remembered = pairs.pairing_selected(catalog, "qwen3-0.6b__qwen3-32b",
+                                                                      pairs.TINY_PAIRING_ID)
+    assert len(warnings) == 1 and "unavailable here" in warnings[0]
+    assert dropdown == remembered == pairs.TINY_PAIRING_ID and "Tiny random pair" in note
+    assert "transformers" in runtime_note
+    dropdown, note, _, remembered = pairs.pairing_selected(catalog, "offline-qwen2.5-coder", pairs.TINY_PAIRING_ID)
+    if catalog.status("offline-qwen2.5-coder")[0]:
+        assert dropdown == generate_tab.gr.skip() and remembered == "offline-qwen2.5-coder"
+    else:
+        assert remembered == pairs.TINY_PAIRING_ID
 
 
 # --------------------------------------------------------------------------- generation
 
 
-def test_generation_streams_colours_and_saves():
-    frames = run_generate(sample_history(), max_new_tokens=40)
+def test_generation_streams_colours_and_saves(generate):
+    frames = run_generate(generate, sample_history(), max_new_tokens=40)
     streaming = [frame for frame in frames if "ss-tok" in str(frame.output)]
     assert len(streaming) >= 3, "the output should arrive in several throttled frames"
     outputs = [str(frame.output) for frame in streaming]
@@ -226,17 +307,22 @@ def test_generation_streams_colours_and_saves():
     assert "saved as generation #" in final.status
     assert "ss-tok-" in final.output
     assert 'data-state="length"' in final.stats and "B</div>" in final.stats  # bytes known at the end
+    assert "transformers · fp32" in final.stats and "first token" in final.stats and "prefix cache" in final.stats
     assert "Privacy check passed" in final.privacy and "uplink" not in final.privacy.split("Privacy check")[0]
+    assert "No raw history text left the device" in final.privacy
     assert "↑ up" in final.privacy and "draft" in final.privacy
     generation = storage.list_generations()[0]
     assert generation["method"] == "specsteer" and generation["stats"]["new_tokens"] == 40
-    assert storage.get_generation(generation["id"])["transcript"]
+    assert generation["stats"]["runtime"] == "transformers" and generation["stats"]["precision"] == "fp32"
+    stored = storage.get_generation(generation["id"])
+    assert stored["transcript"] and stored["settings"]["runtime"] == "auto"
+    assert stored["settings"]["prompt_style"] == "paper" and stored["settings"]["history"].startswith("sample")
     assert storage.list_histories()[0]["item_count"] == len(sample_history().history)
 
 
 @pytest.mark.parametrize("method", METHODS)
-def test_every_method_runs_from_the_ui(method):
-    frames = run_generate(sample_history(), method=method, max_new_tokens=5)
+def test_every_method_runs_from_the_ui(generate, method):
+    frames = run_generate(generate, sample_history(), method=method, max_new_tokens=5)
     assert "saved as generation" in frames[-1].status, frames[-1].status
     if METHOD_INFO[method].device_only:
         assert "Nothing crossed the link" in frames[-1].privacy
@@ -244,51 +330,75 @@ def test_every_method_runs_from_the_ui(method):
         assert "Privacy check passed" in frames[-1].privacy
 
 
-def test_adaptive_draft_length_reaches_the_engine_and_the_saved_settings():
-    frames = run_generate(sample_history(), adaptive_draft=True, draft_len=6, max_new_tokens=30)
+def test_runtime_adaptive_draft_and_prompt_style_reach_the_saved_settings(generate):
+    frames = run_generate(generate, sample_history(), adaptive_draft=True, draft_len=6, max_new_tokens=30,
+                          runtime="transformers", prompt_style="clean")
     assert "saved as generation" in frames[-1].status
-    generation = storage.get_generation(storage.list_generations()[0]["id"])
-    assert generation["settings"]["adaptive_draft"] is True and generation["settings"]["draft_len"] == 6
+    stored = storage.get_generation(storage.list_generations()[0]["id"])["settings"]
+    assert stored["adaptive_draft"] is True and stored["draft_len"] == 6
+    assert stored["runtime"] == "transformers" and stored["prompt_style"] == "clean"
+    assert "Write only the review itself" in frames[0].retrieved  # the preview of this generation's prompts
 
 
-def test_sampling_with_a_seed_is_reproducible():
-    first = run_generate(sample_history(), decoding="sampling", seed=7, max_new_tokens=12)[-1].output
-    second = run_generate(sample_history(), decoding="sampling", seed=7, max_new_tokens=12)[-1].output
+def test_sampling_with_a_seed_is_reproducible(generate):
+    first = run_generate(generate, sample_history(), decoding="sampling", seed=7, max_new_tokens=12)[-1].output
+    second = run_generate(generate, sample_history(), decoding="sampling", seed=7, max_new_tokens=12)[-1].output
     assert first == second
 
 
-def test_generation_without_history_or_input():
-    frames = run_generate(None, max_new_tokens=4)
+def test_generation_without_history_or_input(generate):
+    frames = run_generate(generate, None, max_new_tokens=4)
     assert "saved as generation" in frames[-1].status
-    frames = run_generate(sample_history(), input_text="   ")
+    frames = run_generate(generate, sample_history(), input_text="   ")
     assert "Enter a task input" in frames[-1].status
 
 
-def test_invalid_settings_are_reported():
-    frames = run_generate(sample_history(), draft_len=0)
-    assert "draft length" in frames[-1].status and "ss-box-error" in frames[-1].status
+def test_invalid_settings_are_reported(generate):
+    frames = run_generate(generate, sample_history(), draft_len=0, seed=None)
+    assert "Draft length" not in frames[-1].status or "ss-box-error" in frames[-1].status
+    assert "Seed needs a value." in frames[-1].status and "ss-box-error" in frames[-1].status
+    frames = run_generate(generate, sample_history(), draft_len=0)
+    assert "Draft length must be between 1 and 16." in frames[-1].status
 
 
-def test_stop_ends_the_generation_and_shows_where_it_ended():
+def test_every_message_is_a_sentence(generate, dashboard, tmp_path):
+    """Status messages end with a full stop, whichever layer wrote them."""
+    statuses = [
+        run_generate(generate, sample_history(), draft_len=0)[-1].status,
+        run_generate(generate, sample_history(), input_text=" ")[-1].status,
+        run_generate(generate, sample_history(), pairing="qwen3-0.6b__qwen3-32b")[-1].status,
+        generate.load_upload(write(tmp_path, "bad.json", "[{"), None)[1],
+        generate.load_upload(write(tmp_path, "h.pdf", b"%PDF"), None)[1],
+        list(dashboard.run_batch(**dashboard_values(alphas="0.1, x")))[-1].status,
+        list(dashboard.run_batch(**dashboard_values(betas="")))[-1].status,
+        list(dashboard.run_batch(**dashboard_values(methods=[])))[-1].status,
+        list(dashboard.run_batch(**dashboard_values(source="upload", upload=write(tmp_path, "x.jsonl", "{"))))[-1].status,
+    ]
+    for status in statuses:
+        text = status.split('<span>', 1)[1].split("</span>", 1)[0]
+        assert text.endswith("."), text
+
+
+def test_stop_ends_the_generation_and_shows_where_it_ended(generate):
     request = SimpleNamespace(session_hash="session-stop")
-    stream = generate_tab.generate_stream(sample_history(), **settings(max_new_tokens=1000), request=request)
+    stream = generate.generate(sample_history(), **TASK_INPUT, **settings(max_new_tokens=1000), request=request)
     stopped = None
     for frame in stream:  # as the page would, until Stop abandons the stream
         if "ss-tok" in str(frame.output):
-            stopped = generate_tab.stop_generation(request)
+            stopped = generate.stop(request)
             break
     assert stopped is not None
     assert "Stopped" in stopped.status and "saved as generation" in stopped.status
     assert 'data-state="cancelled"' in stopped.stats and "ss-tok" in stopped.output
-    assert "Privacy check passed" in stopped.privacy or "Stopped mid-round" in stopped.privacy
+    assert "Privacy check passed" in stopped.privacy
     generation = storage.list_generations()[0]
     assert generation["stats"]["stop_reason"] == "cancelled" and generation["stats"]["new_tokens"] < 1000
-    assert generate_tab.stop_generation(SimpleNamespace(session_hash="other")).status.count("Stopped.") == 1
+    assert generate.stop(SimpleNamespace(session_hash="other")).status.count("Stopped.") == 1
 
 
-def test_script_in_history_and_input_is_escaped_everywhere(tmp_path):
-    loaded, _, _ = generate_tab.load_upload(write(tmp_path, "xss.txt", f"{XSS_SCRIPT}\n\n{XSS_IMG}"), None)
-    frames = run_generate(loaded, task="free", input_text=f"{XSS_SCRIPT} {XSS_IMG}", max_new_tokens=6)
+def test_script_in_history_and_input_is_escaped_everywhere(generate, tmp_path):
+    loaded, _, _, _ = generate.load_upload(write(tmp_path, "xss.txt", f"{XSS_SCRIPT}\n\n{XSS_IMG}"), None)
+    frames = run_generate(generate, loaded, task="free", input_text=f"{XSS_SCRIPT} {XSS_IMG}", max_new_tokens=6)
     for frame in frames:
         for value in frame:
             text = str(value)
@@ -306,16 +416,13 @@ def frame_of(values):
                            visible=visible)
 
 
-def run_compare(methods=("slm+", "llm", "specsteer"), blind=True, **overrides):
-    values = settings(max_new_tokens=10, **overrides)
-    values.pop("method")
-    values.pop("exact")
-    return [frame_of(frame) for frame in compare_tab.run_comparison(sample_history(), **values, methods=list(methods),
-                                                                      blind=blind)]
+def run_compare(tab, methods=("slm+", "llm", "specsteer"), blind=True, request=None, **overrides):
+    return [frame_of(frame) for frame in tab.compare(sample_history(), **TASK_INPUT, methods=list(methods), blind=blind,
+                                                     request=request, **settings(max_new_tokens=10, **overrides))]
 
 
-def test_comparison_annotation_reveal_export_and_agreement():
-    frames = run_compare()
+def test_comparison_annotation_reveal_export_and_agreement(compare):
+    frames = run_compare(compare)
     final = frames[-1]
     view = final.view
     assert isinstance(view, compare_tab.ComparisonView) and sorted(view.order) == ["llm", "slm+", "specsteer"]
@@ -328,7 +435,7 @@ def test_comparison_annotation_reveal_export_and_agreement():
     status, revealed, *rest = compare_tab.submit_annotation(view, "ann-1", "A", "A reads like the user", *ratings)
     slots, table, agreement = rest[:compare_tab.MAX_SLOTS], rest[-2], rest[-1]
     assert "Saved annotation" in status and revealed.revealed
-    assert method_label(view.order[0]) in slots[0]  # revealed after the judgement
+    assert method_label(view.order[0]) in slots[0] and "tok/s" in slots[0]  # revealed after the judgement
     assert any(row[0] == method_label(view.order[0]) and row[2] == 1 for row in table)
     assert "no comparison has been judged by two" in agreement
     again = compare_tab.submit_annotation(revealed, "ann-1", "B", "", *ratings)
@@ -351,34 +458,33 @@ def test_comparison_annotation_reveal_export_and_agreement():
     lines = [json.loads(line) for line in open(jsonl_path)]
     assert {line["annotator"] for line in lines} == {"ann-1", "ann-2"}
     assert lines[0]["preferred_method"] == view.order[0]
+    stored = storage.get_comparison(view.comparison_id)["settings"]
+    assert stored["methods"] == view.order and "method" not in stored and stored["runtime"] == "auto"
 
 
-def test_comparison_not_blind_shows_names_in_method_order():
-    final = run_compare(methods=("specsteer", "slm"), blind=False)[-1]
+def test_comparison_not_blind_shows_names_in_method_order(compare):
+    final = run_compare(compare, methods=("specsteer", "slm"), blind=False)[-1]
     assert final.view.order == ["slm", "specsteer"]
     assert "SLM" in final.slots[0] and "SpecSteer" in final.slots[1]
 
 
-def test_annotation_needs_name_and_choice_and_a_comparison():
-    final = run_compare(methods=("slm",))[-1]
+def test_annotation_needs_name_and_choice_and_a_comparison(compare):
+    final = run_compare(compare, methods=("slm",))[-1]
     none = [None] * (2 * compare_tab.MAX_SLOTS)
     assert "Enter your name" in compare_tab.submit_annotation(final.view, " ", "A", "", *none)[0]
     assert "Pick the output" in compare_tab.submit_annotation(final.view, "x", None, "", *none)[0]
     assert "Run a comparison" in compare_tab.submit_annotation(None, "x", "A", "", *none)[0]
-    assert "Choose at least one method" in run_compare(methods=())[-1].status
+    assert "Choose at least one method" in run_compare(compare, methods=())[-1].status
     assert "nothing to export" in compare_tab.export_annotations("csv")[1]
 
 
-def test_comparison_stop_does_not_save():
+def test_comparison_stop_does_not_save(compare):
     request = SimpleNamespace(session_hash="session-compare")
-    values = settings(max_new_tokens=1000)
-    values.pop("method")
-    values.pop("exact")
     stopped = None
-    for frame in compare_tab.run_comparison(sample_history(), **values, methods=["slm", "llm"], blind=True,
-                                            request=request):
+    for frame in compare.compare(sample_history(), **TASK_INPUT, methods=["slm", "llm"], blind=True, request=request,
+                                 **settings(max_new_tokens=1000)):
         if "generating…" in " ".join(map(str, frame_of(frame).slots)):
-            stopped = frame_of(compare_tab.stop_comparison(request))
+            stopped = frame_of(compare.stop(request))
             break
     assert stopped is not None and "not saved" in stopped.status
     assert storage.list_comparisons() == []
@@ -389,64 +495,94 @@ def test_comparison_stop_does_not_save():
 
 def dashboard_values(**overrides):
     values = dict(source="sample", upload=None, task="review", records=1, methods=["llm", "specsteer"],
-                  alphas="1.0, 0.1", betas="1", pairing_id=pairs.TINY_PAIRING_ID, max_new_tokens=4, draft_len=2,
-                  run_name="")
+                  alphas="1.0, 0.1", betas="1", pairing=pairs.TINY_PAIRING_ID, runtime="auto", max_new_tokens=4,
+                  draft_len=2, run_name="")
     values.update(overrides)
     return values
 
 
-def test_dashboard_run_shows_figures_table_and_survives_restart():
-    frames = list(dashboard_tab.run_batch(**dashboard_values(run_name="ui-test-run")))
+def test_dashboard_run_shows_figures_table_and_survives_restart(dashboard):
+    frames = list(dashboard.run_batch(**dashboard_values(run_name="ui-test-run")))
     assert any("ss-progress" in str(frame.status) for frame in frames)
     final = frames[-1]
     assert "finished" in final.status and "3 cells computed" in final.status
     assert final.quality.data and final.acceptance.data
-    assert list(final.table["method"]) == ["LLM", "SpecSteer", "SpecSteer"]
+    assert list(final.table["value"]["method"]) == ["LLM", "SpecSteer", "SpecSteer"]
     storage.reset_engines()  # as after an app restart
     choices = dashboard_tab.run_choices()
     assert len(choices) == 1 and "ui-test-run" in choices[0][0] and "3/3 cells" in choices[0][0]
     view = dashboard_tab.open_runs([choices[0][1]])
-    assert "Showing #" in view.status and len(view.table) == 3
-    again = list(dashboard_tab.run_batch(**dashboard_values(run_name="ui-test-run")))[-1]
+    assert "Showing #" in view.status and len(view.table["value"]) == 3
+    again = list(dashboard.run_batch(**dashboard_values(run_name="ui-test-run")))[-1]
     assert "0 cells computed now, 3 stored" in again.status  # resumed: nothing left to do
 
 
-def test_dashboard_compares_runs():
-    first = list(dashboard_tab.run_batch(**dashboard_values(run_name="one")))[-1]
-    second = list(dashboard_tab.run_batch(**dashboard_values(run_name="two", methods=["slm+"])))[-1]
+def test_dashboard_compares_runs_and_shows_their_names_as_text(dashboard):
+    first = list(dashboard.run_batch(**dashboard_values(run_name="<b>one</b>")))[-1]
+    second = list(dashboard.run_batch(**dashboard_values(run_name='<a href="x">two</a>', methods=["slm+"])))[-1]
     assert "finished" in first.status and "finished" in second.status
     ids = [run_id for _, run_id in dashboard_tab.run_choices()]
     view = dashboard_tab.open_runs(ids)
-    assert set(view.table["run"]) == {f"#{ids[0]} two", f"#{ids[1]} one"}
-    assert any(trace.name.startswith("#") for trace in view.quality.data)
+    table = view.table["value"]
+    assert set(table["run"]) == {f'#{ids[0]} <a href="x">two</a>', f"#{ids[1]} <b>one</b>"}
+    widths = dict(zip(table.columns, view.table["column_widths"], strict=True))
+    assert widths["run"] == "240px" and widths["acceptance"] == "109px"  # a header word's width, never less
+    names = [trace.name for figure in (view.quality, view.acceptance) for trace in figure.data]
+    assert names and all("<" not in name for name in names)  # plotly would render <b> and <a> as markup
+    assert any(name.startswith(f"#{ids[1]} &lt;b&gt;one&lt;/b&gt;: ") for name in names)
+    assert "<" not in str(view.quality.layout.title.text)
+    assert view.quality.layout.legend.orientation == "h"  # long run names go under the plot, not beside it
 
 
-def test_dashboard_cancel_keeps_finished_cells():
+def test_dashboard_cancel_keeps_finished_cells(dashboard):
     request = SimpleNamespace(session_hash="session-dashboard")
     values = dashboard_values(records=3, max_new_tokens=200, methods=["slm", "llm"], run_name="to-cancel")
     cancelled = None
-    for frame in dashboard_tab.run_batch(**values, request=request):
+    for frame in dashboard.run_batch(**values, request=request):
         if "ss-progress" in str(frame.status) and "on record" in str(frame.status):
-            cancelled = dashboard_tab.cancel_batch(request)
+            cancelled = dashboard.cancel(request)
             break
     assert cancelled is not None and "cancelled" in cancelled.status and "same name to resume" in cancelled.status
     run = storage.get_run_by_name("to-cancel")
     assert run.status == "cancelled" and run.cell_count < 6
 
 
-def test_dashboard_input_errors_are_messages(tmp_path):
-    assert "not a number" in list(dashboard_tab.run_batch(**dashboard_values(alphas="0.1, x")))[-1].status
-    assert "Upload a LongLaMP" in list(dashboard_tab.run_batch(**dashboard_values(source="upload")))[-1].status
+def test_dashboard_input_errors_are_messages(dashboard, tmp_path):
+    assert "not a number" in list(dashboard.run_batch(**dashboard_values(alphas="0.1, x")))[-1].status
+    assert "Upload a LongLaMP" in list(dashboard.run_batch(**dashboard_values(source="upload")))[-1].status
     bad = write(tmp_path, "bad.jsonl", '{"input": "x"}\n')
-    status = list(dashboard_tab.run_batch(**dashboard_values(source="upload", upload=bad)))[-1].status
+    status = list(dashboard.run_batch(**dashboard_values(source="upload", upload=bad)))[-1].status
     assert "ss-box-error" in status and "Traceback" not in status
     assert "Choose one or more" in dashboard_tab.open_runs([]).status
 
 
-def test_dashboard_upload_is_copied_into_the_data_folder(tmp_path):
+def test_dashboard_upload_errors_name_the_users_file_and_leave_nothing_behind(dashboard, tmp_path):
+    uploads = dashboard_tab.uploads_dir()
+    bad = write(tmp_path, "my-reviews.jsonl", '{"input": "x", "output": "y"}\n{"input": \n')
+    status = list(dashboard.run_batch(**dashboard_values(source="upload", upload=bad)))[-1].status
+    assert "my-reviews.jsonl" in status and "ss-box-error" in status
+    assert not uploads.exists() or not any(uploads.rglob("*")), "a rejected upload stayed in data/uploads"
+
+
+def test_dashboard_upload_is_copied_into_the_data_folder(dashboard, tmp_path):
     records = bundled_sample_path("review").read_text()
     upload = write(tmp_path, "mine.jsonl", records)
-    final = list(dashboard_tab.run_batch(**dashboard_values(source="upload", upload=upload, methods=["slm"])))[-1]
+    final = list(dashboard.run_batch(**dashboard_values(source="upload", upload=upload, methods=["slm"])))[-1]
     assert "finished" in final.status
     config = storage.list_runs()[0].config
-    assert "uploads" in config["data"]
+    assert "uploads" in config["data"] and config["data"].endswith("mine.jsonl")
+
+
+def test_a_run_hands_gradio_copies_of_its_update_dicts():
+    """Gradio pops "value" out of an update dict as it sends it; the final state, sent again at the end
+    of the stream, must still carry every value (an API client reads the last frame)."""
+    def produce(flag):
+        yield (generate_tab.gr.update(value="table", column_widths=["10px"]),)
+
+    run = BackgroundRun(produce, width=1, name="test")
+    sent = []
+    for (update,) in run.frames():
+        sent.append(dict(update))
+        update.pop("value", None)  # what Gradio's postprocessing does to the dict it is given
+    assert [frame["value"] for frame in sent] == ["table", "table"]
+    assert run.state[0]["value"] == "table"

@@ -12,29 +12,32 @@ import logging
 import random
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import gradio as gr
 
 import storage
-from specsteer.engine import generate
-from specsteer.events import Finished
+from specsteer.events import GenerationStats
+from specsteer.generationstore import NamedHistory
 from specsteer.methods import CORE_METHODS, METHODS, method_label
-from storage import slot_label
-from ui import pairs, render
-from ui.generate_tab import (
-    MODELS_CONCURRENCY_ID,
-    GenerateControls,
-    LoadedHistory,
-    decode_config,
-    load_pair_with_status,
-    prepare_request,
-    save_history_row,
-    settings_record,
+from specsteer.service import (
+    AppService,
+    ComparisonEvent,
+    ComparisonSaved,
+    ComparisonStarted,
+    Failed,
+    Generating,
+    Loading,
+    OutputDone,
+    Stopped,
+    Token,
 )
-from ui.streaming import RUNS, Throttle
+from storage import slot_label
+from ui import render
+from ui.generate_tab import GenerateControls
+from ui.streaming import MODELS_CONCURRENCY_ID, RUNS, Throttle
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +56,7 @@ class ComparisonView:
     generation_ids: list[int]
     blind: bool
     revealed: bool = False
-    stats: list[dict] = field(default_factory=list)  # filled when revealed
+    stats: list[GenerationStats | None] = field(default_factory=list)  # filled when revealed
 
 
 # --------------------------------------------------------------------------- frames
@@ -107,17 +110,7 @@ def _slot_views(view: ComparisonView) -> list[object]:
 
 # --------------------------------------------------------------------------- running a comparison
 
-
-def run_comparison(loaded: LoadedHistory | None, task: str, input_text: str, pairing_id: str, alpha: float,
-                   beta: float, draft_len: float, max_new_tokens: float, decoding: str, seed: float,
-                   temperature: float, top_p: float, retrieval_k: float, downlink_top_k: float, adaptive_draft: bool,
-                   methods: Sequence[str], blind: bool, request: gr.Request = None) -> Iterator[tuple]:
-    """Generate with every chosen method (streaming each into its slot), then save the comparison."""
-    def produce(flag):
-        return _run(loaded, task, input_text, pairing_id, alpha, beta, draft_len, max_new_tokens, decoding, seed,
-                    temperature, top_p, retrieval_k, downlink_top_k, adaptive_draft, methods, blind, flag)
-
-    yield from RUNS.start(request, "compare", produce, width=len(Frame().values())).frames()
+STOPPED_UNSAVED = "Stopped. The incomplete comparison was not saved."
 
 
 def _error(message: str) -> tuple:
@@ -127,118 +120,92 @@ def _error(message: str) -> tuple:
     return frame.values()
 
 
-def _run(loaded, task, input_text, pairing_id, alpha, beta, draft_len, max_new_tokens, decoding, seed, temperature,
-         top_p, retrieval_k, downlink_top_k, adaptive_draft, methods, blind, flag) -> Iterator[tuple]:
-    chosen = [method for method in METHODS if method in set(methods or [])]
-    if not chosen:
-        yield _error("Choose at least one method to compare.")
-        return
-    try:
-        configs = {method: decode_config(method, alpha, beta, draft_len, max_new_tokens, decoding, seed, temperature,
-                                         top_p, downlink_top_k, adaptive_draft=adaptive_draft)
-                   for method in chosen}
-        prepared = prepare_request(loaded, task, input_text, int(retrieval_k))
-        pairs.check_pairing(pairing_id)
-    except ValueError as error:
-        yield _error(str(error))
-        return
-    order = list(chosen)
-    if blind:
-        random.SystemRandom().shuffle(order)
-
-    frame = Frame().show_slots(len(order))
-    frame.view = None  # nothing to judge until every output is saved
-    frame.status = render.message_box("Starting…", "busy")
-    frame.slots = [render.comparison_slot_html(slot_label(slot), None) if slot < len(order) else gr.skip()
-                   for slot in range(MAX_SLOTS)]
-    yield frame.values()
-
-    def status_only(status: str):
-        update = Frame()
-        update.status = status
-        return update.values()
-
-    try:
-        pair = yield from load_pair_with_status(pairing_id, status_only)
-    except ValueError as error:
-        yield _error(str(error))
-        return
-
-    finished: list[Finished] = []
-    for slot, method in enumerate(order):
-        label = slot_label(slot)
-        shown_name = None if blind else method
-        update = Frame()
-        update.status = render.message_box(f"Generating output {label} ({slot + 1} of {len(order)})…", "busy")
-        pieces: list[str] = []
-        throttle = Throttle()
-        try:
-            for event in generate(pair, prepared, configs[method], cancel=flag):
-                if isinstance(event, Finished):
-                    finished.append(event)
-                    break
-                if event.emitted:
-                    pieces.append(event.text)
-                    if throttle.due():
-                        update.slots = [gr.skip()] * MAX_SLOTS
-                        update.slots[slot] = render.comparison_slot_html(label, "".join(pieces), shown_name,
-                                                                         state="generating…")
-                        yield update.values()
-        except Exception as error:  # no stack traces in the page
-            log.exception("comparison generation failed")
-            yield _error(f"Generation of output {label} failed ({type(error).__name__}): {error}")
-            return
-        done = Frame()
-        done.slots[slot] = render.comparison_slot_html(label, finished[-1].text, shown_name)
-        yield done.values()
-        if flag.is_set():
-            stopped = Frame()
-            stopped.status = render.message_box("Stopped. The incomplete comparison was not saved.", "warning")
-            yield stopped.values()
-            return
-
-    try:
-        view = _save(loaded, task, input_text, pairing_id, configs, int(retrieval_k), order, finished, blind)
-    except Exception as error:
-        log.exception("saving the comparison failed")
-        yield _error(f"The outputs could not be saved: {error}")
-        return
-    final = Frame()
-    final.view = view
-    final.choices = gr.update(choices=comparison_choices(), value=view.comparison_id)
-    final.slots = _slot_views(view)
-    final.status = render.message_box(
-        f"Saved as comparison #{view.comparison_id}. Read the outputs, rate them and pick the one you prefer"
-        + (" — the methods are revealed after you submit." if blind else "."), "ok")
-    yield final.values()
+def comparison_frames(events: Iterable[ComparisonEvent]) -> Iterator[tuple]:
+    """The service's events of one comparison as frames of this tab's outputs."""
+    blind = True
+    order: tuple[str, ...] = ()
+    pieces: list[str] = []
+    throttle = Throttle()
+    for event in events:
+        if isinstance(event, Failed):
+            yield _error(event.message)
+        elif isinstance(event, ComparisonStarted):
+            blind, order = event.blind, event.methods
+            frame = Frame().show_slots(len(order))
+            frame.view = None  # nothing to judge until every output is saved
+            frame.status = render.message_box("Starting…", "busy")
+            frame.slots = [render.comparison_slot_html(slot_label(slot), None) if slot < len(order) else gr.skip()
+                           for slot in range(MAX_SLOTS)]
+            yield frame.values()
+        elif isinstance(event, Loading):
+            frame = Frame()
+            frame.status = render.message_box(event.message, "busy")
+            yield frame.values()
+        elif isinstance(event, Generating):
+            pieces = []
+            frame = Frame()
+            frame.status = render.message_box(
+                f"Generating output {slot_label(event.slot)} ({event.slot + 1} of {event.of})…", "busy")
+            yield frame.values()
+        elif isinstance(event, Token):
+            if event.event.emitted:
+                pieces.append(event.event.text)
+                if throttle.due():
+                    frame = Frame()
+                    frame.slots[event.slot] = render.comparison_slot_html(
+                        slot_label(event.slot), "".join(pieces), None if blind else order[event.slot],
+                        state="generating…")
+                    yield frame.values()
+        elif isinstance(event, OutputDone):
+            frame = Frame()
+            frame.slots[event.slot] = render.comparison_slot_html(slot_label(event.slot), event.finished.text,
+                                                                  None if blind else event.method)
+            yield frame.values()
+        elif isinstance(event, Stopped):
+            frame = Frame()
+            frame.status = render.message_box(STOPPED_UNSAVED, "warning")
+            yield frame.values()
+        elif isinstance(event, ComparisonSaved):
+            saved = event.comparison
+            view = ComparisonView(saved.comparison_id, list(saved.methods), list(saved.texts),
+                                  list(saved.generation_ids), saved.blind)
+            final = Frame()
+            final.view = view
+            final.choices = gr.update(choices=comparison_choices(), value=view.comparison_id)
+            final.slots = _slot_views(view)
+            final.status = render.message_box(
+                f"Saved as comparison #{view.comparison_id}. Read the outputs, rate them and pick the one you prefer"
+                + (". The methods are revealed after you submit." if view.blind else "."), "ok")
+            yield final.values()
 
 
-def _save(loaded, task, input_text, pairing_id, configs, retrieval_k, order, finished, blind) -> ComparisonView:
-    history_id = save_history_row(loaded)
-    generation_ids = []
-    for method, result in zip(order, finished, strict=True):
-        generation_ids.append(storage.save_generation(
-            method=method, task=task, input_text=input_text, text=result.text, pairing=pairing_id,
-            settings=settings_record(configs[method], pairing_id, retrieval_k, loaded.name if loaded else None),
-            stats=result.stats, transcript=result.transcript, history_id=history_id,
-        ))
-    shared = settings_record(configs[order[0]], pairing_id, retrieval_k, loaded.name if loaded else None)
-    shared.pop("method")
-    comparison_id = storage.save_comparison(
-        generation_ids=generation_ids, task=task, input_text=input_text, pairing=pairing_id,
-        settings={**shared, "methods": list(order)}, blind=bool(blind), history_id=history_id,
-    )
-    return ComparisonView(comparison_id, list(order), [result.text for result in finished], generation_ids, bool(blind))
+class CompareTab:
+    """The tab's handlers over one service."""
 
+    def __init__(self, service: AppService) -> None:
+        self.service = service
 
-def stop_comparison(request: gr.Request = None) -> tuple:
-    """The Stop button: end this page's comparison run (an incomplete comparison is not saved)."""
-    run = RUNS.stop(request, "compare")
-    if run is not None and run.done:
-        return run.state
-    frame = Frame()
-    frame.status = render.message_box("Stopped. The incomplete comparison was not saved.", "warning")
-    return frame.values()
+    def compare(self, history: NamedHistory | None, task: str, input_text: str, methods: Sequence[str], blind: bool,
+                request: gr.Request = None, **settings: object) -> Iterator[tuple]:
+        """Generate with every chosen method (streaming each into its slot), then save the comparison.
+
+        ``settings``: the Generate tab's settings widgets, by GenerationSettings field name.
+        """
+        def produce(flag):
+            return comparison_frames(self.service.compare(history, task, input_text, settings, methods, blind,
+                                                          cancel=flag))
+
+        yield from RUNS.start(request, "compare", produce, width=len(Frame().values())).frames()
+
+    @staticmethod
+    def stop(request: gr.Request = None) -> tuple:
+        """The Stop button: end this page's comparison run (an incomplete comparison is not saved)."""
+        run = RUNS.stop(request, "compare")
+        if run is not None and run.done:
+            return run.state
+        frame = Frame()
+        frame.status = render.message_box(STOPPED_UNSAVED, "warning")
+        return frame.values()
 
 
 # --------------------------------------------------------------------------- reopening and judging
@@ -296,7 +263,7 @@ def submit_annotation(view: ComparisonView | None, annotator: str, preferred: st
     stats = []
     for generation_id in view.generation_ids:
         generation = storage.get_generation(generation_id)
-        stats.append(generation["stats"] if generation else {})
+        stats.append(GenerationStats.from_dict(generation["stats"]) if generation else None)
     revealed = replace(view, revealed=True, stats=stats)
     table, agreement = summary_table()
     status = render.message_box(f"Saved annotation #{annotation_id}. The methods are now revealed.", "ok")
@@ -364,7 +331,8 @@ def refresh_on_load() -> tuple:
     return gr.update(choices=comparison_choices()), rows, text
 
 
-def build(settings: GenerateControls) -> CompareRefresh:
+def build(service: AppService, controls: GenerateControls) -> CompareRefresh:
+    tab = CompareTab(service)
     gr.Markdown(
         "Runs the **history, input, pairing and decoding settings of the Generate tab** through several methods. "
         "In blind mode the outputs are labelled A, B, C… in a random order; the methods are revealed after "
@@ -424,13 +392,11 @@ def build(settings: GenerateControls) -> CompareRefresh:
     queued = run.click(render.queued_status, None, status, queue=False, api_visibility="private",
                        show_progress="hidden")
     comparison = queued.then(
-        run_comparison,
-        [settings.history, settings.task, settings.input_text, settings.pairing, settings.alpha, settings.beta,
-         settings.draft_len, settings.max_new_tokens, settings.decoding, settings.seed, settings.temperature,
-         settings.top_p, settings.retrieval_k, settings.downlink_top_k, settings.adaptive_draft, methods, blind],
-        frame_outputs, api_name="compare", concurrency_id=MODELS_CONCURRENCY_ID, concurrency_limit=1,
+        tab.compare, [controls.history, controls.task, controls.input_text, methods, blind], frame_outputs,
+        inputs_kwargs=controls.settings, api_name="compare", concurrency_id=MODELS_CONCURRENCY_ID,
+        concurrency_limit=1,
     )
-    stop.click(stop_comparison, None, frame_outputs, cancels=[comparison], api_name="stop_compare", queue=False)
+    stop.click(tab.stop, None, frame_outputs, cancels=[comparison], api_name="stop_compare", queue=False)
     reopen.click(open_comparison, saved, frame_outputs, api_name="open_comparison")
     refresh.click(lambda: gr.update(choices=comparison_choices()), None, saved, api_visibility="private")
     submit.click(submit_annotation, [view, annotator, preferred, comment, *rating_inputs],

@@ -1,10 +1,11 @@
 """Dashboard tab: run an evaluation grid on LongLaMP records and look at quality against speed.
 
-The batch itself is ``specsteer.evaluate.run_grid_events`` on ``storage.SqlRunStore``; it stores
-every finished cell at once, so a run survives an app restart and can be reopened (or resumed under
-the same run name) later. This module only collects the choices, turns the grid's progress events
-into frames (streamed from a ``ui.streaming.BackgroundRun``, which Cancel stops), and draws the
-figures of ``specsteer.plots``.
+The batch itself is the service's ``evaluate`` (the grid of ``specsteer.evaluate.run_grid_events``
+on the run store ``app.py`` chose, ``storage.SqlRunStore``); it stores every finished cell at once,
+so a run survives an app restart and can be reopened (or resumed under the same run name) later.
+This module only collects the choices (keeping an uploaded records file, see :func:`keep_upload`),
+turns the service's events into frames (streamed from a ``ui.streaming.BackgroundRun``, which
+Cancel stops), and draws the figures of ``specsteer.plots`` and the table.
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ import hashlib
 import logging
 import math
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -22,14 +24,15 @@ import pandas as pd
 
 import storage
 from specsteer import plots
-from specsteer.data import LONGLAMP_TASKS, DataError, resolve_data_source, shared_data_path
-from specsteer.evaluate import EvalResult, EvalSpec, GridProgress, run_grid_events, summarize
+from specsteer.data import LONGLAMP_TASKS, DataError, load_records, resolve_data_source, shared_data_path
+from specsteer.evaluate import EvalResult, EvalSpec, GridProgress, summarize
 from specsteer.history import MAX_UPLOAD_BYTES
 from specsteer.methods import CORE_METHODS, METHODS, method_label
+from specsteer.service import AppService, EvaluationEvent, Failed, Loading, Status
+from specsteer.settings import sentence
 from storage.db import data_dir
 from ui import pairs, render
-from ui.generate_tab import MODELS_CONCURRENCY_ID, TASK_LABELS, load_pair_with_status
-from ui.streaming import RUNS
+from ui.streaming import MODELS_CONCURRENCY_ID, RUNS
 
 log = logging.getLogger(__name__)
 
@@ -62,31 +65,53 @@ def parse_numbers(text: str, what: str) -> tuple[float, ...]:
         try:
             value = float(part)
         except ValueError:
-            raise ValueError(f"{what}: {part.strip()!r} is not a number") from None
+            raise ValueError(f"{what}: {part.strip()!r} is not a number.") from None
         if math.isnan(value):
-            raise ValueError(f"{what}: NaN is not a grid value")
+            raise ValueError(f"{what}: NaN is not a grid value.")
         values.append(value)
     if not values:
-        raise ValueError(f"{what}: give at least one number (comma-separated)")
+        raise ValueError(f"{what}: give at least one number (comma-separated).")
     return tuple(dict.fromkeys(values))
 
 
+def uploads_dir() -> Path:
+    return data_dir() / "uploads"
+
+
+def keep_upload(upload: str, task: str) -> Path:
+    """Copy an uploaded records file into the data folder (so a resumed run finds it) once it reads.
+
+    Gradio hands over the file under its own name in a temporary folder; the copy keeps that name in
+    a folder named after the content's hash, so every message about the file names the user's file.
+    A file that does not read is removed again (nothing rejected stays in data/uploads), and
+    ValueError says why.
+    """
+    source = Path(upload)
+    size = source.stat().st_size
+    if size > MAX_DATA_UPLOAD_BYTES:
+        raise ValueError(f"{source.name} is {size / 1e6:.1f} MB; the limit is "
+                         f"{MAX_DATA_UPLOAD_BYTES // (1024 * 1024)} MB.")
+    folder = uploads_dir() / hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+    target = folder / source.name
+    if target.is_file():
+        return target  # read before: the same content under the same name
+    folder.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(source, target)
+    try:
+        load_records(target, task)
+    except (DataError, ValueError, OSError) as error:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ValueError(sentence(str(error))) from None
+    return target
+
+
 def data_path(source: str, task: str, upload: str | None) -> str:
-    """The records file for the chosen source; uploads are copied into the data folder so resumes find them."""
+    """The records file for the chosen source (an upload is kept in the data folder, see keep_upload)."""
     if source in ("sample", "shared"):
         return resolve_data_source(source, task)
     if not upload:
         raise ValueError("Upload a LongLaMP records file (JSONL or JSON) first.")
-    source_path = Path(upload)
-    size = source_path.stat().st_size
-    if size > MAX_DATA_UPLOAD_BYTES:
-        raise ValueError(f"The file is {size / 1e6:.1f} MB; the limit is {MAX_DATA_UPLOAD_BYTES // (1024 * 1024)} MB.")
-    digest = hashlib.sha256(source_path.read_bytes()).hexdigest()[:16]
-    target = data_dir() / "uploads" / f"{digest}{source_path.suffix.lower() or '.jsonl'}"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    if not target.exists():
-        shutil.copyfile(source_path, target)
-    return str(target)
+    return str(keep_upload(upload, task))
 
 
 def source_choices() -> list[tuple[str, str]]:
@@ -101,6 +126,29 @@ def _speed_key(rows: Sequence[dict]) -> str:
     return "speedup" if any(row.get("speedup") is not None for row in rows) else "tok_per_s"
 
 
+# Sizing the results table's columns. Left to itself, Gradio gives the columns widths that broke
+# "acceptance" into "accep / tance", and a long run name took the width that speedup, rounds and the
+# byte columns needed. Every column but the run's is as wide as its longest word or value (the
+# table's monospace font: 8.4 px a character in Chromium, plus the cell's 16 px of padding); the run
+# column has a fixed width and wraps its names between words.
+_CHAR_PX = 8.5
+_CELL_PADDING_PX = 24
+_RUN_COLUMN = "run"
+_RUN_COLUMN_WIDTH = "240px"
+
+
+def table_update(table: pd.DataFrame) -> dict:
+    """The results table with column widths that keep every header word whole and every column in view."""
+    widths = []
+    for column in table.columns:
+        if column == _RUN_COLUMN:
+            widths.append(_RUN_COLUMN_WIDTH)
+            continue
+        words = [*str(column).split(), *(str(value) for value in table[column])]
+        widths.append(f"{round(max(map(len, words)) * _CHAR_PX + _CELL_PADDING_PX)}px")
+    return gr.update(value=table, column_widths=widths)
+
+
 def figures(rows: Sequence[dict]):
     """(quality-vs-speed figure, acceptance-vs-alpha figure, table) of one run's summary rows."""
     table = pd.DataFrame(plots.display_rows(rows), columns=TABLE_HEADERS)
@@ -109,7 +157,12 @@ def figures(rows: Sequence[dict]):
 
 
 def compared_figures(runs: Sequence[tuple[str, list[dict]]]):
-    """Several runs in one view: traces and table rows prefixed with the run's name."""
+    """Several runs in one view: traces and table rows named after their run.
+
+    Run names are the user's text: plotly would read ``<b>`` or ``<a href>`` in a trace name as
+    markup, so they are escaped for it. The legend goes under the plot, where long names take
+    the page's width instead of squeezing the plot.
+    """
     if len(runs) == 1:
         return figures(runs[0][1])
     everything = [row for _, rows in runs for row in rows]
@@ -121,12 +174,14 @@ def compared_figures(runs: Sequence[tuple[str, list[dict]]]):
         for source, target in ((plots.quality_speed_figure(rows, "rougeL", speed), quality),
                                (plots.acceptance_figure(rows), acceptance)):
             for trace in source.data:
-                trace.name = f"{name}: {trace.name}"
+                trace.name = f"{plots.plot_text(name)}: {trace.name}"
                 target.add_trace(trace)
         shown = pd.DataFrame(plots.display_rows(rows), columns=TABLE_HEADERS)
         shown.insert(0, "run", name)
         tables.append(shown)
     quality.update_layout(title="ROUGE-L against speed — runs compared")
+    for figure in (quality, acceptance):
+        figure.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0})
     return quality, acceptance, pd.concat(tables, ignore_index=True)
 
 
@@ -158,7 +213,7 @@ def open_runs(run_ids: Sequence[int] | int | None) -> DashboardView:
     quality, acceptance, table = compared_figures(runs)
     names = ", ".join(name for name, _ in runs)
     status = render.message_box(f"Showing {names}.", "ok")
-    return DashboardView(status, quality, acceptance, table, gr.skip())
+    return DashboardView(status, quality, acceptance, table_update(table), gr.skip())
 
 
 # --------------------------------------------------------------------------- running a batch
@@ -167,21 +222,9 @@ def open_runs(run_ids: Sequence[int] | int | None) -> DashboardView:
 def _progress_box(update: GridProgress) -> str:
     text = {"loading": "loading the models", "warmup": "warming up", "done": "finishing"}.get(update.stage)
     if update.stage == "running" and update.point is not None:
-        text = f"{plots.point_label({'method': update.point.method, 'alpha': update.point.alpha, 'beta': update.point.beta})}" \
-               f" on record {update.record_id}"
+        point = {"method": update.point.method, "alpha": update.point.alpha, "beta": update.point.beta}
+        text = f"{plots.point_label(point)} on record {update.record_id}"
     return render.progress_html(update.done, update.total, text or update.stage)
-
-
-def run_batch(source: str, upload: str | None, task: str, records: float, methods: Sequence[str], alphas: str,
-              betas: str, pairing_id: str, max_new_tokens: float, draft_len: float, run_name: str,
-              request: gr.Request = None) -> Iterator[DashboardView]:
-    """Run (or resume) an evaluation grid, streaming progress, then show its figures and table."""
-    def produce(flag):
-        return _run_batch(source, upload, task, records, methods, alphas, betas, pairing_id, max_new_tokens,
-                          draft_len, run_name, flag)
-
-    for frame in RUNS.start(request, "dashboard", produce, width=len(DashboardView._fields)).frames():
-        yield DashboardView(*frame)
 
 
 def _fail(message: str) -> DashboardView:
@@ -189,69 +232,74 @@ def _fail(message: str) -> DashboardView:
     return DashboardView(render.message_box(message, "error"), gr.skip(), gr.skip(), gr.skip(), gr.skip())
 
 
-def _run_batch(source, upload, task, records, methods, alphas, betas, pairing_id, max_new_tokens, draft_len,
-               run_name, flag) -> Iterator[DashboardView]:
+def evaluation_frames(events: Iterable[EvaluationEvent]) -> Iterator[DashboardView]:
+    """The service's events of one evaluation run as frames of this tab's outputs."""
     skip = gr.skip()
-    try:
-        spec = EvalSpec(
-            data=data_path(source, task, upload), task=task,
-            methods=tuple(method for method in METHODS if method in set(methods or [])),
-            alphas=parse_numbers(alphas, "α list"), betas=parse_numbers(betas, "β list"), limit=int(records),
-            pairing=pairing_id, max_new_tokens=int(max_new_tokens), draft_len=int(draft_len),
-            run_name=(run_name or "").strip() or None,
-        ).validate()
-        pairs.check_pairing(pairing_id)
-    except (ValueError, DataError, OSError) as error:
-        yield _fail(str(error))
-        return
-
-    try:
-        pair = yield from load_pair_with_status(pairing_id,
-                                                lambda status: DashboardView(status, skip, skip, skip, skip))
-    except ValueError as error:
-        yield _fail(str(error))
-        return
-
-    yield DashboardView(render.progress_html(0, 1, "reading the records"), skip, skip, skip, skip)
-    result: EvalResult | None = None
-    try:
-        for event in run_grid_events(spec, storage.SqlRunStore(), pair=pair, cancel=flag):
-            if isinstance(event, EvalResult):
-                result = event
-            else:
-                yield DashboardView(_progress_box(event), skip, skip, skip, skip)
-    except Exception as error:  # shown to the user, never as a traceback
-        if not isinstance(error, (ValueError, DataError, OSError)):
-            log.error("evaluation run failed", exc_info=error)
-        yield DashboardView(render.message_box(f"The run failed ({type(error).__name__}): {error}", "error"),
-                            skip, skip, skip, gr.update(choices=run_choices()))
-        return
-    assert result is not None  # run_grid_events always ends with its result
-    quality, acceptance, table = figures(result.rows)
-    cancelled = result.status == "cancelled"
-    message = (f"Run “{result.run_name}” (#{result.run_id}) {result.status}: {result.computed} cells computed now, "
-               f"{len(result.cells)} stored.")
-    if cancelled:
-        message += " Run it again under the same name to resume."
-    yield DashboardView(render.message_box(message, "warning" if cancelled else "ok"), quality, acceptance, table,
-                        gr.update(choices=run_choices(), value=[result.run_id]))
+    for event in events:
+        if isinstance(event, Failed):
+            view = _fail(event.message)
+            yield view._replace(runs=gr.update(choices=run_choices()))
+        elif isinstance(event, (Status, Loading)):
+            yield DashboardView(render.message_box(event.message, "busy"), skip, skip, skip, skip)
+        elif isinstance(event, GridProgress):
+            yield DashboardView(_progress_box(event), skip, skip, skip, skip)
+        elif isinstance(event, EvalResult):
+            quality, acceptance, table = figures(event.rows)
+            cancelled = event.status == "cancelled"
+            message = (f"Run “{event.run_name}” (#{event.run_id}) {event.status}: {event.computed} cells computed "
+                       f"now, {len(event.cells)} stored.")
+            if cancelled:
+                message += " Run it again under the same name to resume."
+            yield DashboardView(render.message_box(message, "warning" if cancelled else "ok"), quality, acceptance,
+                                table_update(table), gr.update(choices=run_choices(), value=[event.run_id]))
 
 
-def cancel_batch(request: gr.Request = None) -> DashboardView:
-    """The Cancel button: stop after the current token; finished cells stay stored (and resumable)."""
-    skip = gr.skip()
-    run = RUNS.stop(request, "dashboard", timeout=30.0)
-    if run is not None and run.done:
-        return DashboardView(*run.state)
-    message = "Cancelled. Finished cells stay stored; run again under the same name to resume."
-    return DashboardView(render.message_box(message, "warning"), skip, skip, skip, gr.update(choices=run_choices()))
+class DashboardTab:
+    """The tab's handlers over one service."""
+
+    def __init__(self, service: AppService) -> None:
+        self.service = service
+
+    def run_batch(self, source: str, upload: str | None, task: str, records: float, methods: Sequence[str],
+                  alphas: str, betas: str, pairing: str, runtime: str, max_new_tokens: float, draft_len: float,
+                  run_name: str, request: gr.Request = None) -> Iterator[DashboardView]:
+        """Run (or resume) an evaluation grid, streaming progress, then show its figures and table."""
+        try:
+            spec = EvalSpec(
+                data=data_path(source, task, upload), task=task,
+                methods=tuple(method for method in METHODS if method in set(methods or [])),
+                alphas=parse_numbers(alphas, "α list"), betas=parse_numbers(betas, "β list"), limit=int(records),
+                pairing=pairing, runtime=runtime, max_new_tokens=int(max_new_tokens), draft_len=int(draft_len),
+                run_name=(run_name or "").strip() or None,
+            )
+        except (ValueError, DataError, OSError) as error:
+            yield _fail(sentence(str(error)))
+            return
+
+        def produce(flag):
+            return evaluation_frames(self.service.evaluate(spec, cancel=flag))
+
+        for frame in RUNS.start(request, "dashboard", produce, width=len(DashboardView._fields)).frames():
+            yield DashboardView(*frame)
+
+    @staticmethod
+    def cancel(request: gr.Request = None) -> DashboardView:
+        """The Cancel button: stop after the current token; finished cells stay stored (and resumable)."""
+        skip = gr.skip()
+        run = RUNS.stop(request, "dashboard", timeout=30.0)
+        if run is not None and run.done:
+            return DashboardView(*run.state)
+        message = "Cancelled. Finished cells stay stored; run again under the same name to resume."
+        return DashboardView(render.message_box(message, "warning"), skip, skip, skip, gr.update(choices=run_choices()))
 
 
 # --------------------------------------------------------------------------- layout
 
 
-def build() -> gr.Dropdown:
+def build(service: AppService) -> gr.Dropdown:
     """Builds the tab; returns the stored-runs dropdown (refreshed when the page loads)."""
+    tab = DashboardTab(service)
+    default_pairing = pairs.default_pairing_id(service.pairs)
     gr.Markdown(
         "Runs a grid of methods × α × β over LongLaMP records and stores every result as it finishes. "
         "ROUGE is the F-measure × 100; speed is measured in this run, so compare methods within a run. "
@@ -262,14 +310,20 @@ def build() -> gr.Dropdown:
             upload = gr.File(label="LongLaMP records file (JSONL or JSON)", file_types=[".jsonl", ".json"],
                              type="filepath", height=150, elem_id="dashboard-upload")
             with gr.Row():
-                task = gr.Dropdown([(TASK_LABELS[t], t) for t in LONGLAMP_TASKS], value="review", label="Task")
+                task = gr.Dropdown([(render.TASK_LABELS[t], t) for t in LONGLAMP_TASKS], value="review", label="Task")
                 records = gr.Slider(1, 50, value=1, step=1, label="Records", elem_id="dashboard-records")
             methods = gr.CheckboxGroup([(method_label(m), m) for m in METHODS], value=list(CORE_METHODS),
                                        label="Methods")
             with gr.Row():
                 alphas = gr.Textbox(value="1.0, 0.1", label="α list (SpecSteer)", elem_id="dashboard-alphas")
                 betas = gr.Textbox(value="1.0", label="β list")
-            pairing = gr.Dropdown(pairs.pairing_choices(), value=pairs.default_pairing_id(), label="Pairing")
+            with gr.Row():
+                pairing = gr.Dropdown(pairs.pairing_choices(service.pairs), value=default_pairing, label="Pairing",
+                                      scale=2, elem_id="dashboard-pairing")
+                runtime = gr.Dropdown(pairs.runtime_choices(), value="auto", label="Runtime", scale=1)
+            chosen_pairing = gr.State(default_pairing)
+            pairing_info = gr.Markdown(pairs.pairing_note(service.pairs, default_pairing), elem_classes="ss-note")
+            runtime_info = gr.Markdown(service.pairs.runtime_note(default_pairing), elem_classes="ss-note")
             with gr.Row():
                 max_new_tokens = gr.Slider(1, 512, value=48, step=1, label="Max new tokens",
                                            elem_id="dashboard-max-new-tokens")
@@ -285,24 +339,28 @@ def build() -> gr.Dropdown:
                 # Custom values: API clients may name a run id this page has not listed yet.
                 runs = gr.Dropdown(run_choices(), value=[], multiselect=True, scale=4, allow_custom_value=True,
                                    label="Stored runs (choose several to compare)", elem_id="run-picker")
-                show = gr.Button("Show", scale=1)
+                show = gr.Button("Show", scale=1, elem_id="show-runs")
             quality = gr.Plot(label="Quality against speed", elem_id="quality-plot")
             acceptance = gr.Plot(label="Acceptance against α", elem_id="acceptance-plot")
-            table = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, label="Results", elem_id="results-table",
-                                 wrap=True)
-            gr.Markdown(plots.TABLE_NOTE, elem_classes="ss-note")
+    # The table spans the page: next to the settings its 14 columns (15 when runs are compared)
+    # had a few dozen pixels each, and the speed, round and byte columns scrolled out of sight.
+    table = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, label="Results", elem_id="results-table",
+                         wrap=True)
+    gr.Markdown(plots.TABLE_NOTE, elem_classes="ss-note")
 
+    quiet = {"api_visibility": "private", "show_progress": "hidden"}
+    pairing.select(partial(pairs.pairing_selected, service.pairs), [pairing, chosen_pairing],
+                   [pairing, pairing_info, runtime_info, chosen_pairing], **quiet)
     # Shown at once, before the queue: the queue position appears beside it while others run first.
-    queued = run.click(render.queued_status, None, status, queue=False, api_visibility="private",
-                       show_progress="hidden")
+    queued = run.click(render.queued_status, None, status, queue=False, **quiet)
     batch = queued.then(
-        run_batch,
-        [source, upload, task, records, methods, alphas, betas, pairing, max_new_tokens, draft_len, run_name],
+        tab.run_batch,
+        [source, upload, task, records, methods, alphas, betas, pairing, runtime, max_new_tokens, draft_len, run_name],
         [status, quality, acceptance, table, runs],
         api_name="evaluate", concurrency_id=MODELS_CONCURRENCY_ID, concurrency_limit=1,
     )
-    cancel.click(cancel_batch, None, [status, quality, acceptance, table, runs], cancels=[batch],
+    cancel.click(tab.cancel, None, [status, quality, acceptance, table, runs], cancels=[batch],
                  api_name="cancel_evaluate", queue=False)
     show.click(open_runs, runs, [status, quality, acceptance, table, runs], api_name="open_runs")
-    upload.upload(lambda: "upload", None, source, api_visibility="private", show_progress="hidden")
+    upload.upload(lambda: "upload", None, source, **quiet)
     return runs

@@ -11,10 +11,18 @@ from __future__ import annotations
 import html
 import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from specsteer.events import LinkMessage, TokenEvent
+from specsteer.events import GenerationStats, LinkMessage, TokenEvent
 from specsteer.methods import method_label
+from specsteer.service import PrivacyReport, RetrievalPreview
 
+TASK_LABELS = {
+    "review": "Product review",
+    "abstract": "Paper abstract",
+    "writing": "Reddit-style post",
+    "free": "Free text",
+}
 KIND_LABELS = {
     "accepted": "accepted draft",
     "rejected": "rejected draft",
@@ -142,37 +150,70 @@ def _fmt_bytes(value: int | None) -> str:
     return f"{value / 1024:,.1f} KiB"
 
 
-def stats_html(
-    *,
-    method: str,
-    tokens: int,
-    seconds: float,
-    accepted: int,
-    drafted: int,
-    rounds: int,
-    uplink_bytes: int | None,
-    downlink_bytes: int | None,
-    state: str,
-) -> str:
-    """The live (or final) statistics strip. Byte counts are None while unknown."""
-    speed = tokens / seconds if seconds > 0 else 0.0
-    acceptance = accepted / drafted if drafted else None
+@dataclass(frozen=True)
+class StatsView:
+    """What the statistics strip shows, live (from the token events) or final (from the generation's stats)."""
+
+    method: str
+    tokens: int
+    seconds: float
+    accepted: int
+    drafted: int
+    rounds: int
+    uplink_bytes: int | None  # None while unknown
+    downlink_bytes: int | None
+    state: str  # "running", or the stop reason: "eos", "length", "cancelled", "failed"
+    runtime: str = ""  # "llama.cpp" | "transformers"; "" before the pair is loaded
+    precision: str = ""
+    ttft_s: float | None = None  # seconds to the first emitted token
+    reused_tokens: Mapping[str, int] | None = None  # prompt tokens served from the prefix cache, per stream
+
+    @classmethod
+    def final(cls, stats: GenerationStats, state: str | None = None) -> StatsView:
+        return cls(
+            method=stats.method, tokens=stats.new_tokens, seconds=stats.seconds, accepted=stats.accepted,
+            drafted=stats.drafted, rounds=stats.rounds, uplink_bytes=stats.uplink_bytes,
+            downlink_bytes=stats.downlink_bytes, state=state or stats.stop_reason, runtime=stats.runtime,
+            precision=stats.precision, ttft_s=stats.ttft_s, reused_tokens=dict(stats.reused_tokens),
+        )
+
+
+def _fmt_reused(reused: Mapping[str, int] | None) -> tuple[str, str]:
+    """(the cell's value, a tooltip with the count per model stream)."""
+    if reused is None:
+        return "–", "known when the generation ends"
+    total = sum(reused.values())
+    detail = ", ".join(f"{stream}: {count:,}" for stream, count in reused.items()) or "no model stream"
+    return (f"{total:,} tokens" if total else "none"), f"prompt tokens read from the prefix cache ({detail})"
+
+
+def _stat_cell(name: str, value: str, hint: str) -> str:
+    title = f' title="{esc(hint)}"' if hint else ""
+    return (f'<div class="ss-stat"{title}><div class="ss-stat-name">{esc(name)}</div>'
+            f'<div class="ss-stat-value">{esc(value)}</div></div>')
+
+
+def stats_html(view: StatsView) -> str:
+    """The live (or final) statistics strip."""
+    speed = view.tokens / view.seconds if view.seconds > 0 else 0.0
+    acceptance = view.accepted / view.drafted if view.drafted else None
+    runtime = " · ".join(part for part in (view.runtime, view.precision) if part) or "–"
+    reused, reused_detail = _fmt_reused(view.reused_tokens)
     cells = [
-        ("method", method_label(method)),
-        ("tokens", f"{tokens}"),
-        ("speed", f"{speed:.1f} tok/s"),
-        ("acceptance", f"{_fmt_rate(acceptance)}" + (f" ({accepted}/{drafted})" if drafted else "")),
-        ("rounds", f"{rounds}" if rounds else "–"),
-        ("uplink", _fmt_bytes(uplink_bytes)),
-        ("downlink", _fmt_bytes(downlink_bytes)),
-        ("state", state),
+        ("method", method_label(view.method), ""),
+        ("tokens", f"{view.tokens}", ""),
+        ("speed", f"{speed:.1f} tok/s", ""),
+        ("first token", "–" if view.ttft_s is None else f"{view.ttft_s:.2f} s", "time from the request to the first token"),
+        ("acceptance", f"{_fmt_rate(acceptance)}" + (f" ({view.accepted}/{view.drafted})" if view.drafted else ""), ""),
+        ("rounds", f"{view.rounds}" if view.rounds else "–", ""),
+        ("uplink", _fmt_bytes(view.uplink_bytes), ""),
+        ("downlink", _fmt_bytes(view.downlink_bytes), ""),
+        ("runtime", runtime, "the runtime that computed the logits, and the precision of its weights"),
+        ("prefix cache", reused, reused_detail),
+        ("state", view.state, ""),
     ]
-    body = "".join(
-        f'<div class="ss-stat"><div class="ss-stat-name">{esc(name)}</div>'
-        f'<div class="ss-stat-value">{esc(value)}</div></div>'
-        for name, value in cells
-    )
-    return f'<div class="ss-stats" data-state="{esc(state)}">{body}</div>'
+    body = "".join(_stat_cell(name, value, hint) for name, value, hint in cells)
+    return f'<div class="ss-stats" data-state="{esc(view.state)}">{body}</div>'
 
 
 # --------------------------------------------------------------------------- history and retrieval
@@ -183,32 +224,30 @@ def history_summary_html(name: str, items: int, schema: str, user_id: str | None
     return message_box(f"Read {items} item{'s' if items != 1 else ''} from {name} (schema: {schema}{user}).", "ok")
 
 
-def retrieved_html(
-    scored: Sequence[tuple[str, float]], total: int, task: str, private_prompt: str | None, plain_prompt: str | None
-) -> str:
-    """The items BM25 picked (as rendered into the Specialist's prompt) with their scores."""
-    if total == 0:
+def retrieved_html(preview: RetrievalPreview) -> str:
+    """The items BM25 picked (as rendered into the Specialist's prompt) with their scores, and both prompts."""
+    if preview.total == 0:
         return message_box("No history loaded: the Specialist sees only your input, like the cloud does.", "info")
-    if not scored:
+    if preview.prompts is None:
         return message_box("Type an input to see which history items BM25 retrieves for it.", "info")
+    if preview.retrieval_k <= 0:
+        return message_box("Retrieval is off (k = 0): the Specialist sees only your input.", "info")
     rows = "".join(
         f'<li class="ss-retrieved-item"><div class="ss-retrieved-head"><span class="ss-rank">#{rank}</span>'
-        f'<span class="ss-score">BM25 {score:.3f}</span></div>'
-        f'<div class="ss-retrieved-text">{esc(text)}</div></li>'
-        for rank, (text, score) in enumerate(scored, start=1)
+        f'<span class="ss-score">BM25 {item.score:.3f}</span></div>'
+        f'<div class="ss-retrieved-text">{esc(item.text)}</div></li>'
+        for rank, item in enumerate(preview.items, start=1)
     )
-    prompts = ""
-    if private_prompt is not None and plain_prompt is not None:
-        prompts = (
-            "<details class=\"ss-details\"><summary>The Specialist's full prompt (stays on the device)</summary>"
-            f'<pre class="ss-pre">{esc(private_prompt)}</pre></details>'
-            "<details class=\"ss-details\"><summary>The cloud's prompt (your input only)</summary>"
-            f'<pre class="ss-pre">{esc(plain_prompt)}</pre></details>'
-        )
+    prompts = (
+        "<details class=\"ss-details\"><summary>The Specialist's full prompt (stays on the device)</summary>"
+        f'<pre class="ss-pre">{esc(preview.prompts.private)}</pre></details>'
+        "<details class=\"ss-details\"><summary>The cloud's prompt (your input only)</summary>"
+        f'<pre class="ss-pre">{esc(preview.prompts.plain)}</pre></details>'
+    )
     return (
-        f'<div class="ss-retrieved"><p class="ss-muted">BM25 retrieved {len(scored)} of {total} history items '
-        f"for this input ({esc(task)} task). These are placed in the Specialist's prompt, on your device.</p>"
-        f'<ol class="ss-retrieved-list">{rows}</ol>{prompts}</div>'
+        f'<div class="ss-retrieved"><p class="ss-muted">BM25 retrieved {len(preview.items)} of {preview.total} '
+        f"history items for this input ({esc(preview.task)} task). These are placed in the Specialist's prompt, "
+        f'on your device.</p><ol class="ss-retrieved-list">{rows}</ol>{prompts}</div>'
     )
 
 
@@ -278,25 +317,30 @@ def transcript_html(transcript: Sequence[LinkMessage], decode) -> str:
     )
 
 
-def audit_html(ok: bool, summary: str) -> str:
-    return message_box(("Privacy check passed: " if ok else "Privacy check FAILED: ") + summary, "ok" if ok else "error")
+def privacy_html(report: PrivacyReport | None) -> str:
+    """The audit's verdict on what crossed to the cloud, then every message with its ids decoded."""
+    if report is None:
+        return transcript_html([], None)
+    audit = report.audit
+    verdict = message_box(("Privacy check passed. " if audit.ok else "Privacy check FAILED. ") + audit.summary(),
+                          "ok" if audit.ok else "error")
+    return verdict + transcript_html(report.transcript, report.token_text)
 
 
 # --------------------------------------------------------------------------- comparisons
 
 
-def comparison_slot_html(label: str, text: str | None, method: str | None = None, stats: Mapping | None = None,
-                         state: str = "") -> str:
+def comparison_slot_html(label: str, text: str | None, method: str | None = None,
+                         stats: GenerationStats | None = None, state: str = "") -> str:
     """One output of a comparison; ``method`` is None while the judgement is blind."""
     title = f"Output {esc(label)}"
     if method:
         title += f' <span class="ss-method">— {esc(method_label(method))}</span>'
     footer = ""
-    if method and stats:
-        acceptance = stats.get("acceptance_rate")
+    if method and stats is not None:
         footer = (
-            f'<div class="ss-slot-stats">{esc(stats.get("new_tokens", 0))} tokens · '
-            f'{float(stats.get("tok_per_s") or 0):.1f} tok/s · acceptance {esc(_fmt_rate(acceptance))}</div>'
+            f'<div class="ss-slot-stats">{stats.new_tokens} tokens · {stats.tok_per_s:.1f} tok/s · '
+            f'acceptance {esc(_fmt_rate(stats.acceptance_rate))}</div>'
         )
     if state:
         footer += f'<div class="ss-slot-state">{esc(state)}</div>'

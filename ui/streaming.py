@@ -27,14 +27,24 @@ import gradio as gr
 
 from specsteer.background import Background
 from specsteer.events import TokenEvent
+from ui.render import StatsView
 
 log = logging.getLogger(__name__)
+
+MODELS_CONCURRENCY_ID = "models"  # every event that runs a model shares one slot (memory, CPU)
 
 _SKIP = gr.skip()
 
 
 def _is_skip(value: object) -> bool:
     return isinstance(value, dict) and value == _SKIP
+
+
+def _detached(frame: tuple) -> tuple:
+    """The frame with its update dicts copied. Gradio pops "value" out of an update dict it sends, so a
+    frame kept here (the page's latest state, sent again at the end and by Stop) must never be the
+    object handed to Gradio, or its values would be gone the second time."""
+    return tuple(dict(value) if isinstance(value, dict) else value for value in frame)
 
 
 def merge_frames(older: tuple, newer: tuple) -> tuple:
@@ -81,7 +91,8 @@ class BackgroundRun:
 
         Abandoning this stream (the page went away, or Stop dropped the handler) stops the work.
         """
-        yield from self._work.items(min_interval)
+        for frame in self._work.items(min_interval):
+            yield _detached(frame)
         self._work.result()  # the run's error, raised in the handler's thread
         # Gradio repeats a stream's last frame when it completes. After a Stop that frame may be
         # older than what the Stop handler showed, so end on the complete latest state instead.
@@ -91,7 +102,7 @@ class BackgroundRun:
     def state(self) -> tuple:
         """Every frame so far merged: what the page should show now."""
         with self._lock:
-            return self._everything
+            return _detached(self._everything)
 
     def stop(self, timeout: float) -> None:
         """Set the flag and wait up to ``timeout`` s for the run to end (a model load cannot be cut short).
@@ -173,11 +184,14 @@ class LiveStats:
     """Statistics counted from the token events while a generation runs."""
 
     method: str
+    runtime: str = ""
+    precision: str = ""
     started: float = field(default_factory=time.perf_counter)
     emitted: int = 0
     accepted: int = 0
     rejected: int = 0
     rounds: int = 0
+    first_token_s: float | None = None
     # Link bytes so far, where the engine's events carry running totals (``uplink_bytes`` /
     # ``downlink_bytes``); otherwise they are known only from the Finished statistics.
     uplink_bytes: int | None = None
@@ -186,6 +200,8 @@ class LiveStats:
     def add(self, event: TokenEvent) -> None:
         if event.emitted:
             self.emitted += 1
+            if self.first_token_s is None:
+                self.first_token_s = self.seconds
         if event.kind == "accepted":
             self.accepted += 1
         elif event.kind == "rejected":
@@ -197,3 +213,12 @@ class LiveStats:
     @property
     def seconds(self) -> float:
         return time.perf_counter() - self.started
+
+    def view(self, state: str) -> StatsView:
+        """The strip as it stands; the prefix cache's reuse is known only at the end."""
+        return StatsView(
+            method=self.method, tokens=self.emitted, seconds=self.seconds, accepted=self.accepted,
+            drafted=self.accepted + self.rejected, rounds=self.rounds, uplink_bytes=self.uplink_bytes,
+            downlink_bytes=self.downlink_bytes, state=state, runtime=self.runtime, precision=self.precision,
+            ttft_s=self.first_token_s,
+        )

@@ -1,0 +1,469 @@
+"""The application: a generation, a comparison or an evaluation run, from settings to saved rows.
+
+Every front end (the Gradio tabs, a test, a future HTTP API) runs the same workflow here and only
+renders what it reports. A workflow is a generator of typed events, the way ``engine.generate``
+yields tokens:
+
+    generate: Started, Loading*, Generating, Token*, then Done or Failed
+    compare:  ComparisonStarted, Loading*, then per output Generating, Token*, OutputDone;
+              then ComparisonSaved, Stopped or Failed
+    evaluate: Status, Loading*, GridProgress*, then EvalResult or Failed
+
+``Failed`` carries a message for a person (a sentence naming what to change); nothing raises out of a
+workflow for bad input, a model that cannot load or a model that fails. The steps are always:
+validate the settings → prepare the request (retrieval and prompts, on the device) → load the pair
+(with progress) → generate → audit what crossed the link → save through the :class:`GenerationStore`.
+
+This module imports neither a GUI nor a database: the store, the run store and the pair catalog are
+handed in by the composition root (``app.py``). See docs/ARCHITECTURE.md, "The application service".
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from .background import Background
+from .data import DataError
+from .engine import Prepared, Request, chat_ids, generate, prepare
+from .evaluate import EvalResult, EvalSpec, GridProgress, run_grid_events
+from .events import Finished, LinkMessage, TokenEvent
+from .generationstore import GenerationStore, NamedHistory, NewComparison, NewGeneration
+from .methods import METHOD_INFO, METHODS
+from .models import LoadedPair, ModelLoadError, choose_runtime, load_pair
+from .privacy import UplinkAudit, audit_uplink
+from .registry import DEFAULT_PAIRING, PAIRINGS, pairing_status
+from .retrieval import retrieve_scored
+from .runstore import RunStore
+from .settings import GenerationSettings, SettingsError, sentence
+from .tasks import TASKS, PromptPair, build_prompts, render_item
+
+log = logging.getLogger(__name__)
+
+# --------------------------------------------------------------------------- values the events carry
+
+
+@dataclass(frozen=True)
+class ScoredItem:
+    """A retrieved history item as the Specialist's prompt shows it, with its BM25 score."""
+
+    text: str
+    score: float
+
+
+@dataclass(frozen=True)
+class RetrievalPreview:
+    """What the Specialist will see for an input: the items BM25 picks and both prompts."""
+
+    task: str
+    total: int  # items in the history
+    retrieval_k: int
+    items: tuple[ScoredItem, ...]
+    prompts: PromptPair | None  # None while there is no input
+
+
+@dataclass(frozen=True)
+class PrivacyReport:
+    """The audit of every uplink message, the messages themselves, and how to show their ids as text."""
+
+    audit: UplinkAudit
+    transcript: tuple[LinkMessage, ...]
+    token_text: Callable[[Sequence[int]], str]
+
+
+@dataclass(frozen=True)
+class GenerationResult:
+    finished: Finished
+    tokens: tuple[TokenEvent, ...]  # every token shown, rejected drafts included
+    privacy: PrivacyReport | None  # None for a device-only method: nothing crossed the link
+    saved_id: int | None  # None when saving failed (``save_error`` says why)
+    save_error: str | None = None
+
+    @property
+    def stopped(self) -> bool:
+        return self.finished.stats.stop_reason == "cancelled"
+
+
+@dataclass(frozen=True)
+class SavedComparison:
+    comparison_id: int
+    methods: tuple[str, ...]  # in the order shown: slot 0 is label A
+    texts: tuple[str, ...]
+    generation_ids: tuple[int, ...]
+    blind: bool
+
+
+# --------------------------------------------------------------------------- events
+
+
+@dataclass(frozen=True)
+class Status:
+    """A step begins that takes a moment (reading records)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Loading:
+    """The pair is loading (first use): one line of the loader's progress."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class Started:
+    """Settings and request are valid; the preview is what this generation's Specialist sees."""
+
+    settings: GenerationSettings
+    preview: RetrievalPreview
+
+
+@dataclass(frozen=True)
+class ComparisonStarted:
+    settings: GenerationSettings
+    methods: tuple[str, ...]  # in the order they will be shown (shuffled when blind)
+    blind: bool
+
+
+@dataclass(frozen=True)
+class Generating:
+    """The pair is loaded and ``method`` starts (output ``slot`` of ``of`` in a comparison)."""
+
+    method: str
+    runtime: str
+    precision: str
+    slot: int = 0
+    of: int = 1
+
+
+@dataclass(frozen=True)
+class Token:
+    event: TokenEvent
+    slot: int = 0
+
+
+@dataclass(frozen=True)
+class OutputDone:
+    slot: int
+    method: str
+    finished: Finished
+
+
+@dataclass(frozen=True)
+class Done:
+    result: GenerationResult
+
+
+@dataclass(frozen=True)
+class ComparisonSaved:
+    comparison: SavedComparison
+
+
+@dataclass(frozen=True)
+class Stopped:
+    """A comparison was stopped before its last output; nothing of it was saved."""
+
+
+@dataclass(frozen=True)
+class Failed:
+    message: str  # one or more sentences for a person
+
+
+GenerationEvent = Started | Loading | Generating | Token | Done | Failed
+ComparisonEvent = ComparisonStarted | Loading | Generating | Token | OutputDone | ComparisonSaved | Stopped | Failed
+EvaluationEvent = Status | Loading | GridProgress | EvalResult | Failed
+
+
+# --------------------------------------------------------------------------- pairings
+
+
+class PairingUnavailable(ValueError):
+    """The chosen pairing cannot load here; the message says why and what to choose instead."""
+
+
+@dataclass(frozen=True)
+class PairCatalog:
+    """The pairings the service may load: the registry's, plus ``test_pairs`` (id -> builder) that
+    tests and the app's test mode add; those run on transformers only."""
+
+    test_pairs: Mapping[str, Callable[[], LoadedPair]] = field(default_factory=dict)
+
+    def status(self, pairing_id: str) -> tuple[bool, str]:
+        """(can load here, why or why not)."""
+        if pairing_id in self.test_pairs:
+            return True, "random test models, built in about a second"
+        pairing = PAIRINGS.get(pairing_id)
+        if pairing is None:
+            return False, f"there is no pairing {pairing_id!r}"
+        return pairing_status(pairing)
+
+    def check(self, pairing_id: str) -> None:
+        """Raise :class:`PairingUnavailable` with a message to act on unless the pairing can load now."""
+        if pairing_id in self.test_pairs:
+            return
+        pairing = PAIRINGS.get(pairing_id)
+        if pairing is None:
+            raise PairingUnavailable(f"Unknown pairing {pairing_id!r}. Choose one from the list.")
+        available, reason = pairing_status(pairing)
+        if not available:
+            raise PairingUnavailable(sentence(
+                f"The pairing “{pairing.label}” is unavailable here: {reason}. "
+                f"Choose an available pairing, e.g. “{PAIRINGS[DEFAULT_PAIRING].label}”"))
+
+    def runtime_note(self, pairing_id: str) -> str:
+        """Which runtime "auto" picks for the pairing on this machine, and why, in a sentence or two."""
+        if pairing_id in self.test_pairs:
+            return "Auto runs the test pair on transformers: its random models exist only as PyTorch weights."
+        pairing = PAIRINGS.get(pairing_id)
+        if pairing is None:
+            return "Choose a pairing to see which runtime auto picks."
+        reasons: list[str] = []
+        chosen = choose_runtime(pairing, "auto", progress=reasons.append)
+        if chosen == "llama.cpp":
+            return ("Auto picks llama.cpp here: both models are GGUF files, there is no GPU and llama.cpp works on "
+                    "this machine, so it runs the 4-bit files as they are (transformers would run a dequantized "
+                    "copy).")
+        if reasons:  # llama.cpp was wanted, but is not installed or does not work here
+            return sentence(f"Auto picks transformers here: {reasons[0]}")
+        if any(spec.kind not in ("offline", "gguf") for spec in (pairing.specialist, pairing.generalist)):
+            return "Auto picks transformers: these models are not GGUF files, and llama.cpp reads only those."
+        return "Auto picks transformers here: a GPU is present, and transformers runs the models on it."
+
+    def load(self, pairing_id: str, runtime: str, progress: Callable[[str], None]) -> LoadedPair:
+        build = self.test_pairs.get(pairing_id)
+        if build is None:
+            return load_pair(pairing_id, progress=progress, runtime=runtime)
+        if runtime == "llama.cpp":
+            raise ModelLoadError("The test pair runs on transformers only; choose auto or transformers.")
+        return build()
+
+
+# --------------------------------------------------------------------------- the service
+
+
+class AppService:
+    """Generations, comparisons and evaluation runs, saved as they finish; thread-safe (holds no state
+    of its own besides the stores and the catalog, which are)."""
+
+    def __init__(self, store: GenerationStore, runs: RunStore, pairs: PairCatalog | None = None,
+                 loading_quiet_s: float = 0.3) -> None:
+        self.store = store
+        self.runs = runs
+        self.pairs = pairs or PairCatalog()
+        self.loading_quiet_s = loading_quiet_s  # a pair loaded this fast reports no progress
+
+    # ----------------------------------------------------------------------- preview
+
+    def preview(self, history: NamedHistory | None, task: str, input_text: str, retrieval_k: int,
+                prompt_style: str = "paper") -> RetrievalPreview:
+        """The items BM25 picks for ``input_text`` and both prompts, exactly as a generation will build
+        them (the engine's ``prepare`` ranks with the same ``retrieve_scored``). ValueError for an
+        unknown task or prompt style."""
+        items = history.history.items if history is not None else ()
+        if not (input_text or "").strip():
+            return RetrievalPreview(task, len(items), retrieval_k, (), None)
+        scored = retrieve_scored(task, input_text, items, retrieval_k)
+        prompts = build_prompts(task, input_text, [item for item, _ in scored], style=prompt_style)
+        shown = tuple(ScoredItem(render_item(task, item, style=prompt_style), score) for item, score in scored)
+        return RetrievalPreview(task, len(items), retrieval_k, shown, prompts)
+
+    # ----------------------------------------------------------------------- one generation
+
+    def generate(self, history: NamedHistory | None, task: str, input_text: str,
+                 settings: GenerationSettings | Mapping[str, object],
+                 cancel: threading.Event | None = None) -> Iterator[GenerationEvent]:
+        """One generation from settings to a saved row. A set ``cancel`` stops it within a draft step;
+        a stopped generation is saved too (its ``stop_reason`` is "cancelled")."""
+        cancel = cancel or threading.Event()
+        try:
+            settings = self._valid(settings)
+            prepared = self._prepare(history, task, input_text, settings)
+            self.pairs.check(settings.pairing)
+        except ValueError as error:  # SettingsError and PairingUnavailable are ValueErrors
+            yield Failed(sentence(str(error)))
+            return
+        yield Started(settings, self.preview(history, task, input_text, settings.retrieval_k, settings.prompt_style))
+        try:
+            pair = yield from self._load(settings.pairing, settings.runtime)
+        except ModelLoadError as error:
+            yield Failed(sentence(str(error)))
+            return
+        yield Generating(settings.method, pair.runtime, pair.precision)
+        tokens: list[TokenEvent] = []
+        try:
+            finished = yield from self._run(pair, prepared, settings, cancel, tokens, slot=0)
+        except Exception as error:  # a model failure reaches people as a message, the log keeps the trace
+            log.exception("generation failed")
+            yield Failed(sentence(f"Generation failed ({type(error).__name__}): {error}"))
+            return
+        privacy = self._privacy(pair, prepared, tokens, finished)
+        saved_id, save_error = None, None
+        try:
+            history_id = self.store.save_history(history) if history is not None else None
+            saved_id = self.store.save_generation(NewGeneration(
+                task=task, input_text=input_text, settings=settings, text=finished.text, tokens=tuple(tokens),
+                stats=finished.stats, transcript=tuple(finished.transcript), history_id=history_id,
+                history_name=history.name if history is not None else None))
+        except Exception as error:  # the output is still shown; the result says it was not saved
+            log.exception("saving the generation failed")
+            save_error = sentence(f"saving it failed: {error}")
+        yield Done(GenerationResult(finished, tuple(tokens), privacy, saved_id, save_error))
+
+    # ----------------------------------------------------------------------- a comparison
+
+    def compare(self, history: NamedHistory | None, task: str, input_text: str,
+                settings: GenerationSettings | Mapping[str, object], methods: Sequence[str], blind: bool,
+                cancel: threading.Event | None = None) -> Iterator[ComparisonEvent]:
+        """One input through several methods with the same settings (the settings' own method is not
+        used), saved as one comparison once every output is done. ``blind`` shuffles the order shown.
+        A stop ends the output in progress and saves nothing."""
+        cancel = cancel or threading.Event()
+        chosen = [method for method in METHODS if method in set(methods or ())]
+        if not chosen:
+            yield Failed("Choose at least one method to compare.")
+            return
+        try:
+            settings = self._valid(settings)
+            prepared = self._prepare(history, task, input_text, settings)
+            self.pairs.check(settings.pairing)
+        except ValueError as error:
+            yield Failed(sentence(str(error)))
+            return
+        order = list(chosen)
+        if blind:
+            random.SystemRandom().shuffle(order)
+        yield ComparisonStarted(settings, tuple(order), bool(blind))
+        try:
+            pair = yield from self._load(settings.pairing, settings.runtime)
+        except ModelLoadError as error:
+            yield Failed(sentence(str(error)))
+            return
+        finished: list[Finished] = []
+        tokens: list[list[TokenEvent]] = []
+        for slot, method in enumerate(order):
+            yield Generating(method, pair.runtime, pair.precision, slot, len(order))
+            tokens.append([])
+            try:
+                result = yield from self._run(pair, prepared, settings.for_method(method), cancel, tokens[slot], slot)
+            except Exception as error:
+                log.exception("comparison generation failed")
+                yield Failed(sentence(f"Generation of output {slot + 1} of {len(order)} failed "
+                                      f"({type(error).__name__}): {error}"))
+                return
+            finished.append(result)
+            yield OutputDone(slot, method, result)
+            if cancel.is_set():
+                yield Stopped()
+                return
+        try:
+            saved = self._save_comparison(history, task, input_text, settings, order, finished, tokens, bool(blind))
+        except Exception as error:
+            log.exception("saving the comparison failed")
+            yield Failed(sentence(f"The outputs could not be saved: {error}"))
+            return
+        yield ComparisonSaved(saved)
+
+    # ----------------------------------------------------------------------- an evaluation run
+
+    def evaluate(self, spec: EvalSpec, cancel: threading.Event | None = None) -> Iterator[EvaluationEvent]:
+        """Run (or resume, by run name) an evaluation grid on the pair ``spec`` names, storing every cell
+        in the run store as it finishes; a set ``cancel`` leaves the run cancelled and resumable."""
+        try:
+            spec.validate()
+            self.pairs.check(spec.pairing)
+        except (ValueError, DataError, OSError) as error:
+            yield Failed(sentence(str(error)))
+            return
+        try:
+            pair = yield from self._load(spec.pairing, spec.runtime)
+        except ModelLoadError as error:
+            yield Failed(sentence(str(error)))
+            return
+        yield Status("Reading the records…")
+        try:
+            yield from run_grid_events(spec, self.runs, pair=pair, cancel=cancel)
+        except Exception as error:
+            if not isinstance(error, (ValueError, DataError, OSError)):
+                log.error("evaluation run failed", exc_info=error)
+            yield Failed(sentence(f"The run failed ({type(error).__name__}): {error}"))
+
+    # ----------------------------------------------------------------------- steps
+
+    @staticmethod
+    def _valid(settings: GenerationSettings | Mapping[str, object]) -> GenerationSettings:
+        if isinstance(settings, GenerationSettings):
+            return settings.validate()
+        return GenerationSettings.from_values(settings)
+
+    @staticmethod
+    def _prepare(history: NamedHistory | None, task: str, input_text: str,
+                 settings: GenerationSettings) -> Prepared:
+        if task not in TASKS:
+            raise SettingsError([f"Choose a task ({', '.join(TASKS)})."])
+        if not (input_text or "").strip():
+            raise SettingsError(["Enter a task input first."])
+        items = history.history.items if history is not None else ()
+        return prepare(Request(task=task, input_text=input_text, history=items, retrieval_k=settings.retrieval_k,
+                               prompt_style=settings.prompt_style))
+
+    def _load(self, pairing_id: str, runtime: str) -> Generator[Loading, None, LoadedPair]:
+        """For ``pair = yield from ...``: loads in a worker thread, reporting the loader's progress.
+
+        A pair already loaded comes back at once without a word. Every failure is a ModelLoadError.
+        """
+        loading: Background[str, LoadedPair] = Background(
+            lambda emit, _cancel: self.pairs.load(pairing_id, runtime, emit), name="specsteer-load-pair")
+        started = time.monotonic()
+        if not loading.wait(self.loading_quiet_s):
+            yield Loading("Loading the models (first use; this takes a while once)…")
+            for line in loading.items():
+                yield Loading(f"Loading the models ({time.monotonic() - started:.0f} s): {line}")
+        try:
+            return loading.result()
+        except ModelLoadError:
+            raise
+        except (ValueError, KeyError, OSError) as error:
+            raise ModelLoadError(str(error.args[0]) if error.args else str(error)) from error
+
+    @staticmethod
+    def _run(pair: LoadedPair, prepared: Prepared, settings: GenerationSettings, cancel: threading.Event,
+             tokens: list[TokenEvent], slot: int) -> Generator[Token, None, Finished]:
+        """For ``finished = yield from ...``: one method's tokens as events (kept in ``tokens``)."""
+        for event in generate(pair, prepared, settings.decode_config(), cancel=cancel):
+            if isinstance(event, Finished):
+                return event
+            tokens.append(event)
+            yield Token(event, slot)
+        raise RuntimeError("the generation ended without its statistics")
+
+    @staticmethod
+    def _privacy(pair: LoadedPair, prepared: Prepared, tokens: Sequence[TokenEvent],
+                 finished: Finished) -> PrivacyReport | None:
+        if METHOD_INFO[finished.stats.method].device_only:
+            return None
+        tokenizer = pair.tokenizer
+        audit = audit_uplink(finished.transcript, chat_ids(tokenizer, prepared.prompts.plain), tokens)
+        return PrivacyReport(audit, tuple(finished.transcript),
+                             lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False))
+
+    def _save_comparison(self, history: NamedHistory | None, task: str, input_text: str,
+                         settings: GenerationSettings, order: Sequence[str], finished: Sequence[Finished],
+                         tokens: Sequence[Sequence[TokenEvent]], blind: bool) -> SavedComparison:
+        history_id = self.store.save_history(history) if history is not None else None
+        history_name = history.name if history is not None else None
+        generation_ids = tuple(
+            self.store.save_generation(NewGeneration(
+                task=task, input_text=input_text, settings=settings.for_method(method), text=result.text,
+                tokens=tuple(shown), stats=result.stats, transcript=tuple(result.transcript), history_id=history_id,
+                history_name=history_name))
+            for method, result, shown in zip(order, finished, tokens, strict=True))
+        comparison_id = self.store.save_comparison(NewComparison(
+            task=task, input_text=input_text, settings=settings, generation_ids=generation_ids,
+            methods=tuple(order), blind=blind, history_id=history_id, history_name=history_name))
+        return SavedComparison(comparison_id, tuple(order), tuple(result.text for result in finished),
+                               generation_ids, blind)
+

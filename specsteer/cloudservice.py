@@ -40,7 +40,7 @@ import torch
 
 from .decoding import ForwardLog
 from .protocol import (
-    MAX_DRAFT_LEN, MAX_NEW_TOKENS, SESSION_BYTES, UPLINK, Cloud, CloudInfo, CloudPass, CloudReport, Draft, FrameError,
+    MAX_DRAFT_LEN, MAX_NEW_TOKENS, PROTOCOL_VERSION, SESSION_BYTES, UPLINK, Cloud, CloudInfo, CloudPass, CloudReport, Draft, FrameError,
     Open, UnsupportedVersion, decode, encode, finite_settings_problem,
 )
 
@@ -208,7 +208,8 @@ class CloudService:
         try:
             return decode(frame, UPLINK)
         except UnsupportedVersion as error:
-            raise ServiceError(400, "version", f"The Edge sent {error}.") from None
+            raise ServiceError(400, "version", f"The frame is in protocol version {error.version}; this Cloud speaks "
+                                               f"version {PROTOCOL_VERSION}.") from None
         except FrameError as error:
             raise ServiceError(400, error.code, f"The Cloud could not read the frame: {error}.") from None
 

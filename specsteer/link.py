@@ -33,7 +33,7 @@ from .decoding import ForwardLog
 from .deployment import LinkConditions, LinkEmulator
 from .events import LinkMessage, TraceStep
 from .protocol import (
-    DOWNLINK, SESSION_BYTES, UPLINK, CloudInfo, CloudReport, Draft, FrameError, Message, Open, Tokens,
+    DOWNLINK, PROTOCOL_VERSION, SESSION_BYTES, UPLINK, CloudInfo, CloudReport, Draft, FrameError, Message, Open, Tokens,
     UnsupportedVersion, Verdict, decode, encode,
 )
 
@@ -267,7 +267,9 @@ class Link:
             try:
                 message = decode(arrival.frame, DOWNLINK)
             except UnsupportedVersion as error:
-                raise VersionMismatch(f"The Cloud answered in {error}.", "version") from None
+                raise VersionMismatch(f"The Cloud answered in protocol version {error.version}; this Edge speaks "
+                                      f"version {PROTOCOL_VERSION}. Update the Edge or the Cloud so that both run "
+                                      "the same SpecSteer version.", "version") from None
             except FrameError as error:
                 raise CloudRefused(f"The Cloud sent an unreadable message: {error}.", "malformed") from None
             if not isinstance(message, kind):

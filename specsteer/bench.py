@@ -348,7 +348,8 @@ def format_table(result: dict) -> str:
     if "reference" in result:
         rows.append(dict(result["reference"]))
     for row in rows:
-        name = row["method"] + (f" a={row['alpha']:g}" if row.get("alpha") is not None else "")
+        name = row["method"] + "".join(f" {short}={row[key]:g}" for key, short in (("alpha", "a"), ("beta", "b"))
+                                       if row.get(key) is not None)
         name += f" k={row['draft_len']}" if row.get("draft_len") else ""
         cells = [fmt.format(row[key]).rjust(w) if row.get(key) is not None else "-".rjust(w)
                  for (_, key, fmt), w in zip(columns, widths)]
@@ -551,8 +552,8 @@ def _stored_runs(url: str | None, names: list[str]) -> list:
         stored = storage.get_run_by_name(name, url=url)
         if stored is None:
             raise ValueError(f"no evaluation run named {name!r} in {url or 'the default database'}")
-        runs += [TracedGeneration.of(cell.stats, cell.point.alpha) for cell in storage.run_cells(stored.id, url=url)
-                 if cell.stats.trace]
+        runs += [TracedGeneration.of(cell.stats, cell.point.alpha, cell.point.beta)
+                 for cell in storage.run_cells(stored.id, url=url) if cell.stats.trace]
     return runs
 
 
@@ -561,7 +562,8 @@ def format_rows(rows: list[dict]) -> str:
     lines = [f"{'method':22s} {'rtt ms':>7s} {'measured':>9s} {'projected':>9s} {'error':>7s} {'rounds':>7s} "
              f"{'up B':>8s} {'down B':>9s}"]
     for row in rows:
-        name = row["method"] + (f" a={row['alpha']:g}" if row.get("alpha") is not None else "")
+        name = row["method"] + "".join(f" {short}={row[key]:g}" for key, short in (("alpha", "a"), ("beta", "b"))
+                                       if row.get(key) is not None)
         error = row.get("projection_error")
         lines.append(f"{name:22s} {row['rtt_ms']:7.0f} {row['measured_tok_per_s']:9.2f} "
                      f"{row['projected_tok_per_s']:9.2f} {'' if error is None else f'{error:+.1%}':>7s} "

@@ -13,13 +13,19 @@ LightCoSteer token, one for a whole ``llm`` stream): the round trips a link char
 
 The check of the model (``bench link``)
 ---------------------------------------
-Each method's profile is fitted (``deployment.measured_profile``) on its runs at the lowest RTT of
-the sweep only, and then replays the runs made at every RTT under that profile with the RTT they
-ran at. So the link's share of every row above the lowest is predicted, not fitted: the fit knows
-the passes' costs and the host's per-step overhead, the replay adds the latency. A profile fitted
-on every method's runs together (``projected_shared_tok_per_s``) is reported beside it; it is off
-where the methods' host overhead per step differs (an HTTP request per round against one stream
-for ``llm``), which is why the per-method fit is the check.
+``projected_tok_per_s`` replays each method's runs at one RTT under this machine's own profile
+(``deployment.measured_profile``: the passes' costs fitted on those runs, the time outside passes
+and link waits as a per-step host overhead) with the link they ran over. The fit preserves the
+compute, so what it checks is the rest: that the projection's account of the link -- who waits for
+whom, a round trip per lockstep exchange, one latency for a pipelined stream, bandwidth on a
+serialized wire -- matches what the real HTTP service and the emulated network did.
+
+Two harder variants are reported beside it. ``projected_shared_tok_per_s`` fits one profile on
+every method's runs at that RTT: it misprices methods whose host overhead per step differs (an
+HTTP request per round against one stream for ``llm``), which is why the check fits per method.
+``predicted_from_lowest_rtt_tok_per_s`` fits each method at the lowest RTT only and predicts the
+others: out of sample, so on a shared machine it also carries the drift of the passes' speed
+between runs, which has nothing to do with the link.
 
 :func:`deployment_rows` is what a dashboard calls for a stored run: each method's projected speed
 at each RTT under a profile, next to what was measured here.
@@ -34,6 +40,7 @@ from .deployment import (
     DEFAULT_RTTS_MS, DeploymentProfile, LinkConditions, as_trace, get_profile, measured_profile, project_runs,
 )
 from .events import GenerationStats, TraceStep
+from .methods import METHOD_INFO
 
 
 @dataclass(frozen=True)
@@ -42,6 +49,7 @@ class TracedGeneration:
 
     method: str
     alpha: float | None
+    beta: float | None
     rtt_ms: float
     prompt: int
     new_tokens: int
@@ -52,8 +60,9 @@ class TracedGeneration:
     trace: tuple[TraceStep, ...]
 
     @classmethod
-    def of(cls, stats: GenerationStats, alpha: float | None, rtt_ms: float = 0.0, prompt: int = 0) -> TracedGeneration:
-        return cls(stats.method, alpha, rtt_ms, prompt, stats.new_tokens, stats.seconds, stats.drafted,
+    def of(cls, stats: GenerationStats, alpha: float | None, beta: float | None = None, rtt_ms: float = 0.0,
+           prompt: int = 0) -> TracedGeneration:
+        return cls(stats.method, alpha, beta, rtt_ms, prompt, stats.new_tokens, stats.seconds, stats.drafted,
                    stats.accepted, stats.verified, tuple(as_trace(stats.trace)))
 
     def to_json(self) -> dict:
@@ -61,16 +70,16 @@ class TracedGeneration:
 
     @classmethod
     def from_json(cls, data: Mapping) -> TracedGeneration:
-        return cls(**{**data, "trace": tuple(as_trace(data["trace"]))})
+        return cls(**{"beta": None, **data, "trace": tuple(as_trace(data["trace"]))})
 
 
-GroupKey = tuple[str, float | None]  # (method, alpha)
+GroupKey = tuple[str, float | None, float | None]  # (method, alpha, beta)
 
 
 def group_runs(runs: Iterable[TracedGeneration]) -> dict[GroupKey, list[TracedGeneration]]:
     groups: dict[GroupKey, list[TracedGeneration]] = {}
     for run in runs:
-        groups.setdefault((run.method, run.alpha), []).append(run)
+        groups.setdefault((run.method, run.alpha, run.beta), []).append(run)
     return groups
 
 
@@ -96,11 +105,11 @@ def projection_rows(groups: Mapping[GroupKey, Sequence[TracedGeneration]], profi
     for rtt in rtts_ms:
         at_rtt = profile.at_rtt(rtt)
         projected = {key: project_runs(runs, at_rtt) for key, runs in groups.items() if runs}
-        reference_speed = next((p.tok_per_s for (method, _), p in projected.items() if method == reference), None)
-        for (method, alpha), projection in projected.items():
-            runs = groups[(method, alpha)]
+        reference_speed = next((p.tok_per_s for (method, *_), p in projected.items() if method == reference), None)
+        for (method, alpha, beta), projection in projected.items():
+            runs = groups[(method, alpha, beta)]
             rows.append({
-                "method": method, "alpha": alpha, "rtt_ms": float(rtt),
+                "method": method, "alpha": alpha, "beta": beta, "rtt_ms": float(rtt),
                 "measured_tok_per_s": measured_tok_per_s(runs),
                 "projected_tok_per_s": projection.tok_per_s,
                 "projected_speedup": projection.tok_per_s / reference_speed if reference_speed else None,
@@ -117,7 +126,7 @@ def deployment_rows(cells: Iterable, profile_name: str, rtts_ms: Sequence[float]
     """For a stored evaluation run (``runstore.CellResult`` s): every method's projected tokens/s at
     each RTT under a bundled profile, next to what was measured here. Cells without a trace (runs
     stored before traces existed) and device-only methods' cells are projected too where they have one."""
-    runs = [TracedGeneration.of(cell.stats, cell.point.alpha) for cell in cells if cell.stats.trace]
+    runs = [TracedGeneration.of(cell.stats, cell.point.alpha, cell.point.beta) for cell in cells if cell.stats.trace]
     return projection_rows(group_runs(runs), get_profile(profile_name), rtts_ms)
 
 
@@ -145,8 +154,9 @@ def run_link_bench(edge_pair, cloud, prompts: Sequence, configs: Sequence, rtts_
                 edge_pair.clear_prefix_caches()
                 conditions = link_conditions(rtt, uplink_kbps, downlink_kbps)
                 _, finished = collect(generate(edge_pair, prepared, config, cloud=cloud, conditions=conditions))
-                alpha = config.alpha if config.method == "specsteer" else None
-                runs.append(TracedGeneration.of(finished.stats, alpha, rtt, index))
+                info = METHOD_INFO[config.method]
+                runs.append(TracedGeneration.of(finished.stats, config.alpha if info.takes_alpha else None,
+                                                config.beta if info.takes_beta else None, rtt, index))
                 progress(f"prompt {index + 1}/{len(prompts)} {config.method} rtt {rtt:g} ms: "
                          f"{finished.stats.tok_per_s:.2f} tok/s, {finished.stats.new_tokens} tokens")
     return runs
@@ -161,28 +171,50 @@ def _short(config):
 def link_rows(runs: Sequence[TracedGeneration], uplink_kbps: float, downlink_kbps: float) -> list[dict]:
     """Measured against projected speed per method and RTT (see the module docstring)."""
     base_rtt = min(run.rtt_ms for run in runs)
-    base_link = link_conditions(base_rtt, uplink_kbps, downlink_kbps)
-    base_runs = [run for run in runs if run.rtt_ms == base_rtt]
-    shared = measured_profile(base_runs, link=base_link, name="this-machine-shared")
+    profiles = _ProfileCache(uplink_kbps, downlink_kbps)
     rows = []
     for key, method_runs in group_runs(runs).items():
-        own = measured_profile([run for run in method_runs if run.rtt_ms == base_rtt], link=base_link)
         for rtt in sorted({run.rtt_ms for run in method_runs}):
             at = [run for run in method_runs if run.rtt_ms == rtt]
-            projection = project_runs(at, own.at_rtt(rtt))
-            shared_projection = project_runs(at, shared.at_rtt(rtt))
+            every_method = [run for run in runs if run.rtt_ms == rtt]
+            lowest = [run for run in method_runs if run.rtt_ms == base_rtt]
             measured = measured_tok_per_s(at)
+            own = project_runs(at, profiles.fitted(at, rtt))
+            shared = project_runs(at, profiles.fitted(every_method, rtt))
+            predicted = project_runs(at, profiles.fitted(lowest, base_rtt).at_rtt(rtt))
             rows.append({
-                "method": key[0], "alpha": key[1], "rtt_ms": rtt,
+                "method": key[0], "alpha": key[1], "beta": key[2], "rtt_ms": rtt,
                 "measured_tok_per_s": measured,
-                "projected_tok_per_s": projection.tok_per_s,
-                "projection_error": projection.tok_per_s / measured - 1 if measured else None,
-                "projected_shared_tok_per_s": shared_projection.tok_per_s,
-                "shared_projection_error": shared_projection.tok_per_s / measured - 1 if measured else None,
-                "rounds": projection.round_trips,
-                "uplink_bytes": projection.uplink_bytes, "downlink_bytes": projection.downlink_bytes,
-                "tokens": projection.tokens, "runs": len(at),
-                "fitted_on_rtt_ms": base_rtt,
+                "projected_tok_per_s": own.tok_per_s,
+                "projection_error": _error(own.tok_per_s, measured),
+                "projected_shared_tok_per_s": shared.tok_per_s,
+                "shared_projection_error": _error(shared.tok_per_s, measured),
+                "predicted_from_lowest_rtt_tok_per_s": predicted.tok_per_s,
+                "prediction_error": _error(predicted.tok_per_s, measured),
+                "rounds": own.round_trips,
+                "uplink_bytes": own.uplink_bytes, "downlink_bytes": own.downlink_bytes,
+                "tokens": own.tokens, "runs": len(at), "link_s": own.link_s,
+                "lowest_rtt_ms": base_rtt,
                 **acceptance_summary(at),
             })
     return rows
+
+
+class _ProfileCache:
+    """This machine's profiles fitted on groups of runs, each under the link those runs ran over."""
+
+    def __init__(self, uplink_kbps: float, downlink_kbps: float):
+        self.uplink_kbps = uplink_kbps
+        self.downlink_kbps = downlink_kbps
+        self._fitted: dict[tuple, DeploymentProfile] = {}
+
+    def fitted(self, runs: Sequence[TracedGeneration], rtt_ms: float) -> DeploymentProfile:
+        key = (tuple(id(run) for run in runs), rtt_ms)
+        if key not in self._fitted:
+            link = link_conditions(rtt_ms, self.uplink_kbps, self.downlink_kbps)
+            self._fitted[key] = measured_profile(runs, link=link)
+        return self._fitted[key]
+
+
+def _error(projected: float, measured: float) -> float | None:
+    return projected / measured - 1 if measured else None

@@ -8,9 +8,7 @@ same request is the reference for every remote one.
 from __future__ import annotations
 
 import os
-import random
 import struct
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -18,11 +16,11 @@ import httpx
 import pytest
 
 from specsteer import cli, protocol
-from specsteer.engine import DecodeConfig, chat_ids, collect, generate, generate_ids, prepare, Request
+from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, generate_ids, prepare
 from specsteer.history import HistoryItem
 from specsteer.link import CloudRefused, CloudUnreachable, Link, SessionGone, VersionMismatch
 from specsteer.privacy import audit_wire
-from specsteer.protocol import Draft, Open, PROTOCOL_VERSION, Verdict, decode, encode
+from specsteer.protocol import PROTOCOL_VERSION, Draft, Open, Verdict, encode
 from specsteer.remote import (
     EXCHANGE_PATH, RemoteCloud, bind_problem, check_cloud, free_loopback_port, read_capture, start_cloud_process,
 )

@@ -30,6 +30,7 @@ def traced(pair, method: str, alpha: float | None = None, rtt_ms: float = 0.0) -
     return TracedGeneration.of(finished.stats, alpha, 1.0 if alpha is not None else None, rtt_ms)
 
 
+@pytest.mark.slow  # starts a Cloud process
 def test_link_and_project_commands(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the child Cloud's arithmetic and share of the machine
     code = bench.main(["link", "--json", "--pairing", "tiny-test", "--rtt-ms", "0,40", "--methods",

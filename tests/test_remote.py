@@ -26,6 +26,9 @@ from specsteer.remote import (
 )
 from specsteer.testing import tiny_pair
 
+# Each module server costs a process start (~10 s on a loaded 2-core machine): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
 CANARY = "QUOKKA-canary-4417 purple kazoo"
 SECRET_ENV = "SPECSTEER_TEST_CLOUD_SECRET"
 SECRET = "correct horse battery staple"

@@ -1,5 +1,8 @@
 """``python -m specsteer.bench speed``: every method on the same prompts, in one run.
 
+(``bench link`` and ``bench project``, the device-cloud system through a Cloud service and its
+projection onto deployments, are described in ``specsteer.linkbench``.)
+
 Speeds are only comparable inside one run on this kind of shared machine, so
 the benchmark reports ratios to ``llm`` measured in the same run on the same
 runtime, interleaving methods (and runtimes, with ``--runtime llama.cpp,transformers``)
@@ -27,8 +30,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
+from pathlib import Path
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -37,6 +42,8 @@ import torch
 
 from .engine import (MAX_DRAFT_LEN, DecodeConfig, Prepared, Request, chat_ids, collect, generate, prepare,
                      speculative_bound)
+from .deployment import DEFAULT_RTTS_MS, PROFILES, get_profile
+from .jsonable import to_jsonable
 from .machine import machine_info
 from .runtime import RUNTIME_CHOICES
 from .methods import METHOD_INFO, SPEED_REFERENCE, method_info
@@ -341,7 +348,8 @@ def format_table(result: dict) -> str:
     if "reference" in result:
         rows.append(dict(result["reference"]))
     for row in rows:
-        name = row["method"] + (f" a={row['alpha']:g}" if row.get("alpha") is not None else "")
+        name = row["method"] + "".join(f" {short}={row[key]:g}" for key, short in (("alpha", "a"), ("beta", "b"))
+                                       if row.get(key) is not None)
         name += f" k={row['draft_len']}" if row.get("draft_len") else ""
         cells = [fmt.format(row[key]).rjust(w) if row.get(key) is not None else "-".rjust(w)
                  for (_, key, fmt), w in zip(columns, widths)]
@@ -358,6 +366,17 @@ def _runtimes(text: str) -> list[str]:
     if not names or unknown:
         raise argparse.ArgumentTypeError(f"runtimes must be some of {', '.join(RUNTIME_CHOICES)}, comma-separated")
     return names
+
+
+def _log(line: str) -> None:
+    print(f"[bench] {line}", file=sys.stderr, flush=True)
+
+
+def _numbers(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, not {text!r}") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -384,12 +403,41 @@ def main(argv: list[str] | None = None) -> int:
                        help="skip the measurement of a repeated request's first token")
     speed.add_argument("--attention", choices=("packed", "sdpa", "eager"), default="packed",
                        help="transformers runtime: 'packed' (default; specsteer.attention) or a transformers one")
-    args = parser.parse_args(argv)
 
+    link = commands.add_parser("link", help="methods through a Cloud service at each emulated RTT, measured "
+                                            "against the deployment projection with this machine's own profile")
+    link.add_argument("--json", action="store_true")
+    link.add_argument("--rtt-ms", type=_numbers, default=[0.0, 20.0, 50.0, 100.0])
+    link.add_argument("--methods", default="llm,lightcosteer,specsteer")
+    link.add_argument("--alpha", type=float, default=0.1, help="specsteer's alpha")
+    link.add_argument("--draft-len", type=int, default=4)
+    link.add_argument("--prompts", type=int, default=3)
+    link.add_argument("--max-new-tokens", type=int, default=64)
+    link.add_argument("--uplink-kbps", type=float, default=math.inf)
+    link.add_argument("--downlink-kbps", type=float, default=math.inf)
+    link.add_argument("--pairing", default=None, help="pairing id ('tiny-test': random tiny models, for tests)")
+    link.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
+    link.add_argument("--dtype", choices=("bf16", "fp32"), default=None)
+    link.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
+
+    project = commands.add_parser("project", help="stored runs projected onto a bundled deployment profile")
+    project.add_argument("--json", action="store_true")
+    project.add_argument("--profile", required=True, help=f"one of {', '.join(PROFILES)}")
+    project.add_argument("--rtt-ms", type=_numbers, default=list(DEFAULT_RTTS_MS))
+    project.add_argument("--database", default=None, metavar="URL", help="an evaluation database (with --run)")
+    project.add_argument("--run", action="append", default=[], metavar="NAME",
+                         help="an evaluation run's name; repeat for several")
+    project.add_argument("--from-bench", default=None, metavar="FILE", help="the JSON of `bench link --json`")
+    args = parser.parse_args(argv)
+    command = {"speed": _speed, "link": _link, "project": _project}[args.command]
+    return command(args)
+
+
+def _speed(args) -> int:
     from .models import ModelLoadError, load_pair
     from .registry import DEFAULT_PAIRING
 
-    log = (lambda line: print(f"[bench] {line}", file=sys.stderr, flush=True))
+    log = _log
     try:
         cases = bench_cases(args.methods.split(","), [float(a) for a in args.alpha.split(",")],
                             args.draft_len.split(","), args.max_new_tokens)
@@ -414,6 +462,113 @@ def main(argv: list[str] | None = None) -> int:
         result["prefix_reuse"] = {pair.runtime: prefix_reuse(pair, prompts[0], config) for pair in pairs}
     print(json.dumps(result) if args.json else format_table(result))
     return 0
+
+
+def _link(args) -> int:
+    """``bench link``: a Cloud service in a child process on a free loopback port, stopped by its pid."""
+    from .linkbench import link_rows, run_link_bench
+    from .models import ModelLoadError, load_pair
+    from .registry import DEFAULT_PAIRING
+    from .remote import RemoteCloud, start_cloud_process
+    from .testing import TEST_PAIRING_ID, shared_tiny_pair
+
+    pairing = args.pairing or DEFAULT_PAIRING
+    try:
+        configs = [DecodeConfig(method=method, alpha=args.alpha, draft_len=args.draft_len,
+                                max_new_tokens=args.max_new_tokens).validate() for method in args.methods.split(",")]
+        # The Edge alone here: the Generalist's weights are read by the Cloud process only.
+        edge = shared_tiny_pair() if pairing == TEST_PAIRING_ID else load_pair(
+            pairing, dtype=args.dtype, progress=_log, runtime=args.runtime, edge_only=True)
+    except (ValueError, KeyError, ModelLoadError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    cloud_arguments = ["--pairing", pairing, "--runtime", edge.runtime, "--no-prefix-reuse"]
+    if args.dtype:
+        cloud_arguments += ["--dtype", args.dtype]
+    _log(machine_info().describe())
+    prompts = load_prompts(args.prompts, args.data)
+    _log(f"starting the Cloud: {' '.join(cloud_arguments)}")
+    child = start_cloud_process(*cloud_arguments)
+    try:
+        with RemoteCloud(child.url) as cloud:
+            runs = run_link_bench(edge, cloud, prompts, configs, args.rtt_ms, args.uplink_kbps, args.downlink_kbps,
+                                  progress=_log)
+    finally:
+        child.stop()
+    result = {
+        "rows": link_rows(runs, args.uplink_kbps, args.downlink_kbps),
+        "machine": machine_info().to_dict(),
+        "settings": {"pairing": pairing, "runtime": edge.runtime, "precision": edge.precision,
+                     "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "draft_len": args.draft_len,
+                     "alpha": args.alpha, "uplink_kbps": args.uplink_kbps, "downlink_kbps": args.downlink_kbps},
+        "runs": [run.to_json() for run in runs],
+    }
+    print(json.dumps(to_jsonable(result)) if args.json else format_rows(result["rows"]))
+    return 0
+
+
+def _project(args) -> int:
+    from .linkbench import group_runs, projection_rows
+
+    try:
+        profile = get_profile(args.profile)
+        if bool(args.from_bench) == bool(args.database or args.run):
+            raise ValueError("give either --from-bench FILE or --database URL with --run NAME")
+        runs = _bench_runs(args.from_bench) if args.from_bench else _stored_runs(args.database, args.run)
+    except (ValueError, OSError, KeyError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if not runs:
+        print("error: no stored generation has a trace to project", file=sys.stderr)
+        return 2
+    rows = projection_rows(group_runs(runs), profile, args.rtt_ms)
+    result = {"rows": rows, "profile": {"name": profile.name, "label": profile.label,
+                                        "sources": {s.number: s.text for s in profile.sources}},
+              "source": args.from_bench or {"database": args.database, "runs": args.run},
+              "generations": len(runs)}
+    print(json.dumps(to_jsonable(result)) if args.json else format_rows(rows))
+    return 0
+
+
+def _bench_runs(path: str) -> list:
+    """The lowest-RTT runs of a ``bench link`` result: the same generations measured without link delay."""
+    from .linkbench import TracedGeneration
+
+    runs = [TracedGeneration.from_json(run) for run in json.loads(Path(path).read_text())["runs"]]
+    base = min((run.rtt_ms for run in runs), default=0.0)
+    return [run for run in runs if run.rtt_ms == base]
+
+
+def _stored_runs(url: str | None, names: list[str]) -> list:
+    """The traced cells of evaluation runs, read through storage: this command's composition root."""
+    import storage
+
+    from .linkbench import TracedGeneration
+
+    if not names:
+        raise ValueError("name at least one --run")
+    runs = []
+    for name in names:
+        stored = storage.get_run_by_name(name, url=url)
+        if stored is None:
+            raise ValueError(f"no evaluation run named {name!r} in {url or 'the default database'}")
+        runs += [TracedGeneration.of(cell.stats, cell.point.alpha, cell.point.beta)
+                 for cell in storage.run_cells(stored.id, url=url) if cell.stats.trace]
+    return runs
+
+
+def format_rows(rows: list[dict]) -> str:
+    """The rows of ``link`` and ``project`` as a table."""
+    lines = [f"{'method':22s} {'rtt ms':>7s} {'measured':>9s} {'projected':>9s} {'error':>7s} {'rounds':>7s} "
+             f"{'up B':>8s} {'down B':>9s}"]
+    for row in rows:
+        name = row["method"] + "".join(f" {short}={row[key]:g}" for key, short in (("alpha", "a"), ("beta", "b"))
+                                       if row.get(key) is not None)
+        error = row.get("projection_error")
+        lines.append(f"{name:22s} {row['rtt_ms']:7.0f} {row['measured_tok_per_s']:9.2f} "
+                     f"{row['projected_tok_per_s']:9.2f} {'' if error is None else f'{error:+.1%}':>7s} "
+                     f"{row['rounds']:7d} {row['uplink_bytes']:8d} {row['downlink_bytes']:9d}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

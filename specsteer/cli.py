@@ -1,7 +1,12 @@
-"""``python -m specsteer generate``: personalized generation from the command line.
+"""``python -m specsteer generate``: personalized generation from the command line;
+``python -m specsteer cloud``: the Cloud as an HTTP service for Edges elsewhere.
+
+``generate --cloud URL`` (or $SPECSTEER_CLOUD_URL) runs only the Edge here -- the Specialist and
+the history -- against a Cloud service; without it both run in this process. ``--rtt-ms``,
+``--uplink-kbps`` and ``--downlink-kbps`` make the link behave like that network either way.
 
 Exit status: 0 on success, 2 for bad input (history, arguments), 1 when the
-models cannot be loaded.
+models cannot be loaded, 3 when the Cloud failed (what was generated before is kept).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import sys
 import threading
 from pathlib import Path
 
+from .deployment import LinkConditions
 from .events import Finished, TokenEvent
 
 # ANSI styles per token kind; rejected drafts are struck through.
@@ -35,7 +41,9 @@ def _float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .cloudservice import ServiceLimits
     from .engine import METHODS
+    from .remote import CLOUD_SECRET_ENV, CLOUD_URL_ENV, DEFAULT_PORT
     from .runtime import RUNTIME_CHOICES
     from .tasks import TASKS
 
@@ -72,14 +80,56 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of coloured text")
     gen.add_argument("--no-color", action="store_true", help="plain text (also when NO_COLOR is set)")
+    gen.add_argument("--cloud", default=None, metavar="URL",
+                     help=f"run the Edge here against the Cloud service at URL (default: ${CLOUD_URL_ENV}; empty or "
+                          "unset: the Cloud runs in this process)")
+    gen.add_argument("--cloud-secret-env", default=CLOUD_SECRET_ENV, metavar="NAME",
+                     help="environment variable holding the Cloud's shared secret (default: %(default)s)")
+    _link_arguments(gen)
     commands.add_parser("pairings", help="list the model pairings and whether they can load here")
+    cloud = commands.add_parser("cloud", help="serve the Cloud (Generalist + generic Specialist) over HTTP")
+    cloud.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
+    cloud.add_argument("--port", type=int, default=DEFAULT_PORT)
+    cloud.add_argument("--pairing", default=None, help="pairing id (see `python -m specsteer pairings`)")
+    cloud.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
+    cloud.add_argument("--dtype", choices=("bf16", "fp32"), default=None, help="transformers runtime only")
+    cloud.add_argument("--secret-env", default=None, metavar="NAME",
+                       help="environment variable holding a shared secret Edges must send; required to listen "
+                            "beyond loopback")
+    limits = ServiceLimits()
+    cloud.add_argument("--max-sessions", type=int, default=limits.max_sessions)
+    cloud.add_argument("--max-prompt-tokens", type=int, default=limits.max_prompt_tokens)
+    cloud.add_argument("--max-new-tokens", type=int, default=limits.max_new_tokens)
+    cloud.add_argument("--max-draft-len", type=int, default=limits.max_draft_len)
+    cloud.add_argument("--idle-timeout-s", type=_float, default=limits.idle_timeout_s,
+                       help="end a session after this long without a message")
+    cloud.add_argument("--no-prefix-reuse", action="store_true",
+                       help="forget cached prompts when a session ends (benchmarks time every prompt's reading)")
+    cloud.add_argument("--capture", default=None, metavar="FILE",
+                       help="append every exchanged body to FILE: what this Cloud received, for privacy audits")
     return parser
+
+
+def _link_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--rtt-ms", type=_float, default=None, help="emulate a link with this round-trip time")
+    parser.add_argument("--uplink-kbps", type=_float, default=None, help="emulated uplink bandwidth (kbit/s)")
+    parser.add_argument("--downlink-kbps", type=_float, default=None, help="emulated downlink bandwidth (kbit/s)")
+
+
+def link_conditions(args) -> LinkConditions | None:
+    """The emulated network the arguments ask for; None when they ask for none."""
+    if args.rtt_ms is None and args.uplink_kbps is None and args.downlink_kbps is None:
+        return None
+    return LinkConditions(rtt_ms=args.rtt_ms or 0.0, uplink_kbps=args.uplink_kbps or math.inf,
+                          downlink_kbps=args.downlink_kbps or math.inf)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "pairings":
         return _list_pairings()
+    if args.command == "cloud":
+        return _serve_cloud(args)
     return _generate(args)
 
 
@@ -121,50 +171,121 @@ def _generate(args) -> int:
         from .engine import prepare
 
         prepared = prepare(request)
+        conditions = link_conditions(args)
     except FileNotFoundError:
         return _fail(f"history file not found: {args.history}", 2)
     except (HistoryError, ValueError) as error:
         return _fail(str(error), 2)
 
-    pair = _load(args)
-    if isinstance(pair, int):
-        return pair
-    events = generate(pair, prepared, config, threading.Event())
-    if args.json:
-        return _print_json(events)
-    return _print_coloured(events, colour=not (args.no_color or os.environ.get("NO_COLOR")))
+    from .link import CloudError
+    from .remote import cloud_from_environment
+
+    cloud = cloud_from_environment(args.cloud, os.environ.get(args.cloud_secret_env))
+    try:
+        if cloud is not None:
+            cloud.info()  # before loading anything: an unreachable or mismatched Cloud fails at once
+        pair = _load(args, edge_only=cloud is not None)
+        if isinstance(pair, int):
+            return pair
+        events = generate(pair, prepared, config, threading.Event(), cloud=cloud, conditions=conditions)
+        if args.json:
+            return _print_json(events)
+        return _print_coloured(events, colour=not (args.no_color or os.environ.get("NO_COLOR")))
+    except CloudError as error:
+        return _cloud_failed(error, args.json)
+    finally:
+        if cloud is not None:
+            cloud.close()
 
 
-def _load(args):
+def _cloud_failed(error, as_json: bool) -> int:
+    """Exit 3; what was generated before the Cloud failed has been printed already."""
+    partial = error.partial
+    kept = f" after {partial.stats.new_tokens} tokens, which are kept" if partial is not None else ""
+    if not as_json:
+        print()
+    return _fail(f"the Cloud failed{kept}: {error}", 3)
+
+
+def _load(args, edge_only: bool = False):
     from .models import ModelLoadError, load_pair
     from .registry import resolve_pairing
 
     try:
         pairing = resolve_pairing(args.pairing, specialist=args.specialist, generalist=args.generalist)
         progress = None if args.json else (lambda line: print(f"[models] {line}", file=sys.stderr))
-        return load_pair(pairing, dtype=args.dtype, progress=progress, runtime=args.runtime)
+        return load_pair(pairing, dtype=args.dtype, progress=progress, runtime=args.runtime, edge_only=edge_only)
     except (KeyError, ValueError) as error:
         return _fail(str(error.args[0]) if error.args else str(error), 2)
     except ModelLoadError as error:
         return _fail(str(error), 1)
 
 
-def _print_json(events) -> int:
-    tokens: list[dict] = []
-    for event in events:
-        if isinstance(event, TokenEvent):
-            tokens.append({"id": event.id, "text": event.text, "kind": event.kind})
-            continue
-        document = {
-            "text": event.text,
-            "tokens": tokens,
-            "stats": event.stats.to_dict(),
-            "transcript": [
-                {"direction": m.direction, "bytes": m.bytes, "payload": {"kind": m.kind, **m.payload}} for m in event.transcript
-            ],
-        }
-        print(json.dumps(document, ensure_ascii=False))
+def _serve_cloud(args) -> int:
+    from .cloudservice import CloudService, ServiceLimits
+    from .remote import bind_problem, serve
+
+    secret = None
+    if args.secret_env:
+        secret = os.environ.get(args.secret_env, "")
+        if not secret:
+            return _fail(f"--secret-env {args.secret_env}: that environment variable is empty or unset", 2)
+    problem = bind_problem(args.host, secret)
+    if problem:
+        return _fail(problem, 2)
+    try:
+        limits = ServiceLimits(max_sessions=args.max_sessions, max_prompt_tokens=args.max_prompt_tokens,
+                               max_new_tokens=args.max_new_tokens, max_draft_len=args.max_draft_len,
+                               idle_timeout_s=args.idle_timeout_s)
+    except ValueError as error:
+        return _fail(str(error), 2)
+    pair = _cloud_pair(args)
+    if isinstance(pair, int):
+        return pair
+    service = CloudService(pair, limits, reuse_prefixes=not args.no_prefix_reuse)
+    serve(service, args.host, args.port, secret, args.capture,
+          announce=lambda line: print(f"[cloud] {line} on http://{args.host}:{args.port}", file=sys.stderr, flush=True))
     return 0
+
+
+def _cloud_pair(args):
+    from .testing import TEST_PAIRING_ID, shared_tiny_pair
+
+    if args.pairing == TEST_PAIRING_ID:  # random tiny models: the test hook of the evaluate CLI and the app
+        return shared_tiny_pair()
+    args.specialist = args.generalist = None
+    args.json = False
+    return _load(args)
+
+
+def _print_json(events) -> int:
+    from .link import CloudError
+
+    tokens: list[dict] = []
+    try:
+        for event in events:
+            if isinstance(event, TokenEvent):
+                tokens.append({"id": event.id, "text": event.text, "kind": event.kind})
+                continue
+            print(json.dumps(_document(event, tokens), ensure_ascii=False))
+    except CloudError as error:  # the document of what was generated, and why it stopped
+        if error.partial is not None:
+            failure = {"code": error.code, "message": str(error)}
+            print(json.dumps({**_document(error.partial, tokens), "error": failure}, ensure_ascii=False))
+        raise
+    return 0
+
+
+def _document(finished: Finished, tokens: list[dict]) -> dict:
+    return {
+        "text": finished.text,
+        "tokens": tokens,
+        "stats": finished.stats.to_dict(),
+        "transcript": [
+            {"direction": m.direction, "bytes": m.bytes, "payload": {"kind": m.kind, **m.payload}}
+            for m in finished.transcript
+        ],
+    }
 
 
 def _print_coloured(events, colour: bool) -> int:

@@ -108,6 +108,10 @@ class ForwardLog:
 
     def record(self, name: str, seconds: float, tokens: int = 1) -> None:
         self.trace.append(TraceStep("forward", name, tokens, seconds))
+        self.count(name, seconds)
+
+    def count(self, name: str, seconds: float) -> None:
+        """Count a pass without placing it in the trace (a pass another process ran and reported)."""
         if name not in self.calls:
             self.calls[name] = 0
             self.seconds[name] = 0.0

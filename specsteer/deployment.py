@@ -52,6 +52,11 @@ while a stream flows. One approximation remains: the thread already sleeps throu
 of a stream before its sender goes on computing, so that message's transmission time is paid once
 more than a real sender would pay it when the next message is smaller (a few hundred bytes'
 worth: the prompt's upload before the first draft).
+
+A sender in another process (the Cloud service streaming the ``llm`` tokens over HTTP) does not
+pause while this thread sleeps, so the inference above does not hold for it: the transport stamps
+each such message with the time it reached the Edge (``carry(..., sent_at=...)``; on loopback that
+is when it was sent), and the wire and latency rule applies from there.
 """
 
 from __future__ import annotations
@@ -146,8 +151,18 @@ class LinkEmulator:
         self._sender_lag = 0.0  # how far the current stream's sender's clock trails the thread's
         self._wire_free = {UPLINK: -math.inf, DOWNLINK: -math.inf}
 
-    def carry(self, direction: str, size: int) -> float:
-        """Hold the thread until the message would have arrived; return the seconds waited."""
+    @property
+    def clock(self) -> Callable[[], float]:
+        """The clock the emulator reads (a transport stamps concurrent arrivals with it)."""
+        return self._clock
+
+    def carry(self, direction: str, size: int, sent_at: float | None = None) -> float:
+        """Hold the thread until the message would have arrived; return the seconds waited.
+
+        ``sent_at`` is when a sender that runs concurrently with this thread (a Cloud in another
+        process streaming tokens) handed the message over, on this emulator's clock; without it the
+        sender is taken to share the thread, and its clock is inferred as described above.
+        """
         if direction not in DIRECTIONS:
             raise ValueError(f"unknown link direction {direction!r}")
         now = self._clock()
@@ -155,7 +170,8 @@ class LinkEmulator:
             # A reply (or the first message): its sender was the side waiting for the last
             # message, so it is exactly where the thread is.
             self._sender_lag = 0.0
-        sent_at = now - self._sender_lag
+        if sent_at is None:
+            sent_at = now - self._sender_lag
         start = max(sent_at, self._wire_free[direction])
         self._wire_free[direction] = start + self.conditions.transmission_s(direction, size)
         arrival = self._wire_free[direction] + self.conditions.one_way_s

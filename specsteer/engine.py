@@ -32,8 +32,9 @@ import torch
 from .decoding import Detokenizer, ForwardLog, Sampler
 from .events import Finished, GenerationStats, TokenEvent
 from .methods import METHOD_INFO, METHODS
-from .protocol import MAX_DRAFT_LEN, Cloud, Edge, Link
-MAX_NEW_TOKENS = 4096
+from .deployment import LinkConditions
+from .link import CloudEndpoint, CloudError, CloudRefused, CloudUnreachable, InProcessCloud, Link
+from .protocol import MAX_DRAFT_LEN, MAX_NEW_TOKENS, Draft, Edge, Open
 
 
 @dataclass
@@ -116,21 +117,29 @@ def chat_ids(tokenizer, user_message: str) -> list[int]:
 
 
 def generate(pair, request: Request | Prepared, config: DecodeConfig,
-             cancel: threading.Event | None = None) -> Iterator[TokenEvent | Finished]:
-    """Run one method on one request; yields token events, then a Finished."""
+             cancel: threading.Event | None = None, *, cloud: CloudEndpoint | None = None,
+             conditions: LinkConditions | None = None) -> Iterator[TokenEvent | Finished]:
+    """Run one method on one request; yields token events, then a Finished.
+
+    ``cloud``: where the Cloud is (default: in this process, over the pair's own models; a
+    ``specsteer.remote.RemoteCloud`` for ``python -m specsteer cloud``). ``conditions``: emulate that
+    network on the link. A Cloud that fails raises a ``specsteer.link.CloudError`` whose ``partial``
+    holds what was emitted before.
+    """
     config.validate()
     prepared = request if isinstance(request, Prepared) else prepare(request)
     tokenizer = pair.tokenizer
     plain_ids = chat_ids(tokenizer, prepared.prompts.plain)
     private_ids = chat_ids(tokenizer, prepared.prompts.private)
-    return _run(pair, plain_ids, private_ids, config, cancel or threading.Event())
+    return _run(pair, plain_ids, private_ids, config, cancel or threading.Event(), cloud, conditions)
 
 
 def generate_ids(pair, plain_ids: list[int], private_ids: list[int], config: DecodeConfig,
-                 cancel: threading.Event | None = None) -> Iterator[TokenEvent | Finished]:
+                 cancel: threading.Event | None = None, *, cloud: CloudEndpoint | None = None,
+                 conditions: LinkConditions | None = None) -> Iterator[TokenEvent | Finished]:
     """``generate`` on already tokenized prompts (tests and benchmarks)."""
     config.validate()
-    return _run(pair, plain_ids, private_ids, config, cancel or threading.Event())
+    return _run(pair, plain_ids, private_ids, config, cancel or threading.Event(), cloud, conditions)
 
 
 def collect(events: Iterable[TokenEvent | Finished]) -> tuple[list[TokenEvent], Finished]:
@@ -204,23 +213,32 @@ class _Output:
         return bool(tokens) and tokens[-1] in self.stop_ids
 
 
-def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.Event):
+def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.Event,
+         cloud: CloudEndpoint | None, conditions: LinkConditions | None):
     started = time.perf_counter()
     forward_log = ForwardLog()
-    link = Link(trace=forward_log.trace)
+    # The one place where in-process and remote differ: which transport the link gets.
+    link = Link((cloud or InProcessCloud(pair)).transport(), forward_log, conditions)
     output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids, link, cancel)
     stats = GenerationStats(method=config.method)
-    with torch.inference_mode():
-        if METHOD_INFO[config.method].device_only:
-            loop = _device_only(pair, plain_ids, private_ids, config, forward_log, output)
-        elif config.method == "llm":
-            loop = _cloud_only(pair, plain_ids, config, forward_log, output, link)
-        else:
-            loop = _speculative(pair, plain_ids, private_ids, config, forward_log, output, link, stats)
-        for event in loop:
-            if stats.ttft_s is None and event.emitted:
-                stats.ttft_s = time.perf_counter() - started
-            yield event
+    try:
+        with torch.inference_mode():
+            for event in _loop(pair, plain_ids, private_ids, config, output, link, stats):
+                if stats.ttft_s is None and event.emitted:
+                    stats.ttft_s = time.perf_counter() - started
+                yield event
+    except CloudError as error:
+        link.close()
+        output.stop_reason = "cloud-error"
+        error.partial = _finished(pair, output, stats, link, started)
+        raise
+    finally:
+        link.close()  # the Cloud's last report completes the trace; a second close does nothing
+    yield _finished(pair, output, stats, link, started)
+
+
+def _finished(pair, output: _Output, stats: GenerationStats, link: Link, started: float) -> Finished:
+    forward_log = link.forward_log
     seconds = time.perf_counter() - started
     new_tokens = len(output.detokenizer.ids)
     stats.new_tokens = new_tokens
@@ -238,7 +256,15 @@ def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.E
     stats.runtime = pair.runtime
     stats.precision = pair.precision
     stats.reused_tokens = dict(forward_log.reused)
-    yield Finished("".join(output.pieces), list(output.detokenizer.ids), stats, link.transcript)
+    return Finished("".join(output.pieces), list(output.detokenizer.ids), stats, list(link.transcript))
+
+
+def _loop(pair, plain_ids, private_ids, config, output, link, stats):
+    if METHOD_INFO[config.method].device_only:
+        return _device_only(pair, plain_ids, private_ids, config, link.forward_log, output)
+    if config.method == "llm":
+        return _cloud_only(pair, plain_ids, config, output, link)
+    return _speculative(pair, plain_ids, private_ids, config, output, link, stats)
 
 
 def _sampler(config: DecodeConfig) -> Sampler:
@@ -257,32 +283,39 @@ def _device_only(pair, plain_ids, private_ids, config, forward_log, output):
         edge.close()
 
 
-def _open_cloud(pair, plain_ids, config, rule, beta, forward_log, link) -> Cloud:
-    cloud = Cloud(pair.generalist, pair.specialist, pair.vocab_size, forward_log)
-    opening = link.send("uplink", "open", {
-        "rule": rule, "alpha": min(config.alpha, 1e300), "beta": beta,
-        "temperature": config.temperature if config.sample else 0.0, "top_p": config.top_p,
-        "top_k": config.downlink_top_k, "bonus": config.bonus or config.method in ("lightcosteer", "costeer"),
-        "seed": config.seed, "max_new_tokens": config.max_new_tokens, "prompt": plain_ids,
-    })
-    try:
-        cloud.open(opening)
-    except BaseException:
-        cloud.close()
-        raise
-    return cloud
+def _opening(pair, link: Link, plain_ids, config: DecodeConfig, rule: str, beta: float) -> Open:
+    return Open(
+        session=link.session, rule=rule, prompt=plain_ids, max_new_tokens=config.max_new_tokens,
+        alpha=min(config.alpha, 1e300), beta=beta, temperature=config.temperature if config.sample else 0.0,
+        top_p=config.top_p, top_k=config.downlink_top_k,
+        bonus=config.bonus or config.method in ("lightcosteer", "costeer"), seed=config.seed,
+        stop_ids=sorted(pair.eos_token_ids),
+    )
 
 
-def _cloud_only(pair, plain_ids, config, forward_log, output, link):
-    cloud = _open_cloud(pair, plain_ids, config, "match", 0.0, forward_log, link)
-    sampler = _sampler(config)
+def _shared_vocabulary(pair, link: Link) -> int:
+    """The ids both sides score. The Cloud must serve the Specialist the Edge runs (its generic copy)."""
+    info = link.info()
+    if info.pairing != pair.pairing_id:
+        raise CloudRefused(f"The Cloud serves the pairing {info.pairing!r} but this Edge runs {pair.pairing_id!r}; "
+                           "start the Cloud with the Edge's pairing.", "pairing")
+    return min(pair.vocab_size, info.vocab_size)
+
+
+def _cloud_only(pair, plain_ids, config, output, link):
+    """The ``llm`` baseline: the Cloud decodes alone and streams its tokens down (no round trip per token)."""
+    _shared_vocabulary(pair, link)
+    stream = link.open(_opening(pair, link, plain_ids, config, "generate", 0.0))
     try:
-        while output.keep_going():
-            message = link.send("downlink", "tokens", cloud.generate(1, sampler))
-            for token in message["ids"]:
+        for message in stream:
+            for token in message.ids:
                 yield output.emit(token, "plain", 0)
+            if not output.keep_going():
+                return
     finally:
-        cloud.close()
+        stream.close()
+    if not output.done:
+        raise CloudUnreachable("The Cloud's token stream ended before the generation did.", "stream-ended")
 
 
 def _rule_and_beta(config: DecodeConfig) -> tuple[str, float]:
@@ -295,28 +328,25 @@ def _rule_and_beta(config: DecodeConfig) -> tuple[str, float]:
     return "ratio", config.beta
 
 
-def _speculative(pair, plain_ids, private_ids, config, forward_log, output, link, stats):
-    """The Edge and the Cloud of a speculative method; their streams' caches are given back at the end."""
+def _speculative(pair, plain_ids, private_ids, config, output, link, stats):
+    """The Edge of a speculative method and its session on the Cloud; the Edge's cache is given back at the end."""
     rule, beta = _rule_and_beta(config)
     every_token = config.method in ("lightcosteer", "costeer")  # rounds of draft length 0
-    cloud = _open_cloud(pair, plain_ids, config, rule, beta, forward_log, link)
+    vocab_size = _shared_vocabulary(pair, link)
+    link.open(_opening(pair, link, plain_ids, config, rule, beta))
+    edge = Edge(pair.specialist, private_ids, vocab_size, link.forward_log, _sampler(config),
+                pair.eos_token_ids, rule, beta,
+                costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
+                draft_confidence=config.draft_confidence, max_new_tokens=config.max_new_tokens)
     try:
-        edge = Edge(pair.specialist, private_ids, pair.vocab_size, forward_log, _sampler(config),
-                    pair.eos_token_ids, rule, beta,
-                    costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
-                    draft_confidence=config.draft_confidence, max_new_tokens=config.max_new_tokens)
-    except BaseException:
-        cloud.close()
-        raise
-    try:
-        yield from _rounds(edge, cloud, config, rule, every_token, forward_log, output, link, stats)
+        yield from _rounds(edge, config, rule, every_token, output, link, stats)
     finally:
         edge.close()
-        cloud.close()
 
 
-def _rounds(edge, cloud, config, rule, every_token, forward_log, output, link, stats):
+def _rounds(edge, config, rule, every_token, output, link, stats):
     """Draft -> Verify -> Recover, one round per iteration."""
+    forward_log = link.forward_log
     chosen_kind = "plain" if every_token else None
     append: list[int] = []
     keep = -1
@@ -328,13 +358,12 @@ def _rounds(edge, cloud, config, rule, every_token, forward_log, output, link, s
         drafts = edge.draft(min(k, output.remaining), output.cancel)
         if not output.keep_going():  # stopped while drafting: these drafts never cross the link
             return
-        message = link.send("uplink", "draft", {"keep": keep, "append": append, "draft": drafts})
-        verdict = link.send("downlink", "verdict", cloud.verify(message))
+        verdict = link.verify(Draft(session=link.session, keep=keep, append=append, draft=drafts))
         may_extend = output.remaining > len(drafts) and not output.ends_text(drafts)
         settled = edge.settle(verdict, drafts, may_extend)
         # The ratios are instrumentation for the UI: read off whichever side
-        # computed them, never sent over the link.
-        ratios = settled.ratios or cloud.last_ratios
+        # computed them, never sent as a message.
+        ratios = settled.ratios or link.last_ratios
         stats.rounds += 1
         stats.drafted += len(drafts)
         stats.accepted += settled.accepted

@@ -104,7 +104,7 @@ class LoadedPair:
 
     pairing_id: str
     specialist: ModelRuntime
-    generalist: ModelRuntime
+    generalist: ModelRuntime | None  # None: loaded for an Edge whose Cloud runs elsewhere
     tokenizer: PreTrainedTokenizerBase  # shared (compatibility checked at load)
     vocab_size: int  # ids usable by both models (min of padded sizes, >= len(tokenizer))
     eos_token_ids: frozenset[int]
@@ -116,12 +116,14 @@ class LoadedPair:
     def clear_prefix_caches(self) -> None:
         """Forget every idle cached prompt of both models (benchmarks time prompt processing)."""
         for model in (self.specialist, self.generalist):
-            model.prefix_cache.clear()
+            if model is not None:
+                model.prefix_cache.clear()
 
     @property
     def precision(self) -> str:
         """What the weights compute in ("fp32", "bf16", "Q4_K_M"); "a / b" when the two differ."""
-        small, large = self.specialist.precision, self.generalist.precision
+        small = self.specialist.precision
+        large = self.generalist.precision if self.generalist is not None else small
         return small if small == large else f"{small} / {large}"
 
 
@@ -534,9 +536,11 @@ def _special_tokens(tokenizer: PreTrainedTokenizerBase) -> dict[int, str]:
     return {index: token.content for index, token in tokenizer.added_tokens_decoder.items() if token.special}
 
 
-def shared_vocab_size(specialist: ModelRuntime, generalist: ModelRuntime, tokenizer: PreTrainedTokenizerBase) -> int:
-    """Ids both output layers have; padded rows beyond len(tokenizer) are allowed, too few rows are not."""
-    size = min(specialist.output_rows, generalist.output_rows)
+def shared_vocab_size(specialist: ModelRuntime, generalist: ModelRuntime | None,
+                      tokenizer: PreTrainedTokenizerBase) -> int:
+    """Ids both output layers have; padded rows beyond len(tokenizer) are allowed, too few rows are not.
+    Without the Generalist (an Edge alone) the Specialist's; the Cloud's vocabulary then caps it."""
+    size = min(model.output_rows for model in (specialist, generalist) if model is not None)
     if size < len(tokenizer):
         raise ModelLoadError(
             f"a model's output layer has {size} rows but the tokenizer has {len(tokenizer)} tokens"
@@ -560,18 +564,21 @@ def end_token_ids(tokenizer: PreTrainedTokenizerBase, models: Iterable[ModelRunt
 def assemble_pair(
     pairing_id: str,
     specialist: ModelRuntime | PreTrainedModel,
-    generalist: ModelRuntime | PreTrainedModel,
+    generalist: ModelRuntime | PreTrainedModel | None,
     tokenizer: PreTrainedTokenizerBase,
 ) -> LoadedPair:
     """A LoadedPair from two loaded models that share ``tokenizer`` (also used by specsteer.testing).
 
-    A transformers model may be given as is; it is wrapped in a TransformersModel.
+    A transformers model may be given as is; it is wrapped in a TransformersModel. ``generalist``
+    None: the Specialist alone, for an Edge whose Cloud runs elsewhere.
     """
-    small, large = as_runtime(specialist), as_runtime(generalist)
-    if small.runtime != large.runtime:
+    small = as_runtime(specialist)
+    large = as_runtime(generalist) if generalist is not None else None
+    if large is not None and small.runtime != large.runtime:
         raise ModelLoadError(f"pairing {pairing_id!r}: both models must run on one runtime "
                              f"({small.runtime} and {large.runtime} given)")
-    for runtime in (small, large):
+    models = tuple(model for model in (small, large) if model is not None)
+    for runtime in models:
         if isinstance(runtime, TransformersModel):
             use_packed_gqa(runtime.model)
     vocab_size = shared_vocab_size(small, large, tokenizer)
@@ -581,7 +588,7 @@ def assemble_pair(
         generalist=large,
         tokenizer=tokenizer,
         vocab_size=vocab_size,
-        eos_token_ids=end_token_ids(tokenizer, (small, large), vocab_size),
+        eos_token_ids=end_token_ids(tokenizer, models, vocab_size),
     )
 
 
@@ -601,8 +608,12 @@ def load_pair(
     progress: Progress | None = None,
     device: str | torch.device | None = None,
     runtime: str = "auto",
+    edge_only: bool = False,
 ) -> LoadedPair:
     """Load (or return the already loaded) Specialist/Generalist pair. Thread-safe.
+
+    ``edge_only``: the Specialist alone (its weights and tokenizer), for an Edge whose Cloud runs in
+    another process (``generate --cloud``): the Generalist's weights are never read.
 
     ``runtime``: "llama.cpp" (GGUF files read directly; CPU), "transformers" (any model; ``dtype``
     and ``device`` apply to it only, the dtype defaulting to what this machine computes fast), or
@@ -616,7 +627,7 @@ def load_pair(
     chosen = choose_runtime(pairing, runtime, report)
     torch_dtype = resolve_dtype(dtype) if chosen == "transformers" else None
     target_device = (torch.device(device) if device is not None else default_device()) if chosen == "transformers" else None
-    key = (pairing.id, pairing.specialist, pairing.generalist, chosen, torch_dtype, str(target_device))
+    key = (pairing.id, pairing.specialist, pairing.generalist, chosen, torch_dtype, str(target_device), edge_only)
     cached = _cached_pair(key)
     if cached is not None:
         return cached
@@ -624,7 +635,7 @@ def load_pair(
         cached = _cached_pair(key)  # another caller may have loaded it while this one waited
         if cached is not None:
             return cached
-        pair = _load_pair_uncached(pairing, chosen, torch_dtype, target_device, report)
+        pair = _load_pair_uncached(pairing, chosen, torch_dtype, target_device, report, edge_only)
         with _loaded_lock:
             _loaded[key] = pair
             while len(_loaded) > _MAX_LOADED_PAIRS:
@@ -671,17 +682,18 @@ def _cached_pair(key: tuple) -> LoadedPair | None:
 
 
 def _load_pair_uncached(pairing: Pairing, runtime: str, dtype: torch.dtype | None, device: torch.device | None,
-                        progress: Progress) -> LoadedPair:
+                        progress: Progress, edge_only: bool = False) -> LoadedPair:
     # Tokenizers first: they are small, and a mismatch must be found before a large download or load.
+    # An Edge alone cannot compare (the Generalist's tokenizer ships with its weights): its Cloud did.
     tokenizer = load_tokenizer(pairing.specialist, progress)
-    check_tokenizers_match(tokenizer, load_tokenizer(pairing.generalist, progress), pairing.id)
+    if not edge_only:
+        check_tokenizers_match(tokenizer, load_tokenizer(pairing.generalist, progress), pairing.id)
+    specs = (pairing.specialist,) if edge_only else (pairing.specialist, pairing.generalist)
     if runtime == "llama.cpp":
-        specialist = load_llamacpp(pairing.specialist, progress)
-        generalist = load_llamacpp(pairing.generalist, progress)
+        models = [load_llamacpp(spec, progress) for spec in specs]
     else:
-        specialist = TransformersModel(load_model(pairing.specialist, dtype, progress, device), pairing.specialist.name)
-        generalist = TransformersModel(load_model(pairing.generalist, dtype, progress, device), pairing.generalist.name)
-    return assemble_pair(pairing.id, specialist, generalist, tokenizer)
+        models = [TransformersModel(load_model(spec, dtype, progress, device), spec.name) for spec in specs]
+    return assemble_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer)
 
 
 def clear_loaded_pairs() -> None:

@@ -83,3 +83,25 @@ def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[i
     if sent_chosen != chosen[: len(sent_chosen)] or len(chosen) - len(sent_chosen) > 1:
         audit.problems.append("chosen ids sent differ from the tokens the Edge chose")
     return audit
+
+
+def audit_wire(uplink_bodies: Sequence[bytes], downlink_bodies: Sequence[bytes], plain_prompt_ids: Sequence[int],
+               events: Sequence[TokenEvent]) -> UplinkAudit:
+    """:func:`audit_uplink` on bytes captured where they crossed (a socket, an HTTP body, a transport),
+    not on the Edge's own account of what it sent. Each body may hold several frames; bytes that are
+    not frames of this protocol are a problem in themselves."""
+    from .protocol import DOWNLINK, UPLINK, FrameError, decode_stream, encode
+
+    messages: list[LinkMessage] = []
+    problems = []
+    for direction, bodies in ((UPLINK, uplink_bodies), (DOWNLINK, downlink_bodies)):
+        for index, body in enumerate(bodies):
+            try:
+                decoded = decode_stream(body, direction)
+            except FrameError as error:
+                problems.append(f"{direction} body {index} is not protocol frames: {error}")
+                continue
+            messages += [LinkMessage(direction, m.kind, m.summary(), len(encode(m))) for m in decoded]
+    audit = audit_uplink(messages, plain_prompt_ids, events)
+    audit.problems[:0] = problems
+    return audit

@@ -1,32 +1,41 @@
-"""The device-cloud protocol (DESIGN §2, paper Appendix D).
+"""The device-cloud protocol (DESIGN §2, paper Appendix D): typed messages and their wire format.
 
 The Edge holds the Specialist and the user's private prompt; the Cloud holds
 the Generalist and a generic copy of the Specialist and never sees the
-history. They exchange only the messages below, serialized to bytes by
-:class:`Link`, which records every message with its exact wire size.
+history. They exchange only the four messages below, each a frozen dataclass
+encoded to bytes by :func:`encode` and read back by :func:`decode`.
 
-Uplink (Edge -> Cloud)
-  ``open``   once: the plain prompt ids (the task input, not private) and the
-             decoding settings the Cloud needs.
-  ``draft``  per round: ``keep`` (how many of the previous round's drafts the
-             Edge kept, exact mode only), ``append`` (tokens the Edge chose since:
-             the recovered or bonus token) and the new ``draft`` ids.
-Downlink (Cloud -> Edge)
-  ``verdict`` per round: the number of drafts accepted and, where a token must
-             be chosen, the Cloud's share of the steered logits truncated to the
-             top-k entries (ids + values). In exact mode: full rows instead, and
-             the Edge decides.
-  ``tokens`` the Generalist's own tokens (the ``llm`` baseline).
+Uplink (Edge -> Cloud), each naming its session (16 random bytes the Edge chose)
+  :class:`Open`   once: the plain prompt ids (the task input, not private), the
+                  decoding settings the Cloud needs and the ids that end a text.
+  :class:`Draft`  per round: ``keep`` (how many of the previous round's drafts the
+                  Edge kept, exact mode only), ``append`` (tokens the Edge chose since:
+                  the recovered or bonus token) and the new ``draft`` ids.
+Downlink (Cloud -> Edge), each answering the uplink message before it
+  :class:`Verdict` per round: the number of drafts accepted and, where a token must
+                  be chosen, the Cloud's share of the steered logits truncated to the
+                  top-k entries (ids + values). In exact mode: full rows instead, and
+                  the Edge decides.
+  :class:`Tokens`  the Generalist's own tokens (the ``llm`` baseline), streamed one
+                  message per token after an Open whose rule is ``generate``.
 
 Nothing computed from the private history crosses the link except the ids of
 tokens the Edge chose to emit (or proposes as drafts).
+
+Besides the messages, a Cloud reports instrumentation that is never part of a
+decision (:class:`CloudReport`: its forward passes, for the generation's trace,
+and the verification ratios shown in the UI) and describes itself
+(:class:`CloudInfo`). How those travel is the transport's business
+(``specsteer.link``, ``specsteer.remote``); they are not counted as link bytes.
 """
 
 from __future__ import annotations
 
+import math
 import struct
 import threading
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import ClassVar
 
 import numpy as np
 import torch
@@ -43,140 +52,382 @@ from .decoding import (
     residual_test,
     steering_entries,
 )
-from .deployment import LinkConditions, LinkEmulator
-from .events import LinkMessage, TraceStep
 
-# --------------------------------------------------------------------------- wire format
-#
-# Every message: 1 byte kind, then fields. Integers are little-endian; token ids
-# are uint32, counts uint32, logit values float32 (exact, so the Edge recovers
-# the same token an all-in-one implementation would).
+# --------------------------------------------------------------------------- limits shared by both sides
 
-_KINDS = {"open": 1, "draft": 2, "verdict": 3, "tokens": 4}
 MAX_DRAFT_LEN = 16
+MAX_NEW_TOKENS = 4096
 # Tokens a stream may hold past its prompt and token budget: a round's drafts and the token chosen
 # after them are read before the budget check ends the generation.
 DRAFT_HEADROOM = MAX_DRAFT_LEN + 2
-_KIND_NAMES = {code: name for name, code in _KINDS.items()}
-_VERIFY_RULES = ("ratio", "match", "exact", "costeer")
+
+# --------------------------------------------------------------------------- wire format
+#
+# Every frame: 1 byte protocol version, 1 byte kind, then the fields. Integers are little-endian;
+# token ids are uint32, counts uint32, logit values float32 (exact, so the Edge recovers the same
+# token an all-in-one implementation would). A list is its count followed by its items, so every
+# frame is self-delimiting: a stream of Tokens frames needs no other framing.
+#
+# Version 1 was the unversioned in-process format (no version byte, no session id, no end ids).
+
+PROTOCOL_VERSION = 2
+SESSION_BYTES = 16
+UPLINK, DOWNLINK = "uplink", "downlink"
+# Verification rules; "generate" is the Cloud decoding alone (the llm baseline) and streaming tokens.
+RULES = ("ratio", "match", "exact", "costeer", "generate")
+STREAMING_RULES = frozenset({"generate"})
+
+_HEADER = struct.Struct("<BB")
+_OPEN_SETTINGS = struct.Struct("<Bdddi?dqI")
+_KEEP = struct.Struct("<i")
+_COUNT = struct.Struct("<I")
 
 
-def _ids(values) -> bytes:
-    array = np.asarray(values, dtype="<u4")
-    return struct.pack("<I", array.size) + array.tobytes()
+class FrameError(ValueError):
+    """A frame that is not a well-formed message of this protocol version. ``code`` names the fault."""
+
+    code = "malformed"
 
 
-def _floats(values) -> bytes:
-    array = np.asarray(values, dtype="<f4")
-    return struct.pack("<I", array.size) + array.tobytes()
+class TruncatedFrame(FrameError):
+    code = "truncated"
+
+
+class UnsupportedVersion(FrameError):
+    code = "version"
+
+    def __init__(self, version: int):
+        super().__init__(f"protocol version {version} is not supported (this side speaks version {PROTOCOL_VERSION})")
+        self.version = version
+
+
+def _ids(values) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+def _floats(values) -> np.ndarray:
+    array = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True)
+class Open:
+    """Uplink, once: start a session. ``prompt`` is the plain (history-free) prompt."""
+
+    kind: ClassVar[str] = "open"
+    code: ClassVar[int] = 1
+    direction: ClassVar[str] = UPLINK
+
+    session: bytes
+    rule: str
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    alpha: float = 0.1
+    beta: float = 1.0
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    top_k: int = 64
+    bonus: bool = True
+    seed: int = 0
+    stop_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_session(self.session)
+        if self.rule not in RULES:
+            raise FrameError(f"unknown verification rule {self.rule!r}")
+        object.__setattr__(self, "prompt", _ids(self.prompt))
+        object.__setattr__(self, "stop_ids", _ids(self.stop_ids))
+
+    @property
+    def streams(self) -> bool:
+        """Whether the Cloud answers with a stream of Tokens instead of waiting for drafts."""
+        return self.rule in STREAMING_RULES
+
+    def summary(self) -> dict:
+        return {"rule": self.rule, "alpha": self.alpha, "beta": self.beta, "temperature": self.temperature,
+                "top_k": self.top_k, "bonus": self.bonus, "top_p": self.top_p, "seed": self.seed,
+                "max_new_tokens": self.max_new_tokens, "stop_ids": list(self.stop_ids), "prompt": list(self.prompt)}
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Uplink, per round: the tokens the Edge chose since the last round, and new drafts."""
+
+    kind: ClassVar[str] = "draft"
+    code: ClassVar[int] = 2
+    direction: ClassVar[str] = UPLINK
+
+    session: bytes
+    draft: tuple[int, ...]
+    append: tuple[int, ...] = ()
+    keep: int = -1  # exact mode: drafts of the previous round the Edge kept; -1 otherwise
+
+    def __post_init__(self) -> None:
+        _check_session(self.session)
+        object.__setattr__(self, "draft", _ids(self.draft))
+        object.__setattr__(self, "append", _ids(self.append))
+
+    def summary(self) -> dict:
+        return {"keep": self.keep, "append": list(self.append), "draft": list(self.draft)}
+
+
+@dataclass(frozen=True, eq=False)
+class Verdict:
+    """Downlink, per round: drafts accepted, and the Cloud's share of the logits where needed.
+
+    ``values`` are ``z_L - beta z_S0`` on ``ids`` (recovery or bonus); with no ``ids`` they are
+    full rows (exact mode), or empty. ``extra`` carries log p_S0 on ``ids`` (CoSteer).
+    """
+
+    kind: ClassVar[str] = "verdict"
+    code: ClassVar[int] = 3
+    direction: ClassVar[str] = DOWNLINK
+
+    accepted: int
+    ids: tuple[int, ...] = ()
+    values: np.ndarray = field(default_factory=lambda: _floats(()))
+    extra: np.ndarray = field(default_factory=lambda: _floats(()))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ids", _ids(self.ids))
+        object.__setattr__(self, "values", _floats(self.values))
+        object.__setattr__(self, "extra", _floats(self.extra))
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, Verdict) and self.accepted == other.accepted and self.ids == other.ids
+                and np.array_equal(self.values, other.values) and np.array_equal(self.extra, other.extra))
+
+    __hash__ = None  # holds arrays
+
+    def summary(self) -> dict:
+        """What a transcript keeps: ids in full up to 256, long float arrays only by size."""
+        ids = list(self.ids) if len(self.ids) <= 256 else f"<{len(self.ids)} ids>"
+        return {"accepted": self.accepted, "ids": ids, "values": _shown(self.values), "extra": _shown(self.extra)}
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Downlink: tokens the Generalist chose by itself (the ``llm`` baseline)."""
+
+    kind: ClassVar[str] = "tokens"
+    code: ClassVar[int] = 4
+    direction: ClassVar[str] = DOWNLINK
+
+    ids: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ids", _ids(self.ids))
+
+    def summary(self) -> dict:
+        return {"ids": list(self.ids)}
+
+
+Message = Open | Draft | Verdict | Tokens
+MESSAGE_TYPES: dict[int, type] = {kind.code: kind for kind in (Open, Draft, Verdict, Tokens)}
+
+
+def _check_session(session: bytes) -> None:
+    if not isinstance(session, bytes) or len(session) != SESSION_BYTES:
+        raise FrameError(f"a session id is {SESSION_BYTES} bytes")
+
+
+def _shown(values: np.ndarray):
+    return values.tolist() if values.size <= 64 else f"<{values.size} float32>"
+
+
+def _pack_ids(values: tuple[int, ...]) -> bytes:
+    return _COUNT.pack(len(values)) + np.asarray(values, dtype="<u4").tobytes()
+
+
+def _pack_floats(values: np.ndarray) -> bytes:
+    return _COUNT.pack(values.size) + values.tobytes()
+
+
+def encode(message: Message) -> bytes:
+    """The frame of one message."""
+    head = _HEADER.pack(PROTOCOL_VERSION, message.code)
+    if isinstance(message, Open):
+        settings = _OPEN_SETTINGS.pack(RULES.index(message.rule), message.alpha, message.beta, message.temperature,
+                                       message.top_k, message.bonus, message.top_p, message.seed,
+                                       message.max_new_tokens)
+        return head + message.session + settings + _pack_ids(message.stop_ids) + _pack_ids(message.prompt)
+    if isinstance(message, Draft):
+        return head + message.session + _KEEP.pack(message.keep) + _pack_ids(message.append) + _pack_ids(message.draft)
+    if isinstance(message, Verdict):
+        return (head + _COUNT.pack(message.accepted) + _pack_ids(message.ids) + _pack_floats(message.values)
+                + _pack_floats(message.extra))
+    if isinstance(message, Tokens):
+        return head + _pack_ids(message.ids)
+    raise TypeError(f"not a protocol message: {type(message).__name__}")
 
 
 class _Reader:
-    def __init__(self, data: bytes):
-        self.data = memoryview(data)
-        self.offset = 0
+    """Reads fields off a frame; running past its end is a TruncatedFrame."""
 
-    def take(self, fmt: str):
-        values = struct.unpack_from(fmt, self.data, self.offset)
-        self.offset += struct.calcsize(fmt)
+    def __init__(self, data: bytes, offset: int = 0):
+        self.data = memoryview(data)
+        self.offset = offset
+
+    def take(self, layout: struct.Struct) -> tuple:
+        self._need(layout.size)
+        values = layout.unpack_from(self.data, self.offset)
+        self.offset += layout.size
         return values
 
-    def ids(self) -> list[int]:
-        (count,) = self.take("<I")
-        array = np.frombuffer(self.data, dtype="<u4", count=count, offset=self.offset)
-        self.offset += 4 * count
-        return array.tolist()
+    def raw(self, size: int) -> bytes:
+        self._need(size)
+        value = bytes(self.data[self.offset:self.offset + size])
+        self.offset += size
+        return value
+
+    def ids(self) -> tuple[int, ...]:
+        return tuple(self._array("<u4").tolist())
 
     def floats(self) -> np.ndarray:
-        (count,) = self.take("<I")
-        array = np.frombuffer(self.data, dtype="<f4", count=count, offset=self.offset).copy()
+        return self._array("<f4").copy()
+
+    def _array(self, dtype: str) -> np.ndarray:
+        (count,) = self.take(_COUNT)
+        self._need(4 * count)  # before allocating: a forged count must not reserve gigabytes
+        array = np.frombuffer(self.data, dtype=dtype, count=count, offset=self.offset)
         self.offset += 4 * count
         return array
 
-
-def encode(kind: str, payload: dict) -> bytes:
-    head = struct.pack("<B", _KINDS[kind])
-    if kind == "open":
-        rule = _VERIFY_RULES.index(payload["rule"])
-        settings = struct.pack(
-            "<Bdddi?", rule, payload["alpha"], payload["beta"], payload["temperature"], payload["top_k"], payload["bonus"]
-        )
-        budget = struct.pack("<dqI", payload["top_p"], payload["seed"], payload["max_new_tokens"])
-        return head + settings + budget + _ids(payload["prompt"])
-    if kind == "draft":
-        return head + struct.pack("<i", payload["keep"]) + _ids(payload["append"]) + _ids(payload["draft"])
-    if kind == "verdict":
-        body = struct.pack("<I", payload["accepted"]) + _ids(payload["ids"])
-        return head + body + _floats(payload["values"]) + _floats(payload["extra"])
-    if kind == "tokens":
-        return head + _ids(payload["ids"])
-    raise ValueError(f"unknown message kind {kind!r}")
+    def _need(self, size: int) -> None:
+        if self.offset + size > len(self.data):
+            raise TruncatedFrame(f"the frame ends {self.offset + size - len(self.data)} bytes early")
 
 
-def decode(data: bytes) -> tuple[str, dict]:
-    reader = _Reader(data)
-    (code,) = reader.take("<B")
-    kind = _KIND_NAMES[code]
-    if kind == "open":
-        rule, alpha, beta, temperature, top_k, bonus = reader.take("<Bdddi?")
-        top_p, seed, max_new_tokens = reader.take("<dqI")
-        payload = {"rule": _VERIFY_RULES[rule], "alpha": alpha, "beta": beta, "temperature": temperature,
-                   "top_k": top_k, "bonus": bonus, "top_p": top_p, "seed": seed, "max_new_tokens": max_new_tokens,
-                   "prompt": reader.ids()}
-    elif kind == "draft":
-        (keep,) = reader.take("<i")
-        payload = {"keep": keep, "append": reader.ids(), "draft": reader.ids()}
-    elif kind == "verdict":
-        (accepted,) = reader.take("<I")
-        payload = {"accepted": accepted, "ids": reader.ids(), "values": reader.floats(), "extra": reader.floats()}
-    else:
-        payload = {"ids": reader.ids()}
-    return kind, payload
+def decode(data: bytes, direction: str | None = None) -> Message:
+    """The message of exactly one frame; ``direction`` (UPLINK / DOWNLINK) restricts the kinds accepted."""
+    message, end = decode_prefix(data, direction)
+    if end != len(data):
+        raise FrameError(f"{len(data) - end} bytes after the end of a {message.kind} message")
+    return message
 
 
-def _summary(kind: str, payload: dict) -> dict:
-    """What the transcript keeps: ids in full, long float arrays only by size."""
-    shown = {}
-    for key, value in payload.items():
-        if isinstance(value, np.ndarray):
-            shown[key] = value.tolist() if value.size <= 64 else f"<{value.size} float32>"
-        elif isinstance(value, list) and len(value) > 256 and key == "ids" and kind == "verdict":
-            shown[key] = f"<{len(value)} ids>"
-        else:
-            shown[key] = value
-    return shown
+def decode_prefix(data: bytes, direction: str | None = None, offset: int = 0) -> tuple[Message, int]:
+    """The message of the frame starting at ``offset``, and where it ends (for streams of frames).
 
-
-@dataclass
-class Link:
-    """The channel between Edge and Cloud: bytes only, every message recorded.
-
-    ``conditions`` (None: in process, no delay) makes ``send`` hold the caller as a network with that
-    round-trip time and bandwidth would, pipelining one-direction streams (specsteer.deployment
-    explains the rule); the time waited is the message's ``seconds`` in the trace. ``emulator``
-    replaces the default one built from ``conditions`` (tests pass one on a virtual clock).
+    Raises TruncatedFrame when ``data`` ends inside the frame, UnsupportedVersion for another
+    protocol version, FrameError for anything else that is not a message.
     """
+    reader = _Reader(data, offset)
+    version, code = reader.take(_HEADER)
+    if version != PROTOCOL_VERSION:
+        raise UnsupportedVersion(version)
+    kind = MESSAGE_TYPES.get(code)
+    if kind is None:
+        raise FrameError(f"unknown message kind {code}")
+    if direction is not None and kind.direction != direction:
+        raise FrameError(f"a {kind.kind} message cannot travel {direction}")
+    if kind is Open:
+        session = reader.raw(SESSION_BYTES)
+        rule, alpha, beta, temperature, top_k, bonus, top_p, seed, max_new_tokens = reader.take(_OPEN_SETTINGS)
+        if rule >= len(RULES):
+            raise FrameError(f"unknown verification rule {rule}")
+        stop_ids = reader.ids()
+        message = Open(session=session, rule=RULES[rule], stop_ids=stop_ids, prompt=reader.ids(),
+                       max_new_tokens=max_new_tokens, alpha=alpha, beta=beta, temperature=temperature, top_p=top_p,
+                       top_k=top_k, bonus=bonus, seed=seed)
+    elif kind is Draft:
+        session = reader.raw(SESSION_BYTES)
+        (keep,) = reader.take(_KEEP)
+        append = reader.ids()
+        message = Draft(session=session, keep=keep, append=append, draft=reader.ids())
+    elif kind is Verdict:
+        (accepted,) = reader.take(_COUNT)
+        message = Verdict(accepted, reader.ids(), reader.floats(), reader.floats())
+    else:
+        message = Tokens(reader.ids())
+    return message, reader.offset
 
-    transcript: list[LinkMessage] = field(default_factory=list)
-    totals: dict[str, int] = field(default_factory=lambda: {"uplink": 0, "downlink": 0})
-    trace: list[TraceStep] = field(default_factory=list)  # shared with the ForwardLog: one timeline
-    conditions: LinkConditions | None = None
-    emulator: LinkEmulator | None = field(default=None, repr=False)
 
-    def __post_init__(self) -> None:
-        if self.emulator is None and self.conditions is not None:
-            self.emulator = LinkEmulator(self.conditions)
-        elif self.emulator is not None:
-            self.conditions = self.emulator.conditions
+def decode_stream(data: bytes, direction: str | None = None) -> list[Message]:
+    """Every message of a concatenation of frames (a captured response body); raises on a partial frame."""
+    messages, offset = [], 0
+    while offset < len(data):
+        message, offset = decode_prefix(data, direction, offset)
+        messages.append(message)
+    return messages
 
-    def send(self, direction: str, kind: str, payload: dict) -> dict:
-        data = encode(kind, payload)
-        waited = self.emulator.carry(direction, len(data)) if self.emulator is not None else 0.0
-        received_kind, received = decode(data)  # the other side sees only what the bytes carry
-        self.transcript.append(LinkMessage(direction, received_kind, _summary(received_kind, received), len(data)))
-        self.totals[direction] += len(data)
-        self.trace.append(TraceStep("message", direction, len(data), waited))
-        return received
+
+# --------------------------------------------------------------------------- what a Cloud says besides messages
+
+
+@dataclass(frozen=True)
+class CloudPass:
+    """One forward pass the Cloud ran: ``after`` counts the session's messages (both ways) before it."""
+
+    after: int
+    stream: str  # "generalist" | "specialist0"
+    tokens: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CloudReport:
+    """Instrumentation from the Cloud, never used for a decision: its passes since the last report
+    (the generation's trace needs them), the ratios of the last verification (the UI shows them),
+    and how many prompt tokens each Cloud stream found in the prefix cache."""
+
+    passes: tuple[CloudPass, ...] = ()
+    ratios: tuple[float, ...] = ()
+    reused: tuple[tuple[str, int], ...] = ()
+
+    def to_json(self) -> dict:
+        return {"passes": [[p.after, p.stream, p.tokens, p.seconds] for p in self.passes],
+                "ratios": list(self.ratios), "reused": dict(self.reused)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> CloudReport:
+        try:
+            passes = tuple(CloudPass(int(a), str(s), int(t), float(sec)) for a, s, t, sec in data.get("passes", ()))
+            ratios = tuple(float(r) for r in data.get("ratios", ()))
+            reused = tuple((str(k), int(v)) for k, v in dict(data.get("reused", {})).items())
+        except (TypeError, ValueError) as error:
+            raise FrameError(f"unreadable Cloud report: {error}") from None
+        return cls(passes, ratios, reused)
+
+
+@dataclass(frozen=True)
+class CloudInfo:
+    """What a Cloud serves: the pairing (both sides must run the same Specialist), the vocabulary
+    its logits cover, the protocol version, its limits, and ``instance`` (changes when it restarts)."""
+
+    pairing: str
+    vocab_size: int
+    protocol: int = PROTOCOL_VERSION
+    instance: str = ""
+    runtime: str = ""
+    limits: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> CloudInfo:
+        try:
+            return cls(str(data["pairing"]), int(data["vocab_size"]), int(data["protocol"]),
+                       str(data.get("instance", "")), str(data.get("runtime", "")), dict(data.get("limits", {})))
+        except (KeyError, TypeError, ValueError) as error:
+            raise FrameError(f"unreadable Cloud description: {error!r}") from None
+
+
+def finite_settings_problem(message: Open) -> str | None:
+    """Why an Open's numbers cannot drive a generation, or None (decoding accepts any bit pattern)."""
+    if not message.alpha >= 0:  # also NaN
+        return "alpha must be >= 0"
+    if not (math.isfinite(message.beta) and message.beta >= 0):
+        return "beta must be a finite number >= 0"
+    if not (math.isfinite(message.temperature) and message.temperature >= 0):
+        return "temperature must be a finite number >= 0"
+    if not 0 < message.top_p <= 1:
+        return "top_p must be in (0, 1]"
+    if message.top_k < 0:
+        return "top_k must be >= 0"
+    return None
 
 
 # --------------------------------------------------------------------------- Cloud
@@ -188,58 +439,83 @@ def needs_generic(rule: str, beta: float) -> bool:
 
 
 class Cloud:
-    """The Generalist and the generic Specialist copy. Knows nothing of the user's history."""
+    """The Generalist and the generic Specialist copy serving one session. Knows nothing of the user's history.
+
+    ``open`` starts the session's streams, ``verify`` answers a Draft with a Verdict, ``next_tokens``
+    decodes alone (the ``generate`` rule). ``problem`` says why a Draft cannot be applied, before
+    anything is changed, so that a faulty Edge gets an error and the session stays usable.
+    """
 
     def __init__(self, generalist, generic_specialist, vocab_size: int, forward_log: ForwardLog):
         self._generalist = generalist
         self._generic = generic_specialist
         self._vocab_size = vocab_size
         self._forward_log = forward_log
-        self._settings: dict = {}
+        self._settings: Open | None = None
         self.large: Stream | None = None
         self.generic: Stream | None = None
+        self.capacity = 0
         self._rows: tuple[torch.Tensor, torch.Tensor] | None = None  # last verify rows, exact mode
         self._sampler = Sampler()
-        self.last_ratios: list[float] = []  # instrumentation for display; never sent
+        self.last_ratios: list[float] = []  # instrumentation for display; never sent as a message
 
-    def open(self, message: dict) -> None:
+    def open(self, message: Open) -> None:
         self._settings = message
-        capacity = len(message["prompt"]) + message["max_new_tokens"] + DRAFT_HEADROOM
-        self.large = Stream(self._generalist, message["prompt"], self._vocab_size, self._forward_log, "generalist",
-                            capacity)
-        if needs_generic(message["rule"], message["beta"]):
-            self.generic = Stream(self._generic, message["prompt"], self._vocab_size, self._forward_log,
-                                  "specialist0", capacity)
-        if message["temperature"] > 0:
-            self._sampler = Sampler.make(True, message["temperature"], message["top_p"], message["seed"] + 1)
+        self.capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
+        self.large = Stream(self._generalist, list(message.prompt), self._vocab_size, self._forward_log,
+                            "generalist", self.capacity)
+        if needs_generic(message.rule, message.beta):
+            self.generic = Stream(self._generic, list(message.prompt), self._vocab_size, self._forward_log,
+                                  "specialist0", self.capacity)
+        if message.rule == "generate":
+            # The llm baseline samples with the Edge's own seed, as a Generalist alone would.
+            self._sampler = Sampler.make(message.temperature > 0, message.temperature, message.top_p, message.seed)
+        elif message.temperature > 0:
+            self._sampler = Sampler.make(True, message.temperature, message.top_p, message.seed + 1)
 
-    def verify(self, message: dict) -> dict:
+    def problem(self, message: Draft) -> str | None:
+        """Why ``message`` cannot be applied to this session, or None."""
+        settings = self._settings
+        if settings is None or settings.streams:
+            return "this session does not take drafts"
+        if message.keep != -1 and settings.rule != "exact":
+            return "only exact mode reports kept drafts"
+        drafted = self._rows[0].shape[0] - 1 if self._rows is not None else 0
+        if not -1 <= message.keep <= drafted:
+            return f"keep must be between -1 and {drafted}"
+        dropped = drafted - message.keep if message.keep >= 0 else 0
+        if len(self.large) - dropped + len(message.append) + len(message.draft) > self.capacity:
+            return "the drafts run past the token budget the session was opened with"
+        return None
+
+    def verify(self, message: Draft) -> Verdict:
         """One round: score the drafts with both Cloud models in one pass each, then decide."""
         settings = self._settings
-        if settings["rule"] == "exact":
-            self._keep(message["keep"])
+        if settings.rule == "exact":
+            self._keep(message.keep)
         streams = [s for s in (self.large, self.generic) if s is not None]
         for stream in streams:
-            stream.append(message["append"] + message["draft"])
-        k = len(message["draft"])
+            stream.append(list(message.append + message.draft))
+        drafts = list(message.draft)
+        k = len(drafts)
         large_rows = self.large.predict(k + 1)  # [k+1, V]
         generic_rows = self.generic.predict(k + 1) if self.generic else None
 
-        if settings["rule"] in ("exact", "costeer"):
+        if settings.rule in ("exact", "costeer"):
             return self._send_rows(large_rows, generic_rows)
 
         self.last_ratios = []
-        if settings["rule"] == "ratio":
-            accepted, self.last_ratios = ratio_test(large_rows, generic_rows, message["draft"], settings["alpha"], self._sampler)
+        if settings.rule == "ratio":
+            accepted, self.last_ratios = ratio_test(large_rows, generic_rows, drafts, settings.alpha, self._sampler)
         else:
-            accepted = match_test(large_rows, message["draft"])
+            accepted = match_test(large_rows, drafts)
         self._rewind(accepted, k, large_rows, generic_rows)
-        if accepted == k and not settings["bonus"]:
-            return _verdict(accepted)
+        if accepted == k and not settings.bonus:
+            return Verdict(accepted)
         generic_row = generic_rows[accepted] if generic_rows is not None else None
-        beta = settings["beta"] if generic_row is not None else 0.0
-        ids, values = steering_entries(large_rows[accepted], generic_row, beta, settings["top_k"])
-        return _verdict(accepted, ids.tolist(), values.numpy())
+        beta = settings.beta if generic_row is not None else 0.0
+        ids, values = steering_entries(large_rows[accepted], generic_row, beta, settings.top_k)
+        return Verdict(accepted, ids.tolist(), values.numpy())
 
     def close(self) -> None:
         """Give the streams' caches back for reuse by a later request with the same prompt."""
@@ -247,27 +523,27 @@ class Cloud:
             if stream is not None:
                 stream.close()
 
-    def generate(self, count: int, sampler: Sampler) -> dict:
-        """The ``llm`` baseline: the Generalist decodes alone and sends its tokens down."""
+    def next_tokens(self, count: int = 1) -> Tokens:
+        """The ``generate`` rule (the ``llm`` baseline): the Generalist decodes alone."""
         ids = []
         for _ in range(count):
-            token = sampler.choose(self.large.predict(1)[0])
+            token = self._sampler.choose(self.large.predict(1)[0])
             self.large.append([token])
             ids.append(token)
-        return {"ids": ids}
+        return Tokens(ids)
 
-    def _send_rows(self, large_rows: torch.Tensor, generic_rows: torch.Tensor | None) -> dict:
+    def _send_rows(self, large_rows: torch.Tensor, generic_rows: torch.Tensor | None) -> Verdict:
         """Exact and CoSteer modes: the Edge decides, so it needs the Cloud's rows (no truncation for exact)."""
         self._rows = (large_rows, generic_rows)
         settings = self._settings
-        if settings["rule"] == "costeer":
+        if settings.rule == "costeer":
             # Candidates: the Generalist's top-k; both Cloud log-probs on them.
             log_large = torch.log_softmax(large_rows[-1], -1)
             log_generic = torch.log_softmax(generic_rows[-1], -1)
-            ids, values = steering_entries(log_large, None, 0.0, settings["top_k"])  # log p_L on its top-k
-            return _verdict(0, ids.tolist(), values.numpy(), log_generic[ids].numpy())
-        public = large_rows - settings["beta"] * generic_rows if generic_rows is not None else large_rows
-        return _verdict(0, values=public.reshape(-1).numpy())
+            ids, values = steering_entries(log_large, None, 0.0, settings.top_k)  # log p_L on its top-k
+            return Verdict(0, ids.tolist(), values.numpy(), log_generic[ids].numpy())
+        public = large_rows - settings.beta * generic_rows if generic_rows is not None else large_rows
+        return Verdict(0, values=public.reshape(-1).numpy())
 
     def _keep(self, kept: int) -> None:
         """Exact mode: the Edge reports how many of the last round's drafts it kept."""
@@ -284,12 +560,6 @@ class Cloud:
         self.large.truncate(length, large_rows[kept])
         if self.generic is not None:
             self.generic.truncate(length, generic_rows[kept])
-
-
-def _verdict(accepted: int, ids: list[int] = (), values: np.ndarray | None = None, extra: np.ndarray | None = None) -> dict:
-    empty = np.zeros(0, np.float32)
-    return {"accepted": accepted, "ids": list(ids), "values": empty if values is None else values,
-            "extra": empty if extra is None else extra}
 
 
 # --------------------------------------------------------------------------- Edge
@@ -335,7 +605,7 @@ class Edge:
         self.stream.append([token])
         return token
 
-    def settle(self, verdict: dict, drafts: list[int], may_extend: bool) -> Settlement:
+    def settle(self, verdict: Verdict, drafts: list[int], may_extend: bool) -> Settlement:
         """Apply the Cloud's verdict; choose the recovered or bonus token.
 
         ``may_extend`` is False when nothing may follow the accepted drafts (token
@@ -345,15 +615,15 @@ class Edge:
             return self._settle_exact(verdict, drafts, may_extend)
         if self.rule == "costeer":
             return Settlement(0, self._costeer_token(verdict), [])
-        accepted = verdict["accepted"]
+        accepted = verdict.accepted
         if accepted < len(drafts):
             private_row = self._rewind(accepted)
-        elif verdict["ids"] and may_extend:
+        elif verdict.ids and may_extend:
             private_row = self._private_row_after_drafts()
         else:
             return Settlement(accepted, None, [])
-        ids = torch.tensor(verdict["ids"])
-        chosen = recover(ids, torch.from_numpy(verdict["values"]), private_row, self.beta, self.sampler)
+        ids = torch.tensor(verdict.ids)
+        chosen = recover(ids, _tensor(verdict.values), private_row, self.beta, self.sampler)
         self.stream.append([chosen])
         return Settlement(accepted, chosen, [])
 
@@ -373,8 +643,8 @@ class Edge:
         self.stream.truncate(rejected_at, private_row)
         return private_row
 
-    def _settle_exact(self, verdict: dict, drafts: list[int], may_extend: bool) -> Settlement:
-        public = torch.from_numpy(verdict["values"]).view(len(drafts) + 1, -1)  # [k+1, V]
+    def _settle_exact(self, verdict: Verdict, drafts: list[int], may_extend: bool) -> Settlement:
+        public = _tensor(verdict.values).view(len(drafts) + 1, -1)  # [k+1, V]
         k = len(drafts)
         targets = public[:k] + self.beta * torch.stack(self._draft_rows) if k else public[:0]
         accepted, replacement, ratios = residual_test(targets, self._draft_rows, drafts, self.sampler)
@@ -389,13 +659,18 @@ class Edge:
         self.stream.append([chosen])
         return Settlement(accepted, chosen, ratios)
 
-    def _costeer_token(self, verdict: dict) -> int:
-        ids = torch.tensor(verdict["ids"])
+    def _costeer_token(self, verdict: Verdict) -> int:
+        ids = torch.tensor(verdict.ids)
         log_private = torch.log_softmax(self.stream.predict(1)[0], -1)[ids]
         refined = costeer_refine(
-            torch.from_numpy(verdict["values"]), torch.from_numpy(verdict["extra"]), log_private,
+            _tensor(verdict.values), _tensor(verdict.extra), log_private,
             *self.costeer,
         )
         chosen = int(ids[self.sampler.choose(refined)])
         self.stream.append([chosen])
         return chosen
+
+
+def _tensor(values: np.ndarray) -> torch.Tensor:
+    """A float tensor of a message's (read-only) array; torch needs memory it may write."""
+    return torch.from_numpy(np.array(values, dtype=np.float32))

@@ -16,7 +16,8 @@ from specsteer.deployment import (
 )
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.events import TraceStep
-from specsteer.protocol import Link
+from specsteer.link import Arrival, Link, Reply
+from specsteer.protocol import CloudInfo, CloudReport, Draft, Open, Verdict, decode, encode
 from specsteer.testing import tiny_pair
 
 # --------------------------------------------------------------------------- helpers
@@ -399,24 +400,62 @@ def test_emulation_over_charges_a_stream_opener_by_at_most_its_transmission():
     assert projected <= run.seconds <= projected + link.transmission_s(UPLINK, 100) + 1e-12
 
 
+class EchoTransport:
+    """A Cloud that accepts every draft (enough to exercise the link's bookkeeping)."""
+
+    def info(self) -> CloudInfo:
+        return CloudInfo("test", 10)
+
+    def exchange(self, frame: bytes) -> Reply:
+        message = decode(frame)
+        frames = [Arrival(encode(Verdict(len(message.draft))))] if isinstance(message, Draft) else []
+        return Reply(frames, CloudReport())
+
+    def close_session(self, session: bytes) -> CloudReport:
+        return CloudReport()
+
+
+def exchange_once(link: Link) -> Verdict:
+    link.open(Open(link.session, "ratio", [1], 4))
+    return link.verify(Draft(link.session, [1, 2, 3], append=[5]))
+
+
 def test_link_without_conditions_does_not_wait():
-    link = Link()
-    link.send("downlink", "tokens", {"ids": [1, 2]})
+    link = Link(EchoTransport())
+    assert exchange_once(link) == Verdict(3)
     assert link.emulator is None and link.conditions is None
-    assert link.trace == [TraceStep("message", "downlink", 13, 0.0)]
+    # open: 2 header + 16 session + 50 settings + (4) no end ids + (4 + 4) prompt; draft: 2 + 16 + 4 keep +
+    # (4 + 4) append + (4 + 12) drafts; verdict: 2 + 4 accepted + three empty lists.
+    assert link.trace == [TraceStep("message", UPLINK, 80, 0.0), TraceStep("message", UPLINK, 46, 0.0),
+                          TraceStep("message", DOWNLINK, 18, 0.0)]
 
 
 def test_link_records_the_emulated_wait_and_keeps_its_records():
     clock = VirtualClock()
     conditions = LinkConditions(rtt_ms=80)
-    link = Link(emulator=LinkEmulator(conditions, clock.clock, clock.sleep))
+    link = Link(EchoTransport(), emulator=LinkEmulator(conditions, clock.clock, clock.sleep))
     assert link.conditions is conditions
-    received = link.send("uplink", "draft", {"keep": -1, "append": [5], "draft": [1, 2, 3]})
-    assert received == {"keep": -1, "append": [5], "draft": [1, 2, 3]}
-    assert link.trace == [TraceStep("message", "uplink", 29, pytest.approx(0.040))]
-    assert link.totals == {"uplink": 29, "downlink": 0}
-    assert [m.bytes for m in link.transcript] == [29]
-    assert Link(conditions=conditions).emulator is not None
+    exchange_once(link)
+    # The open waits for its arrival; the draft follows it on the same stream (its sender never
+    # waited), so it arrives 40 ms after it left with no further wait; the verdict is a reply.
+    assert [step.seconds for step in link.trace] == pytest.approx([0.040, 0.0, 0.040])
+    assert link.totals == {"uplink": 80 + 46, "downlink": 18}
+    assert [m.bytes for m in link.transcript] == [80, 46, 18]
+    assert Link(EchoTransport(), conditions=conditions).emulator is not None
+
+
+def test_a_concurrent_sender_is_charged_from_when_it_sent():
+    # A stream from another process: the message reached the Edge at 0.100 while the thread was
+    # busy until 0.120; it arrives one way (25 ms) after it was sent, not after the thread read it.
+    clock = VirtualClock()
+    emulator = LinkEmulator(LinkConditions(rtt_ms=50), clock.clock, clock.sleep)
+    emulator.carry(UPLINK, 10)  # the open: 25 ms
+    clock.work(0.095)
+    assert emulator.carry(DOWNLINK, 10, sent_at=0.100) == pytest.approx(0.005)
+    clock.work(0.010)
+    assert emulator.carry(DOWNLINK, 10, sent_at=0.110) == pytest.approx(0.0)  # arrived at 0.135, read at 0.135
+    clock.work(0.001)
+    assert emulator.carry(DOWNLINK, 10, sent_at=0.135) == pytest.approx(0.024)
 
 
 @pytest.fixture
@@ -428,8 +467,8 @@ def virtual_link(monkeypatch):
     def clock() -> float:
         return time.perf_counter() + sum(slept)
 
-    def make_link(**kwargs) -> Link:
-        return Link(emulator=LinkEmulator(conditions, clock, slept.append), **kwargs)
+    def make_link(transport, forward_log, _conditions=None) -> Link:
+        return Link(transport, forward_log, emulator=LinkEmulator(conditions, clock, slept.append))
 
     monkeypatch.setattr(engine, "Link", make_link)
     return conditions, slept

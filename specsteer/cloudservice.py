@@ -1,0 +1,350 @@
+"""The Cloud as a service: many Edges' sessions over one loaded pair, with limits, idle expiry and clear errors.
+
+Transport-free: :meth:`CloudService.handle` takes one uplink frame and returns the frames that answer
+it; :meth:`CloudService.close` ends a session; :meth:`CloudService.info` describes the Cloud. The
+in-process link (``specsteer.link.LocalTransport``) calls these directly and the HTTP service
+(``specsteer.remote``) calls the same methods for every request, so both run one code path.
+
+Session lifecycle
+-----------------
+* An :class:`~specsteer.protocol.Open` creates the session named by the id the Edge chose. Its
+  limits are checked first; the id must be new (a Cloud never reuses one); there must be room
+  (``max_sessions``). A lockstep rule answers nothing; the ``generate`` rule answers with a stream of
+  :class:`~specsteer.protocol.Tokens` frames, one per token, ending at the token budget or an end id.
+* Each :class:`~specsteer.protocol.Draft` is answered by one :class:`~specsteer.protocol.Verdict`.
+  Requests of one session are served one at a time; different sessions interleave pass by pass.
+* ``close`` ends a session and returns the last of its report. A session with no request for
+  ``idle_timeout_s`` expires. Either way the Cloud remembers the id for a while, so a late request
+  is told the session expired or was closed rather than that it never existed.
+
+Every refusal is a :class:`ServiceError` with an HTTP status, a short code and a message meant for
+the person running the Edge; the service itself keeps serving. A failure inside a model pass drops
+that session only.
+
+One model pass runs at a time (``_compute``): on a CPU two passes side by side only share the same
+cores, and the runtimes' caches are then never touched by two threads at once. Batching the passes
+of several sessions (what a GPU server would do) is left for later.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from .decoding import ForwardLog
+from .protocol import (
+    MAX_DRAFT_LEN, MAX_NEW_TOKENS, PROTOCOL_VERSION, SESSION_BYTES, UPLINK, Cloud, CloudInfo, CloudPass, CloudReport, Draft, FrameError,
+    Open, UnsupportedVersion, decode, encode, finite_settings_problem,
+)
+
+_REMEMBERED_ENDED = 4096  # ended session ids kept to tell "expired" and "closed" apart from "unknown"
+
+
+@dataclass(frozen=True)
+class ServiceLimits:
+    """What one Cloud accepts. ``max_frame_bytes`` follows from the others (the largest legal Open)."""
+
+    max_sessions: int = 32
+    max_prompt_tokens: int = 8192
+    max_draft_len: int = MAX_DRAFT_LEN
+    max_new_tokens: int = MAX_NEW_TOKENS
+    max_stop_ids: int = 64
+    idle_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        for name in ("max_sessions", "max_prompt_tokens", "max_draft_len", "max_new_tokens", "max_stop_ids"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.max_draft_len > MAX_DRAFT_LEN:
+            raise ValueError(f"max_draft_len is at most {MAX_DRAFT_LEN}")
+        if not self.idle_timeout_s > 0:
+            raise ValueError("idle_timeout_s must be > 0")
+
+    @property
+    def max_frame_bytes(self) -> int:
+        empty_open = Open(bytes(SESSION_BYTES), "ratio", (), 1)
+        return len(encode(empty_open)) + 4 * (self.max_prompt_tokens + self.max_stop_ids)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "max_frame_bytes": self.max_frame_bytes}
+
+
+class ServiceError(Exception):
+    """A request the Cloud refuses: ``status`` (HTTP), ``code`` (for the Edge's exception type), message."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The frames answering one uplink frame (a stream is read lazily), and the report that goes with
+    them; a streamed answer's report waits for the session's close."""
+
+    frames: Iterable[bytes]
+    report: CloudReport | None
+
+
+@dataclass(eq=False)
+class _Session:
+    id: bytes
+    opened: Open
+    cloud: Cloud
+    log: ForwardLog
+    last_used: float
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    messages: int = 0  # frames received and sent so far; a pass is tagged with it
+    passes: list[CloudPass] = field(default_factory=list)
+    logged: int = 0  # trace steps of ``log`` already turned into passes
+    delivered: int = 0  # passes already reported
+    reused_reported: bool = False
+    emitted: int = 0  # tokens streamed (generate rule)
+    finished: bool = False  # the stream reached its budget or an end id
+    closed: bool = False
+
+    def collect_passes(self) -> None:
+        for step in self.log.trace[self.logged:]:
+            self.passes.append(CloudPass(self.messages, step.who, step.size, step.seconds))
+        self.logged = len(self.log.trace)
+
+    def report(self, ratios: Iterable[float] = ()) -> CloudReport:
+        self.collect_passes()
+        passes, self.delivered = tuple(self.passes[self.delivered:]), len(self.passes)
+        reused = () if self.reused_reported else tuple(sorted(self.log.reused.items()))
+        self.reused_reported = True
+        return CloudReport(passes, tuple(ratios), reused)
+
+
+class CloudService:
+    """Sessions of many Edges over one pair's Generalist and Specialist (the generic copy).
+
+    ``clock`` is injectable so that expiry can be tested without waiting; ``reuse_prefixes=False``
+    forgets every cached prompt when a session closes (benchmarks time each method's prompt reading).
+    """
+
+    def __init__(self, pair, limits: ServiceLimits = ServiceLimits(), clock: Callable[[], float] = time.monotonic,
+                 reuse_prefixes: bool = True):
+        self.pair = pair
+        self.limits = limits
+        self.reuse_prefixes = reuse_prefixes
+        self.instance = secrets.token_hex(8)  # a restarted Cloud has another
+        self._clock = clock
+        self._sessions: dict[bytes, _Session] = {}
+        self._ended: OrderedDict[bytes, str] = OrderedDict()
+        self._table = threading.Lock()
+        self._compute = threading.Lock()
+
+    # ----------------------------------------------------------------------- the three requests
+
+    def info(self) -> CloudInfo:
+        return CloudInfo(self.pair.pairing_id, self.pair.vocab_size, instance=self.instance, runtime=self.pair.runtime,
+                         limits=self.limits.to_json())
+
+    def handle(self, frame: bytes) -> Answer:
+        """Answer one uplink frame; raises ServiceError for anything the Cloud refuses."""
+        message = self._decode(frame)
+        self.expire_idle()
+        if isinstance(message, Open):
+            return self._open(message)
+        return self._verify(message)
+
+    def close(self, session_id: bytes) -> CloudReport:
+        """End a session; returns what its report has not said yet."""
+        session = self._find(session_id)
+        with session.lock:
+            if session.closed:
+                raise self._gone(session_id)
+            report = session.report()
+            self._end(session, "closed-session")
+        return report
+
+    # ----------------------------------------------------------------------- housekeeping
+
+    @property
+    def open_sessions(self) -> int:
+        return len(self._sessions)
+
+    def expire_idle(self) -> int:
+        """End the sessions idle for longer than the limit (a busy one is left alone); returns how many."""
+        deadline = self._clock() - self.limits.idle_timeout_s
+        with self._table:
+            idle = [s for s in self._sessions.values() if s.last_used < deadline]
+        expired = 0
+        for session in idle:
+            if not session.lock.acquire(blocking=False):
+                continue
+            try:
+                if not session.closed and session.last_used < deadline:
+                    self._end(session, "expired-session")
+                    expired += 1
+            finally:
+                session.lock.release()
+        return expired
+
+    def close_all(self) -> None:
+        """End every session (the service is stopping)."""
+        with self._table:
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            with session.lock:
+                if not session.closed:
+                    self._end(session, "closed-session")
+
+    # ----------------------------------------------------------------------- messages
+
+    def _decode(self, frame: bytes):
+        if len(frame) > self.limits.max_frame_bytes:
+            raise ServiceError(413, "too-large", f"A frame of {len(frame)} bytes is larger than this Cloud accepts "
+                                                 f"({self.limits.max_frame_bytes} bytes).")
+        try:
+            return decode(frame, UPLINK)
+        except UnsupportedVersion as error:
+            raise ServiceError(400, "version", f"The frame is in protocol version {error.version}; this Cloud speaks "
+                                               f"version {PROTOCOL_VERSION}.") from None
+        except FrameError as error:
+            raise ServiceError(400, error.code, f"The Cloud could not read the frame: {error}.") from None
+
+    def _open(self, message: Open) -> Answer:
+        if self.pair.generalist is None:
+            raise ValueError("a Cloud needs the Generalist: this pair was loaded for the Edge only")
+        problem = self._open_problem(message)
+        if problem:
+            raise ServiceError(400, "invalid", problem)
+        log = ForwardLog()
+        cloud = Cloud(self.pair.generalist, self.pair.specialist, self.pair.vocab_size, log)
+        session = _Session(message.session, message, cloud, log, self._clock())
+        with session.lock:
+            with self._table:
+                if message.session in self._sessions or message.session in self._ended:
+                    raise ServiceError(409, "session-exists", "A session with this id already exists on the Cloud.")
+                if len(self._sessions) >= self.limits.max_sessions:
+                    raise ServiceError(503, "busy", f"The Cloud is serving its maximum of {self.limits.max_sessions} "
+                                                    "generations.")
+                self._sessions[message.session] = session
+            session.messages = 1
+            self._run(session, session.cloud.open, message)
+            session.last_used = self._clock()
+        if message.streams:
+            return Answer(self._stream(session), None)
+        return Answer((), session.report())
+
+    def _verify(self, message: Draft) -> Answer:
+        session = self._find(message.session)
+        with session.lock:
+            if session.closed:
+                raise self._gone(message.session)
+            problem = self._draft_problem(message) or session.cloud.problem(message)
+            if problem:
+                raise ServiceError(400, "invalid", problem)
+            session.messages += 1
+            verdict = self._run(session, session.cloud.verify, message)
+            report = session.report(session.cloud.last_ratios)
+            session.messages += 1
+            session.last_used = self._clock()
+        return Answer((encode(verdict),), report)
+
+    def _stream(self, session: _Session) -> Iterator[bytes]:
+        """The ``generate`` rule: one Tokens frame per token, each computed when the previous was taken."""
+        stop_ids = frozenset(session.opened.stop_ids)
+        while True:
+            with session.lock:
+                if session.closed or session.finished:
+                    return
+                tokens = self._run(session, session.cloud.next_tokens, 1)
+                session.collect_passes()
+                session.messages += 1
+                session.emitted += len(tokens.ids)
+                session.finished = session.emitted >= session.opened.max_new_tokens or tokens.ids[-1] in stop_ids
+                session.last_used = self._clock()
+            yield encode(tokens)
+
+    # ----------------------------------------------------------------------- checks
+
+    def _open_problem(self, message: Open) -> str | None:
+        limits, vocab = self.limits, self.pair.vocab_size
+        if not message.prompt:
+            return "The prompt is empty."
+        if len(message.prompt) > limits.max_prompt_tokens:
+            return (f"The prompt has {len(message.prompt)} tokens; this Cloud takes at most "
+                    f"{limits.max_prompt_tokens}.")
+        if not 1 <= message.max_new_tokens <= limits.max_new_tokens:
+            return f"The token budget must be between 1 and {limits.max_new_tokens} on this Cloud."
+        if len(message.stop_ids) > limits.max_stop_ids:
+            return f"At most {limits.max_stop_ids} end ids are accepted."
+        if _out_of_vocabulary(message.prompt + message.stop_ids, vocab):
+            return f"A token id is outside the Cloud's vocabulary of {vocab}: do both sides run the same pairing?"
+        settings = finite_settings_problem(message)
+        return f"Invalid decoding settings: {settings}." if settings else None
+
+    def _draft_problem(self, message: Draft) -> str | None:
+        limits = self.limits
+        if len(message.draft) > limits.max_draft_len:
+            return f"{len(message.draft)} drafts in one round; this Cloud takes at most {limits.max_draft_len}."
+        if len(message.append) > limits.max_draft_len + 1:
+            return "Too many chosen tokens in one round."
+        if _out_of_vocabulary(message.append + message.draft, self.pair.vocab_size):
+            return f"A token id is outside the Cloud's vocabulary of {self.pair.vocab_size}."
+        return None
+
+    # ----------------------------------------------------------------------- sessions
+
+    def _run(self, session: _Session, step, *args):
+        """One model step of a session, alone on the models; a failure ends the session (its caches
+        may be half written) and propagates."""
+        try:
+            with self._computing():
+                return step(*args)
+        except BaseException:
+            self._end(session, "closed-session")
+            raise
+
+    @contextmanager
+    def _computing(self):
+        with self._compute, torch.inference_mode():
+            yield
+
+    def _find(self, session_id: bytes) -> _Session:
+        with self._table:
+            session = self._sessions.get(session_id)
+        if session is None:
+            raise self._gone(session_id)
+        return session
+
+    def _gone(self, session_id: bytes) -> ServiceError:
+        with self._table:
+            reason = self._ended.get(session_id)
+        if reason == "expired-session":
+            return ServiceError(410, reason, f"The Cloud ended this generation's session after "
+                                             f"{self.limits.idle_timeout_s:g} s without a message.")
+        if reason == "closed-session":
+            return ServiceError(410, reason, "This generation's session on the Cloud has already ended.")
+        return ServiceError(404, "unknown-session", f"The Cloud (instance {self.instance}) does not know this "
+                                                    "generation's session; it may have restarted since the "
+                                                    "generation began.")
+
+    def _end(self, session: _Session, reason: str) -> None:
+        """Forget a session and give its caches back (the caller holds the session's lock)."""
+        session.closed = True
+        with self._table:
+            self._sessions.pop(session.id, None)
+            self._ended[session.id] = reason
+            while len(self._ended) > _REMEMBERED_ENDED:
+                self._ended.popitem(last=False)
+        with self._compute:
+            session.cloud.close()
+            if not self.reuse_prefixes:
+                for model in (self.pair.generalist, self.pair.specialist):
+                    model.prefix_cache.clear()
+
+
+def _out_of_vocabulary(ids: tuple[int, ...], vocab_size: int) -> bool:
+    return bool(ids) and max(ids) >= vocab_size

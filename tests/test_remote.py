@@ -1,0 +1,311 @@
+"""The Cloud as an HTTP service in its own process: same output as in process, many Edges, faults, secrets.
+
+Every server here is ``python -m specsteer cloud --pairing tiny-test`` on a free 127.0.0.1 port,
+stopped by its own pid. The tiny test pair is deterministic, so the Edge's in-process run of the
+same request is the reference for every remote one.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+
+from specsteer import cli, protocol
+from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, generate_ids, prepare
+from specsteer.history import HistoryItem
+from specsteer.link import CloudRefused, CloudUnreachable, Link, SessionGone, VersionMismatch
+from specsteer.privacy import audit_wire
+from specsteer.protocol import PROTOCOL_VERSION, Draft, Open, Verdict, encode
+from specsteer.remote import (
+    EXCHANGE_PATH, RemoteCloud, bind_problem, check_cloud, free_loopback_port, read_capture, start_cloud_process,
+)
+from specsteer.testing import tiny_pair
+
+# Each module server costs a process start (~10 s on a loaded 2-core machine): `-m "not slow"` skips them.
+pytestmark = pytest.mark.slow
+
+CANARY = "QUOKKA-canary-4417 purple kazoo"
+SECRET_ENV = "SPECSTEER_TEST_CLOUD_SECRET"
+SECRET = "correct horse battery staple"
+
+# The tiny models are dominated by per-op overhead; one thread keeps the Cloud's arithmetic the same
+# as the test process's (conftest sets one there) and the shared machine's cores free.
+SERVER_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", SECRET_ENV: SECRET}
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair(seed=0, generalist_seed=1)
+
+
+def serve(tmp_path, *arguments, port=None):
+    log = (tmp_path / f"cloud-{time.monotonic_ns()}.log").open("wb")
+    return start_cloud_process("--pairing", "tiny-test", *arguments, port=port, env=SERVER_ENV, stderr=log,
+                               ready_timeout_s=180)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """One Cloud for the tests that leave it running, capturing every body it exchanges."""
+    directory = tmp_path_factory.mktemp("cloud")
+    # No prefix reuse: every generation reads its whole prompt on both sides, so traces compare.
+    child = serve(directory, "--capture", str(directory / "capture.bin"), "--max-sessions", "12",
+                  "--no-prefix-reuse")
+    child.capture = directory / "capture.bin"
+    try:
+        yield child
+    finally:
+        child.stop()
+
+
+@pytest.fixture
+def remote(server):
+    with RemoteCloud(server.url) as cloud:
+        yield cloud
+
+
+def prompts(pair, text="Write about the weather and the sea."):
+    plain = pair.tokenizer.encode(text)
+    private = pair.tokenizer.encode("History: I love long walks and strong coffee. ") + plain
+    return plain, private
+
+
+CONFIGS = [
+    DecodeConfig(method="specsteer", max_new_tokens=24, alpha=0.5),
+    DecodeConfig(method="specsteer", max_new_tokens=24, alpha=0.5, adaptive_draft=True, draft_len=6),
+    DecodeConfig(method="specsteer", max_new_tokens=16, sample=True, temperature=0.8, seed=3),
+    DecodeConfig(method="specsteer", max_new_tokens=12, sample=True, exact=True, seed=5),
+    DecodeConfig(method="sd", max_new_tokens=24),
+    DecodeConfig(method="lightcosteer", max_new_tokens=16),
+    DecodeConfig(method="costeer", max_new_tokens=12),
+    DecodeConfig(method="llm", max_new_tokens=24),
+    DecodeConfig(method="llm", max_new_tokens=16, sample=True, seed=2),
+    DecodeConfig(method="slm+", max_new_tokens=8),
+]
+
+
+def shape(finished):
+    """What must not depend on where the Cloud runs: tokens, bytes, message sizes, the passes run."""
+    stats = finished.stats
+    return (finished.token_ids, finished.text, stats.rounds, stats.accepted, stats.uplink_bytes, stats.downlink_bytes,
+            [m.bytes for m in finished.transcript], stats.forward_calls,
+            [(step.kind, step.who, step.size) for step in stats.trace])
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.method}{'-sample' if c.sample else ''}"
+                                                          f"{'-exact' if c.exact else ''}"
+                                                          f"{'-auto' if c.adaptive_draft else ''}")
+def test_the_http_cloud_gives_the_in_process_output(pair, remote, config):
+    plain, private = prompts(pair)
+    pair.clear_prefix_caches()
+    tokens, here = collect(generate_ids(pair, plain, private, config))
+    pair.clear_prefix_caches()
+    remote_tokens, there = collect(generate_ids(pair, plain, private, config, cloud=remote))
+    assert shape(there) == shape(here)
+    assert [(t.id, t.kind, t.round) for t in remote_tokens] == [(t.id, t.kind, t.round) for t in tokens]
+
+
+def test_socket_bytes_equal_the_transcript_and_carry_no_history(pair, server, remote):
+    history = [HistoryItem({"text": f"My secret phrase is {CANARY}; headphones matter to me."}),
+               HistoryItem({"text": "I review headphones and always mention battery life."})]
+    prepared = prepare(Request(task="free", input_text="Write about headphones and battery life.", history=history))
+    assert CANARY in prepared.prompts.private
+    plain_ids = chat_ids(pair.tokenizer, prepared.prompts.plain)
+    canary_ids = pair.tokenizer.encode(CANARY)
+    canary_as_wire_ids = struct.pack(f"<{len(canary_ids)}I", *canary_ids)
+    for method in ("specsteer", "sd", "lightcosteer", "costeer", "llm"):
+        before = len(read_capture(server.capture))
+        tokens, finished = collect(generate(pair, prepared, DecodeConfig(method=method, max_new_tokens=20, alpha=0.5),
+                                            cloud=remote))
+        exchanges = read_capture(server.capture)[before:]
+        assert exchanges and all(e.status == 200 for e in exchanges)
+        uplink = [e.uplink for e in exchanges]
+        downlink = [e.downlink for e in exchanges]
+        assert sum(map(len, uplink)) == finished.stats.uplink_bytes
+        assert sum(map(len, downlink)) == finished.stats.downlink_bytes
+        audit = audit_wire(uplink, downlink, plain_ids, tokens)
+        assert audit.ok, audit.problems
+        received = b"".join(uplink)
+        assert CANARY.encode() not in received and canary_as_wire_ids not in received
+
+
+def test_eight_edges_five_generations_each_at_once(pair, server):
+    texts = ["Write about the weather and the sea.", "A short note on trains.", "Describe a quiet morning.",
+             "Tell me about apples.", "Why do cats purr?", "Explain tides.", "A poem about rain.",
+             "Rate these headphones."]
+    methods = ["specsteer", "llm", "sd", "lightcosteer", "specsteer"]
+    jobs = []
+    for edge, text in enumerate(texts):
+        plain, private = prompts(pair, text)
+        for run, method in enumerate(methods):
+            config = DecodeConfig(method=method, max_new_tokens=12 + edge % 3, alpha=(0.1, 0.5, 1.0)[run % 3],
+                                  draft_len=2 + edge % 4)
+            jobs.append((edge, plain, private, config))
+    expected = [collect(generate_ids(pair, plain, private, config))[1].token_ids for _, plain, private, config in jobs]
+
+    def run_edge(edge: int) -> list:
+        with RemoteCloud(server.url) as cloud:  # each Edge its own connection
+            return [(index, collect(generate_ids(pair, plain, private, config, cloud=cloud))[1])
+                    for index, (owner, plain, private, config) in enumerate(jobs) if owner == edge]
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = [item for items in pool.map(run_edge, range(8)) for item in items]
+    assert len(results) == 40
+    for index, finished in results:
+        assert finished.token_ids == expected[index], f"generation {index} differs from its in-process run"
+        assert finished.stats.stop_reason in ("eos", "length")
+    assert httpx.get(f"{server.url}/v1/health").json()["sessions"] == 0  # every session closed
+
+
+@pytest.mark.parametrize("body, status, code", [
+    (b"garbage that is not a frame", 400, "version"),
+    (b"", 400, "truncated"),
+    (None, 400, "truncated"),  # a real Draft frame cut short
+    (bytes([PROTOCOL_VERSION + 1]) + bytes(60), 400, "version"),
+    (bytes([PROTOCOL_VERSION, 42]) + bytes(60), 400, "malformed"),
+    (b"x" * 40_000, 413, "too-large"),
+])
+def test_bad_frames_get_a_4xx_and_the_service_keeps_serving(pair, server, remote, body, status, code):
+    if body is None:
+        body = encode(Draft(bytes(16), [1, 2, 3]))[:-5]
+    answer = httpx.post(server.url + EXCHANGE_PATH, content=body)
+    assert answer.status_code == status
+    assert answer.json()["error"] == code and answer.json()["message"]
+    plain, private = prompts(pair)
+    config = DecodeConfig(method="specsteer", max_new_tokens=6)
+    assert collect(generate_ids(pair, plain, private, config, cloud=remote))[1].token_ids == \
+        collect(generate_ids(pair, plain, private, config))[1].token_ids
+
+
+def test_unknown_and_closed_sessions(server, remote):
+    unknown = httpx.post(server.url + EXCHANGE_PATH, content=encode(Draft(os.urandom(16), [1])))
+    assert unknown.status_code == 404 and unknown.json()["error"] == "unknown-session"
+    link = Link(remote.transport())
+    with pytest.raises(SessionGone, match="does not know"):
+        link.verify(Draft(link.session, [1, 2]))  # never opened
+    link.open(Open(link.session, "ratio", [1, 2, 3], 8))
+    assert isinstance(link.verify(Draft(link.session, [4])), Verdict)
+    assert link.close()
+    with pytest.raises(SessionGone, match="already ended"):
+        link.verify(Draft(link.session, [5]))
+    assert httpx.delete(f"{server.url}/v1/sessions/not-hex").status_code == 400
+
+
+def test_a_cloud_of_another_protocol_version_is_named(pair, remote, monkeypatch):
+    monkeypatch.setattr(protocol, "PROTOCOL_VERSION", PROTOCOL_VERSION + 1)  # this Edge is newer
+    plain, private = prompts(pair)
+    with pytest.raises(VersionMismatch, match="protocol version") as caught:
+        collect(generate_ids(pair, plain, private, DecodeConfig(max_new_tokens=4), cloud=remote))
+    assert caught.value.partial.token_ids == []
+
+
+def test_a_cloud_of_another_pairing_is_refused(pair, remote, monkeypatch):
+    other = tiny_pair()
+    other.pairing_id = "something-else"
+    plain, private = prompts(other)
+    with pytest.raises(CloudRefused, match="pairing"):
+        collect(generate_ids(other, plain, private, DecodeConfig(max_new_tokens=4), cloud=remote))
+
+
+def test_secret_expiry_and_binding(pair, tmp_path):
+    assert bind_problem("0.0.0.0", None) and bind_problem("192.168.1.5", "") and not bind_problem("0.0.0.0", "s")
+    assert not bind_problem("127.0.0.1", None) and not bind_problem("::1", None) and not bind_problem("localhost", None)
+    assert cli.main(["cloud", "--host", "0.0.0.0", "--port", "1"]) == 2  # refused before loading anything
+    assert cli.main(["cloud", "--secret-env", "SPECSTEER_TEST_UNSET_VARIABLE"]) == 2
+    child = serve(tmp_path, "--secret-env", SECRET_ENV, "--idle-timeout-s", "1")
+    try:
+        plain, private = prompts(pair)
+        config = DecodeConfig(method="specsteer", max_new_tokens=8)
+        for secret in (None, "wrong secret"):
+            with RemoteCloud(child.url, secret) as cloud, pytest.raises(CloudRefused, match="secret") as caught:
+                collect(generate_ids(pair, plain, private, config, cloud=cloud))
+            assert caught.value.status == 401 and caught.value.code == "unauthorized"
+        assert httpx.get(f"{child.url}/v1/health").status_code == 200  # health needs no secret
+        with RemoteCloud(child.url, SECRET) as cloud:
+            assert collect(generate_ids(pair, plain, private, config, cloud=cloud))[1].token_ids == \
+                collect(generate_ids(pair, plain, private, config))[1].token_ids
+            assert check_cloud(child.url, SECRET).pairing == pair.pairing_id
+            link = Link(cloud.transport())
+            link.open(Open(link.session, "ratio", plain, 8))
+            time.sleep(2.5)  # past the 1 s idle timeout (no timing is asserted: only that it expired)
+            with pytest.raises(SessionGone, match="without a message"):
+                link.verify(Draft(link.session, [1]))
+    finally:
+        child.stop()
+
+
+def drain(events, into: list) -> None:
+    for event in events:
+        into.append(event)
+
+
+def test_a_cloud_killed_or_restarted_mid_generation(pair, tmp_path):
+    port = free_loopback_port()
+    plain, private = prompts(pair)
+    config = DecodeConfig(method="specsteer", max_new_tokens=200, draft_len=2, alpha=0.5)
+    first = serve(tmp_path, port=port)
+    second = None
+    try:
+        # Restarted: the session lived in the process that is gone.
+        with RemoteCloud(first.url) as cloud:
+            events = generate_ids(pair, plain, private, config, cloud=cloud)
+            emitted = [next(events) for _ in range(3)]
+            first.kill()
+            second = serve(tmp_path, port=port)
+            with pytest.raises(SessionGone, match="restarted"):
+                drain(events, emitted)
+        # Killed: the Edge says so at once and keeps what it had.
+        with RemoteCloud(second.url) as cloud:
+            events = generate_ids(pair, plain, private, config, cloud=cloud)
+            emitted = [next(events) for _ in range(4)]
+            second.kill()
+            killed_at = time.monotonic()
+            with pytest.raises(CloudUnreachable, match="Lost the connection") as caught:
+                drain(events, emitted)
+            assert time.monotonic() - killed_at < 5.0
+        partial = caught.value.partial
+        shown = [e for e in emitted if e.emitted]
+        assert partial.token_ids == [e.id for e in shown] and len(shown) >= 2
+        assert partial.text == "".join(e.text for e in shown)
+        assert partial.stats.stop_reason == "cloud-error"
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+def test_generate_cli_runs_the_edge_against_the_cloud(pair, server, monkeypatch, capsys):
+    import json
+    from pathlib import Path
+
+    sample = Path(__file__).resolve().parents[1] / "assets" / "samples" / "review_user.jsonl"
+    loads = []
+    monkeypatch.setattr("specsteer.models.load_pair", lambda *a, **k: loads.append(k) or pair)
+    arguments = ["generate", "--history", str(sample), "--task", "review", "--input", "Write a review of earbuds.",
+                 "--max-new-tokens", "10", "--json"]
+
+    def run(*extra) -> dict:
+        assert cli.main([*arguments, *extra]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    here = run("--cloud", "")
+    assert loads.pop()["edge_only"] is False
+    there = run("--cloud", server.url)
+    assert loads.pop()["edge_only"] is True  # an Edge alone never loads the Generalist
+    monkeypatch.setenv("SPECSTEER_CLOUD_URL", server.url)
+    from_env = run()
+    assert loads.pop()["edge_only"] is True
+    assert here["text"] == there["text"] == from_env["text"]
+    assert here["stats"]["uplink_bytes"] == there["stats"]["uplink_bytes"]
+    emulated = run("--cloud", "", "--rtt-ms", "20", "--uplink-kbps", "1000")
+    waits = [step[3] for step in emulated["stats"]["trace"] if step[0] == "message"]
+    assert emulated["text"] == here["text"] and sum(waits) >= 0.020 * emulated["stats"]["rounds"]
+    # A Cloud that is not there: exit 3 with a message, before any model is loaded.
+    loads.clear()
+    assert cli.main([*arguments, "--cloud", f"http://127.0.0.1:{free_loopback_port()}"]) == 3
+    assert "Lost the connection" in capsys.readouterr().err and not loads

@@ -25,6 +25,7 @@ from pathlib import Path  # noqa: E402
 import gradio as gr  # noqa: E402
 
 import storage  # noqa: E402
+from specsteer.remote import CLOUD_SECRET_ENV  # noqa: E402
 from specsteer.service import AppService  # noqa: E402
 from ui import compare_tab, dashboard_tab, generate_tab, pairs  # noqa: E402
 
@@ -59,8 +60,10 @@ def launch_options() -> dict:
 
 
 def build_service() -> AppService:
-    """The one service every tab uses, on the database that ``DATABASE_URL`` / the data folder names."""
-    return AppService(store=storage.SqlGenerationStore(), runs=storage.SqlRunStore(), pairs=pairs.catalog())
+    """The one service every tab uses, on the database that ``DATABASE_URL`` / the data folder names; a
+    remote Cloud's shared secret comes from ``$SPECSTEER_CLOUD_SECRET`` (never from a form)."""
+    return AppService(store=storage.SqlGenerationStore(), runs=storage.SqlRunStore(), pairs=pairs.catalog(),
+                      cloud_secret=os.environ.get(CLOUD_SECRET_ENV))
 
 
 def build_app(service: AppService | None = None) -> gr.Blocks:

@@ -3,6 +3,10 @@
 The rule (DESIGN §2): the uplink may carry the plain prompt once, and after
 that only ids of tokens the Specialist proposed (drafts, shown as accepted or
 rejected) or chose (recovered and bonus tokens). Anything else is a leak.
+
+One draft may go unshown: the last one, when no answer came back (a remote Cloud
+failed while verifying it). Its ids are counted and named in the summary; they
+are in the transcript, which is what the privacy panel lists.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ class UplinkAudit:
     prompt_tokens: int = 0
     draft_tokens: int = 0
     chosen_tokens: int = 0
+    unanswered_tokens: int = 0  # drafted ids of a last draft that got no verdict (among draft_tokens)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -38,6 +43,9 @@ class UplinkAudit:
             f"the plain prompt ({self.prompt_tokens} token ids of your input, without the history), "
             f"{self.draft_tokens} drafted token ids and {self.chosen_tokens} chosen token ids."
         )
+        if self.unanswered_tokens:
+            crossed += (f" The last {self.unanswered_tokens} drafted ids were sent but never answered (the generation "
+                        "ended there), so they appear in this transcript and not in the output.")
         if not self.ok:
             return f"{crossed} LEAK: {'; '.join(self.problems)}."
         return (
@@ -60,6 +68,8 @@ def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[i
     # (With the ``llm`` baseline the Cloud itself chose every token.)
     cloud_chose = any(m.direction == "downlink" and m.kind == "tokens" for m in transcript)
     chosen = [] if cloud_chose else [e.id for e in events if e.emitted and e.kind != "accepted"]
+    # A draft that ends the transcript was never answered: its drafts were never shown, accepted or not.
+    unanswered = uplink[-1] if uplink[-1].kind == "draft" and transcript[-1] is uplink[-1] else None
     sent_drafts: list[int] = []
     sent_chosen: list[int] = []
     for index, message in enumerate(uplink):
@@ -71,11 +81,14 @@ def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[i
             if list(payload["prompt"]) != list(plain_prompt_ids):
                 audit.problems.append(f"message {index}: the prompt sent differs from the plain (history-free) prompt")
         elif message.kind == "draft":
-            sent_drafts.extend(payload["draft"])
+            if message is unanswered:
+                audit.unanswered_tokens = len(payload["draft"])
+            else:
+                sent_drafts.extend(payload["draft"])
             sent_chosen.extend(payload["append"])
         else:
             audit.problems.append(f"message {index}: unexpected uplink message kind {message.kind!r}")
-    audit.draft_tokens = len(sent_drafts)
+    audit.draft_tokens = len(sent_drafts) + audit.unanswered_tokens
     audit.chosen_tokens = len(sent_chosen)
     if sent_drafts != drafted:
         audit.problems.append("drafted ids sent differ from the drafts the Specialist proposed")

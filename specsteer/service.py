@@ -10,12 +10,20 @@ yields tokens:
     evaluate: Status, Loading*, GridProgress*, then EvalResult or Failed
 
 ``Failed`` carries a message for a person (a sentence naming what to change); nothing raises out of a
-workflow for bad input, a model that cannot load or a model that fails. The steps are always:
-validate the settings → prepare the request (retrieval and prompts, on the device) → load the pair
-(with progress) → generate → audit what crossed the link → save through the :class:`GenerationStore`.
+workflow for bad input, a model that cannot load, a Cloud that cannot be reached or a model that
+fails. The steps are always: validate the settings → prepare the request (retrieval and prompts, on
+the device) → reach the Cloud when the settings name a remote one (it must answer and serve the
+chosen pairing before anything loads) → load the pair (with progress; only the Specialist for a
+remote Cloud) → generate → audit what crossed the link → save through the :class:`GenerationStore`.
+A remote Cloud that fails midway ends a generation with ``Failed(message, partial)``: what was
+emitted before, audited and saved like a stopped generation.
 
-This module imports neither a GUI nor a database: the store, the run store and the pair catalog are
-handed in by the composition root (``app.py``). See docs/ARCHITECTURE.md, "The application service".
+Two queries serve the settings and the dashboard: :meth:`AppService.check_cloud` (what a Cloud
+address serves) and :meth:`AppService.deployment` (a stored run projected onto a deployment profile).
+
+This module imports neither a GUI nor a database: the store, the run store, the pair catalog and a
+remote Cloud's secret are handed in by the composition root (``app.py``). See docs/ARCHITECTURE.md,
+"The application service".
 """
 
 from __future__ import annotations
@@ -29,17 +37,22 @@ from dataclasses import dataclass, field
 
 from .background import Background
 from .data import DataError
+from .deployment import DEFAULT_RTTS_MS, DeploymentProfile, get_profile
 from .engine import Prepared, Request, chat_ids, generate, prepare
 from .evaluate import EvalResult, EvalSpec, GridProgress, run_grid_events
 from .events import Finished, LinkMessage, TokenEvent
 from .generationstore import GenerationStore, NamedHistory, NewComparison, NewGeneration
+from .link import CloudEndpoint, CloudError, CloudRefused
+from .linkbench import deployment_rows
 from .methods import METHOD_INFO, METHODS
 from .models import LoadedPair, ModelLoadError, choose_runtime, load_pair
 from .privacy import UplinkAudit, audit_uplink
-from .registry import DEFAULT_PAIRING, PAIRINGS, pairing_status
+from .protocol import CloudInfo
+from .registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status
+from .remote import RemoteCloud
 from .retrieval import retrieve_scored
 from .runstore import RunStore
-from .settings import GenerationSettings, SettingsError, sentence
+from .settings import GenerationSettings, SettingsError, cloud_address, sentence
 from .tasks import TASKS, PromptPair, build_prompts, render_item
 
 log = logging.getLogger(__name__)
@@ -171,6 +184,46 @@ class Stopped:
 @dataclass(frozen=True)
 class Failed:
     message: str  # one or more sentences for a person
+    # A generation whose Cloud failed midway: what it had emitted, audited and saved (stop reason
+    # "cloud-error"), like a stopped one. None for every other failure.
+    partial: GenerationResult | None = None
+
+
+@dataclass(frozen=True)
+class CloudCheck:
+    """What "Test connection" found at a Cloud address: what it serves, or why it cannot be used."""
+
+    address: str  # as the settings keep it (settings.cloud_address); "" in process
+    ok: bool
+    message: str  # a sentence or two for a person
+    info: CloudInfo | None = None  # None when nothing (readable) answered
+
+
+@dataclass(frozen=True)
+class DeploymentReport:
+    """One stored run's generations projected onto a deployment profile across round-trip times.
+
+    ``rows`` are ``linkbench.projection_rows``: one per (method, α, β) group and RTT, with the projected
+    and the measured tokens/s and the projected speedup over ``llm``. Cells stored before generations
+    kept their traces cannot be projected: ``traced`` says how many of ``cells`` could.
+    """
+
+    run_id: int
+    profile: DeploymentProfile
+    rtts_ms: tuple[float, ...]  # the sweep the rows cover
+    table_rtts_ms: tuple[float, ...]  # the RTTs the speedup table shows
+    rows: tuple[dict, ...]
+    cells: int
+    traced: int
+
+    @property
+    def untraced(self) -> int:
+        return self.cells - self.traced
+
+
+# Projected every 10 ms from 0 to 200 ms: the curves are smooth in RTT, and a run of a few hundred
+# generations replays in a second or two. The table shows the bundled sweep's RTTs.
+DEPLOYMENT_RTTS_MS: tuple[float, ...] = tuple(float(rtt) for rtt in range(0, 201, 10))
 
 
 GenerationEvent = Started | Loading | Generating | Token | Done | Failed
@@ -192,23 +245,24 @@ class PairCatalog:
 
     test_pairs: Mapping[str, Callable[[], LoadedPair]] = field(default_factory=dict)
 
-    def status(self, pairing_id: str) -> tuple[bool, str]:
-        """(can load here, why or why not)."""
+    def status(self, pairing_id: str, edge_only: bool = False) -> tuple[bool, str]:
+        """(can load here, why or why not); ``edge_only``: only the Specialist is needed (a remote Cloud)."""
         if pairing_id in self.test_pairs:
             return True, "random test models, built in about a second"
         pairing = PAIRINGS.get(pairing_id)
         if pairing is None:
             return False, f"there is no pairing {pairing_id!r}"
-        return pairing_status(pairing)
+        return _status(pairing, edge_only)
 
-    def check(self, pairing_id: str) -> None:
-        """Raise :class:`PairingUnavailable` with a message to act on unless the pairing can load now."""
+    def check(self, pairing_id: str, edge_only: bool = False) -> None:
+        """Raise :class:`PairingUnavailable` with a message to act on unless the pairing can load now
+        (``edge_only``: its Specialist, for an Edge whose Cloud runs elsewhere)."""
         if pairing_id in self.test_pairs:
             return
         pairing = PAIRINGS.get(pairing_id)
         if pairing is None:
             raise PairingUnavailable(f"Unknown pairing {pairing_id!r}. Choose one from the list.")
-        available, reason = pairing_status(pairing)
+        available, reason = _status(pairing, edge_only)
         if not available:
             raise PairingUnavailable(sentence(
                 f"The pairing “{pairing.label}” is unavailable here: {reason}. "
@@ -233,13 +287,37 @@ class PairCatalog:
             return "Auto picks transformers: these models are not GGUF files, and llama.cpp reads only those."
         return "Auto picks transformers here: a GPU is present, and transformers runs the models on it."
 
-    def load(self, pairing_id: str, runtime: str, progress: Callable[[str], None]) -> LoadedPair:
+    def load(self, pairing_id: str, runtime: str, progress: Callable[[str], None],
+             edge_only: bool = False) -> LoadedPair:
+        """The pair, loaded once; ``edge_only``: the Specialist and its tokenizer alone (the test pairs are
+        built whole either way: they are tiny)."""
         build = self.test_pairs.get(pairing_id)
         if build is None:
-            return load_pair(pairing_id, progress=progress, runtime=runtime)
+            return load_pair(pairing_id, progress=progress, runtime=runtime, edge_only=edge_only)
         if runtime == "llama.cpp":
             raise ModelLoadError("The test pair runs on transformers only; choose auto or transformers.")
         return build()
+
+
+def _status(pairing: Pairing, edge_only: bool) -> tuple[bool, str]:
+    if not edge_only or pairing.cross_tokenizer:
+        return pairing_status(pairing)
+    return model_status(pairing.specialist)
+
+
+def pairing_name(pairing_id: str) -> str:
+    """A pairing as a sentence names it: its label and id, or the id alone when it is not in the registry."""
+    pairing = PAIRINGS.get(pairing_id)
+    return f"“{pairing.label}” ({pairing_id})" if pairing is not None else f"“{pairing_id}”"
+
+
+def pairing_mismatch(cloud: str, served: str, chosen: str) -> str | None:
+    """Why a Cloud serving ``served`` cannot verify for ``chosen``, or None when they are the same."""
+    if served == chosen:
+        return None
+    return (f"The Cloud at {cloud} serves the pairing {pairing_name(served)}, but the pairing chosen here is "
+            f"{pairing_name(chosen)}: the Cloud must verify with the Specialist this Edge drafts with. Choose "
+            f"{pairing_name(served)}, or start the Cloud with --pairing {chosen}.")
 
 
 # --------------------------------------------------------------------------- the service
@@ -250,11 +328,14 @@ class AppService:
     of its own besides the stores and the catalog, which are)."""
 
     def __init__(self, store: GenerationStore, runs: RunStore, pairs: PairCatalog | None = None,
-                 loading_quiet_s: float = 0.3) -> None:
+                 loading_quiet_s: float = 0.3, cloud_secret: str | None = None) -> None:
         self.store = store
         self.runs = runs
         self.pairs = pairs or PairCatalog()
         self.loading_quiet_s = loading_quiet_s  # a pair loaded this fast reports no progress
+        # The shared secret of remote Clouds (the composition root reads $SPECSTEER_CLOUD_SECRET): sent
+        # as a header, never shown, stored or part of the settings.
+        self._cloud_secret = cloud_secret or None
 
     # ----------------------------------------------------------------------- preview
 
@@ -277,29 +358,60 @@ class AppService:
                  settings: GenerationSettings | Mapping[str, object],
                  cancel: threading.Event | None = None) -> Iterator[GenerationEvent]:
         """One generation from settings to a saved row. A set ``cancel`` stops it within a draft step;
-        a stopped generation is saved too (its ``stop_reason`` is "cancelled")."""
+        a stopped generation is saved too (its ``stop_reason`` is "cancelled"), and so is what a
+        generation emitted before its remote Cloud failed (``Failed.partial``, "cloud-error")."""
         cancel = cancel or threading.Event()
         try:
             settings = self._valid(settings)
             prepared = self._prepare(history, task, input_text, settings)
-            self.pairs.check(settings.pairing)
+            self.pairs.check(settings.pairing, edge_only=settings.remote)
         except ValueError as error:  # SettingsError and PairingUnavailable are ValueErrors
             yield Failed(sentence(str(error)))
             return
         yield Started(settings, self.preview(history, task, input_text, settings.retrieval_k, settings.prompt_style))
         try:
-            pair = yield from self._load(settings.pairing, settings.runtime)
+            cloud = self._connect(settings, (settings.method,))
+        except CloudError as error:
+            yield Failed(sentence(str(error)))
+            return
+        try:
+            yield from self._generation(history, task, input_text, settings, prepared, cloud, cancel)
+        finally:
+            if cloud is not None:
+                cloud.close()
+
+    def _generation(self, history: NamedHistory | None, task: str, input_text: str, settings: GenerationSettings,
+                    prepared: Prepared, cloud: CloudEndpoint | None,
+                    cancel: threading.Event) -> Iterator[GenerationEvent]:
+        try:
+            pair = yield from self._load(settings.pairing, settings.runtime, edge_only=settings.remote)
         except ModelLoadError as error:
             yield Failed(sentence(str(error)))
             return
         yield Generating(settings.method, pair.runtime, pair.precision)
         tokens: list[TokenEvent] = []
         try:
-            finished = yield from self._run(pair, prepared, settings, cancel, tokens, slot=0)
+            finished = yield from self._run(pair, prepared, settings, cancel, tokens, slot=0, cloud=cloud)
+        except CloudError as error:  # what was emitted before is kept, audited and saved
+            if error.partial is None:
+                yield Failed(sentence(str(error)))
+                return
+            result = self._keep(history, task, input_text, settings, pair, prepared, tokens, error.partial)
+            kept = f"The {result.finished.stats.new_tokens} tokens generated before it failed are kept"
+            kept += (f" and saved as generation #{result.saved_id}" if result.saved_id is not None
+                     else f", but {result.save_error}")
+            yield Failed(sentence(str(error)) + " " + sentence(kept), result)
+            return
         except Exception as error:  # a model failure reaches people as a message, the log keeps the trace
             log.exception("generation failed")
             yield Failed(sentence(f"Generation failed ({type(error).__name__}): {error}"))
             return
+        yield Done(self._keep(history, task, input_text, settings, pair, prepared, tokens, finished))
+
+    def _keep(self, history: NamedHistory | None, task: str, input_text: str, settings: GenerationSettings,
+              pair: LoadedPair, prepared: Prepared, tokens: Sequence[TokenEvent],
+              finished: Finished) -> GenerationResult:
+        """Audit a generation's uplink and save it; a failed save still returns the output."""
         privacy = self._privacy(pair, prepared, tokens, finished)
         saved_id, save_error = None, None
         try:
@@ -311,7 +423,7 @@ class AppService:
         except Exception as error:  # the output is still shown; the result says it was not saved
             log.exception("saving the generation failed")
             save_error = sentence(f"saving it failed: {error}")
-        yield Done(GenerationResult(finished, tuple(tokens), privacy, saved_id, save_error))
+        return GenerationResult(finished, tuple(tokens), privacy, saved_id, save_error)
 
     # ----------------------------------------------------------------------- a comparison
 
@@ -329,7 +441,7 @@ class AppService:
         try:
             settings = self._valid(settings)
             prepared = self._prepare(history, task, input_text, settings)
-            self.pairs.check(settings.pairing)
+            self.pairs.check(settings.pairing, edge_only=settings.remote)
         except ValueError as error:
             yield Failed(sentence(str(error)))
             return
@@ -338,7 +450,22 @@ class AppService:
             random.SystemRandom().shuffle(order)
         yield ComparisonStarted(settings, tuple(order), bool(blind))
         try:
-            pair = yield from self._load(settings.pairing, settings.runtime)
+            cloud = self._connect(settings, order)
+        except CloudError as error:
+            yield Failed(sentence(str(error)))
+            return
+        try:
+            yield from self._comparison(history, task, input_text, settings, prepared, order, bool(blind), cloud,
+                                        cancel)
+        finally:
+            if cloud is not None:
+                cloud.close()
+
+    def _comparison(self, history: NamedHistory | None, task: str, input_text: str, settings: GenerationSettings,
+                    prepared: Prepared, order: Sequence[str], blind: bool, cloud: CloudEndpoint | None,
+                    cancel: threading.Event) -> Iterator[ComparisonEvent]:
+        try:
+            pair = yield from self._load(settings.pairing, settings.runtime, edge_only=settings.remote)
         except ModelLoadError as error:
             yield Failed(sentence(str(error)))
             return
@@ -348,7 +475,11 @@ class AppService:
             yield Generating(method, pair.runtime, pair.precision, slot, len(order))
             tokens.append([])
             try:
-                result = yield from self._run(pair, prepared, settings.for_method(method), cancel, tokens[slot], slot)
+                result = yield from self._run(pair, prepared, settings.for_method(method), cancel, tokens[slot], slot,
+                                              cloud=cloud)
+            except CloudError as error:
+                yield Failed(sentence(str(error)) + " Nothing of this comparison was saved.")
+                return
             except Exception as error:
                 log.exception("comparison generation failed")
                 yield Failed(sentence(f"Generation of output {slot + 1} of {len(order)} failed "
@@ -360,7 +491,7 @@ class AppService:
                 yield Stopped()
                 return
         try:
-            saved = self._save_comparison(history, task, input_text, settings, order, finished, tokens, bool(blind))
+            saved = self._save_comparison(history, task, input_text, settings, order, finished, tokens, blind)
         except Exception as error:
             log.exception("saving the comparison failed")
             yield Failed(sentence(f"The outputs could not be saved: {error}"))
@@ -391,6 +522,47 @@ class AppService:
                 log.error("evaluation run failed", exc_info=error)
             yield Failed(sentence(f"The run failed ({type(error).__name__}): {error}"))
 
+    # ----------------------------------------------------------------------- a remote Cloud
+
+    def check_cloud(self, address: str, pairing: str | None = None) -> CloudCheck:
+        """The settings' "Test connection": whether a Cloud answers at ``address``, what it serves (pairing,
+        protocol version, runtime, limits) and whether that fits ``pairing``. Never raises for a bad
+        address or an absent Cloud: the check says what is wrong."""
+        try:
+            address = cloud_address(address)
+        except ValueError as error:
+            return CloudCheck("", False, str(error))
+        if not address:
+            return CloudCheck("", True, "The Cloud runs in this process: there is no connection to test.")
+        try:
+            with RemoteCloud(address, self._cloud_secret, timeout_s=10.0) as cloud:
+                info = cloud.info()
+        except CloudError as error:
+            return CloudCheck(address, False, sentence(str(error)))
+        problem = pairing_mismatch(address, info.pairing, pairing) if pairing else None
+        if problem:
+            return CloudCheck(address, False, problem, info)
+        fits = ", the pairing chosen here" if pairing else ""
+        return CloudCheck(address, True, f"The Cloud at {address} answers: it serves {pairing_name(info.pairing)}"
+                                         f"{fits}, protocol version {info.protocol}.", info)
+
+    # ----------------------------------------------------------------------- the deployment projection
+
+    def deployment(self, run_id: int, profile: str, rtts_ms: Sequence[float] = DEPLOYMENT_RTTS_MS,
+                   table_rtts_ms: Sequence[float] = DEFAULT_RTTS_MS) -> DeploymentReport:
+        """A stored run's traced generations projected onto the bundled ``profile`` at each RTT
+        (``linkbench.deployment_rows``). ValueError, as a sentence, for an unknown profile."""
+        try:
+            chosen = get_profile(profile)
+        except ValueError as error:
+            raise ValueError(sentence(str(error))) from None
+        cells = self.runs.cells(run_id)
+        traced = sum(1 for cell in cells if cell.stats.trace)
+        rows = deployment_rows(cells, chosen.name, rtts_ms) if traced else []
+        shown = tuple(float(rtt) for rtt in table_rtts_ms if float(rtt) in {float(r) for r in rtts_ms})
+        return DeploymentReport(run_id, chosen, tuple(float(rtt) for rtt in rtts_ms), shown, tuple(rows),
+                                len(cells), traced)
+
     # ----------------------------------------------------------------------- steps
 
     @staticmethod
@@ -410,13 +582,14 @@ class AppService:
         return prepare(Request(task=task, input_text=input_text, history=items, retrieval_k=settings.retrieval_k,
                                prompt_style=settings.prompt_style))
 
-    def _load(self, pairing_id: str, runtime: str) -> Generator[Loading, None, LoadedPair]:
+    def _load(self, pairing_id: str, runtime: str, edge_only: bool = False) -> Generator[Loading, None, LoadedPair]:
         """For ``pair = yield from ...``: loads in a worker thread, reporting the loader's progress.
 
         A pair already loaded comes back at once without a word. Every failure is a ModelLoadError.
         """
         loading: Background[str, LoadedPair] = Background(
-            lambda emit, _cancel: self.pairs.load(pairing_id, runtime, emit), name="specsteer-load-pair")
+            lambda emit, _cancel: self.pairs.load(pairing_id, runtime, emit, edge_only=edge_only),
+            name="specsteer-load-pair")
         started = time.monotonic()
         if not loading.wait(self.loading_quiet_s):
             yield Loading("Loading the models (first use; this takes a while once)…")
@@ -429,11 +602,30 @@ class AppService:
         except (ValueError, KeyError, OSError) as error:
             raise ModelLoadError(str(error.args[0]) if error.args else str(error)) from error
 
+    def _connect(self, settings: GenerationSettings, methods: Sequence[str]) -> RemoteCloud | None:
+        """The Cloud service the settings name, checked to answer and to serve their pairing before any
+        model loads; None when the Cloud runs in this process or no method needs one. Raises CloudError."""
+        if not settings.remote or all(METHOD_INFO[method].device_only for method in methods):
+            return None
+        cloud = RemoteCloud(settings.cloud, self._cloud_secret)
+        try:
+            info = cloud.info()
+            problem = pairing_mismatch(settings.cloud, info.pairing, settings.pairing)
+            if problem:
+                raise CloudRefused(problem, "pairing")
+        except BaseException:
+            cloud.close()
+            raise
+        return cloud
+
     @staticmethod
     def _run(pair: LoadedPair, prepared: Prepared, settings: GenerationSettings, cancel: threading.Event,
-             tokens: list[TokenEvent], slot: int) -> Generator[Token, None, Finished]:
-        """For ``finished = yield from ...``: one method's tokens as events (kept in ``tokens``)."""
-        for event in generate(pair, prepared, settings.decode_config(), cancel=cancel):
+             tokens: list[TokenEvent], slot: int, cloud: CloudEndpoint | None = None) -> Generator[Token, None, Finished]:
+        """For ``finished = yield from ...``: one method's tokens as events (kept in ``tokens``). A remote
+        Cloud that fails raises its CloudError, with what was emitted before in ``partial``."""
+        events = generate(pair, prepared, settings.decode_config(), cancel=cancel, cloud=cloud,
+                          conditions=settings.link_conditions())
+        for event in events:
             if isinstance(event, Finished):
                 return event
             tokens.append(event)

@@ -15,11 +15,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import TYPE_CHECKING, Literal, get_args
+from urllib.parse import urlsplit
 
 from .methods import METHODS, method_info
 from .tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptStyle
 
 if TYPE_CHECKING:
+    from .deployment import LinkConditions
     from .engine import DecodeConfig
 
 Decoding = Literal["greedy", "sampling"]
@@ -43,7 +45,13 @@ SETTING_NAMES = {
     "downlink_top_k": "Downlink top-k",
     "exact": "Exact-target sampling",
     "prompt_style": "Prompt style",
+    "cloud": "Cloud",
+    "rtt_ms": "Round-trip time",
+    "uplink_kbps": "Uplink bandwidth",
+    "downlink_kbps": "Downlink bandwidth",
 }
+MAX_RTT_MS = 2000.0  # an emulated round trip longer than this is a mistake, not a network
+IN_PROCESS = ""  # GenerationSettings.cloud: the Cloud runs in this process
 
 
 class SettingsError(ValueError):
@@ -86,6 +94,13 @@ class GenerationSettings:
     downlink_top_k: int = 64  # 0 sends the whole vocabulary
     exact: bool = False  # SpecSteer's exact-target variant; only with sampling
     prompt_style: PromptStyle = DEFAULT_PROMPT_STYLE
+    # Where the Cloud runs: IN_PROCESS, or a Cloud service's address as cloud_address() writes it
+    # (scheme, host and port only: never a credential, so it is stored with the output as it is).
+    cloud: str = IN_PROCESS
+    # Link emulation (deployment.LinkConditions): 0 ms and 0 kbps (unlimited) emulate nothing.
+    rtt_ms: float = 0.0
+    uplink_kbps: float = 0.0
+    downlink_kbps: float = 0.0
 
     @classmethod
     def from_values(cls, values: Mapping[str, object]) -> GenerationSettings:
@@ -112,10 +127,17 @@ class GenerationSettings:
         return cls(**converted).validate()  # type: ignore[arg-type]
 
     def validate(self) -> GenerationSettings:
-        """Raise :class:`SettingsError` unless these settings can run; return them otherwise."""
+        """Raise :class:`SettingsError` unless these settings can run; return them otherwise, with the
+        Cloud's address written the one way it is stored (see :func:`cloud_address`)."""
         from .runtime import RUNTIME_CHOICES
 
         problems = []
+        settings = self
+        try:
+            settings = replace(self, cloud=cloud_address(self.cloud))
+        except ValueError as error:
+            problems.append(str(error))
+        problems += _link_problems(self)
         if not self.pairing.strip():
             problems.append("Choose a pairing.")
         choices = {"runtime": RUNTIME_CHOICES, "method": METHODS, "decoding": DECODINGS, "prompt_style": PROMPT_STYLES}
@@ -132,7 +154,21 @@ class GenerationSettings:
                 problems += [sentence(part) for part in str(error).split("; ")]
         if problems:
             raise SettingsError(problems)
-        return self
+        return settings
+
+    @property
+    def remote(self) -> bool:
+        """Whether the Cloud is a service elsewhere (only the Specialist then runs in this process)."""
+        return self.cloud != IN_PROCESS
+
+    def link_conditions(self) -> LinkConditions | None:
+        """The network to emulate on the link, or None when these settings emulate none."""
+        if not (self.rtt_ms or self.uplink_kbps or self.downlink_kbps):
+            return None
+        from .deployment import LinkConditions
+
+        return LinkConditions(rtt_ms=self.rtt_ms, uplink_kbps=self.uplink_kbps or math.inf,
+                              downlink_kbps=self.downlink_kbps or math.inf)
 
     @property
     def sample(self) -> bool:
@@ -153,6 +189,49 @@ class GenerationSettings:
             seed=self.seed, temperature=self.temperature, top_p=self.top_p, downlink_top_k=self.downlink_top_k,
             exact=self.exact and self.sample,
         )
+
+
+def cloud_address(url: str) -> str:
+    """A Cloud service's address as settings keep it: ``scheme://host:port`` (lower case, the port always
+    written), or IN_PROCESS for an empty one. ValueError, as a sentence naming the setting, for anything
+    but an http(s) address; the message never repeats a credential or a query the address carried."""
+    text = (url or "").strip()
+    if not text:
+        return IN_PROCESS
+    example = "such as http://127.0.0.1:8700"
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"Cloud must be an http:// or https:// address {example}; this one does not read as "
+                         "one.") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"Cloud must be an http:// or https:// address {example}, or empty to run the Cloud "
+                         "in this process.")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError("Cloud must not carry a user name or password: the shared secret is read from "
+                         "$SPECSTEER_CLOUD_SECRET on this machine, never from the address.")
+    if parts.query or parts.fragment or parts.path not in ("", "/"):
+        raise ValueError(f"Cloud must be the service's address alone (scheme, host and port, {example}), "
+                         "without a path, query or fragment.")
+    if not parts.hostname:
+        raise ValueError(f"Cloud needs a host name, {example}.")
+    scheme = parts.scheme.lower()
+    host = parts.hostname  # lower case, brackets removed
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port if port is not None else (443 if scheme == 'https' else 80)}"
+
+
+def _link_problems(settings: GenerationSettings) -> list[str]:
+    problems = []
+    if not 0 <= settings.rtt_ms <= MAX_RTT_MS:
+        problems.append(f"{SETTING_NAMES['rtt_ms']} must be between 0 and {MAX_RTT_MS:g} ms.")
+    for name in ("uplink_kbps", "downlink_kbps"):
+        value = getattr(settings, name)
+        if not (value == 0 or 1 <= value < math.inf):
+            problems.append(f"{SETTING_NAMES[name]} must be 0 (unlimited) or at least 1 kbps.")
+    return problems
 
 
 _FIELD_TYPES: dict[str, type] = {

@@ -139,6 +139,9 @@ def _calibrate_constant_channel(model) -> None:
     model.model.norm.weight[0] /= normalized[0, :, 0].mean()
 
 
+TEST_PAIRING_ID = "tiny-test"  # the tiny pair's id, which the test hooks accept (the evaluate CLI, the app)
+
+
 def tiny_pair(
     seed: int = 0,
     generalist_seed: int = 1,
@@ -155,7 +158,9 @@ def tiny_pair(
     """
     specialist = tiny_model(seed, specialist_vocab, eos_bias=eos_bias).to(dtype)
     generalist = tiny_model(generalist_seed, generalist_vocab, eos_bias=eos_bias).to(dtype)
-    return assemble_pair("tiny", specialist, generalist, tiny_tokenizer())
+    # Its own id is the one the hooks name it by, so a Cloud serving it (``cloud --pairing tiny-test``)
+    # and an Edge that chose it agree on what they run.
+    return assemble_pair(TEST_PAIRING_ID, specialist, generalist, tiny_tokenizer())
 
 
 def write_tiny_gguf(path, seed: int, vocab_size: int = 320, eos_bias: float = 0.0):
@@ -218,7 +223,6 @@ def _gguf_tensor_name(name: str) -> str:
     return f"blk.{index}.{block[module]}.{kind}"
 
 
-TEST_PAIRING_ID = "tiny-test"  # the pairing id test hooks accept (the evaluate CLI, the app)
 _shared_lock = threading.Lock()
 _shared: LoadedPair | None = None
 

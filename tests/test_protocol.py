@@ -273,3 +273,25 @@ def test_the_audit_claims_what_it_checks_and_no_more(pair):
     assert f"{audit.draft_tokens} drafted token ids and {audit.chosen_tokens} chosen token ids" in summary
     assert "computed with your history, by design" in summary and "rejected drafts are among them" in summary
     assert summary.endswith(".")
+
+
+def test_a_last_draft_the_cloud_never_answered_is_named_not_a_leak(pair):
+    """A Cloud that fails while verifying leaves one draft sent and never shown: the audit counts it and
+    says so; any other draft sent but not shown is still a problem."""
+    request = Request(task="free", input_text="Write about headphones.", history=history_with_canary(), retrieval_k=3)
+    prepared = prepare(request)
+    plain_ids = chat_ids(pair.tokenizer, prepared.prompts.plain)
+    tokens, finished = collect(generate(pair, prepared, DecodeConfig(alpha=0.5, max_new_tokens=16)))
+    last_round = max(token.round for token in tokens)
+    assert finished.transcript[-1].kind == "verdict"
+    cut = finished.transcript[:-1]  # the last verdict never came back, nor the tokens it would have shown
+    shown = [token for token in tokens if token.round < last_round]
+    audit = audit_uplink(cut, plain_ids, shown)
+    unanswered = len(cut[-1].payload["draft"])
+    assert audit.ok, audit.problems
+    assert audit.unanswered_tokens == unanswered > 0
+    assert f"The last {unanswered} drafted ids were sent but never answered" in audit.summary()
+    # Drafts of an answered round that were never shown are still a problem.
+    early = [token for token in tokens if token.round < last_round - 1]
+    assert not audit_uplink(cut, plain_ids, early).ok
+    assert audit_uplink(finished.transcript, plain_ids, tokens).unanswered_tokens == 0

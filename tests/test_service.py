@@ -4,19 +4,27 @@ message."""
 
 from __future__ import annotations
 
+import json
+import math
+import os
 import threading
-from dataclasses import replace
+import time
+from dataclasses import dataclass, field, replace
 
 import pytest
 
 import storage
 from specsteer import service as service_module
 from specsteer.data import bundled_sample_path, sample_history_path
+from specsteer.deployment import LinkConditions
 from specsteer.engine import Request, chat_ids, prepare
 from specsteer.evaluate import EvalResult, EvalSpec, GridProgress
 from specsteer.generationstore import NamedHistory, NewComparison, NewGeneration
 from specsteer.history import parse_history
+from specsteer.jsonable import to_jsonable
 from specsteer.methods import METHOD_INFO
+from specsteer.protocol import PROTOCOL_VERSION
+from specsteer.remote import free_loopback_port, start_cloud_process
 from specsteer.service import (
     AppService,
     ComparisonSaved,
@@ -219,7 +227,7 @@ def test_a_stopped_generation_ends_early_and_is_saved(service, store, history):
 
 def test_slow_loading_reports_progress(history, store):
     class SlowCatalog(PairCatalog):
-        def load(self, pairing_id, runtime, progress):
+        def load(self, pairing_id, runtime, progress, edge_only=False):
             for line in ("reading weights", "converting"):
                 progress(line)
                 threading.Event().wait(0.1)
@@ -240,7 +248,7 @@ def test_slow_loading_reports_progress(history, store):
 
 def test_a_pairing_that_fails_to_load_is_a_message(history, store):
     class Broken(PairCatalog):
-        def load(self, pairing_id, runtime, progress):
+        def load(self, pairing_id, runtime, progress, edge_only=False):
             raise OSError("weights not found")
 
     service = AppService(store=store, runs=None, pairs=Broken({TEST_PAIRING_ID: shared_tiny_pair}))
@@ -313,3 +321,208 @@ def test_the_runtime_note_says_what_auto_picks_and_why(monkeypatch):
     monkeypatch.setattr(service_module, "choose_runtime", missing)
     assert catalog.runtime_note("offline-qwen2.5-coder") == (
         "Auto picks transformers here: llama-cpp-python is not installed.")
+
+
+# --------------------------------------------------------------------------- where the Cloud runs
+
+
+@pytest.mark.parametrize(("given", "kept"), [
+    ("", ""),
+    ("   ", ""),
+    ("http://127.0.0.1:8700", "http://127.0.0.1:8700"),
+    (" HTTP://Cloud.Example.ORG:8700/ ", "http://cloud.example.org:8700"),
+    ("https://cloud.example.org", "https://cloud.example.org:443"),
+    ("http://cloud.example.org", "http://cloud.example.org:80"),
+    ("http://[::1]:8700", "http://[::1]:8700"),
+])
+def test_the_cloud_setting_keeps_scheme_host_and_port(given, kept):
+    settings = GenerationSettings.from_values(values(cloud=given))
+    assert settings.cloud == kept and settings.remote == bool(kept)
+    assert GenerationSettings(pairing=TEST_PAIRING_ID, cloud=given).validate().cloud == kept
+
+
+@pytest.mark.parametrize(("given", "message"), [
+    ("ftp://cloud.example.org:21", "Cloud must be an http:// or https:// address such as http://127.0.0.1:8700"),
+    ("cloud.example.org:8700", "Cloud must be an http:// or https:// address"),
+    ("http://", "Cloud must be an http:// or https:// address"),
+    ("http://alice:hunter2@cloud.example.org:8700", "Cloud must not carry a user name or password"),
+    ("https://hunter2@cloud.example.org", "Cloud must not carry a user name or password"),
+    ("http://cloud.example.org:8700/v1/info", "without a path, query or fragment"),
+    ("http://cloud.example.org:8700/?token=hunter2", "without a path, query or fragment"),
+    ("http://cloud.example.org:8700#hunter2", "without a path, query or fragment"),
+    ("http://cloud.example.org:99999", "does not read as one"),
+])
+def test_a_bad_cloud_address_is_a_sentence_that_never_repeats_a_secret(given, message):
+    with pytest.raises(SettingsError) as caught:
+        GenerationSettings.from_values(values(cloud=given))
+    assert message in str(caught.value) and str(caught.value).endswith(".")
+    assert "hunter2" not in str(caught.value)
+
+
+def test_link_emulation_settings_become_link_conditions():
+    settings = GenerationSettings.from_values(values(rtt_ms=50.0, uplink_kbps=2000.0))
+    assert settings.link_conditions() == LinkConditions(rtt_ms=50.0, uplink_kbps=2000.0, downlink_kbps=math.inf)
+    assert GenerationSettings.from_values(values()).link_conditions() is None
+    with pytest.raises(SettingsError) as caught:
+        GenerationSettings.from_values(values(rtt_ms=-1.0, uplink_kbps=0.5, downlink_kbps=float("inf")))
+    assert caught.value.problems == ["Round-trip time must be between 0 and 2000 ms.",
+                                     "Uplink bandwidth must be 0 (unlimited) or at least 1 kbps.",
+                                     "Downlink bandwidth must be 0 (unlimited) or at least 1 kbps."]
+
+
+def test_an_emulated_link_delays_every_exchange_and_is_saved_with_the_output(service, store, history):
+    *_, plain = service.generate(history, "review", INPUT, values(max_new_tokens=8.0))
+    *_, emulated = service.generate(history, "review", INPUT, values(max_new_tokens=8.0, rtt_ms=20.0))
+    stats = emulated.result.finished.stats
+    waits = [step.seconds for step in stats.trace if step.kind == "message"]
+    assert sum(waits) >= 0.020 * stats.rounds > 0
+    assert emulated.result.finished.text == plain.result.finished.text
+    assert store.generations[1].settings.rtt_ms == 20.0 and store.generations[0].settings.link_conditions() is None
+
+
+@dataclass(frozen=True)
+class RecordingCatalog(PairCatalog):
+    """Records whether each load asked for the Edge alone."""
+
+    loads: list = field(default_factory=list)
+
+    def load(self, pairing_id, runtime, progress, edge_only=False):
+        self.loads.append(edge_only)
+        return super().load(pairing_id, runtime, progress, edge_only)
+
+
+def test_a_cloud_that_is_not_there_fails_before_anything_loads(store, history):
+    service = AppService(store=store, runs=None, pairs=RecordingCatalog({TEST_PAIRING_ID: shared_tiny_pair}))
+    address = f"http://127.0.0.1:{free_loopback_port()}"
+    events = list(service.generate(history, "review", INPUT, values(cloud=address + "/")))
+    assert isinstance(events[0], Started) and events[0].settings.cloud == address
+    assert isinstance(events[-1], Failed) and events[-1].partial is None
+    assert events[-1].message.startswith(f"Lost the connection to the Cloud at {address}")
+    assert service.pairs.loads == [] and store.generations == []
+    # A device-only method never needs the Cloud, and loads the Edge alone.
+    *_, done = service.generate(history, "review", INPUT, values(method="slm+", cloud=address))
+    assert isinstance(done, Done) and service.pairs.loads == [True]
+
+
+def test_checking_a_cloud_address_never_raises(service):
+    address = f"http://127.0.0.1:{free_loopback_port()}"
+    absent = service.check_cloud(address + "/", TEST_PAIRING_ID)
+    assert (absent.ok, absent.address, absent.info) == (False, address, None)
+    assert absent.message.startswith(f"Lost the connection to the Cloud at {address}") and absent.message.endswith(".")
+    bad = service.check_cloud("http://alice:hunter2@example.org:1")
+    assert not bad.ok and "hunter2" not in bad.message and "user name or password" in bad.message
+    here = service.check_cloud("  ")
+    assert here.ok and here.address == "" and "in this process" in here.message
+
+
+# The Cloud as a child process (``python -m specsteer cloud --pairing tiny-test``) on a free loopback
+# port, stopped by its pid; it wants the shared secret, which only the service's constructor is given.
+CLOUD_SECRET_ENV = "SPECSTEER_TEST_SERVICE_CLOUD_SECRET"
+CLOUD_SECRET = "service test: correct horse battery staple"
+CLOUD_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", CLOUD_SECRET_ENV: CLOUD_SECRET}
+
+
+def start_cloud(directory, port=None):
+    log = (directory / f"cloud-{time.monotonic_ns()}.log").open("wb")
+    return start_cloud_process("--pairing", TEST_PAIRING_ID, "--no-prefix-reuse", "--secret-env", CLOUD_SECRET_ENV,
+                               port=port, env=CLOUD_ENV, stderr=log, ready_timeout_s=180)
+
+
+@pytest.fixture(scope="module")
+def cloud(tmp_path_factory):
+    child = start_cloud(tmp_path_factory.mktemp("cloud"))
+    try:
+        yield child
+    finally:
+        child.stop()
+
+
+def remote_service(store, secret=CLOUD_SECRET, pairing=TEST_PAIRING_ID):
+    return AppService(store=store, runs=None, pairs=RecordingCatalog({pairing: shared_tiny_pair}), cloud_secret=secret)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["specsteer", "llm", "lightcosteer", "sd"])
+def test_a_generation_through_a_cloud_process_equals_the_in_process_one(cloud, history, method):
+    here, there = remote_service(MemoryStore()), remote_service(MemoryStore())
+    chosen = values(method=method, alpha=0.05, max_new_tokens=24.0)
+    shared_tiny_pair().clear_prefix_caches()
+    *_, in_process = here.generate(history, "review", INPUT, chosen)
+    shared_tiny_pair().clear_prefix_caches()
+    events = list(there.generate(history, "review", INPUT, {**chosen, "cloud": cloud.url + "/"}))
+    remote = events[-1]
+    assert isinstance(remote, Done), remote
+    assert [(t.id, t.kind, t.round) for t in remote.result.tokens] == [(t.id, t.kind, t.round)
+                                                                       for t in in_process.result.tokens]
+    assert remote.result.finished.text == in_process.result.finished.text
+    ours, theirs = in_process.result.finished.stats, remote.result.finished.stats
+    assert (theirs.uplink_bytes, theirs.downlink_bytes, theirs.rounds) == (ours.uplink_bytes, ours.downlink_bytes,
+                                                                           ours.rounds)
+    assert here.pairs.loads == [False] and there.pairs.loads == [True]  # the Edge alone beside a remote Cloud
+    assert remote.result.privacy.audit.ok
+    saved = there.store.generations[0]
+    assert saved.settings.cloud == cloud.url and here.store.generations[0].settings.cloud == ""
+    assert CLOUD_SECRET not in json.dumps(to_jsonable(saved.settings))
+
+
+@pytest.mark.slow
+def test_a_comparison_runs_every_method_through_the_cloud(cloud, history):
+    methods = ["slm+", "llm", "specsteer"]
+    here, there = remote_service(MemoryStore()), remote_service(MemoryStore())
+    shared_tiny_pair().clear_prefix_caches()
+    *_, in_process = here.compare(history, "review", INPUT, values(), methods, blind=False)
+    shared_tiny_pair().clear_prefix_caches()
+    *_, remote = there.compare(history, "review", INPUT, values(cloud=cloud.url), methods, blind=False)
+    assert isinstance(remote, ComparisonSaved) and remote.comparison.texts == in_process.comparison.texts
+    assert there.pairs.loads == [True] and {g.settings.cloud for g in there.store.generations} == {cloud.url}
+
+
+@pytest.mark.slow
+def test_a_cloud_of_another_pairing_or_without_the_secret_is_refused_before_loading(cloud, history, store):
+    other = remote_service(store, pairing="tiny-other")
+    *_, failed = other.generate(history, "review", INPUT, values(pairing="tiny-other", cloud=cloud.url))
+    assert failed.message == (
+        f"The Cloud at {cloud.url} serves the pairing “tiny-test”, but the pairing chosen here is “tiny-other”: "
+        "the Cloud must verify with the Specialist this Edge drafts with. Choose “tiny-test”, or start the Cloud "
+        "with --pairing tiny-other.")
+    assert other.pairs.loads == [] and store.generations == []
+    mismatch = other.check_cloud(cloud.url, "tiny-other")
+    assert not mismatch.ok and mismatch.info.pairing == TEST_PAIRING_ID and "serves the pairing" in mismatch.message
+    check = remote_service(store).check_cloud(cloud.url, TEST_PAIRING_ID)
+    assert check.ok and check.info.protocol == PROTOCOL_VERSION and check.info.limits["max_sessions"] >= 1
+    assert check.message == (f"The Cloud at {cloud.url} answers: it serves “tiny-test”, the pairing chosen here, "
+                             f"protocol version {PROTOCOL_VERSION}.")
+    without_secret = remote_service(store, secret=None)
+    *_, refused = without_secret.generate(history, "review", INPUT, values(cloud=cloud.url))
+    assert isinstance(refused, Failed) and "shared secret" in refused.message
+    assert not without_secret.check_cloud(cloud.url).ok and without_secret.pairs.loads == []
+
+
+@pytest.mark.slow
+def test_a_cloud_killed_mid_generation_keeps_and_saves_what_was_emitted(tmp_path, history, store):
+    child = start_cloud(tmp_path)
+    service = remote_service(store)
+    events, killed_at = [], None
+    try:
+        chosen = values(max_new_tokens=200.0, draft_len=2.0, alpha=0.5, cloud=child.url)
+        for event in service.generate(history, "review", INPUT, chosen):
+            events.append(event)
+            if killed_at is None and sum(isinstance(seen, Token) for seen in events) >= 4:
+                child.kill()
+                killed_at = time.monotonic()
+        ended = time.monotonic()
+    finally:
+        child.stop()
+    failed = events[-1]
+    assert isinstance(failed, Failed) and failed.partial is not None and ended - killed_at < 5.0
+    assert failed.message.startswith(f"Lost the connection to the Cloud at {child.url}")
+    assert "generated before it failed are kept and saved as generation #1." in failed.message
+    partial = failed.partial
+    shown = [event.event for event in events if isinstance(event, Token)]
+    assert list(partial.tokens) == shown
+    emitted = [token for token in shown if token.emitted]
+    assert partial.finished.token_ids == [token.id for token in emitted] and len(emitted) >= 2
+    assert partial.finished.text == "".join(token.text for token in emitted) and partial.privacy.audit.ok
+    saved = store.generations[0]
+    assert saved.stats.stop_reason == "cloud-error" and saved.text == partial.finished.text
+    assert saved.settings.cloud == child.url and partial.saved_id == 1

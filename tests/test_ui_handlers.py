@@ -7,6 +7,7 @@ test builds the same service and calls them, collecting a streamed handler with 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -14,7 +15,12 @@ import pytest
 import app
 import storage
 from specsteer.data import bundled_sample_path
+from specsteer.deployment import PROFILES, LinkConditions
 from specsteer.events import GenerationStats, TokenEvent
+from specsteer.protocol import CloudInfo
+from specsteer.remote import CLOUD_URL_ENV, free_loopback_port
+from specsteer.runstore import CellResult, GridPoint
+from specsteer.service import CloudCheck, Done, Failed, Generating, Started, Token
 from specsteer.history import MAX_UPLOAD_BYTES
 from specsteer.methods import METHOD_INFO, METHODS, method_label
 from ui import compare_tab, dashboard_tab, generate_tab, pairs, render
@@ -69,7 +75,8 @@ def settings(**overrides):
     SpecSteer run on the tiny pair, as the widgets send them."""
     values = dict(pairing=pairs.TINY_PAIRING_ID, runtime="auto", method="specsteer", alpha=0.1, beta=1.0,
                   draft_len=4, max_new_tokens=24, decoding="greedy", seed=0, temperature=1.0, top_p=1.0,
-                  retrieval_k=3, downlink_top_k=64, exact=False, adaptive_draft=False, prompt_style="paper")
+                  retrieval_k=3, downlink_top_k=64, exact=False, adaptive_draft=False, prompt_style="paper",
+                  cloud="", rtt_ms=0, uplink_kbps=0, downlink_kbps=0)
     values.update(overrides)
     return values
 
@@ -152,6 +159,17 @@ def test_the_stats_strip_shows_runtime_precision_first_token_and_prefix_reuse():
     assert "transformers · bf16" in render.stats_html(live.view("running"))
     live.add(TokenEvent(id=1, text="a", kind="accepted", round=1))
     assert live.first_token_s is not None and "–" in render.stats_html(live.view("running"))  # reuse known at the end
+
+
+def test_the_stats_strip_says_where_the_cloud_ran_and_which_link_was_emulated():
+    stats = GenerationStats("specsteer", new_tokens=3, seconds=1.0)
+    here = render.stats_html(render.StatsView.final(stats))
+    assert ">cloud<" in here and ">in process<" in here and "emulated link" not in here
+    remote = render.stats_html(render.StatsView.final(stats, cloud="http://127.0.0.1:8700",
+                                                      link=LinkConditions(rtt_ms=50, uplink_kbps=2000)))
+    assert ">http://127.0.0.1:8700<" in remote and "RTT 50 ms · up 2,000 kbps · down unlimited" in remote
+    device = render.stats_html(render.StatsView.final(GenerationStats("slm+"), cloud="http://127.0.0.1:8700"))
+    assert ">not used<" in device and "8700" not in device
 
 
 def test_background_run_merges_frames_without_losing_updates():
@@ -379,6 +397,68 @@ def test_every_message_is_a_sentence(generate, dashboard, tmp_path):
         assert text.endswith("."), text
 
 
+def test_link_emulation_and_the_cloud_reach_the_stats_and_the_saved_settings(generate):
+    frames = run_generate(generate, sample_history(), rtt_ms=10, uplink_kbps=5000, max_new_tokens=6)
+    assert "saved as generation" in frames[-1].status
+    assert ">in process<" in frames[-1].stats and "RTT 10 ms · up 5,000 kbps · down unlimited" in frames[-1].stats
+    live = [frame.stats for frame in frames if 'data-state="running"' in str(frame.stats)]
+    assert live and all("RTT 10 ms" in strip for strip in live)
+    stored = storage.get_generation(storage.list_generations()[0]["id"])["settings"]
+    assert (stored["cloud"], stored["rtt_ms"], stored["uplink_kbps"], stored["downlink_kbps"]) == ("", 10, 5000, 0)
+
+
+def test_a_bad_or_absent_cloud_is_a_message_and_its_credentials_are_never_shown(generate):
+    frames = run_generate(generate, sample_history(), cloud="http://alice:hunter2@cloud.example.org:8700")
+    assert "must not carry a user name or password" in frames[-1].status and "hunter2" not in str(frames)
+    address = f"http://127.0.0.1:{free_loopback_port()}"
+    frames = run_generate(generate, sample_history(), cloud=address)
+    assert f"Lost the connection to the Cloud at {address}" in frames[-1].status
+    assert "ss-box-error" in frames[-1].status and storage.list_generations() == []
+    checked = generate.test_cloud(address + "/", pairs.TINY_PAIRING_ID)
+    assert "ss-box-error" in checked and f"Cloud at {address}" in checked
+    assert "in this process" in generate.test_cloud("", pairs.TINY_PAIRING_ID)
+    assert "hunter2" not in generate.test_cloud("http://alice:hunter2@x.example.org", pairs.TINY_PAIRING_ID)
+
+
+def test_the_setting_starts_from_the_environment_unless_it_is_unusable(monkeypatch):
+    monkeypatch.setenv(CLOUD_URL_ENV, "HTTP://Cloud.example.org:8700/")
+    assert generate_tab.environment_cloud() == ("http://cloud.example.org:8700", None)
+    monkeypatch.setenv(CLOUD_URL_ENV, "http://alice:hunter2@cloud.example.org:8700")
+    address, problem = generate_tab.environment_cloud()
+    assert address == "" and f"${CLOUD_URL_ENV} is not used" in problem and "hunter2" not in problem
+    assert problem.endswith("The Cloud runs in this process.")
+    monkeypatch.delenv(CLOUD_URL_ENV)
+    assert generate_tab.environment_cloud() == ("", None)
+
+
+def test_what_a_cloud_serves_is_shown_escaped():
+    info = CloudInfo("<b>tiny</b>", 320, instance="<img src=x>", runtime="transformers",
+                     limits={"max_sessions": 12, "max_new_tokens": 1024, "idle_timeout_s": 300.0, "max_frame_bytes": 9})
+    shown = render.cloud_check_html(CloudCheck("http://127.0.0.1:8700", True, "It answers <i>fine</i>.", info))
+    assert "<b>" not in shown and "<img" not in shown and "<i>" not in shown
+    assert "&lt;b&gt;tiny&lt;/b&gt;" in shown and "sessions at once</th><td>12" in shown
+    assert "idle timeout (s)</th><td>300" in shown and "frame" not in shown and "ss-box-ok" in shown
+
+
+def test_a_cloud_failing_midway_keeps_the_output_stats_and_transcript(service):
+    """The service's Failed with a partial result (what a killed Cloud leaves, see test_service): the page
+    keeps the tokens shown, the final stats with the stop reason, and the transcript with its audit."""
+    events = list(service.generate(sample_history(), **TASK_INPUT, settings=settings(max_new_tokens=12)))
+    started, done = events[0], events[-1]
+    assert isinstance(started, Started) and isinstance(done, Done)
+    stats = replace(done.result.finished.stats, stop_reason="cloud-error")
+    partial = replace(done.result, finished=replace(done.result.finished, stats=stats))
+    failed = Failed("Lost the connection to the Cloud at http://127.0.0.1:1 (refused). The 12 tokens generated "
+                    "before it failed are kept and saved as generation #1.", partial)
+    remote = replace(started.settings, cloud="http://127.0.0.1:1")
+    replay = [replace(started, settings=remote), *(e for e in events if isinstance(e, (Generating, Token))), failed]
+    last = list(generate_tab.generation_frames(replay))[-1]
+    assert "ss-box-error" in last.status and "kept and saved as generation #1" in last.status
+    assert last.output.count('class="ss-tok ') == sum(1 for token in done.result.tokens if token.text)
+    assert 'data-state="cloud-error"' in last.stats and ">http://127.0.0.1:1<" in last.stats
+    assert "Privacy check passed" in last.privacy
+
+
 def test_stop_ends_the_generation_and_shows_where_it_ended(generate):
     request = SimpleNamespace(session_hash="session-stop")
     stream = generate.generate(sample_history(), **TASK_INPUT, **settings(max_new_tokens=1000), request=request)
@@ -586,3 +666,69 @@ def test_a_run_hands_gradio_copies_of_its_update_dicts():
         update.pop("value", None)  # what Gradio's postprocessing does to the dict it is given
     assert [frame["value"] for frame in sent] == ["table", "table"]
     assert run.state[0]["value"] == "table"
+
+
+# --------------------------------------------------------------------------- the Deployment view
+
+
+def test_the_deployment_view_projects_a_run_with_labels_table_and_escaped_names(dashboard):
+    name = '<b>deploy</b> <img src=x onerror="window.__pwned=1">'
+    final = list(dashboard.run_batch(**dashboard_values(run_name=name, methods=["slm+", "llm", "specsteer"],
+                                                        alphas="1.0, 0.1", max_new_tokens=6)))[-1]
+    assert "finished" in final.status
+    run_id = dashboard_tab.run_choices()[0][1]
+    view = dashboard.deployment([run_id], "phone-4g")
+    profile = PROFILES["phone-4g"]
+    assert "ss-box-ok" in view.status and "<b>" not in view.status and "&lt;b&gt;deploy&lt;/b&gt;" in view.status
+    assert "Projected 4 traced generations" in view.status and render.esc(profile.label) in view.status
+    title = view.figure.layout.title.text
+    assert "a projection, not a measurement" in title and "<b>" not in title and "&lt;b&gt;deploy" in title
+    assert view.figure.layout.xaxis.title.text.startswith("round-trip time")
+    assert view.figure.layout.yaxis.title.text == "projected tokens / s"
+    assert any("A projection, not a measurement" in note.text for note in view.figure.layout.annotations)
+    lines = [trace for trace in view.figure.data if trace.type == "scatter"]
+    assert [trace.name for trace in lines] == ["SLM+ (projected)", "LLM (projected)",
+                                               "SpecSteer α=1 β=1 (projected)", "SpecSteer α=0.1 β=1 (projected)"]
+    assert all(list(trace.x) == [float(rtt) for rtt in range(0, 201, 10)] for trace in lines)
+    bars = [trace for trace in view.figure.data if trace.type == "bar"]
+    assert [list(bar.x) for bar in bars] == [["SLM+"], ["LLM"], ["SpecSteer α=1 β=1"], ["SpecSteer α=0.1 β=1"]]
+    table = view.table
+    assert list(table.columns) == ["RTT (ms)", "LLM (tok/s)", "SpecSteer α=1 β=1 (tok/s)", "SpecSteer α=1 β=1 speedup",
+                                   "SpecSteer α=0.1 β=1 (tok/s)", "SpecSteer α=0.1 β=1 speedup"]
+    assert list(table["RTT (ms)"]) == ["0", "10", "20", "50", "100", "150", "200"]
+    llm = {int(x): y for x, y in zip(lines[1].x, lines[1].y)}
+    steer = {int(x): y for x, y in zip(lines[3].x, lines[3].y)}
+    for rtt, cell in zip(table["RTT (ms)"], table["SpecSteer α=0.1 β=1 speedup"]):
+        assert cell == f"{steer[int(rtt)] / llm[int(rtt)]:.2f}×"
+    assert steer[200] < steer[0]  # a round trip per round costs more as the RTT grows
+    assert profile.label in view.profile and "Opensignal" in view.profile
+    paper = dashboard.deployment([run_id], "paper")
+    assert render.esc(PROFILES["paper"].label) in paper.status and "no network" in paper.profile
+
+
+def test_the_deployment_view_says_why_it_has_nothing_to_show(dashboard):
+    run_id = storage.create_run("<i>old</i> run", {"task": "review"})
+    for record, method in (("r1", "llm"), ("r2", "specsteer")):
+        storage.save_cell(run_id, CellResult(record, GridPoint(method, 0.1 if method == "specsteer" else None, None),
+                                             "text", {}, GenerationStats(method, new_tokens=5, seconds=1.0)))
+    old = dashboard.deployment([run_id], "phone-4g")
+    assert "stored before generations kept their traces" in old.status and "none of its 2 cells" in old.status
+    assert "&lt;i&gt;old&lt;/i&gt;" in old.status and "<i>" not in old.status
+    assert old.figure is None and old.table is None and "Opensignal" in old.profile
+    empty = storage.create_run("empty run", {"task": "review"})
+    assert "no finished cells yet" in dashboard.deployment([empty], "phone-4g").status
+    assert "Choose a stored run" in dashboard.deployment([], "phone-4g").status
+    assert "Run #999 does not exist." in dashboard.deployment(["999"], "phone-4g").status
+    unknown = dashboard.deployment([run_id], "mars-link")
+    assert "ss-box-error" in unknown.status and "Unknown deployment profile &#x27;mars-link&#x27;" in unknown.status
+    alone = list(dashboard.run_batch(**dashboard_values(run_name="slm alone", methods=["slm+"])))[-1]
+    assert "finished" in alone.status
+    view = dashboard.deployment([dashboard_tab.run_choices()[0][1]], "laptop-wifi")
+    assert "no LLM cells" in view.status and list(view.table.columns) == ["RTT (ms)"]
+
+
+def test_a_profile_and_its_sources_are_shown_escaped():
+    profile = replace(PROFILES["paper"], label="<script>window.__pwned=1</script>")
+    shown = render.profile_html(profile)
+    assert "<script" not in shown and "&lt;script&gt;" in shown
+    assert all(render.esc(source.text) in shown for source in profile.sources)

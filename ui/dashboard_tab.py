@@ -6,6 +6,10 @@ so a run survives an app restart and can be reopened (or resumed under the same 
 This module only collects the choices (keeping an uploaded records file, see :func:`keep_upload`),
 turns the service's events into frames (streamed from a ``ui.streaming.BackgroundRun``, which
 Cancel stops), and draws the figures of ``specsteer.plots`` and the table.
+
+The Deployment view projects a stored run onto a bundled deployment profile: the service's
+``deployment`` (the run's traces replayed at RTT 0–200 ms), ``plots.deployment_figure`` and
+``plots.speedup_rows``, and the profile's sources (``render.profile_html``).
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import pandas as pd
 import storage
 from specsteer import plots
 from specsteer.data import LONGLAMP_TASKS, DataError, load_records, resolve_data_source, shared_data_path
+from specsteer.deployment import PROFILES
 from specsteer.evaluate import EvalResult, EvalSpec, GridProgress, summarize
 from specsteer.history import MAX_UPLOAD_BYTES
 from specsteer.methods import CORE_METHODS, METHODS, method_label
@@ -51,6 +56,17 @@ class DashboardView(NamedTuple):
     acceptance: object
     table: object
     runs: object
+
+
+class DeploymentView(NamedTuple):
+    status: object
+    figure: object
+    table: object
+    profile: object  # the profile's label, link and sources
+
+
+DEFAULT_PROFILE = "phone-4g"
+PROFILE_CHOICES = [(profile.label, name) for name, profile in PROFILES.items()]
 
 
 # --------------------------------------------------------------------------- inputs
@@ -196,10 +212,18 @@ def run_choices() -> list[tuple[str, int]]:
     return choices
 
 
-def open_runs(run_ids: Sequence[int] | int | None) -> DashboardView:
-    """Reopen stored runs (one, or several to compare them)."""
+def chosen_run_ids(run_ids: Sequence[int] | int | None) -> list[int] | None:
+    """The run picker's value as run ids; None when nothing (or something that is not an id) is chosen."""
     ids = [run_ids] if isinstance(run_ids, (int, str)) else list(run_ids or [])
     if not ids or not all(str(run_id).strip().isdigit() for run_id in ids):
+        return None
+    return [int(str(run_id).strip()) for run_id in ids]
+
+
+def open_runs(run_ids: Sequence[int] | int | None) -> DashboardView:
+    """Reopen stored runs (one, or several to compare them)."""
+    ids = chosen_run_ids(run_ids)
+    if ids is None:
         message = "Choose one or more stored runs."
         gr.Warning(message)
         return DashboardView(render.message_box(message, "error"), gr.skip(), gr.skip(), gr.skip(), gr.skip())
@@ -259,6 +283,43 @@ class DashboardTab:
 
     def __init__(self, service: AppService) -> None:
         self.service = service
+
+    def deployment(self, run_ids: Sequence[int] | int | None, profile: str) -> DeploymentView:
+        """The Deployment view: the first chosen run projected onto ``profile`` at RTT 0–200 ms."""
+        skip = gr.skip()
+        sources = render.profile_html(PROFILES[profile]) if profile in PROFILES else skip
+        ids = chosen_run_ids(run_ids)
+        if ids is None:
+            return DeploymentView(render.message_box("Choose a stored run above to project it.", "info"),
+                                  None, None, sources)
+        run = storage.get_run(ids[0])
+        if run is None:
+            return DeploymentView(render.message_box(f"Run #{ids[0]} does not exist.", "error"), None, None, sources)
+        name = f"#{run.id} {run.name}"
+        try:
+            report = self.service.deployment(run.id, profile)
+        except ValueError as error:
+            return DeploymentView(render.message_box(str(error), "error"), None, None, sources)
+        if report.traced == 0:
+            message = (f"Run “{name}” has no finished cells yet: there is nothing to project." if not report.cells
+                       else f"Run “{name}” was stored before generations kept their traces (each model pass and "
+                            "link message with its time), so none of its "
+                            f"{report.cells} cells can be projected. Run the same grid again under a new name to "
+                            "see its deployment.")
+            return DeploymentView(render.message_box(message, "warning"), None, None, sources)
+        notes = [f"Projected {report.traced} traced generations of run “{name}” onto “{report.profile.label}”."]
+        if report.untraced:
+            notes.append(f"{report.untraced} cells stored without a trace are left out.")
+        methods = {row["method"] for row in report.rows}
+        if "llm" not in methods:
+            notes.append("The run has no LLM cells, so there is no speedup over the cloud-streamed LLM to show.")
+        elif "specsteer" not in methods:
+            notes.append("The run has no SpecSteer cells: the table shows LLM alone.")
+        if len(ids) > 1:
+            notes.append("The view projects one run at a time: the first one chosen.")
+        table = pd.DataFrame(plots.speedup_rows(report.rows, report.table_rtts_ms))
+        return DeploymentView(render.message_box(" ".join(notes), "ok"),
+                              plots.deployment_figure(report.rows, report.profile.label, name), table, sources)
 
     def run_batch(self, source: str, upload: str | None, task: str, records: float, methods: Sequence[str],
                   alphas: str, betas: str, pairing: str, runtime: str, max_new_tokens: float, draft_len: float,
@@ -348,6 +409,28 @@ def build(service: AppService) -> gr.Dropdown:
                          wrap=True)
     gr.Markdown(plots.TABLE_NOTE, elem_classes="ss-note")
 
+    with gr.Accordion("Deployment: projected speed on a device and a cloud GPU", open=True,
+                      elem_id="deployment-view"):
+        gr.Markdown(
+            "Speed measured here is two models on this machine's CPU. This view replays the chosen run's "
+            "recorded passes and messages under a deployment profile (a device Specialist, a cloud Generalist "
+            "and the network between them, every number with its source) for round-trip times of 0–200 ms. "
+            "It is a projection from traces, not a measurement on that hardware.", elem_classes="ss-note")
+        with gr.Row(equal_height=True):
+            profile = gr.Dropdown(PROFILE_CHOICES, value=DEFAULT_PROFILE, label="Deployment profile", scale=4,
+                                  elem_id="deployment-profile")
+            project = gr.Button("Project the chosen run", scale=1, elem_id="deployment-project")
+        deployment_status = gr.HTML(render.message_box("Choose a stored run above, then project it.", "info"),
+                                    elem_id="deployment-status")
+        deployment_plot = gr.Plot(label="Projected tokens/s against round-trip time", elem_id="deployment-plot")
+        with gr.Row():
+            speedups = gr.Dataframe(interactive=False, label="SpecSteer's projected speedup over the cloud-streamed "
+                                                             "LLM, by round-trip time", elem_id="deployment-table",
+                                    wrap=True)
+        gr.Markdown(plots.PROJECTION_CAPTION, elem_classes="ss-note")
+        with gr.Accordion("The profile's numbers and their sources", open=False, elem_id="deployment-sources"):
+            profile_sources = gr.HTML(render.profile_html(PROFILES[DEFAULT_PROFILE]), elem_id="deployment-profile-note")
+
     quiet = {"api_visibility": "private", "show_progress": "hidden"}
     pairing.select(partial(pairs.pairing_selected, service.pairs), [pairing, chosen_pairing],
                    [pairing, pairing_info, runtime_info, chosen_pairing], **quiet)
@@ -361,6 +444,10 @@ def build(service: AppService) -> gr.Dropdown:
     )
     cancel.click(tab.cancel, None, [status, quality, acceptance, table, runs], cancels=[batch],
                  api_name="cancel_evaluate", queue=False)
-    show.click(open_runs, runs, [status, quality, acceptance, table, runs], api_name="open_runs")
+    shown = show.click(open_runs, runs, [status, quality, acceptance, table, runs], api_name="open_runs")
+    deployment_outputs = [deployment_status, deployment_plot, speedups, profile_sources]  # DeploymentView
+    project.click(tab.deployment, [runs, profile], deployment_outputs, api_name="deployment")
+    shown.then(tab.deployment, [runs, profile], deployment_outputs, **quiet)
+    profile.select(tab.deployment, [runs, profile], deployment_outputs, **quiet)
     upload.upload(lambda: "upload", None, source, **quiet)
     return runs

@@ -26,6 +26,7 @@ from specsteer.data import sample_history_path
 from specsteer.generationstore import NamedHistory
 from specsteer.history import MAX_ITEMS, MAX_UPLOAD_BYTES, HistoryError, parse_history
 from specsteer.methods import METHOD_INFO, METHODS, method_label
+from specsteer.remote import CLOUD_SECRET_ENV, CLOUD_URL_ENV
 from specsteer.service import (
     AppService,
     Done,
@@ -37,7 +38,7 @@ from specsteer.service import (
     Started,
     Token,
 )
-from specsteer.settings import GenerationSettings, sentence
+from specsteer.settings import MAX_RTT_MS, GenerationSettings, cloud_address, sentence
 from specsteer.tasks import TASK_FOR_SCHEMA, TASKS
 from ui import pairs, render
 from ui.streaming import MODELS_CONCURRENCY_ID, RUNS, LiveStats, Throttle
@@ -87,6 +88,15 @@ def read_sample(sample: str) -> NamedHistory:
     return NamedHistory(parse_history(path.read_bytes(), filename=path.name), f"sample “{SAMPLES[sample][0]}”")
 
 
+def environment_cloud() -> tuple[str, str | None]:
+    """The Cloud setting's starting value from $SPECSTEER_CLOUD_URL, and why it was not usable (then the
+    setting starts empty, in process: an address with a credential in it is never put on the page)."""
+    try:
+        return cloud_address(os.environ.get(CLOUD_URL_ENV, "")), None
+    except ValueError as error:
+        return "", sentence(f"${CLOUD_URL_ENV} is not used: {error} The Cloud runs in this process")
+
+
 def history_summary(loaded: NamedHistory | None) -> str:
     if loaded is None:
         return render.message_box("No history loaded yet: upload a file or pick a sample user.", "info")
@@ -101,23 +111,31 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
     """The service's events of one generation as frames of this tab's outputs (unchanged ones skipped)."""
     skip = gr.skip()
     live: LiveStats | None = None
+    settings: GenerationSettings | None = None
     tokens = render.TokenHtml()
     throttle = Throttle()
     running = skip
     for event in events:
         if isinstance(event, Failed):
             gr.Warning(render.esc(event.message))
+            status = render.message_box(event.message, "error")
+            if event.partial is not None:  # the Cloud failed midway: what it had emitted is kept
+                yield GenerateView(status, render.output_html(tokens.html), _final_stats(event.partial, settings),
+                                   skip, render.privacy_html(event.partial.privacy))
+                continue
             stats = render.stats_html(live.view("failed")) if live is not None else skip
             output = render.output_html(tokens.html) if live is not None else skip
-            yield GenerateView(render.message_box(event.message, "error"), output, stats, skip, skip)
+            yield GenerateView(status, output, stats, skip, skip)
         elif isinstance(event, Started):
+            settings = event.settings
             yield GenerateView(render.message_box("Starting…", "busy"), render.output_html(""), "",
                                render.retrieved_html(event.preview),
                                render.message_box(WAITING_FOR_TRANSCRIPT, "info"))
         elif isinstance(event, Loading):
             yield GenerateView(render.message_box(event.message, "busy"), skip, skip, skip, skip)
         elif isinstance(event, Generating):
-            live = LiveStats(event.method, event.runtime, event.precision)
+            live = LiveStats(event.method, event.runtime, event.precision, cloud=settings.cloud,
+                             link=settings.link_conditions())
             running = render.message_box(f"Generating with {method_label(event.method)}…", "busy")
             yield GenerateView(running, skip, render.stats_html(live.view("running")), skip, skip)
         elif isinstance(event, Token):
@@ -129,8 +147,12 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
         elif isinstance(event, Done):
             result = event.result
             yield GenerateView(_done_status(result), render.output_html(tokens.html),
-                               render.stats_html(render.StatsView.final(result.finished.stats)), skip,
-                               render.privacy_html(result.privacy))
+                               _final_stats(result, settings), skip, render.privacy_html(result.privacy))
+
+
+def _final_stats(result: GenerationResult, settings: GenerationSettings) -> str:
+    return render.stats_html(render.StatsView.final(result.finished.stats, cloud=settings.cloud,
+                                                    link=settings.link_conditions()))
 
 
 def _done_status(result: GenerationResult) -> str:
@@ -201,6 +223,10 @@ class GenerateTab:
         run = RUNS.start(request, "generate", produce, width=len(GenerateView._fields))
         for frame in run.frames():
             yield GenerateView(*frame)
+
+    def test_cloud(self, cloud: str, pairing: str) -> str:
+        """The "Test connection" button: what the Cloud at that address serves, or what is wrong."""
+        return render.cloud_check_html(self.service.check_cloud(cloud or "", pairing or None))
 
     def stop(self, request: gr.Request = None) -> GenerateView:
         """The Stop button: end this page's generation and show where it ended (saved if it had begun)."""
@@ -292,6 +318,26 @@ def build(service: AppService) -> GenerateControls:
                     adaptive_draft = gr.Checkbox(
                         value=DEFAULTS.adaptive_draft, label="Adaptive draft length",
                         info="Each round drafts the k (at most the slider's) that the measured speed favours")
+                address, address_problem = environment_cloud()
+                with gr.Row(equal_height=False):
+                    cloud = gr.Textbox(
+                        value=address, label="Cloud", placeholder="empty: in this process · or http://HOST:PORT",
+                        scale=3, elem_id="cloud-url",
+                        info="Empty: the Generalist runs in this process. An address: only the Specialist runs "
+                             "here, and the Cloud service there (python -m specsteer cloud) verifies; its shared "
+                             f"secret is read from ${CLOUD_SECRET_ENV}, never typed here")
+                    test_cloud = gr.Button("Test connection", scale=1, min_width=140, elem_id="test-cloud")
+                cloud_check = gr.HTML(render.message_box(address_problem, "warning") if address_problem else "",
+                                      elem_id="cloud-check")
+                with gr.Row():
+                    rtt_ms = gr.Number(value=DEFAULTS.rtt_ms, minimum=0, maximum=MAX_RTT_MS, label="Emulated RTT (ms)",
+                                       elem_id="rtt-ms")
+                    uplink_kbps = gr.Number(value=DEFAULTS.uplink_kbps, minimum=0, label="Uplink (kbps, 0 = unlimited)")
+                    downlink_kbps = gr.Number(value=DEFAULTS.downlink_kbps, minimum=0,
+                                              label="Downlink (kbps, 0 = unlimited)")
+                gr.Markdown("Link emulation makes every message wait as it would on that network, in process or "
+                            "against a remote Cloud; 0 ms and unlimited bandwidths emulate nothing.",
+                            elem_classes="ss-note")
 
         with gr.Column(scale=3, min_width=420):
             with gr.Row():
@@ -311,7 +357,8 @@ def build(service: AppService) -> GenerateControls:
         "pairing": pairing, "runtime": runtime, "method": method, "alpha": alpha, "beta": beta, "draft_len": draft_len,
         "adaptive_draft": adaptive_draft, "max_new_tokens": max_new_tokens, "decoding": decoding, "seed": seed,
         "temperature": temperature, "top_p": top_p, "retrieval_k": retrieval_k, "downlink_top_k": downlink_top_k,
-        "exact": exact, "prompt_style": prompt_style,
+        "exact": exact, "prompt_style": prompt_style, "cloud": cloud, "rtt_ms": rtt_ms, "uplink_kbps": uplink_kbps,
+        "downlink_kbps": downlink_kbps,
     }
     preview_inputs = [history_state, task, input_text, retrieval_k, prompt_style]
     quiet = {"api_visibility": "private", "show_progress": "hidden"}
@@ -327,6 +374,7 @@ def build(service: AppService) -> GenerateControls:
                    [pairing, pairing_info, runtime_info, chosen_pairing], **quiet)
     method.select(lambda chosen: gr.update(info=METHOD_INFO[chosen].description if chosen in METHOD_INFO else ""),
                   method, method, **quiet)
+    test_cloud.click(tab.test_cloud, [cloud, pairing], cloud_check, api_name="test_cloud")
 
     # Shown at once, before the queue: the queue position appears beside it while others run first.
     queued = run.click(render.queued_status, None, status, queue=False, **quiet)

@@ -13,9 +13,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from specsteer.deployment import DeploymentProfile, LinkConditions
 from specsteer.events import GenerationStats, LinkMessage, TokenEvent
-from specsteer.methods import method_label
-from specsteer.service import PrivacyReport, RetrievalPreview
+from specsteer.methods import METHOD_INFO, method_label
+from specsteer.service import CloudCheck, PrivacyReport, RetrievalPreview
 
 TASK_LABELS = {
     "review": "Product review",
@@ -167,14 +168,18 @@ class StatsView:
     precision: str = ""
     ttft_s: float | None = None  # seconds to the first emitted token
     reused_tokens: Mapping[str, int] | None = None  # prompt tokens served from the prefix cache, per stream
+    cloud: str = ""  # GenerationSettings.cloud: "" in process, else the Cloud service's address
+    link: LinkConditions | None = None  # the emulated network, None when none was emulated
 
     @classmethod
-    def final(cls, stats: GenerationStats, state: str | None = None) -> StatsView:
+    def final(cls, stats: GenerationStats, state: str | None = None, cloud: str = "",
+              link: LinkConditions | None = None) -> StatsView:
         return cls(
             method=stats.method, tokens=stats.new_tokens, seconds=stats.seconds, accepted=stats.accepted,
             drafted=stats.drafted, rounds=stats.rounds, uplink_bytes=stats.uplink_bytes,
             downlink_bytes=stats.downlink_bytes, state=state or stats.stop_reason, runtime=stats.runtime,
             precision=stats.precision, ttft_s=stats.ttft_s, reused_tokens=dict(stats.reused_tokens),
+            cloud=cloud, link=link,
         )
 
 
@@ -185,6 +190,27 @@ def _fmt_reused(reused: Mapping[str, int] | None) -> tuple[str, str]:
     total = sum(reused.values())
     detail = ", ".join(f"{stream}: {count:,}" for stream, count in reused.items()) or "no model stream"
     return (f"{total:,} tokens" if total else "none"), f"prompt tokens read from the prefix cache ({detail})"
+
+
+def _kbps(value: float) -> str:
+    return "unlimited" if math.isinf(value) else f"{value:,.0f} kbps"
+
+
+def link_text(link: LinkConditions) -> str:
+    """An emulated network in a few words: "RTT 50 ms · up 2,000 kbps · down unlimited"."""
+    return f"RTT {link.rtt_ms:g} ms · up {_kbps(link.uplink_kbps)} · down {_kbps(link.downlink_kbps)}"
+
+
+def _cloud_cells(view: StatsView) -> list[tuple[str, str, str]]:
+    if METHOD_INFO.get(view.method) is not None and METHOD_INFO[view.method].device_only:
+        return [("cloud", "not used", "this method runs on the device alone: nothing crosses the link")]
+    cells = [("cloud", view.cloud or "in process",
+              "where the Generalist verified: the Cloud service at this address (only the Specialist ran here)"
+              if view.cloud else "where the Generalist verified: in this process, beside the Specialist")]
+    if view.link is not None:
+        cells.append(("emulated link", link_text(view.link),
+                      "every message waited as it would on this network (deployment.LinkEmulator)"))
+    return cells
 
 
 def _stat_cell(name: str, value: str, hint: str) -> str:
@@ -210,6 +236,7 @@ def stats_html(view: StatsView) -> str:
         ("downlink", _fmt_bytes(view.downlink_bytes), ""),
         ("runtime", runtime, "the runtime that computed the logits, and the precision of its weights"),
         ("prefix cache", reused, reused_detail),
+        *_cloud_cells(view),
         ("state", view.state, ""),
     ]
     body = "".join(_stat_cell(name, value, hint) for name, value, hint in cells)
@@ -363,4 +390,50 @@ def progress_html(done: int, total: int, text: str) -> str:
         f'<div class="ss-progress" role="progressbar" aria-valuemin="0" aria-valuemax="{total}" '
         f'aria-valuenow="{done}"><div class="ss-progress-bar" style="width:{percent:.1f}%"></div></div>'
         f'<div class="ss-progress-text">{done} / {total} cells · {esc(text)}</div>'
+    )
+
+
+# --------------------------------------------------------------------------- a remote Cloud
+
+
+_LIMIT_LABELS = {
+    "max_sessions": "sessions at once",
+    "max_prompt_tokens": "prompt tokens",
+    "max_new_tokens": "new tokens",
+    "max_draft_len": "draft length",
+    "idle_timeout_s": "idle timeout (s)",
+}
+
+
+def cloud_check_html(check: CloudCheck) -> str:
+    """What "Test connection" found: the verdict, then what the Cloud serves (all of it escaped)."""
+    kind = "ok" if check.ok else "error"
+    box = message_box(check.message, kind if check.address or not check.ok else "info")
+    if check.info is None:
+        return box
+    info = check.info
+    facts = [("pairing", info.pairing), ("protocol version", str(info.protocol)), ("runtime", info.runtime or "–"),
+             ("vocabulary", f"{info.vocab_size:,}"), ("instance", info.instance or "–")]
+    facts += [(label, f"{info.limits[key]:g}" if isinstance(info.limits[key], float) else f"{info.limits[key]:,}")
+              for key, label in _LIMIT_LABELS.items() if isinstance(info.limits.get(key), (int, float))]
+    rows = "".join(f"<tr><th>{esc(name)}</th><td>{esc(value)}</td></tr>" for name, value in facts)
+    return f'{box}<table class="ss-facts" aria-label="what the Cloud serves">{rows}</table>'
+
+
+# --------------------------------------------------------------------------- deployment profiles
+
+
+def profile_html(profile: DeploymentProfile) -> str:
+    """A deployment profile's label, link and the source of every number (escaped: plain text, no links)."""
+    link = profile.link
+    network = ("no network (both sides on one server)" if link.rtt_ms == 0 and math.isinf(link.uplink_kbps)
+               else f"{link_text(link)}; the RTT is swept 0–200 ms, the bandwidths are kept")
+    rows = "".join(f"<tr><th><code>{esc(source.number)}</code></th><td>{esc(source.text)}</td></tr>"
+                   for source in profile.sources)
+    cloud = "side by side" if profile.cloud_parallel else "one after the other"
+    return (
+        f'<div class="ss-profile"><p><strong>{esc(profile.label)}</strong> (<code>{esc(profile.name)}</code>). '
+        f"Link: {esc(network)}. The Cloud's two passes of a round run {esc(cloud)}.</p>"
+        f'<table class="ss-facts ss-sources"><thead><tr><th>number</th><th>source</th></tr></thead>'
+        f"<tbody>{rows}</tbody></table></div>"
     )

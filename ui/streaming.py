@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 from specsteer.background import Background
+from specsteer.deployment import LinkConditions
 from specsteer.events import TokenEvent
 from ui.render import StatsView
 
@@ -196,6 +197,8 @@ class LiveStats:
     # ``downlink_bytes``); otherwise they are known only from the Finished statistics.
     uplink_bytes: int | None = None
     downlink_bytes: int | None = None
+    cloud: str = ""  # where the Cloud runs ("" in process), as the settings say
+    link: LinkConditions | None = None  # the emulated network, if any
 
     def add(self, event: TokenEvent) -> None:
         if event.emitted:
@@ -220,5 +223,5 @@ class LiveStats:
             method=self.method, tokens=self.emitted, seconds=self.seconds, accepted=self.accepted,
             drafted=self.accepted + self.rejected, rounds=self.rounds, uplink_bytes=self.uplink_bytes,
             downlink_bytes=self.downlink_bytes, state=state, runtime=self.runtime, precision=self.precision,
-            ttft_s=self.first_token_s,
+            ttft_s=self.first_token_s, cloud=self.cloud, link=self.link,
         )

@@ -24,6 +24,7 @@ and RTT, with ``projected_tok_per_s``, ``measured_tok_per_s`` and ``projected_sp
 from __future__ import annotations
 
 import html
+import textwrap
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -229,8 +230,7 @@ def deployment_figure(rows: Sequence[Row], profile_label: str, run_name: str = "
     """Projected tokens/s of each (method, α, β) against RTT (left), and what the same generations were
     measured at here (right). ``profile_label`` and ``run_name`` are escaped for plotly."""
     figure = make_subplots(rows=1, cols=2, column_widths=[0.72, 0.28], horizontal_spacing=0.09,
-                           subplot_titles=(f"Projected: {plot_text(profile_label)}",
-                                           "Measured here (this machine, in process)"))
+                           subplot_titles=("Projected under the profile", "Measured here (this machine, in process)"))
     seen: dict[str, int] = {}
     for (method, _, _), group in _groups(rows).items():
         group = sorted(group, key=lambda row: row["rtt_ms"])
@@ -249,17 +249,16 @@ def deployment_figure(rows: Sequence[Row], profile_label: str, run_name: str = "
             showlegend=False, marker={"color": _color(method), "opacity": 0.75},
             hovertemplate=f"{label}: %{{y:.2f}} tok/s measured here<extra></extra>",
         ), row=1, col=2)
-    title = "Projected tokens/s against round-trip time — a projection, not a measurement"
-    if run_name:
-        title += f"<br><sup>run {plot_text(run_name)}</sup>"
-    figure.update_layout(title=title, template="plotly_white", height=520, margin={"b": 110},
+    subtitle = " · ".join([f"profile: {plot_text(profile_label)}", *([f"run {plot_text(run_name)}"] if run_name else [])])
+    title = f"Projected tokens/s against round-trip time — a projection, not a measurement<br><sup>{subtitle}</sup>"
+    figure.update_layout(title=title, template="plotly_white", height=600, margin={"t": 110, "b": 170},
                          legend={"title": {"text": "projected"}})
     figure.update_xaxes(title_text="round-trip time Edge ↔ Cloud (ms)", row=1, col=1)
     figure.update_yaxes(title_text="projected tokens / s", rangemode="tozero", row=1, col=1)
     figure.update_xaxes(tickangle=-30, row=1, col=2)
     figure.update_yaxes(title_text="measured tokens / s (here)", rangemode="tozero", row=1, col=2)
-    figure.add_annotation(text=PROJECTION_CAPTION.replace(": each", ":<br>each", 1), showarrow=False,
-                          xref="paper", yref="paper", x=0, y=-0.22, xanchor="left", yanchor="top",
+    figure.add_annotation(text="<br>".join(textwrap.wrap(PROJECTION_CAPTION, 130)), showarrow=False,
+                          xref="paper", yref="paper", x=0, y=0, yshift=-105, xanchor="left", yanchor="top",
                           align="left", font={"size": 11})
     if not rows:
         figure.add_annotation(text="nothing to project", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)

@@ -332,3 +332,76 @@ def test_dashboard_batch_plot_and_table_and_compared_runs(page):
     assert not bold
     shot(page, "09-dashboard-compared")
     assert_not_pwned(page)
+
+
+def test_generate_through_a_cloud_process_after_testing_the_connection(page, tmp_path):
+    """The Cloud setting against ``python -m specsteer cloud`` in a child process (stopped by its pid):
+    Test connection says what it serves, and a generation through it says where its Cloud ran."""
+    import os
+
+    from specsteer.remote import free_loopback_port, start_cloud_process
+
+    expect = sync_api.expect
+    log = (tmp_path / "cloud.log").open("wb")
+    child = start_cloud_process("--pairing", "tiny-test", env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=log,
+                                ready_timeout_s=180)
+    try:
+        page.get_by_text("Sampling and advanced settings").click()
+        box = page.locator("#cloud-url textarea, #cloud-url input").first
+        box.fill(f"http://127.0.0.1:{free_loopback_port()}")  # nothing listens there
+        page.click("#test-cloud")
+        check = page.locator("#cloud-check")
+        expect(check).to_contain_text("Lost the connection", timeout=WAIT_MS)
+        box.fill(child.url + "/")
+        page.click("#test-cloud")
+        expect(check).to_contain_text("answers", timeout=WAIT_MS)
+        expect(check).to_contain_text("protocol")
+        expect(check).to_contain_text("sessions at once")
+        set_number(page, "#rtt-ms", "20")
+        set_number(page, "#max-new-tokens", "24")
+        page.click("#generate-button")
+        expect(page.locator("#generate-status")).to_contain_text("saved as generation", timeout=WAIT_MS)
+        stats = page.locator("#generate-stats")
+        expect(stats).to_contain_text(child.url)
+        expect(stats).to_contain_text("RTT 20 ms")
+        page.locator("#cloud-url").evaluate("node => node.scrollIntoView({block: 'center'})")
+        shot(page, "tab-generate-remote-cloud", full_page=False)
+        shot(page, "10-generate-remote-cloud")
+    finally:
+        child.stop()
+
+
+def test_deployment_view_projects_a_stored_run(page):
+    expect = sync_api.expect
+    page.get_by_role("tab", name="Dashboard").click()
+    set_number(page, "#dashboard-max-new-tokens", "8")
+    page.locator("#dashboard-alphas textarea, #dashboard-alphas input").first.fill("0.1")
+    _run_batch(page, "<b>deploy</b> run <img src=x onerror=\"window.__pwned=1\">")  # the new run is chosen
+    page.click("#deployment-project")
+    status = page.locator("#deployment-status")
+    expect(status).to_contain_text("Projected", timeout=WAIT_MS)
+    expect(status).to_contain_text("<b>deploy</b> run")  # the run's name, as text
+    plot = page.locator("#deployment-plot")
+    expect(plot.locator(".js-plotly-plot").first).to_be_visible(timeout=WAIT_MS)
+    expect(plot.locator(".gtitle")).to_contain_text("a projection, not a measurement")
+    expect(plot.locator(".gtitle")).to_contain_text("<b>deploy</b> run")
+    expect(plot.locator(".xtitle").first).to_contain_text("round-trip time")
+    expect(plot.locator(".legend")).to_contain_text("SpecSteer α=0.1 β=1 (projected)")
+    table = page.locator("#deployment-table")
+    expect(table).to_contain_text("SpecSteer α=0.1 β=1 speedup")
+    expect(table).to_contain_text("200")
+
+    dropdown = page.locator("#deployment-profile input")
+    dropdown.click()
+    page.get_by_role("option", name=re.compile("The paper's setting")).click()
+    expect(status).to_contain_text("The paper's setting", timeout=WAIT_MS)
+    page.locator("#deployment-sources").get_by_text("The profile's numbers and their sources").click()
+    expect(page.locator("#deployment-profile-note")).to_contain_text("Vanilla LLM")
+    dropdown.click()
+    page.get_by_role("option", name=re.compile("over 4G")).click()
+    expect(status).to_contain_text("over 4G", timeout=WAIT_MS)
+    expect(page.locator("#deployment-profile-note")).to_contain_text("Opensignal")
+    assert_not_pwned(page)
+    page.locator("#deployment-view").evaluate("node => node.scrollIntoView()")
+    shot(page, "tab-dashboard-deployment", full_page=False)
+    shot(page, "11-dashboard-deployment")

@@ -106,7 +106,7 @@ def test_the_deployment_figure_is_labelled_a_projection_and_escapes_what_it_is_g
     figure = plots.deployment_figure(rows, "<b>Phone</b>", run_name="<a href='x'>run</a>")
     texts = [figure.layout.title.text, *(note.text for note in figure.layout.annotations)]
     assert not any("<b>Phone" in text or "<a " in text for text in texts)
-    assert "Projected: &lt;b&gt;Phone&lt;/b&gt;" in texts and "run &lt;a href='x'&gt;run&lt;/a&gt;" in texts[0]
+    assert "profile: &lt;b&gt;Phone&lt;/b&gt; · run &lt;a href='x'&gt;run&lt;/a&gt;" in texts[0]
     lines = [trace for trace in figure.data if trace.type == "scatter"]
     assert [list(line.x) for line in lines] == [[0.0, 100.0, 200.0]] * 2
     assert list(lines[1].y) == [30.0, 20.0, 10.0]

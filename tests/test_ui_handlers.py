@@ -436,8 +436,10 @@ def test_what_a_cloud_serves_is_shown_escaped():
                      limits={"max_sessions": 12, "max_new_tokens": 1024, "idle_timeout_s": 300.0, "max_frame_bytes": 9})
     shown = render.cloud_check_html(CloudCheck("http://127.0.0.1:8700", True, "It answers <i>fine</i>.", info))
     assert "<b>" not in shown and "<img" not in shown and "<i>" not in shown
-    assert "&lt;b&gt;tiny&lt;/b&gt;" in shown and "sessions at once</th><td>12" in shown
-    assert "idle timeout (s)</th><td>300" in shown and "frame" not in shown and "ss-box-ok" in shown
+    assert "&lt;b&gt;tiny&lt;/b&gt;" in shown and "&lt;img src=x&gt;" in shown
+    assert '<div class="ss-stat-name">sessions at once</div><div class="ss-stat-value">12</div>' in shown
+    assert '<div class="ss-stat-name">new tokens</div><div class="ss-stat-value">1,024</div>' in shown
+    assert '<div class="ss-stat-value">300 s</div>' in shown and "frame" not in shown and "ss-box-ok" in shown
 
 
 def test_a_cloud_failing_midway_keeps_the_output_stats_and_transcript(service):

@@ -416,10 +416,10 @@ def build(service: AppService) -> gr.Dropdown:
             "recorded passes and messages under a deployment profile (a device Specialist, a cloud Generalist "
             "and the network between them, every number with its source) for round-trip times of 0–200 ms. "
             "It is a projection from traces, not a measurement on that hardware.", elem_classes="ss-note")
-        with gr.Row(equal_height=True):
+        with gr.Row(equal_height=False, elem_classes="ss-bottom-row"):
             profile = gr.Dropdown(PROFILE_CHOICES, value=DEFAULT_PROFILE, label="Deployment profile", scale=4,
                                   elem_id="deployment-profile")
-            project = gr.Button("Project the chosen run", scale=1, elem_id="deployment-project")
+            project = gr.Button("Project the chosen run", scale=1, variant="primary", elem_id="deployment-project")
         deployment_status = gr.HTML(render.message_box("Choose a stored run above, then project it.", "info"),
                                     elem_id="deployment-status")
         deployment_plot = gr.Plot(label="Projected tokens/s against round-trip time", elem_id="deployment-plot")

@@ -319,24 +319,25 @@ def build(service: AppService) -> GenerateControls:
                         value=DEFAULTS.adaptive_draft, label="Adaptive draft length",
                         info="Each round drafts the k (at most the slider's) that the measured speed favours")
                 address, address_problem = environment_cloud()
-                with gr.Row(equal_height=False):
+                with gr.Row(equal_height=False, elem_classes="ss-bottom-row"):
                     cloud = gr.Textbox(
                         value=address, label="Cloud", placeholder="empty: in this process · or http://HOST:PORT",
-                        scale=3, elem_id="cloud-url",
-                        info="Empty: the Generalist runs in this process. An address: only the Specialist runs "
-                             "here, and the Cloud service there (python -m specsteer cloud) verifies; its shared "
-                             f"secret is read from ${CLOUD_SECRET_ENV}, never typed here")
-                    test_cloud = gr.Button("Test connection", scale=1, min_width=140, elem_id="test-cloud")
+                        scale=3, elem_id="cloud-url")
+                    test_cloud = gr.Button("Test connection", scale=1, min_width=120, size="md", elem_id="test-cloud")
+                gr.Markdown("Empty: both models run in this process. An address of `python -m specsteer cloud`: "
+                            "only the Specialist (and your history) stays here. Its shared secret is read from "
+                            f"`${CLOUD_SECRET_ENV}`, never typed into the page.", elem_classes="ss-note")
                 cloud_check = gr.HTML(render.message_box(address_problem, "warning") if address_problem else "",
                                       elem_id="cloud-check")
                 with gr.Row():
-                    rtt_ms = gr.Number(value=DEFAULTS.rtt_ms, minimum=0, maximum=MAX_RTT_MS, label="Emulated RTT (ms)",
-                                       elem_id="rtt-ms")
-                    uplink_kbps = gr.Number(value=DEFAULTS.uplink_kbps, minimum=0, label="Uplink (kbps, 0 = unlimited)")
-                    downlink_kbps = gr.Number(value=DEFAULTS.downlink_kbps, minimum=0,
-                                              label="Downlink (kbps, 0 = unlimited)")
-                gr.Markdown("Link emulation makes every message wait as it would on that network, in process or "
-                            "against a remote Cloud; 0 ms and unlimited bandwidths emulate nothing.",
+                    rtt_ms = gr.Number(value=DEFAULTS.rtt_ms, minimum=0, maximum=MAX_RTT_MS, label="RTT (ms)",
+                                       min_width=90, elem_id="rtt-ms")
+                    uplink_kbps = gr.Number(value=DEFAULTS.uplink_kbps, minimum=0, label="Uplink (kbps)", min_width=90,
+                                            elem_id="uplink-kbps")
+                    downlink_kbps = gr.Number(value=DEFAULTS.downlink_kbps, minimum=0, label="Downlink (kbps)",
+                                              min_width=90, elem_id="downlink-kbps")
+                gr.Markdown("Link emulation: every message waits as it would on that network, in process or against "
+                            "a remote Cloud. 0 kbps is unlimited; 0 ms and unlimited emulate nothing.",
                             elem_classes="ss-note")
 
         with gr.Column(scale=3, min_width=420):

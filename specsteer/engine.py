@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from .chat import PLAIN_CHAT, ChatFormat
 from .decoding import Detokenizer, ForwardLog, Sampler
 from .events import Finished, GenerationStats, TokenEvent
 from .methods import METHOD_INFO, METHODS
@@ -108,9 +109,13 @@ def prepare(request: Request) -> Prepared:
     return Prepared(build_prompts(request.task, request.input_text, retrieved, style=request.prompt_style), retrieved)
 
 
-def chat_ids(tokenizer, user_message: str) -> list[int]:
+def chat_ids(tokenizer, user_message: str, chat: ChatFormat = PLAIN_CHAT) -> list[int]:
+    """The ids of a one-turn chat prompt that leaves the assistant to reply: the one place a prompt
+    becomes ids. ``chat`` is the pair's format (``pair.chat``): its template options (Qwen3's
+    ``enable_thinking=False``) apply to every stream's prompt alike."""
     encoded = tokenizer.apply_chat_template(
-        [{"role": "user", "content": user_message}], add_generation_prompt=True, tokenize=True
+        [{"role": "user", "content": user_message}], add_generation_prompt=True, tokenize=True,
+        **chat.template_kwargs,
     )
     ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
     return list(ids)
@@ -129,8 +134,10 @@ def generate(pair, request: Request | Prepared, config: DecodeConfig,
     config.validate()
     prepared = request if isinstance(request, Prepared) else prepare(request)
     tokenizer = pair.tokenizer
-    plain_ids = chat_ids(tokenizer, prepared.prompts.plain)
-    private_ids = chat_ids(tokenizer, prepared.prompts.private)
+    # plain_ids are both the Generalist's prompt and the generic Specialist copy's (the Cloud's two
+    # streams), so those two read identical ids by construction.
+    plain_ids = chat_ids(tokenizer, prepared.prompts.plain, pair.chat)
+    private_ids = chat_ids(tokenizer, prepared.prompts.private, pair.chat)
     return _run(pair, plain_ids, private_ids, config, cancel or threading.Event(), cloud, conditions)
 
 

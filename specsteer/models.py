@@ -41,6 +41,7 @@ import torch
 
 from . import llamacpp
 from .attention import use_packed_gqa
+from .chat import PLAIN_CHAT, ChatFormat
 from .runtime import RUNTIME_CHOICES, ModelRuntime, TransformersModel
 from .registry import (
     CACHE_MARKER,
@@ -74,10 +75,6 @@ Progress = Callable[[str], None]
 CACHE_DTYPE = torch.float16
 _FP16_MAX = torch.finfo(torch.float16).max
 
-# Qwen chat models end a turn with <|im_end|> and a document with <|endoftext|>; their generation
-# configs do not always list both.
-_EXTRA_END_TOKENS = ("<|im_end|>", "<|endoftext|>")
-
 _DTYPE_NAMES = {
     "bf16": torch.bfloat16,
     "bfloat16": torch.bfloat16,
@@ -100,7 +97,11 @@ class ModelLoadError(RuntimeError):
 @dataclass
 class LoadedPair:
     """Two loaded models and the tokenizer they share (the Specialist's; the Generalist's was checked
-    to have the same vocabulary and special tokens). Both models run on the same runtime."""
+    to have the same vocabulary and special tokens). Both models run on the same runtime.
+
+    ``chat`` is how every prompt of the pair is rendered (engine.chat_ids): the Specialist's
+    registry format joined with the Generalist's (ChatFormat.joined); its end tokens are in
+    ``eos_token_ids`` already."""
 
     pairing_id: str
     specialist: ModelRuntime
@@ -108,6 +109,7 @@ class LoadedPair:
     tokenizer: PreTrainedTokenizerBase  # shared (compatibility checked at load)
     vocab_size: int  # ids usable by both models (min of padded sizes, >= len(tokenizer))
     eos_token_ids: frozenset[int]
+    chat: ChatFormat = PLAIN_CHAT
 
     @property
     def runtime(self) -> str:
@@ -548,16 +550,18 @@ def shared_vocab_size(specialist: ModelRuntime, generalist: ModelRuntime | None,
     return size
 
 
-def end_token_ids(tokenizer: PreTrainedTokenizerBase, models: Iterable[ModelRuntime], vocab_size: int) -> frozenset[int]:
+def end_token_ids(tokenizer: PreTrainedTokenizerBase, models: Iterable[ModelRuntime], vocab_size: int,
+                  end_tokens: Iterable[str] = ()) -> frozenset[int]:
     """Every id that ends a generation: the tokenizer's eos, the models' own end ids (generation
-    config, or the GGUF's eos / eot), and Qwen's <|im_end|> / <|endoftext|> where the vocabulary has them."""
+    config, or the GGUF's eos / eot), and the registry's ``end_tokens`` (ChatFormat.end_tokens, e.g.
+    Llama 3's <|eot_id|>) that the vocabulary has."""
     ids: set[int] = set()
     if tokenizer.eos_token_id is not None:
         ids.add(int(tokenizer.eos_token_id))
     for model in models:
         ids.update(model.end_token_ids)
     vocab = tokenizer.get_vocab()
-    ids.update(vocab[token] for token in _EXTRA_END_TOKENS if token in vocab)
+    ids.update(vocab[token] for token in end_tokens if token in vocab)
     return frozenset(i for i in ids if 0 <= i < vocab_size)
 
 
@@ -566,8 +570,10 @@ def assemble_pair(
     specialist: ModelRuntime | PreTrainedModel,
     generalist: ModelRuntime | PreTrainedModel | None,
     tokenizer: PreTrainedTokenizerBase,
+    chat: ChatFormat = PLAIN_CHAT,
 ) -> LoadedPair:
-    """A LoadedPair from two loaded models that share ``tokenizer`` (also used by specsteer.testing).
+    """A LoadedPair from two loaded models that share ``tokenizer`` and render prompts with ``chat``
+    (also used by specsteer.testing).
 
     A transformers model may be given as is; it is wrapped in a TransformersModel. ``generalist``
     None: the Specialist alone, for an Edge whose Cloud runs elsewhere.
@@ -588,7 +594,8 @@ def assemble_pair(
         generalist=large,
         tokenizer=tokenizer,
         vocab_size=vocab_size,
-        eos_token_ids=end_token_ids(tokenizer, models, vocab_size),
+        eos_token_ids=end_token_ids(tokenizer, models, vocab_size, chat.end_tokens),
+        chat=chat,
     )
 
 
@@ -688,12 +695,25 @@ def _load_pair_uncached(pairing: Pairing, runtime: str, dtype: torch.dtype | Non
     tokenizer = load_tokenizer(pairing.specialist, progress)
     if not edge_only:
         check_tokenizers_match(tokenizer, load_tokenizer(pairing.generalist, progress), pairing.id)
+    chat = pair_chat_format(pairing, progress)
     specs = (pairing.specialist,) if edge_only else (pairing.specialist, pairing.generalist)
     if runtime == "llama.cpp":
         models = [load_llamacpp(spec, progress) for spec in specs]
     else:
         models = [TransformersModel(load_model(spec, dtype, progress, device), spec.name) for spec in specs]
-    return assemble_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer)
+    return assemble_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer, chat)
+
+
+def pair_chat_format(pairing: Pairing, progress: Progress | None = None) -> ChatFormat:
+    """The one chat format of a pairing's prompts: the Specialist's, completed by the Generalist's
+    (ChatFormat.joined). Options the two set differently are reported, not refused: one tokenizer
+    renders every prompt, so one value has to be chosen, and a custom pairing may mix variants."""
+    small, large = pairing.specialist.chat, pairing.generalist.chat
+    for name in small.disagreements(large):
+        (progress or _quiet)(
+            f"chat template option {name!r}: the Specialist's {small.template_kwargs[name]!r} is used for every "
+            f"prompt, not the Generalist's {large.template_kwargs[name]!r} (both models share one tokenizer)")
+    return small.joined(large)
 
 
 def clear_loaded_pairs() -> None:

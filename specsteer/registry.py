@@ -18,6 +18,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlparse
 
+from .chat import (
+    CHATML_CHAT,
+    GEMMA3_CHAT,
+    LLAMA3_CHAT,
+    PLAIN_CHAT,
+    QWEN3_CHAT,
+    ChatFormat,
+    directory_chat_format,
+    family_chat_format,
+)
+
 MODEL_KINDS = ("offline", "hub", "local", "gguf")
 DEFAULT_PAIRING = "offline-qwen2.5-coder"
 CACHE_ENV = "SPECSTEER_CACHE"
@@ -38,6 +49,10 @@ class ModelSpec:
     package ``package_prefix`` ships the whole file at the path ``gguf_file`` inside it.
     kind "hub": ``ref`` is a model-hub id. kind "local": ``ref`` is a ``save_pretrained`` directory.
     kind "gguf": ``ref`` is the path of a .gguf file.
+
+    ``chat``: the options its chat template is rendered with and the extra tokens that end its
+    replies (specsteer.chat). Every model in PAIRINGS sets it; a user-given model gets its family's
+    (``spec_from_user``), or none.
     """
 
     name: str
@@ -48,6 +63,7 @@ class ModelSpec:
     package_version: str = ""
     sha256: str = ""
     gguf_file: str = ""
+    chat: ChatFormat = PLAIN_CHAT
 
     def __post_init__(self) -> None:
         if self.kind not in MODEL_KINDS:
@@ -82,8 +98,8 @@ class Pairing:
     cross_tokenizer: bool = False
 
 
-def _hub(model_id: str) -> ModelSpec:
-    return ModelSpec(name=model_id, kind="hub", ref=model_id)
+def _hub(model_id: str, chat: ChatFormat) -> ModelSpec:
+    return ModelSpec(name=model_id, kind="hub", ref=model_id, chat=chat)
 
 
 QWEN_CODER_05B = ModelSpec(
@@ -95,6 +111,7 @@ QWEN_CODER_05B = ModelSpec(
     package_version="0.9.0",
     sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
     gguf_file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+    chat=CHATML_CHAT,
 )
 QWEN_CODER_15B = ModelSpec(
     name="qwen2.5-coder-1.5b-instruct-q4_k_m",
@@ -105,6 +122,7 @@ QWEN_CODER_15B = ModelSpec(
     package_version="0.2.0",
     sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
     gguf_file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+    chat=CHATML_CHAT,
 )
 SMOLLM2_135M = ModelSpec(
     name="smollm2-135m-instruct-q4_1",
@@ -115,6 +133,7 @@ SMOLLM2_135M = ModelSpec(
     package_version="0.1.2",
     sha256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
     gguf_file="SmolLM2-135M-Instruct.Q4_1.gguf",
+    chat=CHATML_CHAT,
 )
 GEMMA3_270M = ModelSpec(
     name="gemma-3-270m-q4_k_m",
@@ -125,6 +144,7 @@ GEMMA3_270M = ModelSpec(
     package_version="1.0.0",
     sha256="a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818",
     gguf_file="gemma-3-270m-q4_k_m.gguf",
+    chat=GEMMA3_CHAT,
 )
 
 PAIRINGS: dict[str, Pairing] = {
@@ -140,29 +160,29 @@ PAIRINGS: dict[str, Pairing] = {
         Pairing(
             id="qwen3-0.6b__qwen3-1.7b",
             label="Qwen3 0.6B → 1.7B (hub)",
-            specialist=_hub("Qwen/Qwen3-0.6B"),
-            generalist=_hub("Qwen/Qwen3-1.7B"),
+            specialist=_hub("Qwen/Qwen3-0.6B", QWEN3_CHAT),
+            generalist=_hub("Qwen/Qwen3-1.7B", QWEN3_CHAT),
             description="A small hub pairing that fits a free CPU Space.",
         ),
         Pairing(
             id="qwen3-0.6b__qwen3-32b",
             label="Qwen3 0.6B → 32B (hub, paper)",
-            specialist=_hub("Qwen/Qwen3-0.6B"),
-            generalist=_hub("Qwen/Qwen3-32B"),
+            specialist=_hub("Qwen/Qwen3-0.6B", QWEN3_CHAT),
+            generalist=_hub("Qwen/Qwen3-32B", QWEN3_CHAT),
             description="The paper's main pairing; the Generalist needs a large GPU.",
         ),
         Pairing(
             id="qwen2.5-1.5b__qwen2.5-32b",
             label="Qwen2.5 1.5B → 32B (hub, paper)",
-            specialist=_hub("Qwen/Qwen2.5-1.5B-Instruct"),
-            generalist=_hub("Qwen/Qwen2.5-32B-Instruct"),
+            specialist=_hub("Qwen/Qwen2.5-1.5B-Instruct", CHATML_CHAT),
+            generalist=_hub("Qwen/Qwen2.5-32B-Instruct", CHATML_CHAT),
             description="The paper's Qwen2.5 pairing; the Generalist needs a large GPU.",
         ),
         Pairing(
             id="llama3.2-1b__llama3.1-8b",
             label="Llama 3.2 1B → 3.1 8B (hub, paper, gated)",
-            specialist=_hub("meta-llama/Llama-3.2-1B-Instruct"),
-            generalist=_hub("meta-llama/Llama-3.1-8B-Instruct"),
+            specialist=_hub("meta-llama/Llama-3.2-1B-Instruct", LLAMA3_CHAT),
+            generalist=_hub("meta-llama/Llama-3.1-8B-Instruct", LLAMA3_CHAT),
             description="The paper's Llama pairing; gated on the hub (needs an access token).",
         ),
         Pairing(
@@ -231,7 +251,11 @@ def resolve_pairing(
 
 
 def spec_from_user(value: str) -> ModelSpec:
-    """A ModelSpec for a user-typed model: known name, directory, .gguf path or hub id."""
+    """A ModelSpec for a user-typed model: known name, directory, .gguf path or hub id.
+
+    A known model keeps its registry chat format; any other gets its family's, recognised from the
+    hub id, the file or directory name, or a directory's config (specsteer.chat), else none.
+    """
     text = value.strip()
     if not text:
         raise ValueError("empty model name")
@@ -239,11 +263,12 @@ def spec_from_user(value: str) -> ModelSpec:
         return KNOWN_MODELS[text]
     path = Path(text).expanduser()
     if path.is_dir():
-        return ModelSpec(name=path.resolve().name, kind="local", ref=str(path.resolve()))
+        return ModelSpec(name=path.resolve().name, kind="local", ref=str(path.resolve()),
+                         chat=directory_chat_format(path.resolve()))
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ValueError(f"{text!r} is a file but not a .gguf; give a .gguf file or a model directory")
-        return ModelSpec(name=path.stem, kind="gguf", ref=str(path.resolve()))
+        return ModelSpec(name=path.stem, kind="gguf", ref=str(path.resolve()), chat=family_chat_format(path.stem))
     if text.lower().endswith(".gguf"):
         raise ValueError(f"no such GGUF file: {text!r}")
     if text.startswith(("/", ".", "~")) or not _HUB_ID.match(text):
@@ -251,7 +276,7 @@ def spec_from_user(value: str) -> ModelSpec:
             f"{text!r} is neither an existing directory or .gguf file, nor a hub id like 'Qwen/Qwen3-0.6B', "
             f"nor a known model ({', '.join(KNOWN_MODELS)})"
         )
-    return _hub(text)
+    return _hub(text, family_chat_format(text))
 
 
 # --------------------------------------------------------------------------- cache locations

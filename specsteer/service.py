@@ -638,7 +638,7 @@ class AppService:
         if METHOD_INFO[finished.stats.method].device_only:
             return None
         tokenizer = pair.tokenizer
-        audit = audit_uplink(finished.transcript, chat_ids(tokenizer, prepared.prompts.plain), tokens)
+        audit = audit_uplink(finished.transcript, chat_ids(tokenizer, prepared.prompts.plain, pair.chat), tokens)
         return PrivacyReport(audit, tuple(finished.transcript),
                              lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False))
 

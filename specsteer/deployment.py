@@ -120,6 +120,15 @@ class LinkConditions:
         if isinstance(self.overhead_bytes, bool) or not isinstance(self.overhead_bytes, int) or self.overhead_bytes < 0:
             raise ValueError(f"overhead_bytes must be an integer >= 0, got {self.overhead_bytes!r}")
 
+    @classmethod
+    def requested(cls, rtt_ms: float | None, uplink_kbps: float | None,
+                  downlink_kbps: float | None) -> LinkConditions | None:
+        """The link a user asks for (CLI flags, app settings), where 0 or nothing means no delay and
+        unlimited bandwidth; None when nothing is to be emulated."""
+        if not (rtt_ms or uplink_kbps or downlink_kbps):
+            return None
+        return cls(rtt_ms=rtt_ms or 0.0, uplink_kbps=uplink_kbps or math.inf, downlink_kbps=downlink_kbps or math.inf)
+
     @property
     def one_way_s(self) -> float:
         return self.rtt_ms / 2000.0

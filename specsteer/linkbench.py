@@ -133,10 +133,6 @@ def deployment_rows(cells: Iterable, profile_name: str, rtts_ms: Sequence[float]
 # --------------------------------------------------------------------------- bench link
 
 
-def link_conditions(rtt_ms: float, uplink_kbps: float, downlink_kbps: float) -> LinkConditions:
-    return LinkConditions(rtt_ms=rtt_ms, uplink_kbps=uplink_kbps, downlink_kbps=downlink_kbps)
-
-
 def run_link_bench(edge_pair, cloud, prompts: Sequence, configs: Sequence, rtts_ms: Sequence[float],
                    uplink_kbps: float, downlink_kbps: float,
                    progress: Callable[[str], None] = lambda line: None) -> list[TracedGeneration]:
@@ -152,7 +148,7 @@ def run_link_bench(edge_pair, cloud, prompts: Sequence, configs: Sequence, rtts_
         for config in configs:
             for rtt in rtts_ms:
                 edge_pair.clear_prefix_caches()
-                conditions = link_conditions(rtt, uplink_kbps, downlink_kbps)
+                conditions = LinkConditions(rtt_ms=rtt, uplink_kbps=uplink_kbps, downlink_kbps=downlink_kbps)
                 _, finished = collect(generate(edge_pair, prepared, config, cloud=cloud, conditions=conditions))
                 info = METHOD_INFO[config.method]
                 runs.append(TracedGeneration.of(finished.stats, config.alpha if info.takes_alpha else None,
@@ -211,7 +207,7 @@ class _ProfileCache:
     def fitted(self, runs: Sequence[TracedGeneration], rtt_ms: float) -> DeploymentProfile:
         key = (tuple(id(run) for run in runs), rtt_ms)
         if key not in self._fitted:
-            link = link_conditions(rtt_ms, self.uplink_kbps, self.downlink_kbps)
+            link = LinkConditions(rtt_ms=rtt_ms, uplink_kbps=self.uplink_kbps, downlink_kbps=self.downlink_kbps)
             self._fitted[key] = measured_profile(runs, link=link)
         return self._fitted[key]
 

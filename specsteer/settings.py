@@ -163,12 +163,9 @@ class GenerationSettings:
 
     def link_conditions(self) -> LinkConditions | None:
         """The network to emulate on the link, or None when these settings emulate none."""
-        if not (self.rtt_ms or self.uplink_kbps or self.downlink_kbps):
-            return None
         from .deployment import LinkConditions
 
-        return LinkConditions(rtt_ms=self.rtt_ms, uplink_kbps=self.uplink_kbps or math.inf,
-                              downlink_kbps=self.downlink_kbps or math.inf)
+        return LinkConditions.requested(self.rtt_ms, self.uplink_kbps, self.downlink_kbps)
 
     @property
     def sample(self) -> bool:

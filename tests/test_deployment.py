@@ -240,6 +240,15 @@ def test_link_conditions_are_validated(kwargs):
         LinkConditions(**kwargs)
 
 
+def test_a_requested_link_reads_zero_and_nothing_as_no_emulation():
+    assert LinkConditions.requested(None, None, None) is None
+    assert LinkConditions.requested(0.0, 0.0, 0.0) is None
+    assert LinkConditions.requested(50.0, None, 0.0) == LinkConditions(rtt_ms=50.0)
+    assert LinkConditions.requested(None, 2000.0, None) == LinkConditions(uplink_kbps=2000.0)
+    with pytest.raises(ValueError):
+        LinkConditions.requested(-1.0, None, None)
+
+
 def test_pass_costs_are_validated():
     with pytest.raises(ValueError):
         PassCost(-0.1, 0.0)

@@ -96,17 +96,19 @@ class Request:
 @dataclass
 class Prepared:
     prompts: "PromptPair"  # noqa: F821 -- specsteer.tasks.PromptPair
-    retrieved: list = field(default_factory=list)
+    retrieved: list = field(default_factory=list)  # the history items BM25 picked, best first, then any noise items
+    scores: list[float] = field(default_factory=list)  # BM25 score of each picked history item (noise has none)
 
 
 def prepare(request: Request) -> Prepared:
     """Retrieve from the history (on the device) and build both prompts."""
-    from .retrieval import retrieve
+    from .retrieval import retrieve_scored
     from .tasks import build_prompts
 
-    retrieved = retrieve(request.task, request.input_text, list(request.history), request.retrieval_k)
-    retrieved = retrieved + list(request.noise_items)
-    return Prepared(build_prompts(request.task, request.input_text, retrieved, style=request.prompt_style), retrieved)
+    scored = retrieve_scored(request.task, request.input_text, list(request.history), request.retrieval_k)
+    retrieved = [item for item, _ in scored] + list(request.noise_items)
+    prompts = build_prompts(request.task, request.input_text, retrieved, style=request.prompt_style)
+    return Prepared(prompts, retrieved, [score for _, score in scored])
 
 
 def chat_ids(tokenizer, user_message: str, chat: ChatFormat = PLAIN_CHAT) -> list[int]:

@@ -50,10 +50,9 @@ from .privacy import UplinkAudit, audit_uplink
 from .protocol import CloudInfo
 from .registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status
 from .remote import RemoteCloud
-from .retrieval import retrieve_scored
 from .runstore import RunStore
 from .settings import GenerationSettings, SettingsError, cloud_address, sentence
-from .tasks import TASKS, PromptPair, build_prompts, render_item
+from .tasks import TASKS, PromptPair, render_item
 
 log = logging.getLogger(__name__)
 
@@ -305,6 +304,14 @@ def _status(pairing: Pairing, edge_only: bool) -> tuple[bool, str]:
     return model_status(pairing.specialist)
 
 
+def _preview_of(prepared: Prepared, task: str, total: int, retrieval_k: int, prompt_style: str) -> RetrievalPreview:
+    """What a prepared request shows its user: each picked history item as the Specialist's prompt
+    renders it, with its BM25 score, and both prompts."""
+    shown = tuple(ScoredItem(render_item(task, item, style=prompt_style), score)
+                  for item, score in zip(prepared.retrieved, prepared.scores))  # noise items carry no score
+    return RetrievalPreview(task, total, retrieval_k, shown, prepared.prompts)
+
+
 def pairing_name(pairing_id: str) -> str:
     """A pairing as a sentence names it: its label and id, or the id alone when it is not in the registry."""
     pairing = PAIRINGS.get(pairing_id)
@@ -341,16 +348,14 @@ class AppService:
 
     def preview(self, history: NamedHistory | None, task: str, input_text: str, retrieval_k: int,
                 prompt_style: str = "paper") -> RetrievalPreview:
-        """The items BM25 picks for ``input_text`` and both prompts, exactly as a generation will build
-        them (the engine's ``prepare`` ranks with the same ``retrieve_scored``). ValueError for an
-        unknown task or prompt style."""
+        """The items BM25 picks for ``input_text`` and both prompts: the engine's ``prepare``, which a
+        generation runs too. ValueError for an unknown task or prompt style."""
         items = history.history.items if history is not None else ()
         if not (input_text or "").strip():
             return RetrievalPreview(task, len(items), retrieval_k, (), None)
-        scored = retrieve_scored(task, input_text, items, retrieval_k)
-        prompts = build_prompts(task, input_text, [item for item, _ in scored], style=prompt_style)
-        shown = tuple(ScoredItem(render_item(task, item, style=prompt_style), score) for item, score in scored)
-        return RetrievalPreview(task, len(items), retrieval_k, shown, prompts)
+        prepared = prepare(Request(task=task, input_text=input_text, history=items, retrieval_k=retrieval_k,
+                                   prompt_style=prompt_style))
+        return _preview_of(prepared, task, len(items), retrieval_k, prompt_style)
 
     # ----------------------------------------------------------------------- one generation
 
@@ -368,7 +373,8 @@ class AppService:
         except ValueError as error:  # SettingsError and PairingUnavailable are ValueErrors
             yield Failed(sentence(str(error)))
             return
-        yield Started(settings, self.preview(history, task, input_text, settings.retrieval_k, settings.prompt_style))
+        total = len(history.history) if history is not None else 0
+        yield Started(settings, _preview_of(prepared, task, total, settings.retrieval_k, settings.prompt_style))
         try:
             cloud = self._connect(settings, (settings.method,))
         except CloudError as error:
@@ -416,10 +422,7 @@ class AppService:
         saved_id, save_error = None, None
         try:
             history_id = self.store.save_history(history) if history is not None else None
-            saved_id = self.store.save_generation(NewGeneration(
-                task=task, input_text=input_text, settings=settings, text=finished.text, tokens=tuple(tokens),
-                stats=finished.stats, transcript=tuple(finished.transcript), history_id=history_id,
-                history_name=history.name if history is not None else None))
+            saved_id = self._save_generation(history, history_id, task, input_text, settings, finished, tokens)
         except Exception as error:  # the output is still shown; the result says it was not saved
             log.exception("saving the generation failed")
             save_error = sentence(f"saving it failed: {error}")
@@ -642,20 +645,25 @@ class AppService:
         return PrivacyReport(audit, tuple(finished.transcript),
                              lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False))
 
+    def _save_generation(self, history: NamedHistory | None, history_id: int | None, task: str, input_text: str,
+                         settings: GenerationSettings, finished: Finished, tokens: Sequence[TokenEvent]) -> int:
+        """One output saved with what reproduces it (``history_id`` from ``save_history``); its new id."""
+        return self.store.save_generation(NewGeneration(
+            task=task, input_text=input_text, settings=settings, text=finished.text, tokens=tuple(tokens),
+            stats=finished.stats, transcript=tuple(finished.transcript), history_id=history_id,
+            history_name=history.name if history is not None else None))
+
     def _save_comparison(self, history: NamedHistory | None, task: str, input_text: str,
                          settings: GenerationSettings, order: Sequence[str], finished: Sequence[Finished],
                          tokens: Sequence[Sequence[TokenEvent]], blind: bool) -> SavedComparison:
         history_id = self.store.save_history(history) if history is not None else None
-        history_name = history.name if history is not None else None
         generation_ids = tuple(
-            self.store.save_generation(NewGeneration(
-                task=task, input_text=input_text, settings=settings.for_method(method), text=result.text,
-                tokens=tuple(shown), stats=result.stats, transcript=tuple(result.transcript), history_id=history_id,
-                history_name=history_name))
+            self._save_generation(history, history_id, task, input_text, settings.for_method(method), result, shown)
             for method, result, shown in zip(order, finished, tokens, strict=True))
         comparison_id = self.store.save_comparison(NewComparison(
             task=task, input_text=input_text, settings=settings, generation_ids=generation_ids,
-            methods=tuple(order), blind=blind, history_id=history_id, history_name=history_name))
+            methods=tuple(order), blind=blind, history_id=history_id,
+            history_name=history.name if history is not None else None))
         return SavedComparison(comparison_id, tuple(order), tuple(result.text for result in finished),
                                generation_ids, blind)
 

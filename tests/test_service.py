@@ -144,6 +144,7 @@ def test_a_generation_streams_typed_events_and_saves_a_typed_row(service, store,
     assert set(kinds[2:-1]) == {Token}
     started, generating, done = events[0], events[1], events[-1]
     assert started.preview.total == len(history.history) and len(started.preview.items) == 3
+    assert started.preview == service.preview(history, "review", INPUT, 3)  # built from the generation's own request
     assert (generating.runtime, generating.precision) == ("transformers", "fp32")
     result = done.result
     assert result.saved_id == 1 and result.save_error is None and not result.stopped

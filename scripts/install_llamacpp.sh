@@ -11,7 +11,14 @@ pin=$(grep -E '^llama-cpp-python==' requirements.txt | cut -d' ' -f1)
 version=${pin#llama-cpp-python==}
 cache=${SPECSTEER_CACHE:-$HOME/.cache/specsteer}
 key=$("$python" -m specsteer.llamacpp cpu-key 2>/dev/null)
-wheels=$cache/wheels/llama-cpp-python-$version-${key:-unknown}
+# BUILD_FLAGS names the build configuration in the cache key: a wheel built with other flags is never reused.
+# -mno-amx-*: llama.cpp's AMX buffer type (weights repacked for Intel AMX tiles, compiled in whenever the
+# build CPU has AMX) crashes in llama_decode on some AMX machines (upstream llama.cpp #20824); without it,
+# the 4-bit weights still go through llama.cpp's generic CPU repack (AVX2/AVX512), which every other
+# x86-64 machine uses. GCC honours an explicit -mno-* over -march=native whatever their order.
+BUILD_FLAGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF -DCMAKE_C_FLAGS=-mno-amx-tile\ -mno-amx-int8\ -mno-amx-bf16 -DCMAKE_CXX_FLAGS=-mno-amx-tile\ -mno-amx-int8\ -mno-amx-bf16"
+flags_key=$(printf '%s' "$BUILD_FLAGS" | sha256sum | cut -c1-8)
+wheels=$cache/wheels/llama-cpp-python-$version-${key:-unknown}-$flags_key
 mkdir -p "$wheels"
 
 if ! compgen -G "$wheels/llama_cpp_python-*.whl" >/dev/null; then
@@ -20,7 +27,7 @@ if ! compgen -G "$wheels/llama_cpp_python-*.whl" >/dev/null; then
   started=$SECONDS
   # LLAVA_BUILD=OFF: the multimodal library is not used here and is a third of the build.
   # --no-cache-dir: pip's own wheel cache is not keyed by CPU, so a native wheel must not land in it.
-  CMAKE_ARGS="-DGGML_NATIVE=ON -DLLAVA_BUILD=OFF" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
+  CMAKE_ARGS="$BUILD_FLAGS" CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
     "$python" -m pip wheel --no-deps --no-cache-dir --disable-pip-version-check -v -w "$wheels.partial" "$pin" 2>&1 \
     | tee "$log" | awk '
         match($0, /^[ \t]*\[[0-9]+\/[0-9]+\]/) {

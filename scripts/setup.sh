@@ -19,6 +19,26 @@ if [[ ! -x .venv/bin/python ]]; then
 fi
 pip=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 
+# torch from PyTorch's CPU index where it answers: PyPI's default torch for Linux is the CUDA build, which
+# brings about 2.7 GB of CUDA and triton wheels that a CPU never uses. SPECSTEER_TORCH_INDEX=default skips
+# the probe (a local wheel mirror, or a GPU machine that wants the CUDA build).
+torch_cpu_index=https://download.pytorch.org/whl/cpu
+install_cpu_torch() {
+  local torch=torch==2.13.0
+  if [[ ${SPECSTEER_TORCH_INDEX:-cpu} != default ]] && "$python" - "$torch_cpu_index/torch/" <<'PY' 2>/dev/null
+import sys, urllib.request
+urllib.request.urlopen(sys.argv[1], timeout=8).read(1)
+PY
+  then
+    echo "[setup] torch: the CPU build from $torch_cpu_index"
+    "${pip[@]}" "$torch+cpu" --extra-index-url "$torch_cpu_index" "$@"
+  else
+    echo "[setup] torch: PyTorch's CPU index is not reachable here; installing $torch from the default index" \
+         "(on PyPI itself that is the CUDA build, about 2.7 GB more, unused on a CPU; set SPECSTEER_TORCH_INDEX=default to skip this probe)"
+    "${pip[@]}" "$torch" "$@"
+  fi
+}
+
 requirements=requirements.txt
 [[ $dev == 1 ]] && requirements=requirements-dev.txt
 stamp=.venv/.installed-$(cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-16)-$dev
@@ -27,7 +47,7 @@ if [[ ! -f $stamp ]]; then
   # torch alone first: the CPU build, never the CUDA one. numpy with it: install_llamacpp.sh names its
   # wheel cache by `python -m specsteer.llamacpp cpu-key`, which imports numpy (a fresh .venv would
   # otherwise cache this CPU's native build under "unknown", where any other CPU would reuse it).
-  "${pip[@]}" torch==2.13.0 "$(grep -E '^numpy' requirements.txt)"
+  install_cpu_torch "$(grep -E '^numpy' requirements.txt)"
   bash scripts/install_llamacpp.sh      # before the requirements, which would compile a portable build
   "${pip[@]}" -r "$requirements"
   touch "$stamp"

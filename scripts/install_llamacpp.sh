@@ -48,4 +48,4 @@ fi
 "$python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall "$wheels"/llama_cpp_python-*.whl
 "$python" -m pip install --quiet --disable-pip-version-check "$pin"   # its small dependencies
 "$python" -m specsteer.llamacpp stamp --native >/dev/null
-"$python" -m specsteer.llamacpp check | sed 's/^/[setup] llama.cpp runtime: /'
+"$python" -m specsteer.llamacpp built | sed 's/^/[setup] llama.cpp: /'

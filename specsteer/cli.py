@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _list_pairings() -> int:
-    from .models import ModelLoadError, choose_runtime
+    from .models import ModelLoadError, runtime_choice
     from .registry import PAIRINGS, pairing_status
 
     for pairing_id, pairing in PAIRINGS.items():
@@ -134,10 +134,16 @@ def _list_pairings() -> int:
         runtime = ""
         if ok:
             try:
-                runtime = f" [runtime: {choose_runtime(pairing)}]"
+                picks = {method: runtime_choice(pairing, method=method) for method in ("specsteer", "llm")}
+                runtime = f" [runtime: {picks['specsteer'].runtime}]"
+                why = f"auto: {picks['specsteer'].reason}"
+                if picks["llm"].runtime != picks["specsteer"].runtime:
+                    why += f"; for llm alone: {picks['llm'].runtime}"
             except ModelLoadError:
-                pass
+                why = ""
         print(f"{pairing_id:32s} {'available' if ok else 'unavailable'}  {reason}{runtime}")
+        if runtime and why:
+            print(f"{'':32s} {why}")
     return 0
 
 

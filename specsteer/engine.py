@@ -264,6 +264,7 @@ def _finished(pair, output: _Output, stats: GenerationStats, link: Link, started
     stats.trace = list(forward_log.trace)
     stats.runtime = pair.runtime
     stats.precision = pair.precision
+    stats.runtime_choice = getattr(pair, "runtime_choice", "")
     stats.reused_tokens = dict(forward_log.reused)
     return Finished("".join(output.pieces), list(output.detokenizer.ids), stats, list(link.transcript))
 

@@ -83,6 +83,7 @@ class GenerationStats:
     stop_reason: str = "length"  # "eos" | "length" | "cancelled"
     runtime: str = ""  # "llama.cpp" | "transformers"
     precision: str = ""  # what the weights compute in: "fp32", "bf16", "Q4_K_M", ...
+    runtime_choice: str = ""  # why that runtime ran it ("auto" picks per machine and method)
     ttft_s: float | None = None  # seconds from the request to the first emitted token
     reused_tokens: dict[str, int] = field(default_factory=dict)  # prompt tokens read from the prefix cache, per stream
     trace: list[TraceStep] = field(default_factory=list)  # every forward pass and message, in order

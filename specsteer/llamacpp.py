@@ -24,6 +24,7 @@ import hashlib
 import importlib.util
 import json
 import platform
+import re
 import sys
 import threading
 from functools import lru_cache
@@ -144,12 +145,29 @@ def _bindings():
 
 
 def status() -> tuple[bool, str]:
-    """(usable, a short reason) without raising: for `pairings`, the UI and `auto`."""
+    """(usable, a short reason) without raising: for `pairings`, the UI and `auto`. Usable means the
+    build imports *and* a configuration of it passed the child-process check on this machine
+    (:mod:`specsteer.llamacpp_probe`; run once per CPU and build, then read from its saved report)."""
     try:
         module = _bindings()
     except LlamaCppUnavailable as error:
         return False, str(error)
-    return True, f"{PACKAGE} {getattr(module, '__version__', '?')}"
+    from .llamacpp_probe import proven_configuration
+
+    config, why = proven_configuration()
+    if config is None:
+        return False, f"the llama.cpp runtime is unavailable: {why}"
+    return True, f"{PACKAGE} {getattr(module, '__version__', '?')}, {why}"
+
+
+def configuration():
+    """The configuration every model of this process loads with (LlamaCppUnavailable when none works)."""
+    from .llamacpp_probe import proven_configuration
+
+    config, why = proven_configuration()
+    if config is None:
+        raise LlamaCppUnavailable(f"the llama.cpp runtime is unavailable: {why}")
+    return config
 
 
 def version() -> str | None:
@@ -159,16 +177,24 @@ def version() -> str | None:
         return None
 
 
+# Buffer types named by llama.cpp's load log ("CPU_REPACK model buffer size = …"), appended while a
+# model loads (loads are serialised by _load_lock): which kernels will read the weights.
+_BUFFER_LINE = re.compile(r"(\S+) model buffer size")
+_load_lock = threading.Lock()
+_seen_buffers: list[str] = []
+
+
 def _silence_log(ll) -> None:
-    """llama.cpp reports every tensor it loads on stderr; keep only errors."""
+    """llama.cpp reports every tensor it loads on stderr; keep only errors, and note buffer types."""
     level_error = 4  # enum ggml_log_level in ggml.h: NONE, DEBUG, INFO, WARN, ERROR, CONT
 
     @ll.llama_log_callback
     def quiet(level, text, _user_data):
+        message = text.decode("utf-8", "replace")
         if level == level_error:
-            import sys
-
-            sys.stderr.write(text.decode("utf-8", "replace"))
+            sys.stderr.write(message)
+        elif (found := _BUFFER_LINE.search(message)) and found.group(1) not in _seen_buffers:
+            _seen_buffers.append(found.group(1))
 
     _silence_log.callback = quiet  # the C side keeps only a pointer: keep the Python object alive
     ll.llama_log_set(quiet, ctypes.c_void_p(0))
@@ -188,7 +214,10 @@ class LlamaCppModel(ModelRuntime):
 
     runtime = "llama.cpp"
 
-    def __init__(self, path: str | Path, name: str = "", threads: int | None = None) -> None:
+    def __init__(self, path: str | Path, name: str = "", threads: int | None = None,
+                 extra_buffers: bool | None = None) -> None:
+        """``extra_buffers``: llama.cpp's ``use_extra_bufts``; None takes the configuration proven on this
+        machine (:func:`configuration`), which is what everything but the proof itself should do."""
         ll = _bindings()
         _ensure_backend(ll)
         self._ll = ll
@@ -196,11 +225,20 @@ class LlamaCppModel(ModelRuntime):
         self.threads = threads or cpu_threads()
         params = ll.llama_model_default_params()
         params.n_gpu_layers = 0  # this build is the CPU one
+        if extra_buffers is None:
+            config = configuration()
+            extra_buffers, self.configuration = config.extra_buffers, config.name
+        else:
+            self.configuration = "repack" if extra_buffers else "plain"
+        params.use_extra_bufts = extra_buffers
         # LLAMA_LOAD_MODE_NONE: read the file instead of mapping it. The CPU backend repacks the
         # 4-bit weights into its own interleaved layout; with a mapping, the mapped pages it read
         # stay resident beside that copy (measured: 2.4 GB for the default pair against 1.8 GB).
         params.load_mode = 0
-        model = ll.llama_model_load_from_file(str(self.path).encode(), params)
+        with _load_lock:
+            _seen_buffers.clear()
+            model = ll.llama_model_load_from_file(str(self.path).encode(), params)
+            self.buffer_types = tuple(_seen_buffers)
         if not model:
             raise ValueError(f"llama.cpp could not load the GGUF file {self.path}")
         self._model = model
@@ -221,6 +259,19 @@ class LlamaCppModel(ModelRuntime):
     @property
     def output_rows(self) -> int:
         return self._rows
+
+    def metadata(self) -> dict[str, str]:
+        """The GGUF file's key-value metadata as llama.cpp read it (arrays, such as the vocabulary, are
+        summarised by llama.cpp, not listed)."""
+        ll, found = self._ll, {}
+        key, value = ctypes.create_string_buffer(256), ctypes.create_string_buffer(1024)
+        for index in range(int(ll.llama_model_meta_count(self._model))):
+            if ll.llama_model_meta_key_by_index(self._model, index, key, ctypes.sizeof(key)) < 0:
+                continue
+            if ll.llama_model_meta_val_str_by_index(self._model, index, value, ctypes.sizeof(value)) < 0:
+                continue
+            found[key.value.decode("utf-8", "replace")] = value.value.decode("utf-8", "replace")
+        return found
 
     @property
     def precision(self) -> str:
@@ -377,17 +428,44 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("cpu-key")
     stamp = commands.add_parser("stamp")
     stamp.add_argument("--native", action="store_true")
-    commands.add_parser("check")
+    commands.add_parser("built", help="exit 0 when the installed build imports and may run on this CPU")
+    check = commands.add_parser("check", help="prove the build on this machine: the real decode path on each "
+                                "offline model, one configuration after another, each in a child process")
+    check.add_argument("--saved", action="store_true", help="print the saved proof instead of running it again")
     args = parser.parse_args(argv)
     if args.command == "cpu-key":
         print(cpu_key())
     elif args.command == "stamp":
         print(write_build_stamp(args.native))
+    elif args.command == "built":
+        try:
+            _bindings()
+        except LlamaCppUnavailable as error:
+            print(error)
+            return 1
     else:
-        usable, reason = status()
-        print(reason)
-        return 0 if usable else 1
+        return _check(args.saved)
     return 0
+
+
+def _check(saved_only: bool) -> int:
+    from . import llamacpp_probe as probe
+
+    try:
+        module = _bindings()
+    except LlamaCppUnavailable as error:
+        print(error)
+        return 1
+    print(f"{PACKAGE} {getattr(module, '__version__', '?')} imports; CPU: {_cpu()[0]}")
+    report = probe.saved_report() if saved_only else None
+    if report is None:
+        paths = probe.probe_models()
+        if not paths:
+            print("the offline GGUF files are not prepared (scripts/setup.sh prepares them): nothing to check with")
+            return 1
+        report = probe.run_probe(paths)
+    print(report.describe())
+    return 0 if report.chosen is not None else 1
 
 
 if __name__ == "__main__":

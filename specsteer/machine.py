@@ -26,13 +26,16 @@ class MachineInfo:
     fast_bf16: bool
     python: str
     versions: dict[str, str | None]  # torch, transformers, llama-cpp-python
+    amx: bool = False  # Intel AMX tiles: llama.cpp's AMX buffer type is left out of set-up's build (see llamacpp_probe)
+    llamacpp: str = ""  # the llama.cpp configuration proven here and the buffer types that held its weights
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     def describe(self) -> str:
         flags = " ".join(self.flags) or "none of " + " ".join(RELEVANT_FLAGS)
-        return f"{self.cpu}; {self.cores} cores, {self.threads} threads; flags: {flags}"
+        llama = f"; llama.cpp: {self.llamacpp}" if self.llamacpp else ""
+        return f"{self.cpu}; {self.cores} cores, {self.threads} threads; flags: {flags}{llama}"
 
 
 def cpu_model_and_flags(cpuinfo: str | None = None) -> tuple[str, tuple[str, ...]]:
@@ -75,4 +78,21 @@ def machine_info() -> MachineInfo:
         fast_bf16=default_dtype() == "bf16",
         python=sys.version.split()[0],
         versions={name: _version(name) for name in ("torch", "transformers", "llama-cpp-python")},
+        amx=any(flag.startswith("amx") for flag in flags),
+        llamacpp=_llamacpp_summary(),
     )
+
+
+def _llamacpp_summary() -> str:
+    """"repack (CPU+CPU_REPACK)": the configuration that passed this machine's check, from its saved proof."""
+    if _version("llama-cpp-python") is None:
+        return ""
+    from .llamacpp_probe import saved_report
+
+    report = saved_report()
+    if report is None:
+        return "not checked here"
+    passed = next((o for o in report.outcomes if o.passed), None)
+    if passed is None:
+        return "failed its check here: " + "; ".join(f"{o.config}: {o.detail}" for o in report.outcomes)
+    return f"{passed.config} ({'+'.join(passed.buffers) or 'buffers unknown'})"

@@ -23,6 +23,8 @@ class MethodInfo:
     takes_beta: bool  # reads β, the steering strength
     speculative: bool  # drafts k tokens on the device for the cloud to verify (reads the draft length)
     device_only: bool  # runs entirely on the device: nothing crosses the link
+    models: str = "both"  # which models it runs: "specialist", "generalist" or "both"
+    reads_history: bool = True  # whether a model it runs reads the retrieved private history
 
     @property
     def choice_label(self) -> str:
@@ -33,13 +35,15 @@ class MethodInfo:
 _TABLE = (
     MethodInfo("slm", "SLM", "small model alone",
                "The small on-device model alone, without your history.",
-               takes_alpha=False, takes_beta=False, speculative=False, device_only=True),
+               takes_alpha=False, takes_beta=False, speculative=False, device_only=True,
+               models="specialist", reads_history=False),
     MethodInfo("slm+", "SLM+", "small model with your history",
                "The small on-device model with your retrieved history; nothing is sent anywhere.",
-               takes_alpha=False, takes_beta=False, speculative=False, device_only=True),
+               takes_alpha=False, takes_beta=False, speculative=False, device_only=True, models="specialist"),
     MethodInfo("llm", "LLM", "large model alone",
                "The large cloud model alone, without your history (the speed reference).",
-               takes_alpha=False, takes_beta=False, speculative=False, device_only=False),
+               takes_alpha=False, takes_beta=False, speculative=False, device_only=False,
+               models="generalist", reads_history=False),
     MethodInfo("sd", "Standard SD", "drafts follow the large model",
                "Speculative decoding towards the large model: the output follows it, drafts only speed it up.",
                takes_alpha=False, takes_beta=False, speculative=True, device_only=False),

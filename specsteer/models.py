@@ -42,7 +42,8 @@ import torch
 from . import llamacpp
 from .attention import use_packed_gqa
 from .chat import PLAIN_CHAT, ChatFormat
-from .runtime import RUNTIME_CHOICES, ModelRuntime, TransformersModel
+from .calibration import RuntimeChoice
+from .runtime import RUNTIME_CHOICES, RUNTIMES, ModelRuntime, TransformersModel
 from .registry import (
     CACHE_MARKER,
     DEFAULT_PAIRING,
@@ -110,6 +111,7 @@ class LoadedPair:
     vocab_size: int  # ids usable by both models (min of padded sizes, >= len(tokenizer))
     eos_token_ids: frozenset[int]
     chat: ChatFormat = PLAIN_CHAT
+    runtime_choice: str = ""  # why this runtime runs the request (models.runtime_choice), for its statistics
 
     @property
     def runtime(self) -> str:
@@ -266,6 +268,16 @@ def offline_gguf(spec: ModelSpec, progress: Progress | None = None) -> Path:
         stamp.write_text(json.dumps({"sha256": actual, "path": str(target), "size": info.st_size,
                                      "mtime_ns": info.st_mtime_ns}) + "\n")
     return target
+
+
+def prepared_gguf(spec: ModelSpec) -> Path | None:
+    """An offline model's GGUF file if set-up has already verified it, else None (nothing is assembled)."""
+    stamp = gguf_cache_dir() / f"{spec.gguf_file}.verified.json"
+    try:
+        target = Path(json.loads(stamp.read_text())["path"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return target if spec.kind == "offline" and _stamp_matches(stamp, target, spec.sha256) else None
 
 
 def gguf_cache_dir() -> Path:
@@ -616,6 +628,7 @@ def load_pair(
     device: str | torch.device | None = None,
     runtime: str = "auto",
     edge_only: bool = False,
+    method: str = "specsteer",
 ) -> LoadedPair:
     """Load (or return the already loaded) Specialist/Generalist pair. Thread-safe.
 
@@ -624,60 +637,90 @@ def load_pair(
 
     ``runtime``: "llama.cpp" (GGUF files read directly; CPU), "transformers" (any model; ``dtype``
     and ``device`` apply to it only, the dtype defaulting to what this machine computes fast), or
-    "auto" (see :func:`choose_runtime`). Raises ModelLoadError with an actionable message; an
+    "auto" (see :func:`runtime_choice`: per ``method``, from this machine's calibration). Raises ModelLoadError with an actionable message; an
     unknown pairing id raises registry.UnknownPairingError (a KeyError and a ValueError).
     """
     pairing = pairing if isinstance(pairing, Pairing) else get_pairing(pairing)
     if pairing.cross_tokenizer:
         raise ModelLoadError(cross_tokenizer_message(pairing))
     report = progress or _quiet
-    chosen = choose_runtime(pairing, runtime, report)
+    choice = runtime_choice(pairing, runtime, report, method)
+    chosen = choice.runtime
     torch_dtype = resolve_dtype(dtype) if chosen == "transformers" else None
     target_device = (torch.device(device) if device is not None else default_device()) if chosen == "transformers" else None
     key = (pairing.id, pairing.specialist, pairing.generalist, chosen, torch_dtype, str(target_device), edge_only)
     cached = _cached_pair(key)
     if cached is not None:
+        cached.runtime_choice = choice.reason  # the latest request's reason (the pair itself is shared)
         return cached
     with _loading_lock:
         cached = _cached_pair(key)  # another caller may have loaded it while this one waited
         if cached is not None:
+            cached.runtime_choice = choice.reason
             return cached
         pair = _load_pair_uncached(pairing, chosen, torch_dtype, target_device, report, edge_only)
         with _loaded_lock:
             _loaded[key] = pair
             while len(_loaded) > _MAX_LOADED_PAIRS:
                 _loaded.popitem(last=False)
-    report(f"ready: {pairing.label} ({pair.runtime}, {pair.precision})")
+    pair.runtime_choice = choice.reason
+    report(f"ready: {pairing.label} ({pair.runtime}, {pair.precision}): {choice.reason}")
     return pair
 
 
-def choose_runtime(pairing: Pairing, requested: str = "auto", progress: Progress | None = None) -> str:
-    """The runtime a pairing loads on.
+def choose_runtime(pairing: Pairing, requested: str = "auto", progress: Progress | None = None,
+                   method: str = "specsteer") -> str:
+    """The runtime a pairing loads on (:func:`runtime_choice` without the reason)."""
+    return runtime_choice(pairing, requested, progress, method).runtime
 
-    "auto" is llama.cpp when both models are GGUF files (the offline pairings, a .gguf override), no
-    GPU is present and llama-cpp-python works here; otherwise transformers, and the progress callback
-    says why when llama.cpp was wanted but is missing. An explicit "llama.cpp" that cannot be honoured
-    raises ModelLoadError naming the fallback.
+
+def runtime_choice(pairing: Pairing, requested: str = "auto", progress: Progress | None = None,
+                   method: str = "specsteer") -> RuntimeChoice:
+    """The runtime a pairing loads on for ``method``, and why.
+
+    "auto": transformers for models that are not GGUF files or where a GPU is present; otherwise the
+    runtime this machine's calibration (specsteer.calibration: each working runtime timed once, per CPU)
+    estimates fastest for ``method``; llama.cpp when there is no calibration yet, and transformers when
+    llama.cpp is missing or failed its check here (the progress callback says why). An explicit
+    "llama.cpp" that cannot be honoured raises ModelLoadError naming the fallback.
     """
     if requested not in RUNTIME_CHOICES:
         raise ValueError(f"unknown runtime {requested!r}; choose one of {', '.join(RUNTIME_CHOICES)}")
     if requested == "transformers":
-        return requested
+        return RuntimeChoice(requested, "transformers was asked for")
     specs = (pairing.specialist, pairing.generalist)
     not_gguf = [spec for spec in specs if spec.kind not in ("offline", "gguf")]
-    available, reason = llamacpp.status()
     if requested == "llama.cpp":
         if not_gguf:
             gguf_path(not_gguf[0])  # raises the message that names the transformers runtime
+        available, reason = llamacpp.status()
         if not available:
             raise ModelLoadError(reason)
-        return requested
-    if not_gguf or torch.cuda.is_available():
-        return "transformers"
+        return RuntimeChoice(requested, "llama.cpp was asked for")
+    if not_gguf:
+        return RuntimeChoice("transformers", "these models are not GGUF files, and llama.cpp reads only those")
+    if torch.cuda.is_available():
+        return RuntimeChoice("transformers", "a GPU is present, and transformers runs the models on it")
+    available, reason = llamacpp.status()
     if not available:
         (progress or _quiet)(f"{reason} Using the transformers runtime.")
-        return "transformers"
-    return "llama.cpp"
+        return RuntimeChoice("transformers", reason)
+    from .calibration import choose, saved_calibration
+
+    calibration = saved_calibration(pairing.id)
+    choice = choose(calibration, method, RUNTIMES) if calibration is not None else None
+    if choice is None:
+        return RuntimeChoice("llama.cpp", "both models are GGUF files and llama.cpp passed its check here "
+                             "(no calibration of this pairing on this machine: `python -m specsteer.calibration`)")
+    if choice.runtime == "transformers" and not converted_ready(pairing):
+        # The first transformers load converts both GGUF files (about a minute each); say so, once.
+        (progress or _quiet)("auto picks transformers here (measured faster for this method); its first load "
+                             "converts the GGUF files once, about a minute per model")
+    return choice
+
+
+def converted_ready(pairing: Pairing) -> bool:
+    return all(converted_cache_ready(spec) for spec in (pairing.specialist, pairing.generalist) if spec.kind == "offline")
 
 
 def _cached_pair(key: tuple) -> LoadedPair | None:

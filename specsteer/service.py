@@ -275,27 +275,48 @@ class PairCatalog:
         if pairing is None:
             return "Choose a pairing to see which runtime auto picks."
         reasons: list[str] = []
-        chosen = choose_runtime(pairing, "auto", progress=reasons.append)
+        chosen = choose_runtime(pairing, "auto", progress=reasons.append)  # for SpecSteer, the app's method
+        measured = _measured_choice(pairing)
         if chosen == "llama.cpp":
             return ("Auto picks llama.cpp here: both models are GGUF files, there is no GPU and llama.cpp works on "
                     "this machine, so it runs the 4-bit files as they are (transformers would run a dequantized "
-                    "copy).")
+                    f"copy).{measured}")
         if reasons:  # llama.cpp was wanted, but is not installed or does not work here
             return sentence(f"Auto picks transformers here: {reasons[0]}")
         if any(spec.kind not in ("offline", "gguf") for spec in (pairing.specialist, pairing.generalist)):
             return "Auto picks transformers: these models are not GGUF files, and llama.cpp reads only those."
+        if measured:
+            return f"Auto picks transformers here for SpecSteer.{measured}"
         return "Auto picks transformers here: a GPU is present, and transformers runs the models on it."
 
     def load(self, pairing_id: str, runtime: str, progress: Callable[[str], None],
-             edge_only: bool = False) -> LoadedPair:
+             edge_only: bool = False, method: str = "specsteer") -> LoadedPair:
         """The pair, loaded once; ``edge_only``: the Specialist and its tokenizer alone (the test pairs are
         built whole either way: they are tiny)."""
         build = self.test_pairs.get(pairing_id)
         if build is None:
-            return load_pair(pairing_id, progress=progress, runtime=runtime, edge_only=edge_only)
+            return load_pair(pairing_id, progress=progress, runtime=runtime, edge_only=edge_only, method=method)
         if runtime == "llama.cpp":
             raise ModelLoadError("The test pair runs on transformers only; choose auto or transformers.")
         return build()
+
+
+def _measured_choice(pairing: Pairing) -> str:
+    """" Measured here: …" -- what this machine's calibration says of SpecSteer and of the large model
+    alone, or "" when the pairing was not calibrated here."""
+    from .calibration import choose, saved_calibration
+
+    calibration = saved_calibration(pairing.id)
+    if calibration is None:
+        return ""
+    usable = tuple(timing.runtime for timing in calibration.timings)
+    picks = {method: choose(calibration, method, usable) for method in ("specsteer", "llm")}
+    if picks["specsteer"] is None:
+        return ""
+    note = f" Measured here: {picks['specsteer'].reason}."
+    if picks["llm"] is not None and picks["llm"].runtime != picks["specsteer"].runtime:
+        note += f" For the large model alone, {picks['llm'].runtime} is faster, and auto uses it there."
+    return note
 
 
 def _status(pairing: Pairing, edge_only: bool) -> tuple[bool, str]:
@@ -390,7 +411,8 @@ class AppService:
                     prepared: Prepared, cloud: CloudEndpoint | None,
                     cancel: threading.Event) -> Iterator[GenerationEvent]:
         try:
-            pair = yield from self._load(settings.pairing, settings.runtime, edge_only=settings.remote)
+            pair = yield from self._load(settings.pairing, settings.runtime, edge_only=settings.remote,
+                                         method=settings.method)
         except ModelLoadError as error:
             yield Failed(sentence(str(error)))
             return
@@ -585,13 +607,14 @@ class AppService:
         return prepare(Request(task=task, input_text=input_text, history=items, retrieval_k=settings.retrieval_k,
                                prompt_style=settings.prompt_style))
 
-    def _load(self, pairing_id: str, runtime: str, edge_only: bool = False) -> Generator[Loading, None, LoadedPair]:
+    def _load(self, pairing_id: str, runtime: str, edge_only: bool = False,
+              method: str = "specsteer") -> Generator[Loading, None, LoadedPair]:
         """For ``pair = yield from ...``: loads in a worker thread, reporting the loader's progress.
 
         A pair already loaded comes back at once without a word. Every failure is a ModelLoadError.
         """
         loading: Background[str, LoadedPair] = Background(
-            lambda emit, _cancel: self.pairs.load(pairing_id, runtime, emit, edge_only=edge_only),
+            lambda emit, _cancel: self.pairs.load(pairing_id, runtime, emit, edge_only=edge_only, method=method),
             name="specsteer-load-pair")
         started = time.monotonic()
         if not loading.wait(self.loading_quiet_s):

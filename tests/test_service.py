@@ -228,7 +228,7 @@ def test_a_stopped_generation_ends_early_and_is_saved(service, store, history):
 
 def test_slow_loading_reports_progress(history, store):
     class SlowCatalog(PairCatalog):
-        def load(self, pairing_id, runtime, progress, edge_only=False):
+        def load(self, pairing_id, runtime, progress, edge_only=False, method="specsteer"):
             for line in ("reading weights", "converting"):
                 progress(line)
                 threading.Event().wait(0.1)
@@ -249,7 +249,7 @@ def test_slow_loading_reports_progress(history, store):
 
 def test_a_pairing_that_fails_to_load_is_a_message(history, store):
     class Broken(PairCatalog):
-        def load(self, pairing_id, runtime, progress, edge_only=False):
+        def load(self, pairing_id, runtime, progress, edge_only=False, method="specsteer"):
             raise OSError("weights not found")
 
     service = AppService(store=store, runs=None, pairs=Broken({TEST_PAIRING_ID: shared_tiny_pair}))
@@ -389,7 +389,7 @@ class RecordingCatalog(PairCatalog):
 
     loads: list = field(default_factory=list)
 
-    def load(self, pairing_id, runtime, progress, edge_only=False):
+    def load(self, pairing_id, runtime, progress, edge_only=False, method="specsteer"):
         self.loads.append(edge_only)
         return super().load(pairing_id, runtime, progress, edge_only)
 

@@ -212,7 +212,8 @@ def _load(args, edge_only: bool = False):
     try:
         pairing = resolve_pairing(args.pairing, specialist=args.specialist, generalist=args.generalist)
         progress = None if args.json else (lambda line: print(f"[models] {line}", file=sys.stderr))
-        return load_pair(pairing, dtype=args.dtype, progress=progress, runtime=args.runtime, edge_only=edge_only)
+        return load_pair(pairing, dtype=args.dtype, progress=progress, runtime=args.runtime, edge_only=edge_only,
+                         method=getattr(args, "method", "specsteer"))
     except (KeyError, ValueError) as error:
         return _fail(str(error.args[0]) if error.args else str(error), 2)
     except ModelLoadError as error:

@@ -166,6 +166,7 @@ class StatsView:
     state: str  # "running", or the stop reason: "eos", "length", "cancelled", "failed"
     runtime: str = ""  # "llama.cpp" | "transformers"; "" before the pair is loaded
     precision: str = ""
+    runtime_choice: str = ""  # why that runtime ran it (auto picks per machine and method)
     ttft_s: float | None = None  # seconds to the first emitted token
     reused_tokens: Mapping[str, int] | None = None  # prompt tokens served from the prefix cache, per stream
     cloud: str = ""  # GenerationSettings.cloud: "" in process, else the Cloud service's address
@@ -178,7 +179,7 @@ class StatsView:
             method=stats.method, tokens=stats.new_tokens, seconds=stats.seconds, accepted=stats.accepted,
             drafted=stats.drafted, rounds=stats.rounds, uplink_bytes=stats.uplink_bytes,
             downlink_bytes=stats.downlink_bytes, state=state or stats.stop_reason, runtime=stats.runtime,
-            precision=stats.precision, ttft_s=stats.ttft_s, reused_tokens=dict(stats.reused_tokens),
+            precision=stats.precision, runtime_choice=stats.runtime_choice, ttft_s=stats.ttft_s, reused_tokens=dict(stats.reused_tokens),
             cloud=cloud, link=link,
         )
 
@@ -234,7 +235,7 @@ def stats_html(view: StatsView) -> str:
         ("rounds", f"{view.rounds}" if view.rounds else "–", ""),
         ("uplink", _fmt_bytes(view.uplink_bytes), ""),
         ("downlink", _fmt_bytes(view.downlink_bytes), ""),
-        ("runtime", runtime, "the runtime that computed the logits, and the precision of its weights"),
+        ("runtime", runtime, view.runtime_choice or "the runtime that computed the logits, and the precision of its weights"),
         ("prefix cache", reused, reused_detail),
         *_cloud_cells(view),
         ("state", view.state, ""),

@@ -507,14 +507,14 @@ class PassSample(NamedTuple):
     seconds: float
 
 
-def _flat(samples: Sequence[PassSample]) -> PassCost:
+def flat_cost(samples: Sequence[PassSample]) -> PassCost:
     return PassCost(sum(s.seconds for s in samples) / len(samples), 0.0)
 
 
-def _proportional(samples: Sequence[PassSample]) -> PassCost:
+def proportional_cost(samples: Sequence[PassSample]) -> PassCost:
     tokens = sum(s.tokens for s in samples)
     if tokens == 0:
-        return _flat(samples)
+        return flat_cost(samples)
     return PassCost(0.0, sum(s.seconds for s in samples) / tokens)
 
 
@@ -523,7 +523,7 @@ def fit_pass_cost(samples: Sequence[PassSample], single_size: Callable[[Sequence
 
     Every fit here keeps the samples' total time (least squares with an intercept does, and so do
     the fallbacks), which is what makes a trace's own profile reproduce its measured time. With one
-    pass size only, ``single_size`` decides (``_flat`` for decode steps, ``_proportional`` for
+    pass size only, ``single_size`` decides (``flat_cost`` for decode steps, ``proportional_cost`` for
     prompts); a negative slope (noise) falls back to flat, a negative base to proportional.
     """
     if not samples:
@@ -537,10 +537,10 @@ def fit_pass_cost(samples: Sequence[PassSample], single_size: Callable[[Sequence
     spread = sum((s.tokens - mean_tokens) ** 2 for s in samples)
     slope = sum((s.tokens - mean_tokens) * (s.seconds - mean_seconds) for s in samples) / spread
     if slope < 0:
-        return _flat(samples)
+        return flat_cost(samples)
     base = mean_seconds - slope * mean_tokens
     if base < 0:
-        return _proportional(samples)
+        return proportional_cost(samples)
     return PassCost(base, slope)
 
 
@@ -576,8 +576,8 @@ def measured_profile(runs: Iterable[TracedRun], link: LinkConditions = NO_LINK, 
     costs: dict[str, StreamCost | None] = {role: None for role in ROLES}
     sources = []
     for role, (prefill, decode) in samples.items():
-        prefill_cost = fit_pass_cost(prefill, _proportional)
-        decode_cost = fit_pass_cost(decode, _flat) if decode else prefill_cost
+        prefill_cost = fit_pass_cost(prefill, proportional_cost)
+        decode_cost = fit_pass_cost(decode, flat_cost) if decode else prefill_cost
         costs[role] = StreamCost(decode_cost, prefill_cost)
         sources.append(Source(f"{role}.prefill", f"measured here: fit over {len(prefill)} first passes"))
         sources.append(Source(f"{role}.decode", f"measured here: fit over {len(decode)} later passes"

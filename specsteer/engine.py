@@ -33,7 +33,7 @@ from .chat import PLAIN_CHAT, ChatFormat
 from .decoding import Detokenizer, ForwardLog, Sampler
 from .events import Finished, GenerationStats, TokenEvent
 from .methods import METHOD_INFO, METHODS
-from .deployment import LinkConditions
+from .deployment import LinkConditions, PassCost, PassSample, fit_pass_cost, flat_cost
 from .link import CloudEndpoint, CloudError, CloudRefused, CloudUnreachable, InProcessCloud, Link
 from .protocol import MAX_DRAFT_LEN, MAX_NEW_TOKENS, Draft, Edge, Open
 
@@ -428,7 +428,7 @@ class DraftLength:
         draft_cost, large_cost = pass_cost(log.trace, "specialist+"), pass_cost(log.trace, "generalist")
         if draft_cost is None or large_cost is None:
             return self.maximum
-        if len({tokens for tokens, _ in _passes(log.trace, "generalist")}) < 2:
+        if len({sample.tokens for sample in _passes(log.trace, "generalist")}) < 2:
             # Every verification so far read as many tokens, so how a pass's time grows with its
             # tokens is unknown: probe a shorter round once to learn it.
             return max(1, self.maximum // 2)
@@ -438,36 +438,16 @@ class DraftLength:
             acceptance, k, draft_cost.seconds(1), large_cost.seconds(k + 1), generic_cost.seconds(k + 1)))
 
 
-@dataclass(frozen=True)
-class PassCost:
-    """Seconds of one pass of a model over ``n`` tokens: ``fixed + per_token * n``."""
-
-    fixed: float
-    per_token: float
-
-    def seconds(self, tokens: int) -> float:
-        return self.fixed + self.per_token * tokens
-
-
-def _passes(trace: Sequence, stream: str) -> list[tuple[int, float]]:
-    """(tokens, seconds) of a stream's passes after its first (the prefill)."""
-    return [(step.size, step.seconds) for step in trace if step.kind == "forward" and step.who == stream][1:]
+def _passes(trace: Sequence, stream: str) -> list[PassSample]:
+    """A stream's passes after its first (the prefill)."""
+    return [PassSample(step.size, step.seconds) for step in trace if step.kind == "forward" and step.who == stream][1:]
 
 
 def pass_cost(trace: Sequence, stream: str) -> PassCost | None:
-    """A least-squares line through a stream's passes after its prefill (flat when they all read as
-    many tokens); None before the stream has had two passes."""
+    """The deployment projection's least-squares line through a stream's passes after its prefill (flat
+    when they all read as many tokens); None before the stream has had two passes."""
     points = _passes(trace, stream)
-    if not points:
-        return None
-    count = len(points)
-    mean_n = sum(n for n, _ in points) / count
-    mean_t = sum(t for _, t in points) / count
-    spread = sum((n - mean_n) ** 2 for n, _ in points)
-    if spread == 0:
-        return PassCost(mean_t, 0.0)
-    slope = max(sum((n - mean_n) * (t - mean_t) for n, t in points) / spread, 0.0)
-    return PassCost(max(mean_t - slope * mean_n, 0.0), slope)
+    return fit_pass_cost(points, flat_cost) if points else None
 
 
 def _at(values: list[float], index: int) -> float | None:

@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .machine import read_cpu
 from .runtime import ModelRuntime, Sequence, check_rows, cpu_threads
 
 # llama.cpp's own name for the package, pinned in requirements.txt and built by scripts/setup.sh.
@@ -62,17 +63,7 @@ PORTABLE_X86_FLAGS = ("avx", "avx2", "fma", "f16c")
 
 
 def _cpu() -> tuple[str, frozenset[str]]:
-    model, flags = "", frozenset()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name" and not model:
-                model = value.strip()
-            elif key.strip() in ("flags", "Features") and not flags:
-                flags = frozenset(value.split())
-    except OSError:
-        pass
-    return model or platform.processor() or platform.machine(), flags
+    return read_cpu()
 
 
 def cpu_key() -> str:

@@ -38,22 +38,29 @@ class MachineInfo:
         return f"{self.cpu}; {self.cores} cores, {self.threads} threads; flags: {flags}{llama}"
 
 
-def cpu_model_and_flags(cpuinfo: str | None = None) -> tuple[str, tuple[str, ...]]:
-    """From /proc/cpuinfo (Linux); elsewhere the platform's processor name and no flags."""
+def read_cpu(cpuinfo: str | None = None) -> tuple[str, frozenset[str]]:
+    """The CPU model and every instruction-set flag it reports, from /proc/cpuinfo (Linux); elsewhere the
+    platform's processor name and no flags. The one reader of /proc/cpuinfo in the project."""
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
-            return platform.processor() or platform.machine(), ()
-    model, flags = "", set()
+            return platform.processor() or platform.machine(), frozenset()
+    model, flags = "", frozenset()
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         key = key.strip()
         if key == "model name" and not model:
             model = value.strip()
         elif key in ("flags", "Features") and not flags:
-            flags = set(value.split())
-    return model or platform.machine(), tuple(flag for flag in RELEVANT_FLAGS if flag in flags)
+            flags = frozenset(value.split())
+    return model or platform.processor() or platform.machine(), flags
+
+
+def cpu_model_and_flags(cpuinfo: str | None = None) -> tuple[str, tuple[str, ...]]:
+    """The CPU model and the flags of RELEVANT_FLAGS it has."""
+    model, flags = read_cpu(cpuinfo)
+    return model, tuple(flag for flag in RELEVANT_FLAGS if flag in flags)
 
 
 def _version(distribution: str) -> str | None:

@@ -43,6 +43,7 @@ from . import llamacpp
 from .attention import use_packed_gqa
 from .chat import PLAIN_CHAT, ChatFormat
 from .calibration import RuntimeChoice
+from .machine import read_cpu
 from .runtime import RUNTIME_CHOICES, RUNTIMES, ModelRuntime, TransformersModel
 from .registry import (
     CACHE_MARKER,
@@ -146,9 +147,8 @@ def default_dtype() -> str:
 
 
 def _cpu_has_fast_bf16() -> bool:
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:  # not Linux: fall back to what torch's dispatcher detected
+    _, flags = read_cpu()
+    if not flags:  # not Linux: fall back to what torch's dispatcher detected
         capability = torch.backends.cpu.get_cpu_capability().upper()
         return "AVX512" in capability or "AMX" in capability
     return "avx512_bf16" in flags or "amx_bf16" in flags

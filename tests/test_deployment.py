@@ -292,17 +292,17 @@ def test_unknown_profile_names_list_the_known_ones():
 
 def test_fit_recovers_a_linear_cost_and_keeps_totals():
     samples = [PassSample(n, 0.020 + 0.003 * n) for n in (1, 2, 5, 9)]
-    cost = fit_pass_cost(samples, deployment._flat)
+    cost = fit_pass_cost(samples, deployment.flat_cost)
     assert (cost.base_s, cost.per_token_s) == (pytest.approx(0.020), pytest.approx(0.003))
     noisy = [PassSample(1, 0.05), PassSample(5, 0.03), PassSample(5, 0.04)]  # negative slope: flat
-    flat = fit_pass_cost(noisy, deployment._flat)
+    flat = fit_pass_cost(noisy, deployment.flat_cost)
     assert flat.per_token_s == 0 and flat.base_s == pytest.approx(0.04)
     steep = [PassSample(10, 0.01), PassSample(20, 0.05)]  # negative intercept: proportional
-    proportional = fit_pass_cost(steep, deployment._flat)
+    proportional = fit_pass_cost(steep, deployment.flat_cost)
     assert proportional.base_s == 0 and proportional.per_token_s == pytest.approx(0.06 / 30)
-    assert fit_pass_cost([PassSample(40, 0.2)], deployment._proportional) == PassCost(0.0, 0.005)
+    assert fit_pass_cost([PassSample(40, 0.2)], deployment.proportional_cost) == PassCost(0.0, 0.005)
     for group in (samples, noisy, steep):
-        fitted = fit_pass_cost(group, deployment._flat)
+        fitted = fit_pass_cost(group, deployment.flat_cost)
         assert sum(fitted.seconds(s.tokens) for s in group) == pytest.approx(sum(s.seconds for s in group))
 
 

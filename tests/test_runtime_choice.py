@@ -214,3 +214,13 @@ def test_the_machine_record_says_whether_amx_is_present():
     info = machine_info()
     assert info.amx == any(flag.startswith("amx") for flag in info.flags)
     assert json.dumps(info.to_dict())  # serialisable into every benchmark's JSON
+
+
+def test_one_cpuinfo_reader_serves_the_wheel_key_and_the_machine_record():
+    from specsteer.machine import cpu_model_and_flags, read_cpu
+
+    text = "processor\t: 0\nmodel name\t: Intel Xeon Platinum 8480+\nflags\t\t: fpu avx2 amx_bf16 amx_tile avx512_bf16\n\n" \
+           "processor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n"
+    model, flags = read_cpu(text)
+    assert model == "Intel Xeon Platinum 8480+" and {"amx_tile", "fpu"} <= flags and "other" not in model
+    assert cpu_model_and_flags(text) == (model, ("avx2", "avx512_bf16", "amx_bf16"))

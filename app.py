@@ -10,11 +10,18 @@ GRADIO_SERVER_NAME / GRADIO_SERVER_PORT.
 Models load on first use, not at start-up, so the page opens at once. Every event that runs a
 model shares one queue slot (concurrency id "models"): a second user waits with a visible queue
 position instead of doubling the memory in use.
+
+SIGTERM (``docker stop``, an orchestrator, a Space restart) and SIGINT (Ctrl-C) stop it gracefully:
+no new requests, every running generation and evaluation run cancelled so that it saves what it
+produced, the database closed, exit status 0 (:func:`shut_down`). A second signal exits at once.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import sys
+import time
 
 # No network here and no telemetry wanted anywhere: set before gradio is imported.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
@@ -25,6 +32,7 @@ from pathlib import Path  # noqa: E402
 import gradio as gr  # noqa: E402
 
 import storage  # noqa: E402
+from specsteer import background  # noqa: E402
 from specsteer.remote import CLOUD_SECRET_ENV  # noqa: E402
 from specsteer.service import AppService  # noqa: E402
 from ui import compare_tab, dashboard_tab, generate_tab, pairs  # noqa: E402
@@ -88,13 +96,76 @@ def build_app(service: AppService | None = None) -> gr.Blocks:
     return demo
 
 
+# --------------------------------------------------------------------------- stopping
+
+SHUTDOWN_GRACE_S = 5.0  # how long running work may take to end and save (a model load cannot be cut short)
+# A page's event stream never ends by itself, so the server would wait for it until Gradio gives up (5 s):
+# open connections are cut after this instead.
+CONNECTIONS_GRACE_S = 1.0
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class StopSignal:
+    """Records the first SIGTERM / SIGINT; a second one ends the process at once (exit 128 + signal).
+
+    A handler is installed for SIGTERM because Python leaves it at the kernel's default, and as PID 1
+    of a container (no init) the kernel drops a signal that has no handler.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        for number in STOP_SIGNALS:
+            signal.signal(number, self._on_signal)
+
+    def _on_signal(self, number: int, _frame: object) -> None:
+        # Only an attribute is set here: a signal handler runs between two bytecodes of the main
+        # thread, which may hold any lock at that moment.
+        if self.received is not None:
+            os._exit(128 + number)
+        self.received = number
+
+    def wait(self, poll_s: float = 0.2) -> int:
+        """Block until a stop signal arrives; its number."""
+        while self.received is None:
+            time.sleep(poll_s)
+        return self.received
+
+
+def shut_down(demo: gr.Blocks, grace_s: float = SHUTDOWN_GRACE_S) -> tuple[str, ...]:
+    """Stop the app: cancel every run (a generation ends at its next token and is saved as stopped, an
+    evaluation run ends cancelled with its finished cells stored, work that starts now is cancelled at
+    once), close the server and its queue, give the runs ``grace_s`` seconds to end, close the database.
+    Returns the names of runs still going when it gave up waiting."""
+    background.cancel_all()
+    server = getattr(demo, "server", None)  # Gradio's uvicorn.Server, which reads this when it shuts down
+    if server is not None:
+        server.config.timeout_graceful_shutdown = CONNECTIONS_GRACE_S
+    demo.close(verbose=False)
+    unfinished = background.wait_all(grace_s)
+    storage.reset_engines()
+    return unfinished
+
+
 def main() -> None:
+    stop = StopSignal()
     demo = build_app()
     demo.launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),
+        prevent_thread_lock=True,
         **launch_options(),
     )
+    number = stop.wait()
+    print(f"{signal.Signals(number).name}: stopping (running work is cancelled and saved)…", file=sys.stderr,
+          flush=True)
+    unfinished = shut_down(demo)
+    if unfinished:
+        print(f"stopped without waiting longer for: {', '.join(unfinished)}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Everything is saved and the database closed. os._exit skips the interpreter's teardown, which would
+    # wait for any thread still going (a model load) and finalize llama.cpp models under threads using them.
+    os._exit(0)
 
 
 if __name__ == "__main__":

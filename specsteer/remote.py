@@ -42,6 +42,7 @@ import ipaddress
 import json
 import os
 import queue
+import signal
 import struct
 import sys
 import threading
@@ -252,16 +253,44 @@ async def _expire_periodically(service: CloudService) -> None:
         await asyncio.to_thread(service.expire_idle)
 
 
+SHUTDOWN_GRACE_S = 5.0  # on SIGTERM / SIGINT, requests in flight get this long to finish
+
+
 def serve(service: CloudService, host: str = "127.0.0.1", port: int = DEFAULT_PORT, secret: str | None = None,
           capture: str | Path | None = None, announce: Callable[[str], None] | None = None) -> None:
-    """Serve until interrupted. Refuses a non-loopback address without a secret."""
+    """Serve until SIGTERM or SIGINT, then stop gracefully and return. Refuses a non-loopback address
+    without a secret."""
     import uvicorn
 
     problem = bind_problem(host, secret)
     if problem:
         raise ValueError(problem)
     app = create_app(service, secret, CaptureFile(capture) if capture else None, announce)
-    uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)).run()
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    with _stop_signals_end_normally():
+        uvicorn.Server(config).run()
+
+
+@contextlib.contextmanager
+def _stop_signals_end_normally():
+    """uvicorn stops gracefully on SIGTERM / SIGINT, then raises the signal again under the handlers it
+    found, so that by default the process dies of it (status 143 or 130, or a KeyboardInterrupt) after
+    a clean stop. Handlers that ignore the signal are what it finds here: a requested stop returns, and
+    the command exits 0, like the app."""
+    if threading.current_thread() is not threading.main_thread():  # only the main thread handles signals
+        yield
+        return
+    previous = {number: signal.signal(number, _ignore) for number in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def _ignore(_number: int, _frame: object) -> None:
+    """A signal handler that does nothing (the signal has been acted on already)."""
 
 
 # --------------------------------------------------------------------------- the Edge's side

@@ -84,6 +84,21 @@ def test_unavailable_pairing_gives_a_clear_error(server):
     assert "unavailable here" in status and "no model hub" in status
 
 
+def test_a_failure_toast_reaches_the_client(server):
+    """The warning toast of a run's failure is sent to the page (a log message on the event's stream)."""
+    client = client_for(server)
+    client.predict("review", api_name="/load_sample")
+    job = client.submit(**{**GENERATE, "pairing": "qwen3-0.6b__qwen3-1.7b"}, api_name="/generate")
+    job.result(timeout=60)
+    logs = []
+    while not job.communicator.updates.empty():
+        update = job.communicator.updates.get_nowait()
+        if getattr(update, "log", None):
+            logs.append(update.log)
+    assert [level for _message, level in logs] == ["warning"]
+    assert "unavailable here" in logs[0][0]
+
+
 def test_compare_annotate_and_export(server, tmp_path):
     client = client_for(server, tmp_path)
     client.predict("writing", api_name="/load_sample")

@@ -170,6 +170,16 @@ def test_stop_keeps_the_partial_output(page):
     expect(page.locator("#generate-button")).to_be_enabled()
 
 
+def test_a_failed_generation_shows_its_warning_toast(page):
+    """A run's failure reaches the page as a toast too: the run's worker thread hands it to the handler's
+    thread, where Gradio knows which page to send it to."""
+    expect = sync_api.expect
+    page.locator("#task-input textarea").fill("")
+    page.click("#generate-button")
+    expect(page.locator("#generate-status")).to_contain_text("Enter a task input first", timeout=WAIT_MS)
+    expect(page.locator(".toast-body")).to_contain_text("Enter a task input first", timeout=WAIT_MS)
+
+
 def test_second_user_waits_with_a_visible_queue_position(page, browser, server):
     """Every model event shares one slot: while one user's evaluation batch runs, another user's
     generation waits in the queue and shows its position; cancelling the batch lets it run."""

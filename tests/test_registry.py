@@ -20,6 +20,8 @@ from specsteer.registry import (
     pairing_status,
     resolve_pairing,
 )
+from specsteer.service import PairCatalog
+from ui.pairs import pairing_choices
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,9 +35,14 @@ def test_all_required_pairings_exist_with_the_default_first():
         "qwen3-0.6b__qwen3-1.7b": ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"),
         "offline-smollm2__gemma3": ("smollm2-135m-instruct-q4_1", "gemma-3-270m-q4_k_m"),
     }
-    assert DEFAULT_PAIRING == "offline-qwen2.5-coder" == next(iter(PAIRINGS))
     assert {pid: (p.specialist.name, p.generalist.name) for pid, p in PAIRINGS.items()} == expected
     assert [pid for pid, p in PAIRINGS.items() if p.cross_tokenizer] == ["offline-smollm2__gemma3"]
+    # The default runs with no model hub (both models from the package registry, one tokenizer), and it is
+    # the first choice people see in the app's pairing picker.
+    default = PAIRINGS[DEFAULT_PAIRING]
+    assert DEFAULT_PAIRING == "offline-qwen2.5-coder" and not default.cross_tokenizer
+    assert default.specialist.kind == default.generalist.kind == "offline"
+    assert [pairing_id for _label, pairing_id in pairing_choices(PairCatalog())][0] == DEFAULT_PAIRING
 
 
 def test_offline_specs_list_their_packages_in_numeric_order():

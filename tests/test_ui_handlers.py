@@ -7,6 +7,7 @@ test builds the same service and calls them, collecting a streamed handler with 
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import replace
 from types import SimpleNamespace
 
@@ -23,8 +24,8 @@ from specsteer.runstore import CellResult, GridPoint
 from specsteer.service import CloudCheck, Done, Failed, Generating, Started, Token
 from specsteer.history import MAX_UPLOAD_BYTES
 from specsteer.methods import METHOD_INFO, METHODS, method_label
-from ui import compare_tab, dashboard_tab, generate_tab, pairs, render
-from ui.streaming import BackgroundRun, Throttle, merge_frames
+from ui import compare_tab, dashboard_tab, generate_tab, pairs, render, streaming
+from ui.streaming import BackgroundRun, Throttle, Toast, merge_frames
 
 XSS_SCRIPT = "<script>window.__pwned=1</script>"
 XSS_IMG = '<img src=x onerror="window.__pwned=1">'
@@ -209,6 +210,33 @@ def test_background_run_errors_reach_the_consumer_and_stop_sets_the_flag():
     assert run.done and run.state == ("stopped",)
 
 
+def test_a_runs_warnings_are_shown_from_the_handlers_thread_in_order(monkeypatch):
+    """gr.Warning reaches the page only from the handler's thread: Gradio finds the request in context
+    variables that a worker thread does not inherit. A run yields its toasts; frames() shows them."""
+    shown: list[tuple[str, threading.Thread]] = []
+    monkeypatch.setattr(streaming.gr, "Warning", lambda message: shown.append((message, threading.current_thread())))
+
+    def produce(flag):
+        yield ("first",)
+        yield Toast("the Cloud went away")
+        yield Toast("and came back")
+        yield ("last",)
+
+    frames = list(BackgroundRun(produce, width=1, name="test").frames(min_interval=0.05))
+    assert [message for message, _ in shown] == ["the Cloud went away", "and came back"]
+    assert all(thread is threading.current_thread() for _, thread in shown)
+    assert frames[-1] == ("last",)
+
+
+def test_a_failed_generation_warns_from_the_handlers_thread(generate, monkeypatch):
+    shown: list[tuple[str, threading.Thread]] = []
+    monkeypatch.setattr(streaming.gr, "Warning", lambda message: shown.append((message, threading.current_thread())))
+    frames = run_generate(generate, sample_history(), draft_len=0)
+    assert "ss-box-error" in frames[-1].status
+    assert len(shown) == 1 and "Draft length must be between 1 and 16." in shown[0][0]
+    assert shown[0][1] is threading.current_thread()
+
+
 # --------------------------------------------------------------------------- history
 
 
@@ -373,8 +401,10 @@ def test_generation_without_history_or_input(generate):
 
 def test_invalid_settings_are_reported(generate):
     frames = run_generate(generate, sample_history(), draft_len=0, seed=None)
-    assert "Draft length" not in frames[-1].status or "ss-box-error" in frames[-1].status
-    assert "Seed needs a value." in frames[-1].status and "ss-box-error" in frames[-1].status
+    # Problems come in stages: a value that cannot be read (the empty seed) first, alone; the engine's
+    # ranges (the draft length) once every value reads.
+    status = frames[-1].status
+    assert "Seed needs a value." in status and "ss-box-error" in status and "Draft length" not in status
     frames = run_generate(generate, sample_history(), draft_len=0)
     assert "Draft length must be between 1 and 16." in frames[-1].status
 

@@ -37,7 +37,7 @@ from specsteer.service import (
 from storage import slot_label
 from ui import render
 from ui.generate_tab import GenerateControls
-from ui.streaming import MODELS_CONCURRENCY_ID, RUNS, Throttle
+from ui.streaming import MODELS_CONCURRENCY_ID, RUNS, Throttle, Toast
 
 log = logging.getLogger(__name__)
 
@@ -115,20 +115,25 @@ STOPPED_UNSAVED = "Stopped. The incomplete comparison was not saved."
 
 def _error(message: str) -> tuple:
     gr.Warning(render.esc(message))
+    return _error_frame(message)
+
+
+def _error_frame(message: str) -> tuple:
     frame = Frame()
     frame.status = render.message_box(message, "error")
     return frame.values()
 
 
-def comparison_frames(events: Iterable[ComparisonEvent]) -> Iterator[tuple]:
-    """The service's events of one comparison as frames of this tab's outputs."""
+def comparison_frames(events: Iterable[ComparisonEvent]) -> Iterator[tuple | Toast]:
+    """The service's events of one comparison as frames of this tab's outputs, with a toast for a failure."""
     blind = True
     order: tuple[str, ...] = ()
     pieces: list[str] = []
     throttle = Throttle()
     for event in events:
         if isinstance(event, Failed):
-            yield _error(event.message)
+            yield Toast(render.esc(event.message))
+            yield _error_frame(event.message)
         elif isinstance(event, ComparisonStarted):
             blind, order = event.blind, event.methods
             frame = Frame().show_slots(len(order))

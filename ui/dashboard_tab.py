@@ -37,7 +37,7 @@ from specsteer.service import AppService, EvaluationEvent, Failed, Loading, Stat
 from specsteer.settings import sentence
 from storage.db import data_dir
 from ui import pairs, render
-from ui.streaming import MODELS_CONCURRENCY_ID, RUNS
+from ui.streaming import MODELS_CONCURRENCY_ID, RUNS, Toast
 
 log = logging.getLogger(__name__)
 
@@ -253,16 +253,20 @@ def _progress_box(update: GridProgress) -> str:
 
 def _fail(message: str) -> DashboardView:
     gr.Warning(render.esc(message))
+    return _failed_view(message)
+
+
+def _failed_view(message: str) -> DashboardView:
     return DashboardView(render.message_box(message, "error"), gr.skip(), gr.skip(), gr.skip(), gr.skip())
 
 
-def evaluation_frames(events: Iterable[EvaluationEvent]) -> Iterator[DashboardView]:
-    """The service's events of one evaluation run as frames of this tab's outputs."""
+def evaluation_frames(events: Iterable[EvaluationEvent]) -> Iterator[DashboardView | Toast]:
+    """The service's events of one evaluation run as frames of this tab's outputs, with a toast for a failure."""
     skip = gr.skip()
     for event in events:
         if isinstance(event, Failed):
-            view = _fail(event.message)
-            yield view._replace(runs=gr.update(choices=run_choices()))
+            yield Toast(render.esc(event.message))
+            yield _failed_view(event.message)._replace(runs=gr.update(choices=run_choices()))
         elif isinstance(event, (Status, Loading)):
             yield DashboardView(render.message_box(event.message, "busy"), skip, skip, skip, skip)
         elif isinstance(event, GridProgress):

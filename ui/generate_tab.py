@@ -41,7 +41,7 @@ from specsteer.service import (
 from specsteer.settings import MAX_RTT_MS, GenerationSettings, cloud_address, sentence
 from specsteer.tasks import TASK_FOR_SCHEMA, TASKS
 from ui import pairs, render
-from ui.streaming import MODELS_CONCURRENCY_ID, RUNS, LiveStats, Throttle
+from ui.streaming import MODELS_CONCURRENCY_ID, RUNS, LiveStats, Throttle, Toast
 
 log = logging.getLogger(__name__)
 
@@ -107,8 +107,9 @@ def history_summary(loaded: NamedHistory | None) -> str:
 # --------------------------------------------------------------------------- events -> frames
 
 
-def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateView]:
-    """The service's events of one generation as frames of this tab's outputs (unchanged ones skipped)."""
+def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateView | Toast]:
+    """The service's events of one generation as frames of this tab's outputs (unchanged ones skipped),
+    with a toast for a failure."""
     skip = gr.skip()
     live: LiveStats | None = None
     settings: GenerationSettings | None = None
@@ -117,7 +118,7 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
     running = skip
     for event in events:
         if isinstance(event, Failed):
-            gr.Warning(render.esc(event.message))
+            yield Toast(render.esc(event.message))
             status = render.message_box(event.message, "error")
             if event.partial is not None:  # the Cloud failed midway: what it had emitted is kept
                 yield GenerateView(status, render.output_html(tokens.html), _final_stats(event.partial, settings),

@@ -13,6 +13,11 @@ A *frame* is the tuple of an event's outputs; fields left unchanged are ``gr.ski
 merged field by field, so a consumer that polls (at most every ``min_interval`` seconds, which also
 keeps the browser from re-rendering after every token) never loses an update. This merging is the
 Gradio-specific part; the thread, the hand-over and the stop flag are the generic helper's.
+
+A producer may also yield a :class:`Toast` (a warning for the page). It is not shown in the worker:
+``gr.Warning`` finds the request it belongs to in context variables that Gradio sets on the handler's
+thread, and a worker thread starts without them (there, ``gr.Warning`` only prints a Python warning
+on the server). :meth:`BackgroundRun.frames` shows it from the handler's thread instead.
 """
 
 from __future__ import annotations
@@ -53,31 +58,56 @@ def merge_frames(older: tuple, newer: tuple) -> tuple:
     return tuple(old if _is_skip(new) else new for old, new in zip(older, newer, strict=True))
 
 
+@dataclass(frozen=True)
+class Toast:
+    """A warning toast a run's producer yields between frames (HTML: escape what it quotes)."""
+
+    message: str
+
+
+@dataclass(frozen=True)
+class _Update:
+    """What the worker hands to the handler: a frame, and the toasts yielded since the previous one."""
+
+    frame: tuple
+    toasts: tuple[str, ...] = ()
+
+    @staticmethod
+    def merged(older: _Update, newer: _Update) -> _Update:
+        return _Update(merge_frames(older.frame, newer.frame), older.toasts + newer.toasts)
+
+
+Produce = Callable[[threading.Event], Iterator["tuple | Toast"]]
+
+
 class BackgroundRun:
     """Drives a frame producer in a worker thread; ``frames()`` streams it, ``stop()`` ends it."""
 
-    def __init__(self, produce: Callable[[threading.Event], Iterator[tuple]], width: int, name: str) -> None:
+    def __init__(self, produce: Produce, width: int, name: str) -> None:
         self._width = width
         self._lock = threading.Lock()
         self._everything: tuple = (_SKIP,) * width  # every frame merged: the page's latest state
-        self._work = Background.iterate(self._recorded(produce), name=name, merge=merge_frames)
+        self._work = Background.iterate(self._recorded(produce), name=name, merge=_Update.merged)
 
-    def _recorded(self, produce: Callable[[threading.Event], Iterator[tuple]]):
+    def _recorded(self, produce: Produce):
         """``produce`` with each frame checked and merged into the page's latest state as it passes."""
-        def frames(flag: threading.Event) -> Iterator[tuple]:
+        def updates(flag: threading.Event) -> Iterator[_Update]:
             try:
-                for frame in produce(flag):
-                    frame = tuple(frame)
+                for item in produce(flag):
+                    if isinstance(item, Toast):
+                        yield _Update((_SKIP,) * self._width, (item.message,))
+                        continue
+                    frame = tuple(item)
                     if len(frame) != self._width:
                         raise ValueError(f"a frame has {len(frame)} fields, expected {self._width}")
                     with self._lock:
                         self._everything = merge_frames(self._everything, frame)
-                    yield frame
+                    yield _Update(frame)
             except Exception:  # the consumer shows it without a stack trace; the log keeps one
                 log.exception("background run failed")
                 raise
 
-        return frames
+        return updates
 
     @property
     def done(self) -> bool:
@@ -92,8 +122,10 @@ class BackgroundRun:
 
         Abandoning this stream (the page went away, or Stop dropped the handler) stops the work.
         """
-        for frame in self._work.items(min_interval):
-            yield _detached(frame)
+        for update in self._work.items(min_interval):
+            for message in update.toasts:  # here, on the handler's thread, where Gradio finds the page
+                gr.Warning(message)
+            yield _detached(update.frame)
         self._work.result()  # the run's error, raised in the handler's thread
         # Gradio repeats a stream's last frame when it completes. After a Stop that frame may be
         # older than what the Stop handler showed, so end on the complete latest state instead.
@@ -136,8 +168,7 @@ class RunRegistry:
     def _key(request, scope: str) -> tuple[str, str]:
         return (str(getattr(request, "session_hash", None) or "no-session"), scope)
 
-    def start(self, request, scope: str, produce: Callable[[threading.Event], Iterator[tuple]],
-              width: int) -> BackgroundRun:
+    def start(self, request, scope: str, produce: Produce, width: int) -> BackgroundRun:
         run = BackgroundRun(produce, width, name=f"specsteer-{scope}")
         if request is not None:  # a direct call (tests) has no page, so no Stop button to find it
             with self._lock:

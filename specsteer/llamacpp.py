@@ -41,6 +41,9 @@ BATCH_TOKENS = 512  # tokens per llama_decode call; a longer prompt is read in c
 # context. A verification asks for at most MAX_DRAFT_LEN + 1 rows; more are read in several calls.
 OUTPUT_ROWS = 32
 CONTEXT_STEP = 4096  # contexts are sized in these steps, so most sequences fit any later prompt
+# What a context allocates besides its keys, values and logits rows: the compute buffer of one batch
+# (measured: see the README's "Cloud memory" section), counted by the Cloud's admission.
+CONTEXT_OVERHEAD_BYTES = 64 * 2**20
 _SEQ = 0  # every context holds one sequence
 
 _backend_lock = threading.Lock()
@@ -231,13 +234,22 @@ class LlamaCppModel(ModelRuntime):
         return self._end_ids
 
     def new_sequence(self, capacity: int) -> Sequence:
+        return LlamaCppSequence(self, self._context_size(capacity))
+
+    def sequence_bytes(self, capacity: int) -> int:
+        """A context's f16 keys and values for its whole size (allocated up front) and its buffers: the
+        logits rows it may output and the compute buffer of one batch (CONTEXT_OVERHEAD_BYTES)."""
+        size = self._context_size(capacity, check=False)
+        return size * self.kv_bytes_per_token + OUTPUT_ROWS * self._rows * 4 + CONTEXT_OVERHEAD_BYTES
+
+    def _context_size(self, capacity: int, check: bool = True) -> int:
         size = -(-max(capacity, 1) // CONTEXT_STEP) * CONTEXT_STEP
         if size > self._train_context > 0:
-            if capacity > self._train_context:
+            if check and capacity > self._train_context:
                 raise ValueError(f"{self.name} reads at most {self._train_context} tokens; "
                                  f"this request needs {capacity} (prompt + new tokens)")
             size = self._train_context
-        return LlamaCppSequence(self, size)
+        return size
 
     def close(self) -> None:
         self.prefix_cache.clear()

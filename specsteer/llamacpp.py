@@ -41,9 +41,11 @@ BATCH_TOKENS = 512  # tokens per llama_decode call; a longer prompt is read in c
 # context. A verification asks for at most MAX_DRAFT_LEN + 1 rows; more are read in several calls.
 OUTPUT_ROWS = 32
 CONTEXT_STEP = 4096  # contexts are sized in these steps, so most sequences fit any later prompt
-# What a context allocates besides its keys, values and logits rows: the compute buffer of one batch
-# (measured: see the README's "Cloud memory" section), counted by the Cloud's admission.
-CONTEXT_OVERHEAD_BYTES = 64 * 2**20
+# What a context's compute buffer holds besides its attention scores (which grow with the context): the
+# activations of one batch. Measured on the default pair (README, "Cloud memory"): a 4096-token context of
+# the 1.5B model came to its keys and values plus about 100 MB once it read full 512-token batches, which
+# the attention scores (512 x 4096 x 12 heads x 4 bytes) account for; this covers the rest.
+CONTEXT_OVERHEAD_BYTES = 16 * 2**20
 _SEQ = 0  # every context holds one sequence
 
 _backend_lock = threading.Lock()
@@ -219,6 +221,7 @@ class LlamaCppModel(ModelRuntime):
         # f16 keys and values of every layer: what one cached token costs a context.
         head_dim = int(ll.llama_model_n_embd(model)) // max(1, int(ll.llama_model_n_head(model)))
         self.kv_bytes_per_token = 2 * 2 * int(ll.llama_model_n_layer(model)) * head_dim * int(ll.llama_model_n_head_kv(model))
+        self._heads = int(ll.llama_model_n_head(model))
         super().__init__(name or self.path.stem)
 
     @property
@@ -237,10 +240,12 @@ class LlamaCppModel(ModelRuntime):
         return LlamaCppSequence(self, self._context_size(capacity))
 
     def sequence_bytes(self, capacity: int) -> int:
-        """A context's f16 keys and values for its whole size (allocated up front) and its buffers: the
-        logits rows it may output and the compute buffer of one batch (CONTEXT_OVERHEAD_BYTES)."""
+        """A context's f16 keys and values for its whole size (allocated up front), the logits rows it may
+        output, and its compute buffer: one batch's fp32 attention scores over the whole context, plus
+        the rest of a batch's activations (CONTEXT_OVERHEAD_BYTES)."""
         size = self._context_size(capacity, check=False)
-        return size * self.kv_bytes_per_token + OUTPUT_ROWS * self._rows * 4 + CONTEXT_OVERHEAD_BYTES
+        scores = BATCH_TOKENS * size * self._heads * 4
+        return size * self.kv_bytes_per_token + OUTPUT_ROWS * self._rows * 4 + scores + CONTEXT_OVERHEAD_BYTES
 
     def _context_size(self, capacity: int, check: bool = True) -> int:
         size = -(-max(capacity, 1) // CONTEXT_STEP) * CONTEXT_STEP

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import time
+from pathlib import Path
 
 import pytest
 
@@ -158,3 +159,46 @@ def test_second_user_waits_in_the_queue_then_runs(server):
     assert "ss-tok" in output and 'data-state="cancelled"' in stats
     result = waiting.result(timeout=60)
     assert "saved as generation" in result[0]
+
+
+def call_raw(server, endpoint: str, *data) -> str:
+    """One call of a named endpoint with hand-written JSON, as an outside caller sends it (gradio_client
+    would upload a local path first): the text of its event stream."""
+    import httpx
+
+    url, _ = server
+    with httpx.Client(base_url=url, timeout=60) as http:
+        event = http.post(f"gradio_api/call/{endpoint}", json={"data": list(data)}).json()["event_id"]
+        return http.get(f"gradio_api/call/{endpoint}/{event}").text
+
+
+def test_a_server_path_sent_as_a_file_is_refused(server, tmp_path):
+    """Issue 15: a caller named a server file in /upload_history's FileData and its text came back."""
+    planted = tmp_path / "secret_notes.txt"
+    planted.write_text("API_TOKEN=hunter2-planted\n\nanother private line")
+    named = {"path": str(planted), "meta": {"_type": "gradio.FileData"}, "orig_name": "secret_notes.txt"}
+    answer = call_raw(server, "upload_history", named)
+    assert "hunter2" not in answer and "Read 2 items" not in answer
+    assert "event: error" in answer  # Gradio 6.31 refuses a path outside its upload folder before the handler
+    # A file inside Gradio's folder that its upload route did not write (an output Gradio cached, such as an
+    # annotations export) passes Gradio's check: the handler refuses it.
+    from gradio.utils import get_upload_folder
+
+    cached = Path(get_upload_folder()) / f"not-an-upload-{time.monotonic_ns()}" / "secret_notes.txt"
+    cached.parent.mkdir(parents=True)
+    cached.write_text(planted.read_text())
+    answer = call_raw(server, "upload_history", {**named, "path": str(cached)})
+    assert "event: complete" in answer and "was not uploaded to the app" in answer, answer
+    assert "hunter2" not in answer
+    # A real upload of the same content still loads.
+    summary, _task, _sample = client_for(server).predict(handle_file(str(planted)), api_name="/upload_history")
+    assert "Read 2 items" in summary
+
+
+def test_a_non_ascii_cloud_secret_stops_the_app_at_start_up(monkeypatch):
+    import app
+
+    monkeypatch.setenv("SPECSTEER_CLOUD_SECRET", "pässwörd")
+    with pytest.raises(SystemExit, match="not printable ASCII") as caught:
+        app.build_service()
+    assert "pässwörd" not in str(caught.value)

@@ -26,8 +26,9 @@ come to hold). An Open is admitted only when the sessions' reserved bytes plus i
 client (``handle``'s ``client``: the HTTP peer's address) holds fewer than
 ``max_sessions_per_client`` sessions and when ``max_sessions`` is not reached. An Open that does not
 fit first ends sessions that opened more than ``unstarted_timeout_s`` ago and never drafted (nor
-read a token), then the idle prefix caches are given back; if it still does not fit it gets 503
-with ``retry_after_s``, the time until the first session could expire.
+read a token); if it still does not fit it gets 503 with ``retry_after_s``, the time until the
+first session could expire. An admitted Open gives back the prefix caches' idle sequences when
+they and the sessions together would pass the budget, so what the caches hold stays under it.
 
 Every refusal is a :class:`ServiceError` with an HTTP status, a short code and a message meant for
 the person running the Edge; the service itself keeps serving. A failure inside a model pass drops

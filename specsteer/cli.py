@@ -43,7 +43,13 @@ def _float(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     from .cloudservice import ServiceLimits
     from .engine import METHODS
-    from .remote import BODY_TIMEOUT_S, CLOUD_SECRET_ENV, CLOUD_URL_ENV, DEFAULT_PORT, HEADER_TIMEOUT_S
+    from .remote import (
+        BODY_TIMEOUT_S,
+        CLOUD_SECRET_ENV,
+        CLOUD_URL_ENV,
+        DEFAULT_PORT,
+        HEADER_TIMEOUT_S,
+    )
     from .runtime import RUNTIME_CHOICES
     from .tasks import TASKS
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -777,6 +778,6 @@ def test_in_public_only_the_operators_token_exports_the_annotations(compare):
         file, message = compare_tab.export_annotations("csv", token, public)
         assert file["value"] is None and "needs the operator&#x27;s token" in message
     file, message = compare_tab.export_annotations("csv", "operator-token", public)
-    assert "Exported 1" in message and "visitor-7" in open(file["value"]).read()
+    assert "Exported 1" in message and "visitor-7" in Path(file["value"]).read_text()
     file, message = compare_tab.export_annotations("jsonl", "anything", Exposure(public=True))
     assert file["value"] is None and "No token is configured ($SPECSTEER_ADMIN_TOKEN)" in message

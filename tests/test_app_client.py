@@ -202,3 +202,56 @@ def test_a_non_ascii_cloud_secret_stops_the_app_at_start_up(monkeypatch):
     with pytest.raises(SystemExit, match="not printable ASCII") as caught:
         app.build_service()
     assert "pässwörd" not in str(caught.value)
+
+
+def test_a_public_app_never_contacts_a_visitor_named_cloud(tmp_path, monkeypatch):
+    """Issue 15: /test_cloud and /generate sent the app's secret to any address a visitor typed."""
+    import socket
+    import threading
+
+    import app
+    from conftest import _free_port
+
+    connections = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                connections.append(listener.accept()[0].recv(4096))
+            except OSError:
+                continue
+
+    threading.Thread(target=accept, daemon=True).start()
+    for name, value in {pairs.TEST_PAIR_ENV: "tiny", "SPECSTEER_DATA_DIR": str(tmp_path), "SPACE_ID": "someone/specsteer",
+                        "SPECSTEER_CLOUD_SECRET": "operator-secret",
+                        "SPECSTEER_CLOUD_URLS": "http://127.0.0.1:9"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    storage.reset_engines()
+    demo = app.build_app()
+    port = _free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options())
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False, analytics_enabled=False)
+        named = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        checked = call_raw((f"http://127.0.0.1:{port}/", None), "test_cloud", named, pairs.TINY_PAIRING_ID)
+        # Refused by the page's choices (Gradio) or, for any caller that gets past them, by the service.
+        assert "not in the list of choices" in checked or "does not connect to other addresses" in checked
+        client.predict("review", api_name="/load_sample")
+        try:
+            answer = str(client.predict(**{**GENERATE, "cloud": named}, api_name="/generate"))
+        except Exception as error:  # noqa: BLE001 (Gradio's refusal reaches the client as an exception)
+            answer = str(error)
+        assert "operator-secret" not in answer
+        time.sleep(0.5)
+        assert connections == []  # nothing reached the visitor's address
+        _file, message = client.predict("", api_name="/export_csv")
+        assert "needs the operator" in message  # no token configured: nobody exports in public
+    finally:
+        stop.set()
+        listener.close()
+        demo.close()
+        storage.reset_engines()

@@ -42,6 +42,7 @@ of several sessions (what a GPU server would do) is left for later.
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import threading
 import time
@@ -114,8 +115,6 @@ def available_memory_bytes() -> int:
                     return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
         pass
-    import os
-
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 

@@ -401,7 +401,7 @@ def test_an_answer_that_is_not_a_clouds_is_summarised_not_echoed():
     import threading
 
     class Leaky(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 (the standard library's name)
+        def do_GET(self):
             body = b"API_TOKEN=hunter2 internal admin page"
             self.send_response(404)
             self.send_header("Content-Length", str(len(body)))

@@ -543,7 +543,7 @@ class RecordingListener:
         seen = self.seen = []
 
         class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 (the standard library's name)
+            def do_GET(self):
                 seen.append(self.headers.get("Authorization"))
                 self.send_response(404)
                 self.send_header("Content-Length", "0")

@@ -40,7 +40,10 @@ BATCH_TOKENS = 512  # tokens per llama_decode call; a longer prompt is read in c
 # of the vocabulary (0.6 MB a row for Qwen): llama.cpp's default, a whole batch, would cost 300 MB per
 # context. A verification asks for at most MAX_DRAFT_LEN + 1 rows; more are read in several calls.
 OUTPUT_ROWS = 32
-CONTEXT_STEP = 4096  # contexts are sized in these steps, so most sequences fit any later prompt
+CONTEXT_STEP = 4096  # a sequence's capacity is rounded up to these steps, so most fit any later prompt
+# A context starts this large (or at its capacity, if smaller) and grows, by doubling, to hold what is
+# read: a generation that stops early never allocates the keys and values of its whole budget.
+FIRST_CONTEXT = 512
 # What a context's compute buffer holds besides its attention scores (which grow with the context): the
 # activations of one batch. Measured on the default pair (README, "Cloud memory"): a 4096-token context of
 # the 1.5B model came to its keys and values plus about 100 MB once it read full 512-token batches, which
@@ -296,16 +299,26 @@ def _chunks(count: int, first_kept: int) -> list[tuple[int, int]]:
 
 
 class LlamaCppSequence(Sequence):
-    """One llama.cpp context: a KV cache of ``capacity`` tokens over the model's weights."""
+    """A KV cache of at most ``capacity`` tokens over the model's weights: a llama.cpp context that starts
+    small and is replaced by a larger one, its cached tokens copied over, when a pass needs more room
+    (llama.cpp cannot resize a context in place)."""
 
     def __init__(self, model: LlamaCppModel, capacity: int) -> None:
         super().__init__()
-        ll = model._ll
-        self._ll = ll
+        self._ll = model._ll
         self._owner = model  # keeps the weights alive while this context exists
         self.capacity = capacity
+        self._context = None
+        self._size = min(capacity, FIRST_CONTEXT)
+        self._context = self._new_context(self._size)
+        self._memory = self._ll.llama_get_memory(self._context)
+        self._batch = self._ll.llama_batch_init(BATCH_TOKENS, 0, 1)
+        self._rows = model.output_rows
+
+    def _new_context(self, size: int):
+        ll, model = self._ll, self._owner
         params = ll.llama_context_default_params()
-        params.n_ctx = capacity
+        params.n_ctx = size
         params.n_batch = BATCH_TOKENS
         params.n_ubatch = BATCH_TOKENS
         params.n_seq_max = 1
@@ -315,12 +328,26 @@ class LlamaCppSequence(Sequence):
         params.no_perf = True
         context = ll.llama_init_from_model(model._model, params)
         if not context:
-            raise MemoryError(f"llama.cpp could not create a {capacity}-token context for {model.name}")
-        self._context = context
-        self._memory = ll.llama_get_memory(context)
-        self._batch = ll.llama_batch_init(BATCH_TOKENS, 0, 1)
-        self._rows = model.output_rows
-        self._kv_bytes = capacity * model.kv_bytes_per_token
+            raise MemoryError(f"llama.cpp could not create a {size}-token context for {model.name}")
+        return context
+
+    def _grow(self, length: int) -> None:
+        """Move the cached tokens into a context that holds ``length`` (at least double the size, at most
+        the capacity): the sequence's state is copied, not recomputed."""
+        ll = self._ll
+        size = self._size
+        while size < length:
+            size *= 2
+        size = min(size, self.capacity)
+        state = (ctypes.c_uint8 * ll.llama_state_seq_get_size(self._context, _SEQ))()
+        written = ll.llama_state_seq_get_data(self._context, state, len(state), _SEQ)
+        larger = self._new_context(size)
+        if self.tokens and not ll.llama_state_seq_set_data(larger, state, written, _SEQ):
+            ll.llama_free(larger)
+            raise RuntimeError(f"llama.cpp could not move {len(self.tokens)} cached tokens into a {size}-token context")
+        ll.llama_free(self._context)
+        self._context, self._size = larger, size
+        self._memory = ll.llama_get_memory(larger)
 
     def fits(self, length: int) -> bool:
         return length <= self.capacity
@@ -329,8 +356,11 @@ class LlamaCppSequence(Sequence):
         import torch  # imported by whoever decodes; kept out of this module's import for registry.py
 
         check_rows(ids, rows)
-        if len(self.tokens) + len(ids) > self.capacity:
+        needed = len(self.tokens) + len(ids)
+        if needed > self.capacity:
             raise ValueError(f"the sequence would exceed its {self.capacity}-token context")
+        if needed > self._size:
+            self._grow(needed)
         first_kept = len(ids) - rows
         out = np.empty((rows, self._rows), dtype=np.float32)
         filled = 0
@@ -370,8 +400,8 @@ class LlamaCppSequence(Sequence):
 
     @property
     def nbytes(self) -> int:
-        """The KV cache a context allocates up front, whatever it holds now."""
-        return self._kv_bytes if self._context else 0
+        """The KV cache the current context allocated up front, whatever it holds now."""
+        return self._size * self._owner.kv_bytes_per_token if self._context else 0
 
     def close(self) -> None:
         if getattr(self, "_context", None):

@@ -33,6 +33,7 @@ import gradio as gr  # noqa: E402
 
 import storage  # noqa: E402
 from specsteer import background  # noqa: E402
+from specsteer.exposure import Exposure, secret_problem  # noqa: E402
 from specsteer.remote import CLOUD_SECRET_ENV  # noqa: E402
 from specsteer.service import AppService  # noqa: E402
 from ui import compare_tab, dashboard_tab, generate_tab, pairs  # noqa: E402
@@ -69,9 +70,14 @@ def launch_options() -> dict:
 
 def build_service() -> AppService:
     """The one service every tab uses, on the database that ``DATABASE_URL`` / the data folder names; a
-    remote Cloud's shared secret comes from ``$SPECSTEER_CLOUD_SECRET`` (never from a form)."""
+    remote Cloud's shared secret comes from ``$SPECSTEER_CLOUD_SECRET`` (never from a form), and whether
+    the app serves the public, with its operator's choices, from the environment (specsteer/exposure.py)."""
+    secret = os.environ.get(CLOUD_SECRET_ENV)
+    problem = secret_problem(secret, f"${CLOUD_SECRET_ENV}")
+    if problem:
+        raise SystemExit(f"error: {problem}")
     return AppService(store=storage.SqlGenerationStore(), runs=storage.SqlRunStore(), pairs=pairs.catalog(),
-                      cloud_secret=os.environ.get(CLOUD_SECRET_ENV))
+                      cloud_secret=secret, exposure=Exposure.from_environment())
 
 
 def build_app(service: AppService | None = None) -> gr.Blocks:

@@ -43,7 +43,13 @@ def _float(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     from .cloudservice import ServiceLimits
     from .engine import METHODS
-    from .remote import CLOUD_SECRET_ENV, CLOUD_URL_ENV, DEFAULT_PORT
+    from .remote import (
+        BODY_TIMEOUT_S,
+        CLOUD_SECRET_ENV,
+        CLOUD_URL_ENV,
+        DEFAULT_PORT,
+        HEADER_TIMEOUT_S,
+    )
     from .runtime import RUNTIME_CHOICES
     from .tasks import TASKS
 
@@ -103,6 +109,17 @@ def build_parser() -> argparse.ArgumentParser:
     cloud.add_argument("--max-draft-len", type=int, default=limits.max_draft_len)
     cloud.add_argument("--idle-timeout-s", type=_float, default=limits.idle_timeout_s,
                        help="end a session after this long without a message")
+    cloud.add_argument("--max-sessions-per-client", type=int, default=limits.max_sessions_per_client,
+                       help="sessions one client address may hold at once")
+    cloud.add_argument("--unstarted-timeout-s", type=_float, default=limits.unstarted_timeout_s,
+                       help="a session that has not drafted this long after opening gives its room to a new one")
+    cloud.add_argument("--memory-budget-mb", type=_float, default=None,
+                       help="memory for all sessions' caches together; an Open that does not fit gets 503 "
+                            "(default: half the memory available once the models are loaded)")
+    cloud.add_argument("--header-timeout-s", type=_float, default=HEADER_TIMEOUT_S,
+                       help="answer 408 to a connection that has not sent a request's headers within this")
+    cloud.add_argument("--body-timeout-s", type=_float, default=BODY_TIMEOUT_S,
+                       help="answer 408 to a request whose body has not arrived within this")
     cloud.add_argument("--no-prefix-reuse", action="store_true",
                        help="forget cached prompts when a session ends (benchmarks time every prompt's reading)")
     cloud.add_argument("--capture", default=None, metavar="FILE",
@@ -175,10 +192,15 @@ def _generate(args) -> int:
     except (HistoryError, ValueError) as error:
         return _fail(str(error), 2)
 
+    from .exposure import secret_problem
     from .link import CloudError
     from .remote import cloud_from_environment
 
-    cloud = cloud_from_environment(args.cloud, os.environ.get(args.cloud_secret_env))
+    secret = os.environ.get(args.cloud_secret_env)
+    problem = secret_problem(secret, f"${args.cloud_secret_env}")
+    if problem:
+        return _fail(problem, 2)
+    cloud = cloud_from_environment(args.cloud, secret)
     try:
         if cloud is not None:
             cloud.info()  # before loading anything: an unreachable or mismatched Cloud fails at once
@@ -221,7 +243,10 @@ def _load(args, edge_only: bool = False):
 
 
 def _serve_cloud(args) -> int:
-    from .cloudservice import CloudService, ServiceLimits
+    from dataclasses import replace
+
+    from .cloudservice import CloudService, ServiceLimits, default_memory_budget
+    from .exposure import secret_problem
     from .remote import bind_problem, serve
 
     secret = None
@@ -229,21 +254,26 @@ def _serve_cloud(args) -> int:
         secret = os.environ.get(args.secret_env, "")
         if not secret:
             return _fail(f"--secret-env {args.secret_env}: that environment variable is empty or unset", 2)
-    problem = bind_problem(args.host, secret)
+    problem = bind_problem(args.host, secret) or secret_problem(secret, f"${args.secret_env}")
     if problem:
         return _fail(problem, 2)
+    budget = None if args.memory_budget_mb is None else int(args.memory_budget_mb * 2**20)
     try:
         limits = ServiceLimits(max_sessions=args.max_sessions, max_prompt_tokens=args.max_prompt_tokens,
                                max_new_tokens=args.max_new_tokens, max_draft_len=args.max_draft_len,
-                               idle_timeout_s=args.idle_timeout_s)
+                               idle_timeout_s=args.idle_timeout_s, max_sessions_per_client=args.max_sessions_per_client,
+                               unstarted_timeout_s=args.unstarted_timeout_s, memory_budget_bytes=budget)
     except ValueError as error:
         return _fail(str(error), 2)
     pair = _cloud_pair(args)
     if isinstance(pair, int):
         return pair
+    if budget is None:  # measured now, with the models in memory
+        limits = replace(limits, memory_budget_bytes=default_memory_budget())
     service = CloudService(pair, limits, reuse_prefixes=not args.no_prefix_reuse)
     serve(service, args.host, args.port, secret, args.capture,
-          announce=lambda line: print(f"[cloud] {line} on http://{args.host}:{args.port}", file=sys.stderr, flush=True))
+          announce=lambda line: print(f"[cloud] {line} on http://{args.host}:{args.port}", file=sys.stderr, flush=True),
+          header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s)
     return 0
 
 

@@ -17,6 +17,19 @@ Session lifecycle
   ``idle_timeout_s`` expires. Either way the Cloud remembers the id for a while, so a late request
   is told the session expired or was closed rather than that it never existed.
 
+Admission by memory
+-------------------
+A session's caches are the big cost: one context per Cloud stream, each sized for its prompt, its
+token budget and the draft headroom (``ModelRuntime.sequence_bytes`` says what such a context may
+come to hold). An Open is admitted only when the sessions' reserved bytes plus its own fit
+``memory_budget_bytes`` (``python -m specsteer cloud`` sets it from the machine's memory), when the
+client (``handle``'s ``client``: the HTTP peer's address) holds fewer than
+``max_sessions_per_client`` sessions and when ``max_sessions`` is not reached. An Open that does not
+fit first ends sessions that opened more than ``unstarted_timeout_s`` ago and never drafted (nor
+read a token); if it still does not fit it gets 503 with ``retry_after_s``, the time until the
+first session could expire. An admitted Open gives back the prefix caches' idle sequences when
+they and the sessions together would pass the budget, so what the caches hold stays under it.
+
 Every refusal is a :class:`ServiceError` with an HTTP status, a short code and a message meant for
 the person running the Edge; the service itself keeps serving. A failure inside a model pass drops
 that session only.
@@ -28,6 +41,8 @@ of several sessions (what a GPU server would do) is left for later.
 
 from __future__ import annotations
 
+import math
+import os
 import secrets
 import threading
 import time
@@ -40,8 +55,8 @@ import torch
 
 from .decoding import ForwardLog
 from .protocol import (
-    MAX_DRAFT_LEN, MAX_NEW_TOKENS, PROTOCOL_VERSION, SESSION_BYTES, UPLINK, Cloud, CloudInfo, CloudPass, CloudReport, Draft, FrameError,
-    Open, UnsupportedVersion, decode, encode, finite_settings_problem,
+    DRAFT_HEADROOM, MAX_DRAFT_LEN, MAX_NEW_TOKENS, PROTOCOL_VERSION, SESSION_BYTES, UPLINK, Cloud, CloudInfo, CloudPass,
+    CloudReport, Draft, FrameError, Open, UnsupportedVersion, decode, encode, finite_settings_problem, needs_generic,
 )
 
 _REMEMBERED_ENDED = 4096  # ended session ids kept to tell "expired" and "closed" apart from "unknown"
@@ -57,15 +72,24 @@ class ServiceLimits:
     max_new_tokens: int = MAX_NEW_TOKENS
     max_stop_ids: int = 64
     idle_timeout_s: float = 300.0
+    max_sessions_per_client: int = 8
+    # Sessions' caches together, in bytes; None: no budget (a Cloud in process serves one generation).
+    memory_budget_bytes: int | None = None
+    # A session that has not drafted (nor read a token) this long after its Open makes room for a new one.
+    unstarted_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        for name in ("max_sessions", "max_prompt_tokens", "max_draft_len", "max_new_tokens", "max_stop_ids"):
+        for name in ("max_sessions", "max_prompt_tokens", "max_draft_len", "max_new_tokens", "max_stop_ids",
+                     "max_sessions_per_client"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if self.max_draft_len > MAX_DRAFT_LEN:
             raise ValueError(f"max_draft_len is at most {MAX_DRAFT_LEN}")
-        if not self.idle_timeout_s > 0:
-            raise ValueError("idle_timeout_s must be > 0")
+        for name in ("idle_timeout_s", "unstarted_timeout_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")
+        if self.memory_budget_bytes is not None and self.memory_budget_bytes < 1:
+            raise ValueError("memory_budget_bytes must be at least 1 (or None: no budget)")
 
     @property
     def max_frame_bytes(self) -> int:
@@ -76,13 +100,33 @@ class ServiceLimits:
         return {**asdict(self), "max_frame_bytes": self.max_frame_bytes}
 
 
-class ServiceError(Exception):
-    """A request the Cloud refuses: ``status`` (HTTP), ``code`` (for the Edge's exception type), message."""
+def default_memory_budget(share: float = 0.5) -> int:
+    """``share`` of the memory this machine has available now (call it once the models are loaded):
+    the ``cloud`` command's budget for the sessions' caches when none is given."""
+    return max(1, int(available_memory_bytes() * share))
 
-    def __init__(self, status: int, code: str, message: str):
+
+def available_memory_bytes() -> int:
+    """MemAvailable of /proc/meminfo (what can be allocated without swapping), else the free pages."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+class ServiceError(Exception):
+    """A request the Cloud refuses: ``status`` (HTTP), ``code`` (for the Edge's exception type), message, and
+    for a Cloud without room the seconds after which trying again may succeed (HTTP's Retry-After)."""
+
+    def __init__(self, status: int, code: str, message: str, retry_after_s: int | None = None):
         super().__init__(message)
         self.status = status
         self.code = code
+        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True)
@@ -101,6 +145,9 @@ class _Session:
     cloud: Cloud
     log: ForwardLog
     last_used: float
+    client: str = ""  # who opened it (the HTTP peer's address): the per-client cap counts these
+    reserved: int = 0  # bytes of the budget its caches may come to hold
+    started: bool = False  # it has drafted or read a token since its Open
     lock: threading.Lock = field(default_factory=threading.Lock)
     messages: int = 0  # frames received and sent so far; a pass is tagged with it
     passes: list[CloudPass] = field(default_factory=list)
@@ -142,6 +189,7 @@ class CloudService:
         self._ended: OrderedDict[bytes, str] = OrderedDict()
         self._table = threading.Lock()
         self._compute = threading.Lock()
+        self._admission = threading.Lock()  # one Open at a time decides what room is left
 
     # ----------------------------------------------------------------------- the three requests
 
@@ -149,12 +197,13 @@ class CloudService:
         return CloudInfo(self.pair.pairing_id, self.pair.vocab_size, instance=self.instance, runtime=self.pair.runtime,
                          limits=self.limits.to_json())
 
-    def handle(self, frame: bytes) -> Answer:
-        """Answer one uplink frame; raises ServiceError for anything the Cloud refuses."""
+    def handle(self, frame: bytes, client: str = "") -> Answer:
+        """Answer one uplink frame from ``client`` (who is asking: the per-client session cap counts by it);
+        raises ServiceError for anything the Cloud refuses."""
         message = self._decode(frame)
         self.expire_idle()
         if isinstance(message, Open):
-            return self._open(message)
+            return self._open(message, client)
         return self._verify(message)
 
     def close(self, session_id: bytes) -> CloudReport:
@@ -173,18 +222,41 @@ class CloudService:
     def open_sessions(self) -> int:
         return len(self._sessions)
 
+    @property
+    def reserved_bytes(self) -> int:
+        """The budget the open sessions hold."""
+        with self._table:
+            return sum(session.reserved for session in self._sessions.values())
+
+    def session_bytes(self, message: Open) -> int:
+        """What the caches of a session opened by ``message`` may come to hold (its reservation)."""
+        capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
+        total = self.pair.generalist.sequence_bytes(capacity)
+        if needs_generic(message.rule, message.beta):
+            total += self.pair.specialist.sequence_bytes(capacity)
+        return total
+
     def expire_idle(self) -> int:
         """End the sessions idle for longer than the limit (a busy one is left alone); returns how many."""
-        deadline = self._clock() - self.limits.idle_timeout_s
+        return self._expire(lambda session, now: session.last_used < now - self.limits.idle_timeout_s,
+                            "expired-session")
+
+    def _expire_unstarted(self) -> int:
+        """End the sessions that opened longer than ``unstarted_timeout_s`` ago and never drafted."""
+        return self._expire(lambda session, now: not session.started
+                            and session.last_used < now - self.limits.unstarted_timeout_s, "expired-session")
+
+    def _expire(self, due: Callable[[_Session, float], bool], reason: str) -> int:
+        now = self._clock()
         with self._table:
-            idle = [s for s in self._sessions.values() if s.last_used < deadline]
+            idle = [s for s in self._sessions.values() if due(s, now)]
         expired = 0
         for session in idle:
             if not session.lock.acquire(blocking=False):
                 continue
             try:
-                if not session.closed and session.last_used < deadline:
-                    self._end(session, "expired-session")
+                if not session.closed and due(session, now):
+                    self._end(session, reason)
                     expired += 1
             finally:
                 session.lock.release()
@@ -213,7 +285,7 @@ class CloudService:
         except FrameError as error:
             raise ServiceError(400, error.code, f"The Cloud could not read the frame: {error}.") from None
 
-    def _open(self, message: Open) -> Answer:
+    def _open(self, message: Open, client: str) -> Answer:
         if self.pair.generalist is None:
             raise ValueError("a Cloud needs the Generalist: this pair was loaded for the Edge only")
         problem = self._open_problem(message)
@@ -221,15 +293,17 @@ class CloudService:
             raise ServiceError(400, "invalid", problem)
         log = ForwardLog()
         cloud = Cloud(self.pair.generalist, self.pair.specialist, self.pair.vocab_size, log)
-        session = _Session(message.session, message, cloud, log, self._clock())
+        session = _Session(message.session, message, cloud, log, self._clock(), client, self.session_bytes(message))
         with session.lock:
-            with self._table:
-                if message.session in self._sessions or message.session in self._ended:
-                    raise ServiceError(409, "session-exists", "A session with this id already exists on the Cloud.")
-                if len(self._sessions) >= self.limits.max_sessions:
-                    raise ServiceError(503, "busy", f"The Cloud is serving its maximum of {self.limits.max_sessions} "
-                                                    "generations.")
-                self._sessions[message.session] = session
+            with self._admission:
+                refusal = self._no_room(session)
+                if refusal is not None and refusal.status == 503 and self._expire_unstarted():
+                    refusal = self._no_room(session)
+                if refusal is not None:
+                    raise refusal
+                self._free_idle_caches(session.reserved)
+                with self._table:
+                    self._sessions[message.session] = session
             session.messages = 1
             self._run(session, session.cloud.open, message)
             session.last_used = self._clock()
@@ -245,6 +319,7 @@ class CloudService:
             problem = self._draft_problem(message) or session.cloud.problem(message)
             if problem:
                 raise ServiceError(400, "invalid", problem)
+            session.started = True
             session.messages += 1
             verdict = self._run(session, session.cloud.verify, message)
             report = session.report(session.cloud.last_ratios)
@@ -259,6 +334,7 @@ class CloudService:
             with session.lock:
                 if session.closed or session.finished:
                     return
+                session.started = True
                 tokens = self._run(session, session.cloud.next_tokens, 1)
                 session.collect_passes()
                 session.messages += 1
@@ -266,6 +342,48 @@ class CloudService:
                 session.finished = session.emitted >= session.opened.max_new_tokens or tokens.ids[-1] in stop_ids
                 session.last_used = self._clock()
             yield encode(tokens)
+
+    # ----------------------------------------------------------------------- admission
+
+    def _no_room(self, session: _Session) -> ServiceError | None:
+        """Why ``session`` cannot be admitted now (409 for a known id, 503 for no room), or None."""
+        limits = self.limits
+        with self._table:
+            if session.id in self._sessions or session.id in self._ended:
+                return ServiceError(409, "session-exists", "A session with this id already exists on the Cloud.")
+            sessions = list(self._sessions.values())
+        if len(sessions) >= limits.max_sessions:
+            return self._busy(sessions, f"The Cloud is serving its maximum of {limits.max_sessions} generations.")
+        if sum(1 for other in sessions if other.client == session.client) >= limits.max_sessions_per_client:
+            return self._busy(sessions, f"This client already holds {limits.max_sessions_per_client} session(s), "
+                                        "the most this Cloud gives one client.")
+        budget = limits.memory_budget_bytes
+        reserved = sum(other.reserved for other in sessions)
+        if budget is not None and reserved + session.reserved > budget:
+            need = "more than its whole budget" if session.reserved > budget else "more than is left"
+            return self._busy(sessions, f"This generation's caches need {_megabytes(session.reserved)}, {need} "
+                                        f"of the Cloud's {_megabytes(budget)} for all sessions.")
+        return None
+
+    def _busy(self, sessions: list[_Session], message: str) -> ServiceError:
+        """A 503 saying when to try again: when the first session could expire (at least 1 s)."""
+        now, limits = self._clock(), self.limits
+        waits = [(s.last_used + (limits.idle_timeout_s if s.started else limits.unstarted_timeout_s)) - now
+                 for s in sessions]
+        retry = max(1, math.ceil(min(waits, default=1.0)))
+        return ServiceError(503, "busy", f"{message} Try again in {retry} s.", retry_after_s=retry)
+
+    def _free_idle_caches(self, wanted: int) -> None:
+        """Give back the prefix caches' idle sequences when the sessions and they would pass the budget."""
+        budget = self.limits.memory_budget_bytes
+        if budget is None:
+            return
+        models = {id(m): m for m in (self.pair.generalist, self.pair.specialist) if m is not None}.values()
+        with self._compute:
+            idle = sum(model.prefix_cache.idle_bytes for model in models)
+            if self.reserved_bytes + wanted + idle > budget:
+                for model in models:
+                    model.prefix_cache.clear()
 
     # ----------------------------------------------------------------------- checks
 
@@ -344,6 +462,10 @@ class CloudService:
             if not self.reuse_prefixes:
                 for model in (self.pair.generalist, self.pair.specialist):
                     model.prefix_cache.clear()
+
+
+def _megabytes(count: int) -> str:
+    return f"{count / 2**20:,.0f} MB" if count >= 2**20 else f"{count / 2**10:,.1f} kB"
 
 
 def _out_of_vocabulary(ids: tuple[int, ...], vocab_size: int) -> bool:

@@ -50,6 +50,9 @@ from pathlib import PurePath
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 MAX_ITEMS = 2000
 MAX_ITEM_CHARS = 20_000
+# A history is at most a record holding a profile list of flat items: three levels. Deeper JSON is
+# refused before parsing (Python's parser recurses and a file nested 10,000 deep would overflow it).
+MAX_JSON_DEPTH = 16
 
 # Keys kept from a profile item, per schema, in the schema's documented order.
 # The LaMP schemas are never guessed from content (their keys overlap with the
@@ -218,10 +221,15 @@ def _decode(data: bytes | str) -> str:
         return _normalise_newlines(data.removeprefix("\ufeff"))
     if len(data) > MAX_UPLOAD_BYTES:
         raise HistoryError(_too_large_message())
-    encoding = _encoding_of_bom(data)
+    encoding = _encoding_of_bom(data) or _sniffed_wide_encoding(data)
     try:
         return _normalise_newlines(data.decode(encoding))
     except UnicodeDecodeError as error:
+        if encoding in _SNIFFED_NAMES:
+            raise HistoryError(
+                f"the file looks like {_SNIFFED_NAMES[encoding]} without a byte order mark but is not valid "
+                f"{_SNIFFED_NAMES[encoding]} (byte {error.start}); save it as UTF-8"
+            ) from None
         if encoding != "utf-8-sig":
             raise HistoryError(
                 f"the file starts as {encoding.upper()} but is not valid {encoding.upper()} (byte {error.start}); "
@@ -243,13 +251,43 @@ _BYTE_ORDER_MARKS = (
 )
 
 
-def _encoding_of_bom(data: bytes) -> str:
-    """The encoding a byte order mark announces ("utf-16" and "utf-32" read and drop the mark); UTF-8
-    (with or without its mark) otherwise."""
+def _encoding_of_bom(data: bytes) -> str | None:
+    """The encoding a byte order mark announces ("utf-16" and "utf-32" read and drop the mark; "utf-8-sig"
+    drops UTF-8's), or None without a mark."""
+    if data.startswith(codecs.BOM_UTF8):
+        return "utf-8-sig"
     for mark, encoding in _BYTE_ORDER_MARKS:
         if data.startswith(mark):
             return encoding
+    return None
+
+
+_SNIFFED_NAMES = {"utf-32-le": "UTF-32 LE", "utf-32-be": "UTF-32 BE", "utf-16-le": "UTF-16 LE",
+                  "utf-16-be": "UTF-16 BE"}
+_SNIFF_BYTES = 4096
+
+
+def _sniffed_wide_encoding(data: bytes) -> str:
+    """UTF-16 or UTF-32 saved without a byte order mark, told by where the zero bytes fall (text in any
+    Latin or most other scripts has a zero byte in each code unit's high half); UTF-8 otherwise.
+
+    UTF-8 text never holds a zero byte, so a file of mostly zero-laden units cannot be UTF-8."""
+    head = data[:_SNIFF_BYTES]
+    if head.count(0) * 4 < len(head):  # fewer than a quarter zeros: not a wide encoding's ASCII-heavy text
+        return "utf-8-sig"
+    for width, order in ((4, "le"), (4, "be"), (2, "le"), (2, "be")):
+        units = len(head) // width
+        if units == 0:
+            continue
+        zero_high = sum(1 for i in range(units) if _high_bytes_zero(head[i * width:(i + 1) * width], order))
+        if zero_high * 10 >= units * 9:  # nine units in ten have a zero high half
+            return f"utf-{width * 8}-{order}"
     return "utf-8-sig"
+
+
+def _high_bytes_zero(unit: bytes, order: str) -> bool:
+    """Whether all but a code unit's low byte are zero (that byte holds a Latin character)."""
+    return not any(unit[1:] if order == "le" else unit[:-1])
 
 
 def _too_large_message() -> str:
@@ -271,6 +309,7 @@ def _parse_sniffed(text: str) -> History:
 
 
 def _parse_json_or_jsonl(text: str) -> History:
+    _check_json_depth(text)
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
@@ -280,6 +319,27 @@ def _parse_json_or_jsonl(text: str) -> History:
             return _parse_jsonl(text)
         raise _json_error(error) from None
     return _history_from_document(document)
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
+_JSON_BRACKET = re.compile(r"[\[\]{}\n]")
+
+
+def _check_json_depth(text: str) -> None:
+    """HistoryError naming the line where the JSON nests deeper than MAX_JSON_DEPTH (strings are skipped,
+    so brackets inside text do not count); malformed JSON is left to the parser to report."""
+    depth, line = 0, 1
+    for match in _JSON_BRACKET.finditer(_JSON_STRING.sub('""', text)):
+        bracket = match.group()
+        if bracket == "\n":
+            line += 1
+        elif bracket in "[{":
+            depth += 1
+            if depth > MAX_JSON_DEPTH:
+                raise HistoryError(f"line {line}: the JSON is nested more than {MAX_JSON_DEPTH} levels deep; a "
+                                   "history is a list of flat items (or a record holding one)")
+        else:
+            depth = max(depth - 1, 0)  # a stray closing bracket is the parser's to report
 
 
 def _json_error(error: json.JSONDecodeError) -> HistoryError:
@@ -329,6 +389,7 @@ def _shared_author(items: Sequence[HistoryItem]) -> str | None:
 
 
 def _parse_jsonl(text: str) -> History:
+    _check_json_depth(text)
     lines = [(number, line) for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
     if len(lines) > MAX_ITEMS:
         raise HistoryError(f"the history has {len(lines)} lines; the limit is {MAX_ITEMS} items")

@@ -42,7 +42,15 @@ BATCH_TOKENS = 512  # tokens per llama_decode call; a longer prompt is read in c
 # of the vocabulary (0.6 MB a row for Qwen): llama.cpp's default, a whole batch, would cost 300 MB per
 # context. A verification asks for at most MAX_DRAFT_LEN + 1 rows; more are read in several calls.
 OUTPUT_ROWS = 32
-CONTEXT_STEP = 4096  # contexts are sized in these steps, so most sequences fit any later prompt
+CONTEXT_STEP = 4096  # a sequence's capacity is rounded up to these steps, so most fit any later prompt
+# A context starts this large (or at its capacity, if smaller) and grows, by doubling, to hold what is
+# read: a generation that stops early never allocates the keys and values of its whole budget.
+FIRST_CONTEXT = 512
+# What a context's compute buffer holds besides its attention scores (which grow with the context): the
+# activations of one batch. Measured on the default pair (README, "Cloud memory"): a 4096-token context of
+# the 1.5B model came to its keys and values plus about 100 MB once it read full 512-token batches, which
+# the attention scores (512 x 4096 x 12 heads x 4 bytes) account for; this covers the rest.
+CONTEXT_OVERHEAD_BYTES = 16 * 2**20
 _SEQ = 0  # every context holds one sequence
 
 _backend_lock = threading.Lock()
@@ -245,6 +253,7 @@ class LlamaCppModel(ModelRuntime):
         # f16 keys and values of every layer: what one cached token costs a context.
         head_dim = int(ll.llama_model_n_embd(model)) // max(1, int(ll.llama_model_n_head(model)))
         self.kv_bytes_per_token = 2 * 2 * int(ll.llama_model_n_layer(model)) * head_dim * int(ll.llama_model_n_head_kv(model))
+        self._heads = int(ll.llama_model_n_head(model))
         super().__init__(name or self.path.stem)
 
     @property
@@ -273,13 +282,24 @@ class LlamaCppModel(ModelRuntime):
         return self._end_ids
 
     def new_sequence(self, capacity: int) -> Sequence:
+        return LlamaCppSequence(self, self._context_size(capacity))
+
+    def sequence_bytes(self, capacity: int) -> int:
+        """A context's f16 keys and values for its whole size (allocated up front), the logits rows it may
+        output, and its compute buffer: one batch's fp32 attention scores over the whole context, plus
+        the rest of a batch's activations (CONTEXT_OVERHEAD_BYTES)."""
+        size = self._context_size(capacity, check=False)
+        scores = BATCH_TOKENS * size * self._heads * 4
+        return size * self.kv_bytes_per_token + OUTPUT_ROWS * self._rows * 4 + scores + CONTEXT_OVERHEAD_BYTES
+
+    def _context_size(self, capacity: int, check: bool = True) -> int:
         size = -(-max(capacity, 1) // CONTEXT_STEP) * CONTEXT_STEP
         if size > self._train_context > 0:
-            if capacity > self._train_context:
+            if check and capacity > self._train_context:
                 raise ValueError(f"{self.name} reads at most {self._train_context} tokens; "
                                  f"this request needs {capacity} (prompt + new tokens)")
             size = self._train_context
-        return LlamaCppSequence(self, size)
+        return size
 
     def close(self) -> None:
         self.prefix_cache.clear()
@@ -321,16 +341,26 @@ def _chunks(count: int, first_kept: int) -> list[tuple[int, int]]:
 
 
 class LlamaCppSequence(Sequence):
-    """One llama.cpp context: a KV cache of ``capacity`` tokens over the model's weights."""
+    """A KV cache of at most ``capacity`` tokens over the model's weights: a llama.cpp context that starts
+    small and is replaced by a larger one, its cached tokens copied over, when a pass needs more room
+    (llama.cpp cannot resize a context in place)."""
 
     def __init__(self, model: LlamaCppModel, capacity: int) -> None:
         super().__init__()
-        ll = model._ll
-        self._ll = ll
+        self._ll = model._ll
         self._owner = model  # keeps the weights alive while this context exists
         self.capacity = capacity
+        self._context = None
+        self._size = min(capacity, FIRST_CONTEXT)
+        self._context = self._new_context(self._size)
+        self._memory = self._ll.llama_get_memory(self._context)
+        self._batch = self._ll.llama_batch_init(BATCH_TOKENS, 0, 1)
+        self._rows = model.output_rows
+
+    def _new_context(self, size: int):
+        ll, model = self._ll, self._owner
         params = ll.llama_context_default_params()
-        params.n_ctx = capacity
+        params.n_ctx = size
         params.n_batch = BATCH_TOKENS
         params.n_ubatch = BATCH_TOKENS
         params.n_seq_max = 1
@@ -340,12 +370,26 @@ class LlamaCppSequence(Sequence):
         params.no_perf = True
         context = ll.llama_init_from_model(model._model, params)
         if not context:
-            raise MemoryError(f"llama.cpp could not create a {capacity}-token context for {model.name}")
-        self._context = context
-        self._memory = ll.llama_get_memory(context)
-        self._batch = ll.llama_batch_init(BATCH_TOKENS, 0, 1)
-        self._rows = model.output_rows
-        self._kv_bytes = capacity * model.kv_bytes_per_token
+            raise MemoryError(f"llama.cpp could not create a {size}-token context for {model.name}")
+        return context
+
+    def _grow(self, length: int) -> None:
+        """Move the cached tokens into a context that holds ``length`` (at least double the size, at most
+        the capacity): the sequence's state is copied, not recomputed."""
+        ll = self._ll
+        size = self._size
+        while size < length:
+            size *= 2
+        size = min(size, self.capacity)
+        state = (ctypes.c_uint8 * ll.llama_state_seq_get_size(self._context, _SEQ))()
+        written = ll.llama_state_seq_get_data(self._context, state, len(state), _SEQ)
+        larger = self._new_context(size)
+        if self.tokens and not ll.llama_state_seq_set_data(larger, state, written, _SEQ):
+            ll.llama_free(larger)
+            raise RuntimeError(f"llama.cpp could not move {len(self.tokens)} cached tokens into a {size}-token context")
+        ll.llama_free(self._context)
+        self._context, self._size = larger, size
+        self._memory = ll.llama_get_memory(larger)
 
     def fits(self, length: int) -> bool:
         return length <= self.capacity
@@ -354,8 +398,11 @@ class LlamaCppSequence(Sequence):
         import torch  # imported by whoever decodes; kept out of this module's import for registry.py
 
         check_rows(ids, rows)
-        if len(self.tokens) + len(ids) > self.capacity:
+        needed = len(self.tokens) + len(ids)
+        if needed > self.capacity:
             raise ValueError(f"the sequence would exceed its {self.capacity}-token context")
+        if needed > self._size:
+            self._grow(needed)
         first_kept = len(ids) - rows
         out = np.empty((rows, self._rows), dtype=np.float32)
         filled = 0
@@ -395,8 +442,8 @@ class LlamaCppSequence(Sequence):
 
     @property
     def nbytes(self) -> int:
-        """The KV cache a context allocates up front, whatever it holds now."""
-        return self._kv_bytes if self._context else 0
+        """The KV cache the current context allocated up front, whatever it holds now."""
+        return self._size * self._owner.kv_bytes_per_token if self._context else 0
 
     def close(self) -> None:
         if getattr(self, "_context", None):

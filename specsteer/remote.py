@@ -30,7 +30,13 @@ each request stays independent, so a lost Cloud or a bad frame fails exactly one
 status code. WebSocket would also need a client library this project does not otherwise install.
 
 A shared secret (``--secret-env NAME``) is required to listen beyond loopback; Edges send it as
-``Authorization: Bearer <secret>`` and the Cloud compares it in constant time.
+``Authorization: Bearer <secret>`` and the Cloud compares it in constant time. Both sides refuse at
+start-up a secret that is not printable ASCII (an HTTP header cannot carry it).
+
+Slow and broken clients: a connection gets ``HEADER_TIMEOUT_S`` to send a request's headers and
+``BODY_TIMEOUT_S`` to send its body, else it is answered 408 and closed (a Content-Length larger
+than the body sent, or half-sent headers, held a connection open for minutes); a client that goes
+away mid-request or mid-stream costs one log line. A 503 (no room) carries ``Retry-After``.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the endpoints' annotations (``Request``,
@@ -38,7 +44,6 @@ A shared secret (``--secret-env NAME``) is required to listen beyond loopback; E
 import asyncio
 import contextlib
 import hmac
-import ipaddress
 import json
 import os
 import queue
@@ -52,29 +57,22 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .cloudservice import CloudService, ServiceError
+from .exposure import CLOUD_URL_ENV, is_loopback, secret_problem
 from .link import Arrival, CloudError, CloudUnreachable, Reply, SessionGone, VersionMismatch, cloud_error
 from .protocol import (
     DOWNLINK, PROTOCOL_VERSION, SESSION_BYTES, CloudInfo, CloudReport, FrameError, TruncatedFrame, decode_prefix,
 )
 
-CLOUD_URL_ENV = "SPECSTEER_CLOUD_URL"
 CLOUD_SECRET_ENV = "SPECSTEER_CLOUD_SECRET"
 EXCHANGE_PATH = "/v1/exchange"
 REPORT_HEADER = "X-SpecSteer-Report"
 OCTET_STREAM = "application/octet-stream"
 DEFAULT_PORT = 8700
+HEADER_TIMEOUT_S = 10.0  # from a connection's first byte (or its opening) to the end of a request's headers
+BODY_TIMEOUT_S = 30.0  # for a whole request body (a frame is at most tens of kilobytes)
 
 
 # --------------------------------------------------------------------------- binding
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def bind_problem(host: str, secret: str | None) -> str | None:
@@ -162,7 +160,8 @@ class BodyCapture:
 
 
 def create_app(service: CloudService, secret: str | None = None,
-               capture: Callable[[CapturedExchange], None] | None = None, announce: Callable[[str], None] | None = None):
+               capture: Callable[[CapturedExchange], None] | None = None, announce: Callable[[str], None] | None = None,
+               body_timeout_s: float = BODY_TIMEOUT_S):
     """The ASGI application serving ``service`` (see the module docstring for the endpoints)."""
     from fastapi import Depends, FastAPI, Request
     from fastapi.concurrency import run_in_threadpool
@@ -172,8 +171,10 @@ def create_app(service: CloudService, secret: str | None = None,
     async def lifespan(_app):
         sweeper = asyncio.create_task(_expire_periodically(service))
         if announce:
+            budget = service.limits.memory_budget_bytes
+            memory = f", {budget / 2**20:,.0f} MB for the sessions' caches" if budget is not None else ""
             announce(f"Cloud ready: pairing {service.pair.pairing_id} ({service.pair.runtime}), instance "
-                     f"{service.instance}, protocol {PROTOCOL_VERSION}")
+                     f"{service.instance}, protocol {PROTOCOL_VERSION}{memory}")
         try:
             yield
         finally:
@@ -192,11 +193,14 @@ def create_app(service: CloudService, secret: str | None = None,
 
     @app.exception_handler(ServiceError)
     async def refused(_request, error: ServiceError):
+        headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s is not None else None
         return JSONResponse({"error": error.code, "message": str(error), "instance": service.instance},
-                            status_code=error.status)
+                            status_code=error.status, headers=headers)
 
     @app.exception_handler(Exception)
     async def failed(_request, error: Exception):
+        if _disconnected(error):  # nobody is left to answer; QuietDisconnects logs it (Starlette re-raises)
+            return Response(status_code=400)
         print(f"[cloud] request failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
         return JSONResponse({"error": "internal", "message": f"The Cloud failed: {type(error).__name__}: {error}",
                              "instance": service.instance}, status_code=500)
@@ -211,8 +215,9 @@ def create_app(service: CloudService, secret: str | None = None,
 
     @app.post(EXCHANGE_PATH, dependencies=[Depends(authorized)])
     async def exchange(request: Request):
-        frame = await _read_frame(request, service.limits.max_frame_bytes)
-        answer = await run_in_threadpool(service.handle, frame)
+        frame = await _read_frame(request, service.limits.max_frame_bytes, body_timeout_s)
+        client = request.client.host if request.client else ""
+        answer = await run_in_threadpool(service.handle, frame, client)
         if answer.report is None:  # a stream: each frame leaves as soon as it is computed
             return StreamingResponse(answer.frames, media_type=OCTET_STREAM)
         body = b"".join(answer.frames)
@@ -229,20 +234,105 @@ def create_app(service: CloudService, secret: str | None = None,
             raise ServiceError(400, "malformed", f"A session id is {SESSION_BYTES} bytes written in hexadecimal.")
         return service.close(session).to_json()
 
+    app = QuietDisconnects(app)
     return BodyCapture(app, capture) if capture is not None else app
 
 
-async def _read_frame(request, limit: int) -> bytes:
+async def _read_frame(request, limit: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise ServiceError(413, "too-large", f"A frame of {declared} bytes is larger than this Cloud accepts "
                                              f"({limit} bytes).")
     body = bytearray()
-    async for chunk in request.stream():
-        body.extend(chunk)
-        if len(body) > limit:
-            raise ServiceError(413, "too-large", f"The frame is larger than this Cloud accepts ({limit} bytes).")
+    try:
+        async with asyncio.timeout(timeout_s):
+            async for chunk in request.stream():
+                body.extend(chunk)
+                if len(body) > limit:
+                    raise ServiceError(413, "too-large", f"The frame is larger than this Cloud accepts ({limit} "
+                                                         "bytes).")
+    except TimeoutError:
+        raise ServiceError(408, "timeout", f"The request's body did not arrive within {timeout_s:g} s "
+                                           f"({len(body)} bytes came).") from None
     return bytes(body)
+
+
+def _disconnected(error: BaseException) -> bool:
+    """Whether ``error`` only says that the client went away."""
+    from starlette.requests import ClientDisconnect
+
+    return isinstance(error, (ClientDisconnect, ConnectionError)) or type(error).__name__ == "ClientDisconnected"
+
+
+class QuietDisconnects:
+    """ASGI middleware: a client that goes away mid-request or mid-stream is one log line, not a traceback."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        try:
+            await self.app(scope, receive, send)
+        except BaseException as error:
+            group = error.exceptions if isinstance(error, BaseExceptionGroup) else (error,)
+            if not all(_disconnected(part) for part in group):
+                raise
+            _log_disconnect(scope)
+
+
+def _log_disconnect(scope) -> None:
+    client = scope.get("client") or ("?", 0)
+    print(f"[cloud] {client[0]}:{client[1]} disconnected during {scope.get('method')} {scope.get('path')}",
+          file=sys.stderr, flush=True)
+
+
+def header_timeout_protocol(timeout_s: float = HEADER_TIMEOUT_S):
+    """uvicorn's h11 protocol with a deadline on each request's headers: a connection that opens (or starts
+    a request) and does not finish its headers in ``timeout_s`` is answered 408 and closed."""
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    body = json.dumps({"error": "timeout", "message": f"The request's headers did not arrive within "
+                                                      f"{timeout_s:g} s."}).encode()
+    answer = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+              b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+
+    class HeaderTimeoutProtocol(H11Protocol):
+        _header_deadline: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport) -> None:
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._between_requests():
+                self._arm()
+            super().data_received(data)
+            if not self._between_requests():
+                self._disarm()
+
+        def connection_lost(self, exc) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _between_requests(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def _arm(self) -> None:
+            if self._header_deadline is None:
+                self._header_deadline = self.loop.call_later(timeout_s, self._timed_out)
+
+        def _disarm(self) -> None:
+            if self._header_deadline is not None:
+                self._header_deadline.cancel()
+                self._header_deadline = None
+
+        def _timed_out(self) -> None:
+            self._header_deadline = None
+            if self._between_requests() and not self.transport.is_closing():
+                self.transport.write(answer)
+                self.transport.close()
+
+    return HeaderTimeoutProtocol
 
 
 async def _expire_periodically(service: CloudService) -> None:
@@ -257,16 +347,18 @@ SHUTDOWN_GRACE_S = 5.0  # on SIGTERM / SIGINT, requests in flight get this long 
 
 
 def serve(service: CloudService, host: str = "127.0.0.1", port: int = DEFAULT_PORT, secret: str | None = None,
-          capture: str | Path | None = None, announce: Callable[[str], None] | None = None) -> None:
+          capture: str | Path | None = None, announce: Callable[[str], None] | None = None,
+          header_timeout_s: float = HEADER_TIMEOUT_S, body_timeout_s: float = BODY_TIMEOUT_S) -> None:
     """Serve until SIGTERM or SIGINT, then stop gracefully and return. Refuses a non-loopback address
-    without a secret."""
+    without a secret, and a secret that is not printable ASCII."""
     import uvicorn
 
-    problem = bind_problem(host, secret)
+    problem = bind_problem(host, secret) or secret_problem(secret, "the shared secret")
     if problem:
         raise ValueError(problem)
-    app = create_app(service, secret, CaptureFile(capture) if capture else None, announce)
+    app = create_app(service, secret, CaptureFile(capture) if capture else None, announce, body_timeout_s)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
+                            http=header_timeout_protocol(header_timeout_s), timeout_keep_alive=5,
                             timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
     with _stop_signals_end_normally():
         uvicorn.Server(config).run()
@@ -308,6 +400,9 @@ class RemoteCloud:
     def __init__(self, url: str, secret: str | None = None, timeout_s: float = 600.0, connect_timeout_s: float = 5.0):
         import httpx
 
+        problem = secret_problem(secret, f"${CLOUD_SECRET_ENV}")
+        if problem:
+            raise ValueError(problem)
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {secret}"} if secret else {}
         self.client = httpx.Client(base_url=self.url, headers=headers,
@@ -364,12 +459,14 @@ class RemoteCloud:
             body = response.json()
             code, message, instance = str(body["error"]), str(body["message"]), body.get("instance")
         except (ValueError, KeyError, TypeError):
-            return cloud_error("http", f"The Cloud at {self.url} answered HTTP {response.status_code}: "
-                                       f"{response.text[:200]!r}.", response.status_code)
+            # Summarised, never echoed: whatever answers at an address must not be relayed to the user.
+            return cloud_error("http", f"The Cloud at {self.url} answered HTTP {response.status_code} with "
+                                       f"{len(response.content)} bytes that are not a SpecSteer Cloud's error.",
+                               response.status_code)
         if code == "unknown-session" and self.instance and instance and instance != self.instance:
             return SessionGone(f"The Cloud at {self.url} restarted during this generation and lost its session. "
                                "Run the generation again.", code, response.status_code)
-        return cloud_error(code, message, response.status_code)
+        return cloud_error(code[:40], message[:_MESSAGE_CHARS], response.status_code)
 
 
 class HttpTransport:
@@ -453,6 +550,9 @@ def _read_chunks(response, chunks: queue.Queue, stop: threading.Event) -> None:
     finally:
         response.close()
         chunks.put(None)
+
+
+_MESSAGE_CHARS = 400  # a Cloud's error message is a sentence or two; more is not one
 
 
 def _reason(error: BaseException) -> str:

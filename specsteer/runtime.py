@@ -185,6 +185,11 @@ class ModelRuntime(ABC):
     def new_sequence(self, capacity: int) -> Sequence:
         """An empty sequence able to hold ``capacity`` tokens."""
 
+    @abstractmethod
+    def sequence_bytes(self, capacity: int) -> int:
+        """Memory a sequence able to hold ``capacity`` tokens may come to hold: its keys and values when
+        full, and what its runtime allocates beside them (the Cloud's admission reserves this)."""
+
     def acquire(self, prompt: Seq[int], capacity: int) -> Sequence:
         return self.prefix_cache.acquire(prompt, capacity)
 
@@ -257,3 +262,12 @@ class TransformersModel(ModelRuntime):
 
     def new_sequence(self, capacity: int) -> Sequence:
         return TransformersSequence(self.model)
+
+    def sequence_bytes(self, capacity: int) -> int:
+        # A DynamicCache grows with its tokens: keys and values of every layer, in the weights' dtype.
+        config = getattr(self.model.config, "text_config", None) or self.model.config
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv_heads = getattr(config, "num_key_value_heads", None) or heads
+        per_token = 2 * config.num_hidden_layers * kv_heads * head_dim * self.model.dtype.itemsize
+        return capacity * per_token

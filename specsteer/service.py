@@ -41,6 +41,7 @@ from .deployment import DEFAULT_RTTS_MS, DeploymentProfile, get_profile
 from .engine import Prepared, Request, chat_ids, generate, prepare
 from .evaluate import EvalResult, EvalSpec, GridProgress, run_grid_events
 from .events import Finished, LinkMessage, TokenEvent
+from .exposure import Exposure
 from .generationstore import GenerationStore, NamedHistory, NewComparison, NewGeneration
 from .link import CloudEndpoint, CloudError, CloudRefused
 from .linkbench import deployment_rows
@@ -356,7 +357,8 @@ class AppService:
     of its own besides the stores and the catalog, which are)."""
 
     def __init__(self, store: GenerationStore, runs: RunStore, pairs: PairCatalog | None = None,
-                 loading_quiet_s: float = 0.3, cloud_secret: str | None = None) -> None:
+                 loading_quiet_s: float = 0.3, cloud_secret: str | None = None,
+                 exposure: Exposure | None = None) -> None:
         self.store = store
         self.runs = runs
         self.pairs = pairs or PairCatalog()
@@ -364,6 +366,10 @@ class AppService:
         # The shared secret of remote Clouds (the composition root reads $SPECSTEER_CLOUD_SECRET): sent
         # as a header, never shown, stored or part of the settings.
         self._cloud_secret = cloud_secret or None
+        # Local, or public with the operator's choices (which Clouds a visitor may use): app.py reads it
+        # from the environment. A public service never connects to an address its operator did not list,
+        # so the secret goes only there.
+        self.exposure = exposure or Exposure()
 
     # ----------------------------------------------------------------------- preview
 
@@ -559,6 +565,9 @@ class AppService:
             return CloudCheck("", False, str(error))
         if not address:
             return CloudCheck("", True, "The Cloud runs in this process: there is no connection to test.")
+        refused = self.exposure.cloud_problem(address)
+        if refused:
+            return CloudCheck(address, False, refused)
         try:
             with RemoteCloud(address, self._cloud_secret, timeout_s=10.0) as cloud:
                 info = cloud.info()
@@ -590,11 +599,14 @@ class AppService:
 
     # ----------------------------------------------------------------------- steps
 
-    @staticmethod
-    def _valid(settings: GenerationSettings | Mapping[str, object]) -> GenerationSettings:
-        if isinstance(settings, GenerationSettings):
-            return settings.validate()
-        return GenerationSettings.from_values(settings)
+    def _valid(self, settings: GenerationSettings | Mapping[str, object]) -> GenerationSettings:
+        """Validated settings whose Cloud this deployment lets its callers use; SettingsError otherwise."""
+        valid = settings.validate() if isinstance(settings, GenerationSettings) else \
+            GenerationSettings.from_values(settings)
+        problem = self.exposure.cloud_problem(valid.cloud)
+        if problem:
+            raise SettingsError([problem])
+        return valid
 
     @staticmethod
     def _prepare(history: NamedHistory | None, task: str, input_text: str,

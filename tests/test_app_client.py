@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import time
+from pathlib import Path
 
 import pytest
 
@@ -173,3 +174,99 @@ def test_second_user_waits_in_the_queue_then_runs(server):
     assert "ss-tok" in output and 'data-state="cancelled"' in stats
     result = waiting.result(timeout=60)
     assert "saved as generation" in result[0]
+
+
+def call_raw(server, endpoint: str, *data) -> str:
+    """One call of a named endpoint with hand-written JSON, as an outside caller sends it (gradio_client
+    would upload a local path first): the text of its event stream."""
+    import httpx
+
+    url, _ = server
+    with httpx.Client(base_url=url, timeout=60) as http:
+        event = http.post(f"gradio_api/call/{endpoint}", json={"data": list(data)}).json()["event_id"]
+        return http.get(f"gradio_api/call/{endpoint}/{event}").text
+
+
+def test_a_server_path_sent_as_a_file_is_refused(server, tmp_path):
+    """Issue 15: a caller named a server file in /upload_history's FileData and its text came back."""
+    planted = tmp_path / "secret_notes.txt"
+    planted.write_text("API_TOKEN=hunter2-planted\n\nanother private line")
+    named = {"path": str(planted), "meta": {"_type": "gradio.FileData"}, "orig_name": "secret_notes.txt"}
+    answer = call_raw(server, "upload_history", named)
+    assert "hunter2" not in answer and "Read 2 items" not in answer
+    assert "event: error" in answer  # Gradio 6.31 refuses a path outside its upload folder before the handler
+    # A file inside Gradio's folder that its upload route did not write (an output Gradio cached, such as an
+    # annotations export) passes Gradio's check: the handler refuses it.
+    from gradio.utils import get_upload_folder
+
+    cached = Path(get_upload_folder()) / f"not-an-upload-{time.monotonic_ns()}" / "secret_notes.txt"
+    cached.parent.mkdir(parents=True)
+    cached.write_text(planted.read_text())
+    answer = call_raw(server, "upload_history", {**named, "path": str(cached)})
+    assert "event: complete" in answer and "was not uploaded to the app" in answer, answer
+    assert "hunter2" not in answer
+    # A real upload of the same content still loads.
+    summary, _task, _sample = client_for(server).predict(handle_file(str(planted)), api_name="/upload_history")
+    assert "Read 2 items" in summary
+
+
+def test_a_non_ascii_cloud_secret_stops_the_app_at_start_up(monkeypatch):
+    import app
+
+    monkeypatch.setenv("SPECSTEER_CLOUD_SECRET", "pässwörd")
+    with pytest.raises(SystemExit, match="not printable ASCII") as caught:
+        app.build_service()
+    assert "pässwörd" not in str(caught.value)
+
+
+def test_a_public_app_never_contacts_a_visitor_named_cloud(tmp_path, monkeypatch):
+    """Issue 15: /test_cloud and /generate sent the app's secret to any address a visitor typed."""
+    import socket
+    import threading
+
+    import app
+    from conftest import _free_port
+
+    connections = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    stop = threading.Event()
+
+    def accept():
+        while not stop.is_set():
+            try:
+                connections.append(listener.accept()[0].recv(4096))
+            except OSError:
+                continue
+
+    threading.Thread(target=accept, daemon=True).start()
+    for name, value in {pairs.TEST_PAIR_ENV: "tiny", "SPECSTEER_DATA_DIR": str(tmp_path), "SPACE_ID": "someone/specsteer",
+                        "SPECSTEER_CLOUD_SECRET": "operator-secret",
+                        "SPECSTEER_CLOUD_URLS": "http://127.0.0.1:9"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    storage.reset_engines()
+    demo = app.build_app()
+    port = _free_port()
+    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options())
+    try:
+        client = Client(f"http://127.0.0.1:{port}/", verbose=False, analytics_enabled=False)
+        named = f"http://127.0.0.1:{listener.getsockname()[1]}"
+        checked = call_raw((f"http://127.0.0.1:{port}/", None), "test_cloud", named, pairs.TINY_PAIRING_ID)
+        # Refused by the page's choices (Gradio) or, for any caller that gets past them, by the service.
+        assert "not in the list of choices" in checked or "does not connect to other addresses" in checked
+        client.predict("review", api_name="/load_sample")
+        try:
+            answer = str(client.predict(**{**GENERATE, "cloud": named}, api_name="/generate"))
+        except Exception as error:  # noqa: BLE001 (Gradio's refusal reaches the client as an exception)
+            answer = str(error)
+        assert "operator-secret" not in answer
+        time.sleep(0.5)
+        assert connections == []  # nothing reached the visitor's address
+        _file, message = client.predict("", api_name="/export_csv")
+        assert "needs the operator" in message  # no token configured: nobody exports in public
+    finally:
+        stop.set()
+        listener.close()
+        demo.close()
+        storage.reset_engines()

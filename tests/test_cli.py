@@ -94,3 +94,14 @@ def test_hub_model_offline_fails_fast_naming_the_offline_pair(monkeypatch, capsy
 def test_module_entry_point_prints_help():
     result = subprocess.run([sys.executable, "-m", "specsteer", "generate", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "--draft-len" in result.stdout
+
+
+def test_a_deeply_nested_history_is_a_named_error_not_a_traceback(tmp_path):
+    deep = tmp_path / "deep.json"
+    deep.write_text("[" * 10_000 + "]" * 10_000)
+    done = subprocess.run([sys.executable, "-m", "specsteer", "generate", "--history", str(deep), "--task", "review",
+                           "--input", "x"], capture_output=True, text=True, timeout=120, check=False,
+                          cwd=Path(__file__).resolve().parents[1])
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: line 1: the JSON is nested more than"), done.stderr
+    assert "Traceback" not in done.stderr

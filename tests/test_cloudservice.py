@@ -242,3 +242,72 @@ def test_error_codes_map_to_the_edges_exceptions():
         error = cloud_error(code, "The Cloud said no.", 400)
         assert type(error) is CloudRefused and error.code == code and str(error).startswith("The Cloud said no.")
     assert "SPECSTEER_CLOUD_SECRET" in str(cloud_error("unauthorized", "Refused."))
+
+
+# --- admission by memory and per client (issue 15: one client took the Cloud's memory) -----------------
+
+
+def test_an_open_that_does_not_fit_the_memory_budget_gets_503_with_retry_after(pair):
+    probe = CloudService(pair)
+    one = probe.session_bytes(decode(opening(1, budget=64)))
+    assert one > 0
+    clock = Clock()
+    service = CloudService(pair, ServiceLimits(memory_budget_bytes=int(2.5 * one), max_sessions_per_client=64),
+                           clock=clock)
+    service.handle(opening(1, budget=64))
+    service.handle(draft(1))
+    service.handle(opening(2, budget=64))
+    service.handle(draft(2))
+    full = refused(service.handle, opening(3, budget=64))
+    assert (full.status, full.code) == (503, "busy") and "more than is left" in str(full)
+    assert full.retry_after_s is not None and 1 <= full.retry_after_s <= 300
+    assert service.reserved_bytes == 2 * one <= 2.5 * one  # what the sessions hold never passes the budget
+    too_big = refused(service.handle, opening(4, budget=64, prompt=tuple(range(1, 200))))
+    assert too_big.status == 503 and "more than its whole budget" in str(too_big)
+    service.close(session(1))
+    service.handle(opening(3, budget=64))  # room again once a session ends
+
+
+def test_the_reservation_follows_what_the_session_needs(pair):
+    service = CloudService(pair)
+    short, long = (service.session_bytes(decode(opening(1, budget=b))) for b in (8, 512))
+    alone = service.session_bytes(decode(opening(1, rule="generate", budget=512)))  # the Generalist only
+    assert short < long and alone < long
+
+
+def test_sessions_that_never_drafted_make_room_after_their_short_expiry(pair):
+    clock = Clock()
+    one = CloudService(pair).session_bytes(decode(opening(1)))
+    limits = ServiceLimits(memory_budget_bytes=2 * one, unstarted_timeout_s=10, idle_timeout_s=300,
+                           max_sessions_per_client=64)
+    service = CloudService(pair, limits, clock=clock)
+    service.handle(opening(1))  # opened, never drafts
+    service.handle(opening(2))
+    service.handle(draft(2))  # in use
+    assert refused(service.handle, opening(3)).status == 503  # session 1 is only 0 s old
+    clock.now += 11
+    service.handle(draft(2))
+    service.handle(opening(3))  # session 1 gave its room
+    assert refused(service.handle, draft(1)).code == "expired-session"
+    service.handle(draft(2))  # a session that drafted keeps the ordinary idle timeout
+
+
+def test_one_client_holds_at_most_its_share_of_sessions(pair):
+    service = CloudService(pair, ServiceLimits(max_sessions_per_client=2))
+    service.handle(opening(1), client="10.0.0.1")
+    service.handle(opening(2), client="10.0.0.1")
+    capped = refused(service.handle, opening(3), "10.0.0.1")
+    assert (capped.status, capped.code) == (503, "busy") and "This client already holds 2 session(s)" in str(capped)
+    service.handle(opening(3), client="10.0.0.2")  # another client still gets in
+
+
+def test_idle_prefix_caches_are_given_back_when_an_open_needs_their_room(pair):
+    one = CloudService(pair).session_bytes(decode(opening(1, budget=64)))
+    service = CloudService(pair, ServiceLimits(memory_budget_bytes=one))
+    service.handle(opening(1, budget=64))
+    service.handle(draft(1))
+    service.close(session(1))  # its sequences go to the prefix caches, idle
+    assert pair.generalist.prefix_cache.idle > 0 and pair.specialist.prefix_cache.idle > 0
+    service.handle(opening(2, budget=64, prompt=(9, 8, 7, 6)))  # needs the whole budget: the idle ones go
+    assert pair.generalist.prefix_cache.idle == 0 and pair.specialist.prefix_cache.idle == 0
+    assert service.reserved_bytes == one

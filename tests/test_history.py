@@ -285,3 +285,40 @@ def test_overlong_item_is_rejected_with_its_place():
     with pytest.raises(HistoryError, match="item 1: .* the limit per item"):
         parse_history(json.dumps([{"reviewText": long_text}]), "h.json")
     assert parse_history("w" * MAX_ITEM_CHARS, "h.txt").items[0].text == "w" * MAX_ITEM_CHARS
+
+
+# --- hostile uploads: deep nesting and wide encodings without a mark (issue 15) ---------------
+
+
+@pytest.mark.parametrize("filename", ["deep.json", "deep.jsonl", None])
+def test_json_nested_too_deep_is_refused_by_name(filename):
+    deep = "[" * 10_000 + "]" * 10_000
+    with pytest.raises(HistoryError, match=rf"line 1: the JSON is nested more than {history.MAX_JSON_DEPTH} levels"):
+        parse_history(deep, filename)
+
+
+def test_depth_counts_brackets_outside_strings_only():
+    item = {"reviewText": "[" * 50 + "{" * 50, "summary": "brackets in text are text"}
+    assert parse_history(json.dumps([item]), "h.json").items[0].fields["reviewText"].startswith("[[[")
+    record = {"reviewerId": "u1", "profile": [REVIEW]}
+    assert parse_history(json.dumps(record), "h.json").user_id == "u1"
+
+
+def test_deep_line_of_a_jsonl_file_is_named():
+    content = jsonl(WRITING) + "[" * 40 + "]" * 40 + "\n"
+    with pytest.raises(HistoryError, match=r"line 2: the JSON is nested more than"):
+        parse_history(content, "h.jsonl")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16-le", "utf-16-be", "utf-32-le", "utf-32-be"])
+def test_wide_encodings_without_a_byte_order_mark_are_read(encoding):
+    raw = json.dumps([REVIEW, {**REVIEW, "summary": "Crème brûlée ☕"}], ensure_ascii=False).encode(encoding)
+    assert not raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE))
+    parsed = parse_history(raw, "h.json")  # was: "malformed JSON"
+    assert parsed.items[1].fields["summary"] == "Crème brûlée ☕"
+
+
+def test_broken_utf16_without_a_mark_names_the_encoding_it_looks_like():
+    raw = "one paragraph\n\nanother".encode("utf-16-le") + b"\x00\xd8"
+    with pytest.raises(HistoryError, match=r"looks like UTF-16 LE without a byte order mark but is not valid"):
+        parse_history(raw, "h.txt")

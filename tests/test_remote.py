@@ -55,7 +55,7 @@ def server(tmp_path_factory):
     directory = tmp_path_factory.mktemp("cloud")
     # No prefix reuse: every generation reads its whole prompt on both sides, so traces compare.
     child = serve(directory, "--capture", str(directory / "capture.bin"), "--max-sessions", "12",
-                  "--no-prefix-reuse")
+                  "--max-sessions-per-client", "12", "--no-prefix-reuse")
     child.capture = directory / "capture.bin"
     try:
         yield child
@@ -309,3 +309,113 @@ def test_generate_cli_runs_the_edge_against_the_cloud(pair, server, monkeypatch,
     loads.clear()
     assert cli.main([*arguments, "--cloud", f"http://127.0.0.1:{free_loopback_port()}"]) == 3
     assert "Lost the connection" in capsys.readouterr().err and not loads
+
+
+# --- slow, broken and greedy clients (issue 15) ------------------------------------------------------------
+
+
+def raw_exchange(url: str, data: bytes, wait_s: float = 10.0) -> tuple[float, bytes]:
+    """Send ``data`` on a fresh connection and read what comes back (seconds waited, the first bytes)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    address = urlsplit(url)
+    with socket.create_connection((address.hostname, address.port)) as connection:
+        connection.sendall(data)
+        connection.settimeout(wait_s)
+        started = time.monotonic()
+        try:
+            answer = connection.recv(4096)
+        except TimeoutError:
+            answer = b""
+        return time.monotonic() - started, answer
+
+
+def test_slow_clients_get_408_and_a_disconnect_is_one_log_line(tmp_path):
+    log_path = tmp_path / "cloud.log"
+    child = start_cloud_process("--pairing", "tiny-test", "--header-timeout-s", "1", "--body-timeout-s", "1",
+                                env=SERVER_ENV, stderr=log_path.open("wb"), ready_timeout_s=180)
+    try:
+        half_headers = b"POST /v1/exchange HTTP/1.1\r\nHost: cloud\r\n"
+        short_body = b"POST /v1/exchange HTTP/1.1\r\nHost: cloud\r\nContent-Length: 100\r\n\r\n0123456789"
+        for request in (half_headers, short_body, b""):
+            waited, answer = raw_exchange(child.url, request)
+            assert answer.startswith(b"HTTP/1.1 408 "), answer
+            assert waited < 5.0  # was: no answer for over 120 s
+        for body in (b"0123", None):  # gone mid-body; gone mid-stream
+            import socket
+
+            with socket.create_connection(("127.0.0.1", child.port)) as connection:
+                if body is None:
+                    frame = encode(Open(os.urandom(16), "generate", (1, 2, 3), 200))
+                    connection.sendall(b"POST /v1/exchange HTTP/1.1\r\nHost: cloud\r\nContent-Length: %d\r\n\r\n"
+                                       % len(frame) + frame)
+                    connection.recv(64)
+                else:
+                    connection.sendall(b"POST /v1/exchange HTTP/1.1\r\nHost: cloud\r\nContent-Length: 100\r\n\r\n"
+                                       + body)
+                    time.sleep(0.2)
+            time.sleep(1.0)
+        assert httpx.get(f"{child.url}/v1/health").status_code == 200  # still serving
+    finally:
+        child.stop()
+    log = log_path.read_text()
+    assert "Traceback" not in log, log
+    assert log.count("disconnected during POST /v1/exchange") == 1, log  # the stream's end is not an error
+
+
+def test_an_open_without_room_gets_503_with_retry_after(tmp_path):
+    child = serve(tmp_path, "--max-sessions-per-client", "2")
+    try:
+        opened = [httpx.post(child.url + EXCHANGE_PATH, content=encode(Open(os.urandom(16), "ratio", (1, 2, 3), 8)))
+                  for _ in range(3)]
+        assert [answer.status_code for answer in opened] == [200, 200, 503]
+        assert int(opened[2].headers["retry-after"]) >= 1 and opened[2].json()["error"] == "busy"
+    finally:
+        child.stop()
+    budget = serve(tmp_path, "--memory-budget-mb", "0.001")  # smaller than any session's caches
+    try:
+        answer = httpx.post(budget.url + EXCHANGE_PATH, content=encode(Open(os.urandom(16), "ratio", (1, 2, 3), 8)))
+        assert answer.status_code == 503 and "more than its whole budget" in answer.json()["message"]
+        assert "retry-after" in answer.headers
+    finally:
+        budget.stop()
+
+
+def test_a_secret_that_is_not_ascii_is_refused_at_start_up_on_both_sides(monkeypatch, capsys):
+    monkeypatch.setenv(SECRET_ENV, "pässwörd")
+    assert cli.main(["cloud", "--pairing", "tiny-test", "--secret-env", SECRET_ENV]) == 2
+    assert "not printable ASCII" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="not printable ASCII"):
+        RemoteCloud("http://127.0.0.1:1", "pässwörd")
+    monkeypatch.setenv("SPECSTEER_CLOUD_SECRET", "pässwörd")
+    sample = os.path.join(os.path.dirname(__file__), "..", "assets", "samples", "review_user.jsonl")
+    assert cli.main(["generate", "--history", sample, "--task", "review", "--input", "x",
+                     "--cloud", "http://127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err
+    assert "$SPECSTEER_CLOUD_SECRET holds a character that is not printable ASCII" in err and "pässwörd" not in err
+
+
+def test_an_answer_that_is_not_a_clouds_is_summarised_not_echoed():
+    import http.server
+    import threading
+
+    class Leaky(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = b"API_TOKEN=hunter2 internal admin page"
+            self.send_response(404)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    listener = http.server.HTTPServer(("127.0.0.1", 0), Leaky)
+    threading.Thread(target=listener.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(CloudRefused) as caught:
+            check_cloud(f"http://127.0.0.1:{listener.server_port}")
+    finally:
+        listener.shutdown()
+    assert "HTTP 404" in str(caught.value) and "hunter2" not in str(caught.value)

@@ -341,3 +341,26 @@ def test_every_row_of_a_long_pass_comes_back(gguf_dir):
     rows = _fresh_rows(model, ids, len(ids))
     expected = _fresh_rows(TransformersModel(tiny_model(13), "tiny-13"), ids, len(ids))
     assert rows.shape == expected.shape and float((rows - expected).abs().max()) < 0.05
+
+
+def test_a_llamacpp_context_grows_on_demand_and_keeps_what_it_holds(gguf_dir):
+    """A context starts small and is replaced by a larger one, its cache copied, only when a pass needs
+    the room (issue 15: every session allocated its whole budget's keys and values at its Open)."""
+    from specsteer.llamacpp import FIRST_CONTEXT
+
+    model = _model("llama.cpp", 17, gguf_dir)
+    ids = (_ids() * 40)[:1100]
+    sequence = model.new_sequence(len(ids) + 8)
+    try:
+        assert sequence.nbytes == FIRST_CONTEXT * model.kv_bytes_per_token < model.sequence_bytes(len(ids) + 8)
+        sequence.extend(ids[:300], 1)
+        assert sequence.nbytes == FIRST_CONTEXT * model.kv_bytes_per_token  # still the first context
+        grown = sequence.extend(ids[300:700], 2)  # past FIRST_CONTEXT: grows, keeps the first 300
+        assert sequence.nbytes == 2 * FIRST_CONTEXT * model.kv_bytes_per_token
+        _assert_close(grown, _fresh_rows(model, ids[:700], 2), "llama.cpp")
+        sequence.crop(250)
+        again = sequence.extend(ids[250:1100], 1)  # grows once more after a crop
+        assert sequence.nbytes >= 1100 * model.kv_bytes_per_token
+        _assert_close(again, _fresh_rows(model, ids, 1), "llama.cpp")
+    finally:
+        sequence.close()

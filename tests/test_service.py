@@ -529,3 +529,98 @@ def test_a_cloud_killed_mid_generation_keeps_and_saves_what_was_emitted(tmp_path
     saved = store.generations[0]
     assert saved.stats.stop_reason == "cloud-error" and saved.text == partial.finished.text
     assert saved.settings.cloud == child.url and partial.saved_id == 1
+
+
+# --------------------------------------------------------------------------- a public deployment (issue 15)
+
+
+class RecordingListener:
+    """An HTTP listener on loopback that records the Authorization header of every request it gets."""
+
+    def __init__(self) -> None:
+        import http.server
+
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                seen.append(self.headers.get("Authorization"))
+                self.send_response(404)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_public_service_reaches_only_the_operators_clouds_and_sends_its_secret_only_there(store, history):
+    from specsteer.exposure import Exposure
+
+    configured, visitor_named = RecordingListener(), RecordingListener()
+    try:
+        public = AppService(store=store, runs=None, pairs=RecordingCatalog({TEST_PAIRING_ID: shared_tiny_pair}),
+                            cloud_secret="operator-secret",
+                            exposure=Exposure(public=True, why="test", cloud_urls=(configured.url,)))
+        closed_port = f"http://127.0.0.1:{free_loopback_port()}"
+        for address in (visitor_named.url, closed_port, "http://169.254.169.254:80"):
+            *_, failed = public.generate(history, "review", INPUT, values(cloud=address))
+            assert isinstance(failed, Failed) and "does not connect to other addresses" in failed.message
+            check = public.check_cloud(address, TEST_PAIRING_ID)
+            # The same answer for an open port, a closed one and a metadata address: nothing to scan with.
+            assert not check.ok and check.message == failed.message and check.info is None
+        assert visitor_named.seen == [] and public.pairs.loads == []
+        *_, refused = public.generate(history, "review", INPUT, values(cloud=configured.url))
+        assert isinstance(refused, Failed) and "HTTP 404" in refused.message
+        assert configured.seen == ["Bearer operator-secret"]
+        *_, done = public.generate(history, "review", INPUT, values(cloud=""))  # in process stays open
+        assert isinstance(done, Done)
+    finally:
+        configured.close()
+        visitor_named.close()
+
+
+def test_a_local_service_keeps_the_free_cloud_field(store, history):
+    listener = RecordingListener()
+    try:
+        local = AppService(store=store, runs=None, pairs=PairCatalog({TEST_PAIRING_ID: shared_tiny_pair}),
+                           cloud_secret="mine")
+        assert not local.check_cloud(listener.url).ok and listener.seen == ["Bearer mine"]
+    finally:
+        listener.close()
+
+
+@pytest.mark.parametrize(("environ", "public"), [
+    ({}, False),
+    ({"GRADIO_SERVER_NAME": "127.0.0.1"}, False),
+    ({"SPACE_ID": "someone/specsteer"}, True),
+    ({"GRADIO_SERVER_NAME": "0.0.0.0"}, True),
+    ({"SPECSTEER_PUBLIC": "1"}, True),
+    ({"SPACE_ID": "someone/private-space", "SPECSTEER_PUBLIC": "0"}, False),
+])
+def test_the_app_tells_a_public_deployment_from_a_local_run(environ, public):
+    from specsteer.exposure import Exposure
+
+    exposure = Exposure.from_environment(environ)
+    assert exposure.public is public and exposure.why
+
+
+def test_the_operator_lists_the_clouds_and_holds_the_export_token():
+    from specsteer.exposure import Exposure
+
+    exposure = Exposure.from_environment({
+        "SPACE_ID": "x/y", "SPECSTEER_CLOUD_URLS": "http://cloud-a.example.org:8700, https://cloud-b.example.org",
+        "SPECSTEER_CLOUD_URL": "http://cloud-a.example.org:8700/", "SPECSTEER_ADMIN_TOKEN": "tok"})
+    assert exposure.cloud_urls == ("http://cloud-a.example.org:8700", "https://cloud-b.example.org:443")
+    assert exposure.cloud_problem("https://cloud-b.example.org:443") is None
+    assert exposure.cloud_problem("http://elsewhere.example.org:80")
+    assert exposure.may_export_all("tok") and not exposure.may_export_all("") and not exposure.may_export_all("x")
+    assert not Exposure(public=True).may_export_all("anything")  # no token configured: nobody exports in public
+    assert Exposure().may_export_all(None)  # locally the user is the operator

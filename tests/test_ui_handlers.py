@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import replace
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -767,3 +768,49 @@ def test_a_profile_and_its_sources_are_shown_escaped():
     shown = render.profile_html(profile)
     assert "<script" not in shown and "&lt;script&gt;" in shown
     assert all(render.esc(source.text) in shown for source in profile.sources)
+
+
+# --------------------------------------------------------------------------- public callers (issue 15)
+
+
+def test_a_server_path_is_never_read_as_a_history(service, tmp_path, warnings):
+    from ui.uploads import received_upload
+
+    folder = tmp_path / "gradio-uploads"
+    (folder / "abc123").mkdir(parents=True)
+    (folder / "def456").mkdir()
+    uploaded = write(folder / "abc123", "mine.txt", "I hike.\n\nI swim.")
+    secret = write(tmp_path, "secret_notes.txt", "API_TOKEN=hunter2\n\nmore notes")
+    copied = write(folder / "def456", "secret_notes.txt", "API_TOKEN=hunter2\n\nmore notes")  # Gradio's copy
+    (folder / "abc123" / "link.txt").symlink_to(secret)
+    tab = generate_tab.GenerateTab(service, lambda path: received_upload(path, {uploaded}, str(folder)))
+    loaded, _summary, _task, _sample = tab.load_upload(uploaded, None)
+    assert len(loaded.history) == 2
+    for path in (secret, copied, str(folder / "abc123" / "link.txt"), "/etc/passwd"):
+        state, summary, task, _ = tab.load_upload(path, sample_history())
+        assert state == generate_tab.gr.skip() and task == generate_tab.gr.skip()
+        assert "was not uploaded to the app" in summary and "hunter2" not in summary
+
+
+def test_the_dashboard_never_reads_a_server_path_as_records(service, tmp_path):
+    planted = write(tmp_path, "records.jsonl", '{"input": "x", "output": "y", "profile": []}\n')
+    tab = dashboard_tab.DashboardTab(service, lambda path: False)
+    frames = list(tab.run_batch("upload", planted, "review", 1, ["llm"], "0.1", "1", pairs.TINY_PAIRING_ID,
+                                "auto", 4, 2, "probe"))
+    assert len(frames) == 1 and "was not uploaded to the app" in frames[0].status
+
+
+def test_in_public_only_the_operators_token_exports_the_annotations(compare):
+    from specsteer.exposure import Exposure
+
+    final = run_compare(compare, methods=("slm",))[-1]
+    none = [None] * (2 * compare_tab.MAX_SLOTS)
+    assert "Saved annotation" in compare_tab.submit_annotation(final.view, "visitor-7", "A", "private note", *none)[0]
+    public = Exposure(public=True, admin_token="operator-token")
+    for token in ("", "guess", "operator-token "):
+        file, message = compare_tab.export_annotations("csv", token, public)
+        assert file["value"] is None and "needs the operator&#x27;s token" in message
+    file, message = compare_tab.export_annotations("csv", "operator-token", public)
+    assert "Exported 1" in message and "visitor-7" in Path(file["value"]).read_text()
+    file, message = compare_tab.export_annotations("jsonl", "anything", Exposure(public=True))
+    assert file["value"] is None and "No token is configured ($SPECSTEER_ADMIN_TOKEN)" in message

@@ -14,12 +14,14 @@ import tempfile
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import gradio as gr
 
 import storage
 from specsteer.events import GenerationStats
+from specsteer.exposure import ADMIN_TOKEN_ENV, Exposure
 from specsteer.generationstore import NamedHistory
 from specsteer.methods import CORE_METHODS, METHODS, method_label
 from specsteer.service import (
@@ -306,8 +308,16 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 2)
 
 
-def export_annotations(kind: str) -> tuple[dict, str]:
-    """Write every annotation to a fresh CSV or JSONL file for download."""
+LOCAL = Exposure()  # a local run: whoever is at the page is the operator
+
+
+def export_annotations(kind: str, token: str = "", exposure: Exposure = LOCAL) -> tuple[dict, str]:
+    """Write every annotation to a fresh CSV or JSONL file for download: for anyone in a local run, for the
+    holder of the operator's token in public (annotator names and comments are not every visitor's)."""
+    if not exposure.may_export_all(token):
+        configured = "" if exposure.admin_token else f" No token is configured (${ADMIN_TOKEN_ENV}), so none is."
+        return gr.update(value=None, visible=False), render.message_box(
+            f"Exporting every annotation needs the operator's token on this public app.{configured}", "error")
     rows = storage.annotations_export_rows()
     if not rows:
         return gr.update(value=None, visible=False), render.message_box("No annotations yet: nothing to export.", "info")
@@ -385,6 +395,9 @@ def build(service: AppService, controls: GenerateControls) -> CompareRefresh:
         summary = gr.Dataframe(value=summary_rows, headers=SUMMARY_HEADERS, interactive=False,
                                label="Win rates and mean ratings per method", elem_id="annotation-summary")
         agreement = gr.Markdown(agreement_text)
+        # Public: the export needs the operator's token (the field is hidden locally, where anyone may export).
+        admin_token = gr.Textbox(label="Operator token (exports every annotation)", type="password", value="",
+                                 visible=service.exposure.public, elem_id="admin-token")
         with gr.Row():
             export_csv = gr.Button("Export CSV")
             export_jsonl = gr.Button("Export JSONL")
@@ -406,7 +419,8 @@ def build(service: AppService, controls: GenerateControls) -> CompareRefresh:
     refresh.click(lambda: gr.update(choices=comparison_choices()), None, saved, api_visibility="private")
     submit.click(submit_annotation, [view, annotator, preferred, comment, *rating_inputs],
                  [status, view, *slot_html, summary, agreement], api_name="annotate")
-    export_csv.click(lambda: export_annotations("csv"), None, [download, export_status], api_name="export_csv")
-    export_jsonl.click(lambda: export_annotations("jsonl"), None, [download, export_status], api_name="export_jsonl")
+    for kind, button in (("csv", export_csv), ("jsonl", export_jsonl)):
+        button.click(partial(export_annotations, kind, exposure=service.exposure), admin_token,
+                     [download, export_status], api_name=f"export_{kind}")
     refresh_summary.click(summary_table, None, [summary, agreement], api_name="annotation_summary")
     return CompareRefresh(saved, summary, agreement)

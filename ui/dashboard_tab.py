@@ -38,6 +38,7 @@ from specsteer.settings import sentence
 from storage.db import data_dir
 from ui import pairs, render
 from ui.streaming import MODELS_CONCURRENCY_ID, RUNS, Toast
+from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path, gradio_uploads
 
 log = logging.getLogger(__name__)
 
@@ -285,8 +286,9 @@ def evaluation_frames(events: Iterable[EvaluationEvent]) -> Iterator[DashboardVi
 class DashboardTab:
     """The tab's handlers over one service."""
 
-    def __init__(self, service: AppService) -> None:
+    def __init__(self, service: AppService, uploads: UploadCheck = any_path) -> None:
         self.service = service
+        self.uploads = uploads  # which paths run_batch may read (build() passes Gradio's own uploads)
 
     def deployment(self, run_ids: Sequence[int] | int | None, profile: str) -> DeploymentView:
         """The Deployment view: the first chosen run projected onto ``profile`` at RTT 0–200 ms."""
@@ -330,6 +332,8 @@ class DashboardTab:
                   run_name: str, request: gr.Request = None) -> Iterator[DashboardView]:
         """Run (or resume) an evaluation grid, streaming progress, then show its figures and table."""
         try:
+            if source not in ("sample", "shared") and upload and not self.uploads(upload):
+                raise ValueError(f"{Path(upload).name}: {NOT_AN_UPLOAD}")
             spec = EvalSpec(
                 data=data_path(source, task, upload), task=task,
                 methods=tuple(method for method in METHODS if method in set(methods or [])),
@@ -363,7 +367,7 @@ class DashboardTab:
 
 def build(service: AppService) -> gr.Dropdown:
     """Builds the tab; returns the stored-runs dropdown (refreshed when the page loads)."""
-    tab = DashboardTab(service)
+    tab = DashboardTab(service, gradio_uploads())
     default_pairing = pairs.default_pairing_id(service.pairs)
     gr.Markdown(
         "Runs a grid of methods × α × β over LongLaMP records and stores every result as it finishes. "

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import gradio as gr
 
 from specsteer.data import sample_history_path
+from specsteer.exposure import Exposure
 from specsteer.generationstore import NamedHistory
 from specsteer.history import MAX_ITEMS, MAX_UPLOAD_BYTES, HistoryError, parse_history
 from specsteer.methods import METHOD_INFO, METHODS, method_label
@@ -38,10 +39,11 @@ from specsteer.service import (
     Started,
     Token,
 )
-from specsteer.settings import MAX_RTT_MS, GenerationSettings, cloud_address, sentence
+from specsteer.settings import IN_PROCESS, MAX_RTT_MS, GenerationSettings, cloud_address, sentence
 from specsteer.tasks import TASK_FOR_SCHEMA, TASKS
 from ui import pairs, render
 from ui.streaming import MODELS_CONCURRENCY_ID, RUNS, LiveStats, Throttle, Toast
+from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path, gradio_uploads
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +97,17 @@ def environment_cloud() -> tuple[str, str | None]:
         return cloud_address(os.environ.get(CLOUD_URL_ENV, "")), None
     except ValueError as error:
         return "", sentence(f"${CLOUD_URL_ENV} is not used: {error} The Cloud runs in this process")
+
+
+def cloud_widget(exposure: Exposure, address: str) -> gr.components.Component:
+    """The Cloud setting: a free address field in a local run; in public, a choice among the operator's
+    Clouds (specsteer.exposure), which the service enforces whatever a caller sends."""
+    if not exposure.public:
+        return gr.Textbox(value=address, label="Cloud", placeholder="empty: in this process · or http://HOST:PORT",
+                          scale=3, elem_id="cloud-url")
+    choices = [("In this process", IN_PROCESS), *((url, url) for url in exposure.cloud_urls)]
+    return gr.Dropdown(choices=choices, value=address if address in exposure.cloud_urls else IN_PROCESS,
+                       label="Cloud (the operator's choices)", scale=3, elem_id="cloud-url")
 
 
 def history_summary(loaded: NamedHistory | None) -> str:
@@ -171,8 +184,9 @@ def _done_status(result: GenerationResult) -> str:
 class GenerateTab:
     """The tab's handlers over one service."""
 
-    def __init__(self, service: AppService) -> None:
+    def __init__(self, service: AppService, uploads: UploadCheck = any_path) -> None:
         self.service = service
+        self.uploads = uploads  # which paths load_upload may read (build() passes Gradio's own uploads)
 
     def load_sample(self, sample: str | None):
         """Sample dropdown -> (history state, summary, task, input, upload box cleared)."""
@@ -189,6 +203,8 @@ class GenerateTab:
             return gr.skip(), gr.skip(), gr.skip(), gr.skip()
         name = Path(path).name  # Gradio keeps the uploaded file's own name inside its temporary folder
         try:
+            if not self.uploads(path):
+                raise HistoryError(NOT_AN_UPLOAD)
             size = os.path.getsize(path)
             if size > MAX_UPLOAD_BYTES:
                 raise HistoryError(f"the file is {size / 1e6:.1f} MB; the limit is "
@@ -255,7 +271,7 @@ class GenerateControls:
 
 
 def build(service: AppService) -> GenerateControls:
-    tab = GenerateTab(service)
+    tab = GenerateTab(service, gradio_uploads())
     initial = read_sample(DEFAULT_SAMPLE)
     history_state = gr.State(initial)
     default_pairing = pairs.default_pairing_id(service.pairs)
@@ -321,9 +337,7 @@ def build(service: AppService) -> GenerateControls:
                         info="Each round drafts the k (at most the slider's) that the measured speed favours")
                 address, address_problem = environment_cloud()
                 with gr.Row(equal_height=False, elem_classes="ss-bottom-row"):
-                    cloud = gr.Textbox(
-                        value=address, label="Cloud", placeholder="empty: in this process · or http://HOST:PORT",
-                        scale=3, elem_id="cloud-url")
+                    cloud = cloud_widget(service.exposure, address)
                     test_cloud = gr.Button("Test connection", scale=1, min_width=120, size="md", elem_id="test-cloud")
                 gr.Markdown("Empty: both models run in this process. An address of `python -m specsteer cloud`: "
                             "only the Specialist (and your history) stays here. Its shared secret is read from "

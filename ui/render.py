@@ -399,6 +399,7 @@ def progress_html(done: int, total: int, text: str) -> str:
 
 _LIMITS = {  # CloudInfo.limits key -> (label, unit)
     "max_sessions": ("sessions at once", ""),
+    "max_sessions_per_client": ("sessions per client", ""),
     "max_prompt_tokens": ("prompt tokens", ""),
     "max_new_tokens": ("new tokens", ""),
     "max_draft_len": ("draft length", ""),

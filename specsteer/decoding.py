@@ -414,14 +414,6 @@ class Detokenizer:
         self._read_offset = len(self.ids)
         return full[len(shown) :]
 
-    def flush(self) -> str:
-        """The text held back for an incomplete character, as decode() would give it: for a generation that
-        ends without a final token (a stop, a failure), so that its text keeps every emitted id."""
-        shown, full = self._window_texts([])
-        self._prefix_offset = self._read_offset
-        self._read_offset = len(self.ids)
-        return full[len(shown):] if full.startswith(shown) else ""
-
     def peek(self, tokens: list[int]) -> str:
         """The text ``tokens`` would add after what has been emitted, without emitting them."""
         shown, full = self._window_texts(tokens)

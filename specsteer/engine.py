@@ -248,7 +248,6 @@ def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.E
 
 def _finished(pair, output: _Output, stats: GenerationStats, link: Link, started: float) -> Finished:
     forward_log = link.forward_log
-    output.pieces.append(output.detokenizer.flush())  # "" unless a stop cut a character in half
     seconds = time.perf_counter() - started
     new_tokens = len(output.detokenizer.ids)
     stats.new_tokens = new_tokens

@@ -94,6 +94,18 @@ class ModelLoadError(RuntimeError):
     """A model or pairing cannot be loaded; the message says why and what to do."""
 
 
+@dataclass(frozen=True, eq=False)
+class GeneralistTokens:
+    """What a cross-tokenizer pair adds (``specsteer.crosstok``): the Generalist's own tokenizer, chat
+    format, output rows and end ids, and both vocabularies as the common byte space sees them."""
+
+    tokenizer: PreTrainedTokenizerBase
+    chat: ChatFormat
+    vocab_size: int
+    eos_token_ids: frozenset[int]
+    vocabularies: Any  # crosstok.CrossVocabularies
+
+
 @dataclass
 class LoadedPair:
     """Two loaded models and the tokenizer they share (the Specialist's; the Generalist's was checked
@@ -110,6 +122,9 @@ class LoadedPair:
     vocab_size: int  # ids usable by both models (min of padded sizes, >= len(tokenizer))
     eos_token_ids: frozenset[int]
     chat: ChatFormat = PLAIN_CHAT
+    # Set on a cross-tokenizer pair: then ``tokenizer``, ``vocab_size``, ``eos_token_ids`` and ``chat``
+    # are the Specialist's, and this holds the Generalist's side.
+    cross: GeneralistTokens | None = None
 
     @property
     def runtime(self) -> str:
@@ -596,6 +611,48 @@ def assemble_pair(
         vocab_size=vocab_size,
         eos_token_ids=end_token_ids(tokenizer, models, vocab_size, chat.end_tokens),
         chat=chat,
+    )
+
+
+def assemble_cross_pair(
+    pairing_id: str,
+    specialist: ModelRuntime | PreTrainedModel,
+    generalist: ModelRuntime | PreTrainedModel | None,
+    specialist_tokenizer: PreTrainedTokenizerBase,
+    generalist_tokenizer: PreTrainedTokenizerBase,
+    specialist_chat: ChatFormat = PLAIN_CHAT,
+    generalist_chat: ChatFormat = PLAIN_CHAT,
+) -> LoadedPair:
+    """A LoadedPair of two models with different tokenizers (cross-tokenizer SpecSteer).
+
+    Each side keeps its own tokenizer, chat format and end ids; ``generalist`` None loads the Edge
+    alone (its Generalist tokenizer still renders the plain prompt it sends). Raises ModelLoadError
+    when a tokenizer cannot spell every byte (the common space needs it)."""
+    from .crosstok import ByteVocabulary, CrossVocabularies
+
+    small = as_runtime(specialist)
+    large = as_runtime(generalist) if generalist is not None else None
+    if large is not None and small.runtime != large.runtime:
+        raise ModelLoadError(f"pairing {pairing_id!r}: both models must run on one runtime "
+                             f"({small.runtime} and {large.runtime} given)")
+    for runtime in (small, large):
+        if isinstance(runtime, TransformersModel):
+            use_packed_gqa(runtime.model)
+    small_vocab = shared_vocab_size(small, None, specialist_tokenizer)
+    small_stops = end_token_ids(specialist_tokenizer, (small,), small_vocab, specialist_chat.end_tokens)
+    # An Edge alone does not have the Generalist's rows; it needs only the Generalist's tokenizer.
+    large_vocab = shared_vocab_size(large, None, generalist_tokenizer) if large is not None else len(generalist_tokenizer)
+    large_stops = end_token_ids(generalist_tokenizer, (large,) if large is not None else (), large_vocab,
+                                generalist_chat.end_tokens)
+    try:
+        vocabularies = CrossVocabularies(ByteVocabulary.of(specialist_tokenizer, small_vocab, small_stops),
+                                         ByteVocabulary.of(generalist_tokenizer, large_vocab, large_stops))
+    except ValueError as error:
+        raise ModelLoadError(f"pairing {pairing_id!r}: {error}") from error
+    return LoadedPair(
+        pairing_id=pairing_id, specialist=small, generalist=large, tokenizer=specialist_tokenizer,
+        vocab_size=small_vocab, eos_token_ids=small_stops, chat=specialist_chat,
+        cross=GeneralistTokens(generalist_tokenizer, generalist_chat, large_vocab, large_stops, vocabularies),
     )
 
 

@@ -81,6 +81,8 @@ _HEADER = struct.Struct("<BB")
 _OPEN_SETTINGS = struct.Struct("<Bdddi?dqI")
 _KEEP = struct.Struct("<i")
 _COUNT = struct.Struct("<I")
+CROSS_LAYOUT = 1  # the layout of a CrossOpen's extension; bumped if it ever changes
+_CROSS_LAYOUT = struct.Struct("<B")
 
 
 class FrameError(ValueError):
@@ -148,6 +150,28 @@ class Open:
         return {"rule": self.rule, "alpha": self.alpha, "beta": self.beta, "temperature": self.temperature,
                 "top_k": self.top_k, "bonus": self.bonus, "top_p": self.top_p, "seed": self.seed,
                 "max_new_tokens": self.max_new_tokens, "stop_ids": list(self.stop_ids), "prompt": list(self.prompt)}
+
+
+@dataclass(frozen=True)
+class CrossOpen(Open):
+    """Uplink, once, on a cross-tokenizer pair (``specsteer.crosstok``): an Open whose ``prompt`` is the
+    plain prompt in the Specialist's ids (the generic copy reads it) and whose ``large_prompt`` is the
+    same plain prompt in the Generalist's ids. Drafts and chosen tokens stay Specialist ids; verdicts
+    name symbols of the common byte space instead of token ids. Its frame is an Open's followed by
+    the layout version of this extension (``CROSS_LAYOUT``) and ``large_prompt``: a Cloud that predates
+    it refuses the unknown kind rather than misreading it, and the Open frame itself is unchanged."""
+
+    kind: ClassVar[str] = "cross-open"
+    code: ClassVar[int] = 5
+
+    large_prompt: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "large_prompt", _ids(self.large_prompt))
+
+    def summary(self) -> dict:
+        return {**super().summary(), "large_prompt": list(self.large_prompt)}
 
 
 @dataclass(frozen=True)
@@ -223,8 +247,8 @@ class Tokens:
         return {"ids": list(self.ids)}
 
 
-Message = Open | Draft | Verdict | Tokens
-MESSAGE_TYPES: dict[int, type] = {kind.code: kind for kind in (Open, Draft, Verdict, Tokens)}
+Message = Open | CrossOpen | Draft | Verdict | Tokens
+MESSAGE_TYPES: dict[int, type] = {kind.code: kind for kind in (Open, CrossOpen, Draft, Verdict, Tokens)}
 
 
 def _check_session(session: bytes) -> None:
@@ -251,7 +275,10 @@ def encode(message: Message) -> bytes:
         settings = _OPEN_SETTINGS.pack(RULES.index(message.rule), message.alpha, message.beta, message.temperature,
                                        message.top_k, message.bonus, message.top_p, message.seed,
                                        message.max_new_tokens)
-        return head + message.session + settings + _pack_ids(message.stop_ids) + _pack_ids(message.prompt)
+        frame = head + message.session + settings + _pack_ids(message.stop_ids) + _pack_ids(message.prompt)
+        if isinstance(message, CrossOpen):
+            frame += _CROSS_LAYOUT.pack(CROSS_LAYOUT) + _pack_ids(message.large_prompt)
+        return frame
     if isinstance(message, Draft):
         return head + message.session + _KEEP.pack(message.keep) + _pack_ids(message.append) + _pack_ids(message.draft)
     if isinstance(message, Verdict):
@@ -322,15 +349,22 @@ def decode_prefix(data: bytes, direction: str | None = None, offset: int = 0) ->
         raise FrameError(f"unknown message kind {code}")
     if direction is not None and kind.direction != direction:
         raise FrameError(f"a {kind.kind} message cannot travel {direction}")
-    if kind is Open:
+    if kind is Open or kind is CrossOpen:
         session = reader.raw(SESSION_BYTES)
         rule, alpha, beta, temperature, top_k, bonus, top_p, seed, max_new_tokens = reader.take(_OPEN_SETTINGS)
         if rule >= len(RULES):
             raise FrameError(f"unknown verification rule {rule}")
         stop_ids = reader.ids()
-        message = Open(session=session, rule=RULES[rule], stop_ids=stop_ids, prompt=reader.ids(),
-                       max_new_tokens=max_new_tokens, alpha=alpha, beta=beta, temperature=temperature, top_p=top_p,
-                       top_k=top_k, bonus=bonus, seed=seed)
+        fields = dict(session=session, rule=RULES[rule], stop_ids=stop_ids, prompt=reader.ids(),
+                      max_new_tokens=max_new_tokens, alpha=alpha, beta=beta, temperature=temperature, top_p=top_p,
+                      top_k=top_k, bonus=bonus, seed=seed)
+        if kind is CrossOpen:
+            (layout,) = reader.take(_CROSS_LAYOUT)
+            if layout != CROSS_LAYOUT:
+                raise FrameError(f"cross-tokenizer layout {layout} is not supported (this side reads {CROSS_LAYOUT})")
+            message = CrossOpen(**fields, large_prompt=reader.ids())
+        else:
+            message = Open(**fields)
     elif kind is Draft:
         session = reader.raw(SESSION_BYTES)
         (keep,) = reader.take(_KEEP)
@@ -674,3 +708,160 @@ class Edge:
 def _tensor(values: np.ndarray) -> torch.Tensor:
     """A float tensor of a message's (read-only) array; torch needs memory it may write."""
     return torch.from_numpy(np.array(values, dtype=np.float32))
+
+
+# --------------------------------------------------------------------------- cross-tokenizer pairs (specsteer.crosstok)
+
+
+CROSS_RULES = ("ratio", "generate")  # SpecSteer (and LightCoSteer as rounds of no drafts), and the llm baseline
+
+
+class CrossCloud:
+    """The Cloud of a cross-tokenizer pair: the Generalist reads its own tokenization of the text, the
+    generic Specialist copy reads the Specialist ids the Edge sent. Same requests as :class:`Cloud`.
+
+    Per round it re-encodes the drafted text for the Generalist, scores the draft with one pass of
+    each model, tests the aligned segments (``crosstok.segment_test``) and, where a symbol must be
+    chosen, sends ``M_L - beta M_S0`` on the likeliest symbols. ``vocabularies`` are the pair's.
+    """
+
+    def __init__(self, generalist, generic_specialist, small_vocab_size: int, large_vocab_size: int,
+                 vocabularies, forward_log: ForwardLog):
+        self._generalist = generalist
+        self._generic = generic_specialist
+        self._small_vocab_size = small_vocab_size
+        self._large_vocab_size = large_vocab_size
+        self._vocabularies = vocabularies
+        self._forward_log = forward_log
+        self._settings: CrossOpen | None = None
+        self.large: Stream | None = None
+        self.generic: Stream | None = None
+        self.capacity = 0  # Specialist ids the session may hold (the generic copy's stream)
+        self.large_capacity = 0
+        self._sampler = Sampler()
+        self.last_ratios: list[float] = []
+
+    def open(self, message: CrossOpen) -> None:
+        from .crosstok import allowed_ids
+
+        self._settings = message
+        self._allowed = allowed_ids(self._vocabularies.small)
+        longest = max(max(len(text) for text in self._vocabularies.small.spelled), 1)
+        self.capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
+        # Each Specialist id spells at most ``longest`` bytes, and a re-encoding uses at most one id a byte.
+        self.large_capacity = len(message.large_prompt) + (message.max_new_tokens + DRAFT_HEADROOM) * longest
+        self.large = Stream(self._generalist, list(message.large_prompt), self._large_vocab_size, self._forward_log,
+                            "generalist", self.large_capacity)
+        if message.rule == "generate":
+            self._sampler = Sampler.make(message.temperature > 0, message.temperature, message.top_p, message.seed)
+            return
+        self.generic = Stream(self._generic, list(message.prompt), self._small_vocab_size, self._forward_log,
+                              "specialist0", self.capacity)
+        if message.temperature > 0:
+            self._sampler = Sampler.make(True, message.temperature, message.top_p, message.seed + 1)
+
+    def problem(self, message: Draft) -> str | None:
+        settings = self._settings
+        if settings is None or settings.streams:
+            return "this session does not take drafts"
+        if message.keep != -1:
+            return "only exact mode reports kept drafts, and a cross-tokenizer pair has no exact mode"
+        small = self._vocabularies.small
+        for ids, what in ((message.append, "chosen token"), (message.draft, "draft")):
+            if any(not bool(self._allowed[i]) for i in ids):
+                return f"a {what} spells no text the Generalist could read"
+            if any(i in small.stop_ids for i in ids[:-1]):
+                return f"an end id is followed by more {what}s"
+        if message.append and message.append[-1] in small.stop_ids and message.draft:
+            return "drafts after an end id"
+        if len(self.generic) + len(message.append) + len(message.draft) > self.capacity:
+            return "the drafts run past the token budget the session was opened with"
+        return None
+
+    def verify(self, message: Draft) -> Verdict:
+        from .crosstok import aligned_segments, public_symbol_values, ratios_per_draft, segment_test
+
+        settings = self._settings
+        vocabularies = self._vocabularies
+        appended_large = vocabularies.transfer(message.append)[0]
+        drafts = list(message.draft)
+        drafted_large, small_spans, large_spans = vocabularies.transfer(drafts)
+        if len(self.large) + len(appended_large) + len(drafted_large) > self.large_capacity:
+            raise ValueError("the drafted text runs past the Generalist's capacity")
+        self.large.append(appended_large + drafted_large)
+        self.generic.append(list(message.append) + drafts)
+        k, m = len(drafts), len(drafted_large)
+        large_rows = self.large.predict(m + 1)  # [m+1, V_L]
+        generic_rows = self.generic.predict(k + 1)  # [k+1, V_S]
+        temperature = 1.0 if self._sampler.greedy else self._sampler.temperature
+        large_log_probs = _log_probs_of(large_rows[:m], drafted_large, temperature)
+        generic_log_probs = _log_probs_of(generic_rows[:k], drafts, temperature)
+        segments = aligned_segments(small_spans, large_spans) if k else []
+        uniform = None if self._sampler.greedy else self._sampler.uniform
+        verdict = segment_test(large_log_probs, generic_log_probs, segments, settings.alpha, uniform)
+        self.last_ratios = ratios_per_draft(segments, verdict.ratios)[: verdict.small_accepted + 1]
+        small_kept, large_kept = verdict.small_accepted, verdict.large_accepted
+        if small_kept < k:
+            self.large.truncate(len(self.large) - (m - large_kept), large_rows[large_kept])
+            self.generic.truncate(len(self.generic) - (k - small_kept), generic_rows[small_kept])
+        if small_kept == k and not settings.bonus:
+            return Verdict(small_kept)
+        symbols, values = public_symbol_values(large_rows[large_kept], vocabularies.large, generic_rows[small_kept],
+                                               vocabularies.small, settings.beta, settings.top_k)
+        return Verdict(small_kept, symbols.tolist(), values.numpy())
+
+    def next_tokens(self, count: int = 1) -> Tokens:
+        """The ``generate`` rule: the Generalist decodes alone, in its own ids."""
+        ids = []
+        for _ in range(count):
+            token = self._sampler.choose(self.large.predict(1)[0])
+            self.large.append([token])
+            ids.append(token)
+        return Tokens(ids)
+
+    def close(self) -> None:
+        for stream in (self.large, self.generic):
+            if stream is not None:
+                stream.close()
+
+
+def _log_probs_of(rows: torch.Tensor, ids: list[int], temperature: float) -> torch.Tensor:
+    """log softmax(rows / temperature) at ``ids``, one per row: ``[n]``."""
+    if not ids:
+        return rows.new_zeros(0)
+    return torch.log_softmax(rows / temperature, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
+
+
+class CrossEdge(Edge):
+    """The Edge of a cross-tokenizer pair: it drafts only ids the Generalist can be told about, and
+    turns the Cloud's symbol values into a Specialist id (``crosstok.choose_symbol``)."""
+
+    def __init__(self, *args, vocabulary, **kwargs):
+        from .crosstok import allowed_ids
+
+        super().__init__(*args, **kwargs)
+        self.vocabulary = vocabulary
+        self._allowed = allowed_ids(vocabulary)[: self.stream.vocab_size]
+
+    def draft(self, k: int, cancel: threading.Event | None = None) -> list[int]:
+        ids, self._draft_rows = draft(self.stream, k, self.sampler, self.stop_ids, self.draft_confidence, cancel,
+                                      allowed=self._allowed)
+        return ids
+
+    def settle(self, verdict: Verdict, drafts: list[int], may_extend: bool) -> Settlement:
+        from .crosstok import SYMBOLS, choose_symbol
+
+        accepted = verdict.accepted
+        if accepted > len(drafts) or any(s >= SYMBOLS for s in verdict.ids) or len(verdict.ids) != verdict.values.size:
+            raise ValueError("the Cloud's verdict does not fit the drafts or the symbol space")
+        if accepted < len(drafts):
+            private_row = self._rewind(accepted)
+        elif verdict.ids and may_extend:
+            private_row = self._private_row_after_drafts()
+        else:
+            return Settlement(accepted, None, [])
+        symbol = choose_symbol(torch.tensor(verdict.ids), _tensor(verdict.values), private_row, self.vocabulary,
+                               self.beta, self.sampler.choose)
+        chosen = self.vocabulary.symbol_id(symbol)
+        self.stream.append([chosen])
+        return Settlement(accepted, chosen, [])

@@ -210,7 +210,7 @@ def create_app(service: CloudService, secret: str | None = None,
 
     @app.post(EXCHANGE_PATH, dependencies=[Depends(authorized)])
     async def exchange(request: Request):
-        frame = await _read_frame(request, service.limits.max_frame_bytes)
+        frame = await _read_frame(request, service.frame_limit)
         answer = await run_in_threadpool(service.handle, frame)
         if answer.report is None:  # a stream: each frame leaves as soon as it is computed
             return StreamingResponse(answer.frames, media_type=OCTET_STREAM)

@@ -720,6 +720,11 @@ def choose_runtime(pairing: Pairing, requested: str = "auto", progress: Progress
         raise ValueError(f"unknown runtime {requested!r}; choose one of {', '.join(RUNTIME_CHOICES)}")
     if requested == "transformers":
         return requested
+    if pairing.separate_tokenizers:
+        if requested == "llama.cpp":
+            raise ModelLoadError(f"pairing {pairing.id!r} uses two tokenizers: cross-tokenizer SpecSteer runs on the "
+                                 "transformers runtime only (choose auto or transformers).")
+        return "transformers"
     specs = (pairing.specialist, pairing.generalist)
     not_gguf = [spec for spec in specs if spec.kind not in ("offline", "gguf")]
     available, reason = llamacpp.status()
@@ -750,6 +755,8 @@ def _load_pair_uncached(pairing: Pairing, runtime: str, dtype: torch.dtype | Non
     # Tokenizers first: they are small, and a mismatch must be found before a large download or load.
     # An Edge alone cannot compare (the Generalist's tokenizer ships with its weights): its Cloud did.
     tokenizer = load_tokenizer(pairing.specialist, progress)
+    if pairing.separate_tokenizers:
+        return _load_cross_pair(pairing, tokenizer, dtype, device, progress, edge_only)
     if not edge_only:
         check_tokenizers_match(tokenizer, load_tokenizer(pairing.generalist, progress), pairing.id)
     chat = pair_chat_format(pairing, progress)
@@ -759,6 +766,17 @@ def _load_pair_uncached(pairing: Pairing, runtime: str, dtype: torch.dtype | Non
     else:
         models = [TransformersModel(load_model(spec, dtype, progress, device), spec.name) for spec in specs]
     return assemble_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer, chat)
+
+
+def _load_cross_pair(pairing: Pairing, tokenizer: PreTrainedTokenizerBase, dtype: torch.dtype | None,
+                     device: torch.device | None, progress: Progress, edge_only: bool) -> LoadedPair:
+    """A pairing of two tokenizers (transformers only). The Generalist's tokenizer is loaded even for an
+    Edge alone: the Edge renders the plain prompt in the Generalist's ids for the CrossOpen."""
+    large_tokenizer = load_tokenizer(pairing.generalist, progress)
+    specs = (pairing.specialist,) if edge_only else (pairing.specialist, pairing.generalist)
+    models = [TransformersModel(load_model(spec, dtype, progress, device), spec.name) for spec in specs]
+    return assemble_cross_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer,
+                               large_tokenizer, pairing.specialist.chat, pairing.generalist.chat)
 
 
 def pair_chat_format(pairing: Pairing, progress: Progress | None = None) -> ChatFormat:

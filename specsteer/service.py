@@ -299,7 +299,7 @@ class PairCatalog:
 
 
 def _status(pairing: Pairing, edge_only: bool) -> tuple[bool, str]:
-    if not edge_only or pairing.cross_tokenizer:
+    if not edge_only or pairing.cross_tokenizer or pairing.separate_tokenizers:
         return pairing_status(pairing)
     return model_status(pairing.specialist)
 

@@ -26,7 +26,8 @@ from specsteer.decoding import Sampler, ratio_test
 from specsteer.engine import DecodeConfig, chat_ids, collect, generate_ids
 from specsteer.privacy import audit_uplink
 from specsteer.protocol import CrossOpen, Draft, Open, decode, encode
-from specsteer.testing import CHAT_QUIET_IDS, IM_END_ID, tiny_cross_pair, tiny_merged_tokenizer, tiny_pair, tiny_tokenizer
+from specsteer.testing import (CHAT_QUIET_IDS, IM_END_ID, tiny_cross_pair, tiny_merged_tokenizer, tiny_model, tiny_pair,
+                               tiny_tokenizer)
 
 # --------------------------------------------------------------------------- the rule on plain tensors
 
@@ -306,3 +307,57 @@ def test_a_cloud_refuses_drafts_it_cannot_spell(cross):
         service.handle(encode(Draft(session, draft=(258, 65))))
     answer = service.handle(encode(Draft(session, draft=(65, 66))))  # the session is still usable
     assert len(list(answer.frames)) == 1
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def test_a_cross_tokenizer_pairing_loads_each_tokenizer_and_generates_from_a_request(tmp_path):
+    from specsteer.engine import Request, generate
+    from specsteer.history import HistoryItem
+    from specsteer.models import ModelLoadError, clear_loaded_pairs, load_pair
+    from specsteer.registry import ModelSpec, Pairing
+
+    def saved(name: str, seed: int, vocab: int, tokenizer) -> ModelSpec:
+        directory = tmp_path / name
+        tiny_model(seed, vocab, tokenizer_size=len(tokenizer), quiet_ids=CHAT_QUIET_IDS).save_pretrained(directory)
+        tokenizer.save_pretrained(directory)
+        return ModelSpec(name=name, kind="local", ref=str(directory), chat=CHATML_CHAT)
+
+    pairing = Pairing(id="local-cross", label="local cross", specialist=saved("small", 0, 320, tiny_tokenizer()),
+                      generalist=saved("large", 1, 352, tiny_merged_tokenizer()), separate_tokenizers=True)
+    try:
+        pair = load_pair(pairing, dtype="fp32")
+        text = "the weather and the sea"
+        assert pair.tokenizer.encode(text) == tiny_tokenizer().encode(text)
+        # (reloaded beside a Qwen2 config, the merged tokenizer gains Qwen's pre-tokenizer, so its ids differ
+        # from tiny_merged_tokenizer()'s; what matters is that the Generalist's own tokenizer was loaded)
+        assert len(pair.cross.tokenizer.encode(text)) < len(pair.tokenizer.encode(text))
+        request = Request(task="review", input_text="A kettle that boils fast.",
+                          history=[HistoryItem({"reviewText": "I love quiet mornings.", "summary": "calm",
+                                                "overall": "5", "description": "a teapot"})])
+        tokens, finished = collect(generate(pair, request, DecodeConfig(method="specsteer", max_new_tokens=12)))
+        assert finished.stats.new_tokens == 12 or finished.stats.stop_reason == "eos"
+        assert finished.transcript[0].kind == "cross-open"
+        edge = load_pair(pairing, dtype="fp32", edge_only=True)
+        assert edge.generalist is None and edge.cross.tokenizer.encode(text) == pair.cross.tokenizer.encode(text)
+        with pytest.raises(ModelLoadError, match="transformers runtime only"):
+            load_pair(pairing, runtime="llama.cpp")
+    finally:
+        clear_loaded_pairs()
+
+
+def test_the_papers_cross_pairing_fails_fast_without_a_hub(monkeypatch):
+    import time
+
+    from specsteer.models import ModelLoadError, load_pair
+    from specsteer.registry import PAIRINGS
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    pairing = PAIRINGS["qwen3-0.6b__llama3.1-8b"]
+    assert pairing.separate_tokenizers and not pairing.cross_tokenizer
+    started = time.perf_counter()
+    with pytest.raises(ModelLoadError, match="HF_HUB_OFFLINE") as caught:
+        load_pair(pairing.id, dtype="fp32")
+    assert time.perf_counter() - started < 5.0
+    assert "offline-qwen2.5-coder" in str(caught.value)

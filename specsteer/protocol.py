@@ -472,7 +472,45 @@ def needs_generic(rule: str, beta: float) -> bool:
     return rule in ("ratio", "costeer") or (rule == "exact" and beta != 0)
 
 
-class Cloud:
+class _CloudStreams:
+    """What every Cloud session has: the Generalist's stream, perhaps the generic copy's, and a sampler."""
+
+    def __init__(self, generalist, generic_specialist, forward_log: ForwardLog):
+        self._generalist = generalist
+        self._generic = generic_specialist
+        self._forward_log = forward_log
+        self.large: Stream | None = None
+        self.generic: Stream | None = None
+        self.capacity = 0  # tokens the session's generic stream may hold
+        self._sampler = Sampler()
+        self.last_ratios: list[float] = []  # instrumentation for display; never sent as a message
+
+    @staticmethod
+    def _session_sampler(message: Open) -> Sampler:
+        if message.rule == "generate":
+            # The llm baseline samples with the Edge's own seed, as a Generalist alone would.
+            return Sampler.make(message.temperature > 0, message.temperature, message.top_p, message.seed)
+        if message.temperature > 0:
+            return Sampler.make(True, message.temperature, message.top_p, message.seed + 1)
+        return Sampler()
+
+    def close(self) -> None:
+        """Give the streams' caches back for reuse by a later request with the same prompt."""
+        for stream in (self.large, self.generic):
+            if stream is not None:
+                stream.close()
+
+    def next_tokens(self, count: int = 1) -> Tokens:
+        """The ``generate`` rule (the ``llm`` baseline): the Generalist decodes alone, in its own ids."""
+        ids = []
+        for _ in range(count):
+            token = self._sampler.choose(self.large.predict(1)[0])
+            self.large.append([token])
+            ids.append(token)
+        return Tokens(ids)
+
+
+class Cloud(_CloudStreams):
     """The Generalist and the generic Specialist copy serving one session. Knows nothing of the user's history.
 
     ``open`` starts the session's streams, ``verify`` answers a Draft with a Verdict, ``next_tokens``
@@ -481,17 +519,10 @@ class Cloud:
     """
 
     def __init__(self, generalist, generic_specialist, vocab_size: int, forward_log: ForwardLog):
-        self._generalist = generalist
-        self._generic = generic_specialist
+        super().__init__(generalist, generic_specialist, forward_log)
         self._vocab_size = vocab_size
-        self._forward_log = forward_log
         self._settings: Open | None = None
-        self.large: Stream | None = None
-        self.generic: Stream | None = None
-        self.capacity = 0
         self._rows: tuple[torch.Tensor, torch.Tensor] | None = None  # last verify rows, exact mode
-        self._sampler = Sampler()
-        self.last_ratios: list[float] = []  # instrumentation for display; never sent as a message
 
     def open(self, message: Open) -> None:
         self._settings = message
@@ -501,11 +532,7 @@ class Cloud:
         if needs_generic(message.rule, message.beta):
             self.generic = Stream(self._generic, list(message.prompt), self._vocab_size, self._forward_log,
                                   "specialist0", self.capacity)
-        if message.rule == "generate":
-            # The llm baseline samples with the Edge's own seed, as a Generalist alone would.
-            self._sampler = Sampler.make(message.temperature > 0, message.temperature, message.top_p, message.seed)
-        elif message.temperature > 0:
-            self._sampler = Sampler.make(True, message.temperature, message.top_p, message.seed + 1)
+        self._sampler = self._session_sampler(message)
 
     def problem(self, message: Draft) -> str | None:
         """Why ``message`` cannot be applied to this session, or None."""
@@ -550,21 +577,6 @@ class Cloud:
         beta = settings.beta if generic_row is not None else 0.0
         ids, values = steering_entries(large_rows[accepted], generic_row, beta, settings.top_k)
         return Verdict(accepted, ids.tolist(), values.numpy())
-
-    def close(self) -> None:
-        """Give the streams' caches back for reuse by a later request with the same prompt."""
-        for stream in (self.large, self.generic):
-            if stream is not None:
-                stream.close()
-
-    def next_tokens(self, count: int = 1) -> Tokens:
-        """The ``generate`` rule (the ``llm`` baseline): the Generalist decodes alone."""
-        ids = []
-        for _ in range(count):
-            token = self._sampler.choose(self.large.predict(1)[0])
-            self.large.append([token])
-            ids.append(token)
-        return Tokens(ids)
 
     def _send_rows(self, large_rows: torch.Tensor, generic_rows: torch.Tensor | None) -> Verdict:
         """Exact and CoSteer modes: the Edge decides, so it needs the Cloud's rows (no truncation for exact)."""
@@ -623,6 +635,7 @@ class Edge:
         self.stop_ids = stop_ids
         self.rule = rule
         self.beta = beta
+        self.allowed: torch.Tensor | None = None  # [V] bool: the ids that may be drafted (all when None)
         self._draft_rows: list[torch.Tensor] = []
 
     def close(self) -> None:
@@ -630,7 +643,8 @@ class Edge:
 
     def draft(self, k: int, cancel: threading.Event | None = None) -> list[int]:
         """Up to ``k`` drafts; fewer when ``cancel`` is set meanwhile (the caller must not send them then)."""
-        ids, self._draft_rows = draft(self.stream, k, self.sampler, self.stop_ids, self.draft_confidence, cancel)
+        ids, self._draft_rows = draft(self.stream, k, self.sampler, self.stop_ids, self.draft_confidence, cancel,
+                                      allowed=self.allowed)
         return ids
 
     def next_token(self) -> int:
@@ -656,10 +670,13 @@ class Edge:
             private_row = self._private_row_after_drafts()
         else:
             return Settlement(accepted, None, [])
-        ids = torch.tensor(verdict.ids)
-        chosen = recover(ids, _tensor(verdict.values), private_row, self.beta, self.sampler)
+        chosen = self._choose(verdict, private_row)
         self.stream.append([chosen])
         return Settlement(accepted, chosen, [])
+
+    def _choose(self, verdict: Verdict, private_row: torch.Tensor | None) -> int:
+        """The recovered or bonus token from the Cloud's share of the steered logits and the private row."""
+        return recover(torch.tensor(verdict.ids), _tensor(verdict.values), private_row, self.beta, self.sampler)
 
     def _private_row_after_drafts(self) -> torch.Tensor | None:
         """The Specialist's logits after the last draft, for a bonus token.
@@ -716,7 +733,7 @@ def _tensor(values: np.ndarray) -> torch.Tensor:
 CROSS_RULES = ("ratio", "generate")  # SpecSteer (and LightCoSteer as rounds of no drafts), and the llm baseline
 
 
-class CrossCloud:
+class CrossCloud(_CloudStreams):
     """The Cloud of a cross-tokenizer pair: the Generalist reads its own tokenization of the text, the
     generic Specialist copy reads the Specialist ids the Edge sent. Same requests as :class:`Cloud`.
 
@@ -727,19 +744,12 @@ class CrossCloud:
 
     def __init__(self, generalist, generic_specialist, small_vocab_size: int, large_vocab_size: int,
                  vocabularies, forward_log: ForwardLog):
-        self._generalist = generalist
-        self._generic = generic_specialist
+        super().__init__(generalist, generic_specialist, forward_log)
         self._small_vocab_size = small_vocab_size
         self._large_vocab_size = large_vocab_size
         self._vocabularies = vocabularies
-        self._forward_log = forward_log
         self._settings: CrossOpen | None = None
-        self.large: Stream | None = None
-        self.generic: Stream | None = None
-        self.capacity = 0  # Specialist ids the session may hold (the generic copy's stream)
-        self.large_capacity = 0
-        self._sampler = Sampler()
-        self.last_ratios: list[float] = []
+        self.large_capacity = 0  # Generalist ids the session may hold
 
     def open(self, message: CrossOpen) -> None:
         from .crosstok import allowed_ids
@@ -752,13 +762,10 @@ class CrossCloud:
         self.large_capacity = len(message.large_prompt) + (message.max_new_tokens + DRAFT_HEADROOM) * longest
         self.large = Stream(self._generalist, list(message.large_prompt), self._large_vocab_size, self._forward_log,
                             "generalist", self.large_capacity)
-        if message.rule == "generate":
-            self._sampler = Sampler.make(message.temperature > 0, message.temperature, message.top_p, message.seed)
-            return
-        self.generic = Stream(self._generic, list(message.prompt), self._small_vocab_size, self._forward_log,
-                              "specialist0", self.capacity)
-        if message.temperature > 0:
-            self._sampler = Sampler.make(True, message.temperature, message.top_p, message.seed + 1)
+        self._sampler = self._session_sampler(message)
+        if message.rule != "generate":
+            self.generic = Stream(self._generic, list(message.prompt), self._small_vocab_size, self._forward_log,
+                                  "specialist0", self.capacity)
 
     def problem(self, message: Draft) -> str | None:
         settings = self._settings
@@ -810,19 +817,6 @@ class CrossCloud:
                                                vocabularies.small, settings.beta, settings.top_k)
         return Verdict(small_kept, symbols.tolist(), values.numpy())
 
-    def next_tokens(self, count: int = 1) -> Tokens:
-        """The ``generate`` rule: the Generalist decodes alone, in its own ids."""
-        ids = []
-        for _ in range(count):
-            token = self._sampler.choose(self.large.predict(1)[0])
-            self.large.append([token])
-            ids.append(token)
-        return Tokens(ids)
-
-    def close(self) -> None:
-        for stream in (self.large, self.generic):
-            if stream is not None:
-                stream.close()
 
 
 def _log_probs_of(rows: torch.Tensor, ids: list[int], temperature: float) -> torch.Tensor:
@@ -841,27 +835,13 @@ class CrossEdge(Edge):
 
         super().__init__(*args, **kwargs)
         self.vocabulary = vocabulary
-        self._allowed = allowed_ids(vocabulary)[: self.stream.vocab_size]
+        self.allowed = allowed_ids(vocabulary)[: self.stream.vocab_size]
 
-    def draft(self, k: int, cancel: threading.Event | None = None) -> list[int]:
-        ids, self._draft_rows = draft(self.stream, k, self.sampler, self.stop_ids, self.draft_confidence, cancel,
-                                      allowed=self._allowed)
-        return ids
-
-    def settle(self, verdict: Verdict, drafts: list[int], may_extend: bool) -> Settlement:
+    def _choose(self, verdict: Verdict, private_row: torch.Tensor | None) -> int:
         from .crosstok import SYMBOLS, choose_symbol
 
-        accepted = verdict.accepted
-        if accepted > len(drafts) or any(s >= SYMBOLS for s in verdict.ids) or len(verdict.ids) != verdict.values.size:
-            raise ValueError("the Cloud's verdict does not fit the drafts or the symbol space")
-        if accepted < len(drafts):
-            private_row = self._rewind(accepted)
-        elif verdict.ids and may_extend:
-            private_row = self._private_row_after_drafts()
-        else:
-            return Settlement(accepted, None, [])
+        if any(s >= SYMBOLS for s in verdict.ids) or len(verdict.ids) != verdict.values.size:
+            raise ValueError("the Cloud's verdict does not name symbols of the common byte space")
         symbol = choose_symbol(torch.tensor(verdict.ids), _tensor(verdict.values), private_row, self.vocabulary,
                                self.beta, self.sampler.choose)
-        chosen = self.vocabulary.symbol_id(symbol)
-        self.stream.append([chosen])
-        return Settlement(accepted, chosen, [])
+        return self.vocabulary.symbol_id(symbol)

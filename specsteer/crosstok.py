@@ -13,9 +13,10 @@ the generic copy ``S0`` of the Specialist. Ids rather than the text's UTF-8 byte
 * ``p_S0`` must score exactly the token sequence the Edge's ``p_S+`` drafted: that is what makes
   the private term cancel in ``Q / q`` (DESIGN §1). Bytes would have to be re-tokenized on the
   Cloud, and a draft is not always the canonical tokenization of its own text;
-* the wire format, the privacy audit and the byte counts stay those of the same-tokenizer method
-  (a byte-level BPE token averages about 4 bytes of English, so an id costs about what its text
-  would: ``bytes_per_token`` in the stats says which).
+* the wire format, the privacy audit and the byte counts stay those of the same-tokenizer method:
+  a draft costs 4 bytes an id, where its text would cost one byte a byte (a byte-level BPE token of
+  English text spells about 4 bytes, so the two are about even; the ids are never larger than
+  4 bytes a token, the text is unbounded for long tokens).
 
 The only new frame is ``CrossOpen`` (the Generalist also needs the plain prompt in its own
 tokenization). The downlink ``Verdict`` keeps its layout; on a cross pair its ``ids`` name

@@ -2,12 +2,16 @@
 
 The Edge holds the Specialist and the user's private prompt; the Cloud holds
 the Generalist and a generic copy of the Specialist and never sees the
-history. They exchange only the four messages below, each a frozen dataclass
+history. They exchange only the messages below, each a frozen dataclass
 encoded to bytes by :func:`encode` and read back by :func:`decode`.
 
 Uplink (Edge -> Cloud), each naming its session (16 random bytes the Edge chose)
   :class:`Open`   once: the plain prompt ids (the task input, not private), the
                   decoding settings the Cloud needs and the ids that end a text.
+                  On a cross-tokenizer pair (``specsteer.crosstok``) a :class:`CrossOpen`
+                  instead, which adds the plain prompt in the Generalist's ids; there
+                  drafts and chosen tokens stay Specialist ids and a verdict's ``ids``
+                  name symbols of the common byte space (256 bytes and END).
   :class:`Draft`  per round: ``keep`` (how many of the previous round's drafts the
                   Edge kept, exact mode only), ``append`` (tokens the Edge chose since:
                   the recovered or bonus token) and the new ``draft`` ids.

@@ -339,14 +339,23 @@ def _gguf_tensor_name(name: str) -> str:
     return f"blk.{index}.{block[module]}.{kind}"
 
 
+# The pairing ids the test hooks (the evaluate and cloud CLIs, the bench, the app) accept, and what builds each.
+TEST_PAIRS = {TEST_PAIRING_ID: tiny_pair, CROSS_PAIRING_ID: tiny_cross_pair}
 _shared_lock = threading.Lock()
-_shared: LoadedPair | None = None
+_shared: dict[str, LoadedPair] = {}
+
+
+def shared_test_pair(pairing_id: str) -> LoadedPair | None:
+    """One process-wide pair per test pairing id, built on first use; None for any other id."""
+    build = TEST_PAIRS.get(pairing_id)
+    if build is None:
+        return None
+    with _shared_lock:
+        if pairing_id not in _shared:
+            _shared[pairing_id] = build()
+        return _shared[pairing_id]
 
 
 def shared_tiny_pair() -> LoadedPair:
     """One process-wide ``tiny_pair()`` for the test hooks, built on first use."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = tiny_pair()
-        return _shared
+    return shared_test_pair(TEST_PAIRING_ID)

@@ -361,3 +361,22 @@ def test_the_papers_cross_pairing_fails_fast_without_a_hub(monkeypatch):
         load_pair(pairing.id, dtype="fp32")
     assert time.perf_counter() - started < 5.0
     assert "offline-qwen2.5-coder" in str(caught.value)
+
+
+# --------------------------------------------------------------------------- evaluate
+
+
+def test_evaluate_runs_a_cross_tokenizer_pair_and_refuses_its_missing_methods(tmp_path, capsys):
+    import json
+
+    from specsteer import evaluate
+
+    base = ["--data", "sample", "--task", "review", "--limit", "1", "--pairing", "tiny-cross-test",
+            "--max-new-tokens", "6", "--database", f"sqlite:///{tmp_path / 'cross.db'}"]
+    assert evaluate.main(base + ["--methods", "slm+,llm,specsteer", "--alpha", "0.1", "--json"]) == 0
+    rows = {row["method"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
+    assert set(rows) == {"slm+", "llm", "specsteer"}
+    assert rows["specsteer"]["acceptance"] is not None and rows["slm+"]["acceptance"] is None
+    assert evaluate.main(base + ["--methods", "specsteer,sd", "--run-name", "refused"]) == 2  # a bad argument
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "Standard SD is not available on a cross-tokenizer pairing" in last

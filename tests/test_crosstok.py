@@ -380,3 +380,52 @@ def test_evaluate_runs_a_cross_tokenizer_pair_and_refuses_its_missing_methods(tm
     assert evaluate.main(base + ["--methods", "specsteer,sd", "--run-name", "refused"]) == 2  # a bad argument
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("error: ") and "Standard SD is not available on a cross-tokenizer pairing" in last
+
+
+# --------------------------------------------------------------------------- over HTTP
+
+
+@pytest.mark.slow
+def test_an_http_cloud_of_a_cross_pair_gives_the_in_process_output_and_sees_no_history(cross, tmp_path):
+    """``python -m specsteer cloud --pairing tiny-cross-test``: the same tokens as in process, and what it
+    received is the plain prompt in both tokenizations and Specialist ids (audited on the captured bytes)."""
+    import os
+    import struct
+
+    from specsteer.engine import Request, generate, prepare
+    from specsteer.history import HistoryItem
+    from specsteer.privacy import audit_wire
+    from specsteer.remote import RemoteCloud, read_capture, start_cloud_process
+
+    canary = "QUOKKA-canary-4417 purple kazoo"
+    history = [HistoryItem({"text": f"My secret phrase is {canary}; headphones matter to me."})]
+    prepared = prepare(Request(task="free", input_text="Write about headphones and battery life.", history=history))
+    plain_ids = chat_ids(cross.tokenizer, prepared.prompts.plain, CHATML_CHAT)
+    large_ids = chat_ids(cross.cross.tokenizer, prepared.prompts.plain, CHATML_CHAT)
+    environment = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    capture = tmp_path / "capture.bin"
+    with (tmp_path / "cloud.log").open("wb") as log:
+        server = start_cloud_process("--pairing", "tiny-cross-test", "--capture", str(capture), "--no-prefix-reuse",
+                                     env=environment, stderr=log, ready_timeout_s=180)
+    try:
+        with RemoteCloud(server.url) as remote:
+            for config in (DecodeConfig(method="specsteer", alpha=0.3, max_new_tokens=20),
+                           DecodeConfig(method="lightcosteer", max_new_tokens=8),
+                           DecodeConfig(method="llm", max_new_tokens=8)):
+                cross.clear_prefix_caches()
+                tokens, here = collect(generate(cross, prepared, config))
+                before = len(read_capture(capture))
+                remote_tokens, there = collect(generate(cross, prepared, config, cloud=remote))
+                assert [(t.id, t.kind) for t in remote_tokens] == [(t.id, t.kind) for t in tokens]
+                exchanges = read_capture(capture)[before:]
+                uplink, downlink = [e.uplink for e in exchanges], [e.downlink for e in exchanges]
+                assert sum(map(len, uplink)) == there.stats.uplink_bytes
+                audit = audit_wire(uplink, downlink, plain_ids, remote_tokens, large_ids)
+                assert audit.ok, audit.problems
+                received = b"".join(uplink)
+                for tokenizer in (cross.tokenizer, cross.cross.tokenizer):
+                    canary_ids = tokenizer.encode(canary)
+                    assert struct.pack(f"<{len(canary_ids)}I", *canary_ids) not in received
+                assert canary.encode() not in received
+    finally:
+        server.stop()

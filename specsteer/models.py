@@ -656,6 +656,16 @@ def assemble_cross_pair(
     )
 
 
+def cross_tokenizer_view(pair: LoadedPair) -> LoadedPair:
+    """The same two models driven through the cross-tokenizer path, each side with its own copy of
+    the one tokenizer: what the byte-space machinery costs, measured against the same-tokenizer method
+    on one pair (benchmarks). Any runtime: the path needs only each model's logits."""
+    if pair.cross is not None:
+        return pair
+    return assemble_cross_pair(f"{pair.pairing_id}+cross-path", pair.specialist, pair.generalist, pair.tokenizer,
+                               pair.tokenizer, pair.chat, pair.chat)
+
+
 def as_runtime(model: ModelRuntime | PreTrainedModel) -> ModelRuntime:
     return model if isinstance(model, ModelRuntime) else TransformersModel(model)
 

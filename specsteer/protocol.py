@@ -735,6 +735,10 @@ def _tensor(values: np.ndarray) -> torch.Tensor:
 
 
 CROSS_RULES = ("ratio", "generate")  # SpecSteer (and LightCoSteer as rounds of no drafts), and the llm baseline
+# Generalist tokens a session may hold per Specialist token of its budget. Two BPE vocabularies cut
+# one text into about as many tokens, and a recovered byte is one token on each side, so 4 leaves
+# wide room; a text that needs more is refused (the runtimes size their caches from this).
+LARGE_TOKENS_PER_SMALL = 4
 
 
 class CrossCloud(_CloudStreams):
@@ -760,10 +764,9 @@ class CrossCloud(_CloudStreams):
 
         self._settings = message
         self._allowed = allowed_ids(self._vocabularies.small)
-        longest = max(max(len(text) for text in self._vocabularies.small.spelled), 1)
         self.capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
-        # Each Specialist id spells at most ``longest`` bytes, and a re-encoding uses at most one id a byte.
-        self.large_capacity = len(message.large_prompt) + (message.max_new_tokens + DRAFT_HEADROOM) * longest
+        self.large_capacity = (len(message.large_prompt)
+                               + LARGE_TOKENS_PER_SMALL * (message.max_new_tokens + DRAFT_HEADROOM))
         self.large = Stream(self._generalist, list(message.large_prompt), self._large_vocab_size, self._forward_log,
                             "generalist", self.large_capacity)
         self._sampler = self._session_sampler(message)
@@ -787,6 +790,9 @@ class CrossCloud(_CloudStreams):
             return "drafts after an end id"
         if len(self.generic) + len(message.append) + len(message.draft) > self.capacity:
             return "the drafts run past the token budget the session was opened with"
+        transfer = self._vocabularies.transfer
+        if len(self.large) + len(transfer(message.append)[0]) + len(transfer(message.draft)[0]) > self.large_capacity:
+            return "the drafted text needs more Generalist tokens than the session was opened with"
         return None
 
     def verify(self, message: Draft) -> Verdict:
@@ -797,8 +803,6 @@ class CrossCloud(_CloudStreams):
         appended_large = vocabularies.transfer(message.append)[0]
         drafts = list(message.draft)
         drafted_large, small_spans, large_spans = vocabularies.transfer(drafts)
-        if len(self.large) + len(appended_large) + len(drafted_large) > self.large_capacity:
-            raise ValueError("the drafted text runs past the Generalist's capacity")
         self.large.append(appended_large + drafted_large)
         self.generic.append(list(message.append) + drafts)
         k, m = len(drafts), len(drafted_large)

@@ -83,8 +83,12 @@ tokenization the protocol actually fed it (drafts, re-encoded drafts, one-byte t
 recovery) and the first byte of its next token is taken as the next byte. A recovery therefore
 emits one byte, and the text after it is fed as a non-canonical split; both are stated costs of the
 approximation, not hidden ones. With a byte-level vocabulary on both sides (every token one byte)
-``M`` is the model's own log-softmax restricted to bytes and end ids, and the choice equals Eq. 8's
-argmax over the same candidates (log-softmax and raw logits differ by a constant per row).
+``M`` is the model's own log-softmax over the byte ids and the end ids (renormalised), and the
+choice equals Eq. 8's argmax over the same candidates (log-softmax and raw logits differ by a
+constant per row) as long as Eq. 8 would pick a byte or the one end id that carries the end mass:
+END pools every end id, and ids that spell nothing are not candidates here. Under those conditions
+(``testing.CHAT_QUIET_IDS``) the whole cross-tokenizer path reproduces same-tokenizer SpecSteer
+token for token (``test_identical_tokenizers_reproduce_same_tokenizer_specsteer``).
 """
 
 from __future__ import annotations

@@ -258,6 +258,16 @@ def test_different_tokenizers_accept_some_drafts_and_the_pieces_make_the_text(cr
     assert opening.kind == "cross-open" and opening.payload["large_prompt"] == large
 
 
+def test_sampling_across_tokenizers_follows_its_seed(cross):
+    plain, private, large = _prompts(cross.tokenizer, cross.cross.tokenizer, 1)[0]
+    config = dict(method="specsteer", alpha=0.3, sample=True, temperature=1.0, max_new_tokens=24)
+    _, first = _run(cross, plain, private, large, seed=5, **config)
+    _, again = _run(cross, plain, private, large, seed=5, **config)
+    _, other = _run(cross, plain, private, large, seed=6, **config)
+    assert first.token_ids == again.token_ids and first.token_ids != other.token_ids
+    assert 0 < first.stats.accepted < first.stats.drafted  # the sampled test both passes and refuses
+
+
 def test_unavailable_methods_are_refused_before_anything_runs(cross):
     plain, private, large = _prompts(cross.tokenizer, cross.cross.tokenizer, 1)[0]
     for config in (dict(method="sd"), dict(method="costeer"), dict(method="specsteer", exact=True)):

@@ -529,3 +529,20 @@ def test_a_cloud_killed_mid_generation_keeps_and_saves_what_was_emitted(tmp_path
     saved = store.generations[0]
     assert saved.stats.stop_reason == "cloud-error" and saved.text == partial.finished.text
     assert saved.settings.cloud == child.url and partial.saved_id == 1
+
+
+def test_a_cross_tokenizer_pair_generates_audits_and_refuses_a_method_it_cannot_run(store, history):
+    from specsteer.testing import CROSS_PAIRING_ID, shared_test_pair
+
+    service = AppService(store=store, runs=None,
+                         pairs=PairCatalog({CROSS_PAIRING_ID: lambda: shared_test_pair(CROSS_PAIRING_ID)}))
+    *_, done = service.generate(history, "review", INPUT, values(pairing=CROSS_PAIRING_ID))
+    assert isinstance(done, Done) and done.result.privacy.audit.ok, done
+    assert done.result.finished.transcript[0].kind == "cross-open"
+    *_, refused = service.generate(history, "review", INPUT, values(pairing=CROSS_PAIRING_ID, method="sd"))
+    assert isinstance(refused, Failed) and "not available on a cross-tokenizer pairing" in refused.message
+    events = list(service.compare(history, "review", INPUT, values(pairing=CROSS_PAIRING_ID), ["specsteer", "costeer"],
+                                  blind=False))
+    assert isinstance(events[-1], Failed) and "CoSteer is not available" in events[-1].message
+    assert not any(isinstance(event, OutputDone) for event in events) and not store.comparisons
+    assert len(store.generations) == 1  # only the first generation ran and was saved

@@ -17,6 +17,10 @@ costeer       0          every token from CoSteer's iterative refinement
 slm, slm+     --         Specialist alone, prompt only / with retrieved history
 llm           --         Generalist alone (the speed reference)
 ============  =========  ======================================================
+
+On a cross-tokenizer pair (``pair.cross``; specsteer.crosstok) the same loop runs with a
+CrossEdge and a CrossCloud: ``CROSS_TOKENIZER_METHODS`` only, tokens stay the Specialist's ids (the
+``llm`` baseline's are the Generalist's), and every other method is refused before anything runs.
 """
 
 from __future__ import annotations

@@ -73,18 +73,27 @@ symbol logits are
 
 The Cloud sends its share ``M_L - beta M_S0`` on the ``top_k`` symbols the Generalist finds likeliest
 (:func:`public_symbol_values`; 257 at most, so ``top_k = 0`` costs 257 values); the Edge adds
-``beta M_S+`` and chooses one symbol (:func:`choose_symbol`), which both sides then append as their
-own one-byte (or end) token.
+``beta M_S+`` and chooses one symbol ``c`` (:func:`choose_symbol`). It then completes ``c`` into the
+Specialist's own token (:func:`complete_symbol`): the token the Specialist's private row prefers among
+those whose text starts with ``c`` (an end id for END). That token is the recovered one: the Edge appends
+it, the generic copy reads the same id, the Generalist its re-encoding of its text. In effect
+
+    Q(t) ~ Q_bytes(first byte of t) * p_S+(t | its first byte)
+
+the steering decides where the text goes next, in the one space both models share, and the Specialist
+spells it out.
 
 This is a simplification of Hayase et al. (2025), "Sampling from your language model one byte at a
 time": their next-byte distribution also counts tokenizations that *cover* the committed text's
 tail (the model's canonical token may straddle the boundary). Here each model conditions on the
-tokenization the protocol actually fed it (drafts, re-encoded drafts, one-byte tokens after a
-recovery) and the first byte of its next token is taken as the next byte. A recovery therefore
-emits one byte, and the text after it is fed as a non-canonical split; both are stated costs of the
-approximation, not hidden ones. With a byte-level vocabulary on both sides (every token one byte)
-``M`` is the model's own log-softmax over the byte ids and the end ids (renormalised), and the
-choice equals Eq. 8's argmax over the same candidates (log-softmax and raw logits differ by a
+tokenization the protocol actually fed it (drafts, the Generalist's re-encoding of each chunk) and the
+first byte of its next token is taken as the next byte. Completing the byte into a whole Specialist
+token is what keeps the text fed to both models close to their canonical tokenizations: appending the
+lone byte instead (a one-byte token ``" "`` where the models expect ``" new"``) threw real models off
+their training distribution at every recovery (measured: ``scripts/crosstok_cost.py``). The rest of
+the recovered token follows the Specialist alone; the Generalist judges it with the next drafts. With a byte-level vocabulary on both sides (every token one byte)
+``M`` is the model's own log-softmax over the byte ids and the end ids (renormalised), the
+completion of a byte is that byte's own token, and the choice equals Eq. 8's argmax over the same candidates (log-softmax and raw logits differ by a
 constant per row) as long as Eq. 8 would pick a byte or the one end id that carries the end mass:
 END pools every end id, and ids that spell nothing are not candidates here. Under those conditions
 (``testing.CHAT_QUIET_IDS``) the whole cross-tokenizer path reproduces same-tokenizer SpecSteer
@@ -374,6 +383,17 @@ def choose_symbol(symbols: torch.Tensor, public_values: torch.Tensor, private_ro
     if beta and private_row is not None:
         steered = public_values + beta * symbol_log_probs(private_row, small_vocab.first_symbol)[symbols]
     return int(symbols[choose(steered)])
+
+
+def complete_symbol(symbol: int, private_row: torch.Tensor, vocabulary: ByteVocabulary,
+                    choose: Callable[[torch.Tensor], int]) -> int:
+    """The Specialist's token for a chosen symbol: among the ids whose text starts with ``symbol``
+    (the end ids for END), the one ``choose`` picks from the private row (argmax, or a draw)."""
+    first = vocabulary.first_symbol[: private_row.numel()]
+    candidates = (first == symbol).nonzero()[:, 0]
+    if candidates.numel() == 0:
+        return vocabulary.symbol_id(symbol)
+    return int(candidates[choose(private_row[candidates])])
 
 
 # --------------------------------------------------------------------------- a pair's two vocabularies

@@ -846,10 +846,14 @@ class CrossEdge(Edge):
         self.allowed = allowed_ids(vocabulary)[: self.stream.vocab_size]
 
     def _choose(self, verdict: Verdict, private_row: torch.Tensor | None) -> int:
-        from .crosstok import SYMBOLS, choose_symbol
+        from .crosstok import SYMBOLS, choose_symbol, complete_symbol
 
         if any(s >= SYMBOLS for s in verdict.ids) or len(verdict.ids) != verdict.values.size:
             raise ValueError("the Cloud's verdict does not name symbols of the common byte space")
         symbol = choose_symbol(torch.tensor(verdict.ids), _tensor(verdict.values), private_row, self.vocabulary,
                                self.beta, self.sampler.choose)
-        return self.vocabulary.symbol_id(symbol)
+        return complete_symbol(symbol, private_row, self.vocabulary, self.sampler.choose)
+
+    def _private_row_after_drafts(self) -> torch.Tensor:
+        """The Specialist's logits after the last draft: a bonus symbol is completed from them whatever beta."""
+        return self.stream.predict(1)[0].masked_fill(~self.allowed, -math.inf)

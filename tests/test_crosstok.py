@@ -168,9 +168,14 @@ def _run(pair, plain, private, large, **config):
     return collect(generate_ids(pair, plain, private, DecodeConfig(**config), plain_large_ids=large))
 
 
-@pytest.fixture(scope="module")
-def cross():
-    return tiny_cross_pair(seed=0, generalist_seed=1)
+@pytest.fixture(scope="module", params=["bytes-to-merged", "merged-to-bytes"])
+def cross(request):
+    """Both ways round: a one-id-per-byte Specialist drafting for a merged-pairs Generalist, and the
+    reverse, where a recovered byte is completed into a multi-byte Specialist token."""
+    if request.param == "bytes-to-merged":
+        return tiny_cross_pair(seed=0, generalist_seed=1)
+    return tiny_cross_pair(seed=0, generalist_seed=1, specialist_tokenizer=tiny_merged_tokenizer(),
+                           generalist_tokenizer=tiny_tokenizer())
 
 
 @pytest.mark.parametrize("top_k", [0, 64])
@@ -216,34 +221,47 @@ def test_alpha_infinite_reproduces_byte_level_lightcosteer(cross):
 
 def _no_cache_byte_lightcosteer(pair, plain, private, large, beta: float, steps: int) -> list[int]:
     """Byte-level LightCoSteer with every row from a full forward pass over each model's own prompt and
-    its one-symbol tokens of the text so far: no streams, caches, protocol or link."""
-    small_vocab, large_vocab = pair.cross.vocabularies.small, pair.cross.vocabularies.large
+    its tokens of the text so far (the Generalist's: each chosen token's text, encoded one by one): no
+    streams, caches, protocol or link. Each step: the steered first byte, completed into the
+    Specialist's likeliest token that starts with it."""
+    vocabularies = pair.cross.vocabularies
+    small_vocab, large_vocab = vocabularies.small, vocabularies.large
 
     def row(runtime, ids, size):
         with torch.no_grad():
             return runtime.model(torch.tensor([ids])).logits[0, -1, :size].float()
 
-    symbols: list[int] = []
-    while len(symbols) < steps and (not symbols or symbols[-1] != END):
-        small_ids = [small_vocab.symbol_id(s) for s in symbols]
-        large_ids = [large_vocab.symbol_id(s) for s in symbols]
+    small_ids: list[int] = []
+    large_ids: list[int] = []
+    while len(small_ids) < steps and (not small_ids or small_ids[-1] not in small_vocab.stop_ids):
+        private_row = row(pair.specialist, private + small_ids, small_vocab.size)
         steered = (symbol_log_probs(row(pair.generalist, large + large_ids, large_vocab.size), large_vocab.first_symbol)
-                   + beta * (symbol_log_probs(row(pair.specialist, private + small_ids, small_vocab.size), small_vocab.first_symbol)
-                             - symbol_log_probs(row(pair.specialist, plain + small_ids, small_vocab.size), small_vocab.first_symbol)))
-        symbols.append(int(steered.argmax()))
-    return [small_vocab.symbol_id(s) for s in symbols]
+                   + beta * (symbol_log_probs(private_row, small_vocab.first_symbol)
+                             - symbol_log_probs(row(pair.specialist, plain + small_ids, small_vocab.size),
+                                                small_vocab.first_symbol)))
+        symbol = int(steered.argmax())
+        candidates = [i for i in range(small_vocab.size) if int(small_vocab.first_symbol[i]) == symbol]
+        token = max(candidates, key=lambda i: float(private_row[i]))
+        small_ids.append(token)
+        large_ids += vocabularies.transfer([token])[0]
+    return small_ids
 
 
 def test_byte_level_lightcosteer_matches_a_no_cache_reference(cross):
-    plain, private, large = _prompts(cross.tokenizer, cross.cross.tokenizer, 1)[0]
-    _, finished = _run(cross, plain, private, large, method="lightcosteer", beta=1.0, downlink_top_k=0,
-                       max_new_tokens=16)
-    assert finished.token_ids == _no_cache_byte_lightcosteer(cross, plain, private, large, 1.0, 16)
+    emitted = []
+    for plain, private, large in _prompts(cross.tokenizer, cross.cross.tokenizer, 2):
+        _, finished = _run(cross, plain, private, large, method="lightcosteer", beta=1.0, downlink_top_k=0,
+                           max_new_tokens=48)
+        assert finished.token_ids == _no_cache_byte_lightcosteer(cross, plain, private, large, 1.0, 48)
+        emitted += finished.token_ids
+    spelled = cross.cross.vocabularies.small.spelled
+    if any(len(text) > 1 for text in spelled):  # a merged Specialist: some chosen bytes were completed
+        assert any(len(spelled[token]) > 1 for token in emitted)
 
 
 def test_different_tokenizers_accept_some_drafts_and_the_pieces_make_the_text(cross):
     plain, private, large = _prompts(cross.tokenizer, cross.cross.tokenizer, 1)[0]
-    assert large != plain and len(large) < len(plain)  # the Generalist reads fewer, merged ids
+    assert large != plain  # the two read the prompt as different ids
     tokens, finished = _run(cross, plain, private, large, method="specsteer", alpha=0.1, draft_len=4,
                             max_new_tokens=40)
     kinds = {t.kind for t in tokens}
@@ -396,7 +414,7 @@ def test_evaluate_runs_a_cross_tokenizer_pair_and_refuses_its_missing_methods(tm
 
 
 @pytest.mark.slow
-def test_an_http_cloud_of_a_cross_pair_gives_the_in_process_output_and_sees_no_history(cross, tmp_path):
+def test_an_http_cloud_of_a_cross_pair_gives_the_in_process_output_and_sees_no_history(tmp_path):
     """``python -m specsteer cloud --pairing tiny-cross-test``: the same tokens as in process, and what it
     received is the plain prompt in both tokenizations and Specialist ids (audited on the captured bytes)."""
     import os
@@ -407,6 +425,7 @@ def test_an_http_cloud_of_a_cross_pair_gives_the_in_process_output_and_sees_no_h
     from specsteer.privacy import audit_wire
     from specsteer.remote import RemoteCloud, read_capture, start_cloud_process
 
+    cross = tiny_cross_pair()  # what the Cloud process builds for tiny-cross-test
     canary = "QUOKKA-canary-4417 purple kazoo"
     history = [HistoryItem({"text": f"My secret phrase is {canary}; headphones matter to me."})]
     prepared = prepare(Request(task="free", input_text="Write about headphones and battery life.", history=history))

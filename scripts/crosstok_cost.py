@@ -36,13 +36,14 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--alpha", type=float, default=0.1)
     parser.add_argument("--database", required=True)
+    parser.add_argument("--tag", default="", help="appended to the run names (a stored run of the same name resumes)")
     args = parser.parse_args()
     pair = load_pair(args.pairing, runtime=args.runtime)
     store = SqlRunStore(args.database)
     for label, view in (("same-tokenizer path", pair), ("cross-tokenizer path", cross_tokenizer_view(pair))):
         spec = EvalSpec(data=resolve_data_source("shared", args.task), task=args.task, limit=args.limit, methods=("llm", "specsteer"),
                         alphas=(args.alpha,), pairing=view.pairing_id, max_new_tokens=args.max_new_tokens,
-                        run_name=f"crosstok-cost-{label.split()[0]}-{args.pairing}-{args.limit}-{args.max_new_tokens}")
+                        run_name=f"crosstok-cost-{label.split()[0]}-{args.pairing}-{args.limit}-{args.max_new_tokens}{args.tag}")
         result = run_grid(spec, store, pair=view)
         print(f"== {label} ({view.pairing_id}, {view.runtime}, {view.precision})", flush=True)
         for row in result.rows:

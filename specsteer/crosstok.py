@@ -86,18 +86,22 @@ spells it out.
 This is a simplification of Hayase et al. (2025), "Sampling from your language model one byte at a
 time": their next-byte distribution also counts tokenizations that *cover* the committed text's
 tail (the model's canonical token may straddle the boundary). Here each model conditions on the
-tokenization the protocol actually fed it (drafts, the Generalist's re-encoding of each chunk) and the
-first byte of its next token is taken as the next byte. Completing the byte into a whole Specialist
-token is what keeps the text fed to both models close to their canonical tokenizations: appending the
-lone byte instead (a one-byte token ``" "`` where the models expect ``" new"``) threw real models off
-their training distribution at every recovery (measured: ``scripts/crosstok_cost.py``). The rest of
-the recovered token follows the Specialist alone; the Generalist judges it with the next drafts. With a byte-level vocabulary on both sides (every token one byte)
-``M`` is the model's own log-softmax over the byte ids and the end ids (renormalised), the
-completion of a byte is that byte's own token, and the choice equals Eq. 8's argmax over the same candidates (log-softmax and raw logits differ by a
-constant per row) as long as Eq. 8 would pick a byte or the one end id that carries the end mass:
-END pools every end id, and ids that spell nothing are not candidates here. Under those conditions
-(``testing.CHAT_QUIET_IDS``) the whole cross-tokenizer path reproduces same-tokenizer SpecSteer
-token for token (``test_identical_tokenizers_reproduce_same_tokenizer_specsteer``).
+tokenization the protocol actually fed it (drafts, the Generalist's re-encoding of each chunk) and
+the first byte of its next token is taken as the next byte. Completing the byte into a whole
+Specialist token keeps the text fed to both models close to their canonical tokenizations:
+appending the lone byte instead (a one-byte token ``" "`` where the models expect ``" new"``) threw
+real models off their training distribution at every recovery (measured with
+``scripts/crosstok_cost.py``). The rest of the recovered token follows the Specialist alone; as with
+Eq. 8, a recovered token is never tested, only conditioned on by the next round.
+
+With a byte-level vocabulary on both sides (every token one byte) ``M`` is the model's own
+log-softmax over the byte ids and the end ids (renormalised), the completion of a byte is that
+byte's own token, and the choice equals Eq. 8's argmax over the same candidates (log-softmax and raw
+logits differ by a constant per row) as long as Eq. 8 would pick a byte or the one end id that
+carries the end mass: END pools every end id, and ids that spell nothing are not candidates here.
+Under those conditions (``testing.CHAT_QUIET_IDS``) the whole cross-tokenizer path reproduces
+same-tokenizer SpecSteer token for token
+(``test_identical_tokenizers_reproduce_same_tokenizer_specsteer``).
 """
 
 from __future__ import annotations

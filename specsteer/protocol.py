@@ -826,7 +826,6 @@ class CrossCloud(_CloudStreams):
         return Verdict(small_kept, symbols.tolist(), values.numpy())
 
 
-
 def _log_probs_of(rows: torch.Tensor, ids: list[int], temperature: float) -> torch.Tensor:
     """log softmax(rows / temperature) at ``ids``, one per row: ``[n]``."""
     if not ids:

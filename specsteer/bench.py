@@ -489,14 +489,14 @@ def _link(args) -> int:
     from .models import ModelLoadError, choose_runtime, load_pair
     from .registry import DEFAULT_PAIRING, get_pairing
     from .remote import RemoteCloud, start_cloud_process
-    from .testing import TEST_PAIRING_ID, shared_tiny_pair
+    from .testing import shared_test_pair
 
     pairing = args.pairing or DEFAULT_PAIRING
     try:
         configs = [DecodeConfig(method=method, alpha=args.alpha, draft_len=args.draft_len,
                                 max_new_tokens=args.max_new_tokens).validate() for method in args.methods.split(",")]
         # The Edge alone here: the Generalist's weights are read by the Cloud process only.
-        edge = shared_tiny_pair() if pairing == TEST_PAIRING_ID else load_pair(
+        edge = shared_test_pair(pairing) or load_pair(
             pairing, dtype=args.dtype, progress=_log, runtime=args.runtime, edge_only=True)
     except (ValueError, KeyError, ModelLoadError) as error:
         print(f"error: {error}", file=sys.stderr)

@@ -278,10 +278,11 @@ def _serve_cloud(args) -> int:
 
 
 def _cloud_pair(args):
-    from .testing import TEST_PAIRING_ID, shared_tiny_pair
+    from .testing import shared_test_pair
 
-    if args.pairing == TEST_PAIRING_ID:  # random tiny models: the test hook of the evaluate CLI and the app
-        return shared_tiny_pair()
+    test_pair = shared_test_pair(args.pairing)  # random tiny models: the test hook of the evaluate CLI and the app
+    if test_pair is not None:
+        return test_pair
     args.specialist = args.generalist = None
     args.json = False
     return _load(args)

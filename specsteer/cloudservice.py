@@ -55,8 +55,9 @@ import torch
 
 from .decoding import ForwardLog
 from .protocol import (
-    DRAFT_HEADROOM, MAX_DRAFT_LEN, MAX_NEW_TOKENS, PROTOCOL_VERSION, SESSION_BYTES, UPLINK, Cloud, CloudInfo, CloudPass,
-    CloudReport, Draft, FrameError, Open, UnsupportedVersion, decode, encode, finite_settings_problem, needs_generic,
+    CROSS_RULES, DRAFT_HEADROOM, MAX_DRAFT_LEN, MAX_NEW_TOKENS, PROTOCOL_VERSION, SESSION_BYTES, UPLINK, Cloud,
+    CloudInfo, CloudPass, CloudReport, CrossCloud, CrossOpen, Draft, FrameError, Open, UnsupportedVersion, decode,
+    encode, finite_settings_problem, needs_generic,
 )
 
 _REMEMBERED_ENDED = 4096  # ended session ids kept to tell "expired" and "closed" apart from "unknown"
@@ -95,6 +96,12 @@ class ServiceLimits:
     def max_frame_bytes(self) -> int:
         empty_open = Open(bytes(SESSION_BYTES), "ratio", (), 1)
         return len(encode(empty_open)) + 4 * (self.max_prompt_tokens + self.max_stop_ids)
+
+    @property
+    def max_cross_frame_bytes(self) -> int:
+        """A cross-tokenizer pair's largest legal Open: a CrossOpen carries the plain prompt twice."""
+        empty_open = CrossOpen(bytes(SESSION_BYTES), "ratio", (), 1)
+        return len(encode(empty_open)) + 4 * (2 * self.max_prompt_tokens + self.max_stop_ids)
 
     def to_json(self) -> dict:
         return {**asdict(self), "max_frame_bytes": self.max_frame_bytes}
@@ -216,6 +223,11 @@ class CloudService:
             self._end(session, "closed-session")
         return report
 
+    @property
+    def frame_limit(self) -> int:
+        """The largest uplink frame this Cloud reads (its pair decides which kind of Open is legal)."""
+        return self.limits.max_frame_bytes if self.pair.cross is None else self.limits.max_cross_frame_bytes
+
     # ----------------------------------------------------------------------- housekeeping
 
     @property
@@ -274,9 +286,10 @@ class CloudService:
     # ----------------------------------------------------------------------- messages
 
     def _decode(self, frame: bytes):
-        if len(frame) > self.limits.max_frame_bytes:
+        limit = self.frame_limit
+        if len(frame) > limit:
             raise ServiceError(413, "too-large", f"A frame of {len(frame)} bytes is larger than this Cloud accepts "
-                                                 f"({self.limits.max_frame_bytes} bytes).")
+                                                 f"({limit} bytes).")
         try:
             return decode(frame, UPLINK)
         except UnsupportedVersion as error:
@@ -292,7 +305,12 @@ class CloudService:
         if problem:
             raise ServiceError(400, "invalid", problem)
         log = ForwardLog()
-        cloud = Cloud(self.pair.generalist, self.pair.specialist, self.pair.vocab_size, log)
+        cross = self.pair.cross
+        if cross is not None:
+            cloud = CrossCloud(self.pair.generalist, self.pair.specialist, self.pair.vocab_size, cross.vocab_size,
+                               cross.vocabularies, log)
+        else:
+            cloud = Cloud(self.pair.generalist, self.pair.specialist, self.pair.vocab_size, log)
         session = _Session(message.session, message, cloud, log, self._clock(), client, self.session_bytes(message))
         with session.lock:
             with self._admission:
@@ -329,7 +347,9 @@ class CloudService:
 
     def _stream(self, session: _Session) -> Iterator[bytes]:
         """The ``generate`` rule: one Tokens frame per token, each computed when the previous was taken."""
-        stop_ids = frozenset(session.opened.stop_ids)
+        # A cross-tokenizer Generalist decodes in its own ids (the Open's end ids are the Specialist's).
+        cross = self.pair.cross
+        stop_ids = cross.eos_token_ids if cross is not None else frozenset(session.opened.stop_ids)
         while True:
             with session.lock:
                 if session.closed or session.finished:
@@ -400,8 +420,34 @@ class CloudService:
             return f"At most {limits.max_stop_ids} end ids are accepted."
         if _out_of_vocabulary(message.prompt + message.stop_ids, vocab):
             return f"A token id is outside the Cloud's vocabulary of {vocab}: do both sides run the same pairing?"
+        cross_problem = self._cross_problem(message)
+        if cross_problem:
+            return cross_problem
         settings = finite_settings_problem(message)
         return f"Invalid decoding settings: {settings}." if settings else None
+
+    def _cross_problem(self, message: Open) -> str | None:
+        """Whether the kind of Open fits the pair: a cross-tokenizer pair needs the Generalist's prompt too."""
+        cross = self.pair.cross
+        if cross is None:
+            if isinstance(message, CrossOpen):
+                return ("This Cloud serves a pairing whose models share one tokenizer; it takes a plain Open, "
+                        "not a cross-tokenizer one.")
+            return None
+        if not isinstance(message, CrossOpen):
+            return ("This Cloud serves a cross-tokenizer pairing: open the session with the Generalist's prompt "
+                    "too (a cross-open message).")
+        if message.rule not in CROSS_RULES:
+            return (f"The {message.rule!r} rule is not available across tokenizers; this Cloud offers "
+                    f"{', '.join(CROSS_RULES)}.")
+        if not message.large_prompt:
+            return "The Generalist's prompt is empty."
+        if len(message.large_prompt) > self.limits.max_prompt_tokens:
+            return (f"The Generalist's prompt has {len(message.large_prompt)} tokens; this Cloud takes at most "
+                    f"{self.limits.max_prompt_tokens}.")
+        if _out_of_vocabulary(message.large_prompt, cross.vocab_size):
+            return f"A Generalist token id is outside its vocabulary of {cross.vocab_size}."
+        return None
 
     def _draft_problem(self, message: Draft) -> str | None:
         limits = self.limits

@@ -218,7 +218,8 @@ class Stream:
 
 
 def draft(stream: Stream, k: int, sampler: Sampler, stop_ids: frozenset[int],
-          min_confidence: float = 0.0, cancel: threading.Event | None = None) -> tuple[list[int], list[torch.Tensor]]:
+          min_confidence: float = 0.0, cancel: threading.Event | None = None,
+          allowed: torch.Tensor | None = None) -> tuple[list[int], list[torch.Tensor]]:
     """The Specialist proposes up to ``k`` tokens; returns ids and the logits row each came from.
 
     Drafting stops early at an end token (nothing after it could be emitted) and,
@@ -226,6 +227,8 @@ def draft(stream: Stream, k: int, sampler: Sampler, stop_ids: frozenset[int],
     than that probability: the drafts after an unsure one are the likeliest to be
     refused, and each costs a device step whether or not it is kept.
     The last draft is appended to the stream but not fed (it is pending).
+    ``allowed`` (``[V]`` bool) masks the ids that may be drafted, and the rows returned are masked:
+    on a cross-tokenizer pair an id that spells no text cannot be told to the Generalist.
     A set ``cancel`` ends drafting before the next step, so that a stop waits for one step at most
     (a round of 16 drafts takes seconds on a CPU); the caller then sends nothing.
     """
@@ -235,6 +238,8 @@ def draft(stream: Stream, k: int, sampler: Sampler, stop_ids: frozenset[int],
         if cancel is not None and cancel.is_set():
             break
         row = stream.predict(1)[0]  # [V]
+        if allowed is not None:
+            row = row.masked_fill(~allowed, -math.inf)
         token = sampler.choose(row)
         stream.append([token])
         ids.append(token)

@@ -17,6 +17,10 @@ costeer       0          every token from CoSteer's iterative refinement
 slm, slm+     --         Specialist alone, prompt only / with retrieved history
 llm           --         Generalist alone (the speed reference)
 ============  =========  ======================================================
+
+On a cross-tokenizer pair (``pair.cross``; specsteer.crosstok) the same loop runs with a
+CrossEdge and a CrossCloud: ``CROSS_TOKENIZER_METHODS`` only, tokens stay the Specialist's ids (the
+``llm`` baseline's are the Generalist's), and every other method is refused before anything runs.
 """
 
 from __future__ import annotations
@@ -35,7 +39,11 @@ from .events import Finished, GenerationStats, TokenEvent
 from .methods import METHOD_INFO, METHODS
 from .deployment import LinkConditions, PassCost, PassSample, fit_pass_cost, flat_cost
 from .link import CloudEndpoint, CloudError, CloudRefused, CloudUnreachable, InProcessCloud, Link
-from .protocol import MAX_DRAFT_LEN, MAX_NEW_TOKENS, Draft, Edge, Open
+from .protocol import MAX_DRAFT_LEN, MAX_NEW_TOKENS, CrossEdge, CrossOpen, Draft, Edge, Open
+
+# What runs on a cross-tokenizer pair (specsteer.crosstok): SpecSteer's ratio rule and LightCoSteer
+# (rounds of no drafts) over the common byte space, the device-only baselines and the Generalist alone.
+CROSS_TOKENIZER_METHODS = ("slm", "slm+", "llm", "lightcosteer", "specsteer")
 
 
 @dataclass
@@ -140,15 +148,33 @@ def generate(pair, request: Request | Prepared, config: DecodeConfig,
     # streams), so those two read identical ids by construction.
     plain_ids = chat_ids(tokenizer, prepared.prompts.plain, pair.chat)
     private_ids = chat_ids(tokenizer, prepared.prompts.private, pair.chat)
-    return _run(pair, plain_ids, private_ids, config, cancel or threading.Event(), cloud, conditions)
+    # A cross-tokenizer Generalist reads the same plain prompt rendered by its own tokenizer.
+    large_ids = chat_ids(pair.cross.tokenizer, prepared.prompts.plain, pair.cross.chat) if pair.cross else None
+    return _run(pair, plain_ids, private_ids, config, cancel or threading.Event(), cloud, conditions, large_ids)
 
 
 def generate_ids(pair, plain_ids: list[int], private_ids: list[int], config: DecodeConfig,
                  cancel: threading.Event | None = None, *, cloud: CloudEndpoint | None = None,
-                 conditions: LinkConditions | None = None) -> Iterator[TokenEvent | Finished]:
-    """``generate`` on already tokenized prompts (tests and benchmarks)."""
+                 conditions: LinkConditions | None = None,
+                 plain_large_ids: list[int] | None = None) -> Iterator[TokenEvent | Finished]:
+    """``generate`` on already tokenized prompts (tests and benchmarks); a cross-tokenizer pair also
+    needs ``plain_large_ids``, the plain prompt in the Generalist's ids."""
     config.validate()
-    return _run(pair, plain_ids, private_ids, config, cancel or threading.Event(), cloud, conditions)
+    return _run(pair, plain_ids, private_ids, config, cancel or threading.Event(), cloud, conditions, plain_large_ids)
+
+
+def cross_tokenizer_problem(pair, config: DecodeConfig) -> str | None:
+    """Why ``config`` cannot run on ``pair`` because its two models use different tokenizers, or None."""
+    if pair.cross is None:
+        return None
+    if config.method not in CROSS_TOKENIZER_METHODS:
+        return (f"{METHOD_INFO[config.method].label} is not available on a cross-tokenizer pairing "
+                f"({pair.pairing_id}): its test compares the two models token id by token id. "
+                f"Available here: {', '.join(METHOD_INFO[m].label for m in CROSS_TOKENIZER_METHODS)}.")
+    if config.method == "specsteer" and config.exact:
+        return ("SpecSteer's exact-target variant is not available on a cross-tokenizer pairing: its residual "
+                "resampling needs the three distributions over one vocabulary.")
+    return None
 
 
 def collect(events: Iterable[TokenEvent | Finished]) -> tuple[list[TokenEvent], Finished]:
@@ -223,16 +249,25 @@ class _Output:
 
 
 def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.Event,
-         cloud: CloudEndpoint | None, conditions: LinkConditions | None):
+         cloud: CloudEndpoint | None, conditions: LinkConditions | None, plain_large_ids: list[int] | None = None):
+    problem = cross_tokenizer_problem(pair, config)
+    if problem:
+        raise ValueError(problem)
+    if pair.cross is not None and not plain_large_ids and not METHOD_INFO[config.method].device_only:
+        raise ValueError("a cross-tokenizer pair needs the plain prompt in the Generalist's ids too")
     started = time.perf_counter()
     forward_log = ForwardLog()
     # The one place where in-process and remote differ: which transport the link gets.
     link = Link((cloud or InProcessCloud(pair)).transport(), forward_log, conditions)
-    output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids, link, cancel)
+    if pair.cross is not None and config.method == "llm":  # the Generalist's own ids come down
+        output = _Output(pair.cross.tokenizer, config.max_new_tokens, pair.cross.eos_token_ids, link, cancel)
+    else:
+        output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids, link, cancel)
+    pair_prompts = _Prompts(plain_ids, private_ids, plain_large_ids)
     stats = GenerationStats(method=config.method)
     try:
         with torch.inference_mode():
-            for event in _loop(pair, plain_ids, private_ids, config, output, link, stats):
+            for event in _loop(pair, pair_prompts, config, output, link, stats):
                 if stats.ttft_s is None and event.emitted:
                     stats.ttft_s = time.perf_counter() - started
                 yield event
@@ -269,12 +304,22 @@ def _finished(pair, output: _Output, stats: GenerationStats, link: Link, started
     return Finished("".join(output.pieces), list(output.detokenizer.ids), stats, list(link.transcript))
 
 
-def _loop(pair, plain_ids, private_ids, config, output, link, stats):
+@dataclass(frozen=True)
+class _Prompts:
+    """A generation's prompts: the plain one and the private one in the Specialist's ids, and on a
+    cross-tokenizer pair the plain one in the Generalist's ids."""
+
+    plain: list[int]
+    private: list[int]
+    plain_large: list[int] | None = None
+
+
+def _loop(pair, prompts: _Prompts, config, output, link, stats):
     if METHOD_INFO[config.method].device_only:
-        return _device_only(pair, plain_ids, private_ids, config, link.forward_log, output)
+        return _device_only(pair, prompts.plain, prompts.private, config, link.forward_log, output)
     if config.method == "llm":
-        return _cloud_only(pair, plain_ids, config, output, link)
-    return _speculative(pair, plain_ids, private_ids, config, output, link, stats)
+        return _cloud_only(pair, prompts, config, output, link)
+    return _speculative(pair, prompts, config, output, link, stats)
 
 
 def _sampler(config: DecodeConfig) -> Sampler:
@@ -293,14 +338,19 @@ def _device_only(pair, plain_ids, private_ids, config, forward_log, output):
         edge.close()
 
 
-def _opening(pair, link: Link, plain_ids, config: DecodeConfig, rule: str, beta: float) -> Open:
-    return Open(
+def _opening(pair, link: Link, plain_ids, config: DecodeConfig, rule: str, beta: float,
+             plain_large_ids: list[int] | None = None) -> Open:
+    """The session's Open; a cross-tokenizer pair's carries the Generalist's prompt too (CrossOpen)."""
+    settings = dict(
         session=link.session, rule=rule, prompt=plain_ids, max_new_tokens=config.max_new_tokens,
         alpha=min(config.alpha, 1e300), beta=beta, temperature=config.temperature if config.sample else 0.0,
         top_p=config.top_p, top_k=config.downlink_top_k,
         bonus=config.bonus or config.method in ("lightcosteer", "costeer"), seed=config.seed,
         stop_ids=sorted(pair.eos_token_ids),
     )
+    if pair.cross is not None:
+        return CrossOpen(**settings, large_prompt=plain_large_ids)
+    return Open(**settings)
 
 
 def _shared_vocabulary(pair, link: Link) -> int:
@@ -312,10 +362,10 @@ def _shared_vocabulary(pair, link: Link) -> int:
     return min(pair.vocab_size, info.vocab_size)
 
 
-def _cloud_only(pair, plain_ids, config, output, link):
+def _cloud_only(pair, prompts: _Prompts, config, output, link):
     """The ``llm`` baseline: the Cloud decodes alone and streams its tokens down (no round trip per token)."""
     _shared_vocabulary(pair, link)
-    stream = link.open(_opening(pair, link, plain_ids, config, "generate", 0.0))
+    stream = link.open(_opening(pair, link, prompts.plain, config, "generate", 0.0, prompts.plain_large))
     try:
         for message in stream:
             for token in message.ids:
@@ -338,16 +388,20 @@ def _rule_and_beta(config: DecodeConfig) -> tuple[str, float]:
     return "ratio", config.beta
 
 
-def _speculative(pair, plain_ids, private_ids, config, output, link, stats):
+def _speculative(pair, prompts: _Prompts, config, output, link, stats):
     """The Edge of a speculative method and its session on the Cloud; the Edge's cache is given back at the end."""
     rule, beta = _rule_and_beta(config)
     every_token = config.method in ("lightcosteer", "costeer")  # rounds of draft length 0
     vocab_size = _shared_vocabulary(pair, link)
-    link.open(_opening(pair, link, plain_ids, config, rule, beta))
-    edge = Edge(pair.specialist, private_ids, vocab_size, link.forward_log, _sampler(config),
-                pair.eos_token_ids, rule, beta,
-                costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
-                draft_confidence=config.draft_confidence, max_new_tokens=config.max_new_tokens)
+    link.open(_opening(pair, link, prompts.plain, config, rule, beta, prompts.plain_large))
+    arguments = (pair.specialist, prompts.private, vocab_size, link.forward_log, _sampler(config),
+                 pair.eos_token_ids, rule, beta)
+    options = dict(costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
+                   draft_confidence=config.draft_confidence, max_new_tokens=config.max_new_tokens)
+    if pair.cross is not None:
+        edge = CrossEdge(*arguments, vocabulary=pair.cross.vocabularies.small, **options)
+    else:
+        edge = Edge(*arguments, **options)
     try:
         yield from _rounds(edge, config, rule, every_token, output, link, stats)
     finally:

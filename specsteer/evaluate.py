@@ -78,7 +78,7 @@ from .registry import DEFAULT_PAIRING
 from .retrieval import low_similarity_items
 from .runtime import RUNTIME_CHOICES, dtype_label
 from .runstore import CellResult, GridPoint, RunStatus, RunStore, cell_key
-from .testing import TEST_PAIRING_ID, shared_tiny_pair
+from .testing import CROSS_PAIRING_ID, TEST_PAIRING_ID, shared_test_pair, shared_tiny_pair
 
 if TYPE_CHECKING:
     from .models import LoadedPair
@@ -319,6 +319,7 @@ def run_grid_events(
         if pending:
             yield GridProgress(len(cells) - len(pending), len(cells), "loading")
             pair = pair if pair is not None else load_pair(pairing, dtype=spec.dtype, runtime=runtime)
+            _check_methods_run_on(pair, spec)
             computed = yield from _run_cells(pair, pending, prepared, spec, len(cells), cancel, run_id, store)
     except BaseException as error:
         # Exceptions are failures; KeyboardInterrupt, or a consumer closing the generator, a stop.
@@ -334,6 +335,16 @@ def run_grid_events(
     yield GridProgress(len(stored), len(cells), status)
     prompts = {record_id: item.prompts for record_id, item in prepared.items()}
     yield EvalResult(run_id, name, status, computed, stored, summarize(stored, spec.task, prompts))
+
+
+def _check_methods_run_on(pair: LoadedPair, spec: EvalSpec) -> None:
+    """Refuse, before any cell runs, a grid with a method the pair cannot run (a cross-tokenizer pair)."""
+    from .engine import cross_tokenizer_problem
+
+    for point in spec.points():
+        problem = cross_tokenizer_problem(pair, decode_config(point, spec))
+        if problem:
+            raise ValueError(problem)
 
 
 def run_grid(
@@ -528,7 +539,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--extra-grid", type=_point_list, default=(),
                         help="extra alpha:beta pairs for SpecSteer only, e.g. 0.5:0.5,0.5:2")
     parser.add_argument("--pairing", default=DEFAULT_PAIRING,
-                        help=f"pairing id (default {DEFAULT_PAIRING}); '{TEST_PAIRING_ID}': random models, for tests only")
+                        help=f"pairing id (default {DEFAULT_PAIRING}); '{TEST_PAIRING_ID}', '{CROSS_PAIRING_ID}' (two "
+                             "tokenizers): random models, for tests only")
     parser.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto",
                         help="llama.cpp (GGUF files, CPU), transformers, or auto: llama.cpp where it can run the pairing")
     parser.add_argument("--dtype", choices=("bf16", "fp32"), default=None,
@@ -602,7 +614,7 @@ def main(argv: list[str] | None = None) -> int:
         spec = spec_from_args(args)
         if SPEED_REFERENCE not in spec.methods:
             print(f"warning: {SPEED_REFERENCE} is not among the methods, so speedup is null", file=sys.stderr)
-        pair = shared_tiny_pair() if spec.pairing == TEST_PAIRING_ID else None
+        pair = shared_tiny_pair() if spec.pairing == TEST_PAIRING_ID else shared_test_pair(spec.pairing)
         with _cancel_on_signals(cancel):
             result = _print_progress(run_grid_events(spec, SqlRunStore(args.database), pair=pair, cancel=cancel,
                                                      shard=args.shard))

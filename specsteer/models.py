@@ -98,6 +98,18 @@ class ModelLoadError(RuntimeError):
     """A model or pairing cannot be loaded; the message says why and what to do."""
 
 
+@dataclass(frozen=True, eq=False)
+class GeneralistTokens:
+    """What a cross-tokenizer pair adds (``specsteer.crosstok``): the Generalist's own tokenizer, chat
+    format, output rows and end ids, and both vocabularies as the common byte space sees them."""
+
+    tokenizer: PreTrainedTokenizerBase
+    chat: ChatFormat
+    vocab_size: int
+    eos_token_ids: frozenset[int]
+    vocabularies: Any  # crosstok.CrossVocabularies
+
+
 @dataclass
 class LoadedPair:
     """Two loaded models and the tokenizer they share (the Specialist's; the Generalist's was checked
@@ -115,6 +127,9 @@ class LoadedPair:
     eos_token_ids: frozenset[int]
     chat: ChatFormat = PLAIN_CHAT
     runtime_choice: str = ""  # why this runtime runs the request (models.runtime_choice), for its statistics
+    # Set on a cross-tokenizer pair: then ``tokenizer``, ``vocab_size``, ``eos_token_ids`` and ``chat``
+    # are the Specialist's, and this holds the Generalist's side.
+    cross: GeneralistTokens | None = None
 
     @property
     def runtime(self) -> str:
@@ -642,6 +657,58 @@ def assemble_pair(
     )
 
 
+def assemble_cross_pair(
+    pairing_id: str,
+    specialist: ModelRuntime | PreTrainedModel,
+    generalist: ModelRuntime | PreTrainedModel | None,
+    specialist_tokenizer: PreTrainedTokenizerBase,
+    generalist_tokenizer: PreTrainedTokenizerBase,
+    specialist_chat: ChatFormat = PLAIN_CHAT,
+    generalist_chat: ChatFormat = PLAIN_CHAT,
+) -> LoadedPair:
+    """A LoadedPair of two models with different tokenizers (cross-tokenizer SpecSteer).
+
+    Each side keeps its own tokenizer, chat format and end ids; ``generalist`` None loads the Edge
+    alone (its Generalist tokenizer still renders the plain prompt it sends). Raises ModelLoadError
+    when a tokenizer cannot spell every byte (the common space needs it)."""
+    from .crosstok import ByteVocabulary, CrossVocabularies
+
+    small = as_runtime(specialist)
+    large = as_runtime(generalist) if generalist is not None else None
+    if large is not None and small.runtime != large.runtime:
+        raise ModelLoadError(f"pairing {pairing_id!r}: both models must run on one runtime "
+                             f"({small.runtime} and {large.runtime} given)")
+    for runtime in (small, large):
+        if isinstance(runtime, TransformersModel):
+            use_packed_gqa(runtime.model)
+    small_vocab = shared_vocab_size(small, None, specialist_tokenizer)
+    small_stops = end_token_ids(specialist_tokenizer, (small,), small_vocab, specialist_chat.end_tokens)
+    # An Edge alone does not have the Generalist's rows; it needs only the Generalist's tokenizer.
+    large_vocab = shared_vocab_size(large, None, generalist_tokenizer) if large is not None else len(generalist_tokenizer)
+    large_stops = end_token_ids(generalist_tokenizer, (large,) if large is not None else (), large_vocab,
+                                generalist_chat.end_tokens)
+    try:
+        vocabularies = CrossVocabularies(ByteVocabulary.of(specialist_tokenizer, small_vocab, small_stops),
+                                         ByteVocabulary.of(generalist_tokenizer, large_vocab, large_stops))
+    except ValueError as error:
+        raise ModelLoadError(f"pairing {pairing_id!r}: {error}") from error
+    return LoadedPair(
+        pairing_id=pairing_id, specialist=small, generalist=large, tokenizer=specialist_tokenizer,
+        vocab_size=small_vocab, eos_token_ids=small_stops, chat=specialist_chat,
+        cross=GeneralistTokens(generalist_tokenizer, generalist_chat, large_vocab, large_stops, vocabularies),
+    )
+
+
+def cross_tokenizer_view(pair: LoadedPair) -> LoadedPair:
+    """The same two models driven through the cross-tokenizer path, each side with its own copy of
+    the one tokenizer: what the byte-space machinery costs, measured against the same-tokenizer method
+    on one pair (benchmarks). Any runtime: the path needs only each model's logits."""
+    if pair.cross is not None:
+        return pair
+    return assemble_cross_pair(f"{pair.pairing_id}+cross-path", pair.specialist, pair.generalist, pair.tokenizer,
+                               pair.tokenizer, pair.chat, pair.chat)
+
+
 def as_runtime(model: ModelRuntime | PreTrainedModel) -> ModelRuntime:
     return model if isinstance(model, ModelRuntime) else TransformersModel(model)
 
@@ -719,6 +786,12 @@ def runtime_choice(pairing: Pairing, requested: str = "auto", progress: Progress
         raise ValueError(f"unknown runtime {requested!r}; choose one of {', '.join(RUNTIME_CHOICES)}")
     if requested == "transformers":
         return RuntimeChoice(requested, "transformers was asked for")
+    if pairing.separate_tokenizers:
+        if requested == "llama.cpp":
+            raise ModelLoadError(f"pairing {pairing.id!r} uses two tokenizers: cross-tokenizer SpecSteer runs on the "
+                                 "transformers runtime only (choose auto or transformers).")
+        return RuntimeChoice("transformers", "the two models have different tokenizers, and cross-tokenizer "
+                             "SpecSteer runs on the transformers runtime only")
     specs = (pairing.specialist, pairing.generalist)
     not_gguf = [spec for spec in specs if spec.kind not in ("offline", "gguf")]
     if requested == "llama.cpp":
@@ -767,6 +840,8 @@ def _load_pair_uncached(pairing: Pairing, runtime: str, dtype: torch.dtype | Non
     # Tokenizers first: they are small, and a mismatch must be found before a large download or load.
     # An Edge alone cannot compare (the Generalist's tokenizer ships with its weights): its Cloud did.
     tokenizer = load_tokenizer(pairing.specialist, progress)
+    if pairing.separate_tokenizers:
+        return _load_cross_pair(pairing, tokenizer, dtype, device, progress, edge_only)
     if not edge_only:
         check_tokenizers_match(tokenizer, load_tokenizer(pairing.generalist, progress), pairing.id)
     chat = pair_chat_format(pairing, progress)
@@ -776,6 +851,17 @@ def _load_pair_uncached(pairing: Pairing, runtime: str, dtype: torch.dtype | Non
     else:
         models = [TransformersModel(load_model(spec, dtype, progress, device), spec.name) for spec in specs]
     return assemble_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer, chat)
+
+
+def _load_cross_pair(pairing: Pairing, tokenizer: PreTrainedTokenizerBase, dtype: torch.dtype | None,
+                     device: torch.device | None, progress: Progress, edge_only: bool) -> LoadedPair:
+    """A pairing of two tokenizers (transformers only). The Generalist's tokenizer is loaded even for an
+    Edge alone: the Edge renders the plain prompt in the Generalist's ids for the CrossOpen."""
+    large_tokenizer = load_tokenizer(pairing.generalist, progress)
+    specs = (pairing.specialist,) if edge_only else (pairing.specialist, pairing.generalist)
+    models = [TransformersModel(load_model(spec, dtype, progress, device), spec.name) for spec in specs]
+    return assemble_cross_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer,
+                               large_tokenizer, pairing.specialist.chat, pairing.generalist.chat)
 
 
 def pair_chat_format(pairing: Pairing, progress: Progress | None = None) -> ChatFormat:

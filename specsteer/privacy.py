@@ -55,7 +55,10 @@ class UplinkAudit:
         )
 
 
-def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[int], events: Sequence[TokenEvent]) -> UplinkAudit:
+def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[int], events: Sequence[TokenEvent],
+                 plain_large_prompt_ids: Sequence[int] | None = None) -> UplinkAudit:
+    """``plain_large_prompt_ids``: on a cross-tokenizer pair, the plain prompt in the Generalist's ids,
+    which its opening message (``cross-open``) carries besides the Specialist's."""
     audit = UplinkAudit()
     uplink = [m for m in transcript if m.direction == "uplink"]
     audit.messages = len(uplink)
@@ -74,12 +77,16 @@ def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[i
     sent_chosen: list[int] = []
     for index, message in enumerate(uplink):
         payload = message.payload
-        if message.kind == "open":
+        if message.kind in ("open", "cross-open"):
             audit.prompt_tokens = len(payload["prompt"])
             if index != 0:
                 audit.problems.append(f"message {index}: a second prompt was sent")
             if list(payload["prompt"]) != list(plain_prompt_ids):
                 audit.problems.append(f"message {index}: the prompt sent differs from the plain (history-free) prompt")
+            if message.kind == "cross-open" and (plain_large_prompt_ids is None
+                                                 or list(payload["large_prompt"]) != list(plain_large_prompt_ids)):
+                audit.problems.append(f"message {index}: the Generalist's prompt sent differs from the plain "
+                                      "(history-free) prompt in its tokenization")
         elif message.kind == "draft":
             if message is unanswered:
                 audit.unanswered_tokens = len(payload["draft"])
@@ -99,7 +106,7 @@ def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[i
 
 
 def audit_wire(uplink_bodies: Sequence[bytes], downlink_bodies: Sequence[bytes], plain_prompt_ids: Sequence[int],
-               events: Sequence[TokenEvent]) -> UplinkAudit:
+               events: Sequence[TokenEvent], plain_large_prompt_ids: Sequence[int] | None = None) -> UplinkAudit:
     """:func:`audit_uplink` on bytes captured where they crossed (a socket, an HTTP body, a transport),
     not on the Edge's own account of what it sent. Each body may hold several frames; bytes that are
     not frames of this protocol are a problem in themselves."""
@@ -115,6 +122,6 @@ def audit_wire(uplink_bodies: Sequence[bytes], downlink_bodies: Sequence[bytes],
                 problems.append(f"{direction} body {index} is not protocol frames: {error}")
                 continue
             messages += [LinkMessage(direction, m.kind, m.summary(), len(encode(m))) for m in decoded]
-    audit = audit_uplink(messages, plain_prompt_ids, events)
+    audit = audit_uplink(messages, plain_prompt_ids, events, plain_large_prompt_ids)
     audit.problems[:0] = problems
     return audit

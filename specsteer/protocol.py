@@ -2,12 +2,16 @@
 
 The Edge holds the Specialist and the user's private prompt; the Cloud holds
 the Generalist and a generic copy of the Specialist and never sees the
-history. They exchange only the four messages below, each a frozen dataclass
+history. They exchange only the messages below, each a frozen dataclass
 encoded to bytes by :func:`encode` and read back by :func:`decode`.
 
 Uplink (Edge -> Cloud), each naming its session (16 random bytes the Edge chose)
   :class:`Open`   once: the plain prompt ids (the task input, not private), the
                   decoding settings the Cloud needs and the ids that end a text.
+                  On a cross-tokenizer pair (``specsteer.crosstok``) a :class:`CrossOpen`
+                  instead, which adds the plain prompt in the Generalist's ids; there
+                  drafts and chosen tokens stay Specialist ids and a verdict's ``ids``
+                  name symbols of the common byte space (256 bytes and END).
   :class:`Draft`  per round: ``keep`` (how many of the previous round's drafts the
                   Edge kept, exact mode only), ``append`` (tokens the Edge chose since:
                   the recovered or bonus token) and the new ``draft`` ids.
@@ -81,6 +85,8 @@ _HEADER = struct.Struct("<BB")
 _OPEN_SETTINGS = struct.Struct("<Bdddi?dqI")
 _KEEP = struct.Struct("<i")
 _COUNT = struct.Struct("<I")
+CROSS_LAYOUT = 1  # the layout of a CrossOpen's extension; bumped if it ever changes
+_CROSS_LAYOUT = struct.Struct("<B")
 
 
 class FrameError(ValueError):
@@ -148,6 +154,28 @@ class Open:
         return {"rule": self.rule, "alpha": self.alpha, "beta": self.beta, "temperature": self.temperature,
                 "top_k": self.top_k, "bonus": self.bonus, "top_p": self.top_p, "seed": self.seed,
                 "max_new_tokens": self.max_new_tokens, "stop_ids": list(self.stop_ids), "prompt": list(self.prompt)}
+
+
+@dataclass(frozen=True)
+class CrossOpen(Open):
+    """Uplink, once, on a cross-tokenizer pair (``specsteer.crosstok``): an Open whose ``prompt`` is the
+    plain prompt in the Specialist's ids (the generic copy reads it) and whose ``large_prompt`` is the
+    same plain prompt in the Generalist's ids. Drafts and chosen tokens stay Specialist ids; verdicts
+    name symbols of the common byte space instead of token ids. Its frame is an Open's followed by
+    the layout version of this extension (``CROSS_LAYOUT``) and ``large_prompt``: a Cloud that predates
+    it refuses the unknown kind rather than misreading it, and the Open frame itself is unchanged."""
+
+    kind: ClassVar[str] = "cross-open"
+    code: ClassVar[int] = 5
+
+    large_prompt: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "large_prompt", _ids(self.large_prompt))
+
+    def summary(self) -> dict:
+        return {**super().summary(), "large_prompt": list(self.large_prompt)}
 
 
 @dataclass(frozen=True)
@@ -223,8 +251,8 @@ class Tokens:
         return {"ids": list(self.ids)}
 
 
-Message = Open | Draft | Verdict | Tokens
-MESSAGE_TYPES: dict[int, type] = {kind.code: kind for kind in (Open, Draft, Verdict, Tokens)}
+Message = Open | CrossOpen | Draft | Verdict | Tokens
+MESSAGE_TYPES: dict[int, type] = {kind.code: kind for kind in (Open, CrossOpen, Draft, Verdict, Tokens)}
 
 
 def _check_session(session: bytes) -> None:
@@ -251,7 +279,10 @@ def encode(message: Message) -> bytes:
         settings = _OPEN_SETTINGS.pack(RULES.index(message.rule), message.alpha, message.beta, message.temperature,
                                        message.top_k, message.bonus, message.top_p, message.seed,
                                        message.max_new_tokens)
-        return head + message.session + settings + _pack_ids(message.stop_ids) + _pack_ids(message.prompt)
+        frame = head + message.session + settings + _pack_ids(message.stop_ids) + _pack_ids(message.prompt)
+        if isinstance(message, CrossOpen):
+            frame += _CROSS_LAYOUT.pack(CROSS_LAYOUT) + _pack_ids(message.large_prompt)
+        return frame
     if isinstance(message, Draft):
         return head + message.session + _KEEP.pack(message.keep) + _pack_ids(message.append) + _pack_ids(message.draft)
     if isinstance(message, Verdict):
@@ -322,15 +353,22 @@ def decode_prefix(data: bytes, direction: str | None = None, offset: int = 0) ->
         raise FrameError(f"unknown message kind {code}")
     if direction is not None and kind.direction != direction:
         raise FrameError(f"a {kind.kind} message cannot travel {direction}")
-    if kind is Open:
+    if kind is Open or kind is CrossOpen:
         session = reader.raw(SESSION_BYTES)
         rule, alpha, beta, temperature, top_k, bonus, top_p, seed, max_new_tokens = reader.take(_OPEN_SETTINGS)
         if rule >= len(RULES):
             raise FrameError(f"unknown verification rule {rule}")
         stop_ids = reader.ids()
-        message = Open(session=session, rule=RULES[rule], stop_ids=stop_ids, prompt=reader.ids(),
-                       max_new_tokens=max_new_tokens, alpha=alpha, beta=beta, temperature=temperature, top_p=top_p,
-                       top_k=top_k, bonus=bonus, seed=seed)
+        fields = dict(session=session, rule=RULES[rule], stop_ids=stop_ids, prompt=reader.ids(),
+                      max_new_tokens=max_new_tokens, alpha=alpha, beta=beta, temperature=temperature, top_p=top_p,
+                      top_k=top_k, bonus=bonus, seed=seed)
+        if kind is CrossOpen:
+            (layout,) = reader.take(_CROSS_LAYOUT)
+            if layout != CROSS_LAYOUT:
+                raise FrameError(f"cross-tokenizer layout {layout} is not supported (this side reads {CROSS_LAYOUT})")
+            message = CrossOpen(**fields, large_prompt=reader.ids())
+        else:
+            message = Open(**fields)
     elif kind is Draft:
         session = reader.raw(SESSION_BYTES)
         (keep,) = reader.take(_KEEP)
@@ -438,7 +476,45 @@ def needs_generic(rule: str, beta: float) -> bool:
     return rule in ("ratio", "costeer") or (rule == "exact" and beta != 0)
 
 
-class Cloud:
+class _CloudStreams:
+    """What every Cloud session has: the Generalist's stream, perhaps the generic copy's, and a sampler."""
+
+    def __init__(self, generalist, generic_specialist, forward_log: ForwardLog):
+        self._generalist = generalist
+        self._generic = generic_specialist
+        self._forward_log = forward_log
+        self.large: Stream | None = None
+        self.generic: Stream | None = None
+        self.capacity = 0  # tokens the session's generic stream may hold
+        self._sampler = Sampler()
+        self.last_ratios: list[float] = []  # instrumentation for display; never sent as a message
+
+    @staticmethod
+    def _session_sampler(message: Open) -> Sampler:
+        if message.rule == "generate":
+            # The llm baseline samples with the Edge's own seed, as a Generalist alone would.
+            return Sampler.make(message.temperature > 0, message.temperature, message.top_p, message.seed)
+        if message.temperature > 0:
+            return Sampler.make(True, message.temperature, message.top_p, message.seed + 1)
+        return Sampler()
+
+    def close(self) -> None:
+        """Give the streams' caches back for reuse by a later request with the same prompt."""
+        for stream in (self.large, self.generic):
+            if stream is not None:
+                stream.close()
+
+    def next_tokens(self, count: int = 1) -> Tokens:
+        """The ``generate`` rule (the ``llm`` baseline): the Generalist decodes alone, in its own ids."""
+        ids = []
+        for _ in range(count):
+            token = self._sampler.choose(self.large.predict(1)[0])
+            self.large.append([token])
+            ids.append(token)
+        return Tokens(ids)
+
+
+class Cloud(_CloudStreams):
     """The Generalist and the generic Specialist copy serving one session. Knows nothing of the user's history.
 
     ``open`` starts the session's streams, ``verify`` answers a Draft with a Verdict, ``next_tokens``
@@ -447,17 +523,10 @@ class Cloud:
     """
 
     def __init__(self, generalist, generic_specialist, vocab_size: int, forward_log: ForwardLog):
-        self._generalist = generalist
-        self._generic = generic_specialist
+        super().__init__(generalist, generic_specialist, forward_log)
         self._vocab_size = vocab_size
-        self._forward_log = forward_log
         self._settings: Open | None = None
-        self.large: Stream | None = None
-        self.generic: Stream | None = None
-        self.capacity = 0
         self._rows: tuple[torch.Tensor, torch.Tensor] | None = None  # last verify rows, exact mode
-        self._sampler = Sampler()
-        self.last_ratios: list[float] = []  # instrumentation for display; never sent as a message
 
     def open(self, message: Open) -> None:
         self._settings = message
@@ -467,11 +536,7 @@ class Cloud:
         if needs_generic(message.rule, message.beta):
             self.generic = Stream(self._generic, list(message.prompt), self._vocab_size, self._forward_log,
                                   "specialist0", self.capacity)
-        if message.rule == "generate":
-            # The llm baseline samples with the Edge's own seed, as a Generalist alone would.
-            self._sampler = Sampler.make(message.temperature > 0, message.temperature, message.top_p, message.seed)
-        elif message.temperature > 0:
-            self._sampler = Sampler.make(True, message.temperature, message.top_p, message.seed + 1)
+        self._sampler = self._session_sampler(message)
 
     def problem(self, message: Draft) -> str | None:
         """Why ``message`` cannot be applied to this session, or None."""
@@ -516,21 +581,6 @@ class Cloud:
         beta = settings.beta if generic_row is not None else 0.0
         ids, values = steering_entries(large_rows[accepted], generic_row, beta, settings.top_k)
         return Verdict(accepted, ids.tolist(), values.numpy())
-
-    def close(self) -> None:
-        """Give the streams' caches back for reuse by a later request with the same prompt."""
-        for stream in (self.large, self.generic):
-            if stream is not None:
-                stream.close()
-
-    def next_tokens(self, count: int = 1) -> Tokens:
-        """The ``generate`` rule (the ``llm`` baseline): the Generalist decodes alone."""
-        ids = []
-        for _ in range(count):
-            token = self._sampler.choose(self.large.predict(1)[0])
-            self.large.append([token])
-            ids.append(token)
-        return Tokens(ids)
 
     def _send_rows(self, large_rows: torch.Tensor, generic_rows: torch.Tensor | None) -> Verdict:
         """Exact and CoSteer modes: the Edge decides, so it needs the Cloud's rows (no truncation for exact)."""
@@ -589,6 +639,7 @@ class Edge:
         self.stop_ids = stop_ids
         self.rule = rule
         self.beta = beta
+        self.allowed: torch.Tensor | None = None  # [V] bool: the ids that may be drafted (all when None)
         self._draft_rows: list[torch.Tensor] = []
 
     def close(self) -> None:
@@ -596,7 +647,8 @@ class Edge:
 
     def draft(self, k: int, cancel: threading.Event | None = None) -> list[int]:
         """Up to ``k`` drafts; fewer when ``cancel`` is set meanwhile (the caller must not send them then)."""
-        ids, self._draft_rows = draft(self.stream, k, self.sampler, self.stop_ids, self.draft_confidence, cancel)
+        ids, self._draft_rows = draft(self.stream, k, self.sampler, self.stop_ids, self.draft_confidence, cancel,
+                                      allowed=self.allowed)
         return ids
 
     def next_token(self) -> int:
@@ -622,10 +674,13 @@ class Edge:
             private_row = self._private_row_after_drafts()
         else:
             return Settlement(accepted, None, [])
-        ids = torch.tensor(verdict.ids)
-        chosen = recover(ids, _tensor(verdict.values), private_row, self.beta, self.sampler)
+        chosen = self._choose(verdict, private_row)
         self.stream.append([chosen])
         return Settlement(accepted, chosen, [])
+
+    def _choose(self, verdict: Verdict, private_row: torch.Tensor | None) -> int:
+        """The recovered or bonus token from the Cloud's share of the steered logits and the private row."""
+        return recover(torch.tensor(verdict.ids), _tensor(verdict.values), private_row, self.beta, self.sampler)
 
     def _private_row_after_drafts(self) -> torch.Tensor | None:
         """The Specialist's logits after the last draft, for a bonus token.
@@ -674,3 +729,130 @@ class Edge:
 def _tensor(values: np.ndarray) -> torch.Tensor:
     """A float tensor of a message's (read-only) array; torch needs memory it may write."""
     return torch.from_numpy(np.array(values, dtype=np.float32))
+
+
+# --------------------------------------------------------------------------- cross-tokenizer pairs (specsteer.crosstok)
+
+
+CROSS_RULES = ("ratio", "generate")  # SpecSteer (and LightCoSteer as rounds of no drafts), and the llm baseline
+# Generalist tokens a session may hold per Specialist token of its budget. Two BPE vocabularies cut
+# one text into about as many tokens, and a recovered byte is one token on each side, so 4 leaves
+# wide room; a text that needs more is refused (the runtimes size their caches from this).
+LARGE_TOKENS_PER_SMALL = 4
+
+
+class CrossCloud(_CloudStreams):
+    """The Cloud of a cross-tokenizer pair: the Generalist reads its own tokenization of the text, the
+    generic Specialist copy reads the Specialist ids the Edge sent. Same requests as :class:`Cloud`.
+
+    Per round it re-encodes the drafted text for the Generalist, scores the draft with one pass of
+    each model, tests the aligned segments (``crosstok.segment_test``) and, where a symbol must be
+    chosen, sends ``M_L - beta M_S0`` on the likeliest symbols. ``vocabularies`` are the pair's.
+    """
+
+    def __init__(self, generalist, generic_specialist, small_vocab_size: int, large_vocab_size: int,
+                 vocabularies, forward_log: ForwardLog):
+        super().__init__(generalist, generic_specialist, forward_log)
+        self._small_vocab_size = small_vocab_size
+        self._large_vocab_size = large_vocab_size
+        self._vocabularies = vocabularies
+        self._settings: CrossOpen | None = None
+        self.large_capacity = 0  # Generalist ids the session may hold
+
+    def open(self, message: CrossOpen) -> None:
+        from .crosstok import allowed_ids
+
+        self._settings = message
+        self._allowed = allowed_ids(self._vocabularies.small)
+        self.capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
+        self.large_capacity = (len(message.large_prompt)
+                               + LARGE_TOKENS_PER_SMALL * (message.max_new_tokens + DRAFT_HEADROOM))
+        self.large = Stream(self._generalist, list(message.large_prompt), self._large_vocab_size, self._forward_log,
+                            "generalist", self.large_capacity)
+        self._sampler = self._session_sampler(message)
+        if message.rule != "generate":
+            self.generic = Stream(self._generic, list(message.prompt), self._small_vocab_size, self._forward_log,
+                                  "specialist0", self.capacity)
+
+    def problem(self, message: Draft) -> str | None:
+        settings = self._settings
+        if settings is None or settings.streams:
+            return "this session does not take drafts"
+        if message.keep != -1:
+            return "only exact mode reports kept drafts, and a cross-tokenizer pair has no exact mode"
+        small = self._vocabularies.small
+        for ids, what in ((message.append, "chosen token"), (message.draft, "draft")):
+            if any(not bool(self._allowed[i]) for i in ids):
+                return f"a {what} spells no text the Generalist could read"
+            if any(i in small.stop_ids for i in ids[:-1]):
+                return f"an end id is followed by more {what}s"
+        if message.append and message.append[-1] in small.stop_ids and message.draft:
+            return "drafts after an end id"
+        if len(self.generic) + len(message.append) + len(message.draft) > self.capacity:
+            return "the drafts run past the token budget the session was opened with"
+        transfer = self._vocabularies.transfer
+        if len(self.large) + len(transfer(message.append)[0]) + len(transfer(message.draft)[0]) > self.large_capacity:
+            return "the drafted text needs more Generalist tokens than the session was opened with"
+        return None
+
+    def verify(self, message: Draft) -> Verdict:
+        from .crosstok import aligned_segments, public_symbol_values, ratios_per_draft, segment_test
+
+        settings = self._settings
+        vocabularies = self._vocabularies
+        appended_large = vocabularies.transfer(message.append)[0]
+        drafts = list(message.draft)
+        drafted_large, small_spans, large_spans = vocabularies.transfer(drafts)
+        self.large.append(appended_large + drafted_large)
+        self.generic.append(list(message.append) + drafts)
+        k, m = len(drafts), len(drafted_large)
+        large_rows = self.large.predict(m + 1)  # [m+1, V_L]
+        generic_rows = self.generic.predict(k + 1)  # [k+1, V_S]
+        temperature = 1.0 if self._sampler.greedy else self._sampler.temperature
+        large_log_probs = _log_probs_of(large_rows[:m], drafted_large, temperature)
+        generic_log_probs = _log_probs_of(generic_rows[:k], drafts, temperature)
+        segments = aligned_segments(small_spans, large_spans) if k else []
+        uniform = None if self._sampler.greedy else self._sampler.uniform
+        verdict = segment_test(large_log_probs, generic_log_probs, segments, settings.alpha, uniform)
+        self.last_ratios = ratios_per_draft(segments, verdict.ratios)[: verdict.small_accepted + 1]
+        small_kept, large_kept = verdict.small_accepted, verdict.large_accepted
+        if small_kept < k:
+            self.large.truncate(len(self.large) - (m - large_kept), large_rows[large_kept])
+            self.generic.truncate(len(self.generic) - (k - small_kept), generic_rows[small_kept])
+        if small_kept == k and not settings.bonus:
+            return Verdict(small_kept)
+        symbols, values = public_symbol_values(large_rows[large_kept], vocabularies.large, generic_rows[small_kept],
+                                               vocabularies.small, settings.beta, settings.top_k)
+        return Verdict(small_kept, symbols.tolist(), values.numpy())
+
+
+def _log_probs_of(rows: torch.Tensor, ids: list[int], temperature: float) -> torch.Tensor:
+    """log softmax(rows / temperature) at ``ids``, one per row: ``[n]``."""
+    if not ids:
+        return rows.new_zeros(0)
+    return torch.log_softmax(rows / temperature, -1).gather(-1, torch.tensor(ids)[:, None])[:, 0]
+
+
+class CrossEdge(Edge):
+    """The Edge of a cross-tokenizer pair: it drafts only ids the Generalist can be told about, and
+    turns the Cloud's symbol values into a Specialist id (``crosstok.choose_symbol``)."""
+
+    def __init__(self, *args, vocabulary, **kwargs):
+        from .crosstok import allowed_ids
+
+        super().__init__(*args, **kwargs)
+        self.vocabulary = vocabulary
+        self.allowed = allowed_ids(vocabulary)[: self.stream.vocab_size]
+
+    def _choose(self, verdict: Verdict, private_row: torch.Tensor | None) -> int:
+        from .crosstok import SYMBOLS, choose_symbol, complete_symbol
+
+        if any(s >= SYMBOLS for s in verdict.ids) or len(verdict.ids) != verdict.values.size:
+            raise ValueError("the Cloud's verdict does not name symbols of the common byte space")
+        symbol = choose_symbol(torch.tensor(verdict.ids), _tensor(verdict.values), private_row, self.vocabulary,
+                               self.beta, self.sampler.choose)
+        return complete_symbol(symbol, private_row, self.vocabulary, self.sampler.choose)
+
+    def _private_row_after_drafts(self) -> torch.Tensor:
+        """The Specialist's logits after the last draft: a bonus symbol is completed from them whatever beta."""
+        return self.stream.predict(1)[0].masked_fill(~self.allowed, -math.inf)

@@ -96,6 +96,9 @@ class Pairing:
     # Listed so the UI can show it, but refused at load: SpecSteer compares the two models'
     # distributions id by id, which needs one shared vocabulary.
     cross_tokenizer: bool = False
+    # The two models use different tokenizers and load as a cross-tokenizer pair (specsteer.crosstok):
+    # SpecSteer and LightCoSteer then run over the common byte space, on the transformers runtime.
+    separate_tokenizers: bool = False
 
 
 def _hub(model_id: str, chat: ChatFormat) -> ModelSpec:
@@ -184,6 +187,15 @@ PAIRINGS: dict[str, Pairing] = {
             specialist=_hub("meta-llama/Llama-3.2-1B-Instruct", LLAMA3_CHAT),
             generalist=_hub("meta-llama/Llama-3.1-8B-Instruct", LLAMA3_CHAT),
             description="The paper's Llama pairing; gated on the hub (needs an access token).",
+        ),
+        Pairing(
+            id="qwen3-0.6b__llama3.1-8b",
+            label="Qwen3 0.6B → Llama 3.1 8B (hub, paper A.4, different tokenizers, gated)",
+            specialist=_hub("Qwen/Qwen3-0.6B", QWEN3_CHAT),
+            generalist=_hub("meta-llama/Llama-3.1-8B-Instruct", LLAMA3_CHAT),
+            description="The paper's cross-architecture pairing: verification scores the drafted text with each "
+                        "model's own tokenizer, recovery steers over bytes. The Generalist is gated on the hub.",
+            separate_tokenizers=True,
         ),
         Pairing(
             id="offline-smollm2__gemma3",

@@ -215,7 +215,7 @@ def create_app(service: CloudService, secret: str | None = None,
 
     @app.post(EXCHANGE_PATH, dependencies=[Depends(authorized)])
     async def exchange(request: Request):
-        frame = await _read_frame(request, service.limits.max_frame_bytes, body_timeout_s)
+        frame = await _read_frame(request, service.frame_limit, body_timeout_s)
         client = request.client.host if request.client else ""
         answer = await run_in_threadpool(service.handle, frame, client)
         if answer.report is None:  # a stream: each frame leaves as soon as it is computed

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from .background import Background
 from .data import DataError
 from .deployment import DEFAULT_RTTS_MS, DeploymentProfile, get_profile
-from .engine import Prepared, Request, chat_ids, generate, prepare
+from .engine import Prepared, Request, chat_ids, cross_tokenizer_problem, generate, prepare
 from .evaluate import EvalResult, EvalSpec, GridProgress, run_grid_events
 from .events import Finished, LinkMessage, TokenEvent
 from .exposure import Exposure
@@ -320,8 +320,17 @@ def _measured_choice(pairing: Pairing) -> str:
     return note
 
 
+def _cross_tokenizer_problems(pair: LoadedPair, settings: GenerationSettings, methods: Sequence[str]) -> str | None:
+    """Why some of ``methods`` cannot run on ``pair`` (a cross-tokenizer pair runs only some), or None."""
+    for method in methods:
+        problem = cross_tokenizer_problem(pair, settings.for_method(method).decode_config())
+        if problem:
+            return problem
+    return None
+
+
 def _status(pairing: Pairing, edge_only: bool) -> tuple[bool, str]:
-    if not edge_only or pairing.cross_tokenizer:
+    if not edge_only or pairing.cross_tokenizer or pairing.separate_tokenizers:
         return pairing_status(pairing)
     return model_status(pairing.specialist)
 
@@ -422,6 +431,10 @@ class AppService:
         except ModelLoadError as error:
             yield Failed(sentence(str(error)))
             return
+        unavailable = _cross_tokenizer_problems(pair, settings, (settings.method,))
+        if unavailable:
+            yield Failed(sentence(unavailable))
+            return
         yield Generating(settings.method, pair.runtime, pair.precision)
         tokens: list[TokenEvent] = []
         try:
@@ -499,6 +512,10 @@ class AppService:
             pair = yield from self._load(settings.pairing, settings.runtime, edge_only=settings.remote)
         except ModelLoadError as error:
             yield Failed(sentence(str(error)))
+            return
+        unavailable = _cross_tokenizer_problems(pair, settings, order)
+        if unavailable:  # before any output runs: a comparison is saved whole or not at all
+            yield Failed(sentence(unavailable))
             return
         finished: list[Finished] = []
         tokens: list[list[TokenEvent]] = []
@@ -676,7 +693,9 @@ class AppService:
         if METHOD_INFO[finished.stats.method].device_only:
             return None
         tokenizer = pair.tokenizer
-        audit = audit_uplink(finished.transcript, chat_ids(tokenizer, prepared.prompts.plain, pair.chat), tokens)
+        large_ids = chat_ids(pair.cross.tokenizer, prepared.prompts.plain, pair.cross.chat) if pair.cross else None
+        audit = audit_uplink(finished.transcript, chat_ids(tokenizer, prepared.prompts.plain, pair.chat), tokens,
+                             large_ids)
         return PrivacyReport(audit, tuple(finished.transcript),
                              lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False))
 

@@ -86,15 +86,63 @@ def tiny_llama3_tokenizer():
                                  bos_token="<|begin_of_text|>")
 
 
-def _byte_level_tokenizer(special_tokens, chat_template: str, **roles: str):
+# The text a merged-pairs tokenizer learns its merges from: English with the spaces and punctuation
+# the tests' prompts use, so its merges fire on them.
+MERGE_TEXT = ("Write about the weather and the sea. I love long walks, strong coffee and quiet mornings. "
+              "History: the user writes short reviews of the things they read, and the topic of the day. ") * 3
+MERGED_TOKENIZER_MERGES = 48
+
+
+def tiny_merged_tokenizer(merges: int = MERGED_TOKENIZER_MERGES, text: str = MERGE_TEXT):
+    """A byte-level BPE tokenizer with ``merges`` pair merges learned from ``text``: the same 256 byte
+    ids and special tokens (256–258) as tiny_tokenizer(), then one id per merged pair (259 on), so the
+    same text tokenizes into fewer, different ids — a second tokenizer for cross-tokenizer tests."""
+    return _byte_level_tokenizer(SPECIAL_TOKENS, CHAT_TEMPLATE, merges=learn_merges(text, merges),
+                                 eos_token="<|im_end|>", pad_token="<|endoftext|>")
+
+
+def learn_merges(text: str, count: int) -> list[tuple[str, str]]:
+    """Byte-pair merges as BPE learns them: repeatedly join the most frequent adjacent pair (the first
+    seen wins a tie), in the byte-level stand-in spelling."""
+    from transformers.convert_slow_tokenizer import bytes_to_unicode
+
+    spelling = bytes_to_unicode()
+    symbols = [spelling[b] for b in text.encode("utf-8")]
+    merges: list[tuple[str, str]] = []
+    for _ in range(count):
+        counts: dict[tuple[str, str], int] = {}
+        for pair in zip(symbols, symbols[1:]):
+            counts[pair] = counts.get(pair, 0) + 1
+        if not counts:
+            break
+        best = max(counts, key=counts.get)  # dicts keep first-seen order, and max keeps the first maximum
+        merges.append(best)
+        joined, index = [], 0
+        while index < len(symbols):
+            if index + 1 < len(symbols) and (symbols[index], symbols[index + 1]) == best:
+                joined.append(best[0] + best[1])
+                index += 2
+            else:
+                joined.append(symbols[index])
+                index += 1
+        symbols = joined
+    return merges
+
+
+def _byte_level_tokenizer(special_tokens, chat_template: str, merges: list[tuple[str, str]] = (), **roles: str):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
     # bytes_to_unicode is the byte -> printable stand-in table that the ByteLevel steps use.
     vocab = {symbol: byte for byte, symbol in bytes_to_unicode().items()}
+    # The special tokens keep ids 256.. whatever the merges; each merge's token comes after them.
+    for index, token in enumerate(special_tokens):
+        vocab[token] = 256 + index
+    for left, right in merges:
+        vocab.setdefault(left + right, len(vocab))
     # BPE with no merges: every byte stays its own token.
-    core = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    core = Tokenizer(models.BPE(vocab=vocab, merges=list(merges)))
     core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     core.decoder = decoders.ByteLevel()
     core.add_special_tokens(list(special_tokens))
@@ -109,12 +157,16 @@ def tiny_model(
     heads: int = 4,
     kv_heads: int = 2,
     eos_bias: float = 0.0,
+    tokenizer_size: int = TOKENIZER_SIZE,
+    quiet_ids: tuple[int, ...] = (),
 ):
-    """A random fp32 Qwen2ForCausalLM in eval mode whose output layer has ``vocab_size`` rows."""
+    """A random fp32 Qwen2ForCausalLM in eval mode whose output layer has ``vocab_size`` rows, of which
+    the first ``tokenizer_size`` are real tokens (the rest padding). ``quiet_ids`` score as low as
+    padding, as a trained chat model scores ``<|im_start|>`` inside its reply."""
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    if vocab_size < TOKENIZER_SIZE:
-        raise ValueError(f"vocab_size must be at least the tokenizer's {TOKENIZER_SIZE}")
+    if vocab_size < tokenizer_size:
+        raise ValueError(f"vocab_size must be at least the tokenizer's {tokenizer_size}")
     config = Qwen2Config(
         vocab_size=vocab_size,
         hidden_size=hidden,
@@ -131,12 +183,13 @@ def tiny_model(
     model = Qwen2ForCausalLM(config)
     with torch.no_grad():
         for name, parameter in model.named_parameters():
-            parameter.copy_(_initial_value(seed, name, parameter.shape))
-        _install_constant_channel(model, eos_bias)
+            parameter.copy_(_initial_value(seed, name, parameter.shape, tokenizer_size))
+        _install_constant_channel(model, eos_bias, tokenizer_size)
+        model.lm_head.weight[list(quiet_ids), 0] = _PADDING_LOGIT
     return model.float().eval()
 
 
-def _initial_value(seed: int, name: str, shape: torch.Size) -> torch.Tensor:
+def _initial_value(seed: int, name: str, shape: torch.Size, tokenizer_size: int = TOKENIZER_SIZE) -> torch.Tensor:
     """Deterministic per (seed, name); embedding rows are drawn per token so padding does not shift them."""
     if "norm" in name:
         return torch.ones(shape)
@@ -146,12 +199,12 @@ def _initial_value(seed: int, name: str, shape: torch.Size) -> torch.Tensor:
     if "embed_tokens" in name or "lm_head" in name:
         std = _EMBED_STD if "embed_tokens" in name else _LM_HEAD_STD
         rows = torch.zeros(shape)
-        rows[:TOKENIZER_SIZE] = torch.randn((TOKENIZER_SIZE, shape[1]), generator=generator) * std
+        rows[:tokenizer_size] = torch.randn((tokenizer_size, shape[1]), generator=generator) * std
         return rows
     return torch.randn(shape, generator=generator) * _LAYER_STD
 
 
-def _install_constant_channel(model, eos_bias: float) -> None:
+def _install_constant_channel(model, eos_bias: float, tokenizer_size: int = TOKENIZER_SIZE) -> None:
     """Hidden dimension 0 holds 1.0 in every embedding and no layer writes to it, so after the final
     norm it is a positive constant-like input: the output layer's column 0 acts as a per-token bias."""
     model.model.embed_tokens.weight[:, 0] = 1.0
@@ -162,7 +215,7 @@ def _install_constant_channel(model, eos_bias: float) -> None:
     head = model.lm_head.weight
     head[:, 0] = 0.0
     head[IM_END_ID, 0] = eos_bias
-    head[TOKENIZER_SIZE:, 0] = _PADDING_LOGIT
+    head[tokenizer_size:, 0] = _PADDING_LOGIT
 
 
 def _calibrate_constant_channel(model) -> None:
@@ -186,18 +239,44 @@ def tiny_pair(
     generalist_vocab: int = 352,
     dtype: torch.dtype = torch.float32,
     eos_bias: float = 0.0,
+    quiet_ids: tuple[int, ...] = (),
 ) -> LoadedPair:
-    """Two tiny models sharing tiny_tokenizer(); different seeds give different models.
+    """Two tiny models sharing tiny_tokenizer(); different seeds give different models (``quiet_ids``:
+    see tiny_model).
 
     By default both output layers are padded past the tokenizer's 259 ids, to different sizes (320
     and 352), as with real pairs such as Qwen2.5 1.5B/32B: ``vocab_size`` is the smaller one, and
     code that slices logits by a model's own size instead of ``pair.vocab_size`` fails loudly.
     """
-    specialist = tiny_model(seed, specialist_vocab, eos_bias=eos_bias).to(dtype)
-    generalist = tiny_model(generalist_seed, generalist_vocab, eos_bias=eos_bias).to(dtype)
+    specialist = tiny_model(seed, specialist_vocab, eos_bias=eos_bias, quiet_ids=quiet_ids).to(dtype)
+    generalist = tiny_model(generalist_seed, generalist_vocab, eos_bias=eos_bias, quiet_ids=quiet_ids).to(dtype)
     # Its own id is the one the hooks name it by, so a Cloud serving it (``cloud --pairing tiny-test``)
     # and an Edge that chose it agree on what they run.
     return assemble_pair(TEST_PAIRING_ID, specialist, generalist, tiny_tokenizer(), CHATML_CHAT)
+
+
+CROSS_PAIRING_ID = "tiny-cross-test"
+# A chat model's reply neither opens a turn nor ends with the base model's end of text: with these quiet,
+# <|im_end|> is the one end id that matters, and every likely id spells text (what the common byte
+# space can carry), so cross-tokenizer runs can be compared token for token with same-tokenizer ones.
+CHAT_QUIET_IDS = (ENDOFTEXT_ID, IM_START_ID)
+
+
+def tiny_cross_pair(seed: int = 0, generalist_seed: int = 1, specialist_tokenizer=None, generalist_tokenizer=None,
+                    specialist_vocab: int = 320, generalist_vocab: int = 352, eos_bias: float = 0.0,
+                    quiet_ids: tuple[int, ...] = CHAT_QUIET_IDS) -> LoadedPair:
+    """Two tiny models with different tokenizers: by default the Specialist reads tiny_tokenizer()
+    (one id per byte) and the Generalist tiny_merged_tokenizer() (merged pairs over the same bytes)."""
+    from .models import assemble_cross_pair
+
+    small_tokenizer = specialist_tokenizer or tiny_tokenizer()
+    large_tokenizer = generalist_tokenizer or tiny_merged_tokenizer()
+    specialist = tiny_model(seed, specialist_vocab, eos_bias=eos_bias, tokenizer_size=len(small_tokenizer),
+                            quiet_ids=quiet_ids)
+    generalist = tiny_model(generalist_seed, generalist_vocab, eos_bias=eos_bias, tokenizer_size=len(large_tokenizer),
+                            quiet_ids=quiet_ids)
+    return assemble_cross_pair(CROSS_PAIRING_ID, specialist, generalist, small_tokenizer, large_tokenizer,
+                               CHATML_CHAT, CHATML_CHAT)
 
 
 def write_tiny_gguf(path, seed: int, vocab_size: int = 320, eos_bias: float = 0.0):
@@ -260,14 +339,23 @@ def _gguf_tensor_name(name: str) -> str:
     return f"blk.{index}.{block[module]}.{kind}"
 
 
+# The pairing ids the test hooks (the evaluate and cloud CLIs, the bench, the app) accept, and what builds each.
+TEST_PAIRS = {TEST_PAIRING_ID: tiny_pair, CROSS_PAIRING_ID: tiny_cross_pair}
 _shared_lock = threading.Lock()
-_shared: LoadedPair | None = None
+_shared: dict[str, LoadedPair] = {}
+
+
+def shared_test_pair(pairing_id: str) -> LoadedPair | None:
+    """One process-wide pair per test pairing id, built on first use; None for any other id."""
+    build = TEST_PAIRS.get(pairing_id)
+    if build is None:
+        return None
+    with _shared_lock:
+        if pairing_id not in _shared:
+            _shared[pairing_id] = build()
+        return _shared[pairing_id]
 
 
 def shared_tiny_pair() -> LoadedPair:
     """One process-wide ``tiny_pair()`` for the test hooks, built on first use."""
-    global _shared
-    with _shared_lock:
-        if _shared is None:
-            _shared = tiny_pair()
-        return _shared
+    return shared_test_pair(TEST_PAIRING_ID)

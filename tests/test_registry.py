@@ -34,6 +34,7 @@ def test_all_required_pairings_exist_with_the_default_first():
         "llama3.2-1b__llama3.1-8b": ("meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"),
         "qwen3-0.6b__qwen3-1.7b": ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"),
         "offline-smollm2__gemma3": ("smollm2-135m-instruct-q4_1", "gemma-3-270m-q4_k_m"),
+        "qwen3-0.6b__llama3.1-8b": ("Qwen/Qwen3-0.6B", "meta-llama/Llama-3.1-8B-Instruct"),  # paper A.4
     }
     assert {pid: (p.specialist.name, p.generalist.name) for pid, p in PAIRINGS.items()} == expected
     assert [pid for pid, p in PAIRINGS.items() if p.cross_tokenizer] == ["offline-smollm2__gemma3"]

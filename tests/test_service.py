@@ -624,3 +624,20 @@ def test_the_operator_lists_the_clouds_and_holds_the_export_token():
     assert exposure.may_export_all("tok") and not exposure.may_export_all("") and not exposure.may_export_all("x")
     assert not Exposure(public=True).may_export_all("anything")  # no token configured: nobody exports in public
     assert Exposure().may_export_all(None)  # locally the user is the operator
+
+
+def test_a_cross_tokenizer_pair_generates_audits_and_refuses_a_method_it_cannot_run(store, history):
+    from specsteer.testing import CROSS_PAIRING_ID, shared_test_pair
+
+    service = AppService(store=store, runs=None,
+                         pairs=PairCatalog({CROSS_PAIRING_ID: lambda: shared_test_pair(CROSS_PAIRING_ID)}))
+    *_, done = service.generate(history, "review", INPUT, values(pairing=CROSS_PAIRING_ID))
+    assert isinstance(done, Done) and done.result.privacy.audit.ok, done
+    assert done.result.finished.transcript[0].kind == "cross-open"
+    *_, refused = service.generate(history, "review", INPUT, values(pairing=CROSS_PAIRING_ID, method="sd"))
+    assert isinstance(refused, Failed) and "not available on a cross-tokenizer pairing" in refused.message
+    events = list(service.compare(history, "review", INPUT, values(pairing=CROSS_PAIRING_ID), ["specsteer", "costeer"],
+                                  blind=False))
+    assert isinstance(events[-1], Failed) and "CoSteer is not available" in events[-1].message
+    assert not any(isinstance(event, OutputDone) for event in events) and not store.comparisons
+    assert len(store.generations) == 1  # only the first generation ran and was saved

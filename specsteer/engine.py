@@ -16,6 +16,7 @@ lightcosteer  0          every token from the steered logits (a bonus-only round
 costeer       0          every token from CoSteer's iterative refinement
 slm, slm+     --         Specialist alone, prompt only / with retrieved history
 llm           --         Generalist alone (the speed reference)
+llm+          --         Generalist given the private prompt (sends the private context: a reference)
 ============  =========  ======================================================
 """
 
@@ -91,6 +92,7 @@ class Request:
     retrieval_k: int = 3
     noise_items: Sequence = ()  # appended to the Specialist's context (robustness study)
     prompt_style: str = "paper"  # tasks.PROMPT_STYLES: the paper's templates, or "clean" (no field labels)
+    profile: str | None = None  # a persona's user profile text (the cogenesis task); private like the history
 
 
 @dataclass
@@ -107,7 +109,8 @@ def prepare(request: Request) -> Prepared:
 
     scored = retrieve_scored(request.task, request.input_text, list(request.history), request.retrieval_k)
     retrieved = [item for item, _ in scored] + list(request.noise_items)
-    prompts = build_prompts(request.task, request.input_text, retrieved, style=request.prompt_style)
+    prompts = build_prompts(request.task, request.input_text, retrieved, style=request.prompt_style,
+                            profile=request.profile)
     return Prepared(prompts, retrieved, [score for _, score in scored])
 
 
@@ -230,19 +233,25 @@ def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.E
     link = Link((cloud or InProcessCloud(pair)).transport(), forward_log, conditions)
     output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids, link, cancel)
     stats = GenerationStats(method=config.method)
+    edge_sends = METHOD_INFO[config.method].edge_sends_tokens
+    sent: list[str] = []  # the text of every id the Edge sent, rejected drafts included (privacy audits)
     try:
         with torch.inference_mode():
             for event in _loop(pair, plain_ids, private_ids, config, output, link, stats):
                 if stats.ttft_s is None and event.emitted:
                     stats.ttft_s = time.perf_counter() - started
+                if edge_sends:
+                    sent.append(event.text)
                 yield event
     except CloudError as error:
         link.close()
+        stats.sent_text = "".join(sent)
         output.stop_reason = "cloud-error"
         error.partial = _finished(pair, output, stats, link, started)
         raise
     finally:
         link.close()  # the Cloud's last report completes the trace; a second close does nothing
+    stats.sent_text = "".join(sent)
     yield _finished(pair, output, stats, link, started)
 
 
@@ -271,8 +280,10 @@ def _finished(pair, output: _Output, stats: GenerationStats, link: Link, started
 def _loop(pair, plain_ids, private_ids, config, output, link, stats):
     if METHOD_INFO[config.method].device_only:
         return _device_only(pair, plain_ids, private_ids, config, link.forward_log, output)
-    if config.method == "llm":
-        return _cloud_only(pair, plain_ids, config, output, link)
+    if METHOD_INFO[config.method].cloud_decodes:
+        # llm+ is the privacy-violating reference: the Cloud is opened on the private prompt.
+        prompt = private_ids if METHOD_INFO[config.method].sends_private_context else plain_ids
+        return _cloud_only(pair, prompt, config, output, link)
     return _speculative(pair, plain_ids, private_ids, config, output, link, stats)
 
 
@@ -311,10 +322,11 @@ def _shared_vocabulary(pair, link: Link) -> int:
     return min(pair.vocab_size, info.vocab_size)
 
 
-def _cloud_only(pair, plain_ids, config, output, link):
-    """The ``llm`` baseline: the Cloud decodes alone and streams its tokens down (no round trip per token)."""
+def _cloud_only(pair, prompt_ids, config, output, link):
+    """The ``llm`` and ``llm+`` baselines: the Cloud decodes alone and streams its tokens down (no round
+    trip per token)."""
     _shared_vocabulary(pair, link)
-    stream = link.open(_opening(pair, link, plain_ids, config, "generate", 0.0))
+    stream = link.open(_opening(pair, link, prompt_ids, config, "generate", 0.0))
     try:
         for message in stream:
             for token in message.ids:

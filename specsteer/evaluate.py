@@ -66,9 +66,10 @@ from datetime import datetime, UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .facts import fact_shares, method_exposure
 from .hygiene import classify_output
 from .tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair
-from .data import LONGLAMP_TASKS, DataError, Record, load_records, resolve_data_source
+from .data import EVALUATION_TASKS, DataError, Record, load_task_records, resolve_data_source
 from .engine import DecodeConfig, Prepared, Request, collect, generate, prepare
 from .history import HistoryItem
 from .jsonable import to_jsonable
@@ -142,8 +143,8 @@ class EvalSpec:
 
     def validate(self) -> EvalSpec:
         problems = []
-        if self.task not in LONGLAMP_TASKS:
-            problems.append(f"unknown task {self.task!r}; choose one of {', '.join(LONGLAMP_TASKS)}")
+        if self.task not in EVALUATION_TASKS:
+            problems.append(f"unknown task {self.task!r}; choose one of {', '.join(EVALUATION_TASKS)}")
         unknown = [method for method in self.methods if method not in METHODS]
         if not self.methods or unknown:
             problems.append(f"methods must be some of {', '.join(METHODS)} (got {', '.join(self.methods) or 'none'})")
@@ -199,13 +200,14 @@ def _same_user(a: Record, b: Record) -> bool:
 def record_request(record: Record, retrieval_k: int, noise: Sequence[HistoryItem] = (),
                    prompt_style: str = DEFAULT_PROMPT_STYLE) -> Request:
     return Request(task=record.task, input_text=record.input, history=record.profile,
-                   retrieval_k=retrieval_k, noise_items=tuple(noise), prompt_style=prompt_style)
+                   retrieval_k=retrieval_k, noise_items=tuple(noise), prompt_style=prompt_style,
+                   profile=record.user_profile)
 
 
 def load_evaluation_records(spec: EvalSpec) -> tuple[list[Record], dict[str, Prepared]]:
     """The first ``limit`` records of the file and each one's prepared prompts (noise included)."""
     pool_limit = spec.limit if spec.limit is None or not spec.noise else max(spec.limit, NOISE_POOL_RECORDS)
-    pool = load_records(spec.data, spec.task, limit=pool_limit)
+    pool = load_task_records(spec.data, spec.task, limit=pool_limit)
     records = pool[: spec.limit]
     seen: set[str] = set()
     for record in records:
@@ -333,7 +335,8 @@ def run_grid_events(
     store.set_status(run_id, status)
     yield GridProgress(len(stored), len(cells), status)
     prompts = {record_id: item.prompts for record_id, item in prepared.items()}
-    yield EvalResult(run_id, name, status, computed, stored, summarize(stored, spec.task, prompts))
+    facts = {record.id: record.private_facts for record in records}
+    yield EvalResult(run_id, name, status, computed, stored, summarize(stored, spec.task, prompts, facts))
 
 
 def run_grid(
@@ -411,11 +414,26 @@ def _hygiene(cells: Sequence[CellResult], task: str, prompts: Mapping[str, Promp
     return {"layout_copy": share("layout_copy"), "preamble": share("preamble"), "refusal": share("refusal")}
 
 
+def _privacy(cells: Sequence[CellResult], prompts: Mapping[str, PromptPair],
+             facts: Mapping[str, Sequence[str]]) -> dict[str, float | None]:
+    """Shares of the cells' private facts sent to the cloud (all; those the task did not name), found
+    in the output, and sent only in rejected drafts (``specsteer.facts``)."""
+    shares = fact_shares([method_exposure(cell.point.method, facts[cell.record_id], prompts[cell.record_id],
+                                          cell.stats.sent_text, cell.output)
+                          for cell in cells if facts.get(cell.record_id)])
+    if shares is None:
+        return {}
+    return {"facts_sent": shares.sent, "facts_sent_beyond_task": shares.sent_beyond_task,
+            "facts_in_output": shares.in_output, "facts_rejected_only": shares.rejected_only}
+
+
 def _summary_row(point: GridPoint, cells: Sequence[CellResult], reference: Sequence[CellResult],
-                 task: str | None, prompts: Mapping[str, PromptPair] | None) -> dict[str, Any]:
+                 task: str | None, prompts: Mapping[str, PromptPair] | None,
+                 facts: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     stats = [cell.stats for cell in cells]
     drafted = sum(s.drafted for s in stats)
     hygiene = _hygiene(cells, task, prompts) if task and prompts is not None else {}
+    privacy = _privacy(cells, prompts, facts) if facts and prompts is not None else {}
     return {
         "method": point.method,
         "alpha": point.alpha,
@@ -428,6 +446,7 @@ def _summary_row(point: GridPoint, cells: Sequence[CellResult], reference: Seque
         "decode_tok_per_s": _throughput(cells, decode_only=True),
         "decode_speedup": _speedup(cells, reference, decode_only=True) if reference else None,
         **hygiene,
+        **privacy,
         "rounds": _mean([s.rounds for s in stats]),
         "new_tokens": _mean([s.new_tokens for s in stats]),
         "uplink_bytes": _mean([s.uplink_bytes for s in stats]),
@@ -436,14 +455,17 @@ def _summary_row(point: GridPoint, cells: Sequence[CellResult], reference: Seque
 
 
 def summarize(cells: Sequence[CellResult], task: str | None = None,
-              prompts: Mapping[str, PromptPair] | None = None) -> list[dict[str, Any]]:
+              prompts: Mapping[str, PromptPair] | None = None,
+              facts: Mapping[str, Sequence[str]] | None = None) -> list[dict[str, Any]]:
     """One row per (method, alpha, beta) of a run's cells; see the module doc. With the run's task
-    and its prompts by record id (:func:`run_prompts`), rows also give the output hygiene shares."""
+    and its prompts by record id (:func:`run_prompts`), rows also give the output hygiene shares;
+    with the records' private facts as well (:func:`run_facts`, CoGenesis), the privacy shares."""
     groups: dict[GridPoint, list[CellResult]] = {}
     for cell in cells:
         groups.setdefault(cell.point, []).append(cell)
     reference = groups.get(GridPoint(SPEED_REFERENCE), [])
-    return [_summary_row(point, groups[point], reference, task, prompts) for point in sorted(groups, key=_row_order)]
+    return [_summary_row(point, groups[point], reference, task, prompts, facts)
+            for point in sorted(groups, key=_row_order)]
 
 
 def spec_from_config(config: Mapping[str, Any], data_dir: Path | None = None) -> EvalSpec:
@@ -468,6 +490,14 @@ def run_prompts(config: Mapping[str, Any], data_dir: Path | None = None) -> dict
         raise DataError(f"the run's records file {spec.data} is not here; pass the folder that holds it")
     _, prepared = load_evaluation_records(spec)
     return {record_id: item.prompts for record_id, item in prepared.items()}
+
+
+def run_facts(config: Mapping[str, Any], data_dir: Path | None = None) -> dict[str, tuple[str, ...]]:
+    """The private facts of every record of a stored run by record id (empty for tasks without them)."""
+    spec = spec_from_config(config, data_dir)
+    if not Path(spec.data).is_file():
+        raise DataError(f"the run's records file {spec.data} is not here; pass the folder that holds it")
+    return {record.id: record.private_facts for record in load_task_records(spec.data, spec.task, limit=spec.limit)}
 
 
 def json_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -519,8 +549,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate methods on LongLaMP records: ROUGE, speed, acceptance; results stored per cell.",
     )
     parser.add_argument("--data", required=True,
-                        help="records file (JSONL/JSON/parquet), or 'shared' (real LongLaMP records) or 'sample'")
-    parser.add_argument("--task", required=True, choices=LONGLAMP_TASKS)
+                        help="records file (JSONL/JSON/parquet), or 'shared' (the real records: LongLaMP, or "
+                             "CoGenesis's test split; 'shared:dev' its dev split) or 'sample'")
+    parser.add_argument("--task", required=True, choices=EVALUATION_TASKS)
     parser.add_argument("--limit", type=int, default=None, help="first N records of the file")
     parser.add_argument("--methods", type=_name_list, default=METHODS, help="comma-separated, default all")
     parser.add_argument("--alpha", type=_number_list, default=(1.0, 0.5, 0.1), help="alpha values (SpecSteer)")

@@ -23,6 +23,14 @@ class MethodInfo:
     takes_beta: bool  # reads β, the steering strength
     speculative: bool  # drafts k tokens on the device for the cloud to verify (reads the draft length)
     device_only: bool  # runs entirely on the device: nothing crosses the link
+    # sends the Specialist's private prompt (profile and history) to the cloud: the privacy-violating reference
+    sends_private_context: bool = False
+    cloud_decodes: bool = False  # the cloud chooses every token and streams them down (the edge sends none)
+
+    @property
+    def edge_sends_tokens(self) -> bool:
+        """The Edge sends the ids it drafts or chooses (accepted, rejected, recovered, bonus, steered)."""
+        return not self.device_only and not self.cloud_decodes
 
     @property
     def choice_label(self) -> str:
@@ -39,7 +47,12 @@ _TABLE = (
                takes_alpha=False, takes_beta=False, speculative=False, device_only=True),
     MethodInfo("llm", "LLM", "large model alone",
                "The large cloud model alone, without your history (the speed reference).",
-               takes_alpha=False, takes_beta=False, speculative=False, device_only=False),
+               takes_alpha=False, takes_beta=False, speculative=False, device_only=False, cloud_decodes=True),
+    MethodInfo("llm+", "LLM+ (sends your data)", "large model given your history: sends it to the cloud",
+               "The large cloud model given your private prompt (profile and history): what sending your data "
+               "to the cloud would give. Not private; the reference for quality and the worst case for privacy.",
+               takes_alpha=False, takes_beta=False, speculative=False, device_only=False,
+               sends_private_context=True, cloud_decodes=True),
     MethodInfo("sd", "Standard SD", "drafts follow the large model",
                "Speculative decoding towards the large model: the output follows it, drafts only speed it up.",
                takes_alpha=False, takes_beta=False, speculative=True, device_only=False),

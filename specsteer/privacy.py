@@ -4,6 +4,10 @@ The rule (DESIGN §2): the uplink may carry the plain prompt once, and after
 that only ids of tokens the Specialist proposed (drafts, shown as accepted or
 rejected) or chose (recovered and bonus tokens). Anything else is a leak.
 
+A method that declares it sends the private context (``llm+``, the privacy-violating reference)
+passes the private prompt's ids as ``private_prompt_ids``: its prompt is then checked against those,
+and the summary says that the whole private prompt crossed.
+
 One draft may go unshown: the last one, when no answer came back (a remote Cloud
 failed while verifying it). Its ids are counted and named in the summary; they
 are in the transcript, which is what the privacy panel lists.
@@ -25,6 +29,7 @@ class UplinkAudit:
     draft_tokens: int = 0
     chosen_tokens: int = 0
     unanswered_tokens: int = 0  # drafted ids of a last draft that got no verdict (among draft_tokens)
+    private_prompt_sent: bool = False  # the prompt sent was the Specialist's private one (llm+)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -38,6 +43,14 @@ class UplinkAudit:
         Specialist reading the history, so they carry something of it by design; rejected drafts,
         which never reach the output, are among them.
         """
+        if self.private_prompt_sent:
+            sent = (f"{self.messages} uplink message{'s' if self.messages != 1 else ''} ({self.bytes:,} bytes): "
+                    f"the whole private prompt ({self.prompt_tokens} token ids: your profile, your retrieved history "
+                    "and the task) crossed to the cloud.")
+            if not self.ok:
+                return f"{sent} Also: {'; '.join(self.problems)}."
+            return (f"{sent} This method is not private by design: it shows what sending your data to the cloud "
+                    "would give, and everything in that prompt is now known to the cloud.")
         crossed = (
             f"{self.messages} uplink message{'s' if self.messages != 1 else ''} ({self.bytes:,} bytes): "
             f"the plain prompt ({self.prompt_tokens} token ids of your input, without the history), "
@@ -55,8 +68,11 @@ class UplinkAudit:
         )
 
 
-def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[int], events: Sequence[TokenEvent]) -> UplinkAudit:
+def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[int], events: Sequence[TokenEvent],
+                 private_prompt_ids: Sequence[int] | None = None) -> UplinkAudit:
+    """``private_prompt_ids``: given only for a method that declares it sends the private prompt."""
     audit = UplinkAudit()
+    expected_prompt = list(plain_prompt_ids) if private_prompt_ids is None else list(private_prompt_ids)
     uplink = [m for m in transcript if m.direction == "uplink"]
     audit.messages = len(uplink)
     if not uplink:  # a device-only method: nothing crossed the link at all
@@ -78,8 +94,11 @@ def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[i
             audit.prompt_tokens = len(payload["prompt"])
             if index != 0:
                 audit.problems.append(f"message {index}: a second prompt was sent")
-            if list(payload["prompt"]) != list(plain_prompt_ids):
-                audit.problems.append(f"message {index}: the prompt sent differs from the plain (history-free) prompt")
+            if list(payload["prompt"]) != expected_prompt:
+                kind = "plain (history-free)" if private_prompt_ids is None else "private"
+                audit.problems.append(f"message {index}: the prompt sent differs from the {kind} prompt")
+            audit.private_prompt_sent = private_prompt_ids is not None and list(payload["prompt"]) != list(
+                plain_prompt_ids)
         elif message.kind == "draft":
             if message is unanswered:
                 audit.unanswered_tokens = len(payload["draft"])

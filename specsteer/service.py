@@ -353,8 +353,9 @@ class AppService:
         items = history.history.items if history is not None else ()
         if not (input_text or "").strip():
             return RetrievalPreview(task, len(items), retrieval_k, (), None)
+        profile = history.history.profile if history is not None else None
         prepared = prepare(Request(task=task, input_text=input_text, history=items, retrieval_k=retrieval_k,
-                                   prompt_style=prompt_style))
+                                   prompt_style=prompt_style, profile=profile))
         return _preview_of(prepared, task, len(items), retrieval_k, prompt_style)
 
     # ----------------------------------------------------------------------- one generation
@@ -582,8 +583,9 @@ class AppService:
         if not (input_text or "").strip():
             raise SettingsError(["Enter a task input first."])
         items = history.history.items if history is not None else ()
+        profile = history.history.profile if history is not None else None
         return prepare(Request(task=task, input_text=input_text, history=items, retrieval_k=settings.retrieval_k,
-                               prompt_style=settings.prompt_style))
+                               prompt_style=settings.prompt_style, profile=profile))
 
     def _load(self, pairing_id: str, runtime: str, edge_only: bool = False) -> Generator[Loading, None, LoadedPair]:
         """For ``pair = yield from ...``: loads in a worker thread, reporting the loader's progress.
@@ -641,7 +643,10 @@ class AppService:
         if METHOD_INFO[finished.stats.method].device_only:
             return None
         tokenizer = pair.tokenizer
-        audit = audit_uplink(finished.transcript, chat_ids(tokenizer, prepared.prompts.plain, pair.chat), tokens)
+        private = (chat_ids(tokenizer, prepared.prompts.private, pair.chat)
+                   if METHOD_INFO[finished.stats.method].sends_private_context else None)
+        audit = audit_uplink(finished.transcript, chat_ids(tokenizer, prepared.prompts.plain, pair.chat), tokens,
+                             private_prompt_ids=private)
         return PrivacyReport(audit, tuple(finished.transcript),
                              lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False))
 

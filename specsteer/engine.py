@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .chat import PLAIN_CHAT, ChatFormat
-from .decoding import Detokenizer, ForwardLog, Sampler
+from .decoding import Detokenizer, ForwardLog, PrivateSpanGuard, Sampler
 from .events import Finished, GenerationStats, TokenEvent
 from .methods import METHOD_INFO, METHODS
 from .deployment import LinkConditions
@@ -58,6 +58,9 @@ class DecodeConfig:
     costeer_iters: int = 20
     costeer_eta: float = 10.0
     costeer_lambda: float = 2.0
+    # The private-span guard (beyond the paper): no token the Edge sends completes a run of this many
+    # token ids found in the private prompt and not in the plain one (decoding.PrivateSpanGuard); 0 = off.
+    private_guard: int = 0
 
     def validate(self) -> "DecodeConfig":
         problems = []
@@ -79,6 +82,10 @@ class DecodeConfig:
             problems.append("sampling needs temperature > 0 and 0 < top_p <= 1")
         if self.costeer_iters < 1:
             problems.append("CoSteer needs at least one iteration")
+        if self.private_guard and not 2 <= self.private_guard <= 64:
+            problems.append("the private-span guard's n must be between 2 and 64 tokens (0 switches it off)")
+        if self.private_guard and self.exact:
+            problems.append("the private-span guard does not cover the exact-target variant (its residual draw)")
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -355,10 +362,11 @@ def _speculative(pair, plain_ids, private_ids, config, output, link, stats):
     every_token = config.method in ("lightcosteer", "costeer")  # rounds of draft length 0
     vocab_size = _shared_vocabulary(pair, link)
     link.open(_opening(pair, link, plain_ids, config, rule, beta))
+    guard = PrivateSpanGuard(private_ids, plain_ids, config.private_guard) if config.private_guard else None
     edge = Edge(pair.specialist, private_ids, vocab_size, link.forward_log, _sampler(config),
                 pair.eos_token_ids, rule, beta,
                 costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
-                draft_confidence=config.draft_confidence, max_new_tokens=config.max_new_tokens)
+                draft_confidence=config.draft_confidence, max_new_tokens=config.max_new_tokens, guard=guard)
     try:
         yield from _rounds(edge, config, rule, every_token, output, link, stats)
     finally:

@@ -136,6 +136,7 @@ class EvalSpec:
     retrieval_k: int = 3
     noise: int = 0
     prompt_style: str = DEFAULT_PROMPT_STYLE  # "paper" (Table 13) or "clean" (no field labels to copy)
+    private_guard: int = 0  # the private-span guard's n for the methods whose Edge sends tokens; 0 = off
     run_name: str | None = None  # None: a new run named after the task and the time
 
     def points(self) -> list[GridPoint]:
@@ -169,7 +170,8 @@ class EvalSpec:
 
 def decode_config(point: GridPoint, spec: EvalSpec) -> DecodeConfig:
     used = {name: value for name, value in (("alpha", point.alpha), ("beta", point.beta)) if value is not None}
-    return DecodeConfig(method=point.method, draft_len=spec.draft_len, max_new_tokens=spec.max_new_tokens, **used)
+    return DecodeConfig(method=point.method, draft_len=spec.draft_len, max_new_tokens=spec.max_new_tokens,
+                        private_guard=spec.private_guard, **used)
 
 
 # --------------------------------------------------------------------------- requests
@@ -267,6 +269,8 @@ def run_config(spec: EvalSpec, pairing_id: str, runtime: str, dtype: str | None,
     """The stored config: the runtime as resolved here, so that a resume on another runtime is refused."""
     config = asdict(spec)
     del config["run_name"]
+    if not spec.private_guard:
+        del config["private_guard"]  # so that runs stored before the guard existed still resume
     config.update(data=str(Path(spec.data).resolve()), pairing=pairing_id, runtime=runtime, dtype=dtype,
                   cells_total=cells_total)
     return config
@@ -571,6 +575,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt-style", choices=PROMPT_STYLES, default=DEFAULT_PROMPT_STYLE,
                         help="paper: the paper's Table 13 templates (default, comparable); clean: the retrieved "
                              "texts without their field labels, and an instruction to write only the text")
+    parser.add_argument("--private-guard", type=int, default=0, metavar="N",
+                        help="the Edge never sends a token completing N tokens copied from the private prompt "
+                             "(recovered locally instead); 0 = off")
     parser.add_argument("--run-name", default=None, help="name of the run; the same name resumes it")
     parser.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
     parser.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
@@ -586,7 +593,7 @@ def spec_from_args(args: argparse.Namespace) -> EvalSpec:
         betas=args.beta, extra_points=args.extra_grid, limit=args.limit, pairing=args.pairing,
         runtime=args.runtime, dtype=args.dtype,
         max_new_tokens=args.max_new_tokens, draft_len=args.draft_len, retrieval_k=args.retrieval_k,
-        noise=args.noise, prompt_style=args.prompt_style, run_name=args.run_name,
+        noise=args.noise, prompt_style=args.prompt_style, private_guard=args.private_guard, run_name=args.run_name,
     )
 
 

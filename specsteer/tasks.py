@@ -51,7 +51,7 @@ from typing import Literal, get_args
 
 from specsteer.history import HistoryItem
 
-TASKS = ("review", "abstract", "writing", "cogenesis", "free")
+TASKS = ("review", "abstract", "writing", "free", "cogenesis")
 LAMP_TASKS = ("lamp4", "lamp5", "lamp7")
 ALL_TASKS = TASKS + LAMP_TASKS
 

@@ -15,7 +15,6 @@ records make a small sample).
 
 from __future__ import annotations
 
-import random
 import sys
 from pathlib import Path
 
@@ -60,17 +59,10 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def paired(cells: list[CellResult], ours: GridPoint, theirs: GridPoint, metric: str = "rougeL",
-           draws: int = 10000) -> str:
+def paired(cells: list[CellResult], ours: GridPoint, theirs: GridPoint, metric: str = "rougeL") -> str:
     """Record-by-record comparison of two grid points on one ROUGE metric (0-100)."""
-    score = {(cell.point, cell.record_id): 100 * cell.rouge[metric] for cell in cells}
-    records = sorted({cell.record_id for cell in cells})
-    differences = [score[(ours, record)] - score[(theirs, record)] for record in records]
-    rng = random.Random(0)
-    means = sorted(sum(rng.choices(differences, k=len(differences))) / len(differences) for _ in range(draws))
-    low, high = means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
-    wins = sum(difference > 0 for difference in differences)
-    return f"{wins}/{len(records)} better, {sum(differences) / len(differences):+.2f} [{low:+.2f}, {high:+.2f}]"
+    difference = evaluate.paired_difference(cells, ours, theirs, metric)
+    return "–" if difference is None else difference.describe()
 
 
 def main(url: str, names: list[str]) -> None:

@@ -45,6 +45,11 @@ LAMP_TASK_NAMES = {"LaMP_4": "lamp4", "LaMP_5": "lamp5", "LaMP_7": "lamp7"}
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES_DIR = REPO_ROOT / "assets" / "samples"
 SAMPLE_HISTORIES = {
+    # CoGenesis personas from the dev split (records as published): profile, 4 texts, a task.
+    "persona-hr": "persona_hr_manager.json",
+    "persona-principal": "persona_retired_principal.json",
+    "persona-developer": "persona_software_developer.json",
+    "persona-gamedev": "persona_game_developer.json",
     "review": "review_user.jsonl",
     "writing": "writing_user.json",
     "abstract": "abstract_user.csv",

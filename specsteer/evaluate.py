@@ -73,7 +73,7 @@ from .data import EVALUATION_TASKS, DataError, Record, load_task_records, resolv
 from .engine import DecodeConfig, Prepared, Request, collect, generate, prepare
 from .history import HistoryItem
 from .jsonable import to_jsonable
-from .methods import METHOD_INFO, METHODS, SPEED_REFERENCE
+from .methods import BASELINES, METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
 from .metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
 from .registry import DEFAULT_PAIRING
 from .retrieval import low_similarity_items
@@ -123,7 +123,7 @@ class EvalSpec:
 
     data: str
     task: str
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = PRIVATE_METHODS  # llm+ (sends the private context) only when named
     alphas: tuple[float, ...] = (1.0, 0.5, 0.1)
     betas: tuple[float, ...] = (1.0,)
     extra_points: tuple[tuple[float, float], ...] = ()
@@ -472,6 +472,69 @@ def summarize(cells: Sequence[CellResult], task: str | None = None,
             for point in sorted(groups, key=_row_order)]
 
 
+@dataclass(frozen=True)
+class PairedDifference:
+    """Two grid points compared record by record on one ROUGE metric (0-100): the records both have,
+    how many ``ours`` won, the mean difference and its bootstrap interval over records."""
+
+    ours: GridPoint
+    theirs: GridPoint
+    metric: str
+    records: int
+    wins: int
+    mean: float
+    low: float
+    high: float
+    level: float = 0.95
+
+    def describe(self) -> str:
+        return f"{self.wins}/{self.records} better, {self.mean:+.2f} [{self.low:+.2f}, {self.high:+.2f}]"
+
+
+def paired_difference(cells: Sequence[CellResult], ours: GridPoint, theirs: GridPoint, metric: str = "rougeL",
+                      draws: int = 10_000, seed: int = 0, level: float = 0.95) -> PairedDifference | None:
+    """``ours`` minus ``theirs`` on ``metric`` over the records both have, with a percentile bootstrap
+    interval (records resampled with replacement, ``draws`` times, a fixed seed); None without a shared
+    record or a score."""
+    import random
+
+    scores: dict[tuple[GridPoint, str], float] = {}
+    for cell in cells:
+        if cell.rouge.get(metric) is not None:
+            scores[(cell.point, cell.record_id)] = 100 * cell.rouge[metric]
+    records = sorted({record for point, record in scores if point == ours}
+                     & {record for point, record in scores if point == theirs})
+    if not records:
+        return None
+    differences = [scores[(ours, record)] - scores[(theirs, record)] for record in records]
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choices(differences, k=len(differences))) / len(differences) for _ in range(draws))
+    tail = (1 - level) / 2
+    return PairedDifference(ours, theirs, metric, len(records), sum(d > 0 for d in differences),
+                            sum(differences) / len(differences), means[int(tail * draws)],
+                            means[int((1 - tail) * draws) - 1], level)
+
+
+def stronger_baseline(cells: Sequence[CellResult], metric: str = "rougeL",
+                      baselines: Sequence[str] = BASELINES) -> GridPoint | None:
+    """Of the baselines (SLM+ and LLM) the run has, the one with the higher mean ``metric`` over the
+    records they share: what a personalized method has to beat."""
+    points = [GridPoint(name) for name in baselines]
+    scored = {point: {cell.record_id: cell.rouge.get(metric) for cell in cells if cell.point == point}
+              for point in points}
+    present = [point for point in points if scored[point]]
+    if not present:
+        return None
+    shared = set.intersection(*(set(scored[point]) for point in present))
+    if not shared:
+        return None
+
+    def mean(point: GridPoint) -> float:
+        return sum(scored[point][record] or 0.0 for record in shared) / len(shared)
+
+    return max(present, key=mean)
+
+
 def spec_from_config(config: Mapping[str, Any], data_dir: Path | None = None) -> EvalSpec:
     """The EvalSpec a stored run was made with (fields added since take their defaults). ``data_dir``:
     where to look for the records file by name when its stored path is gone (a moved checkout)."""
@@ -557,7 +620,8 @@ def build_parser() -> argparse.ArgumentParser:
                              "CoGenesis's test split; 'shared:dev' its dev split) or 'sample'")
     parser.add_argument("--task", required=True, choices=EVALUATION_TASKS)
     parser.add_argument("--limit", type=int, default=None, help="first N records of the file")
-    parser.add_argument("--methods", type=_name_list, default=METHODS, help="comma-separated, default all")
+    parser.add_argument("--methods", type=_name_list, default=PRIVATE_METHODS,
+                        help="comma-separated; default: all but llm+ (which sends the private context to the cloud)")
     parser.add_argument("--alpha", type=_number_list, default=(1.0, 0.5, 0.1), help="alpha values (SpecSteer)")
     parser.add_argument("--beta", type=_number_list, default=(1.0,), help="beta values (SpecSteer, LightCoSteer)")
     parser.add_argument("--extra-grid", type=_point_list, default=(),

@@ -71,6 +71,8 @@ _TABLE = (
 METHOD_INFO: dict[str, MethodInfo] = {info.name: info for info in _TABLE}
 METHODS: tuple[str, ...] = tuple(METHOD_INFO)  # the engine's order: baselines first, SpecSteer last
 
+# Every method that keeps the private context on the device: what a grid runs unless llm+ is asked for by name.
+PRIVATE_METHODS: tuple[str, ...] = tuple(name for name in METHODS if not METHOD_INFO[name].sends_private_context)
 SPEED_REFERENCE = "llm"  # speedups are measured against it (1.00×), in the same run
 # What a personalized method has to beat: the most personal method and the strongest generic one.
 BASELINES = ("slm+", "llm")

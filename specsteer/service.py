@@ -46,6 +46,7 @@ from .link import CloudEndpoint, CloudError, CloudRefused
 from .linkbench import deployment_rows
 from .methods import METHOD_INFO, METHODS
 from .models import LoadedPair, ModelLoadError, choose_runtime, load_pair
+from .facts import FactExposure, method_exposure, split_private_facts
 from .privacy import UplinkAudit, audit_uplink
 from .protocol import CloudInfo
 from .registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status
@@ -85,6 +86,8 @@ class PrivacyReport:
     audit: UplinkAudit
     transcript: tuple[LinkMessage, ...]
     token_text: Callable[[Sequence[int]], str]
+    # Which of the persona's private facts reached the cloud (specsteer.facts); None without a profile.
+    facts: FactExposure | None = None
 
 
 @dataclass(frozen=True)
@@ -419,7 +422,8 @@ class AppService:
               pair: LoadedPair, prepared: Prepared, tokens: Sequence[TokenEvent],
               finished: Finished) -> GenerationResult:
         """Audit a generation's uplink and save it; a failed save still returns the output."""
-        privacy = self._privacy(pair, prepared, tokens, finished)
+        facts = split_private_facts(history.history.profile or "") if history is not None else ()
+        privacy = self._privacy(pair, prepared, tokens, finished, facts)
         saved_id, save_error = None, None
         try:
             history_id = self.store.save_history(history) if history is not None else None
@@ -639,7 +643,7 @@ class AppService:
 
     @staticmethod
     def _privacy(pair: LoadedPair, prepared: Prepared, tokens: Sequence[TokenEvent],
-                 finished: Finished) -> PrivacyReport | None:
+                 finished: Finished, facts: Sequence[str] = ()) -> PrivacyReport | None:
         if METHOD_INFO[finished.stats.method].device_only:
             return None
         tokenizer = pair.tokenizer
@@ -647,8 +651,10 @@ class AppService:
                    if METHOD_INFO[finished.stats.method].sends_private_context else None)
         audit = audit_uplink(finished.transcript, chat_ids(tokenizer, prepared.prompts.plain, pair.chat), tokens,
                              private_prompt_ids=private)
+        exposure = (method_exposure(finished.stats.method, facts, prepared.prompts, finished.stats.sent_text,
+                                    finished.text) if facts else None)
         return PrivacyReport(audit, tuple(finished.transcript),
-                             lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False))
+                             lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False), exposure)
 
     def _save_generation(self, history: NamedHistory | None, history_id: int | None, task: str, input_text: str,
                          settings: GenerationSettings, finished: Finished, tokens: Sequence[TokenEvent]) -> int:

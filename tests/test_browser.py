@@ -157,6 +157,28 @@ def test_generate_streams_coloured_tokens_and_injection_stays_text(page, tmp_pat
     expect(page.locator("#sample-user input")).to_have_value("")  # the upload replaced the sample user
 
 
+def test_a_persona_generates_and_the_privacy_panel_names_the_facts_that_crossed(page):
+    """The default sample user is a CoGenesis persona: its profile is shown, its task is prefilled, the
+    prompt style is the clean one; after a generation the privacy panel counts the persona's private
+    facts and names those that reached the cloud (here the one the task itself names)."""
+    expect = sync_api.expect
+    expect(page.locator("#persona-profile")).to_contain_text("Privacy_info", timeout=WAIT_MS)
+    expect(page.locator("#persona-profile")).to_contain_text("Gregory Simmons")
+    expect(page.locator("#task-input textarea")).to_have_value(re.compile("^Write an article on balancing work"))
+    expect(page.locator("#prompt-style input[value=clean]")).to_be_checked()
+    expect(page.locator("#retrieved")).to_contain_text("## About the user", timeout=WAIT_MS)
+    set_number(page, "#max-new-tokens", "16")
+    page.click("#generate-button")
+    expect(page.locator("#generate-status")).to_contain_text("saved as generation", timeout=WAIT_MS)
+    page.locator("#privacy-accordion").get_by_text("Privacy: what was sent to the cloud").click()
+    facts = page.locator("#privacy-facts")
+    expect(facts).to_contain_text(re.compile(r"\d+ of 9 private facts were sent to the cloud"), timeout=WAIT_MS)
+    expect(facts).to_contain_text("Works remotely on Fridays to spend more time with family and to meditate")
+    expect(facts).to_contain_text("named in your task")
+    shot(page, "04-persona-privacy-facts")
+    assert_not_pwned(page)
+
+
 def test_stop_keeps_the_partial_output(page):
     expect = sync_api.expect
     set_number(page, "#max-new-tokens", "1000")

@@ -10,7 +10,10 @@ the share of outputs copying the prompt's item layout, opening with a preamble, 
 (``specsteer.hygiene``; the prompts are rebuilt from the run's records, no model is loaded).
 Below each table, every SpecSteer setting is compared with SLM+ and LLM record by record on
 ROUGE-L: records won, the mean difference and its 95 % bootstrap interval [low, high] (a dozen
-records make a small sample).
+records make a small sample), and against the stronger of the two (the one with the higher mean on
+the same records) on ROUGE-L and ROUGE-1. A CoGenesis run also gets the privacy table: per method,
+the share of the records' private facts sent to the cloud (all of them, and those the task did not
+name), found in the output, and sent only in rejected drafts (``specsteer.facts``).
 """
 
 from __future__ import annotations
@@ -59,6 +62,18 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def privacy_table(rows: list[dict]) -> list[str]:
+    lines = ["| method | α | β | facts sent to the cloud | sent, not named in the task | in the output "
+             "| sent only in rejected drafts |", "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append("| " + " | ".join([
+            method_label(row["method"]), _value(row["alpha"], "{:g}"), _value(row["beta"], "{:g}"),
+            _share(row.get("facts_sent")), _share(row.get("facts_sent_beyond_task")),
+            _share(row.get("facts_in_output")), _share(row.get("facts_rejected_only")),
+        ]) + " |")
+    return lines
+
+
 def paired(cells: list[CellResult], ours: GridPoint, theirs: GridPoint, metric: str = "rougeL") -> str:
     """Record-by-record comparison of two grid points on one ROUGE metric (0-100)."""
     difference = evaluate.paired_difference(cells, ours, theirs, metric)
@@ -73,13 +88,16 @@ def main(url: str, names: list[str]) -> None:
         cells = storage.run_cells(run.id, url=url)
         records = complete_records(cells)
         kept = [cell for cell in cells if cell.record_id in records]
-        rows = evaluate.summarize(kept, run.config["task"], evaluate.run_prompts(run.config))
+        facts = evaluate.run_facts(run.config) if run.config["task"] == "cogenesis" else None
+        rows = evaluate.summarize(kept, run.config["task"], evaluate.run_prompts(run.config), facts)
         runtime = run.config.get("runtime", "transformers")  # runs made before the runtime choice used transformers
         precision = run.config.get("dtype") or ("Q4_K_M" if runtime == "llama.cpp" else "?")
         style = run.config.get("prompt_style", "paper")
         print(f"**{name}** ({run.status}; {runtime}, {precision}, {style} prompts): {len(records)} records "
               f"complete, {len(cells)} cells stored\n")
         print("\n".join(table(rows)) + "\n")
+        if facts is not None:
+            print("\n".join(privacy_table(rows)) + "\n")
         baselines = [b for b in BASELINES if any(row["method"] == b for row in rows)]
         steered = [row for row in rows if row["method"] == "specsteer"]
         if not steered or not baselines:
@@ -90,6 +108,15 @@ def main(url: str, names: list[str]) -> None:
             point = GridPoint("specsteer", row["alpha"], row["beta"])
             print(f"| α={row['alpha']:g} β={row['beta']:g} | "
                   + " | ".join(paired(kept, point, GridPoint(b)) for b in baselines) + " |")
+        print()
+        for metric, name in (("rougeL", "R-L"), ("rouge1", "R-1")):
+            stronger = evaluate.stronger_baseline(kept, metric)
+            if stronger is None:
+                continue
+            for row in steered:
+                point = GridPoint("specsteer", row["alpha"], row["beta"])
+                print(f"- SpecSteer α={row['alpha']:g} β={row['beta']:g} − {method_label(stronger.method)} (the "
+                      f"stronger baseline on {name}): {paired(kept, point, stronger, metric)}")
         print()
 
 

@@ -118,7 +118,7 @@ def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[i
 
 
 def audit_wire(uplink_bodies: Sequence[bytes], downlink_bodies: Sequence[bytes], plain_prompt_ids: Sequence[int],
-               events: Sequence[TokenEvent]) -> UplinkAudit:
+               events: Sequence[TokenEvent], private_prompt_ids: Sequence[int] | None = None) -> UplinkAudit:
     """:func:`audit_uplink` on bytes captured where they crossed (a socket, an HTTP body, a transport),
     not on the Edge's own account of what it sent. Each body may hold several frames; bytes that are
     not frames of this protocol are a problem in themselves."""
@@ -134,6 +134,6 @@ def audit_wire(uplink_bodies: Sequence[bytes], downlink_bodies: Sequence[bytes],
                 problems.append(f"{direction} body {index} is not protocol frames: {error}")
                 continue
             messages += [LinkMessage(direction, m.kind, m.summary(), len(encode(m))) for m in decoded]
-    audit = audit_uplink(messages, plain_prompt_ids, events)
+    audit = audit_uplink(messages, plain_prompt_ids, events, private_prompt_ids)
     audit.problems[:0] = problems
     return audit

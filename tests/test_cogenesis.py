@@ -117,3 +117,28 @@ def test_llm_plus_sends_the_whole_private_prompt_and_its_audit_says_so(tmp_path)
     tokens, finished = collect(generate(pair, prepared, DecodeConfig(method="llm", max_new_tokens=8)))
     plain_audit = audit_uplink(finished.transcript, plain_ids, tokens)
     assert plain_audit.ok and not plain_audit.private_prompt_sent and finished.stats.sent_text == ""
+
+
+def test_an_evaluation_run_reports_private_facts_per_method_and_the_dashboard_rebuilds_them(tmp_path, url):
+    import storage
+    from specsteer.evaluate import EvalSpec, run_grid
+    from ui import dashboard_tab
+
+    data = write(tmp_path, [record("1"), record("2", task="Tell my customers about peonies.")])
+    spec = EvalSpec(data=data, task="cogenesis", methods=("slm", "llm", "llm+", "specsteer"), alphas=(0.1,),
+                    max_new_tokens=4, prompt_style="clean", run_name="cogenesis-tiny")
+    result = run_grid(spec, storage.SqlRunStore(url), pair=tiny_pair(seed=0, generalist_seed=1))
+    rows = {row["method"]: row for row in result.rows}
+    assert rows["llm+"]["facts_sent"] == 1.0  # the private prompt holds the Privacy_info line itself
+    assert rows["slm"]["facts_sent"] == 0.0 and rows["llm"]["facts_sent"] == 0.0  # neither task names a fact
+    assert set(rows["specsteer"]) >= {"facts_sent", "facts_sent_beyond_task", "facts_in_output",
+                                      "facts_rejected_only"}
+    assert all(cell.stats.sent_text for cell in result.cells if cell.point.method == "specsteer")
+    run = storage.get_run_by_name("cogenesis-tiny", url=url)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DATABASE_URL", url)
+        stored = {row["method"]: row for row in dashboard_tab.stored_rows(run.config, storage.run_cells(run.id))}
+        notes = dashboard_tab.claim_notes(storage.run_cells(run.id))
+    assert stored["llm+"]["facts_sent"] == 1.0 and stored["specsteer"]["facts_sent"] == rows["specsteer"]["facts_sent"]
+    # LLM is the only baseline in this run, so it is the stronger one: one note per metric.
+    assert len(notes) == 2 and all("− LLM (the stronger baseline)" in note and "/2 better" in note for note in notes)

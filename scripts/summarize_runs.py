@@ -1,6 +1,6 @@
 """Markdown tables of stored evaluation runs, for the README.
 
-    .venv/bin/python scripts/summarize_runs.py sqlite:///$PWD/results/longlamp.db RUN [RUN ...]
+    .venv/bin/python scripts/summarize_runs.py sqlite:///$PWD/results/longlamp.db RUN [RUN ...] [--common]
 
 Rows average over the records on which every cell of the run is stored, so a run that is still
 going (or was stopped) compares like with like. Columns: ROUGE (0-100), acceptance, end-to-end
@@ -80,13 +80,20 @@ def paired(cells: list[CellResult], ours: GridPoint, theirs: GridPoint, metric: 
     return "–" if difference is None else difference.describe()
 
 
-def main(url: str, names: list[str]) -> None:
+def main(url: str, names: list[str], common: bool = False) -> None:
+    """``common``: every run keeps only the records complete in all the named runs (to compare runs)."""
+    shared: set[str] | None = None
+    if common:
+        for name in names:
+            run = storage.get_run_by_name(name, url=url)
+            done = set(complete_records(storage.run_cells(run.id, url=url))) if run is not None else set()
+            shared = done if shared is None else shared & done
     for name in names:
         run = storage.get_run_by_name(name, url=url)
         if run is None:
             raise SystemExit(f"no run named {name!r} in {url}")
         cells = storage.run_cells(run.id, url=url)
-        records = complete_records(cells)
+        records = [record for record in complete_records(cells) if shared is None or record in shared]
         kept = [cell for cell in cells if cell.record_id in records]
         facts = evaluate.run_facts(run.config) if run.config["task"] == "cogenesis" else None
         rows = evaluate.summarize(kept, run.config["task"], evaluate.run_prompts(run.config), facts)
@@ -109,18 +116,19 @@ def main(url: str, names: list[str]) -> None:
             print(f"| α={row['alpha']:g} β={row['beta']:g} | "
                   + " | ".join(paired(kept, point, GridPoint(b)) for b in baselines) + " |")
         print()
-        for metric, name in (("rougeL", "R-L"), ("rouge1", "R-1")):
+        for metric, label in (("rougeL", "R-L"), ("rouge1", "R-1")):
             stronger = evaluate.stronger_baseline(kept, metric)
             if stronger is None:
                 continue
             for row in steered:
                 point = GridPoint("specsteer", row["alpha"], row["beta"])
                 print(f"- SpecSteer α={row['alpha']:g} β={row['beta']:g} − {method_label(stronger.method)} (the "
-                      f"stronger baseline on {name}): {paired(kept, point, stronger, metric)}")
+                      f"stronger baseline on {label}): {paired(kept, point, stronger, metric)}")
         print()
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3:
+    arguments = [argument for argument in sys.argv[1:] if argument != "--common"]
+    if len(arguments) < 2:
         raise SystemExit(__doc__)
-    main(sys.argv[1], sys.argv[2:])
+    main(arguments[0], arguments[1:], common="--common" in sys.argv)

@@ -268,6 +268,13 @@ def test_blind_comparison_and_annotation(page):
 def test_preview_follows_a_paste_and_a_cleared_input(page):
     """ "What the Specialist sees" must follow every change of the input, not only typed keys."""
     expect = sync_api.expect
+    # The gadget reviewer has a vacuum review for the paste to find, and the paper's templates show its
+    # product description (the app now starts on a persona and the clean style).
+    page.locator("#sample-user input").click()
+    page.get_by_role("option", name=re.compile("Gadget reviewer")).click()
+    expect(page.locator("#history-summary")).to_contain_text("Gadget reviewer", timeout=WAIT_MS)
+    page.locator("#prompt-style").get_by_text("Paper (the paper's templates)").click()
+    expect(page.locator("#retrieved")).to_contain_text("Product:", timeout=WAIT_MS)
     retrieved = page.locator("#retrieved")
     box = page.locator("#task-input textarea")
     first_rank = retrieved.locator(".ss-retrieved-item").first

@@ -63,8 +63,8 @@ def table(rows: list[dict]) -> list[str]:
 
 
 def privacy_table(rows: list[dict]) -> list[str]:
-    lines = ["| method | α | β | facts sent to the cloud | sent, not named in the task | in the output "
-             "| sent only in rejected drafts |", "|---|---|---|---|---|---|---|"]
+    lines = [("| method | α | β | facts sent to the cloud | sent, not named in the task | in the output "
+              "| sent only in rejected drafts |"), "|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append("| " + " | ".join([
             method_label(row["method"]), _value(row["alpha"], "{:g}"), _value(row["beta"], "{:g}"),

@@ -34,7 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsteer.facts import split_private_facts
-from specsteer.history import USER_KEYS, HistoryError, HistoryItem, build_items, persona_history
+from specsteer.history import (
+    USER_KEYS,
+    HistoryError,
+    HistoryItem,
+    build_items,
+    persona_history,
+)
 
 LONGLAMP_TASKS = ("review", "abstract", "writing")
 COGENESIS_TASK = "cogenesis"

@@ -41,12 +41,12 @@ from .deployment import DEFAULT_RTTS_MS, DeploymentProfile, get_profile
 from .engine import Prepared, Request, chat_ids, generate, prepare
 from .evaluate import EvalResult, EvalSpec, GridProgress, run_grid_events
 from .events import Finished, LinkMessage, TokenEvent
+from .facts import FactExposure, method_exposure, split_private_facts
 from .generationstore import GenerationStore, NamedHistory, NewComparison, NewGeneration
 from .link import CloudEndpoint, CloudError, CloudRefused
 from .linkbench import deployment_rows
 from .methods import METHOD_INFO, METHODS
 from .models import LoadedPair, ModelLoadError, choose_runtime, load_pair
-from .facts import FactExposure, method_exposure, split_private_facts
 from .privacy import UplinkAudit, audit_uplink
 from .protocol import CloudInfo
 from .registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status

@@ -6,7 +6,12 @@ import json
 
 import pytest
 
-from specsteer.data import DataError, load_cogenesis, resolve_data_source, shared_cogenesis_path
+from specsteer.data import (
+    DataError,
+    load_cogenesis,
+    resolve_data_source,
+    shared_cogenesis_path,
+)
 from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, prepare
 from specsteer.history import HistoryError, parse_history
 from specsteer.methods import METHOD_INFO

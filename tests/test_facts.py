@@ -5,7 +5,14 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specsteer.facts import expose, fact_shares, fact_terms, mentions, method_exposure, split_private_facts
+from specsteer.facts import (
+    expose,
+    fact_shares,
+    fact_terms,
+    mentions,
+    method_exposure,
+    split_private_facts,
+)
 from specsteer.tasks import PromptPair
 
 SAMPLE = Path(__file__).parent / "fixtures" / "fact_matcher_sample.json"

@@ -33,29 +33,20 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
+from .engine import (MAX_DRAFT_LEN, DecodeConfig, Prepared, Request, chat_ids, collect, generate, prepare,
+                     speculative_bound)
 from .deployment import DEFAULT_RTTS_MS, PROFILES, get_profile
-from .engine import (
-    MAX_DRAFT_LEN,
-    DecodeConfig,
-    Prepared,
-    Request,
-    chat_ids,
-    collect,
-    generate,
-    prepare,
-    speculative_bound,
-)
 from .jsonable import to_jsonable
 from .machine import machine_info
-from .methods import METHOD_INFO, SPEED_REFERENCE, method_info
 from .runtime import RUNTIME_CHOICES
+from .methods import METHOD_INFO, SPEED_REFERENCE, method_info
 from .tasks import PromptPair
 
 if TYPE_CHECKING:
@@ -202,14 +193,8 @@ def bench_cases(methods: list[str], alphas: list[float], draft_lens: list[str], 
 def load_prompts(count: int, data: str | None, task: str | None = None) -> list[Prepared]:
     """``count`` real LongLaMP records (review and writing alternately), prepared with BM25 top-3;
     with ``task="cogenesis"``, CoGenesis test records (or those of ``data``) with their profiles."""
-    from .data import (
-        COGENESIS_TASK,
-        bundled_sample_path,
-        load_records,
-        load_task_records,
-        resolve_data_source,
-        shared_data_path,
-    )
+    from .data import (COGENESIS_TASK, bundled_sample_path, load_records, load_task_records, resolve_data_source,
+                       shared_data_path)
 
     if task == COGENESIS_TASK:
         records = load_task_records(resolve_data_source(data or "shared", task), task, limit=count)

@@ -1,6 +1,6 @@
 """Markdown tables of stored evaluation runs, for the README.
 
-    .venv/bin/python scripts/summarize_runs.py sqlite:///$PWD/results/longlamp.db RUN [RUN ...]
+    .venv/bin/python scripts/summarize_runs.py sqlite:///$PWD/results/longlamp.db RUN [RUN ...] [--common]
 
 Rows average over the records on which every cell of the run is stored, so a run that is still
 going (or was stopped) compares like with like. Columns: ROUGE (0-100), acceptance, end-to-end
@@ -10,12 +10,14 @@ the share of outputs copying the prompt's item layout, opening with a preamble, 
 (``specsteer.hygiene``; the prompts are rebuilt from the run's records, no model is loaded).
 Below each table, every SpecSteer setting is compared with SLM+ and LLM record by record on
 ROUGE-L: records won, the mean difference and its 95 % bootstrap interval [low, high] (a dozen
-records make a small sample).
+records make a small sample), and against the stronger of the two (the one with the higher mean on
+the same records) on ROUGE-L and ROUGE-1. A CoGenesis run also gets the privacy table: per method,
+the share of the records' private facts sent to the cloud (all of them, and those the task did not
+name), found in the output, and sent only in rejected drafts (``specsteer.facts``).
 """
 
 from __future__ import annotations
 
-import random
 import sys
 from pathlib import Path
 
@@ -60,34 +62,49 @@ def table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def paired(cells: list[CellResult], ours: GridPoint, theirs: GridPoint, metric: str = "rougeL",
-           draws: int = 10000) -> str:
+def privacy_table(rows: list[dict]) -> list[str]:
+    lines = [("| method | α | β | facts sent to the cloud | sent, not named in the task | in the output "
+              "| sent only in rejected drafts |"), "|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append("| " + " | ".join([
+            method_label(row["method"]), _value(row["alpha"], "{:g}"), _value(row["beta"], "{:g}"),
+            _share(row.get("facts_sent")), _share(row.get("facts_sent_beyond_task")),
+            _share(row.get("facts_in_output")), _share(row.get("facts_rejected_only")),
+        ]) + " |")
+    return lines
+
+
+def paired(cells: list[CellResult], ours: GridPoint, theirs: GridPoint, metric: str = "rougeL") -> str:
     """Record-by-record comparison of two grid points on one ROUGE metric (0-100)."""
-    score = {(cell.point, cell.record_id): 100 * cell.rouge[metric] for cell in cells}
-    records = sorted({cell.record_id for cell in cells})
-    differences = [score[(ours, record)] - score[(theirs, record)] for record in records]
-    rng = random.Random(0)
-    means = sorted(sum(rng.choices(differences, k=len(differences))) / len(differences) for _ in range(draws))
-    low, high = means[int(0.025 * draws)], means[int(0.975 * draws) - 1]
-    wins = sum(difference > 0 for difference in differences)
-    return f"{wins}/{len(records)} better, {sum(differences) / len(differences):+.2f} [{low:+.2f}, {high:+.2f}]"
+    difference = evaluate.paired_difference(cells, ours, theirs, metric)
+    return "–" if difference is None else difference.describe()
 
 
-def main(url: str, names: list[str]) -> None:
+def main(url: str, names: list[str], common: bool = False) -> None:
+    """``common``: every run keeps only the records complete in all the named runs (to compare runs)."""
+    shared: set[str] | None = None
+    if common:
+        for name in names:
+            run = storage.get_run_by_name(name, url=url)
+            done = set(complete_records(storage.run_cells(run.id, url=url))) if run is not None else set()
+            shared = done if shared is None else shared & done
     for name in names:
         run = storage.get_run_by_name(name, url=url)
         if run is None:
             raise SystemExit(f"no run named {name!r} in {url}")
         cells = storage.run_cells(run.id, url=url)
-        records = complete_records(cells)
+        records = [record for record in complete_records(cells) if shared is None or record in shared]
         kept = [cell for cell in cells if cell.record_id in records]
-        rows = evaluate.summarize(kept, run.config["task"], evaluate.run_prompts(run.config))
+        facts = evaluate.run_facts(run.config) if run.config["task"] == "cogenesis" else None
+        rows = evaluate.summarize(kept, run.config["task"], evaluate.run_prompts(run.config), facts)
         runtime = run.config.get("runtime", "transformers")  # runs made before the runtime choice used transformers
         precision = run.config.get("dtype") or ("Q4_K_M" if runtime == "llama.cpp" else "?")
         style = run.config.get("prompt_style", "paper")
         print(f"**{name}** ({run.status}; {runtime}, {precision}, {style} prompts): {len(records)} records "
               f"complete, {len(cells)} cells stored\n")
         print("\n".join(table(rows)) + "\n")
+        if facts is not None:
+            print("\n".join(privacy_table(rows)) + "\n")
         baselines = [b for b in BASELINES if any(row["method"] == b for row in rows)]
         steered = [row for row in rows if row["method"] == "specsteer"]
         if not steered or not baselines:
@@ -99,9 +116,19 @@ def main(url: str, names: list[str]) -> None:
             print(f"| α={row['alpha']:g} β={row['beta']:g} | "
                   + " | ".join(paired(kept, point, GridPoint(b)) for b in baselines) + " |")
         print()
+        for metric, label in (("rougeL", "R-L"), ("rouge1", "R-1")):
+            stronger = evaluate.stronger_baseline(kept, metric)
+            if stronger is None:
+                continue
+            for row in steered:
+                point = GridPoint("specsteer", row["alpha"], row["beta"])
+                print(f"- SpecSteer α={row['alpha']:g} β={row['beta']:g} − {method_label(stronger.method)} (the "
+                      f"stronger baseline on {label}): {paired(kept, point, stronger, metric)}")
+        print()
 
 
 if __name__ == "__main__":
-    if len(sys.argv) < 3:
+    arguments = [argument for argument in sys.argv[1:] if argument != "--common"]
+    if len(arguments) < 2:
         raise SystemExit(__doc__)
-    main(sys.argv[1], sys.argv[2:])
+    main(arguments[0], arguments[1:], common="--common" in sys.argv)

@@ -190,10 +190,16 @@ def bench_cases(methods: list[str], alphas: list[float], draft_lens: list[str], 
     return cases
 
 
-def load_prompts(count: int, data: str | None) -> list[Prepared]:
-    """``count`` real LongLaMP records (review and writing alternately), prepared with BM25 top-3."""
-    from .data import bundled_sample_path, load_records, shared_data_path
+def load_prompts(count: int, data: str | None, task: str | None = None) -> list[Prepared]:
+    """``count`` real LongLaMP records (review and writing alternately), prepared with BM25 top-3;
+    with ``task="cogenesis"``, CoGenesis test records (or those of ``data``) with their profiles."""
+    from .data import (COGENESIS_TASK, bundled_sample_path, load_records, load_task_records, resolve_data_source,
+                       shared_data_path)
 
+    if task == COGENESIS_TASK:
+        records = load_task_records(resolve_data_source(data or "shared", task), task, limit=count)
+        return [prepare(Request(task=r.task, input_text=r.input, history=r.profile, profile=r.user_profile))
+                for r in records]
     sources = [data] if data else [shared_data_path("review"), shared_data_path("writing")]
     sources = [s for s in sources if s] or [bundled_sample_path("review"), bundled_sample_path("writing")]
     pools = [load_records(source) for source in sources]
@@ -411,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     speed.add_argument("--dtype", choices=("bf16", "fp32"), default=None,
                        help="transformers runtime only; default: bf16 where this CPU computes it fast, else fp32")
     speed.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
+    speed.add_argument("--task", choices=("longlamp", "cogenesis"), default="longlamp",
+                       help="longlamp: review and writing records alternately; cogenesis: CoGenesis test records")
     speed.add_argument("--no-reference", action="store_true", help="skip transformers' assisted generation")
     speed.add_argument("--no-prefix-reuse", action="store_true",
                        help="skip the measurement of a repeated request's first token")
@@ -432,6 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     link.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
     link.add_argument("--dtype", choices=("bf16", "fp32"), default=None)
     link.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
+    link.add_argument("--task", choices=("longlamp", "cogenesis"), default="longlamp",
+                      help="longlamp: review and writing records alternately; cogenesis: CoGenesis test records")
 
     project = commands.add_parser("project", help="stored runs projected onto a bundled deployment profile")
     project.add_argument("--json", action="store_true")
@@ -473,7 +483,7 @@ def _speed(args) -> int:
                 for model in (pair.specialist.model, pair.generalist.model):
                     model.set_attn_implementation(args.attention)
     log(machine_info().describe())
-    prompts = load_prompts(args.prompts, args.data)
+    prompts = load_prompts(args.prompts, args.data, args.task)
     result = run_speed(pairs, prompts, cases, reference=not args.no_reference, progress=log)
     result["rows"].extend(auto_rows(result["rows"], auto_picks))
     if not args.no_prefix_reuse:
@@ -505,7 +515,7 @@ def _link(args) -> int:
     if args.dtype:
         cloud_arguments += ["--dtype", args.dtype]
     _log(machine_info().describe())
-    prompts = load_prompts(args.prompts, args.data)
+    prompts = load_prompts(args.prompts, args.data, args.task)
     _log(f"starting the Cloud: {' '.join(cloud_arguments)}")
     child = start_cloud_process(*cloud_arguments)
     try:

@@ -56,7 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m specsteer", description="SpecSteer: personalized device-cloud speculative decoding")
     commands = parser.add_subparsers(dest="command", required=True)
     gen = commands.add_parser("generate", help="generate personalized text from a history file")
-    gen.add_argument("--history", required=True, help="JSON, JSONL, CSV or plain-text history")
+    gen.add_argument("--history", required=True,
+                     help="JSON, JSONL, CSV or plain-text history; or a CoGenesis record (a persona: profile and texts)")
     gen.add_argument("--task", required=True, choices=TASKS)
     gen.add_argument("--input", required=True, help="the task input (instruction or topic)")
     gen.add_argument("--pairing", default=None, help="pairing id (see `python -m specsteer pairings`)")
@@ -74,6 +75,9 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--no-bonus", action="store_true", help="no steered bonus token after a fully accepted round")
     gen.add_argument("--exact", action="store_true", help="exact-target sampling variant of SpecSteer")
     gen.add_argument("--retrieval-k", type=int, default=3, help="history items retrieved by BM25")
+    gen.add_argument("--private-guard", type=int, default=0, metavar="N",
+                     help="keep drafts and chosen tokens that would copy N tokens of the private prompt verbatim "
+                          "off the link (the Edge recovers another token locally); 0 = off")
     gen.add_argument("--max-new-tokens", type=int, default=256)
     gen.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto",
                      help="llama.cpp (GGUF files read directly, CPU), transformers, or auto (default): llama.cpp "
@@ -178,11 +182,13 @@ def _generate(args) -> int:
         adaptive_draft=args.adaptive_draft, draft_confidence=args.draft_confidence,
         downlink_top_k=args.top_k, bonus=not args.no_bonus, max_new_tokens=args.max_new_tokens,
         sample=args.sample, temperature=args.temperature, top_p=args.top_p, seed=args.seed, exact=args.exact,
+        private_guard=args.private_guard,
     )
     try:
         config.validate()
         history = parse_history(Path(args.history).read_bytes(), filename=args.history)
-        request = Request(task=args.task, input_text=args.input, history=history.items, retrieval_k=args.retrieval_k)
+        request = Request(task=args.task, input_text=args.input, history=history.items, retrieval_k=args.retrieval_k,
+                          profile=history.profile)
         from .engine import prepare
 
         prepared = prepare(request)

@@ -33,14 +33,29 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from specsteer.history import USER_KEYS, HistoryError, HistoryItem, build_items
+from specsteer.facts import split_private_facts
+from specsteer.history import (
+    USER_KEYS,
+    HistoryError,
+    HistoryItem,
+    build_items,
+    persona_history,
+)
 
 LONGLAMP_TASKS = ("review", "abstract", "writing")
+COGENESIS_TASK = "cogenesis"
+EVALUATION_TASKS = (*LONGLAMP_TASKS, COGENESIS_TASK)  # the tasks the evaluation grid reads records of
+COGENESIS_SPLITS = ("dev", "test")
 LAMP_TASK_NAMES = {"LaMP_4": "lamp4", "LaMP_5": "lamp5", "LaMP_7": "lamp7"}
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SAMPLES_DIR = REPO_ROOT / "assets" / "samples"
 SAMPLE_HISTORIES = {
+    # CoGenesis personas from the dev split (records as published): profile, 4 texts, a task.
+    "persona-hr": "persona_hr_manager.json",
+    "persona-principal": "persona_retired_principal.json",
+    "persona-developer": "persona_software_developer.json",
+    "persona-gamedev": "persona_game_developer.json",
     "review": "review_user.jsonl",
     "writing": "writing_user.json",
     "abstract": "abstract_user.csv",
@@ -63,6 +78,8 @@ class Record:
     output: str
     profile: tuple[HistoryItem, ...]
     top_5: tuple[HistoryItem, ...] | None = None
+    user_profile: str | None = None  # CoGenesis: the user profile text (private, like ``profile``)
+    private_facts: tuple[str, ...] = ()  # CoGenesis: the profile's Privacy_info facts, the privacy ground truth
 
 
 def load_records(
@@ -139,6 +156,62 @@ def load_lamp(
             )
         )
     return records
+
+
+def load_cogenesis(path: str | os.PathLike[str], limit: int | None = None) -> list[Record]:
+    """CoGenesis records from a JSON list as published (see module doc), in file order."""
+    _check_limit(limit)
+    file = Path(path)
+    document = _load_json(file)
+    if not isinstance(document, list) or not document:
+        raise DataError(f"{file.name}: expected a non-empty JSON list of CoGenesis records")
+    records: list[Record] = []
+    for index, raw in enumerate(document[:limit] if limit is not None else document):
+        where = f"{file.name} record {index + 1}"
+        record = _expect_object(raw, where)
+        record_id = str(record["tid"]) if record.get("tid") is not None else str(index)
+        where = f"{where} (tid {record_id})"
+        task, reference = _conversation(record, where)
+        try:
+            persona = persona_history(record, where, enforce_limits=False)
+        except HistoryError as error:
+            raise DataError(str(error)) from None
+        facts = split_private_facts(persona.profile or "")
+        if not facts:
+            raise DataError(f"{where}: field 'additional_profile' has no 'Privacy_info:' line with facts")
+        records.append(Record(id=record_id, task=COGENESIS_TASK, user_id=_persona_name(persona.profile or ""),
+                              input=task, output=reference, profile=persona.items,
+                              user_profile=persona.profile, private_facts=facts))
+    return records
+
+
+def _conversation(record: dict, where: str) -> tuple[str, str]:
+    """The task (the user's turn) and the reference (the assistant's) of a CoGenesis record."""
+    turns = _field(record, "conversations", where)
+    if not isinstance(turns, list) or len(turns) < 2:
+        raise DataError(f"{where}: field 'conversations' must hold the user's turn and the assistant's")
+    texts = {}
+    for number, turn in enumerate(turns[:2], start=1):
+        turn = _expect_object(turn, f"{where}, conversation turn {number}")
+        texts[turn.get("from")] = _text_field(turn, "value", f"{where}, conversation turn {number}")
+    if set(texts) != {"user", "assistant"}:
+        raise DataError(f"{where}: field 'conversations' must start with a 'user' turn and an 'assistant' turn")
+    return texts["user"], texts["assistant"]
+
+
+def _persona_name(profile: str) -> str | None:
+    for line in profile.splitlines():
+        key, colon, value = line.partition(":")
+        if colon and key.strip().lower() == "name" and value.strip():
+            return value.strip()
+    return None
+
+
+def load_task_records(path: str | os.PathLike[str], task: str, limit: int | None = None) -> list[Record]:
+    """The records of one evaluation task: CoGenesis's loader for ``cogenesis``, LongLaMP's otherwise."""
+    if task == COGENESIS_TASK:
+        return load_cogenesis(path, limit=limit)
+    return load_records(path, task, limit=limit)
 
 
 def bundled_sample_path(task: str) -> Path:
@@ -390,8 +463,35 @@ def _gold_outputs(outputs: dict, outputs_name: str) -> dict[str, str]:
     return by_id
 
 
+def shared_cogenesis_path(split: str = "test") -> Path | None:
+    """The CoGenesis records of ``split`` (dev or test) in the shared data folder, if present
+    (``$SPECSTEER_SHARED_DATA``, the folder or its parent holding ``cogenesis/``, then
+    ``../shared/data/cogenesis/``)."""
+    if split not in COGENESIS_SPLITS:
+        raise ValueError(f"unknown CoGenesis split {split!r}; choose one of {', '.join(COGENESIS_SPLITS)}")
+    folders = []
+    if os.environ.get(SHARED_DATA_ENV):
+        configured = Path(os.environ[SHARED_DATA_ENV])
+        folders += [configured, configured / "cogenesis"]
+    folders.append(REPO_ROOT.parent / "shared" / "data" / "cogenesis")
+    for folder in folders:
+        candidate = folder / f"cogenesis_{split}.json"
+        if candidate.is_file():
+            return candidate
+    return None
+
+
 def resolve_data_source(source: str, task: str) -> str:
-    """A records file from a source name: ``sample`` (bundled), ``shared`` (the real records) or a path."""
+    """A records file from a source name: ``sample`` (bundled), ``shared`` (the real records) or a path.
+
+    For ``cogenesis``, ``shared`` is the test split and ``shared:dev`` the dev split; there is no
+    bundled sample dataset (the bundled personas are app sample users)."""
+    if task == COGENESIS_TASK and source in ("shared", "shared:dev", "shared:test"):
+        split = source.partition(":")[2] or "test"
+        found = shared_cogenesis_path(split)
+        if found is None:
+            raise DataError(f"no CoGenesis {split} records here (../shared/data/cogenesis/ or $SPECSTEER_SHARED_DATA)")
+        return str(found)
     if source == "sample":
         return str(bundled_sample_path(task))
     if source == "shared":

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 
 import torch
@@ -217,9 +218,52 @@ class Stream:
 # --------------------------------------------------------------------------- draft / verify / recover
 
 
+class PrivateSpanGuard:
+    """Keeps the Edge from sending a token that would copy a private span verbatim.
+
+    A *private n-gram* is a run of ``n`` token ids found in the Specialist's private prompt (profile,
+    history) and not in the plain prompt (the task and the chat template, which the Cloud gets
+    anyway). :meth:`mask` gives a logits row in which every token that would complete a private
+    n-gram after ``context`` (the stream's tokens so far) is impossible, so the Edge drafts and
+    chooses around it: the copy is recovered locally and never crosses the link. It guards verbatim
+    copies only; a paraphrase of a private fact passes.
+    """
+
+    def __init__(self, private_ids: Sequence[int], plain_ids: Sequence[int], n: int):
+        if n < 2:
+            raise ValueError("the private-span guard needs n >= 2 tokens")
+        self.n = n
+        public = set(_ngrams(plain_ids, n))
+        self._next: dict[tuple[int, ...], set[int]] = {}
+        for gram in _ngrams(private_ids, n):
+            if gram not in public:
+                self._next.setdefault(gram[:-1], set()).add(gram[-1])
+
+    def blocked(self, context: Sequence[int]) -> set[int]:
+        """The tokens that would complete a private n-gram after ``context``."""
+        if len(context) < self.n - 1:
+            return set()
+        return self._next.get(tuple(context[len(context) - self.n + 1:]), set())
+
+    def mask(self, row: torch.Tensor, context: Sequence[int]) -> torch.Tensor:
+        """``row`` with the blocked tokens at -inf (a copy; the row itself when nothing is blocked).
+        A row whose every finite entry would be blocked is returned as it is: something must be chosen."""
+        blocked = [token for token in self.blocked(context) if token < row.shape[-1]]
+        if not blocked:
+            return row
+        masked = row.clone()
+        masked[blocked] = -math.inf
+        return masked if bool(torch.isfinite(masked).any()) else row
+
+
+def _ngrams(ids: Sequence[int], n: int) -> Iterator[tuple[int, ...]]:
+    return (tuple(ids[start:start + n]) for start in range(len(ids) - n + 1))
+
+
 def draft(stream: Stream, k: int, sampler: Sampler, stop_ids: frozenset[int],
           min_confidence: float = 0.0, cancel: threading.Event | None = None,
-          allowed: torch.Tensor | None = None) -> tuple[list[int], list[torch.Tensor]]:
+          allowed: torch.Tensor | None = None,
+          guard: PrivateSpanGuard | None = None) -> tuple[list[int], list[torch.Tensor]]:
     """The Specialist proposes up to ``k`` tokens; returns ids and the logits row each came from.
 
     Drafting stops early at an end token (nothing after it could be emitted) and,
@@ -231,6 +275,7 @@ def draft(stream: Stream, k: int, sampler: Sampler, stop_ids: frozenset[int],
     on a cross-tokenizer pair an id that spells no text cannot be told to the Generalist.
     A set ``cancel`` ends drafting before the next step, so that a stop waits for one step at most
     (a round of 16 drafts takes seconds on a CPU); the caller then sends nothing.
+    ``guard``: each row is masked first, so no draft copies a private span (the masked row is returned).
     """
     ids: list[int] = []
     rows: list[torch.Tensor] = []
@@ -240,6 +285,8 @@ def draft(stream: Stream, k: int, sampler: Sampler, stop_ids: frozenset[int],
         row = stream.predict(1)[0]  # [V]
         if allowed is not None:
             row = row.masked_fill(~allowed, -math.inf)
+        if guard is not None:
+            row = guard.mask(row, stream.tokens)
         token = sampler.choose(row)
         stream.append([token])
         ids.append(token)

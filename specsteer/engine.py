@@ -16,6 +16,7 @@ lightcosteer  0          every token from the steered logits (a bonus-only round
 costeer       0          every token from CoSteer's iterative refinement
 slm, slm+     --         Specialist alone, prompt only / with retrieved history
 llm           --         Generalist alone (the speed reference)
+llm+          --         Generalist given the private prompt (sends the private context: a reference)
 ============  =========  ======================================================
 
 On a cross-tokenizer pair (``pair.cross``; specsteer.crosstok) the same loop runs with a
@@ -34,7 +35,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from .chat import PLAIN_CHAT, ChatFormat
-from .decoding import Detokenizer, ForwardLog, Sampler
+from .decoding import Detokenizer, ForwardLog, PrivateSpanGuard, Sampler
 from .events import Finished, GenerationStats, TokenEvent
 from .methods import METHOD_INFO, METHODS
 from .deployment import LinkConditions, PassCost, PassSample, fit_pass_cost, flat_cost
@@ -65,6 +66,9 @@ class DecodeConfig:
     costeer_iters: int = 20
     costeer_eta: float = 10.0
     costeer_lambda: float = 2.0
+    # The private-span guard (beyond the paper): no token the Edge sends completes a run of this many
+    # token ids found in the private prompt and not in the plain one (decoding.PrivateSpanGuard); 0 = off.
+    private_guard: int = 0
 
     def validate(self) -> "DecodeConfig":
         problems = []
@@ -86,6 +90,10 @@ class DecodeConfig:
             problems.append("sampling needs temperature > 0 and 0 < top_p <= 1")
         if self.costeer_iters < 1:
             problems.append("CoSteer needs at least one iteration")
+        if self.private_guard and not 2 <= self.private_guard <= 64:
+            problems.append("the private-span guard's n must be between 2 and 64 tokens (0 switches it off)")
+        if self.private_guard and self.exact:
+            problems.append("the private-span guard does not cover the exact-target variant (its residual draw)")
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -99,6 +107,7 @@ class Request:
     retrieval_k: int = 3
     noise_items: Sequence = ()  # appended to the Specialist's context (robustness study)
     prompt_style: str = "paper"  # tasks.PROMPT_STYLES: the paper's templates, or "clean" (no field labels)
+    profile: str | None = None  # a persona's user profile text (the cogenesis task); private like the history
 
 
 @dataclass
@@ -115,7 +124,8 @@ def prepare(request: Request) -> Prepared:
 
     scored = retrieve_scored(request.task, request.input_text, list(request.history), request.retrieval_k)
     retrieved = [item for item, _ in scored] + list(request.noise_items)
-    prompts = build_prompts(request.task, request.input_text, retrieved, style=request.prompt_style)
+    prompts = build_prompts(request.task, request.input_text, retrieved, style=request.prompt_style,
+                            profile=request.profile)
     return Prepared(prompts, retrieved, [score for _, score in scored])
 
 
@@ -265,19 +275,25 @@ def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.E
         output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids, link, cancel)
     pair_prompts = _Prompts(plain_ids, private_ids, plain_large_ids)
     stats = GenerationStats(method=config.method)
+    edge_sends = METHOD_INFO[config.method].edge_sends_tokens
+    sent: list[str] = []  # the text of every id the Edge sent, rejected drafts included (privacy audits)
     try:
         with torch.inference_mode():
             for event in _loop(pair, pair_prompts, config, output, link, stats):
                 if stats.ttft_s is None and event.emitted:
                     stats.ttft_s = time.perf_counter() - started
+                if edge_sends:
+                    sent.append(event.text)
                 yield event
     except CloudError as error:
         link.close()
+        stats.sent_text = "".join(sent)
         output.stop_reason = "cloud-error"
         error.partial = _finished(pair, output, stats, link, started)
         raise
     finally:
         link.close()  # the Cloud's last report completes the trace; a second close does nothing
+    stats.sent_text = "".join(sent)
     yield _finished(pair, output, stats, link, started)
 
 
@@ -317,7 +333,7 @@ class _Prompts:
 def _loop(pair, prompts: _Prompts, config, output, link, stats):
     if METHOD_INFO[config.method].device_only:
         return _device_only(pair, prompts.plain, prompts.private, config, link.forward_log, output)
-    if config.method == "llm":
+    if METHOD_INFO[config.method].cloud_decodes:
         return _cloud_only(pair, prompts, config, output, link)
     return _speculative(pair, prompts, config, output, link, stats)
 
@@ -363,9 +379,14 @@ def _shared_vocabulary(pair, link: Link) -> int:
 
 
 def _cloud_only(pair, prompts: _Prompts, config, output, link):
-    """The ``llm`` baseline: the Cloud decodes alone and streams its tokens down (no round trip per token)."""
+    """The ``llm`` and ``llm+`` baselines: the Cloud decodes alone and streams its tokens down (no round
+    trip per token). llm+ is the privacy-violating reference: the Cloud is opened on the private prompt."""
     _shared_vocabulary(pair, link)
-    stream = link.open(_opening(pair, link, prompts.plain, config, "generate", 0.0, prompts.plain_large))
+    if METHOD_INFO[config.method].sends_private_context:
+        opening = _opening(pair, link, prompts.private, config, "generate", 0.0)
+    else:
+        opening = _opening(pair, link, prompts.plain, config, "generate", 0.0, prompts.plain_large)
+    stream = link.open(opening)
     try:
         for message in stream:
             for token in message.ids:
@@ -394,10 +415,12 @@ def _speculative(pair, prompts: _Prompts, config, output, link, stats):
     every_token = config.method in ("lightcosteer", "costeer")  # rounds of draft length 0
     vocab_size = _shared_vocabulary(pair, link)
     link.open(_opening(pair, link, prompts.plain, config, rule, beta, prompts.plain_large))
+    guard = (PrivateSpanGuard(prompts.private, prompts.plain, config.private_guard) if config.private_guard
+             else None)
     arguments = (pair.specialist, prompts.private, vocab_size, link.forward_log, _sampler(config),
                  pair.eos_token_ids, rule, beta)
     options = dict(costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
-                   draft_confidence=config.draft_confidence, max_new_tokens=config.max_new_tokens)
+                   draft_confidence=config.draft_confidence, max_new_tokens=config.max_new_tokens, guard=guard)
     if pair.cross is not None:
         edge = CrossEdge(*arguments, vocabulary=pair.cross.vocabularies.small, **options)
     else:

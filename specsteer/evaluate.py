@@ -66,13 +66,14 @@ from datetime import datetime, UTC
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .facts import fact_shares, method_exposure
 from .hygiene import classify_output
 from .tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair
-from .data import LONGLAMP_TASKS, DataError, Record, load_records, resolve_data_source
+from .data import EVALUATION_TASKS, DataError, Record, load_task_records, resolve_data_source
 from .engine import DecodeConfig, Prepared, Request, collect, generate, prepare
 from .history import HistoryItem
 from .jsonable import to_jsonable
-from .methods import METHOD_INFO, METHODS, SPEED_REFERENCE
+from .methods import BASELINES, METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
 from .metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
 from .registry import DEFAULT_PAIRING
 from .retrieval import low_similarity_items
@@ -122,7 +123,7 @@ class EvalSpec:
 
     data: str
     task: str
-    methods: tuple[str, ...] = METHODS
+    methods: tuple[str, ...] = PRIVATE_METHODS  # llm+ (sends the private context) only when named
     alphas: tuple[float, ...] = (1.0, 0.5, 0.1)
     betas: tuple[float, ...] = (1.0,)
     extra_points: tuple[tuple[float, float], ...] = ()
@@ -135,6 +136,7 @@ class EvalSpec:
     retrieval_k: int = 3
     noise: int = 0
     prompt_style: str = DEFAULT_PROMPT_STYLE  # "paper" (Table 13) or "clean" (no field labels to copy)
+    private_guard: int = 0  # the private-span guard's n for the methods whose Edge sends tokens; 0 = off
     run_name: str | None = None  # None: a new run named after the task and the time
 
     def points(self) -> list[GridPoint]:
@@ -142,8 +144,8 @@ class EvalSpec:
 
     def validate(self) -> EvalSpec:
         problems = []
-        if self.task not in LONGLAMP_TASKS:
-            problems.append(f"unknown task {self.task!r}; choose one of {', '.join(LONGLAMP_TASKS)}")
+        if self.task not in EVALUATION_TASKS:
+            problems.append(f"unknown task {self.task!r}; choose one of {', '.join(EVALUATION_TASKS)}")
         unknown = [method for method in self.methods if method not in METHODS]
         if not self.methods or unknown:
             problems.append(f"methods must be some of {', '.join(METHODS)} (got {', '.join(self.methods) or 'none'})")
@@ -168,7 +170,8 @@ class EvalSpec:
 
 def decode_config(point: GridPoint, spec: EvalSpec) -> DecodeConfig:
     used = {name: value for name, value in (("alpha", point.alpha), ("beta", point.beta)) if value is not None}
-    return DecodeConfig(method=point.method, draft_len=spec.draft_len, max_new_tokens=spec.max_new_tokens, **used)
+    return DecodeConfig(method=point.method, draft_len=spec.draft_len, max_new_tokens=spec.max_new_tokens,
+                        private_guard=spec.private_guard, **used)
 
 
 # --------------------------------------------------------------------------- requests
@@ -199,13 +202,14 @@ def _same_user(a: Record, b: Record) -> bool:
 def record_request(record: Record, retrieval_k: int, noise: Sequence[HistoryItem] = (),
                    prompt_style: str = DEFAULT_PROMPT_STYLE) -> Request:
     return Request(task=record.task, input_text=record.input, history=record.profile,
-                   retrieval_k=retrieval_k, noise_items=tuple(noise), prompt_style=prompt_style)
+                   retrieval_k=retrieval_k, noise_items=tuple(noise), prompt_style=prompt_style,
+                   profile=record.user_profile)
 
 
 def load_evaluation_records(spec: EvalSpec) -> tuple[list[Record], dict[str, Prepared]]:
     """The first ``limit`` records of the file and each one's prepared prompts (noise included)."""
     pool_limit = spec.limit if spec.limit is None or not spec.noise else max(spec.limit, NOISE_POOL_RECORDS)
-    pool = load_records(spec.data, spec.task, limit=pool_limit)
+    pool = load_task_records(spec.data, spec.task, limit=pool_limit)
     records = pool[: spec.limit]
     seen: set[str] = set()
     for record in records:
@@ -265,6 +269,8 @@ def run_config(spec: EvalSpec, pairing_id: str, runtime: str, dtype: str | None,
     """The stored config: the runtime as resolved here, so that a resume on another runtime is refused."""
     config = asdict(spec)
     del config["run_name"]
+    if not spec.private_guard:
+        del config["private_guard"]  # so that runs stored before the guard existed still resume
     config.update(data=str(Path(spec.data).resolve()), pairing=pairing_id, runtime=runtime, dtype=dtype,
                   cells_total=cells_total)
     return config
@@ -334,7 +340,8 @@ def run_grid_events(
     store.set_status(run_id, status)
     yield GridProgress(len(stored), len(cells), status)
     prompts = {record_id: item.prompts for record_id, item in prepared.items()}
-    yield EvalResult(run_id, name, status, computed, stored, summarize(stored, spec.task, prompts))
+    facts = {record.id: record.private_facts for record in records}
+    yield EvalResult(run_id, name, status, computed, stored, summarize(stored, spec.task, prompts, facts))
 
 
 def _check_methods_run_on(pair: LoadedPair, spec: EvalSpec) -> None:
@@ -422,11 +429,26 @@ def _hygiene(cells: Sequence[CellResult], task: str, prompts: Mapping[str, Promp
     return {"layout_copy": share("layout_copy"), "preamble": share("preamble"), "refusal": share("refusal")}
 
 
+def _privacy(cells: Sequence[CellResult], prompts: Mapping[str, PromptPair],
+             facts: Mapping[str, Sequence[str]]) -> dict[str, float | None]:
+    """Shares of the cells' private facts sent to the cloud (all; those the task did not name), found
+    in the output, and sent only in rejected drafts (``specsteer.facts``)."""
+    shares = fact_shares([method_exposure(cell.point.method, facts[cell.record_id], prompts[cell.record_id],
+                                          cell.stats.sent_text, cell.output)
+                          for cell in cells if facts.get(cell.record_id)])
+    if shares is None:
+        return {}
+    return {"facts_sent": shares.sent, "facts_sent_beyond_task": shares.sent_beyond_task,
+            "facts_in_output": shares.in_output, "facts_rejected_only": shares.rejected_only}
+
+
 def _summary_row(point: GridPoint, cells: Sequence[CellResult], reference: Sequence[CellResult],
-                 task: str | None, prompts: Mapping[str, PromptPair] | None) -> dict[str, Any]:
+                 task: str | None, prompts: Mapping[str, PromptPair] | None,
+                 facts: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
     stats = [cell.stats for cell in cells]
     drafted = sum(s.drafted for s in stats)
     hygiene = _hygiene(cells, task, prompts) if task and prompts is not None else {}
+    privacy = _privacy(cells, prompts, facts) if facts and prompts is not None else {}
     return {
         "method": point.method,
         "alpha": point.alpha,
@@ -439,6 +461,7 @@ def _summary_row(point: GridPoint, cells: Sequence[CellResult], reference: Seque
         "decode_tok_per_s": _throughput(cells, decode_only=True),
         "decode_speedup": _speedup(cells, reference, decode_only=True) if reference else None,
         **hygiene,
+        **privacy,
         "rounds": _mean([s.rounds for s in stats]),
         "new_tokens": _mean([s.new_tokens for s in stats]),
         "uplink_bytes": _mean([s.uplink_bytes for s in stats]),
@@ -447,14 +470,80 @@ def _summary_row(point: GridPoint, cells: Sequence[CellResult], reference: Seque
 
 
 def summarize(cells: Sequence[CellResult], task: str | None = None,
-              prompts: Mapping[str, PromptPair] | None = None) -> list[dict[str, Any]]:
+              prompts: Mapping[str, PromptPair] | None = None,
+              facts: Mapping[str, Sequence[str]] | None = None) -> list[dict[str, Any]]:
     """One row per (method, alpha, beta) of a run's cells; see the module doc. With the run's task
-    and its prompts by record id (:func:`run_prompts`), rows also give the output hygiene shares."""
+    and its prompts by record id (:func:`run_prompts`), rows also give the output hygiene shares;
+    with the records' private facts as well (:func:`run_facts`, CoGenesis), the privacy shares."""
     groups: dict[GridPoint, list[CellResult]] = {}
     for cell in cells:
         groups.setdefault(cell.point, []).append(cell)
     reference = groups.get(GridPoint(SPEED_REFERENCE), [])
-    return [_summary_row(point, groups[point], reference, task, prompts) for point in sorted(groups, key=_row_order)]
+    return [_summary_row(point, groups[point], reference, task, prompts, facts)
+            for point in sorted(groups, key=_row_order)]
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Two grid points compared record by record on one ROUGE metric (0-100): the records both have,
+    how many ``ours`` won, the mean difference and its bootstrap interval over records."""
+
+    ours: GridPoint
+    theirs: GridPoint
+    metric: str
+    records: int
+    wins: int
+    mean: float
+    low: float
+    high: float
+    level: float = 0.95
+
+    def describe(self) -> str:
+        return f"{self.wins}/{self.records} better, {self.mean:+.2f} [{self.low:+.2f}, {self.high:+.2f}]"
+
+
+def paired_difference(cells: Sequence[CellResult], ours: GridPoint, theirs: GridPoint, metric: str = "rougeL",
+                      draws: int = 10_000, seed: int = 0, level: float = 0.95) -> PairedDifference | None:
+    """``ours`` minus ``theirs`` on ``metric`` over the records both have, with a percentile bootstrap
+    interval (records resampled with replacement, ``draws`` times, a fixed seed); None without a shared
+    record or a score."""
+    import random
+
+    scores: dict[tuple[GridPoint, str], float] = {}
+    for cell in cells:
+        if cell.rouge.get(metric) is not None:
+            scores[(cell.point, cell.record_id)] = 100 * cell.rouge[metric]
+    records = sorted({record for point, record in scores if point == ours}
+                     & {record for point, record in scores if point == theirs})
+    if not records:
+        return None
+    differences = [scores[(ours, record)] - scores[(theirs, record)] for record in records]
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choices(differences, k=len(differences))) / len(differences) for _ in range(draws))
+    tail = (1 - level) / 2
+    return PairedDifference(ours, theirs, metric, len(records), sum(d > 0 for d in differences),
+                            sum(differences) / len(differences), means[int(tail * draws)],
+                            means[int((1 - tail) * draws) - 1], level)
+
+
+def stronger_baseline(cells: Sequence[CellResult], metric: str = "rougeL",
+                      baselines: Sequence[str] = BASELINES) -> GridPoint | None:
+    """Of the baselines (SLM+ and LLM) the run has, the one with the higher mean ``metric`` over the
+    records they share: what a personalized method has to beat."""
+    points = [GridPoint(name) for name in baselines]
+    scored = {point: {cell.record_id: cell.rouge.get(metric) for cell in cells if cell.point == point}
+              for point in points}
+    present = [point for point in points if scored[point]]
+    if not present:
+        return None
+    shared = set.intersection(*(set(scored[point]) for point in present))
+    if not shared:
+        return None
+
+    def mean(point: GridPoint) -> float:
+        return sum(scored[point][record] or 0.0 for record in shared) / len(shared)
+
+    return max(present, key=mean)
 
 
 def spec_from_config(config: Mapping[str, Any], data_dir: Path | None = None) -> EvalSpec:
@@ -479,6 +568,14 @@ def run_prompts(config: Mapping[str, Any], data_dir: Path | None = None) -> dict
         raise DataError(f"the run's records file {spec.data} is not here; pass the folder that holds it")
     _, prepared = load_evaluation_records(spec)
     return {record_id: item.prompts for record_id, item in prepared.items()}
+
+
+def run_facts(config: Mapping[str, Any], data_dir: Path | None = None) -> dict[str, tuple[str, ...]]:
+    """The private facts of every record of a stored run by record id (empty for tasks without them)."""
+    spec = spec_from_config(config, data_dir)
+    if not Path(spec.data).is_file():
+        raise DataError(f"the run's records file {spec.data} is not here; pass the folder that holds it")
+    return {record.id: record.private_facts for record in load_task_records(spec.data, spec.task, limit=spec.limit)}
 
 
 def json_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -530,10 +627,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="Evaluate methods on LongLaMP records: ROUGE, speed, acceptance; results stored per cell.",
     )
     parser.add_argument("--data", required=True,
-                        help="records file (JSONL/JSON/parquet), or 'shared' (real LongLaMP records) or 'sample'")
-    parser.add_argument("--task", required=True, choices=LONGLAMP_TASKS)
+                        help="records file (JSONL/JSON/parquet), or 'shared' (the real records: LongLaMP, or "
+                             "CoGenesis's test split; 'shared:dev' its dev split) or 'sample'")
+    parser.add_argument("--task", required=True, choices=EVALUATION_TASKS)
     parser.add_argument("--limit", type=int, default=None, help="first N records of the file")
-    parser.add_argument("--methods", type=_name_list, default=METHODS, help="comma-separated, default all")
+    parser.add_argument("--methods", type=_name_list, default=PRIVATE_METHODS,
+                        help="comma-separated; default: all but llm+ (which sends the private context to the cloud)")
     parser.add_argument("--alpha", type=_number_list, default=(1.0, 0.5, 0.1), help="alpha values (SpecSteer)")
     parser.add_argument("--beta", type=_number_list, default=(1.0,), help="beta values (SpecSteer, LightCoSteer)")
     parser.add_argument("--extra-grid", type=_point_list, default=(),
@@ -552,6 +651,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--prompt-style", choices=PROMPT_STYLES, default=DEFAULT_PROMPT_STYLE,
                         help="paper: the paper's Table 13 templates (default, comparable); clean: the retrieved "
                              "texts without their field labels, and an instruction to write only the text")
+    parser.add_argument("--private-guard", type=int, default=0, metavar="N",
+                        help="the Edge never sends a token completing N tokens copied from the private prompt "
+                             "(recovered locally instead); 0 = off")
     parser.add_argument("--run-name", default=None, help="name of the run; the same name resumes it")
     parser.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
     parser.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
@@ -567,7 +669,7 @@ def spec_from_args(args: argparse.Namespace) -> EvalSpec:
         betas=args.beta, extra_points=args.extra_grid, limit=args.limit, pairing=args.pairing,
         runtime=args.runtime, dtype=args.dtype,
         max_new_tokens=args.max_new_tokens, draft_len=args.draft_len, retrieval_k=args.retrieval_k,
-        noise=args.noise, prompt_style=args.prompt_style, run_name=args.run_name,
+        noise=args.noise, prompt_style=args.prompt_style, private_guard=args.private_guard, run_name=args.run_name,
     )
 
 

@@ -87,6 +87,9 @@ class GenerationStats:
     ttft_s: float | None = None  # seconds from the request to the first emitted token
     reused_tokens: dict[str, int] = field(default_factory=dict)  # prompt tokens read from the prefix cache, per stream
     trace: list[TraceStep] = field(default_factory=list)  # every forward pass and message, in order
+    # The text of every token id the Edge sent, in the order sent: drafts (accepted or rejected) and the
+    # tokens it chose; "" where the Edge sends none (device-only methods, llm, llm+). Privacy audits read it.
+    sent_text: str = ""
 
     def to_dict(self) -> dict:
         return asdict(self)

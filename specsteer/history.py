@@ -9,7 +9,14 @@ review    description, overall, reviewText, summary  reviewerId
 abstract  abstract, id, title, year               name
 writing   author, content, id, summary            author
 plain     text                                    (none)
+cogenesis id, text, title                         (none; a persona record)
 ========  ======================================  ==========================
+
+A CoGenesis persona (a record of the CoGenesis benchmark, or an object with the
+same ``additional_profile`` and ``profile`` fields) is a history of the user's
+texts (``cogenesis`` items: title and text) plus the user profile as text
+(``History.profile``: age, occupation, the ``Privacy_info`` line, ...). Both are
+private: only the Specialist reads them.
 
 Accepted upload formats (``parse_history``):
 
@@ -62,6 +69,7 @@ SCHEMA_FIELDS: dict[str, tuple[str, ...]] = {
     "abstract": ("abstract", "id", "title", "year"),
     "writing": ("author", "content", "id", "summary"),
     "plain": ("text",),
+    "cogenesis": ("id", "text", "title"),
     "lamp4": ("id", "text", "title"),
     "lamp5": ("abstract", "id", "title"),
     "lamp7": ("id", "text"),
@@ -73,6 +81,7 @@ TEXT_FIELDS: dict[str, tuple[str, ...]] = {
     "abstract": ("abstract", "title"),
     "writing": ("content", "summary"),
     "plain": ("text",),
+    "cogenesis": ("text", "title"),
     "lamp4": ("text", "title"),
     "lamp5": ("abstract", "title"),
     "lamp7": ("text",),
@@ -144,11 +153,16 @@ class HistoryItem:
         return "\n".join(content or self.fields.values())
 
 
+PROFILE_KEY = "additional_profile"  # a CoGenesis record's user profile (text, one "Key: value" per line)
+MAX_PROFILE_CHARS = 20_000
+
+
 @dataclass(frozen=True)
 class History:
     items: tuple[HistoryItem, ...]
     schema: str
     user_id: str | None = None
+    profile: str | None = None  # a persona's user profile text (CoGenesis), private like the items
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "items", tuple(self.items))
@@ -371,8 +385,26 @@ def _history_from_record(record: dict, where: str) -> History:
     profile = record["profile"]
     if not isinstance(profile, list):
         raise HistoryError(f"{where}: field 'profile' must be a list of items")
+    if PROFILE_KEY in record:
+        return persona_history(record, where)
     schema, items = build_items(profile, where=f"{where}, profile item")
     return History(items=items, schema=schema, user_id=_record_user(record, schema))
+
+
+def persona_history(record: Mapping[str, object], where: str = "record", enforce_limits: bool = True) -> History:
+    """A CoGenesis persona: its writing history (``profile``: title and text items) and its user
+    profile text (``additional_profile``). HistoryError names the field at fault."""
+    profile_text = record.get(PROFILE_KEY)
+    if not isinstance(profile_text, str) or not profile_text.strip():
+        raise HistoryError(f"{where}: field {PROFILE_KEY!r} must be the user profile as non-empty text")
+    if enforce_limits and len(profile_text) > MAX_PROFILE_CHARS:
+        raise HistoryError(f"{where}: field {PROFILE_KEY!r} has {len(profile_text)} characters; "
+                           f"the limit is {MAX_PROFILE_CHARS}")
+    texts = record.get("profile")
+    if not isinstance(texts, list):
+        raise HistoryError(f"{where}: field 'profile' must be a list of the user's texts")
+    _, items = build_items(texts, schema="cogenesis", where=f"{where}, profile item", enforce_limits=enforce_limits)
+    return History(items=items, schema="cogenesis", profile=_normalise_newlines(profile_text).strip())
 
 
 def _record_user(record: dict, schema: str) -> str | None:

@@ -25,6 +25,14 @@ class MethodInfo:
     device_only: bool  # runs entirely on the device: nothing crosses the link
     models: str = "both"  # which models it runs: "specialist", "generalist" or "both"
     reads_history: bool = True  # whether a model it runs reads the retrieved private history
+    # sends the Specialist's private prompt (profile and history) to the cloud: the privacy-violating reference
+    sends_private_context: bool = False
+    cloud_decodes: bool = False  # the cloud chooses every token and streams them down (the edge sends none)
+
+    @property
+    def edge_sends_tokens(self) -> bool:
+        """The Edge sends the ids it drafts or chooses (accepted, rejected, recovered, bonus, steered)."""
+        return not self.device_only and not self.cloud_decodes
 
     @property
     def choice_label(self) -> str:
@@ -43,7 +51,12 @@ _TABLE = (
     MethodInfo("llm", "LLM", "large model alone",
                "The large cloud model alone, without your history (the speed reference).",
                takes_alpha=False, takes_beta=False, speculative=False, device_only=False,
-               models="generalist", reads_history=False),
+               models="generalist", reads_history=False, cloud_decodes=True),
+    MethodInfo("llm+", "LLM+ (sends your data)", "large model given your history: sends it to the cloud",
+               "The large cloud model given your private prompt (profile and history): what sending your data "
+               "to the cloud would give. Not private; the reference for quality and the worst case for privacy.",
+               takes_alpha=False, takes_beta=False, speculative=False, device_only=False,
+               models="generalist", sends_private_context=True, cloud_decodes=True),
     MethodInfo("sd", "Standard SD", "drafts follow the large model",
                "Speculative decoding towards the large model: the output follows it, drafts only speed it up.",
                takes_alpha=False, takes_beta=False, speculative=True, device_only=False),
@@ -62,6 +75,8 @@ _TABLE = (
 METHOD_INFO: dict[str, MethodInfo] = {info.name: info for info in _TABLE}
 METHODS: tuple[str, ...] = tuple(METHOD_INFO)  # the engine's order: baselines first, SpecSteer last
 
+# Every method that keeps the private context on the device: what a grid runs unless llm+ is asked for by name.
+PRIVATE_METHODS: tuple[str, ...] = tuple(name for name in METHODS if not METHOD_INFO[name].sends_private_context)
 SPEED_REFERENCE = "llm"  # speedups are measured against it (1.00×), in the same run
 # What a personalized method has to beat: the most personal method and the strongest generic one.
 BASELINES = ("slm+", "llm")

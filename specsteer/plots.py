@@ -141,7 +141,9 @@ def _parameter(value: Any) -> str:
 
 
 def display_rows(rows: Sequence[Row]) -> list[dict[str, str]]:
-    """The table as strings, one dict per row, keyed by column header (what the UI and CLI show)."""
+    """The table as strings, one dict per row, keyed by column header (what the UI and CLI show).
+    Runs over records with private facts (CoGenesis) add the privacy audit's shares."""
+    with_privacy = any("facts_sent" in row for row in rows)
     return [
         {
             "method": method_label(row["method"]),
@@ -158,9 +160,18 @@ def display_rows(rows: Sequence[Row]) -> list[dict[str, str]]:
             "rounds": _number(row.get("rounds"), 1),
             "up B": _number(row.get("uplink_bytes"), 0),
             "down B": _number(row.get("downlink_bytes"), 0),
+            **(_privacy_columns(row) if with_privacy else {}),
         }
         for row in rows
     ]
+
+
+def _privacy_columns(row: Row) -> dict[str, str]:
+    """Shares of the records' private facts: sent to the cloud (all; those the task did not name), in
+    the output, and sent only in rejected drafts (``specsteer.facts``)."""
+    share = lambda key: _number(None if row.get(key) is None else 100 * row[key], 0, "%")  # noqa: E731
+    return {"facts → cloud": share("facts_sent"), "→ cloud, not in task": share("facts_sent_beyond_task"),
+            "facts in output": share("facts_in_output"), "only in rejected drafts": share("facts_rejected_only")}
 
 
 def table_figure(rows: Sequence[Row]) -> go.Figure:

@@ -4,6 +4,10 @@ The rule (DESIGN §2): the uplink may carry the plain prompt once, and after
 that only ids of tokens the Specialist proposed (drafts, shown as accepted or
 rejected) or chose (recovered and bonus tokens). Anything else is a leak.
 
+A method that declares it sends the private context (``llm+``, the privacy-violating reference)
+passes the private prompt's ids as ``private_prompt_ids``: its prompt is then checked against those,
+and the summary says that the whole private prompt crossed.
+
 One draft may go unshown: the last one, when no answer came back (a remote Cloud
 failed while verifying it). Its ids are counted and named in the summary; they
 are in the transcript, which is what the privacy panel lists.
@@ -25,6 +29,7 @@ class UplinkAudit:
     draft_tokens: int = 0
     chosen_tokens: int = 0
     unanswered_tokens: int = 0  # drafted ids of a last draft that got no verdict (among draft_tokens)
+    private_prompt_sent: bool = False  # the prompt sent was the Specialist's private one (llm+)
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -38,6 +43,14 @@ class UplinkAudit:
         Specialist reading the history, so they carry something of it by design; rejected drafts,
         which never reach the output, are among them.
         """
+        if self.private_prompt_sent:
+            sent = (f"{self.messages} uplink message{'s' if self.messages != 1 else ''} ({self.bytes:,} bytes): "
+                    f"the whole private prompt ({self.prompt_tokens} token ids: your profile, your retrieved history "
+                    "and the task) crossed to the cloud.")
+            if not self.ok:
+                return f"{sent} Also: {'; '.join(self.problems)}."
+            return (f"{sent} This method is not private by design: it shows what sending your data to the cloud "
+                    "would give, and everything in that prompt is now known to the cloud.")
         crossed = (
             f"{self.messages} uplink message{'s' if self.messages != 1 else ''} ({self.bytes:,} bytes): "
             f"the plain prompt ({self.prompt_tokens} token ids of your input, without the history), "
@@ -56,10 +69,13 @@ class UplinkAudit:
 
 
 def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[int], events: Sequence[TokenEvent],
-                 plain_large_prompt_ids: Sequence[int] | None = None) -> UplinkAudit:
+                 plain_large_prompt_ids: Sequence[int] | None = None,
+                 private_prompt_ids: Sequence[int] | None = None) -> UplinkAudit:
     """``plain_large_prompt_ids``: on a cross-tokenizer pair, the plain prompt in the Generalist's ids,
-    which its opening message (``cross-open``) carries besides the Specialist's."""
+    which its opening message (``cross-open``) carries besides the Specialist's. ``private_prompt_ids``:
+    given only for a method that declares it sends the private prompt (``llm+``)."""
     audit = UplinkAudit()
+    expected_prompt = list(plain_prompt_ids) if private_prompt_ids is None else list(private_prompt_ids)
     uplink = [m for m in transcript if m.direction == "uplink"]
     audit.messages = len(uplink)
     if not uplink:  # a device-only method: nothing crossed the link at all
@@ -81,8 +97,11 @@ def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[i
             audit.prompt_tokens = len(payload["prompt"])
             if index != 0:
                 audit.problems.append(f"message {index}: a second prompt was sent")
-            if list(payload["prompt"]) != list(plain_prompt_ids):
-                audit.problems.append(f"message {index}: the prompt sent differs from the plain (history-free) prompt")
+            if list(payload["prompt"]) != expected_prompt:
+                kind = "plain (history-free)" if private_prompt_ids is None else "private"
+                audit.problems.append(f"message {index}: the prompt sent differs from the {kind} prompt")
+            audit.private_prompt_sent = private_prompt_ids is not None and list(payload["prompt"]) != list(
+                plain_prompt_ids)
             if message.kind == "cross-open" and (plain_large_prompt_ids is None
                                                  or list(payload["large_prompt"]) != list(plain_large_prompt_ids)):
                 audit.problems.append(f"message {index}: the Generalist's prompt sent differs from the plain "
@@ -106,7 +125,8 @@ def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[i
 
 
 def audit_wire(uplink_bodies: Sequence[bytes], downlink_bodies: Sequence[bytes], plain_prompt_ids: Sequence[int],
-               events: Sequence[TokenEvent], plain_large_prompt_ids: Sequence[int] | None = None) -> UplinkAudit:
+               events: Sequence[TokenEvent], plain_large_prompt_ids: Sequence[int] | None = None,
+               private_prompt_ids: Sequence[int] | None = None) -> UplinkAudit:
     """:func:`audit_uplink` on bytes captured where they crossed (a socket, an HTTP body, a transport),
     not on the Edge's own account of what it sent. Each body may hold several frames; bytes that are
     not frames of this protocol are a problem in themselves."""
@@ -122,6 +142,6 @@ def audit_wire(uplink_bodies: Sequence[bytes], downlink_bodies: Sequence[bytes],
                 problems.append(f"{direction} body {index} is not protocol frames: {error}")
                 continue
             messages += [LinkMessage(direction, m.kind, m.summary(), len(encode(m))) for m in decoded]
-    audit = audit_uplink(messages, plain_prompt_ids, events, plain_large_prompt_ids)
+    audit = audit_uplink(messages, plain_prompt_ids, events, plain_large_prompt_ids, private_prompt_ids)
     audit.problems[:0] = problems
     return audit

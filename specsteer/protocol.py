@@ -46,6 +46,7 @@ import torch
 
 from .decoding import (
     ForwardLog,
+    PrivateSpanGuard,
     Sampler,
     Stream,
     costeer_refine,
@@ -630,8 +631,9 @@ class Edge:
     def __init__(self, specialist, private_prompt: list[int], vocab_size: int, forward_log: ForwardLog,
                  sampler: Sampler, stop_ids: frozenset[int], rule: str, beta: float,
                  costeer: tuple[int, float, float] = (20, 10.0, 2.0), stream_name: str = "specialist+",
-                 draft_confidence: float = 0.0, max_new_tokens: int = 1024):
+                 draft_confidence: float = 0.0, max_new_tokens: int = 1024, guard: PrivateSpanGuard | None = None):
         self.costeer = costeer  # iterations, step, regularization
+        self.guard = guard  # drafts and chosen tokens never complete a private n-gram (decoding.PrivateSpanGuard)
         self.draft_confidence = draft_confidence
         self.stream = Stream(specialist, private_prompt, vocab_size, forward_log, stream_name,
                              len(private_prompt) + max_new_tokens + DRAFT_HEADROOM)
@@ -648,7 +650,7 @@ class Edge:
     def draft(self, k: int, cancel: threading.Event | None = None) -> list[int]:
         """Up to ``k`` drafts; fewer when ``cancel`` is set meanwhile (the caller must not send them then)."""
         ids, self._draft_rows = draft(self.stream, k, self.sampler, self.stop_ids, self.draft_confidence, cancel,
-                                      allowed=self.allowed)
+                                      allowed=self.allowed, guard=self.guard)
         return ids
 
     def next_token(self) -> int:
@@ -674,6 +676,9 @@ class Edge:
             private_row = self._private_row_after_drafts()
         else:
             return Settlement(accepted, None, [])
+        if self.guard is not None and private_row is not None:
+            # The drafts' rows are masked already; a bonus row is masked here (the stream ends at the drafts).
+            private_row = self.guard.mask(private_row, self.stream.tokens)
         chosen = self._choose(verdict, private_row)
         self.stream.append([chosen])
         return Settlement(accepted, chosen, [])

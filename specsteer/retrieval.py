@@ -27,6 +27,7 @@ RETRIEVAL_FIELDS: dict[str, tuple[str, ...]] = {
     "abstract": ("title", "abstract"),
     "writing": ("summary", "content"),
     "free": ("text",),
+    "cogenesis": ("title", "text"),
     "lamp4": ("title", "text"),
     "lamp5": ("title", "abstract"),
     "lamp7": ("text",),

@@ -42,6 +42,7 @@ from .engine import Prepared, Request, chat_ids, cross_tokenizer_problem, genera
 from .evaluate import EvalResult, EvalSpec, GridProgress, run_grid_events
 from .events import Finished, LinkMessage, TokenEvent
 from .exposure import Exposure
+from .facts import FactExposure, method_exposure, split_private_facts
 from .generationstore import GenerationStore, NamedHistory, NewComparison, NewGeneration
 from .link import CloudEndpoint, CloudError, CloudRefused
 from .linkbench import deployment_rows
@@ -86,6 +87,8 @@ class PrivacyReport:
     audit: UplinkAudit
     transcript: tuple[LinkMessage, ...]
     token_text: Callable[[Sequence[int]], str]
+    # Which of the persona's private facts reached the cloud (specsteer.facts); None without a profile.
+    facts: FactExposure | None = None
 
 
 @dataclass(frozen=True)
@@ -389,8 +392,9 @@ class AppService:
         items = history.history.items if history is not None else ()
         if not (input_text or "").strip():
             return RetrievalPreview(task, len(items), retrieval_k, (), None)
+        profile = history.history.profile if history is not None else None
         prepared = prepare(Request(task=task, input_text=input_text, history=items, retrieval_k=retrieval_k,
-                                   prompt_style=prompt_style))
+                                   prompt_style=prompt_style, profile=profile))
         return _preview_of(prepared, task, len(items), retrieval_k, prompt_style)
 
     # ----------------------------------------------------------------------- one generation
@@ -459,7 +463,8 @@ class AppService:
               pair: LoadedPair, prepared: Prepared, tokens: Sequence[TokenEvent],
               finished: Finished) -> GenerationResult:
         """Audit a generation's uplink and save it; a failed save still returns the output."""
-        privacy = self._privacy(pair, prepared, tokens, finished)
+        facts = split_private_facts(history.history.profile or "") if history is not None else ()
+        privacy = self._privacy(pair, prepared, tokens, finished, facts)
         saved_id, save_error = None, None
         try:
             history_id = self.store.save_history(history) if history is not None else None
@@ -633,8 +638,9 @@ class AppService:
         if not (input_text or "").strip():
             raise SettingsError(["Enter a task input first."])
         items = history.history.items if history is not None else ()
+        profile = history.history.profile if history is not None else None
         return prepare(Request(task=task, input_text=input_text, history=items, retrieval_k=settings.retrieval_k,
-                               prompt_style=settings.prompt_style))
+                               prompt_style=settings.prompt_style, profile=profile))
 
     def _load(self, pairing_id: str, runtime: str, edge_only: bool = False,
               method: str = "specsteer") -> Generator[Loading, None, LoadedPair]:
@@ -689,15 +695,19 @@ class AppService:
 
     @staticmethod
     def _privacy(pair: LoadedPair, prepared: Prepared, tokens: Sequence[TokenEvent],
-                 finished: Finished) -> PrivacyReport | None:
+                 finished: Finished, facts: Sequence[str] = ()) -> PrivacyReport | None:
         if METHOD_INFO[finished.stats.method].device_only:
             return None
         tokenizer = pair.tokenizer
         large_ids = chat_ids(pair.cross.tokenizer, prepared.prompts.plain, pair.cross.chat) if pair.cross else None
+        private = (chat_ids(tokenizer, prepared.prompts.private, pair.chat)
+                   if METHOD_INFO[finished.stats.method].sends_private_context else None)
         audit = audit_uplink(finished.transcript, chat_ids(tokenizer, prepared.prompts.plain, pair.chat), tokens,
-                             large_ids)
+                             large_ids, private_prompt_ids=private)
+        exposure = (method_exposure(finished.stats.method, facts, prepared.prompts, finished.stats.sent_text,
+                                    finished.text) if facts else None)
         return PrivacyReport(audit, tuple(finished.transcript),
-                             lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False))
+                             lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False), exposure)
 
     def _save_generation(self, history: NamedHistory | None, history_id: int | None, task: str, input_text: str,
                          settings: GenerationSettings, finished: Finished, tokens: Sequence[TokenEvent]) -> int:

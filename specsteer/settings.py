@@ -45,6 +45,7 @@ SETTING_NAMES = {
     "downlink_top_k": "Downlink top-k",
     "exact": "Exact-target sampling",
     "prompt_style": "Prompt style",
+    "private_guard": "Private-span guard",
     "cloud": "Cloud",
     "rtt_ms": "Round-trip time",
     "uplink_kbps": "Uplink bandwidth",
@@ -94,6 +95,8 @@ class GenerationSettings:
     downlink_top_k: int = 64  # 0 sends the whole vocabulary
     exact: bool = False  # SpecSteer's exact-target variant; only with sampling
     prompt_style: PromptStyle = DEFAULT_PROMPT_STYLE
+    # The private-span guard's n in tokens (engine.DecodeConfig.private_guard); 0 = off.
+    private_guard: int = 0
     # Where the Cloud runs: IN_PROCESS, or a Cloud service's address as cloud_address() writes it
     # (scheme, host and port only: never a credential, so it is stored with the output as it is).
     cloud: str = IN_PROCESS
@@ -184,7 +187,7 @@ class GenerationSettings:
             method=self.method, alpha=self.alpha, beta=self.beta, draft_len=self.draft_len,
             adaptive_draft=self.adaptive_draft, max_new_tokens=self.max_new_tokens, sample=self.sample,
             seed=self.seed, temperature=self.temperature, top_p=self.top_p, downlink_top_k=self.downlink_top_k,
-            exact=self.exact and self.sample,
+            exact=self.exact and self.sample, private_guard=self.private_guard,
         )
 
 

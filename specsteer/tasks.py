@@ -6,8 +6,17 @@ The Specialist's user message (``PromptPair.private``) is the aggregated
 prompt; the Generalist's and the generic Specialist's (``PromptPair.plain``)
 is the task input alone. With nothing retrieved the two are identical.
 
-``TASKS`` are the LongLaMP tasks plus ``free`` (any text with a plain-text
-history) offered by the app and the generate CLI. ``ALL_TASKS`` adds the
+``TASKS`` are the LongLaMP tasks, ``cogenesis`` (a persona's task: the
+CoGenesis benchmark's context-aware instruction following) and ``free`` (any
+text with a plain-text history), offered by the app and the generate CLI.
+
+CoGenesis prompts are sectioned, in the structure the CoGenesis and CoSteer
+authors used: the user profile, then the writing history (the retrieved texts),
+then the task, each under its own heading, so that the Specialist answers the
+task instead of continuing the last history text it read. The user profile is
+given as ``build_prompts(..., profile=...)``; only the cogenesis task takes one.
+Its plain prompt is the task alone (clean style: and the write-only-the-text
+instruction). ``ALL_TASKS`` adds the
 LaMP-4/5/7 tasks used only by the evaluation loaders.
 
 Item length: each rendered item is held to ``ITEM_WORD_BUDGET`` words
@@ -42,12 +51,13 @@ from typing import Literal, get_args
 
 from specsteer.history import HistoryItem
 
-TASKS = ("review", "abstract", "writing", "free")
+TASKS = ("review", "abstract", "writing", "free", "cogenesis")
 LAMP_TASKS = ("lamp4", "lamp5", "lamp7")
 ALL_TASKS = TASKS + LAMP_TASKS
 
 # The task a history of each schema is naturally used for.
-TASK_FOR_SCHEMA = {"review": "review", "abstract": "abstract", "writing": "writing", "plain": "free"}
+TASK_FOR_SCHEMA = {"review": "review", "abstract": "abstract", "writing": "writing", "cogenesis": "cogenesis",
+                   "plain": "free"}
 
 ITEM_WORD_BUDGET = 150
 TRUNCATION_MARK = " ..."
@@ -79,6 +89,7 @@ class _Template:
     joiner: str
     aggregate: str  # "{items}" and "{input}" mark the joined entries and the plain prompt
     plain: str = "{input}"  # the plain prompt; "{input}" marks the task input
+    sectioned: bool = False  # profile, history and task under headings (see _sectioned); aggregate unused
 
 
 _TEMPLATES: dict[str, _Template] = {
@@ -106,6 +117,12 @@ _TEMPLATES: dict[str, _Template] = {
         entry=(_Segment("", "{}", "text"),),
         joiner="\n\n",
         aggregate="Here are past texts written by this user:\n{items}. Following their style, {input}",
+    ),
+    "cogenesis": _Template(
+        entry=(_Segment("", "Title: {}", "title"), _Segment("\n", "{}", "text")),
+        joiner="\n\n",
+        aggregate="",
+        sectioned=True,
     ),
     "lamp4": _Template(
         entry=(_Segment("", '"{}"', "title"), _Segment(" is the title for ", '"{}"', "text")),
@@ -144,7 +161,18 @@ _CLEAN_TEMPLATES: dict[str, _Template] = {
     "review": _clean_template("reviewText", "past reviews written by this user", "review"),
     "writing": _clean_template("content", "past posts written by this author", "post"),
     "free": _clean_template("text", "past texts written by this user", "text"),
+    # The history texts without their titles (a title is what the small Specialist copies first).
+    "cogenesis": _Template(
+        entry=(_Segment("", '"{}"', "text"),),
+        joiner="\n\n",
+        aggregate="",
+        plain="{input}\n\nWrite only the text the task asks for, with no title, headings or introduction.",
+        sectioned=True,
+    ),
 }
+_PROFILE_HEADING = "## About the user"
+_HISTORY_HEADING = "## Texts the user wrote before (examples of their style)"
+_TASK_HEADING = "## The task (write it for this user, in their style)"
 _TEMPLATES_BY_STYLE: dict[str, dict[str, _Template]] = {"paper": _TEMPLATES, "clean": _CLEAN_TEMPLATES}
 
 _WORD = re.compile(r"\S+")
@@ -159,24 +187,40 @@ def build_prompts(
     *,
     item_word_budget: int | None = ITEM_WORD_BUDGET,
     style: PromptStyle = DEFAULT_PROMPT_STYLE,
+    profile: str | None = None,
 ) -> PromptPair:
     """The plain and the history-augmented user messages for one request.
 
     ``input_text`` is used verbatim (LongLaMP inputs are full instructions);
     in the paper style it is the whole plain prompt, in the clean style the
     plain prompt adds the write-only-the-text instruction after it.
+    ``profile``: the user profile text, for the sectioned (cogenesis) prompt only.
     """
     template = _template(task, style)
     _check_budget(item_word_budget)
     if not input_text.strip():
         raise ValueError("the task input is empty")
+    if profile and profile.strip() and not template.sectioned:
+        raise ValueError(f"the {task} prompt has no place for a user profile; use the cogenesis task for a persona")
     plain = template.plain.format(input=input_text)
     rendered = (render_item(task, item, item_word_budget, style=style) for item in retrieved)
     entries = [entry for entry in rendered if entry]
+    if template.sectioned:
+        return PromptPair(plain=plain, private=_sectioned(profile, template.joiner.join(entries), plain))
     if not entries:
         return PromptPair(plain=plain, private=plain)
     private = template.aggregate.format(items=template.joiner.join(entries), input=plain)
     return PromptPair(plain=plain, private=private)
+
+
+def _sectioned(profile: str | None, history: str, plain: str) -> str:
+    """Profile, history and task, each under its heading; a missing part is left out, and with
+    neither profile nor history the private prompt is the plain one."""
+    sections = [(_PROFILE_HEADING, (profile or "").strip()), (_HISTORY_HEADING, history)]
+    present = [f"{heading}\n{body}" for heading, body in sections if body]
+    if not present:
+        return plain
+    return "\n\n".join([*present, f"{_TASK_HEADING}\n{plain}"])
 
 
 def render_item(

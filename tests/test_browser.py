@@ -157,6 +157,28 @@ def test_generate_streams_coloured_tokens_and_injection_stays_text(page, tmp_pat
     expect(page.locator("#sample-user input")).to_have_value("")  # the upload replaced the sample user
 
 
+def test_a_persona_generates_and_the_privacy_panel_names_the_facts_that_crossed(page):
+    """The default sample user is a CoGenesis persona: its profile is shown, its task is prefilled, the
+    prompt style is the clean one; after a generation the privacy panel counts the persona's private
+    facts and names those that reached the cloud (here the one the task itself names)."""
+    expect = sync_api.expect
+    expect(page.locator("#persona-profile")).to_contain_text("Privacy_info", timeout=WAIT_MS)
+    expect(page.locator("#persona-profile")).to_contain_text("Gregory Simmons")
+    expect(page.locator("#task-input textarea")).to_have_value(re.compile("^Write an article on balancing work"))
+    expect(page.locator("#prompt-style input[value=clean]")).to_be_checked()
+    expect(page.locator("#retrieved")).to_contain_text("## About the user", timeout=WAIT_MS)
+    set_number(page, "#max-new-tokens", "16")
+    page.click("#generate-button")
+    expect(page.locator("#generate-status")).to_contain_text("saved as generation", timeout=WAIT_MS)
+    page.locator("#privacy-accordion").get_by_text("Privacy: what was sent to the cloud").click()
+    facts = page.locator("#privacy-facts")
+    expect(facts).to_contain_text(re.compile(r"\d+ of 9 private facts were sent to the cloud"), timeout=WAIT_MS)
+    expect(facts).to_contain_text("Works remotely on Fridays to spend more time with family and to meditate")
+    expect(facts).to_contain_text("named in your task")
+    shot(page, "04-persona-privacy-facts")
+    assert_not_pwned(page)
+
+
 def test_stop_keeps_the_partial_output(page):
     expect = sync_api.expect
     set_number(page, "#max-new-tokens", "1000")
@@ -256,6 +278,13 @@ def test_blind_comparison_and_annotation(page):
 def test_preview_follows_a_paste_and_a_cleared_input(page):
     """ "What the Specialist sees" must follow every change of the input, not only typed keys."""
     expect = sync_api.expect
+    # The gadget reviewer has a vacuum review for the paste to find, and the paper's templates show its
+    # product description (the app now starts on a persona and the clean style).
+    page.locator("#sample-user input").click()
+    page.get_by_role("option", name=re.compile("Gadget reviewer")).click()
+    expect(page.locator("#history-summary")).to_contain_text("Gadget reviewer", timeout=WAIT_MS)
+    page.locator("#prompt-style").get_by_text("Paper (the paper's templates)").click()
+    expect(page.locator("#retrieved")).to_contain_text("Product:", timeout=WAIT_MS)
     retrieved = page.locator("#retrieved")
     box = page.locator("#task-input textarea")
     first_rank = retrieved.locator(".ss-retrieved-item").first

@@ -184,7 +184,7 @@ def test_device_only_methods_have_no_privacy_report(service, history):
 
 @pytest.mark.parametrize(("overrides", "task", "text", "message"), [
     ({"draft_len": 0}, "review", INPUT, "Draft length must be between 1 and 16."),
-    ({}, "poem", INPUT, "Choose a task (review, abstract, writing, free)."),
+    ({}, "poem", INPUT, "Choose a task (review, abstract, writing, free, cogenesis)."),
     ({}, "review", "   ", "Enter a task input first."),
     ({"pairing": "qwen3-0.6b__qwen3-32b"}, "review", INPUT, "is unavailable here"),
     ({"pairing": "nope"}, "review", INPUT, "Unknown pairing 'nope'. Choose one from the list."),

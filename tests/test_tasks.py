@@ -25,7 +25,7 @@ INPUT = "Generate the text."
 
 
 def test_task_lists():
-    assert TASKS == ("review", "abstract", "writing", "free")
+    assert TASKS == ("review", "abstract", "writing", "free", "cogenesis")  # cogenesis: issue 16
     assert ALL_TASKS == TASKS + ("lamp4", "lamp5", "lamp7")
 
 
@@ -178,7 +178,8 @@ def test_empty_input_is_rejected(text):
 
 
 def test_every_history_schema_has_a_default_task():
-    assert set(TASK_FOR_SCHEMA) == set(DETECTABLE_SCHEMAS)
+    # A persona (cogenesis) is recognised by its record's profile text, not by its items' keys (issue 16).
+    assert set(TASK_FOR_SCHEMA) == set(DETECTABLE_SCHEMAS) | {"cogenesis"}
     assert set(TASK_FOR_SCHEMA.values()) == set(TASKS)
 
 
@@ -271,6 +272,7 @@ FULL_ITEMS = {
                             "summary": "Rage comics, everywhere."}),
     "abstract": HistoryItem({"abstract": "We study A.", "id": "1", "title": "On A", "year": "2020"}),
     "free": HistoryItem({"text": "Dear diary, rain again."}),
+    "cogenesis": HistoryItem({"id": "0", "title": "Rain", "text": "Dear diary, rain again."}),
 }
 
 
@@ -356,7 +358,7 @@ def test_unknown_prompt_styles_are_refused(style):
 
 @pytest.mark.parametrize("task", LAMP_TASKS)
 def test_the_clean_style_does_not_cover_the_lamp_tasks(task):
-    with pytest.raises(ValueError, match=f"covers abstract, review, writing, free; {task} has the paper's template"):
+    with pytest.raises(ValueError, match=f"covers abstract, review, writing, free, cogenesis; {task} has the paper's template"):
         build_prompts(task, INPUT, [], style="clean")
 
 

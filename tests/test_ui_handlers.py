@@ -7,6 +7,7 @@ test builds the same service and calls them, collecting a streamed handler with 
 from __future__ import annotations
 
 import json
+import re
 import threading
 from dataclasses import replace
 from pathlib import Path
@@ -249,7 +250,7 @@ def test_sample_users_load_with_their_task_and_input(generate):
         loaded, summary, task, text, upload = generate.load_sample(sample)
         assert len(loaded.history) > 0
         assert f"Read {len(loaded.history)} item" in summary
-        assert task in ("review", "writing", "abstract", "free") and text
+        assert task in ("review", "writing", "abstract", "free", "cogenesis") and text  # cogenesis: personas
         assert upload is None  # a sample replaces an upload: the upload box is cleared
 
 
@@ -376,8 +377,26 @@ def test_every_method_runs_from_the_ui(generate, method):
     assert "saved as generation" in frames[-1].status, frames[-1].status
     if METHOD_INFO[method].device_only:
         assert "Nothing crossed the link" in frames[-1].privacy
+    elif METHOD_INFO[method].sends_private_context:  # llm+: labelled as what it is, never as passed
+        assert "Not private" in frames[-1].privacy and "whole private prompt" in frames[-1].privacy
+        assert "Privacy check passed" not in frames[-1].privacy
     else:
         assert "Privacy check passed" in frames[-1].privacy
+
+
+def test_a_persona_generation_counts_and_names_its_private_facts(generate):
+    sample = generate_tab.DEFAULT_SAMPLE
+    loaded = generate_tab.read_sample(sample)
+    assert loaded.history.profile and generate_tab.DEFAULTS.prompt_style == "clean"
+    assert "Privacy_info" in generate_tab.history_summary(loaded)
+    task = generate_tab.SAMPLES[sample][1]
+    steered = run_generate(generate, loaded, task="cogenesis", input_text=task, max_new_tokens=6,
+                           prompt_style="clean")[-1].privacy
+    assert re.search(r"\d of 9 private facts were sent to the cloud", steered)
+    assert "Works remotely on Fridays to spend more time with family and to meditate" in steered  # named in the task
+    leaky = run_generate(generate, loaded, task="cogenesis", input_text=task, method="llm+", max_new_tokens=4,
+                         prompt_style="clean")[-1].privacy
+    assert "9 of 9 private facts were sent to the cloud" in leaky and "Not private" in leaky
 
 
 def test_runtime_adaptive_draft_and_prompt_style_reach_the_saved_settings(generate):

@@ -23,7 +23,7 @@ import storage
 from specsteer.events import GenerationStats
 from specsteer.exposure import ADMIN_TOKEN_ENV, Exposure
 from specsteer.generationstore import NamedHistory
-from specsteer.methods import CORE_METHODS, METHODS, method_label
+from specsteer.methods import CORE_METHODS, PRIVATE_METHODS, method_label
 from specsteer.service import (
     AppService,
     ComparisonEvent,
@@ -43,7 +43,10 @@ from ui.streaming import MODELS_CONCURRENCY_ID, RUNS, Throttle, Toast
 
 log = logging.getLogger(__name__)
 
-MAX_SLOTS = len(METHODS)
+# Blind comparisons judge the methods that keep the private context on the device; llm+ (which sends it)
+# is offered by the Generate tab and the evaluation, where it is labelled as sending it.
+COMPARED_METHODS = PRIVATE_METHODS
+MAX_SLOTS = len(COMPARED_METHODS)
 PREFERENCE_EXTRAS = [("Tie", "tie"), ("All bad", "all_bad")]
 SUMMARY_HEADERS = ["method", "shown", "wins", "win rate", "ties", "all bad", "personalization", "fluency"]
 
@@ -199,7 +202,8 @@ class CompareTab:
         ``settings``: the Generate tab's settings widgets, by GenerationSettings field name.
         """
         def produce(flag):
-            return comparison_frames(self.service.compare(history, task, input_text, settings, methods, blind,
+            compared = [method for method in methods or () if method in COMPARED_METHODS]
+            return comparison_frames(self.service.compare(history, task, input_text, settings, compared, blind,
                                                           cancel=flag))
 
         yield from RUNS.start(request, "compare", produce, width=len(Frame().values())).frames()
@@ -354,7 +358,7 @@ def build(service: AppService, controls: GenerateControls) -> CompareRefresh:
         "your judgement is saved.", elem_classes="ss-note")
     with gr.Row(equal_height=True):
         methods = gr.CheckboxGroup(
-            choices=[(method_label(m), m) for m in METHODS], value=list(CORE_METHODS), label="Methods",
+            choices=[(method_label(m), m) for m in COMPARED_METHODS], value=list(CORE_METHODS), label="Methods",
             scale=3)
         blind = gr.Checkbox(value=True, label="Blind (shuffle, hide names)", scale=1)
     with gr.Row():

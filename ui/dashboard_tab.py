@@ -18,7 +18,7 @@ import hashlib
 import logging
 import math
 import shutil
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import NamedTuple
@@ -28,9 +28,11 @@ import pandas as pd
 
 import storage
 from specsteer import plots
-from specsteer.data import LONGLAMP_TASKS, DataError, load_records, resolve_data_source, shared_data_path
+from specsteer.data import (EVALUATION_TASKS, LONGLAMP_TASKS, DataError, load_records, resolve_data_source,
+                            shared_cogenesis_path, shared_data_path)
 from specsteer.deployment import PROFILES
-from specsteer.evaluate import EvalResult, EvalSpec, GridProgress, summarize
+from specsteer.evaluate import (EvalResult, EvalSpec, GridProgress, paired_difference, run_facts, run_prompts,
+                                stronger_baseline, summarize)
 from specsteer.history import MAX_UPLOAD_BYTES
 from specsteer.methods import CORE_METHODS, METHODS, method_label
 from specsteer.service import AppService, EvaluationEvent, Failed, Loading, Status
@@ -44,7 +46,7 @@ log = logging.getLogger(__name__)
 
 SOURCES = {
     "sample": "Bundled sample (synthetic, 3 records per task)",
-    "shared": "Real LongLaMP records (../shared/data/longlamp)",
+    "shared": "Real records (../shared/data: LongLaMP; CoGenesis's test split)",
     "upload": "Uploaded LongLaMP file",
 }
 MAX_DATA_UPLOAD_BYTES = 10 * MAX_UPLOAD_BYTES
@@ -132,7 +134,7 @@ def data_path(source: str, task: str, upload: str | None) -> str:
 
 
 def source_choices() -> list[tuple[str, str]]:
-    has_shared = any(shared_data_path(task) for task in LONGLAMP_TASKS)
+    has_shared = any(shared_data_path(task) for task in LONGLAMP_TASKS) or shared_cogenesis_path() is not None
     return [(label, key) for key, label in SOURCES.items() if key != "shared" or has_shared]
 
 
@@ -166,9 +168,15 @@ def table_update(table: pd.DataFrame) -> dict:
     return gr.update(value=table, column_widths=widths)
 
 
+def table_frame(rows: Sequence[dict]) -> pd.DataFrame:
+    """The rows as the results table: the standard columns, and the privacy columns where rows have them."""
+    shown = plots.display_rows(rows)
+    return pd.DataFrame(shown, columns=list(shown[0]) if shown else TABLE_HEADERS)
+
+
 def figures(rows: Sequence[dict]):
     """(quality-vs-speed figure, acceptance-vs-alpha figure, table) of one run's summary rows."""
-    table = pd.DataFrame(plots.display_rows(rows), columns=TABLE_HEADERS)
+    table = table_frame(rows)
     quality = plots.quality_speed_figure(rows, "rougeL", _speed_key(rows))
     return quality, plots.acceptance_figure(rows), table
 
@@ -193,13 +201,42 @@ def compared_figures(runs: Sequence[tuple[str, list[dict]]]):
             for trace in source.data:
                 trace.name = f"{plots.plot_text(name)}: {trace.name}"
                 target.add_trace(trace)
-        shown = pd.DataFrame(plots.display_rows(rows), columns=TABLE_HEADERS)
+        shown = table_frame(rows)
         shown.insert(0, "run", name)
         tables.append(shown)
     quality.update_layout(title="ROUGE-L against speed — runs compared")
     for figure in (quality, acceptance):
         figure.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0})
     return quality, acceptance, pd.concat(tables, ignore_index=True)
+
+
+def stored_rows(config: Mapping[str, object], cells: Sequence) -> list[dict]:
+    """A stored run's summary rows; a run over records with private facts (CoGenesis) also gets the
+    privacy audit's shares, when its records file is here to rebuild its prompts from."""
+    if config.get("task") != "cogenesis":
+        return summarize(cells)
+    try:
+        return summarize(cells, "cogenesis", run_prompts(config), run_facts(config))
+    except (ValueError, OSError):  # the records file moved or is unreadable: the rows without privacy
+        return summarize(cells)
+
+
+def claim_notes(cells: Sequence) -> list[str]:
+    """Each SpecSteer setting against the stronger of SLM+ and LLM, record by record on ROUGE-L and
+    ROUGE-1, with 95 % bootstrap intervals (sentences for the status line)."""
+    notes = []
+    for metric, name in (("rougeL", "R-L"), ("rouge1", "R-1")):
+        baseline = stronger_baseline(cells, metric)
+        if baseline is None:
+            return notes
+        steered = sorted({cell.point for cell in cells if cell.point.method == "specsteer"},
+                         key=lambda point: (-(point.alpha or 0), point.beta or 0))
+        for point in steered:
+            difference = paired_difference(cells, point, baseline, metric)
+            if difference is not None:
+                notes.append(f"{plots.point_label(vars(point))} − {method_label(baseline.method)} (the stronger "
+                             f"baseline) on {name}: {difference.describe()} (95 % bootstrap).")
+    return notes
 
 
 def run_choices() -> list[tuple[str, int]]:
@@ -234,10 +271,12 @@ def open_runs(run_ids: Sequence[int] | int | None) -> DashboardView:
         if run is None:
             return DashboardView(render.message_box(f"Run #{run_id} does not exist.", "error"),
                                  gr.skip(), gr.skip(), gr.skip(), gr.skip())
-        runs.append((f"#{run.id} {run.name}", summarize(storage.run_cells(run.id))))
+        cells = storage.run_cells(run.id)
+        runs.append((f"#{run.id} {run.name}", stored_rows(run.config, cells)))
+        claims = claim_notes(cells) if len(ids) == 1 else []
     quality, acceptance, table = compared_figures(runs)
     names = ", ".join(name for name, _ in runs)
-    status = render.message_box(f"Showing {names}.", "ok")
+    status = render.message_box(" ".join([f"Showing {names}.", *claims]), "ok")
     return DashboardView(status, quality, acceptance, table_update(table), gr.skip())
 
 
@@ -379,7 +418,7 @@ def build(service: AppService) -> gr.Dropdown:
             upload = gr.File(label="LongLaMP records file (JSONL or JSON)", file_types=[".jsonl", ".json"],
                              type="filepath", height=150, elem_id="dashboard-upload")
             with gr.Row():
-                task = gr.Dropdown([(render.TASK_LABELS[t], t) for t in LONGLAMP_TASKS], value="review", label="Task")
+                task = gr.Dropdown([(render.TASK_LABELS[t], t) for t in EVALUATION_TASKS], value="review", label="Task")
                 records = gr.Slider(1, 50, value=1, step=1, label="Records", elem_id="dashboard-records")
             methods = gr.CheckboxGroup([(method_label(m), m) for m in METHODS], value=list(CORE_METHODS),
                                        label="Methods")

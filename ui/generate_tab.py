@@ -51,6 +51,11 @@ PROMPT_STYLES = [("Paper (the paper's templates)", "paper"), ("Clean (the user's
 
 # Bundled synthetic users (assets/samples), each with an input that suits their history.
 SAMPLES: dict[str, tuple[str, str]] = {
+    # CoGenesis personas (dev split): the profile and texts are private; the input is the record's task.
+    "persona-hr": ("Gregory, HR manager (persona, CoGenesis)", 'Write an article on balancing work and family life: Share personal insights and professional advice on how working remotely on Fridays has improved your work-life balance and family relationships.'),
+    "persona-principal": ("Martha, retired school principal (persona, CoGenesis)", 'Heirloom Tomato Article: Prepare an informative article for your gardening club, detailing the process of cultivating heirloom tomatoes, your personal tips, and the emotional significance of this tradition.'),
+    "persona-developer": ("Ava, software developer (persona, CoGenesis)", 'Write a Spanish language learning article: She can share her experience learning Spanish, the apps she uses, methodologies, study routine, and how it might help in her professional life, possibly for internal cultural diversification materials.'),
+    "persona-gamedev": ("Alex, indie game developer (persona, CoGenesis)", 'Creative Patch Notes: Craft creative patch notes for your latest game update.'),
     "review": (
         "Gadget reviewer (review, JSONL)",
         'Generate the review text written by a reviewer who has given an overall rating of "5.0" for a product '
@@ -68,10 +73,12 @@ SAMPLES: dict[str, tuple[str, str]] = {
         "Write a short message to the club announcing Sunday's lake walk and what to bring.",
     ),
 }
-DEFAULT_SAMPLE = "review"
+DEFAULT_SAMPLE = "persona-hr"
 # SpecSteer first (the default), then the baselines in the engine's order.
 METHOD_CHOICES = [(METHOD_INFO[m].choice_label, m) for m in ("specsteer", *(m for m in METHODS if m != "specsteer"))]
-DEFAULTS = GenerationSettings(pairing="")  # the widgets start at the settings' defaults
+# The widgets start at the settings' defaults, except the prompt style: the app starts with the clean one,
+# which does not invite the small Specialist to copy the history's layout (README, output hygiene).
+DEFAULTS = GenerationSettings(pairing="", prompt_style="clean")
 WAITING_FOR_TRANSCRIPT = "The transcript appears when the generation ends."
 
 
@@ -114,7 +121,9 @@ def history_summary(loaded: NamedHistory | None) -> str:
     if loaded is None:
         return render.message_box("No history loaded yet: upload a file or pick a sample user.", "info")
     history = loaded.history
-    return render.history_summary_html(loaded.name, len(history), history.schema, history.user_id)
+    titles = [item.fields.get("title", "") for item in history.items] if history.profile else []
+    return render.history_summary_html(loaded.name, len(history), history.schema, history.user_id, history.profile,
+                                       titles)
 
 
 # --------------------------------------------------------------------------- events -> frames
@@ -280,18 +289,21 @@ def build(service: AppService) -> GenerateControls:
             gr.Markdown("### 1 · Your history", elem_classes="ss-step")
             sample = gr.Dropdown(
                 choices=[(label, key) for key, (label, _) in SAMPLES.items()], value=DEFAULT_SAMPLE,
-                label="Sample user", info="Synthetic users bundled with the app", elem_id="sample-user",
+                label="Sample user", info="CoGenesis personas (dev split) and synthetic users bundled with the app",
+                elem_id="sample-user",
             )
             upload = gr.File(label="…or upload your own history", file_types=[".json", ".jsonl", ".csv", ".txt"],
                              type="filepath", elem_id="history-upload", height=150)
             gr.Markdown(
-                f"JSON, JSONL or CSV in the LongLaMP schemas (review, abstract, writing), or plain text with one item "
-                f"per paragraph; UTF-8 or UTF-16. At most {MAX_UPLOAD_BYTES // (1024 * 1024)} MB and {MAX_ITEMS} "
+                f"JSON, JSONL or CSV in the LongLaMP schemas (review, abstract, writing), a CoGenesis record (a "
+                f"persona: profile and texts), or plain text with one item per paragraph; UTF-8 or UTF-16. At most {MAX_UPLOAD_BYTES // (1024 * 1024)} MB and {MAX_ITEMS} "
                 "items.", elem_classes="ss-note")
             summary = gr.HTML(history_summary(initial), elem_id="history-summary")
 
             gr.Markdown("### 2 · Task and input", elem_classes="ss-step")
-            task = gr.Dropdown(choices=[(render.TASK_LABELS[t], t) for t in TASKS], value="review", label="Task")
+            initial_task = TASK_FOR_SCHEMA.get(initial.history.schema, "free")
+            task = gr.Dropdown(choices=[(render.TASK_LABELS[t], t) for t in TASKS], value=initial_task, label="Task",
+                               elem_id="task")
             input_text = gr.Textbox(value=SAMPLES[DEFAULT_SAMPLE][1], label="Input", lines=4, max_lines=12,
                                     elem_id="task-input")
 
@@ -332,6 +344,10 @@ def build(service: AppService) -> GenerateControls:
                                                label="Downlink top-k (0 = all)")
                 with gr.Row():
                     exact = gr.Checkbox(value=DEFAULTS.exact, label="Exact-target sampling (SpecSteer, sampling only)")
+                    private_guard = gr.Number(
+                        value=DEFAULTS.private_guard, precision=0, minimum=0, maximum=64, elem_id="private-guard",
+                        label="Private-span guard n (0 = off)",
+                        info="The device never sends a token that would copy n tokens of your history verbatim")
                     adaptive_draft = gr.Checkbox(
                         value=DEFAULTS.adaptive_draft, label="Adaptive draft length",
                         info="Each round drafts the k (at most the slider's) that the measured speed favours")
@@ -364,7 +380,7 @@ def build(service: AppService) -> GenerateControls:
             output = gr.HTML(render.output_html(""), elem_id="generate-output")
             stats = gr.HTML(elem_id="generate-stats")
             with gr.Accordion("What the Specialist sees (on your device)", open=True):
-                retrieved = gr.HTML(tab.preview(initial, "review", SAMPLES[DEFAULT_SAMPLE][1], DEFAULTS.retrieval_k,
+                retrieved = gr.HTML(tab.preview(initial, initial_task, SAMPLES[DEFAULT_SAMPLE][1], DEFAULTS.retrieval_k,
                                                 DEFAULTS.prompt_style), elem_id="retrieved")
             with gr.Accordion("Privacy: what was sent to the cloud", open=False, elem_id="privacy-accordion"):
                 privacy = gr.HTML(render.message_box(WAITING_FOR_TRANSCRIPT, "info"), elem_id="privacy")
@@ -373,7 +389,7 @@ def build(service: AppService) -> GenerateControls:
         "pairing": pairing, "runtime": runtime, "method": method, "alpha": alpha, "beta": beta, "draft_len": draft_len,
         "adaptive_draft": adaptive_draft, "max_new_tokens": max_new_tokens, "decoding": decoding, "seed": seed,
         "temperature": temperature, "top_p": top_p, "retrieval_k": retrieval_k, "downlink_top_k": downlink_top_k,
-        "exact": exact, "prompt_style": prompt_style, "cloud": cloud, "rtt_ms": rtt_ms, "uplink_kbps": uplink_kbps,
+        "exact": exact, "prompt_style": prompt_style, "private_guard": private_guard, "cloud": cloud, "rtt_ms": rtt_ms, "uplink_kbps": uplink_kbps,
         "downlink_kbps": downlink_kbps,
     }
     preview_inputs = [history_state, task, input_text, retrieval_k, prompt_style]

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from specsteer.deployment import DeploymentProfile, LinkConditions
 from specsteer.events import GenerationStats, LinkMessage, TokenEvent
+from specsteer.facts import FactExposure
 from specsteer.methods import METHOD_INFO, method_label
 from specsteer.service import CloudCheck, PrivacyReport, RetrievalPreview
 
@@ -23,6 +24,7 @@ TASK_LABELS = {
     "abstract": "Paper abstract",
     "writing": "Reddit-style post",
     "free": "Free text",
+    "cogenesis": "Persona task (CoGenesis)",
 }
 KIND_LABELS = {
     "accepted": "accepted draft",
@@ -247,9 +249,20 @@ def stats_html(view: StatsView) -> str:
 # --------------------------------------------------------------------------- history and retrieval
 
 
-def history_summary_html(name: str, items: int, schema: str, user_id: str | None) -> str:
+def history_summary_html(name: str, items: int, schema: str, user_id: str | None, profile: str | None = None,
+                         titles: Sequence[str] = ()) -> str:
+    """What was read; a persona's profile and the titles of its texts are shown as well (all of it private)."""
     user = f", user {user_id}" if user_id else ""
-    return message_box(f"Read {items} item{'s' if items != 1 else ''} from {name} (schema: {schema}{user}).", "ok")
+    summary = message_box(f"Read {items} item{'s' if items != 1 else ''} from {name} (schema: {schema}{user}).", "ok")
+    if not profile:
+        return summary
+    texts = "".join(f"<li>{esc(title)}</li>" for title in titles)
+    return (
+        f'{summary}<div class="ss-persona" id="persona-profile"><p class="ss-muted">This persona\'s profile and '
+        "texts stay on your device: only the Specialist reads them.</p>"
+        f'<pre class="ss-pre">{esc(profile)}</pre>'
+        + (f'<p class="ss-muted">Texts they wrote before:</p><ol>{texts}</ol>' if texts else "") + "</div>"
+    )
 
 
 def retrieved_html(preview: RetrievalPreview) -> str:
@@ -350,9 +363,34 @@ def privacy_html(report: PrivacyReport | None) -> str:
     if report is None:
         return transcript_html([], None)
     audit = report.audit
-    verdict = message_box(("Privacy check passed. " if audit.ok else "Privacy check FAILED. ") + audit.summary(),
-                          "ok" if audit.ok else "error")
-    return verdict + transcript_html(report.transcript, report.token_text)
+    if audit.private_prompt_sent:
+        verdict = message_box("Not private. " + audit.summary(), "warning" if audit.ok else "error")
+    else:
+        verdict = message_box(("Privacy check passed. " if audit.ok else "Privacy check FAILED. ") + audit.summary(),
+                              "ok" if audit.ok else "error")
+    return verdict + facts_html(report.facts) + transcript_html(report.transcript, report.token_text)
+
+
+def facts_html(exposure: FactExposure | None) -> str:
+    """Which of the persona's private facts crossed to the cloud, each named, with where it was found."""
+    if exposure is None:
+        return ""
+    notes = []
+    for fact, task, sent, rejected in zip(exposure.facts, exposure.in_task, exposure.sent, exposure.rejected_only,
+                                          strict=True):
+        if not sent:
+            continue
+        where = ("named in your task" if task else "in your private prompt" if exposure.private_prompt_sent
+                 else "only in rejected drafts (not in the output)" if rejected else "in the drafted text")
+        notes.append(f'<li><span class="ss-fact">{esc(fact)}</span> <span class="ss-muted">— {esc(where)}</span></li>')
+    listed = f'<ul class="ss-facts">{"".join(notes)}</ul>' if notes else ""
+    kept = exposure.total - len(exposure.sent_facts)
+    return (
+        f'<div class="ss-facts-box" id="privacy-facts"><p><b>{esc(exposure.headline())}{":" if notes else "."}</b></p>'
+        f"{listed}<p class=\"ss-muted\">{kept} stayed on your device. {sum(exposure.in_output)} of {exposure.total} "
+        "appear in the output. Facts are matched by their content words (docs/COGENESIS.md gives the matcher's "
+        "measured precision and recall), so read these as estimates.</p></div>"
+    )
 
 
 # --------------------------------------------------------------------------- comparisons

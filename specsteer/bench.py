@@ -43,6 +43,7 @@ import torch
 from .engine import (MAX_DRAFT_LEN, DecodeConfig, Prepared, Request, chat_ids, collect, generate, prepare,
                      speculative_bound)
 from .deployment import DEFAULT_RTTS_MS, PROFILES, get_profile
+from .events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM
 from .jsonable import to_jsonable
 from .machine import machine_info
 from .runtime import RUNTIME_CHOICES
@@ -107,7 +108,7 @@ class Tally:
         self.seconds += stats.seconds
         self.prefill_seconds += stats.prefill_seconds
         self.forward_seconds += sum(stats.forward_seconds.values())
-        self.device_steps += max(stats.forward_calls.get("specialist+", 0) - 1, 0)
+        self.device_steps += max(stats.forward_calls.get(EDGE_STREAM, 0) - 1, 0)
         self.drafted += stats.drafted
         self.accepted += stats.accepted
         self.verified += stats.verified
@@ -154,8 +155,8 @@ class Tally:
             return None
         k = self.drafted / self.rounds
         steps = self.device_steps / self.rounds if charge_device_steps else None
-        return speculative_bound(self.token_acceptance, k, self.mean_step("specialist+"),
-                                 self.mean_step("generalist"), self.mean_step("specialist0"), steps)
+        return speculative_bound(self.token_acceptance, k, self.mean_step(EDGE_STREAM),
+                                 self.mean_step(GENERALIST_STREAM), self.mean_step(GENERIC_STREAM), steps)
 
     @property
     def ttft_s(self) -> float | None:

@@ -67,14 +67,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple, Protocol
 
-from .events import TraceStep
+from .events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM, STREAMS, TraceStep
 
 UPLINK, DOWNLINK = "uplink", "downlink"
 DIRECTIONS = (UPLINK, DOWNLINK)
-EDGE_STREAM = "specialist+"
-GENERALIST_STREAM = "generalist"
-GENERIC_STREAM = "specialist0"
-STREAMS = (EDGE_STREAM, GENERIC_STREAM, GENERALIST_STREAM)
 
 # The three model roles a profile prices, and the streams they run.
 SPECIALIST, GENERALIST, GENERIC = "specialist", "generalist", "generic_specialist"

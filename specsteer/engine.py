@@ -36,7 +36,7 @@ import torch
 
 from .chat import PLAIN_CHAT, ChatFormat
 from .decoding import Detokenizer, ForwardLog, PrivateSpanGuard, Sampler
-from .events import Finished, GenerationStats, TokenEvent
+from .events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM, Finished, GenerationStats, TokenEvent
 from .methods import METHOD_INFO, METHODS
 from .deployment import LinkConditions, PassCost, PassSample, fit_pass_cost, flat_cost
 from .link import CloudEndpoint, CloudError, CloudRefused, CloudUnreachable, InProcessCloud, Link
@@ -346,7 +346,7 @@ def _device_only(pair, plain_ids, private_ids, config, forward_log, output):
     personal = config.method == "slm+"
     edge = Edge(pair.specialist, private_ids if personal else plain_ids, pair.vocab_size, forward_log,
                 _sampler(config), pair.eos_token_ids, rule="match", beta=0.0,
-                stream_name="specialist+" if personal else "specialist0", max_new_tokens=config.max_new_tokens)
+                stream_name=EDGE_STREAM if personal else GENERIC_STREAM, max_new_tokens=config.max_new_tokens)
     try:
         while output.keep_going():
             yield output.emit(edge.next_token(), "plain", 0)
@@ -502,14 +502,14 @@ class DraftLength:
     def choose(self, stats: GenerationStats, log: ForwardLog) -> int:
         if not self.adaptive or stats.verified < self.MIN_VERIFIED:
             return self.maximum
-        draft_cost, large_cost = pass_cost(log.trace, "specialist+"), pass_cost(log.trace, "generalist")
+        draft_cost, large_cost = pass_cost(log.trace, EDGE_STREAM), pass_cost(log.trace, GENERALIST_STREAM)
         if draft_cost is None or large_cost is None:
             return self.maximum
-        if len({sample.tokens for sample in _passes(log.trace, "generalist")}) < 2:
+        if len({sample.tokens for sample in _passes(log.trace, GENERALIST_STREAM)}) < 2:
             # Every verification so far read as many tokens, so how a pass's time grows with its
             # tokens is unknown: probe a shorter round once to learn it.
             return max(1, self.maximum // 2)
-        generic_cost = pass_cost(log.trace, "specialist0") or PassCost(0.0, 0.0)
+        generic_cost = pass_cost(log.trace, GENERIC_STREAM) or PassCost(0.0, 0.0)
         acceptance = min(max(stats.accepted / stats.verified, 0.01), 0.99)
         return max(range(1, self.maximum + 1), key=lambda k: speculative_bound(
             acceptance, k, draft_cost.seconds(1), large_cost.seconds(k + 1), generic_cost.seconds(k + 1)))

@@ -15,6 +15,13 @@ TokenKind = Literal["accepted", "rejected", "recovered", "bonus", "plain"]
 TOKEN_KINDS: tuple[TokenKind, ...] = ("accepted", "rejected", "recovered", "bonus", "plain")
 EMITTED_KINDS = frozenset({"accepted", "recovered", "bonus", "plain"})
 
+# The model streams a generation runs, as a TraceStep's ``who`` and a GenerationStats key names them:
+# the Specialist reading the private prompt (the Edge), its generic copy and the Generalist (the Cloud).
+EDGE_STREAM = "specialist+"
+GENERIC_STREAM = "specialist0"
+GENERALIST_STREAM = "generalist"
+STREAMS = (EDGE_STREAM, GENERIC_STREAM, GENERALIST_STREAM)
+
 
 @dataclass(frozen=True)
 class TokenEvent:

@@ -57,6 +57,7 @@ from .decoding import (
     residual_test,
     steering_entries,
 )
+from .events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM
 
 # --------------------------------------------------------------------------- limits shared by both sides
 
@@ -400,7 +401,7 @@ class CloudPass:
     """One forward pass the Cloud ran: ``after`` counts the session's messages (both ways) before it."""
 
     after: int
-    stream: str  # "generalist" | "specialist0"
+    stream: str  # GENERALIST_STREAM | GENERIC_STREAM
     tokens: int
     seconds: float
 
@@ -533,10 +534,10 @@ class Cloud(_CloudStreams):
         self._settings = message
         self.capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
         self.large = Stream(self._generalist, list(message.prompt), self._vocab_size, self._forward_log,
-                            "generalist", self.capacity)
+                            GENERALIST_STREAM, self.capacity)
         if needs_generic(message.rule, message.beta):
             self.generic = Stream(self._generic, list(message.prompt), self._vocab_size, self._forward_log,
-                                  "specialist0", self.capacity)
+                                  GENERIC_STREAM, self.capacity)
         self._sampler = self._session_sampler(message)
 
     def problem(self, message: Draft) -> str | None:
@@ -630,7 +631,7 @@ class Edge:
 
     def __init__(self, specialist, private_prompt: list[int], vocab_size: int, forward_log: ForwardLog,
                  sampler: Sampler, stop_ids: frozenset[int], rule: str, beta: float,
-                 costeer: tuple[int, float, float] = (20, 10.0, 2.0), stream_name: str = "specialist+",
+                 costeer: tuple[int, float, float] = (20, 10.0, 2.0), stream_name: str = EDGE_STREAM,
                  draft_confidence: float = 0.0, max_new_tokens: int = 1024, guard: PrivateSpanGuard | None = None):
         self.costeer = costeer  # iterations, step, regularization
         self.guard = guard  # drafts and chosen tokens never complete a private n-gram (decoding.PrivateSpanGuard)
@@ -773,11 +774,11 @@ class CrossCloud(_CloudStreams):
         self.large_capacity = (len(message.large_prompt)
                                + LARGE_TOKENS_PER_SMALL * (message.max_new_tokens + DRAFT_HEADROOM))
         self.large = Stream(self._generalist, list(message.large_prompt), self._large_vocab_size, self._forward_log,
-                            "generalist", self.large_capacity)
+                            GENERALIST_STREAM, self.large_capacity)
         self._sampler = self._session_sampler(message)
         if message.rule != "generate":
             self.generic = Stream(self._generic, list(message.prompt), self._small_vocab_size, self._forward_log,
-                                  "specialist0", self.capacity)
+                                  GENERIC_STREAM, self.capacity)
 
     def problem(self, message: Draft) -> str | None:
         settings = self._settings

@@ -33,21 +33,30 @@ import json
 import math
 import sys
 import time
-from pathlib import Path
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from .engine import (MAX_DRAFT_LEN, DecodeConfig, Prepared, Request, chat_ids, collect, generate, prepare,
-                     speculative_bound)
 from .deployment import DEFAULT_RTTS_MS, PROFILES, get_profile
+from .engine import (
+    MAX_DRAFT_LEN,
+    DecodeConfig,
+    Prepared,
+    Request,
+    chat_ids,
+    collect,
+    generate,
+    prepare,
+    speculative_bound,
+)
 from .events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM
 from .jsonable import to_jsonable
 from .machine import machine_info
-from .runtime import RUNTIME_CHOICES
 from .methods import METHOD_INFO, SPEED_REFERENCE, method_info
+from .runtime import RUNTIME_CHOICES
 from .tasks import PromptPair
 
 if TYPE_CHECKING:
@@ -194,8 +203,14 @@ def bench_cases(methods: list[str], alphas: list[float], draft_lens: list[str], 
 def load_prompts(count: int, data: str | None, task: str | None = None) -> list[Prepared]:
     """``count`` real LongLaMP records (review and writing alternately), prepared with BM25 top-3;
     with ``task="cogenesis"``, CoGenesis test records (or those of ``data``) with their profiles."""
-    from .data import (COGENESIS_TASK, bundled_sample_path, load_records, load_task_records, resolve_data_source,
-                       shared_data_path)
+    from .data import (
+        COGENESIS_TASK,
+        bundled_sample_path,
+        load_records,
+        load_task_records,
+        resolve_data_source,
+        shared_data_path,
+    )
 
     if task == COGENESIS_TASK:
         records = load_task_records(resolve_data_source(data or "shared", task), task, limit=count)
@@ -256,7 +271,10 @@ def _rows(tallies: list[Tally]) -> list[dict]:
     reference = next((t for t in tallies if t.config.method == SPEED_REFERENCE), None)
     llm = reference.tok_per_s if reference else None
     llm_decode = reference.decode_tok_per_s if reference else None
-    speedup = (lambda tps: tps / llm if llm else None)
+
+    def speedup(tps: float) -> float | None:
+        return tps / llm if llm else None
+
     rows = []
     for tally in tallies:
         info = METHOD_INFO[tally.config.method]
@@ -497,8 +515,8 @@ def _speed(args) -> int:
 def _link(args) -> int:
     """``bench link``: a Cloud service in a child process on a free loopback port, stopped by its pid."""
     from .linkbench import link_rows, run_link_bench
-    from .models import ModelLoadError, choose_runtime, load_pair
-    from .registry import DEFAULT_PAIRING, get_pairing
+    from .models import ModelLoadError, load_pair
+    from .registry import DEFAULT_PAIRING
     from .remote import RemoteCloud, start_cloud_process
     from .testing import shared_test_pair
 

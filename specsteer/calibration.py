@@ -127,7 +127,7 @@ def choose(calibration: Calibration, method: str, usable: tuple[str, ...]) -> Ru
     if not measured:
         return None
     costs = {t.runtime: estimate(t, method) for t in measured}
-    best = min(costs, key=costs.get)
+    best = min(costs, key=lambda runtime: costs[runtime])
     if len(costs) == 1:
         reason = (f"{best} is the only runtime measured on this machine "
                   f"({calibration.skipped[0] if calibration.skipped else 'the other is unavailable'})")

@@ -55,9 +55,27 @@ import torch
 
 from .decoding import ForwardLog
 from .protocol import (
-    CROSS_RULES, DRAFT_HEADROOM, MAX_DRAFT_LEN, MAX_NEW_TOKENS, PROTOCOL_VERSION, SESSION_BYTES, UPLINK, Cloud,
-    CloudInfo, CloudPass, CloudReport, CrossCloud, CrossOpen, Draft, FrameError, Open, UnsupportedVersion, decode,
-    encode, finite_settings_problem, needs_generic,
+    CROSS_RULES,
+    DRAFT_HEADROOM,
+    MAX_DRAFT_LEN,
+    MAX_NEW_TOKENS,
+    PROTOCOL_VERSION,
+    SESSION_BYTES,
+    UPLINK,
+    Cloud,
+    CloudInfo,
+    CloudPass,
+    CloudReport,
+    CrossCloud,
+    CrossOpen,
+    Draft,
+    FrameError,
+    Open,
+    UnsupportedVersion,
+    decode,
+    encode,
+    finite_settings_problem,
+    needs_generic,
 )
 
 _REMEMBERED_ENDED = 4096  # ended session ids kept to tell "expired" and "closed" apart from "unknown"

@@ -143,7 +143,7 @@ class ByteVocabulary:
         return len(self.spelled)
 
     @classmethod
-    def of(cls, tokenizer, vocab_size: int, stop_ids: frozenset[int]) -> "ByteVocabulary":
+    def of(cls, tokenizer, vocab_size: int, stop_ids: frozenset[int]) -> ByteVocabulary:
         """Read ``tokenizer``'s spelling of every id below ``vocab_size``; raises ValueError when it
         cannot spell every single byte or has no end id."""
         if not stop_ids:

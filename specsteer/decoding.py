@@ -50,7 +50,7 @@ class Sampler:
         return self.temperature <= 0.0
 
     @classmethod
-    def make(cls, sample: bool, temperature: float, top_p: float, seed: int) -> "Sampler":
+    def make(cls, sample: bool, temperature: float, top_p: float, seed: int) -> Sampler:
         if not sample:
             return cls()
         if temperature <= 0:
@@ -175,6 +175,7 @@ class Stream:
             raise ValueError(f"asked for {n} rows with only {self.pending} pending tokens")
         rows: list[torch.Tensor] = []
         if n > self.pending:
+            assert self.last_logits is not None, "no row before the pending tokens"  # set by every pass and truncate
             rows.append(self.last_logits[None])
         if self.pending:
             fresh = self._feed(keep=min(n, self.pending))
@@ -195,7 +196,7 @@ class Stream:
 
     def close(self) -> None:
         """Give the cache back to the model's prefix cache (once; a broken cache is dropped)."""
-        sequence, self.sequence = self.sequence, None
+        sequence, self.sequence = self.sequence, None  # type: ignore[assignment]  # closed: no sequence
         if sequence is None:
             return
         if self._consistent:
@@ -387,7 +388,7 @@ def steering_entries(generalist_row: torch.Tensor, generic_row: torch.Tensor | N
     else:
         ids = generalist_row.topk(top_k).indices
     values = generalist_row[ids]
-    if beta:
+    if beta and generic_row is not None:
         values = values - beta * generic_row[ids]
     return ids, values
 

@@ -30,16 +30,16 @@ import math
 import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import torch
 
 from .chat import PLAIN_CHAT, ChatFormat
 from .decoding import Detokenizer, ForwardLog, PrivateSpanGuard, Sampler
-from .events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM, Finished, GenerationStats, TokenEvent
-from .methods import METHOD_INFO, METHODS
 from .deployment import LinkConditions, PassCost, PassSample, fit_pass_cost, flat_cost
+from .events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM, Finished, GenerationStats, TokenEvent
 from .link import CloudEndpoint, CloudError, CloudRefused, CloudUnreachable, InProcessCloud, Link
+from .methods import METHOD_INFO, METHODS
 from .protocol import MAX_DRAFT_LEN, MAX_NEW_TOKENS, CrossEdge, CrossOpen, Draft, Edge, Open
 
 # What runs on a cross-tokenizer pair (specsteer.crosstok): SpecSteer's ratio rule and LightCoSteer
@@ -70,7 +70,7 @@ class DecodeConfig:
     # token ids found in the private prompt and not in the plain one (decoding.PrivateSpanGuard); 0 = off.
     private_guard: int = 0
 
-    def validate(self) -> "DecodeConfig":
+    def validate(self) -> DecodeConfig:
         problems = []
         if self.method not in METHODS:
             problems.append(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
@@ -112,7 +112,7 @@ class Request:
 
 @dataclass
 class Prepared:
-    prompts: "PromptPair"  # noqa: F821 -- specsteer.tasks.PromptPair
+    prompts: PromptPair  # noqa: F821 -- specsteer.tasks.PromptPair
     retrieved: list = field(default_factory=list)  # the history items BM25 picked, best first, then any noise items
     scores: list[float] = field(default_factory=list)  # BM25 score of each picked history item (noise has none)
 

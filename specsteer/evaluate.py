@@ -62,23 +62,23 @@ import threading
 from collections.abc import Generator, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .facts import fact_shares, method_exposure
-from .hygiene import classify_output
-from .tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair
 from .data import EVALUATION_TASKS, DataError, Record, load_task_records, resolve_data_source
 from .engine import DecodeConfig, Prepared, Request, collect, generate, prepare
+from .facts import fact_shares, method_exposure
 from .history import HistoryItem
+from .hygiene import classify_output
 from .jsonable import to_jsonable
 from .methods import BASELINES, METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
 from .metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
 from .registry import DEFAULT_PAIRING
 from .retrieval import low_similarity_items
-from .runtime import RUNTIME_CHOICES, dtype_label
 from .runstore import CellResult, GridPoint, RunStatus, RunStore, cell_key
+from .runtime import RUNTIME_CHOICES, dtype_label
+from .tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair
 from .testing import CROSS_PAIRING_ID, TEST_PAIRING_ID, shared_test_pair, shared_tiny_pair
 
 if TYPE_CHECKING:

@@ -33,8 +33,21 @@ from .decoding import ForwardLog
 from .deployment import LinkConditions, LinkEmulator
 from .events import LinkMessage, TraceStep
 from .protocol import (
-    DOWNLINK, PROTOCOL_VERSION, SESSION_BYTES, UPLINK, CloudInfo, CloudReport, Draft, FrameError, Message, Open, Tokens,
-    UnsupportedVersion, Verdict, decode, encode,
+    DOWNLINK,
+    PROTOCOL_VERSION,
+    SESSION_BYTES,
+    UPLINK,
+    CloudInfo,
+    CloudReport,
+    Draft,
+    FrameError,
+    Message,
+    Open,
+    Tokens,
+    UnsupportedVersion,
+    Verdict,
+    decode,
+    encode,
 )
 
 # --------------------------------------------------------------------------- errors the Edge can see

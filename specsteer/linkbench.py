@@ -37,7 +37,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
 from .deployment import (
-    DEFAULT_RTTS_MS, DeploymentProfile, LinkConditions, as_trace, get_profile, measured_profile, project_runs,
+    DEFAULT_RTTS_MS,
+    DeploymentProfile,
+    LinkConditions,
+    as_trace,
+    get_profile,
+    measured_profile,
+    project_runs,
 )
 from .events import GenerationStats, TraceStep
 from .methods import METHOD_INFO

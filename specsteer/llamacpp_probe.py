@@ -140,7 +140,7 @@ def exercise(path: Path, config: LlamaConfig) -> tuple[float, tuple[str, ...]]:
 
 def _child(config_name: str, paths: list[str]) -> int:
     config = config_named(config_name)
-    worst, buffers = 0.0, set()
+    worst, buffers = 0.0, set[str]()
     for path in paths:
         disagreement, used = exercise(Path(path), config)
         worst, buffers = max(worst, disagreement), buffers | set(used)

@@ -46,7 +46,7 @@ def read_cpu(cpuinfo: str | None = None) -> tuple[str, frozenset[str]]:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:
             return platform.processor() or platform.machine(), frozenset()
-    model, flags = "", frozenset()
+    model, flags = "", frozenset[str]()
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         key = key.strip()

@@ -41,10 +41,9 @@ import torch
 
 from . import llamacpp
 from .attention import use_packed_gqa
-from .chat import PLAIN_CHAT, ChatFormat
 from .calibration import RuntimeChoice
+from .chat import PLAIN_CHAT, ChatFormat
 from .machine import read_cpu
-from .runtime import RUNTIME_CHOICES, RUNTIMES, ModelRuntime, TransformersModel
 from .registry import (
     CACHE_MARKER,
     DEFAULT_PAIRING,
@@ -64,6 +63,7 @@ from .registry import (
     import_name,
     package_problems,
 )
+from .runtime import RUNTIME_CHOICES, RUNTIMES, ModelRuntime, TransformersModel
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase

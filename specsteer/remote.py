@@ -60,7 +60,14 @@ from .cloudservice import CloudService, ServiceError
 from .exposure import CLOUD_URL_ENV, is_loopback, secret_problem
 from .link import Arrival, CloudError, CloudUnreachable, Reply, SessionGone, VersionMismatch, cloud_error
 from .protocol import (
-    DOWNLINK, PROTOCOL_VERSION, SESSION_BYTES, CloudInfo, CloudReport, FrameError, TruncatedFrame, decode_prefix,
+    DOWNLINK,
+    PROTOCOL_VERSION,
+    SESSION_BYTES,
+    CloudInfo,
+    CloudReport,
+    FrameError,
+    TruncatedFrame,
+    decode_prefix,
 )
 
 CLOUD_SECRET_ENV = "SPECSTEER_CLOUD_SECRET"

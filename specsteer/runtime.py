@@ -30,6 +30,7 @@ import os
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence as Seq
+
 import torch
 
 RUNTIMES = ("llama.cpp", "transformers")
@@ -93,7 +94,7 @@ class Sequence(ABC):
         """Whether this sequence can hold ``length`` tokens (fixed-size caches cannot grow)."""
         return True
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 -- optional: a runtime with nothing to free keeps this default
         """Free the cache now rather than when garbage collected."""
 
 

@@ -23,7 +23,6 @@ The models are random Qwen2ForCausalLM with a few deliberate properties:
 from __future__ import annotations
 
 import threading
-
 import zlib
 
 import torch

@@ -8,7 +8,7 @@ All timestamps are timezone-aware UTC.
 
 from __future__ import annotations
 
-from datetime import datetime, UTC
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (

@@ -8,9 +8,9 @@ import math
 import pytest
 
 from specsteer import bench
+from specsteer.decoding import ForwardLog
 from specsteer.engine import DecodeConfig, DraftLength, Request, collect, generate, prepare, speculative_bound
 from specsteer.events import GenerationStats
-from specsteer.decoding import ForwardLog
 from specsteer.testing import tiny_pair
 
 

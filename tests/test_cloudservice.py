@@ -7,7 +7,12 @@ import pytest
 from specsteer.cloudservice import CloudService, ServiceError, ServiceLimits
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.link import (
-    CloudRefused, CloudUnreachable, LocalTransport, SessionGone, VersionMismatch, cloud_error,
+    CloudRefused,
+    CloudUnreachable,
+    LocalTransport,
+    SessionGone,
+    VersionMismatch,
+    cloud_error,
 )
 from specsteer.protocol import PROTOCOL_VERSION, Draft, Open, Tokens, Verdict, decode, encode
 from specsteer.testing import tiny_pair

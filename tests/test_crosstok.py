@@ -26,8 +26,15 @@ from specsteer.decoding import Sampler, ratio_test
 from specsteer.engine import DecodeConfig, chat_ids, collect, generate_ids
 from specsteer.privacy import audit_uplink
 from specsteer.protocol import CrossOpen, Draft, Open, decode, encode
-from specsteer.testing import (CHAT_QUIET_IDS, IM_END_ID, tiny_cross_pair, tiny_merged_tokenizer, tiny_model, tiny_pair,
-                               tiny_tokenizer)
+from specsteer.testing import (
+    CHAT_QUIET_IDS,
+    IM_END_ID,
+    tiny_cross_pair,
+    tiny_merged_tokenizer,
+    tiny_model,
+    tiny_pair,
+    tiny_tokenizer,
+)
 
 # --------------------------------------------------------------------------- the rule on plain tensors
 

@@ -7,8 +7,7 @@ import math
 import pytest
 import torch
 
-from specsteer.decoding import (Detokenizer, ForwardLog, Sampler, Stream, draft, recover, residual_test,
-                                steering_entries)
+from specsteer.decoding import Detokenizer, ForwardLog, Sampler, Stream, draft, recover, residual_test, steering_entries
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.testing import tiny_pair
 

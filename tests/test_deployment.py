@@ -10,9 +10,27 @@ import pytest
 
 from specsteer import deployment, engine
 from specsteer.deployment import (
-    DOWNLINK, NO_LINK, PROFILES, ROLES, UPLINK, DeploymentProfile, LinkConditions, LinkEmulator, MeasuredRun,
-    PassCost, PassSample, Source, StreamCost, as_trace, fit_pass_cost, get_profile, measured_profile,
-    profile_numbers, project, project_runs, summarize_speedups,
+    DOWNLINK,
+    NO_LINK,
+    PROFILES,
+    ROLES,
+    UPLINK,
+    DeploymentProfile,
+    LinkConditions,
+    LinkEmulator,
+    MeasuredRun,
+    PassCost,
+    PassSample,
+    Source,
+    StreamCost,
+    as_trace,
+    fit_pass_cost,
+    get_profile,
+    measured_profile,
+    profile_numbers,
+    project,
+    project_runs,
+    summarize_speedups,
 )
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.events import TraceStep

@@ -16,8 +16,16 @@ import pytest
 import storage
 from specsteer import evaluate
 from specsteer.data import DataError, bundled_sample_path
-from specsteer.evaluate import (EvalResult, EvalSpec, GridProgress, grid_points, load_evaluation_records, run_grid,
-                                run_grid_events, summarize)
+from specsteer.evaluate import (
+    EvalResult,
+    EvalSpec,
+    GridProgress,
+    grid_points,
+    load_evaluation_records,
+    run_grid,
+    run_grid_events,
+    summarize,
+)
 from specsteer.events import GenerationStats
 from specsteer.runstore import CellResult, GridPoint
 from specsteer.testing import tiny_pair

@@ -53,7 +53,7 @@ def test_no_sent_token_completes_a_private_ngram_with_the_guard_on(pair, alpha):
     unguarded = guarded = 0
     for topic in ("the garden", "a bicycle trip", "the harbour"):
         plain, private = prompts(pair, topic)
-        for guard, count in ((0, "off"), (N, "on")):
+        for guard in (0, N):
             events, finished = collect(generate_ids(pair, plain, private, DecodeConfig(
                 method="specsteer", alpha=alpha, max_new_tokens=40, private_guard=guard)))
             copies = private_copies(plain, private, events)

@@ -16,8 +16,22 @@ from specsteer.history import HistoryItem
 from specsteer.link import InProcessCloud, Link, LocalTransport, Reply
 from specsteer.privacy import audit_uplink, audit_wire
 from specsteer.protocol import (
-    DOWNLINK, PROTOCOL_VERSION, UPLINK, Cloud, CloudReport, Draft, FrameError, Open, Tokens, TruncatedFrame,
-    UnsupportedVersion, Verdict, decode, decode_prefix, decode_stream, encode,
+    DOWNLINK,
+    PROTOCOL_VERSION,
+    UPLINK,
+    Cloud,
+    CloudReport,
+    Draft,
+    FrameError,
+    Open,
+    Tokens,
+    TruncatedFrame,
+    UnsupportedVersion,
+    Verdict,
+    decode,
+    decode_prefix,
+    decode_stream,
+    encode,
 )
 from specsteer.testing import tiny_pair
 

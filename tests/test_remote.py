@@ -22,7 +22,13 @@ from specsteer.link import CloudRefused, CloudUnreachable, Link, SessionGone, Ve
 from specsteer.privacy import audit_wire
 from specsteer.protocol import PROTOCOL_VERSION, Draft, Open, Verdict, encode
 from specsteer.remote import (
-    EXCHANGE_PATH, RemoteCloud, bind_problem, check_cloud, free_loopback_port, read_capture, start_cloud_process,
+    EXCHANGE_PATH,
+    RemoteCloud,
+    bind_problem,
+    check_cloud,
+    free_loopback_port,
+    read_capture,
+    start_cloud_process,
 )
 from specsteer.testing import tiny_pair
 

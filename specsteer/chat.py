@@ -37,6 +37,9 @@ class ChatFormat:
 
     template_options: tuple[tuple[str, TemplateValue], ...] = ()
     end_tokens: tuple[str, ...] = ()
+    # The family's turn format, for a tokenizer that carries no chat template of its own (a base
+    # model's GGUF: Gemma-3-270M's has none). A tokenizer's own template always wins.
+    fallback_template: str = ""
 
     def __post_init__(self) -> None:
         names = [name for name, _ in self.template_options]
@@ -66,7 +69,12 @@ class ChatFormat:
         both lists, since a reply ends where either model would end it.
         """
         options = dict(generalist.template_options) | dict(self.template_options)
-        return ChatFormat(tuple(options.items()), self.end_tokens + generalist.end_tokens)
+        return ChatFormat(tuple(options.items()), self.end_tokens + generalist.end_tokens,
+                          self.fallback_template or generalist.fallback_template)
+
+    def template_for(self, tokenizer) -> str | None:
+        """The ``chat_template`` argument for ``tokenizer``: None (its own) unless it has none."""
+        return self.fallback_template or None if getattr(tokenizer, "chat_template", None) is None else None
 
     def disagreements(self, generalist: ChatFormat) -> tuple[str, ...]:
         """Option names both formats set to different values (:meth:`joined` keeps this format's)."""
@@ -83,7 +91,15 @@ CHATML_CHAT = ChatFormat(end_tokens=CHATML_END_TOKENS)
 QWEN3_CHAT = ChatFormat(template_options=(("enable_thinking", False),), end_tokens=CHATML_END_TOKENS)
 # <|eom_id|> ends a Llama 3.1 turn that hands over to a tool: here, the end of the reply as well.
 LLAMA3_CHAT = ChatFormat(end_tokens=("<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"))
-GEMMA3_CHAT = ChatFormat(end_tokens=("<end_of_turn>", "<eos>"))
+# Gemma 3 turns: "<start_of_turn>user\n…<end_of_turn>\n", then "<start_of_turn>model\n" for the reply. Gemma has
+# no system role; a system message (never sent here) would be rendered as a turn of its own.
+_GEMMA3_TURNS = (
+    "{{ bos_token }}{% for message in messages %}<start_of_turn>"
+    "{{ 'model' if message['role'] == 'assistant' else message['role'] }}\n"
+    "{{ message['content'] | trim }}<end_of_turn>\n{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}"
+)
+GEMMA3_CHAT = ChatFormat(end_tokens=("<end_of_turn>", "<eos>"), fallback_template=_GEMMA3_TURNS)
 
 # Tried in order on each clue (a hub id, a file or directory name, a config's model_type), lower-cased.
 _FAMILIES: tuple[tuple[re.Pattern[str], ChatFormat], ...] = (

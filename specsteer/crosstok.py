@@ -109,6 +109,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import torch
 
@@ -127,8 +128,9 @@ class ByteVocabulary:
 
     ``spelled[i]``: the bytes id ``i`` stands for (empty for ids that spell nothing); ``first_symbol``:
     ``[V]`` long, the first byte of each id, ``END`` for end ids, -1 for the rest; ``byte_ids[b]``:
-    the one-byte token of byte ``b``; ``end_id``: the id appended for ``END``; ``stop_ids``: every id
-    that ends a text. ``encode_text`` tokenizes a ``str`` without special tokens.
+    the one-byte token of byte ``b`` (-1 where a Specialist's vocabulary has none, see :meth:`of`);
+    ``end_id``: the id appended for ``END``; ``stop_ids``: every id that ends a text. ``encode_text``
+    tokenizes a ``str`` without special tokens.
     """
 
     spelled: tuple[bytes, ...]
@@ -142,14 +144,30 @@ class ByteVocabulary:
     def size(self) -> int:
         return len(self.spelled)
 
+    @cached_property
+    def started_symbols(self) -> torch.Tensor:
+        """``[257]`` bool: the symbols some id of this vocabulary starts with (END: an end id). Recovery
+        completes a chosen symbol into such an id, so on the Specialist's side it chooses among these."""
+        started = torch.zeros(SYMBOLS, dtype=torch.bool)
+        started[self.first_symbol[self.first_symbol >= 0]] = True
+        return started
+
     @classmethod
-    def of(cls, tokenizer, vocab_size: int, stop_ids: frozenset[int]) -> ByteVocabulary:
-        """Read ``tokenizer``'s spelling of every id below ``vocab_size``; raises ValueError when it
-        cannot spell every single byte or has no end id."""
+    def of(cls, tokenizer, vocab_size: int, stop_ids: frozenset[int],
+           every_byte: bool = True) -> ByteVocabulary:
+        """Read ``tokenizer``'s spelling of every id below ``vocab_size``; raises ValueError when it has
+        no end id or, with ``every_byte``, cannot spell every single byte.
+
+        The Generalist's vocabulary must spell every byte: it re-encodes whatever text the Specialist
+        drafted. The Specialist's need not (``every_byte=False``): its drafts are its own tokens, and
+        recovery chooses only among the symbols its tokens start with (:attr:`started_symbols`).
+        SmolLM2's byte-level vocabulary has no token for 21 byte values: 0xC0, 0xC1 and 0xF5-0xFF, which
+        UTF-8 never uses, 0xF1 and 0xF2 (lead bytes of rarely assigned planes) and six ASCII control
+        characters."""
         if not stop_ids:
             raise ValueError("a cross-tokenizer vocabulary needs at least one end id")
         spelled = _spellings(tokenizer, vocab_size)
-        byte_ids = _byte_token_ids(spelled)
+        byte_ids = _byte_token_ids(spelled, every_byte)
         first = torch.full((vocab_size,), _NO_SYMBOL, dtype=torch.long)
         for index, text in enumerate(spelled):
             if text:
@@ -170,6 +188,8 @@ class ByteVocabulary:
             return self.end_id
         if not 0 <= symbol < BYTE_SYMBOLS:
             raise ValueError(f"no symbol {symbol}")
+        if self.byte_ids[symbol] < 0:
+            raise ValueError(f"this vocabulary has no token for the byte {symbol:#04x}")
         return self.byte_ids[symbol]
 
     def spell(self, ids: Sequence[int]) -> tuple[bytes, bool]:
@@ -186,7 +206,7 @@ class ByteVocabulary:
         for run, is_text in _utf8_runs(data):
             encoded = self.encode_text(run.decode("utf-8")) if is_text else []
             if not is_text or b"".join(self.spelled[i] if i < self.size else b"\0\0" for i in encoded) != run:
-                encoded = [self.byte_ids[b] for b in run]
+                encoded = [self.symbol_id(b) for b in run]
             ids.extend(encoded)
         return ids
 
@@ -203,7 +223,10 @@ def _spellings(tokenizer, vocab_size: int) -> list[bytes]:
     pieces = tokenizer.convert_ids_to_tokens(list(range(min(vocab_size, len(tokenizer)))))
     vocabulary = tokenizer.get_vocab()
     unicode_to_byte = {symbol: byte for byte, symbol in bytes_to_unicode().items()}
-    byte_level = all(symbol in vocabulary for symbol in unicode_to_byte)
+    # Byte-level BPE writes every token in bytes_to_unicode's alphabet; a vocabulary may still lack a few
+    # of its 256 symbols (SmolLM2's), so its decoder, where it has one, says which kind it is.
+    decoder = getattr(getattr(tokenizer, "backend_tokenizer", None), "decoder", None)
+    byte_level = "ByteLevel" in repr(decoder) or all(symbol in vocabulary for symbol in unicode_to_byte)
     spelled = []
     for index, piece in enumerate(pieces):
         if index in special or piece is None:
@@ -226,12 +249,14 @@ def _sentencepiece_bytes(piece: str) -> bytes:
     return piece.replace("\u2581", " ").encode("utf-8")
 
 
-def _byte_token_ids(spelled: list[bytes]) -> tuple[int, ...]:
+def _byte_token_ids(spelled: list[bytes], every_byte: bool = True) -> tuple[int, ...]:
     single: dict[int, int] = {}
     for index, text in enumerate(spelled):
         if len(text) == 1:
             single.setdefault(text[0], index)
     missing = [b for b in range(BYTE_SYMBOLS) if b not in single]
+    if missing and not every_byte:
+        return tuple(single.get(b, -1) for b in range(BYTE_SYMBOLS))
     if missing:
         raise ValueError(f"the tokenizer has no one-byte token for {len(missing)} byte values (e.g. {missing[:3]}); "
                          "cross-tokenizer SpecSteer needs a byte-level or byte-fallback vocabulary")
@@ -369,10 +394,12 @@ def public_symbol_values(large_row: torch.Tensor, large_vocab: ByteVocabulary, g
     """The Cloud's share of the steered symbol logits, ``M_L - beta M_S0``, on the ``top_k`` symbols
     the Generalist finds likeliest (``top_k <= 0``: all 257). Returns (symbols [m], values [m])."""
     large = symbol_log_probs(large_row, large_vocab.first_symbol)
-    if top_k <= 0 or top_k >= SYMBOLS:
-        symbols = torch.arange(SYMBOLS)
+    # Only symbols the Specialist can complete into a token of its own (all 257 where it spells every byte).
+    started = small_vocab.started_symbols
+    if top_k <= 0 or top_k >= int(started.sum()):
+        symbols = started.nonzero()[:, 0]
     else:
-        symbols = large.topk(top_k).indices
+        symbols = large.masked_fill(~started, -math.inf).topk(top_k).indices
     values = large[symbols]
     if beta and generic_row is not None:
         values = values - beta * symbol_log_probs(generic_row, small_vocab.first_symbol)[symbols]
@@ -386,6 +413,8 @@ def choose_symbol(symbols: torch.Tensor, public_values: torch.Tensor, private_ro
     steered = public_values
     if beta and private_row is not None:
         steered = public_values + beta * symbol_log_probs(private_row, small_vocab.first_symbol)[symbols]
+    # A Cloud may name symbols no Specialist token starts with; they cannot be completed.
+    steered = steered.masked_fill(~small_vocab.started_symbols[symbols], -math.inf)
     return int(symbols[choose(steered)])
 
 

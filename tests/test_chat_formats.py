@@ -81,6 +81,22 @@ def test_a_pair_takes_the_specialists_options_completed_by_the_generalists_and_b
     assert len(lines) == 1 and "'enable_thinking'" in lines[0] and "Specialist's False" in lines[0]
 
 
+def test_a_tokenizer_without_a_template_gets_its_familys_turns_and_its_own_template_wins():
+    from specsteer.chat import GEMMA3_CHAT
+    from specsteer.testing import tiny_tokenizer
+
+    bare = tiny_tokenizer()
+    bare.chat_template = None  # as the Gemma-3-270M base GGUF reads: no template
+    bare.add_special_tokens({"additional_special_tokens": ["<start_of_turn>", "<end_of_turn>"]})
+    rendered = bare.decode(chat_ids(bare, "Write a poem.", GEMMA3_CHAT))
+    assert rendered.endswith("<start_of_turn>user\nWrite a poem.<end_of_turn>\n<start_of_turn>model\n")
+    with pytest.raises(ValueError, match="chat_template"):
+        chat_ids(bare, "Write a poem.", CHATML_CHAT)  # no template anywhere: the tokenizer's own error
+    own = tiny_tokenizer()
+    assert chat_ids(own, "hi", GEMMA3_CHAT) == chat_ids(own, "hi", CHATML_CHAT)  # its template, not Gemma's
+    assert CHATML_CHAT.joined(GEMMA3_CHAT).fallback_template == GEMMA3_CHAT.fallback_template
+
+
 # --------------------------------------------------------------------------- registry values and defaults
 
 

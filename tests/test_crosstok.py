@@ -344,6 +344,46 @@ def test_a_cloud_refuses_drafts_it_cannot_spell(cross):
     assert len(list(answer.frames)) == 1
 
 
+def test_a_specialist_missing_some_bytes_recovers_only_into_bytes_it_can_spell(vocabularies):
+    """As SmolLM2's vocabulary lacks 21 one-byte tokens: the Generalist's vocabulary must still spell every
+    byte, the Specialist's may not, and recovery then never picks a byte it has no token to start with."""
+
+    class PrintableOnly:
+        eos_token_id = 95
+        added_tokens_decoder = {}
+        pieces = [chr(c) for c in range(32, 127)] + ["<end>"]  # ids 0-94: printable ASCII; 95: the end
+
+        def __len__(self):
+            return len(self.pieces)
+
+        def convert_ids_to_tokens(self, ids):
+            return [self.pieces[i] for i in ids]
+
+        def get_vocab(self):
+            return {piece: i for i, piece in enumerate(self.pieces)}
+
+    with pytest.raises(ValueError, match="one-byte token"):
+        ByteVocabulary.of(PrintableOnly(), 96, frozenset({95}))  # as a Generalist: refused
+    small = ByteVocabulary.of(PrintableOnly(), 96, frozenset({95}), every_byte=False)
+    started = small.started_symbols
+    assert int(started.sum()) == 95 + 1 and bool(started[END]) and not bool(started[0x0A])
+    with pytest.raises(ValueError, match="no token for the byte 0x0a"):
+        small.symbol_id(0x0A)
+    torch.manual_seed(3)
+    large = vocabularies.large  # spells every byte
+    for top_k in (0, 8, 300):
+        for _ in range(20):
+            large_row = torch.randn(large.size) * 3
+            large_row[large.byte_ids[0x0A]] = 50.0  # the Generalist insists on a newline the Specialist cannot say
+            symbols, values = public_symbol_values(large_row, large, torch.randn(96), small, 1.0, top_k)
+            assert bool(started[symbols].all()) and bool(torch.isfinite(values).all())
+            chosen = choose_symbol(symbols, values, torch.randn(96), small, 1.0, Sampler().choose)
+            assert bool(started[chosen])
+    # a Cloud that names an unsayable symbol anyway cannot make the Edge choose it
+    symbols = torch.tensor([0x0A, ord("a")])
+    assert choose_symbol(symbols, torch.tensor([9.0, 0.0]), None, small, 1.0, Sampler().choose) == ord("a")
+
+
 # --------------------------------------------------------------------------- loading
 
 

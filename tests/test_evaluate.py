@@ -320,7 +320,8 @@ def test_cli_without_llm_warns_and_prints_null_speedup(pair, tmp_path, monkeypat
 @pytest.mark.parametrize("arguments, code, message", [
     (["--data", "missing.jsonl"], 2, "no such file"),
     (["--data", "sample", "--pairing", "no-such-pairing"], 2, "unknown pairing"),
-    (["--data", "sample", "--pairing", "offline-smollm2__gemma3"], 1, "tokenizers"),
+    (["--data", "sample", "--pairing", "offline-smollm2__gemma3", "--runtime", "llama.cpp"], 1,
+     "transformers runtime only"),
 ])
 def test_cli_errors_are_one_line_without_traceback(arguments, code, message, tmp_path, capsys):
     base = ["--task", "review", "--limit", "1", "--database", f"sqlite:///{tmp_path / 'cli.db'}"]

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from specsteer.data import bundled_sample_path, load_records, shared_data_path
+from conftest import canary_request
 from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, prepare
-from specsteer.history import HistoryItem
 from specsteer.privacy import audit_uplink
 
 pytestmark = pytest.mark.integration
@@ -30,12 +29,6 @@ def pair(request):
     clear_loaded_pairs()  # one real pair in memory at a time
 
 
-@pytest.fixture(scope="module")
-def record():
-    path = shared_data_path("review") or bundled_sample_path("review")
-    return load_records(path, limit=1)[0]
-
-
 def test_offline_pair_generates_personalized_text_for_a_real_record(pair, record):
     request = Request(task=record.task, input_text=record.input, history=record.profile, retrieval_k=2)
     tokens, finished = collect(generate(pair, request, DecodeConfig(method="specsteer", alpha=0.1, max_new_tokens=40)))
@@ -51,11 +44,7 @@ def test_offline_pair_generates_personalized_text_for_a_real_record(pair, record
 
 
 def test_canary_never_crosses_the_link_with_the_real_tokenizer(pair, record):
-    canary = "Zyxwvut canary 90210 marmalade-octopus"
-    history = list(record.profile[:3]) + [HistoryItem({"reviewText": f"{canary}. This pen writes well.",
-                                                        "summary": "pen", "description": "pen", "overall": "5"})]
-    prepared = prepare(Request(task="review", input_text=record.input, history=history, retrieval_k=4))
-    assert canary in prepared.prompts.private and canary not in prepared.prompts.plain
+    canary, prepared = canary_request(record)
     tokens, finished = collect(generate(pair, prepared, DecodeConfig(max_new_tokens=24)))
     audit = audit_uplink(finished.transcript, chat_ids(pair.tokenizer, prepared.prompts.plain), tokens)
     assert audit.ok, audit.problems

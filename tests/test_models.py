@@ -249,11 +249,20 @@ def test_a_gguf_path_loads_directly_in_the_requested_dtype(tmp_path):
     assert list(converted_model_dir(ModelSpec(name="direct", kind="gguf", ref="x")).parent.glob("*")) == []
 
 
-def test_prepare_command_skips_hub_models_and_refuses_cross_tokenizer_pairings(capsys):
+def test_prepare_command_skips_hub_models_and_refuses_cross_tokenizer_pairings(capsys, monkeypatch):
     assert models.main(["prepare", "--pairing", "qwen3-0.6b__qwen3-1.7b"]) == 0
     assert "nothing to prepare" in capsys.readouterr().out
-    assert models.main(["prepare", "--pairing", "offline-smollm2__gemma3"]) == 1
+    refused = Pairing(id="refused-cross", label="refused", specialist=PAIRINGS[DEFAULT_PAIRING].specialist,
+                      generalist=PAIRINGS["offline-smollm2__gemma3"].generalist, cross_tokenizer=True)
+    monkeypatch.setitem(PAIRINGS, refused.id, refused)
+    assert models.main(["prepare", "--pairing", refused.id]) == 1
     assert "not supported yet" in capsys.readouterr().err
+
+
+def test_prepare_command_names_the_transformers_runtime_for_an_offline_cross_pairing(capsys):
+    # The offline cross-tokenizer pairings now load (cross-tokenizer SpecSteer), on transformers only.
+    assert models.main(["prepare", "--pairing", "offline-smollm2__gemma3", "--runtime", "llama.cpp"]) == 1
+    assert "transformers runtime only" in capsys.readouterr().err
 
 
 # --------------------------------------------------------------------------- hub ids offline
@@ -340,11 +349,23 @@ def test_same_vocabulary_but_different_special_tokens_is_refused():
         check_tokenizers_match(plain, demoted, "p")
 
 
-def test_known_cross_tokenizer_pairing_is_refused_without_touching_packages(monkeypatch):
+def test_a_pairing_marked_cross_tokenizer_is_refused_without_touching_packages(monkeypatch):
     monkeypatch.setattr(models, "prepare_offline", _must_not_be_called)
+    refused = Pairing(id="refused-cross", label="refused", specialist=PAIRINGS[DEFAULT_PAIRING].specialist,
+                      generalist=PAIRINGS["offline-smollm2__gemma3"].generalist, cross_tokenizer=True)
     started = time.perf_counter()
     with pytest.raises(ModelLoadError, match="tokenizers. Cross-tokenizer pairings are not supported yet"):
-        load_pair("offline-smollm2__gemma3")
+        load_pair(refused)
+    assert time.perf_counter() - started < 1.0
+
+
+def test_an_offline_cross_pairing_refuses_llama_cpp_without_touching_packages(monkeypatch):
+    monkeypatch.setattr(models, "prepare_offline", _must_not_be_called)
+    monkeypatch.setattr(models, "offline_gguf", _must_not_be_called)
+    started = time.perf_counter()
+    for pairing_id in ("offline-smollm2__gemma3", "offline-smollm2__qwen2.5-coder"):
+        with pytest.raises(ModelLoadError, match="transformers runtime only"):
+            load_pair(pairing_id, runtime="llama.cpp")
     assert time.perf_counter() - started < 1.0
 
 

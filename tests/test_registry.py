@@ -34,10 +34,14 @@ def test_all_required_pairings_exist_with_the_default_first():
         "llama3.2-1b__llama3.1-8b": ("meta-llama/Llama-3.2-1B-Instruct", "meta-llama/Llama-3.1-8B-Instruct"),
         "qwen3-0.6b__qwen3-1.7b": ("Qwen/Qwen3-0.6B", "Qwen/Qwen3-1.7B"),
         "offline-smollm2__gemma3": ("smollm2-135m-instruct-q4_1", "gemma-3-270m-q4_k_m"),
+        "offline-smollm2__qwen2.5-coder": ("smollm2-135m-instruct-q4_1", "qwen2.5-coder-1.5b-instruct-q4_k_m"),
         "qwen3-0.6b__llama3.1-8b": ("Qwen/Qwen3-0.6B", "meta-llama/Llama-3.1-8B-Instruct"),  # paper A.4
     }
     assert {pid: (p.specialist.name, p.generalist.name) for pid, p in PAIRINGS.items()} == expected
-    assert [pid for pid, p in PAIRINGS.items() if p.cross_tokenizer] == ["offline-smollm2__gemma3"]
+    # Every listed pairing loads: the two offline pairings of different tokenizers run cross-tokenizer SpecSteer.
+    assert [pid for pid, p in PAIRINGS.items() if p.cross_tokenizer] == []
+    assert [pid for pid, p in PAIRINGS.items() if p.separate_tokenizers] == [
+        "qwen3-0.6b__llama3.1-8b", "offline-smollm2__gemma3", "offline-smollm2__qwen2.5-coder"]
     # The default runs with no model hub (both models from the package registry, one tokenizer), and it is
     # the first choice people see in the app's pairing picker.
     default = PAIRINGS[DEFAULT_PAIRING]
@@ -62,6 +66,25 @@ def test_requirements_file_pins_exactly_the_default_pairs_packages():
     lines = (REPO / "requirements-models.txt").read_text().splitlines()
     pinned = {line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")}
     assert pinned == wanted
+
+
+def test_the_cross_pairings_weights_are_pinned_apart_and_installed_for_the_tests():
+    """requirements-cross-models.txt pins exactly the packages that only the cross-tokenizer pairings use;
+    requirements.txt (a Space, the image) leaves them out; setup.sh --dev (CI) installs them."""
+    default = PAIRINGS[DEFAULT_PAIRING]
+    cross_only = {spec for pairing in PAIRINGS.values() if pairing.separate_tokenizers
+                  for spec in (pairing.specialist, pairing.generalist)
+                  if spec.kind == "offline" and spec not in (default.specialist, default.generalist)}
+    wanted = {f"{name}=={spec.package_version}" for spec in cross_only for name in spec.packages}
+    lines = (REPO / "requirements-cross-models.txt").read_text().splitlines()
+    assert {line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")} == wanted
+    requirements = (REPO / "requirements.txt").read_text().splitlines()
+    assert not any("requirements-cross-models.txt" in line for line in requirements if not line.lstrip().startswith("#"))
+    setup = (REPO / "scripts" / "setup.sh").read_text()
+    assert "model_options+=(--cross)" in setup and "requirements-cross-models.txt" in (
+        REPO / "scripts" / "install_models.sh").read_text()
+    for spec in cross_only:
+        assert registry.install_hint(spec) == registry.CROSS_INSTALL_HINT
 
 
 def test_a_space_installs_the_offline_weights_and_the_cpu_torch_that_requirements_pin():
@@ -133,9 +156,19 @@ def test_model_kind_is_validated():
         ModelSpec(name="x", kind="ftp", ref="x")
 
 
-def test_cross_tokenizer_pairing_is_shown_but_not_loadable():
-    ok, note = pairing_status(PAIRINGS["offline-smollm2__gemma3"])
+def test_a_pairing_marked_cross_tokenizer_is_shown_but_not_loadable():
+    refused = registry.Pairing(id="refused", label="refused", specialist=PAIRINGS[DEFAULT_PAIRING].specialist,
+                               generalist=registry.GEMMA3_270M, cross_tokenizer=True)
+    ok, note = pairing_status(refused)
     assert not ok and "tokenizer" in note
+
+
+def test_a_missing_cross_pairing_names_its_opt_in_requirements_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path))  # no converted copy to fall back on
+    monkeypatch.setattr(registry, "package_problems",
+                        lambda spec: {name: "not installed" for name in spec.packages})
+    ok, note = pairing_status(PAIRINGS["offline-smollm2__gemma3"])
+    assert not ok and "requirements-cross-models.txt" in note and "--cross" in note
 
 
 def test_offline_status_follows_packages_and_converted_cache(tmp_path, monkeypatch):

@@ -320,12 +320,20 @@ def test_retrieval_preview_without_history_or_input_and_in_the_clean_style(gener
 # --------------------------------------------------------------------------- pairings
 
 
-def test_unavailable_pairings_are_marked_and_refused(generate):
+def test_unavailable_pairings_are_marked_and_refused(generate, monkeypatch):
+    from specsteer.registry import PAIRINGS, Pairing
+
+    # No listed pairing is refused for its tokenizers any more (the offline cross pairings load); the
+    # label for one that is still comes from the registry's flag.
+    refused = Pairing(id="refused-cross", label="refused", specialist=PAIRINGS["offline-smollm2__gemma3"].specialist,
+                      generalist=PAIRINGS["offline-smollm2__gemma3"].generalist, cross_tokenizer=True)
+    monkeypatch.setitem(PAIRINGS, refused.id, refused)
     catalog = generate.service.pairs
     labels = dict((value, label) for label, value in pairs.pairing_choices(catalog))
     assert labels[pairs.TINY_PAIRING_ID] == pairs.TINY_LABEL
     assert labels["qwen3-0.6b__qwen3-32b"].endswith("(unavailable: no hub)")
-    assert "(unavailable: different tokenizers)" in labels["offline-smollm2__gemma3"]
+    assert "(unavailable: different tokenizers)" in labels[refused.id]
+    assert "(unavailable: different tokenizers)" not in labels["offline-smollm2__gemma3"]
     frames = run_generate(generate, sample_history(), pairing="qwen3-0.6b__qwen3-32b")
     assert all(str(frame.output) == str(generate_tab.gr.skip()) for frame in frames)  # nothing generated
     assert "ss-box-error" in frames[-1].status and "unavailable here" in frames[-1].status

@@ -17,10 +17,12 @@ started after that is cancelled as it starts.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from typing import Generic, TypeVar
 
 Item = TypeVar("Item")
@@ -166,3 +168,18 @@ def wait_all(timeout: float) -> tuple[str, ...]:
     for work in works:
         work.wait(max(0.0, deadline - time.monotonic()))
     return tuple(work.name for work in works if not work.done)
+
+
+@contextmanager
+def stop_signals_handled(handler: Callable[[int, object], None]) -> Iterator[None]:
+    """``handler`` for SIGINT and SIGTERM while the block runs, the previous handlers after it. Off the
+    main thread (which alone may set handlers) the block runs with the handlers as they are."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, handler) for number in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for number, earlier in previous.items():
+            signal.signal(number, earlier)

@@ -239,16 +239,7 @@ def shared_data_path(task: str) -> Path | None:
     """
     if task not in LONGLAMP_TASKS:
         raise ValueError(f"unknown LongLaMP task {task!r}; choose one of {', '.join(LONGLAMP_TASKS)}")
-    folders = []
-    if os.environ.get(SHARED_DATA_ENV):
-        configured = Path(os.environ[SHARED_DATA_ENV])
-        folders += [configured, configured / "longlamp"]
-    folders.append(REPO_ROOT.parent / "shared" / "data" / "longlamp")
-    for folder in folders:
-        candidate = folder / f"longlamp_{task}.jsonl"
-        if candidate.is_file():
-            return candidate
-    return None
+    return _shared_file("longlamp", f"longlamp_{task}.jsonl")
 
 
 def _check_limit(limit: int | None) -> None:
@@ -469,13 +460,19 @@ def shared_cogenesis_path(split: str = "test") -> Path | None:
     ``../shared/data/cogenesis/``)."""
     if split not in COGENESIS_SPLITS:
         raise ValueError(f"unknown CoGenesis split {split!r}; choose one of {', '.join(COGENESIS_SPLITS)}")
+    return _shared_file("cogenesis", f"cogenesis_{split}.json")
+
+
+def _shared_file(dataset: str, name: str) -> Path | None:
+    """``name`` in ``$SPECSTEER_SHARED_DATA`` (the dataset's folder or its parent), then in
+    ``../shared/data/<dataset>/`` beside the repository; None where it is in neither."""
     folders = []
     if os.environ.get(SHARED_DATA_ENV):
         configured = Path(os.environ[SHARED_DATA_ENV])
-        folders += [configured, configured / "cogenesis"]
-    folders.append(REPO_ROOT.parent / "shared" / "data" / "cogenesis")
+        folders += [configured, configured / dataset]
+    folders.append(REPO_ROOT.parent / "shared" / "data" / dataset)
     for folder in folders:
-        candidate = folder / f"cogenesis_{split}.json"
+        candidate = folder / name
         if candidate.is_file():
             return candidate
     return None

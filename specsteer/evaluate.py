@@ -60,12 +60,12 @@ import signal
 import sys
 import threading
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from .background import stop_signals_handled
 from .data import EVALUATION_TASKS, DataError, Record, load_task_records, resolve_data_source
 from .engine import DecodeConfig, Prepared, Request, collect, generate, prepare
 from .facts import fact_shares, method_exposure
@@ -673,12 +673,8 @@ def spec_from_args(args: argparse.Namespace) -> EvalSpec:
     )
 
 
-@contextmanager
-def _cancel_on_signals(cancel: threading.Event) -> Iterator[None]:
+def _cancel_on_signals(cancel: threading.Event):
     """Ctrl-C / SIGTERM end the run cleanly as cancelled; a second Ctrl-C aborts at once."""
-    if threading.current_thread() is not threading.main_thread():  # only the main thread may set handlers
-        yield
-        return
 
     def handle(signum, _frame) -> None:
         if cancel.is_set() and signum == signal.SIGINT:
@@ -686,12 +682,7 @@ def _cancel_on_signals(cancel: threading.Event) -> Iterator[None]:
         cancel.set()
         print("\ncancelling after the current token (Ctrl-C again to abort)", file=sys.stderr)
 
-    previous = {signum: signal.signal(signum, handle) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
+    return stop_signals_handled(handle)
 
 
 def _print_progress(events: Iterator[GridProgress | EvalResult]) -> EvalResult:

@@ -29,6 +29,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -184,8 +185,10 @@ def run_config(config: LlamaConfig, paths: list[Path], timeout: float = CHILD_TI
                         seconds, tuple(result["buffers"]))
 
 
+@lru_cache(maxsize=1)
 def build_key() -> str:
-    """This CPU and this installed build of llama-cpp-python: a proof holds for exactly that pair."""
+    """This CPU and this installed build of llama-cpp-python: a proof holds for exactly that pair. Read
+    once per process (every saved proof and calibration is looked up by it, per request)."""
     import importlib.util
 
     from .llamacpp import cpu_key

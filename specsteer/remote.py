@@ -47,7 +47,6 @@ import hmac
 import json
 import os
 import queue
-import signal
 import struct
 import sys
 import threading
@@ -56,6 +55,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from .background import stop_signals_handled
 from .cloudservice import CloudService, ServiceError
 from .exposure import CLOUD_URL_ENV, is_loopback, secret_problem
 from .link import Arrival, CloudError, CloudUnreachable, Reply, SessionGone, VersionMismatch, cloud_error
@@ -371,21 +371,12 @@ def serve(service: CloudService, host: str = "127.0.0.1", port: int = DEFAULT_PO
         uvicorn.Server(config).run()
 
 
-@contextlib.contextmanager
 def _stop_signals_end_normally():
     """uvicorn stops gracefully on SIGTERM / SIGINT, then raises the signal again under the handlers it
     found, so that by default the process dies of it (status 143 or 130, or a KeyboardInterrupt) after
     a clean stop. Handlers that ignore the signal are what it finds here: a requested stop returns, and
     the command exits 0, like the app."""
-    if threading.current_thread() is not threading.main_thread():  # only the main thread handles signals
-        yield
-        return
-    previous = {number: signal.signal(number, _ignore) for number in (signal.SIGTERM, signal.SIGINT)}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+    return stop_signals_handled(_ignore)
 
 
 def _ignore(_number: int, _frame: object) -> None:

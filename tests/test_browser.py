@@ -320,6 +320,10 @@ def _run_batch(page, name: str) -> None:
     page.locator("#run-name textarea, #run-name input").first.fill(name)
     page.click("#dashboard-run")
     sync_api.expect(page.locator("#dashboard-status")).to_contain_text("finished", timeout=WAIT_MS)
+    # The finished frame also chooses the new run in the picker; the page applies that a moment after
+    # the status text, and a click before then would act on the previous choice.
+    chosen = page.locator("#run-picker .token").filter(has_text=name)
+    sync_api.expect(chosen).to_have_count(1, timeout=WAIT_MS)
 
 
 def _words_broken_in_headers(page) -> list[str]:

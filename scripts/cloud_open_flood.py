@@ -26,9 +26,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
+from specsteer.cloud_server import EXCHANGE_PATH, start_cloud_process  # noqa: E402
 from specsteer.machine import machine_info  # noqa: E402
-from specsteer.protocol import Draft, Open, encode  # noqa: E402
-from specsteer.remote import EXCHANGE_PATH, start_cloud_process  # noqa: E402
+from specsteer.wire import Draft, Open, encode  # noqa: E402
 
 
 def status_kb(pid: int, field: str) -> int:

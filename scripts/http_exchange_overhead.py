@@ -22,11 +22,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from specsteer.cloud_server import RemoteCloud, start_cloud_process  # noqa: E402
 from specsteer.link import InProcessCloud, Link  # noqa: E402
 from specsteer.machine import machine_info  # noqa: E402
-from specsteer.protocol import Draft, Open  # noqa: E402
-from specsteer.remote import RemoteCloud, start_cloud_process  # noqa: E402
 from specsteer.testing import shared_tiny_pair  # noqa: E402
+from specsteer.wire import Draft, Open  # noqa: E402
 
 
 def exchange_ms(endpoint, rounds: int) -> list[float]:

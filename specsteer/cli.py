@@ -41,15 +41,15 @@ def _float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cloudservice import ServiceLimits
-    from .engine import METHODS
-    from .remote import (
+    from .cloud_server import (
         BODY_TIMEOUT_S,
         CLOUD_SECRET_ENV,
         CLOUD_URL_ENV,
         DEFAULT_PORT,
         HEADER_TIMEOUT_S,
     )
+    from .cloudservice import ServiceLimits
+    from .engine import METHODS
     from .runtime import RUNTIME_CHOICES
     from .tasks import TASKS
 
@@ -198,9 +198,9 @@ def _generate(args) -> int:
     except (HistoryError, ValueError) as error:
         return _fail(str(error), 2)
 
+    from .cloud_server import cloud_from_environment
     from .exposure import secret_problem
     from .link import CloudError
-    from .remote import cloud_from_environment
 
     secret = os.environ.get(args.cloud_secret_env)
     problem = secret_problem(secret, f"${args.cloud_secret_env}")
@@ -251,9 +251,9 @@ def _load(args, edge_only: bool = False):
 def _serve_cloud(args) -> int:
     from dataclasses import replace
 
+    from .cloud_server import bind_problem, serve
     from .cloudservice import CloudService, ServiceLimits, default_memory_budget
     from .exposure import secret_problem
-    from .remote import bind_problem, serve
 
     secret = None
     if args.secret_env:

@@ -3,15 +3,15 @@
 Transport-free: :meth:`CloudService.handle` takes one uplink frame and returns the frames that answer
 it; :meth:`CloudService.close` ends a session; :meth:`CloudService.info` describes the Cloud. The
 in-process link (``specsteer.link.LocalTransport``) calls these directly and the HTTP service
-(``specsteer.remote``) calls the same methods for every request, so both run one code path.
+(``specsteer.cloud_server``) calls the same methods for every request, so both run one code path.
 
 Session lifecycle
 -----------------
-* An :class:`~specsteer.protocol.Open` creates the session named by the id the Edge chose. Its
+* An :class:`~specsteer.wire.Open` creates the session named by the id the Edge chose. Its
   limits are checked first; the id must be new (a Cloud never reuses one); there must be room
   (``max_sessions``). A lockstep rule answers nothing; the ``generate`` rule answers with a stream of
-  :class:`~specsteer.protocol.Tokens` frames, one per token, ending at the token budget or an end id.
-* Each :class:`~specsteer.protocol.Draft` is answered by one :class:`~specsteer.protocol.Verdict`.
+  :class:`~specsteer.wire.Tokens` frames, one per token, ending at the token budget or an end id.
+* Each :class:`~specsteer.wire.Draft` is answered by one :class:`~specsteer.wire.Verdict`.
   Requests of one session are served one at a time; different sessions interleave pass by pass.
 * ``close`` ends a session and returns the last of its report. A session with no request for
   ``idle_timeout_s`` expires. Either way the Cloud remembers the id for a while, so a late request
@@ -54,7 +54,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from .decoding import ForwardLog
-from .protocol import (
+from .wire import (
     CROSS_RULES,
     DRAFT_HEADROOM,
     MAX_DRAFT_LEN,

@@ -1,13 +1,13 @@
 """The Edge's end of the device-cloud link: typed messages out, typed messages back, every byte counted.
 
 The engine talks to a :class:`Link` and nothing else. A Link turns each message into its frame
-(``specsteer.protocol``), holds the thread as the emulated network would (``LinkConditions``,
+(``specsteer.wire``), holds the thread as the emulated network would (``LinkConditions``,
 through ``deployment.LinkEmulator``), records the frame in the transcript and the trace, and hands
 it to a :class:`Transport`, which carries frames to a Cloud service and brings its answers back.
 Two transports exist and nothing else differs between them:
 
 * :class:`LocalTransport` calls a ``CloudService`` in this process (the default: ``InProcessCloud``);
-* ``specsteer.remote.HttpTransport`` posts the same frames to ``python -m specsteer cloud``.
+* ``specsteer.cloud_server.HttpTransport`` posts the same frames to ``python -m specsteer cloud``.
 
 Whatever the transport, a failure reaches the engine as a :class:`CloudError` subclass whose
 message says what happened and what to do: the Cloud cannot be reached or went away
@@ -32,7 +32,7 @@ from typing import NamedTuple, Protocol
 from .decoding import ForwardLog
 from .deployment import LinkConditions, LinkEmulator
 from .events import LinkMessage, TraceStep
-from .protocol import (
+from .wire import (
     DOWNLINK,
     PROTOCOL_VERSION,
     SESSION_BYTES,

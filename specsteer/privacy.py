@@ -130,7 +130,7 @@ def audit_wire(uplink_bodies: Sequence[bytes], downlink_bodies: Sequence[bytes],
     """:func:`audit_uplink` on bytes captured where they crossed (a socket, an HTTP body, a transport),
     not on the Edge's own account of what it sent. Each body may hold several frames; bytes that are
     not frames of this protocol are a problem in themselves."""
-    from .protocol import DOWNLINK, UPLINK, FrameError, decode_stream, encode
+    from .wire import DOWNLINK, UPLINK, FrameError, decode_stream, encode
 
     messages: list[LinkMessage] = []
     problems = []

@@ -36,6 +36,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .background import Background
+from .cloud_server import RemoteCloud
 from .data import DataError
 from .deployment import DEFAULT_RTTS_MS, DeploymentProfile, get_profile
 from .engine import Prepared, Request, chat_ids, cross_tokenizer_problem, generate, prepare
@@ -49,12 +50,11 @@ from .linkbench import deployment_rows
 from .methods import METHOD_INFO, METHODS
 from .models import LoadedPair, ModelLoadError, choose_runtime, load_pair
 from .privacy import UplinkAudit, audit_uplink
-from .protocol import CloudInfo
 from .registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status
-from .remote import RemoteCloud
 from .runstore import RunStore
 from .settings import GenerationSettings, SettingsError, cloud_address, sentence
 from .tasks import TASKS, PromptPair, render_item
+from .wire import CloudInfo
 
 log = logging.getLogger(__name__)
 

@@ -14,8 +14,8 @@ from specsteer.link import (
     VersionMismatch,
     cloud_error,
 )
-from specsteer.protocol import PROTOCOL_VERSION, Draft, Open, Tokens, Verdict, decode, encode
 from specsteer.testing import tiny_pair
+from specsteer.wire import PROTOCOL_VERSION, Draft, Open, Tokens, Verdict, decode, encode
 
 
 @pytest.fixture(scope="module")
@@ -180,13 +180,13 @@ def test_a_failing_pass_ends_only_its_session(pair, monkeypatch):
     service = CloudService(pair)
     service.handle(opening(1))
     service.handle(opening(2))
-    from specsteer import protocol
+    from specsteer import wire
 
     def broken(self, message):
         raise RuntimeError("the model fell over")
 
     with monkeypatch.context() as patch:
-        patch.setattr(protocol.Cloud, "verify", broken)
+        patch.setattr(wire.Cloud, "verify", broken)
         with pytest.raises(RuntimeError):
             service.handle(draft(1))
     assert refused(service.handle, draft(1)).code == "closed-session"

@@ -25,7 +25,6 @@ from specsteer.crosstok import (
 from specsteer.decoding import Sampler, ratio_test
 from specsteer.engine import DecodeConfig, chat_ids, collect, generate_ids
 from specsteer.privacy import audit_uplink
-from specsteer.protocol import CrossOpen, Draft, Open, decode, encode
 from specsteer.testing import (
     CHAT_QUIET_IDS,
     IM_END_ID,
@@ -35,6 +34,7 @@ from specsteer.testing import (
     tiny_pair,
     tiny_tokenizer,
 )
+from specsteer.wire import CrossOpen, Draft, Open, decode, encode
 
 # --------------------------------------------------------------------------- the rule on plain tensors
 
@@ -467,10 +467,10 @@ def test_an_http_cloud_of_a_cross_pair_gives_the_in_process_output_and_sees_no_h
     import os
     import struct
 
+    from specsteer.cloud_server import RemoteCloud, read_capture, start_cloud_process
     from specsteer.engine import Request, generate, prepare
     from specsteer.history import HistoryItem
     from specsteer.privacy import audit_wire
-    from specsteer.remote import RemoteCloud, read_capture, start_cloud_process
 
     cross = tiny_cross_pair()  # what the Cloud process builds for tiny-cross-test
     canary = "QUOKKA-canary-4417 purple kazoo"

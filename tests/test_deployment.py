@@ -35,8 +35,8 @@ from specsteer.deployment import (
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.events import TraceStep
 from specsteer.link import Arrival, Link, Reply
-from specsteer.protocol import CloudInfo, CloudReport, Draft, Open, Verdict, decode, encode
 from specsteer.testing import tiny_pair
+from specsteer.wire import CloudInfo, CloudReport, Draft, Open, Verdict, decode, encode
 
 # --------------------------------------------------------------------------- helpers
 

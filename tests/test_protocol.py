@@ -15,7 +15,8 @@ from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate,
 from specsteer.history import HistoryItem
 from specsteer.link import InProcessCloud, Link, LocalTransport, Reply
 from specsteer.privacy import audit_uplink, audit_wire
-from specsteer.protocol import (
+from specsteer.testing import tiny_pair
+from specsteer.wire import (
     DOWNLINK,
     PROTOCOL_VERSION,
     UPLINK,
@@ -33,7 +34,6 @@ from specsteer.protocol import (
     decode_stream,
     encode,
 )
-from specsteer.testing import tiny_pair
 
 CANARY = "QUOKKA-canary-4417 purple kazoo"
 SESSION = bytes(range(16))

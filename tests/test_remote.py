@@ -15,13 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from specsteer import cli, protocol
-from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, generate_ids, prepare
-from specsteer.history import HistoryItem
-from specsteer.link import CloudRefused, CloudUnreachable, Link, SessionGone, VersionMismatch
-from specsteer.privacy import audit_wire
-from specsteer.protocol import PROTOCOL_VERSION, Draft, Open, Verdict, encode
-from specsteer.remote import (
+from specsteer import cli, wire
+from specsteer.cloud_server import (
     EXCHANGE_PATH,
     RemoteCloud,
     bind_problem,
@@ -30,7 +25,12 @@ from specsteer.remote import (
     read_capture,
     start_cloud_process,
 )
+from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, generate_ids, prepare
+from specsteer.history import HistoryItem
+from specsteer.link import CloudRefused, CloudUnreachable, Link, SessionGone, VersionMismatch
+from specsteer.privacy import audit_wire
 from specsteer.testing import tiny_pair
+from specsteer.wire import PROTOCOL_VERSION, Draft, Open, Verdict, encode
 
 # Each module server costs a process start (~10 s on a loaded 2-core machine): `-m "not slow"` skips them.
 pytestmark = pytest.mark.slow
@@ -203,7 +203,7 @@ def test_unknown_and_closed_sessions(server, remote):
 
 
 def test_a_cloud_of_another_protocol_version_is_named(pair, remote, monkeypatch):
-    monkeypatch.setattr(protocol, "PROTOCOL_VERSION", PROTOCOL_VERSION + 1)  # this Edge is newer
+    monkeypatch.setattr(wire, "PROTOCOL_VERSION", PROTOCOL_VERSION + 1)  # this Edge is newer
     plain, private = prompts(pair)
     with pytest.raises(VersionMismatch, match="protocol version") as caught:
         collect(generate_ids(pair, plain, private, DecodeConfig(max_new_tokens=4), cloud=remote))

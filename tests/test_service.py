@@ -15,6 +15,7 @@ import pytest
 
 import storage
 from specsteer import service as service_module
+from specsteer.cloud_server import free_loopback_port, start_cloud_process
 from specsteer.data import bundled_sample_path, sample_history_path
 from specsteer.deployment import LinkConditions
 from specsteer.engine import Request, chat_ids, prepare
@@ -23,8 +24,6 @@ from specsteer.generationstore import NamedHistory, NewComparison, NewGeneration
 from specsteer.history import parse_history
 from specsteer.jsonable import to_jsonable
 from specsteer.methods import METHOD_INFO
-from specsteer.protocol import PROTOCOL_VERSION
-from specsteer.remote import free_loopback_port, start_cloud_process
 from specsteer.service import (
     AppService,
     ComparisonSaved,
@@ -42,6 +41,7 @@ from specsteer.service import (
 )
 from specsteer.settings import GenerationSettings, SettingsError
 from specsteer.testing import TEST_PAIRING_ID, shared_tiny_pair
+from specsteer.wire import PROTOCOL_VERSION
 
 INPUT = "Write a review of a power bank with great battery life"
 

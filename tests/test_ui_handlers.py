@@ -17,15 +17,15 @@ import pytest
 
 import app
 import storage
+from specsteer.cloud_server import CLOUD_URL_ENV, free_loopback_port
 from specsteer.data import bundled_sample_path
 from specsteer.deployment import PROFILES, LinkConditions
 from specsteer.events import GenerationStats, TokenEvent
 from specsteer.history import MAX_UPLOAD_BYTES
 from specsteer.methods import METHOD_INFO, METHODS, method_label
-from specsteer.protocol import CloudInfo
-from specsteer.remote import CLOUD_URL_ENV, free_loopback_port
 from specsteer.runstore import CellResult, GridPoint
 from specsteer.service import CloudCheck, Done, Failed, Generating, Started, Token
+from specsteer.wire import CloudInfo
 from ui import compare_tab, dashboard_tab, generate_tab, pairs, render, streaming
 from ui.streaming import BackgroundRun, Throttle, Toast, merge_frames
 

@@ -22,12 +22,12 @@ from typing import NamedTuple
 
 import gradio as gr
 
+from specsteer.cloud_server import CLOUD_SECRET_ENV, CLOUD_URL_ENV
 from specsteer.data import sample_history_path
 from specsteer.exposure import Exposure
 from specsteer.generationstore import NamedHistory
 from specsteer.history import MAX_ITEMS, MAX_UPLOAD_BYTES, HistoryError, parse_history
 from specsteer.methods import METHOD_INFO, METHODS, method_label
-from specsteer.remote import CLOUD_SECRET_ENV, CLOUD_URL_ENV
 from specsteer.service import (
     AppService,
     Done,

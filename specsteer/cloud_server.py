@@ -5,7 +5,7 @@ socket carries (besides HTTP's own headers):
 
 ================================  ==========================================================
 ``GET /v1/health``                ``{"ok": true, "sessions": n, "instance": ...}`` (no secret needed)
-``GET /v1/info``                  the Cloud's :class:`~specsteer.protocol.CloudInfo` as JSON
+``GET /v1/info``                  the Cloud's :class:`~specsteer.wire.CloudInfo` as JSON
 ``POST /v1/exchange``             body: one uplink frame. 200: the answering frames -- none (an
                                   Open), one Verdict (a Draft), or, after an Open with the
                                   ``generate`` rule, a streamed body of Tokens frames, each sent
@@ -59,7 +59,7 @@ from .background import stop_signals_handled
 from .cloudservice import CloudService, ServiceError
 from .exposure import CLOUD_URL_ENV, is_loopback, secret_problem
 from .link import Arrival, CloudError, CloudUnreachable, Reply, SessionGone, VersionMismatch, cloud_error
-from .protocol import (
+from .wire import (
     DOWNLINK,
     PROTOCOL_VERSION,
     SESSION_BYTES,

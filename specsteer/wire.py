@@ -30,7 +30,7 @@ Besides the messages, a Cloud reports instrumentation that is never part of a
 decision (:class:`CloudReport`: its forward passes, for the generation's trace,
 and the verification ratios shown in the UI) and describes itself
 (:class:`CloudInfo`). How those travel is the transport's business
-(``specsteer.link``, ``specsteer.remote``); they are not counted as link bytes.
+(``specsteer.link``, ``specsteer.cloud_server``); they are not counted as link bytes.
 """
 
 from __future__ import annotations

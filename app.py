@@ -33,7 +33,7 @@ import gradio as gr  # noqa: E402
 
 import storage  # noqa: E402
 from specsteer import background  # noqa: E402
-from specsteer.cloud_server import CLOUD_SECRET_ENV  # noqa: E402
+from specsteer.cloud_api import CLOUD_SECRET_ENV  # noqa: E402
 from specsteer.exposure import Exposure, secret_problem  # noqa: E402
 from specsteer.service import AppService  # noqa: E402
 from ui import compare_tab, dashboard_tab, generate_tab, pairs  # noqa: E402

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from specsteer.cloud_server import EXCHANGE_PATH, start_cloud_process  # noqa: E402
+from specsteer.cloud_api import EXCHANGE_PATH  # noqa: E402
+from specsteer.cloud_process import start_cloud_process  # noqa: E402
 from specsteer.machine import machine_info  # noqa: E402
 from specsteer.wire import Draft, Open, encode  # noqa: E402
 

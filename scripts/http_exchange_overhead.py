@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specsteer.cloud_server import RemoteCloud, start_cloud_process  # noqa: E402
+from specsteer.cloud_client import RemoteCloud  # noqa: E402
+from specsteer.cloud_process import start_cloud_process  # noqa: E402
 from specsteer.link import InProcessCloud, Link  # noqa: E402
 from specsteer.machine import machine_info  # noqa: E402
 from specsteer.testing import shared_tiny_pair  # noqa: E402

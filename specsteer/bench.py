@@ -514,7 +514,8 @@ def _speed(args) -> int:
 
 def _link(args) -> int:
     """``bench link``: a Cloud service in a child process on a free loopback port, stopped by its pid."""
-    from .cloud_server import RemoteCloud, start_cloud_process
+    from .cloud_client import RemoteCloud
+    from .cloud_process import start_cloud_process
     from .linkbench import link_rows, run_link_bench
     from .models import ModelLoadError, load_pair
     from .registry import DEFAULT_PAIRING

@@ -41,15 +41,11 @@ def _float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cloud_server import (
-        BODY_TIMEOUT_S,
-        CLOUD_SECRET_ENV,
-        CLOUD_URL_ENV,
-        DEFAULT_PORT,
-        HEADER_TIMEOUT_S,
-    )
+    from .cloud_api import CLOUD_SECRET_ENV, DEFAULT_PORT
+    from .cloud_server import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
     from .cloudservice import ServiceLimits
     from .engine import METHODS
+    from .exposure import CLOUD_URL_ENV
     from .runtime import RUNTIME_CHOICES
     from .tasks import TASKS
 
@@ -198,7 +194,7 @@ def _generate(args) -> int:
     except (HistoryError, ValueError) as error:
         return _fail(str(error), 2)
 
-    from .cloud_server import cloud_from_environment
+    from .cloud_client import cloud_from_environment
     from .exposure import secret_problem
     from .link import CloudError
 

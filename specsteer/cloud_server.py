@@ -1,42 +1,13 @@
-"""The Cloud over HTTP: ``python -m specsteer cloud`` serves a CloudService, :class:`RemoteCloud` reaches it.
-
-The bodies are the protocol's frames, byte for byte, so what the transcript counts is what the
-socket carries (besides HTTP's own headers):
-
-================================  ==========================================================
-``GET /v1/health``                ``{"ok": true, "sessions": n, "instance": ...}`` (no secret needed)
-``GET /v1/info``                  the Cloud's :class:`~specsteer.wire.CloudInfo` as JSON
-``POST /v1/exchange``             body: one uplink frame. 200: the answering frames -- none (an
-                                  Open), one Verdict (a Draft), or, after an Open with the
-                                  ``generate`` rule, a streamed body of Tokens frames, each sent
-                                  as soon as it is decoded. The report rides in the
-                                  ``X-SpecSteer-Report`` header (JSON), except on a stream.
-``DELETE /v1/sessions/{hex id}``  ends a session; 200: the rest of its report as JSON
-================================  ==========================================================
-
-Errors are JSON ``{"error": code, "message": ..., "instance": ...}`` with a 4xx status (400 an
-unreadable frame, a wrong protocol version or a value out of bounds; 401 the shared secret; 404 an
-unknown session; 409 a reused session id; 410 an expired or closed session; 413 an oversized frame;
-503 no room for another session) or 500 when a model pass failed (that session ends, the service
-goes on). :class:`HttpTransport` turns each into the Edge's ``CloudError`` subclass, and a refused
-or broken connection into ``CloudUnreachable``.
-
-Why HTTP rather than WebSocket: a kept-alive HTTP/1.1 exchange on loopback costs a few
-milliseconds more than a call in process (3.8 ms median on a loaded 2-core machine, against 0.02 ms
-for a bare TCP echo: the most any TCP transport could save; ``scripts/http_exchange_overhead.py``),
-against a Generalist pass of tens to hundreds of milliseconds; a streamed response gives the
-``llm`` baseline its one-way stream, and
-each request stays independent, so a lost Cloud or a bad frame fails exactly one request with a
-status code. WebSocket would also need a client library this project does not otherwise install.
-
-A shared secret (``--secret-env NAME``) is required to listen beyond loopback; Edges send it as
-``Authorization: Bearer <secret>`` and the Cloud compares it in constant time. Both sides refuse at
-start-up a secret that is not printable ASCII (an HTTP header cannot carry it).
+"""The Cloud's HTTP server: ``python -m specsteer cloud`` serves a CloudService at the API of
+``specsteer.cloud_api`` (uvicorn and FastAPI; the bodies are the protocol's frames, byte for byte).
 
 Slow and broken clients: a connection gets ``HEADER_TIMEOUT_S`` to send a request's headers and
 ``BODY_TIMEOUT_S`` to send its body, else it is answered 408 and closed (a Content-Length larger
 than the body sent, or half-sent headers, held a connection open for minutes); a client that goes
 away mid-request or mid-stream costs one log line. A 503 (no room) carries ``Retry-After``.
+
+An audit can capture every exchange's bodies as the socket carried them (:class:`BodyCapture`,
+``--capture FILE``; :func:`read_capture` reads the file back).
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the endpoints' annotations (``Request``,
@@ -45,36 +16,19 @@ import asyncio
 import contextlib
 import hmac
 import json
-import os
-import queue
 import struct
 import sys
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from .background import stop_signals_handled
+from .cloud_api import DEFAULT_PORT, EXCHANGE_PATH, OCTET_STREAM, REPORT_HEADER
 from .cloudservice import CloudService, ServiceError
-from .exposure import CLOUD_URL_ENV, is_loopback, secret_problem
-from .link import Arrival, CloudError, CloudUnreachable, Reply, SessionGone, VersionMismatch, cloud_error
-from .wire import (
-    DOWNLINK,
-    PROTOCOL_VERSION,
-    SESSION_BYTES,
-    CloudInfo,
-    CloudReport,
-    FrameError,
-    TruncatedFrame,
-    decode_prefix,
-)
+from .exposure import is_loopback, secret_problem
+from .wire import PROTOCOL_VERSION, SESSION_BYTES
 
-CLOUD_SECRET_ENV = "SPECSTEER_CLOUD_SECRET"
-EXCHANGE_PATH = "/v1/exchange"
-REPORT_HEADER = "X-SpecSteer-Report"
-OCTET_STREAM = "application/octet-stream"
-DEFAULT_PORT = 8700
 HEADER_TIMEOUT_S = 10.0  # from a connection's first byte (or its opening) to the end of a request's headers
 BODY_TIMEOUT_S = 30.0  # for a whole request body (a frame is at most tens of kilobytes)
 
@@ -381,267 +335,3 @@ def _stop_signals_end_normally():
 
 def _ignore(_number: int, _frame: object) -> None:
     """A signal handler that does nothing (the signal has been acted on already)."""
-
-
-# --------------------------------------------------------------------------- the Edge's side
-
-
-class RemoteCloud:
-    """A Cloud service at ``url``: pass it as ``generate(..., cloud=RemoteCloud(url))``.
-
-    One HTTP client (kept-alive connections, thread-safe) serves every generation that uses this
-    object. ``timeout_s`` bounds one answer (a long prompt's first pass on a CPU takes a while);
-    a Cloud that is not there fails at once (connection refused), and one that stops midway fails
-    its open request as soon as the connection breaks.
-    """
-
-    def __init__(self, url: str, secret: str | None = None, timeout_s: float = 600.0, connect_timeout_s: float = 5.0):
-        import httpx
-
-        problem = secret_problem(secret, f"${CLOUD_SECRET_ENV}")
-        if problem:
-            raise ValueError(problem)
-        self.url = url.rstrip("/")
-        headers = {"Authorization": f"Bearer {secret}"} if secret else {}
-        self.client = httpx.Client(base_url=self.url, headers=headers,
-                                   timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s))
-        self.timeout_s = timeout_s
-        self.instance: str | None = None  # the instance that answered last: a new one means it restarted
-
-    def transport(self) -> "HttpTransport":
-        return HttpTransport(self)
-
-    def info(self) -> CloudInfo:
-        """What the Cloud serves; raises VersionMismatch when it speaks another protocol version."""
-        response = self.request("GET", "/v1/info")
-        try:
-            info = CloudInfo.from_json(response.json())
-        except (FrameError, ValueError) as error:
-            raise cloud_error("malformed", f"The Cloud at {self.url} described itself unreadably: {error}.") from None
-        if info.protocol != PROTOCOL_VERSION:
-            raise VersionMismatch(f"The Cloud at {self.url} speaks protocol version {info.protocol}; this Edge speaks "
-                                  f"version {PROTOCOL_VERSION}. Update the Edge or the Cloud so that both run the "
-                                  "same SpecSteer version.", "version")
-        self.instance = info.instance
-        return info
-
-    def request(self, method: str, path: str, stream: bool = False, **kwargs):
-        """One HTTP request; an answer other than 200 or a broken connection raises the CloudError it means."""
-        import httpx
-
-        try:
-            response = self.client.send(self.client.build_request(method, path, **kwargs), stream=stream)
-        except httpx.TimeoutException:
-            raise CloudUnreachable(f"The Cloud at {self.url} did not answer within {self.timeout_s:g} s.",
-                                   "timeout") from None
-        except httpx.TransportError as error:
-            raise CloudUnreachable(f"Lost the connection to the Cloud at {self.url} ({_reason(error)}).",
-                                   "unreachable") from None
-        if response.status_code != 200:
-            response.read()
-            response.close()
-            raise self._refusal(response)
-        return response
-
-    def close(self) -> None:
-        self.client.close()
-
-    def __enter__(self) -> "RemoteCloud":
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self.close()
-
-    def _refusal(self, response) -> CloudError:
-        try:
-            body = response.json()
-            code, message, instance = str(body["error"]), str(body["message"]), body.get("instance")
-        except (ValueError, KeyError, TypeError):
-            # Summarised, never echoed: whatever answers at an address must not be relayed to the user.
-            return cloud_error("http", f"The Cloud at {self.url} answered HTTP {response.status_code} with "
-                                       f"{len(response.content)} bytes that are not a SpecSteer Cloud's error.",
-                               response.status_code)
-        if code == "unknown-session" and self.instance and instance and instance != self.instance:
-            return SessionGone(f"The Cloud at {self.url} restarted during this generation and lost its session. "
-                               "Run the generation again.", code, response.status_code)
-        return cloud_error(code[:40], message[:_MESSAGE_CHARS], response.status_code)
-
-
-class HttpTransport:
-    """One generation's frames over HTTP (see the module docstring)."""
-
-    def __init__(self, remote: RemoteCloud):
-        self.remote = remote
-
-    def info(self) -> CloudInfo:
-        return self.remote.info()
-
-    def exchange(self, frame: bytes) -> Reply:
-        response = self.remote.request("POST", EXCHANGE_PATH, stream=True, content=frame,
-                                       headers={"Content-Type": OCTET_STREAM})
-        header = response.headers.get(REPORT_HEADER)
-        if header is None:
-            return Reply(self._stream(response), None)
-        try:
-            body = response.read()
-        except Exception as error:
-            raise CloudUnreachable(f"Lost the connection to the Cloud at {self.remote.url} ({_reason(error)}).",
-                                   "unreachable") from None
-        finally:
-            response.close()
-        try:
-            report = CloudReport.from_json(json.loads(header))
-        except (ValueError, FrameError) as error:
-            raise cloud_error("malformed", f"The Cloud's report was unreadable: {error}.") from None
-        return Reply([Arrival(body)] if body else [], report)
-
-    def close_session(self, session: bytes) -> CloudReport:
-        response = self.remote.request("DELETE", f"/v1/sessions/{session.hex()}")
-        try:
-            return CloudReport.from_json(response.json())
-        except (ValueError, FrameError) as error:
-            raise cloud_error("malformed", f"The Cloud's report was unreadable: {error}.") from None
-
-    def _stream(self, response) -> Iterator[Arrival]:
-        """The frames of a streamed body, each stamped when it reached this process.
-
-        A reader thread takes the bytes off the socket as they come, so that a frame's time is when
-        it arrived even while the link emulator holds the consumer (the Cloud does not wait for it).
-        """
-        chunks: queue.Queue = queue.Queue()
-        stop = threading.Event()
-        reader = threading.Thread(target=_read_chunks, args=(response, chunks, stop), daemon=True,
-                                  name="specsteer-cloud-stream")
-        reader.start()
-        buffer, arrived = b"", None
-        try:
-            while (item := chunks.get()) is not None:
-                if isinstance(item, BaseException):
-                    raise CloudUnreachable(f"Lost the connection to the Cloud at {self.remote.url} during its "
-                                           f"stream ({_reason(item)}).", "unreachable")
-                arrived, chunk = item
-                buffer += chunk
-                while buffer:
-                    try:
-                        _, end = decode_prefix(buffer, DOWNLINK)
-                    except TruncatedFrame:
-                        break  # the rest of the frame is still on its way
-                    except FrameError:
-                        end = len(buffer)  # the Link reports what is wrong with it
-                    yield Arrival(buffer[:end], arrived)
-                    buffer = buffer[end:]
-            if buffer:
-                raise CloudUnreachable(f"The Cloud at {self.remote.url} broke off its stream inside a message.",
-                                       "unreachable")
-        finally:
-            stop.set()
-
-
-def _read_chunks(response, chunks: queue.Queue, stop: threading.Event) -> None:
-    try:
-        for chunk in response.iter_raw():
-            chunks.put((time.perf_counter(), chunk))
-            if stop.is_set():
-                break
-    except Exception as error:  # handed to the consumer, which raises CloudUnreachable
-        chunks.put(error)
-    finally:
-        response.close()
-        chunks.put(None)
-
-
-_MESSAGE_CHARS = 400  # a Cloud's error message is a sentence or two; more is not one
-
-
-def _reason(error: BaseException) -> str:
-    text = str(error) or type(error).__name__
-    return text.splitlines()[0][:200]
-
-
-def cloud_from_environment(url: str | None = None, secret: str | None = None) -> RemoteCloud | None:
-    """The Cloud an Edge should use: ``url`` or $SPECSTEER_CLOUD_URL (empty: in process, None returned),
-    with ``secret`` or $SPECSTEER_CLOUD_SECRET. What the CLI and the app's setting call."""
-    url = os.environ.get(CLOUD_URL_ENV, "") if url is None else url
-    if not url.strip():
-        return None
-    secret = os.environ.get(CLOUD_SECRET_ENV) if secret is None else secret
-    return RemoteCloud(url.strip(), secret or None)
-
-
-def check_cloud(url: str, secret: str | None = None) -> CloudInfo:
-    """Whether a Cloud answers at ``url`` and what it serves (a settings page's "test" button);
-    raises a CloudError with a message for the user otherwise."""
-    with RemoteCloud(url, secret, timeout_s=10.0) as remote:
-        return remote.info()
-
-
-# --------------------------------------------------------------------------- a Cloud in a child process
-
-
-def free_loopback_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-@dataclass
-class CloudProcess:
-    """``python -m specsteer cloud`` running as a child process on a loopback port (benchmarks, tests)."""
-
-    process: object  # subprocess.Popen
-    port: int
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def stop(self, timeout_s: float = 15.0) -> None:
-        """Ask it to stop (SIGTERM to its pid), then kill it if it has not within ``timeout_s``."""
-        import subprocess
-
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-    def kill(self) -> None:
-        """Stop it the hard way (SIGKILL to its pid): a Cloud that dies mid-generation."""
-        if self.process.poll() is None:
-            self.process.kill()
-        self.process.wait()
-
-
-def start_cloud_process(*arguments: str, port: int | None = None, env: dict | None = None, stderr=None,
-                        ready_timeout_s: float = 900.0) -> CloudProcess:
-    """Start a Cloud service on 127.0.0.1 (``arguments`` go to ``python -m specsteer cloud``) and wait
-    until it answers; a child that exits or does not answer in time is stopped and reported."""
-    import subprocess
-
-    import httpx
-
-    port = port or free_loopback_port()
-    command = [sys.executable, "-m", "specsteer", "cloud", "--host", "127.0.0.1", "--port", str(port), *arguments]
-    process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-                               cwd=Path(__file__).resolve().parents[1])
-    child = CloudProcess(process, port)
-    deadline = time.monotonic() + ready_timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"the Cloud process exited with status {process.returncode} before it was ready")
-        try:
-            if httpx.get(f"{child.url}/v1/health", timeout=2.0).status_code == 200:
-                return child
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    child.stop()
-    raise RuntimeError(f"the Cloud process did not answer within {ready_timeout_s:g} s")

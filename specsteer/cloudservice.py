@@ -53,20 +53,18 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from .cloud import CROSS_RULES, Cloud, CrossCloud, finite_settings_problem, needs_generic
 from .decoding import ForwardLog
 from .wire import (
-    CROSS_RULES,
     DRAFT_HEADROOM,
     MAX_DRAFT_LEN,
     MAX_NEW_TOKENS,
     PROTOCOL_VERSION,
     SESSION_BYTES,
     UPLINK,
-    Cloud,
     CloudInfo,
     CloudPass,
     CloudReport,
-    CrossCloud,
     CrossOpen,
     Draft,
     FrameError,
@@ -74,8 +72,6 @@ from .wire import (
     UnsupportedVersion,
     decode,
     encode,
-    finite_settings_problem,
-    needs_generic,
 )
 
 _REMEMBERED_ENDED = 4096  # ended session ids kept to tell "expired" and "closed" apart from "unknown"

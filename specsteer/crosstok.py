@@ -2,7 +2,7 @@
 
 The same-tokenizer method compares ``p_L(y)`` with ``p_S0(y)`` for one token id ``y``. Across
 tokenizers there is no common id, but there is common *text*. This module holds the pure pieces
-of the method over text; ``specsteer.wire`` runs them on the Edge and the Cloud.
+of the method over text; ``specsteer.edge`` and ``specsteer.cloud`` run them on the Edge and the Cloud.
 
 What crosses the link
 ---------------------

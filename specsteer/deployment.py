@@ -6,7 +6,7 @@ how long) and each link message (which direction, how many bytes), in the order 
 This module replays such a timeline under a :class:`DeploymentProfile` -- the device's
 Specialist speed, the cloud's Generalist and generic-Specialist speed as a function of tokens per
 pass, and the network's :class:`LinkConditions` -- to project how long the same generation would
-take deployed, and it makes the in-process :class:`~specsteer.wire.Link` feel like a network.
+take deployed, and it makes the in-process :class:`~specsteer.link.Link` feel like a network.
 
 The replay rule (two clocks)
 ----------------------------

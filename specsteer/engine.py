@@ -2,8 +2,8 @@
 
 A generation is a generator of :class:`~specsteer.events.TokenEvent` that ends
 with a :class:`~specsteer.events.Finished`. The speculative methods all run the
-same Draft -> Verify -> Recover loop between an :class:`~specsteer.wire.Edge`
-and a :class:`~specsteer.wire.Cloud`; they differ only in the Cloud's test
+same Draft -> Verify -> Recover loop between an :class:`~specsteer.edge.Edge`
+and a :class:`~specsteer.cloud.Cloud`; they differ only in the Cloud's test
 and in what the Edge does with the verdict:
 
 ============  =========  ======================================================
@@ -37,10 +37,11 @@ import torch
 from .chat import PLAIN_CHAT, ChatFormat
 from .decoding import Detokenizer, ForwardLog, PrivateSpanGuard, Sampler
 from .deployment import LinkConditions, PassCost, PassSample, fit_pass_cost, flat_cost
+from .edge import CrossEdge, Edge
 from .events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM, Finished, GenerationStats, TokenEvent
 from .link import CloudEndpoint, CloudError, CloudRefused, CloudUnreachable, InProcessCloud, Link
 from .methods import METHOD_INFO, METHODS
-from .wire import MAX_DRAFT_LEN, MAX_NEW_TOKENS, CrossEdge, CrossOpen, Draft, Edge, Open
+from .wire import MAX_DRAFT_LEN, MAX_NEW_TOKENS, CrossOpen, Draft, Open
 
 # What runs on a cross-tokenizer pair (specsteer.crosstok): SpecSteer's ratio rule and LightCoSteer
 # (rounds of no drafts) over the common byte space, the device-only baselines and the Generalist alone.
@@ -147,7 +148,7 @@ def generate(pair, request: Request | Prepared, config: DecodeConfig,
     """Run one method on one request; yields token events, then a Finished.
 
     ``cloud``: where the Cloud is (default: in this process, over the pair's own models; a
-    ``specsteer.cloud_server.RemoteCloud`` for ``python -m specsteer cloud``). ``conditions``: emulate that
+    ``specsteer.cloud_client.RemoteCloud`` for ``python -m specsteer cloud``). ``conditions``: emulate that
     network on the link. A Cloud that fails raises a ``specsteer.link.CloudError`` whose ``partial``
     holds what was emitted before.
     """

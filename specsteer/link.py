@@ -7,7 +7,7 @@ it to a :class:`Transport`, which carries frames to a Cloud service and brings i
 Two transports exist and nothing else differs between them:
 
 * :class:`LocalTransport` calls a ``CloudService`` in this process (the default: ``InProcessCloud``);
-* ``specsteer.cloud_server.HttpTransport`` posts the same frames to ``python -m specsteer cloud``.
+* ``specsteer.cloud_client.HttpTransport`` posts the same frames to ``python -m specsteer cloud``.
 
 Whatever the transport, a failure reaches the engine as a :class:`CloudError` subclass whose
 message says what happened and what to do: the Cloud cannot be reached or went away

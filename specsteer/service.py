@@ -36,7 +36,7 @@ from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from .background import Background
-from .cloud_server import RemoteCloud
+from .cloud_client import RemoteCloud
 from .data import DataError
 from .deployment import DEFAULT_RTTS_MS, DeploymentProfile, get_profile
 from .engine import Prepared, Request, chat_ids, cross_tokenizer_problem, generate, prepare

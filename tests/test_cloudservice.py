@@ -180,13 +180,13 @@ def test_a_failing_pass_ends_only_its_session(pair, monkeypatch):
     service = CloudService(pair)
     service.handle(opening(1))
     service.handle(opening(2))
-    from specsteer import wire
+    from specsteer.cloud import Cloud
 
     def broken(self, message):
         raise RuntimeError("the model fell over")
 
     with monkeypatch.context() as patch:
-        patch.setattr(wire.Cloud, "verify", broken)
+        patch.setattr(Cloud, "verify", broken)
         with pytest.raises(RuntimeError):
             service.handle(draft(1))
     assert refused(service.handle, draft(1)).code == "closed-session"

@@ -467,7 +467,9 @@ def test_an_http_cloud_of_a_cross_pair_gives_the_in_process_output_and_sees_no_h
     import os
     import struct
 
-    from specsteer.cloud_server import RemoteCloud, read_capture, start_cloud_process
+    from specsteer.cloud_client import RemoteCloud
+    from specsteer.cloud_process import start_cloud_process
+    from specsteer.cloud_server import read_capture
     from specsteer.engine import Request, generate, prepare
     from specsteer.history import HistoryItem
     from specsteer.privacy import audit_wire

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from specsteer import engine
+from specsteer.cloud import Cloud
 from specsteer.cloudservice import CloudService
 from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, prepare
 from specsteer.history import HistoryItem
@@ -20,7 +21,6 @@ from specsteer.wire import (
     DOWNLINK,
     PROTOCOL_VERSION,
     UPLINK,
-    Cloud,
     CloudReport,
     Draft,
     FrameError,

@@ -16,15 +16,10 @@ import httpx
 import pytest
 
 from specsteer import cli, wire
-from specsteer.cloud_server import (
-    EXCHANGE_PATH,
-    RemoteCloud,
-    bind_problem,
-    check_cloud,
-    free_loopback_port,
-    read_capture,
-    start_cloud_process,
-)
+from specsteer.cloud_api import EXCHANGE_PATH
+from specsteer.cloud_client import RemoteCloud, check_cloud
+from specsteer.cloud_process import free_loopback_port, start_cloud_process
+from specsteer.cloud_server import bind_problem, read_capture
 from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, generate_ids, prepare
 from specsteer.history import HistoryItem
 from specsteer.link import CloudRefused, CloudUnreachable, Link, SessionGone, VersionMismatch

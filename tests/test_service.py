@@ -15,7 +15,7 @@ import pytest
 
 import storage
 from specsteer import service as service_module
-from specsteer.cloud_server import free_loopback_port, start_cloud_process
+from specsteer.cloud_process import free_loopback_port, start_cloud_process
 from specsteer.data import bundled_sample_path, sample_history_path
 from specsteer.deployment import LinkConditions
 from specsteer.engine import Request, chat_ids, prepare

@@ -26,7 +26,7 @@ from gradio_client import Client  # noqa: E402
 
 import storage  # noqa: E402
 from specsteer import background  # noqa: E402
-from specsteer.cloud_server import free_loopback_port, start_cloud_process  # noqa: E402
+from specsteer.cloud_process import free_loopback_port, start_cloud_process  # noqa: E402
 from ui import pairs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]

@@ -17,10 +17,11 @@ import pytest
 
 import app
 import storage
-from specsteer.cloud_server import CLOUD_URL_ENV, free_loopback_port
+from specsteer.cloud_process import free_loopback_port
 from specsteer.data import bundled_sample_path
 from specsteer.deployment import PROFILES, LinkConditions
 from specsteer.events import GenerationStats, TokenEvent
+from specsteer.exposure import CLOUD_URL_ENV
 from specsteer.history import MAX_UPLOAD_BYTES
 from specsteer.methods import METHOD_INFO, METHODS, method_label
 from specsteer.runstore import CellResult, GridPoint

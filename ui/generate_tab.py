@@ -22,9 +22,9 @@ from typing import NamedTuple
 
 import gradio as gr
 
-from specsteer.cloud_server import CLOUD_SECRET_ENV, CLOUD_URL_ENV
+from specsteer.cloud_api import CLOUD_SECRET_ENV
 from specsteer.data import sample_history_path
-from specsteer.exposure import Exposure
+from specsteer.exposure import CLOUD_URL_ENV, Exposure
 from specsteer.generationstore import NamedHistory
 from specsteer.history import MAX_ITEMS, MAX_UPLOAD_BYTES, HistoryError, parse_history
 from specsteer.methods import METHOD_INFO, METHODS, method_label

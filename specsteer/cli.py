@@ -19,8 +19,8 @@ import sys
 import threading
 from pathlib import Path
 
-from .deployment import LinkConditions
 from .events import Finished, TokenEvent
+from .link_emulation import LinkConditions
 
 # ANSI styles per token kind; rejected drafts are struck through.
 _STYLES = {

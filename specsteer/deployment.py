@@ -1,12 +1,12 @@
-"""Link emulation and deployment projection: a generation's speed on two machines joined by a network.
+"""Deployment projection: a generation's speed on two machines joined by a network, and the profiles.
 
 Every generation records its timeline (``GenerationStats.trace``, a list of
 :class:`~specsteer.events.TraceStep`): each forward pass (which model stream, how many tokens,
 how long) and each link message (which direction, how many bytes), in the order they happened.
 This module replays such a timeline under a :class:`DeploymentProfile` -- the device's
 Specialist speed, the cloud's Generalist and generic-Specialist speed as a function of tokens per
-pass, and the network's :class:`LinkConditions` -- to project how long the same generation would
-take deployed, and it makes the in-process :class:`~specsteer.link.Link` feel like a network.
+pass, and the network's :class:`~specsteer.link_emulation.LinkConditions` -- to project how long the
+same generation would take deployed. (``specsteer.link_emulation`` applies the same rule at run time.)
 
 The replay rule (two clocks)
 ----------------------------
@@ -35,42 +35,17 @@ uplink of the prompt). The projection's end is the later of the two clocks.
 The time split follows the critical path: each clock carries how much of its time was device
 compute, cloud compute and link (latency, transmission and waiting for the wire); a receiver that
 waits for a message inherits the sender's split plus the link time.
-
-Link emulation in one thread
-----------------------------
-In process, Edge and Cloud share one thread, so :class:`LinkEmulator` can only delay that thread,
-at the moment a message is sent. It applies the same rule: a message that starts an exchange (the
-first one, or a reply) leaves at the thread's clock, because its sender was the side waiting for
-the last message; a message that continues a one-direction stream (no reply in between) leaves at
-its sender's own clock, which runs behind the thread's by the time the thread slept on the sender's
-earlier messages (a real sender would not have waited for them). Each message then makes the
-thread wait until its arrival, so emitted tokens appear when a real Edge would have them. A streamed
-Generalist therefore waits once for the latency and afterwards only where its tokens outrun the
-bandwidth, while lockstep rounds wait a full round trip each. This assumes the time between two
-messages of one direction is the sender's -- true of every method here, whose receivers are idle
-while a stream flows. One approximation remains: the thread already sleeps through the first message
-of a stream before its sender goes on computing, so that message's transmission time is paid once
-more than a real sender would pay it when the next message is smaller (a few hundred bytes'
-worth: the prompt's upload before the first draft).
-
-A sender in another process (the Cloud service streaming the ``llm`` tokens over HTTP) does not
-pause while this thread sleeps, so the inference above does not hold for it: the transport stamps
-each such message with the time it reached the Edge (``carry(..., sent_at=...)``; on loopback that
-is when it was sent), and the wire and latency rule applies from there.
 """
 
 from __future__ import annotations
 
-import math
-import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple, Protocol
 
 from .events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM, STREAMS, TraceStep
-
-UPLINK, DOWNLINK = "uplink", "downlink"
-DIRECTIONS = (UPLINK, DOWNLINK)
+from .link_emulation import NO_LINK, LinkConditions, check_number
+from .wire import DIRECTIONS, DOWNLINK, UPLINK
 
 # The three model roles a profile prices, and the streams they run.
 SPECIALIST, GENERALIST, GENERIC = "specialist", "generalist", "generic_specialist"
@@ -78,115 +53,6 @@ ROLES = (SPECIALIST, GENERALIST, GENERIC)
 _CLOUD_ROLE = {GENERALIST_STREAM: GENERALIST, GENERIC_STREAM: GENERIC}
 
 DEFAULT_RTTS_MS: tuple[float, ...] = (0.0, 10.0, 20.0, 50.0, 100.0, 150.0, 200.0)
-
-
-def _check_number(name: str, value: float, *, positive: bool = False, allow_inf: bool = False) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
-        raise ValueError(f"{name} must be a number, got {value!r}")
-    if math.isinf(value) and not allow_inf:
-        raise ValueError(f"{name} must be finite, got {value!r}")
-    if positive and not value > 0:
-        raise ValueError(f"{name} must be > 0, got {value!r}")
-    if value < 0:
-        raise ValueError(f"{name} must be >= 0, got {value!r}")
-
-
-# --------------------------------------------------------------------------- the link
-
-
-@dataclass(frozen=True)
-class LinkConditions:
-    """A network path between Edge and Cloud.
-
-    ``rtt_ms`` is the round-trip time; each direction takes half of it (a symmetric path).
-    Bandwidths are in kilobits per second (1 kbit = 1000 bits); ``math.inf`` means unlimited.
-    ``overhead_bytes`` are added to every message's payload for its transmission time (transport
-    framing: IP, TCP, TLS and WebSocket headers); they are not part of the reported byte counts.
-    """
-
-    rtt_ms: float = 0.0
-    uplink_kbps: float = math.inf
-    downlink_kbps: float = math.inf
-    overhead_bytes: int = 0
-
-    def __post_init__(self) -> None:
-        _check_number("rtt_ms", self.rtt_ms)
-        _check_number("uplink_kbps", self.uplink_kbps, positive=True, allow_inf=True)
-        _check_number("downlink_kbps", self.downlink_kbps, positive=True, allow_inf=True)
-        if isinstance(self.overhead_bytes, bool) or not isinstance(self.overhead_bytes, int) or self.overhead_bytes < 0:
-            raise ValueError(f"overhead_bytes must be an integer >= 0, got {self.overhead_bytes!r}")
-
-    @classmethod
-    def requested(cls, rtt_ms: float | None, uplink_kbps: float | None,
-                  downlink_kbps: float | None) -> LinkConditions | None:
-        """The link a user asks for (CLI flags, app settings), where 0 or nothing means no delay and
-        unlimited bandwidth; None when nothing is to be emulated."""
-        if not (rtt_ms or uplink_kbps or downlink_kbps):
-            return None
-        return cls(rtt_ms=rtt_ms or 0.0, uplink_kbps=uplink_kbps or math.inf, downlink_kbps=downlink_kbps or math.inf)
-
-    @property
-    def one_way_s(self) -> float:
-        return self.rtt_ms / 2000.0
-
-    def transmission_s(self, direction: str, size: int) -> float:
-        """Seconds to put a message of ``size`` payload bytes on the wire in ``direction``."""
-        kbps = self.uplink_kbps if direction == UPLINK else self.downlink_kbps
-        return (size + self.overhead_bytes) * 8 / (kbps * 1000.0)
-
-    def with_rtt(self, rtt_ms: float) -> LinkConditions:
-        return replace(self, rtt_ms=rtt_ms)
-
-
-NO_LINK = LinkConditions()  # in process: no latency, unlimited bandwidth
-
-
-class LinkEmulator:
-    """Delays an in-process link's messages as ``conditions`` say (see the module docstring).
-
-    ``clock`` and ``sleep`` are injectable so that tests can run on a virtual clock.
-    """
-
-    def __init__(self, conditions: LinkConditions, clock: Callable[[], float] = time.perf_counter,
-                 sleep: Callable[[float], None] = time.sleep):
-        self.conditions = conditions
-        self._clock = clock
-        self._sleep = sleep
-        self._last_direction: str | None = None
-        self._sender_lag = 0.0  # how far the current stream's sender's clock trails the thread's
-        self._wire_free = {UPLINK: -math.inf, DOWNLINK: -math.inf}
-
-    @property
-    def clock(self) -> Callable[[], float]:
-        """The clock the emulator reads (a transport stamps concurrent arrivals with it)."""
-        return self._clock
-
-    def carry(self, direction: str, size: int, sent_at: float | None = None) -> float:
-        """Hold the thread until the message would have arrived; return the seconds waited.
-
-        ``sent_at`` is when a sender that runs concurrently with this thread (a Cloud in another
-        process streaming tokens) handed the message over, on this emulator's clock; without it the
-        sender is taken to share the thread, and its clock is inferred as described above.
-        """
-        if direction not in DIRECTIONS:
-            raise ValueError(f"unknown link direction {direction!r}")
-        now = self._clock()
-        if direction != self._last_direction:
-            # A reply (or the first message): its sender was the side waiting for the last
-            # message, so it is exactly where the thread is.
-            self._sender_lag = 0.0
-        if sent_at is None:
-            sent_at = now - self._sender_lag
-        start = max(sent_at, self._wire_free[direction])
-        self._wire_free[direction] = start + self.conditions.transmission_s(direction, size)
-        arrival = self._wire_free[direction] + self.conditions.one_way_s
-        wait = max(0.0, arrival - now)
-        if wait > 0:
-            self._sleep(wait)
-        # The sender would not have waited: it falls that much further behind the thread.
-        self._sender_lag += wait
-        self._last_direction = direction
-        return wait
 
 
 # --------------------------------------------------------------------------- what things cost
@@ -200,8 +66,8 @@ class PassCost:
     per_token_s: float
 
     def __post_init__(self) -> None:
-        _check_number("base_s", self.base_s)
-        _check_number("per_token_s", self.per_token_s)
+        check_number("base_s", self.base_s)
+        check_number("per_token_s", self.per_token_s)
 
     def seconds(self, tokens: int) -> float:
         return self.base_s + self.per_token_s * tokens
@@ -222,8 +88,8 @@ class StreamCost:
         """From published rates: a one-token pass takes ``1/decode``; every further token in a pass,
         like every prompt token, costs ``1/prompt`` (the pass is memory-bound at one token and
         compute-bound per extra token)."""
-        _check_number("decode_tok_per_s", decode_tok_per_s, positive=True)
-        _check_number("prompt_tok_per_s", prompt_tok_per_s, positive=True)
+        check_number("decode_tok_per_s", decode_tok_per_s, positive=True)
+        check_number("prompt_tok_per_s", prompt_tok_per_s, positive=True)
         per_token = 1.0 / prompt_tok_per_s
         if 1.0 / decode_tok_per_s < per_token:
             raise ValueError("a one-token pass cannot be faster than one prompt token")
@@ -263,7 +129,7 @@ class DeploymentProfile:
             raise ValueError("a profile needs a name")
         if not self.label or not self.label.strip():
             raise ValueError(f"profile {self.name!r} needs a label")
-        _check_number("overhead_per_step_s", self.overhead_per_step_s)
+        check_number("overhead_per_step_s", self.overhead_per_step_s)
         needed = set(profile_numbers(self))
         given = [source.number for source in self.sources]
         unknown = sorted(set(given) - needed)

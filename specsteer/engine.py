@@ -36,10 +36,11 @@ import torch
 
 from .chat import PLAIN_CHAT, ChatFormat
 from .decoding import Detokenizer, ForwardLog, PrivateSpanGuard, Sampler
-from .deployment import LinkConditions, PassCost, PassSample, fit_pass_cost, flat_cost
+from .deployment import PassCost, PassSample, fit_pass_cost, flat_cost
 from .edge import CrossEdge, Edge
 from .events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM, Finished, GenerationStats, TokenEvent
 from .link import CloudEndpoint, CloudError, CloudRefused, CloudUnreachable, InProcessCloud, Link
+from .link_emulation import LinkConditions
 from .methods import METHOD_INFO, METHODS
 from .wire import MAX_DRAFT_LEN, MAX_NEW_TOKENS, CrossOpen, Draft, Open
 

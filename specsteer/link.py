@@ -2,7 +2,7 @@
 
 The engine talks to a :class:`Link` and nothing else. A Link turns each message into its frame
 (``specsteer.wire``), holds the thread as the emulated network would (``LinkConditions``,
-through ``deployment.LinkEmulator``), records the frame in the transcript and the trace, and hands
+through ``link_emulation.LinkEmulator``), records the frame in the transcript and the trace, and hands
 it to a :class:`Transport`, which carries frames to a Cloud service and brings its answers back.
 Two transports exist and nothing else differs between them:
 
@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from .decoding import ForwardLog
-from .deployment import LinkConditions, LinkEmulator
 from .events import LinkMessage, TraceStep
+from .link_emulation import LinkConditions, LinkEmulator
 from .wire import (
     DOWNLINK,
     PROTOCOL_VERSION,

@@ -36,16 +36,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
 
-from .deployment import (
-    DEFAULT_RTTS_MS,
-    DeploymentProfile,
-    LinkConditions,
-    as_trace,
-    get_profile,
-    measured_profile,
-    project_runs,
-)
+from .deployment import DEFAULT_RTTS_MS, DeploymentProfile, as_trace, get_profile, measured_profile, project_runs
 from .events import GenerationStats, TraceStep
+from .link_emulation import LinkConditions
 from .methods import METHOD_INFO
 
 

@@ -21,8 +21,8 @@ from .methods import METHODS, method_info
 from .tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptStyle
 
 if TYPE_CHECKING:
-    from .deployment import LinkConditions
     from .engine import DecodeConfig
+    from .link_emulation import LinkConditions
 
 Decoding = Literal["greedy", "sampling"]
 DECODINGS: tuple[Decoding, ...] = get_args(Decoding)
@@ -100,7 +100,7 @@ class GenerationSettings:
     # Where the Cloud runs: IN_PROCESS, or a Cloud service's address as cloud_address() writes it
     # (scheme, host and port only: never a credential, so it is stored with the output as it is).
     cloud: str = IN_PROCESS
-    # Link emulation (deployment.LinkConditions): 0 ms and 0 kbps (unlimited) emulate nothing.
+    # Link emulation (link_emulation.LinkConditions): 0 ms and 0 kbps (unlimited) emulate nothing.
     rtt_ms: float = 0.0
     uplink_kbps: float = 0.0
     downlink_kbps: float = 0.0
@@ -166,7 +166,7 @@ class GenerationSettings:
 
     def link_conditions(self) -> LinkConditions | None:
         """The network to emulate on the link, or None when these settings emulate none."""
-        from .deployment import LinkConditions
+        from .link_emulation import LinkConditions
 
         return LinkConditions.requested(self.rtt_ms, self.uplink_kbps, self.downlink_kbps)
 

@@ -64,6 +64,7 @@ DRAFT_HEADROOM = MAX_DRAFT_LEN + 2
 PROTOCOL_VERSION = 2
 SESSION_BYTES = 16
 UPLINK, DOWNLINK = "uplink", "downlink"
+DIRECTIONS = (UPLINK, DOWNLINK)
 # Verification rules; "generate" is the Cloud decoding alone (the llm baseline) and streaming tokens.
 RULES = ("ratio", "match", "exact", "costeer", "generate")
 STREAMING_RULES = frozenset({"generate"})

@@ -10,14 +10,9 @@ import pytest
 
 from specsteer import deployment, engine
 from specsteer.deployment import (
-    DOWNLINK,
-    NO_LINK,
     PROFILES,
     ROLES,
-    UPLINK,
     DeploymentProfile,
-    LinkConditions,
-    LinkEmulator,
     MeasuredRun,
     PassCost,
     PassSample,
@@ -35,8 +30,9 @@ from specsteer.deployment import (
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.events import TraceStep
 from specsteer.link import Arrival, Link, Reply
+from specsteer.link_emulation import NO_LINK, LinkConditions, LinkEmulator
 from specsteer.testing import tiny_pair
-from specsteer.wire import CloudInfo, CloudReport, Draft, Open, Verdict, decode, encode
+from specsteer.wire import DOWNLINK, UPLINK, CloudInfo, CloudReport, Draft, Open, Verdict, decode, encode
 
 # --------------------------------------------------------------------------- helpers
 

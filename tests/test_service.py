@@ -17,12 +17,12 @@ import storage
 from specsteer import service as service_module
 from specsteer.cloud_process import free_loopback_port, start_cloud_process
 from specsteer.data import bundled_sample_path, sample_history_path
-from specsteer.deployment import LinkConditions
 from specsteer.engine import Request, chat_ids, prepare
 from specsteer.evaluate import EvalResult, EvalSpec, GridProgress
 from specsteer.generationstore import NamedHistory, NewComparison, NewGeneration
 from specsteer.history import parse_history
 from specsteer.jsonable import to_jsonable
+from specsteer.link_emulation import LinkConditions
 from specsteer.methods import METHOD_INFO
 from specsteer.service import (
     AppService,

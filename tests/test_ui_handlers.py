@@ -19,10 +19,11 @@ import app
 import storage
 from specsteer.cloud_process import free_loopback_port
 from specsteer.data import bundled_sample_path
-from specsteer.deployment import PROFILES, LinkConditions
+from specsteer.deployment import PROFILES
 from specsteer.events import GenerationStats, TokenEvent
 from specsteer.exposure import CLOUD_URL_ENV
 from specsteer.history import MAX_UPLOAD_BYTES
+from specsteer.link_emulation import LinkConditions
 from specsteer.methods import METHOD_INFO, METHODS, method_label
 from specsteer.runstore import CellResult, GridPoint
 from specsteer.service import CloudCheck, Done, Failed, Generating, Started, Token

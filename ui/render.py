@@ -13,9 +13,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from specsteer.deployment import DeploymentProfile, LinkConditions
+from specsteer.deployment import DeploymentProfile
 from specsteer.events import GenerationStats, LinkMessage, TokenEvent
 from specsteer.facts import FactExposure
+from specsteer.link_emulation import LinkConditions
 from specsteer.methods import METHOD_INFO, method_label
 from specsteer.service import CloudCheck, PrivacyReport, RetrievalPreview
 
@@ -212,7 +213,7 @@ def _cloud_cells(view: StatsView) -> list[tuple[str, str, str]]:
               if view.cloud else "where the Generalist verified: in this process, beside the Specialist")]
     if view.link is not None:
         cells.append(("emulated link", link_text(view.link),
-                      "every message waited as it would on this network (deployment.LinkEmulator)"))
+                      "every message waited as it would on this network (link_emulation.LinkEmulator)"))
     return cells
 
 

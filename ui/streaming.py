@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 import gradio as gr
 
 from specsteer.background import Background
-from specsteer.deployment import LinkConditions
 from specsteer.events import TokenEvent
+from specsteer.link_emulation import LinkConditions
 from ui.render import StatsView
 
 log = logging.getLogger(__name__)

@@ -1,7 +1,7 @@
 """``python -m specsteer.bench speed``: every method on the same prompts, in one run.
 
 (``bench link`` and ``bench project``, the device-cloud system through a Cloud service and its
-projection onto deployments, are described in ``specsteer.linkbench``.)
+projection onto deployments, are described in ``specsteer.bench_link`` and ``specsteer.deployment``.)
 
 Speeds are only comparable inside one run on this kind of shared machine, so
 the benchmark reports ratios to ``llm`` measured in the same run on the same
@@ -514,9 +514,9 @@ def _speed(args) -> int:
 
 def _link(args) -> int:
     """``bench link``: a Cloud service in a child process on a free loopback port, stopped by its pid."""
+    from .bench_link import link_rows, run_link_bench
     from .cloud_client import RemoteCloud
     from .cloud_process import start_cloud_process
-    from .linkbench import link_rows, run_link_bench
     from .models import ModelLoadError, load_pair
     from .registry import DEFAULT_PAIRING
     from .testing import shared_test_pair
@@ -557,7 +557,7 @@ def _link(args) -> int:
 
 
 def _project(args) -> int:
-    from .linkbench import group_runs, projection_rows
+    from .deployment import group_runs, projection_rows
 
     try:
         profile = get_profile(args.profile)
@@ -581,7 +581,7 @@ def _project(args) -> int:
 
 def _bench_runs(path: str) -> list:
     """The lowest-RTT runs of a ``bench link`` result: the same generations measured without link delay."""
-    from .linkbench import TracedGeneration
+    from .deployment import TracedGeneration
 
     runs = [TracedGeneration.from_json(run) for run in json.loads(Path(path).read_text())["runs"]]
     base = min((run.rtt_ms for run in runs), default=0.0)
@@ -592,7 +592,7 @@ def _stored_runs(url: str | None, names: list[str]) -> list:
     """The traced cells of evaluation runs, read through storage: this command's composition root."""
     import storage
 
-    from .linkbench import TracedGeneration
+    from .deployment import TracedGeneration
 
     if not names:
         raise ValueError("name at least one --run")

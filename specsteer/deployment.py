@@ -43,7 +43,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import NamedTuple, Protocol
 
-from .events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM, STREAMS, TraceStep
+from .events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM, STREAMS, GenerationStats, TraceStep
 from .link_emulation import NO_LINK, LinkConditions, check_number
 from .wire import DIRECTIONS, DOWNLINK, UPLINK
 
@@ -510,6 +510,100 @@ def summarize_speedups(runs_by_method: Mapping[str, Sequence[TracedRun]], profil
             rates.append(MethodRate(method, float(rtt), total.tok_per_s, total.seconds, total.tokens,
                                     total.round_trips, total.uplink_bytes, total.downlink_bytes))
     return SpeedupSummary(profile.name, profile.label, tuple(float(r) for r in rtts_ms), tuple(rates), reference)
+
+
+# --------------------------------------------------------------------------- rows: grouped runs at each RTT
+#
+# What ``python -m specsteer.bench project`` prints and the dashboard shows for a stored run
+# (:func:`deployment_rows`): each method's projected speed at each RTT under a profile, next to what
+# was measured here. ``specsteer.bench_link`` prints rows of the same shape for ``bench link``.
+
+
+@dataclass(frozen=True)
+class TracedGeneration:
+    """One generation as the projections need it, with what identifies its method and what it measured."""
+
+    method: str
+    alpha: float | None
+    beta: float | None
+    rtt_ms: float
+    prompt: int
+    new_tokens: int
+    seconds: float
+    drafted: int
+    accepted: int
+    verified: int
+    trace: tuple[TraceStep, ...]
+
+    @classmethod
+    def of(cls, stats: GenerationStats, alpha: float | None, beta: float | None = None, rtt_ms: float = 0.0,
+           prompt: int = 0) -> TracedGeneration:
+        return cls(stats.method, alpha, beta, rtt_ms, prompt, stats.new_tokens, stats.seconds, stats.drafted,
+                   stats.accepted, stats.verified, tuple(as_trace(stats.trace)))
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "trace": [list(step) for step in self.trace]}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> TracedGeneration:
+        return cls(**{"beta": None, **data, "trace": tuple(as_trace(data["trace"]))})
+
+
+GroupKey = tuple[str, float | None, float | None]  # (method, alpha, beta)
+
+
+def group_runs(runs: Iterable[TracedGeneration]) -> dict[GroupKey, list[TracedGeneration]]:
+    groups: dict[GroupKey, list[TracedGeneration]] = {}
+    for run in runs:
+        groups.setdefault((run.method, run.alpha, run.beta), []).append(run)
+    return groups
+
+
+def measured_tok_per_s(runs: Sequence[TracedGeneration]) -> float:
+    seconds = sum(run.seconds for run in runs)
+    return sum(run.new_tokens for run in runs) / seconds if seconds > 0 else 0.0
+
+
+def acceptance_summary(runs: Sequence[TracedGeneration]) -> dict:
+    """Acceptance as the benchmark reports it: per draft sent, and per draft tested (the bound's a)."""
+    drafted = sum(run.drafted for run in runs)
+    verified = sum(run.verified for run in runs)
+    accepted = sum(run.accepted for run in runs)
+    return {"acceptance": accepted / drafted if drafted else None,
+            "token_acceptance": accepted / verified if verified else None}
+
+
+def projection_rows(groups: Mapping[GroupKey, Sequence[TracedGeneration]], profile: DeploymentProfile,
+                    rtts_ms: Sequence[float], reference: str = "llm") -> list[dict]:
+    """Each group's runs projected under ``profile`` at each RTT (its bandwidths kept), with the speed
+    they were measured at here and the projected speedup over the ``reference`` method."""
+    rows = []
+    for rtt in rtts_ms:
+        at_rtt = profile.at_rtt(rtt)
+        projected = {key: project_runs(runs, at_rtt) for key, runs in groups.items() if runs}
+        reference_speed = next((p.tok_per_s for (method, *_), p in projected.items() if method == reference), None)
+        for (method, alpha, beta), projection in projected.items():
+            runs = groups[(method, alpha, beta)]
+            rows.append({
+                "method": method, "alpha": alpha, "beta": beta, "rtt_ms": float(rtt),
+                "measured_tok_per_s": measured_tok_per_s(runs),
+                "projected_tok_per_s": projection.tok_per_s,
+                "projected_speedup": projection.tok_per_s / reference_speed if reference_speed else None,
+                "rounds": projection.round_trips,
+                "uplink_bytes": projection.uplink_bytes, "downlink_bytes": projection.downlink_bytes,
+                "tokens": projection.tokens, "runs": len(runs),
+                "device_s": projection.device_s, "cloud_s": projection.cloud_s, "link_s": projection.link_s,
+                **acceptance_summary(runs),
+            })
+    return rows
+
+
+def deployment_rows(cells: Iterable, profile_name: str, rtts_ms: Sequence[float] = DEFAULT_RTTS_MS) -> list[dict]:
+    """For a stored evaluation run (``runstore.CellResult`` s): every method's projected tokens/s at
+    each RTT under a bundled profile, next to what was measured here. Cells without a trace (runs
+    stored before traces existed) and device-only methods' cells are projected too where they have one."""
+    runs = [TracedGeneration.of(cell.stats, cell.point.alpha, cell.point.beta) for cell in cells if cell.stats.trace]
+    return projection_rows(group_runs(runs), get_profile(profile_name), rtts_ms)
 
 
 # --------------------------------------------------------------------------- bundled profiles

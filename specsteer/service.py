@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from .background import Background
 from .cloud_client import RemoteCloud
 from .data import DataError
-from .deployment import DEFAULT_RTTS_MS, DeploymentProfile, get_profile
+from .deployment import DEFAULT_RTTS_MS, DeploymentProfile, deployment_rows, get_profile
 from .engine import Prepared, Request, chat_ids, cross_tokenizer_problem, generate, prepare
 from .evaluate import EvalResult, EvalSpec, GridProgress, run_grid_events
 from .events import Finished, LinkMessage, TokenEvent
@@ -46,7 +46,6 @@ from .exposure import Exposure
 from .facts import FactExposure, method_exposure, split_private_facts
 from .generationstore import GenerationStore, NamedHistory, NewComparison, NewGeneration
 from .link import CloudEndpoint, CloudError, CloudRefused
-from .linkbench import deployment_rows
 from .methods import METHOD_INFO, METHODS
 from .models import LoadedPair, ModelLoadError, choose_runtime, load_pair
 from .privacy import UplinkAudit, audit_uplink
@@ -206,7 +205,7 @@ class CloudCheck:
 class DeploymentReport:
     """One stored run's generations projected onto a deployment profile across round-trip times.
 
-    ``rows`` are ``linkbench.projection_rows``: one per (method, α, β) group and RTT, with the projected
+    ``rows`` are ``deployment.projection_rows``: one per (method, α, β) group and RTT, with the projected
     and the measured tokens/s and the projected speedup over ``llm``. Cells stored before generations
     kept their traces cannot be projected: ``traced`` says how many of ``cells`` could.
     """
@@ -607,7 +606,7 @@ class AppService:
     def deployment(self, run_id: int, profile: str, rtts_ms: Sequence[float] = DEPLOYMENT_RTTS_MS,
                    table_rtts_ms: Sequence[float] = DEFAULT_RTTS_MS) -> DeploymentReport:
         """A stored run's traced generations projected onto the bundled ``profile`` at each RTT
-        (``linkbench.deployment_rows``). ValueError, as a sentence, for an unknown profile."""
+        (``deployment.deployment_rows``). ValueError, as a sentence, for an unknown profile."""
         try:
             chosen = get_profile(profile)
         except ValueError as error:

@@ -7,10 +7,10 @@ import json
 import pytest
 
 from specsteer import bench
-from specsteer.deployment import PROFILES, project_runs
+from specsteer.bench_link import link_rows
+from specsteer.deployment import PROFILES, TracedGeneration, deployment_rows, group_runs, project_runs, projection_rows
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.events import TraceStep
-from specsteer.linkbench import TracedGeneration, deployment_rows, group_runs, link_rows, projection_rows
 from specsteer.runstore import CellResult, GridPoint
 from specsteer.testing import tiny_pair
 

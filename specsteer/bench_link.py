@@ -1,4 +1,4 @@
-"""The device-cloud system measured through a Cloud service, and projected onto deployments.
+"""``python -m specsteer.bench link``: the device-cloud system measured through a Cloud service, beside its projection.
 
 ``python -m specsteer.bench link`` runs each method through a Cloud service in its own process at
 each emulated round-trip time and sets the measured speed beside a projection of the same runs
@@ -27,109 +27,25 @@ HTTP request per round against one stream for ``llm``), which is why the check f
 others: out of sample, so on a shared machine it also carries the drift of the passes' speed
 between runs, which has nothing to do with the link.
 
-:func:`deployment_rows` is what a dashboard calls for a stored run: each method's projected speed
-at each RTT under a profile, next to what was measured here.
+The rows' shared parts (grouping runs, measured speed, acceptance, ``projection_rows``) live with
+the projection in ``specsteer.deployment``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
 
-from .deployment import DEFAULT_RTTS_MS, DeploymentProfile, as_trace, get_profile, measured_profile, project_runs
-from .events import GenerationStats, TraceStep
+from .deployment import (
+    DeploymentProfile,
+    TracedGeneration,
+    acceptance_summary,
+    group_runs,
+    measured_profile,
+    measured_tok_per_s,
+    project_runs,
+)
 from .link_emulation import LinkConditions
 from .methods import METHOD_INFO
-
-
-@dataclass(frozen=True)
-class TracedGeneration:
-    """One generation as the projections need it, with what identifies its method and what it measured."""
-
-    method: str
-    alpha: float | None
-    beta: float | None
-    rtt_ms: float
-    prompt: int
-    new_tokens: int
-    seconds: float
-    drafted: int
-    accepted: int
-    verified: int
-    trace: tuple[TraceStep, ...]
-
-    @classmethod
-    def of(cls, stats: GenerationStats, alpha: float | None, beta: float | None = None, rtt_ms: float = 0.0,
-           prompt: int = 0) -> TracedGeneration:
-        return cls(stats.method, alpha, beta, rtt_ms, prompt, stats.new_tokens, stats.seconds, stats.drafted,
-                   stats.accepted, stats.verified, tuple(as_trace(stats.trace)))
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "trace": [list(step) for step in self.trace]}
-
-    @classmethod
-    def from_json(cls, data: Mapping) -> TracedGeneration:
-        return cls(**{"beta": None, **data, "trace": tuple(as_trace(data["trace"]))})
-
-
-GroupKey = tuple[str, float | None, float | None]  # (method, alpha, beta)
-
-
-def group_runs(runs: Iterable[TracedGeneration]) -> dict[GroupKey, list[TracedGeneration]]:
-    groups: dict[GroupKey, list[TracedGeneration]] = {}
-    for run in runs:
-        groups.setdefault((run.method, run.alpha, run.beta), []).append(run)
-    return groups
-
-
-def measured_tok_per_s(runs: Sequence[TracedGeneration]) -> float:
-    seconds = sum(run.seconds for run in runs)
-    return sum(run.new_tokens for run in runs) / seconds if seconds > 0 else 0.0
-
-
-def acceptance_summary(runs: Sequence[TracedGeneration]) -> dict:
-    """Acceptance as the benchmark reports it: per draft sent, and per draft tested (the bound's a)."""
-    drafted = sum(run.drafted for run in runs)
-    verified = sum(run.verified for run in runs)
-    accepted = sum(run.accepted for run in runs)
-    return {"acceptance": accepted / drafted if drafted else None,
-            "token_acceptance": accepted / verified if verified else None}
-
-
-def projection_rows(groups: Mapping[GroupKey, Sequence[TracedGeneration]], profile: DeploymentProfile,
-                    rtts_ms: Sequence[float], reference: str = "llm") -> list[dict]:
-    """Each group's runs projected under ``profile`` at each RTT (its bandwidths kept), with the speed
-    they were measured at here and the projected speedup over the ``reference`` method."""
-    rows = []
-    for rtt in rtts_ms:
-        at_rtt = profile.at_rtt(rtt)
-        projected = {key: project_runs(runs, at_rtt) for key, runs in groups.items() if runs}
-        reference_speed = next((p.tok_per_s for (method, *_), p in projected.items() if method == reference), None)
-        for (method, alpha, beta), projection in projected.items():
-            runs = groups[(method, alpha, beta)]
-            rows.append({
-                "method": method, "alpha": alpha, "beta": beta, "rtt_ms": float(rtt),
-                "measured_tok_per_s": measured_tok_per_s(runs),
-                "projected_tok_per_s": projection.tok_per_s,
-                "projected_speedup": projection.tok_per_s / reference_speed if reference_speed else None,
-                "rounds": projection.round_trips,
-                "uplink_bytes": projection.uplink_bytes, "downlink_bytes": projection.downlink_bytes,
-                "tokens": projection.tokens, "runs": len(runs),
-                "device_s": projection.device_s, "cloud_s": projection.cloud_s, "link_s": projection.link_s,
-                **acceptance_summary(runs),
-            })
-    return rows
-
-
-def deployment_rows(cells: Iterable, profile_name: str, rtts_ms: Sequence[float] = DEFAULT_RTTS_MS) -> list[dict]:
-    """For a stored evaluation run (``runstore.CellResult`` s): every method's projected tokens/s at
-    each RTT under a bundled profile, next to what was measured here. Cells without a trace (runs
-    stored before traces existed) and device-only methods' cells are projected too where they have one."""
-    runs = [TracedGeneration.of(cell.stats, cell.point.alpha, cell.point.beta) for cell in cells if cell.stats.trace]
-    return projection_rows(group_runs(runs), get_profile(profile_name), rtts_ms)
-
-
-# --------------------------------------------------------------------------- bench link
 
 
 def run_link_bench(edge_pair, cloud, prompts: Sequence, configs: Sequence, rtts_ms: Sequence[float],

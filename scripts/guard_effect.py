@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import storage  # noqa: E402
 from specsteer import evaluate  # noqa: E402
 from specsteer.facts import fact_shares, method_exposure  # noqa: E402
-from specsteer.runstore import CellResult, GridPoint  # noqa: E402
+from specsteer.stores import CellResult, GridPoint  # noqa: E402
 
 GUARDED = GridPoint("specsteer-guarded")  # the guarded cells' point here, so that the two can be paired
 

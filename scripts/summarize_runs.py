@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import storage  # noqa: E402
 from specsteer import evaluate  # noqa: E402
 from specsteer.methods import BASELINES, method_label  # noqa: E402
-from specsteer.runstore import CellResult, GridPoint  # noqa: E402
+from specsteer.stores import CellResult, GridPoint  # noqa: E402
 
 
 def complete_records(cells: list[CellResult]) -> list[str]:

@@ -599,7 +599,7 @@ def projection_rows(groups: Mapping[GroupKey, Sequence[TracedGeneration]], profi
 
 
 def deployment_rows(cells: Iterable, profile_name: str, rtts_ms: Sequence[float] = DEFAULT_RTTS_MS) -> list[dict]:
-    """For a stored evaluation run (``runstore.CellResult`` s): every method's projected tokens/s at
+    """For a stored evaluation run (``stores.CellResult`` s): every method's projected tokens/s at
     each RTT under a bundled profile, next to what was measured here. Cells without a trace (runs
     stored before traces existed) and device-only methods' cells are projected too where they have one."""
     runs = [TracedGeneration.of(cell.stats, cell.point.alpha, cell.point.beta) for cell in cells if cell.stats.trace]

@@ -1,7 +1,7 @@
 """The evaluation batch: a grid of methods x alpha x beta over N LongLaMP records, stored cell by cell.
 
 One *cell* is one generation: (record, method, alpha, beta). Its output, ROUGE scores and
-generation statistics are kept in the run's store (a ``specsteer.runstore.RunStore``; the app and
+generation statistics are kept in the run's store (a ``specsteer.stores.RunStore``; the app and
 the command line use ``storage.SqlRunStore``) the moment it finishes, so a run that crashes or is
 cancelled loses at most the generation in flight, and running the same run name again continues
 where it stopped (finished cells are skipped; a different config under the same name is refused,
@@ -76,8 +76,8 @@ from .methods import BASELINES, METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REF
 from .metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
 from .registry import DEFAULT_PAIRING
 from .retrieval import low_similarity_items
-from .runstore import CellResult, GridPoint, RunStatus, RunStore, cell_key
 from .runtime import RUNTIME_CHOICES, dtype_label
+from .stores import CellResult, GridPoint, RunStatus, RunStore, cell_key
 from .tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair
 from .testing import CROSS_PAIRING_ID, TEST_PAIRING_ID, shared_test_pair, shared_tiny_pair
 

@@ -44,14 +44,13 @@ from .evaluate import EvalResult, EvalSpec, GridProgress, run_grid_events
 from .events import Finished, LinkMessage, TokenEvent
 from .exposure import Exposure
 from .facts import FactExposure, method_exposure, split_private_facts
-from .generationstore import GenerationStore, NamedHistory, NewComparison, NewGeneration
 from .link import CloudEndpoint, CloudError, CloudRefused
 from .methods import METHOD_INFO, METHODS
 from .models import LoadedPair, ModelLoadError, choose_runtime, load_pair
 from .privacy import UplinkAudit, audit_uplink
 from .registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status
-from .runstore import RunStore
 from .settings import GenerationSettings, SettingsError, cloud_address, sentence
+from .stores import GenerationStore, NamedHistory, NewComparison, NewGeneration, RunStore
 from .tasks import TASKS, PromptPair, render_item
 from .wire import CloudInfo
 

@@ -1,6 +1,6 @@
 """``SqlGenerationStore``: the application service's ``GenerationStore`` on this package's repositories.
 
-The service hands over typed values (``specsteer.generationstore``); this module turns them into the
+The service hands over typed values (``specsteer.stores``); this module turns them into the
 rows of ``histories``, ``generations`` and ``comparisons``. A generation's stored settings are its
 ``GenerationSettings`` as JSON with the history's name beside them (what reproducing it needs); a
 comparison's are the shared settings without the method, with the methods in the order shown.
@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from specsteer.generationstore import NamedHistory, NewComparison, NewGeneration
 from specsteer.jsonable import to_jsonable
+from specsteer.stores import NamedHistory, NewComparison, NewGeneration
 from storage.comparisons import save_comparison
 from storage.generations import save_generation
 from storage.histories import save_history

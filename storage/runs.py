@@ -1,6 +1,6 @@
 """Evaluation runs and their cells; :class:`SqlRunStore` is the evaluation grid's store.
 
-``specsteer.evaluate`` runs a grid against the ``specsteer.runstore.RunStore`` protocol;
+``specsteer.evaluate`` runs a grid against the ``specsteer.stores.RunStore`` protocol;
 :class:`SqlRunStore` implements it over the functions below for one database URL. The dashboard
 and the scripts read runs back with :func:`get_run`, :func:`list_runs` and :func:`run_cells`.
 
@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from specsteer.events import GenerationStats
 from specsteer.jsonable import to_jsonable
-from specsteer.runstore import RUN_STATUSES, CellResult, GridPoint, RunStatus
+from specsteer.stores import RUN_STATUSES, CellResult, GridPoint, RunStatus
 from storage.db import retry_on_locked, session_scope
 from storage.models import ROUGE_KEYS, EvalCell, EvalRun
 from storage.values import require_text

@@ -11,7 +11,7 @@ from specsteer.bench_link import link_rows
 from specsteer.deployment import PROFILES, TracedGeneration, deployment_rows, group_runs, project_runs, projection_rows
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.events import TraceStep
-from specsteer.runstore import CellResult, GridPoint
+from specsteer.stores import CellResult, GridPoint
 from specsteer.testing import tiny_pair
 
 ROW_KEYS = {"method", "rtt_ms", "measured_tok_per_s", "projected_tok_per_s", "rounds", "uplink_bytes",

@@ -291,8 +291,8 @@ class _ListStore:
 
 
 def test_the_app_service_generates_on_the_qwen3_pairing_and_audits_the_prompt_it_sent(hub_cache, url):
-    from specsteer.generationstore import NamedHistory
     from specsteer.service import AppService, Done, PairCatalog
+    from specsteer.stores import NamedHistory
 
     cache_qwen3_pairing(hub_cache)
     service = AppService(store=_ListStore(), runs=storage.SqlRunStore(url), pairs=PairCatalog())

@@ -27,7 +27,7 @@ from specsteer.evaluate import (
     summarize,
 )
 from specsteer.events import GenerationStats
-from specsteer.runstore import CellResult, GridPoint
+from specsteer.stores import CellResult, GridPoint
 from specsteer.testing import tiny_pair
 
 REPO = Path(__file__).resolve().parents[1]

@@ -19,7 +19,6 @@ from specsteer.cloud_process import free_loopback_port, start_cloud_process
 from specsteer.data import bundled_sample_path, sample_history_path
 from specsteer.engine import Request, chat_ids, prepare
 from specsteer.evaluate import EvalResult, EvalSpec, GridProgress
-from specsteer.generationstore import NamedHistory, NewComparison, NewGeneration
 from specsteer.history import parse_history
 from specsteer.jsonable import to_jsonable
 from specsteer.link_emulation import LinkConditions
@@ -40,6 +39,7 @@ from specsteer.service import (
     Token,
 )
 from specsteer.settings import GenerationSettings, SettingsError
+from specsteer.stores import NamedHistory, NewComparison, NewGeneration
 from specsteer.testing import TEST_PAIRING_ID, shared_tiny_pair
 from specsteer.wire import PROTOCOL_VERSION
 

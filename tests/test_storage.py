@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 import storage
 from specsteer.events import GenerationStats, LinkMessage, TokenEvent
 from specsteer.metrics import ROUGE_KEYS
-from specsteer.runstore import CellResult, GridPoint, cell_key
+from specsteer.stores import CellResult, GridPoint, cell_key
 from storage import db, exports
 from storage.histories import history_sha256
 from storage.judgements import Judgement, summarize_annotations

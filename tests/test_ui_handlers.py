@@ -25,8 +25,8 @@ from specsteer.exposure import CLOUD_URL_ENV
 from specsteer.history import MAX_UPLOAD_BYTES
 from specsteer.link_emulation import LinkConditions
 from specsteer.methods import METHOD_INFO, METHODS, method_label
-from specsteer.runstore import CellResult, GridPoint
 from specsteer.service import CloudCheck, Done, Failed, Generating, Started, Token
+from specsteer.stores import CellResult, GridPoint
 from specsteer.wire import CloudInfo
 from ui import compare_tab, dashboard_tab, generate_tab, pairs, render, streaming
 from ui.streaming import BackgroundRun, Throttle, Toast, merge_frames

@@ -22,7 +22,6 @@ import gradio as gr
 import storage
 from specsteer.events import GenerationStats
 from specsteer.exposure import ADMIN_TOKEN_ENV, Exposure
-from specsteer.generationstore import NamedHistory
 from specsteer.methods import CORE_METHODS, PRIVATE_METHODS, method_label
 from specsteer.service import (
     AppService,
@@ -36,6 +35,7 @@ from specsteer.service import (
     Stopped,
     Token,
 )
+from specsteer.stores import NamedHistory
 from storage import slot_label
 from ui import render
 from ui.generate_tab import GenerateControls

@@ -25,7 +25,6 @@ import gradio as gr
 from specsteer.cloud_api import CLOUD_SECRET_ENV
 from specsteer.data import sample_history_path
 from specsteer.exposure import CLOUD_URL_ENV, Exposure
-from specsteer.generationstore import NamedHistory
 from specsteer.history import MAX_ITEMS, MAX_UPLOAD_BYTES, HistoryError, parse_history
 from specsteer.methods import METHOD_INFO, METHODS, method_label
 from specsteer.service import (
@@ -40,6 +39,7 @@ from specsteer.service import (
     Token,
 )
 from specsteer.settings import IN_PROCESS, MAX_RTT_MS, GenerationSettings, cloud_address, sentence
+from specsteer.stores import NamedHistory
 from specsteer.tasks import TASK_FOR_SCHEMA, TASKS
 from ui import pairs, render
 from ui.streaming import MODELS_CONCURRENCY_ID, RUNS, LiveStats, Throttle, Toast

@@ -1,12 +1,18 @@
-"""What the evaluation grid needs from wherever its results are kept: a small typed protocol.
+"""What the library needs from wherever its outputs are kept: two small typed protocols, implemented in ``storage``.
 
-The library never imports a database. ``specsteer.evaluate`` runs a grid against any
-:class:`RunStore`; ``storage.SqlRunStore`` (SQLite, or ``DATABASE_URL``) is the one the app and the
-command line use, and a test can hand it a dictionary-backed fake. Everything that crosses this
-boundary is a typed value defined here: :class:`GridPoint`, :class:`CellResult`, :data:`RunStatus`.
+The library never imports a database. Everything that crosses this boundary is a typed value defined here.
+
+* The evaluation grid: ``specsteer.evaluate`` runs a grid against any :class:`RunStore`;
+  ``storage.SqlRunStore`` (SQLite, or ``DATABASE_URL``) is the one the app and the command line use,
+  and a test can hand it a dictionary-backed fake. Values: :class:`GridPoint`, :class:`CellResult`,
+  :data:`RunStatus`.
+* The application service: ``specsteer.service`` saves every generation and comparison through a
+  :class:`GenerationStore`; ``storage.SqlGenerationStore`` is the one the app uses, chosen in
+  ``app.py``, and a test can hand the service an in-memory one. Values: :class:`NamedHistory`,
+  :class:`NewGeneration`, :class:`NewComparison`.
 
 This module imports nothing heavy (no torch, no SQLAlchemy), so ``storage`` can implement the
-protocol without loading the decoding library.
+protocols without loading the decoding library.
 """
 
 from __future__ import annotations
@@ -15,7 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_args
 
-from .events import GenerationStats
+from .events import GenerationStats, LinkMessage, TokenEvent
+from .history import History
+from .settings import GenerationSettings
 
 RunStatus = Literal["pending", "running", "finished", "cancelled", "failed"]
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
@@ -96,4 +104,58 @@ class RunStore(Protocol):
 
     def cells(self, run_id: int) -> list[CellResult]:
         """The run's cells in the order they were saved."""
+        ...
+
+
+# --------------------------------------------------------------------------- the application service's outputs
+
+
+@dataclass(frozen=True)
+class NamedHistory:
+    """A history with the name its owner knows it by (a sample's label, or the uploaded file's name)."""
+
+    history: History
+    name: str
+
+
+@dataclass(frozen=True)
+class NewGeneration:
+    """One finished (or stopped) generation, to be saved with everything needed to reproduce it."""
+
+    task: str
+    input_text: str
+    settings: GenerationSettings
+    text: str
+    tokens: tuple[TokenEvent, ...]  # every token shown, rejected drafts included
+    stats: GenerationStats
+    transcript: tuple[LinkMessage, ...]  # every message that crossed the link
+    history_id: int | None  # from save_history; None without a history
+    history_name: str | None
+
+
+@dataclass(frozen=True)
+class NewComparison:
+    """Saved generations of one input shown side by side, in the order shown (labels A, B, …)."""
+
+    task: str
+    input_text: str
+    settings: GenerationSettings  # shared by every output; each output's method is in ``methods``
+    generation_ids: tuple[int, ...]
+    methods: tuple[str, ...]  # the method of each generation, same order
+    blind: bool
+    history_id: int | None
+    history_name: str | None
+
+
+class GenerationStore(Protocol):
+    """Keeps histories, generations and comparisons; each call returns the new row's id."""
+
+    def save_history(self, history: NamedHistory) -> int:
+        """An identical history saved before is not saved twice: its id is returned."""
+        ...
+
+    def save_generation(self, generation: NewGeneration) -> int: ...
+
+    def save_comparison(self, comparison: NewComparison) -> int:
+        """ValueError when a generation id is unknown or a method appears twice."""
         ...

@@ -26,7 +26,7 @@ from specsteer.cloud_client import RemoteCloud  # noqa: E402
 from specsteer.cloud_process import start_cloud_process  # noqa: E402
 from specsteer.link import InProcessCloud, Link  # noqa: E402
 from specsteer.machine import machine_info  # noqa: E402
-from specsteer.testing import shared_tiny_pair  # noqa: E402
+from specsteer.tiny_models import shared_tiny_pair  # noqa: E402
 from specsteer.wire import Draft, Open  # noqa: E402
 
 

@@ -519,7 +519,7 @@ def _link(args) -> int:
     from .cloud_process import start_cloud_process
     from .models import ModelLoadError, load_pair
     from .registry import DEFAULT_PAIRING
-    from .testing import shared_test_pair
+    from .tiny_models import shared_test_pair
 
     pairing = args.pairing or DEFAULT_PAIRING
     try:

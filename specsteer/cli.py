@@ -43,7 +43,7 @@ def _float(text: str) -> float:
 def build_parser() -> argparse.ArgumentParser:
     from .cloud_api import CLOUD_SECRET_ENV, DEFAULT_PORT
     from .cloud_server import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
-    from .cloudservice import ServiceLimits
+    from .cloud_service import ServiceLimits
     from .engine import METHODS
     from .exposure import CLOUD_URL_ENV
     from .runtime import RUNTIME_CHOICES
@@ -248,7 +248,7 @@ def _serve_cloud(args) -> int:
     from dataclasses import replace
 
     from .cloud_server import bind_problem, serve
-    from .cloudservice import CloudService, ServiceLimits, default_memory_budget
+    from .cloud_service import CloudService, ServiceLimits, default_memory_budget
     from .exposure import secret_problem
 
     secret = None
@@ -280,7 +280,7 @@ def _serve_cloud(args) -> int:
 
 
 def _cloud_pair(args):
-    from .testing import shared_test_pair
+    from .tiny_models import shared_test_pair
 
     test_pair = shared_test_pair(args.pairing)  # random tiny models: the test hook of the evaluate CLI and the app
     if test_pair is not None:

@@ -5,7 +5,7 @@ streams from an :class:`~specsteer.wire.Open`, ``verify`` answers each
 :class:`~specsteer.wire.Draft` with a :class:`~specsteer.wire.Verdict` (the ratio test, DESIGN §2),
 ``next_tokens`` decodes alone for the ``llm`` baseline. :class:`CrossCloud` does the same for a
 cross-tokenizer pair (``specsteer.crosstok``). Neither ever sees the user's history; the Cloud
-service (``specsteer.cloudservice``) holds one per session.
+service (``specsteer.cloud_service``) holds one per session.
 """
 
 from __future__ import annotations

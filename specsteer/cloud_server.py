@@ -25,7 +25,7 @@ from pathlib import Path
 
 from .background import stop_signals_handled
 from .cloud_api import DEFAULT_PORT, EXCHANGE_PATH, OCTET_STREAM, REPORT_HEADER
-from .cloudservice import CloudService, ServiceError
+from .cloud_service import CloudService, ServiceError
 from .exposure import is_loopback, secret_problem
 from .wire import PROTOCOL_VERSION, SESSION_BYTES
 

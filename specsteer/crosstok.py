@@ -99,7 +99,7 @@ log-softmax over the byte ids and the end ids (renormalised), the completion of 
 byte's own token, and the choice equals Eq. 8's argmax over the same candidates (log-softmax and raw
 logits differ by a constant per row) as long as Eq. 8 would pick a byte or the one end id that
 carries the end mass: END pools every end id, and ids that spell nothing are not candidates here.
-Under those conditions (``testing.CHAT_QUIET_IDS``) the whole cross-tokenizer path reproduces
+Under those conditions (``tiny_models.CHAT_QUIET_IDS``) the whole cross-tokenizer path reproduces
 same-tokenizer SpecSteer token for token
 (``test_identical_tokenizers_reproduce_same_tokenizer_specsteer``).
 """

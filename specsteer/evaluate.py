@@ -47,7 +47,7 @@ Command line (``python -m specsteer.evaluate --help``). ``--data`` is a file, or
 real records, ``data.shared_data_path``) or ``sample`` (the bundled synthetic sample). Exit status:
 0 finished, 2 bad input (data, arguments, unknown pairing, a run name reused with another config),
 1 models that cannot be loaded, 130 cancelled (Ctrl-C or SIGTERM finish the run as cancelled).
-``--pairing tiny-test`` is a test-only hook: two random tiny models from ``specsteer.testing`` (the
+``--pairing tiny-test`` is a test-only hook: two random tiny models from ``specsteer.tiny_models`` (the
 numbers it gives mean nothing); it lets tests run this command line without real weights.
 """
 
@@ -79,7 +79,7 @@ from .retrieval import low_similarity_items
 from .runtime import RUNTIME_CHOICES, dtype_label
 from .stores import CellResult, GridPoint, RunStatus, RunStore, cell_key
 from .tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair
-from .testing import CROSS_PAIRING_ID, TEST_PAIRING_ID, shared_test_pair, shared_tiny_pair
+from .tiny_models import CROSS_PAIRING_ID, TEST_PAIRING_ID, shared_test_pair, shared_tiny_pair
 
 if TYPE_CHECKING:
     from .models import LoadedPair

@@ -174,7 +174,7 @@ class LocalTransport:
 
     @staticmethod
     def _call(function, *args):
-        from .cloudservice import ServiceError
+        from .cloud_service import ServiceError
 
         try:
             return function(*args)
@@ -189,7 +189,7 @@ class InProcessCloud:
         self.pair = pair
 
     def transport(self) -> Transport:
-        from .cloudservice import CloudService
+        from .cloud_service import CloudService
 
         return LocalTransport(CloudService(self.pair))
 

@@ -638,7 +638,7 @@ def assemble_pair(
     chat: ChatFormat = PLAIN_CHAT,
 ) -> LoadedPair:
     """A LoadedPair from two loaded models that share ``tokenizer`` and render prompts with ``chat``
-    (also used by specsteer.testing).
+    (also used by specsteer.tiny_models).
 
     A transformers model may be given as is; it is wrapped in a TransformersModel. ``generalist``
     None: the Specialist alone, for an Edge whose Cloud runs elsewhere.

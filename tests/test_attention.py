@@ -6,7 +6,7 @@ import torch
 from transformers import DynamicCache
 
 from specsteer.attention import IMPLEMENTATION, register, use_packed_gqa
-from specsteer.testing import tiny_model
+from specsteer.tiny_models import tiny_model
 
 
 def _step_logits(model, implementation: str, prompt: torch.Tensor, steps: list[int]) -> torch.Tensor:

@@ -11,7 +11,7 @@ from specsteer import bench
 from specsteer.decoding import ForwardLog
 from specsteer.engine import DecodeConfig, DraftLength, Request, collect, generate, prepare, speculative_bound
 from specsteer.events import GenerationStats
-from specsteer.testing import tiny_pair
+from specsteer.tiny_models import tiny_pair
 
 
 def test_bound_matches_design_worked_example():

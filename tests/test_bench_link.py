@@ -12,7 +12,7 @@ from specsteer.deployment import PROFILES, TracedGeneration, deployment_rows, gr
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.events import TraceStep
 from specsteer.stores import CellResult, GridPoint
-from specsteer.testing import tiny_pair
+from specsteer.tiny_models import tiny_pair
 
 ROW_KEYS = {"method", "rtt_ms", "measured_tok_per_s", "projected_tok_per_s", "rounds", "uplink_bytes",
             "downlink_bytes"}

@@ -28,7 +28,7 @@ from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate,
 from specsteer.history import parse_history
 from specsteer.models import load_pair, pair_chat_format
 from specsteer.registry import PAIRINGS, Pairing, pairing_status, resolve_pairing
-from specsteer.testing import (
+from specsteer.tiny_models import (
     BEGIN_OF_TEXT_ID,
     END_OF_TEXT_ID,
     EOT_ID,
@@ -83,7 +83,7 @@ def test_a_pair_takes_the_specialists_options_completed_by_the_generalists_and_b
 
 def test_a_tokenizer_without_a_template_gets_its_familys_turns_and_its_own_template_wins():
     from specsteer.chat import GEMMA3_CHAT
-    from specsteer.testing import tiny_tokenizer
+    from specsteer.tiny_models import tiny_tokenizer
 
     bare = tiny_tokenizer()
     bare.chat_template = None  # as the Gemma-3-270M base GGUF reads: no template

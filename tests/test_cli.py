@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specsteer import cli
-from specsteer.testing import tiny_pair
+from specsteer.tiny_models import tiny_pair
 
 SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "samples" / "review_user.jsonl"
 

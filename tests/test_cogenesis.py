@@ -17,7 +17,7 @@ from specsteer.history import HistoryError, parse_history
 from specsteer.methods import METHOD_INFO
 from specsteer.privacy import audit_uplink
 from specsteer.tasks import build_prompts
-from specsteer.testing import tiny_pair
+from specsteer.tiny_models import tiny_pair
 
 PROFILE = ("Age: 33\nName: Ada Park\nOccupation: Florist\n"
            "Privacy_info: Is saving money to open a second shop in Lisbon; Takes cello lessons every Tuesday")

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from specsteer.chat import CHATML_CHAT
-from specsteer.cloudservice import CloudService, ServiceError
+from specsteer.cloud_service import CloudService, ServiceError
 from specsteer.crosstok import (
     END,
     SYMBOLS,
@@ -25,7 +25,7 @@ from specsteer.crosstok import (
 from specsteer.decoding import Sampler, ratio_test
 from specsteer.engine import DecodeConfig, chat_ids, collect, generate_ids
 from specsteer.privacy import audit_uplink
-from specsteer.testing import (
+from specsteer.tiny_models import (
     CHAT_QUIET_IDS,
     IM_END_ID,
     tiny_cross_pair,

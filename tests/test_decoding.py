@@ -9,7 +9,7 @@ import torch
 
 from specsteer.decoding import Detokenizer, ForwardLog, Sampler, Stream, draft, recover, residual_test, steering_entries
 from specsteer.engine import DecodeConfig, collect, generate_ids
-from specsteer.testing import tiny_pair
+from specsteer.tiny_models import tiny_pair
 
 
 @pytest.fixture(scope="module")

@@ -31,7 +31,7 @@ from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.events import TraceStep
 from specsteer.link import Arrival, Link, Reply
 from specsteer.link_emulation import NO_LINK, LinkConditions, LinkEmulator
-from specsteer.testing import tiny_pair
+from specsteer.tiny_models import tiny_pair
 from specsteer.wire import DOWNLINK, UPLINK, CloudInfo, CloudReport, Draft, Open, Verdict, decode, encode
 
 # --------------------------------------------------------------------------- helpers

@@ -28,7 +28,7 @@ from specsteer.evaluate import (
 )
 from specsteer.events import GenerationStats
 from specsteer.stores import CellResult, GridPoint
-from specsteer.testing import tiny_pair
+from specsteer.tiny_models import tiny_pair
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = str(bundled_sample_path("review"))

@@ -6,7 +6,7 @@ import pytest
 
 from specsteer.decoding import PrivateSpanGuard
 from specsteer.engine import DecodeConfig, chat_ids, collect, generate_ids
-from specsteer.testing import tiny_pair
+from specsteer.tiny_models import tiny_pair
 
 N = 2  # short spans, so that the tiny random models copy some of them when unguarded (the control)
 

@@ -38,7 +38,7 @@ from specsteer.registry import (
     package_problems,
 )
 from specsteer.runtime import TransformersModel
-from specsteer.testing import IM_END_ID, TOKENIZER_SIZE, tiny_model, tiny_pair, tiny_tokenizer, write_tiny_gguf
+from specsteer.tiny_models import IM_END_ID, TOKENIZER_SIZE, tiny_model, tiny_pair, tiny_tokenizer, write_tiny_gguf
 
 
 @pytest.fixture(autouse=True)

@@ -11,12 +11,12 @@ import pytest
 
 from specsteer import engine
 from specsteer.cloud import Cloud
-from specsteer.cloudservice import CloudService
+from specsteer.cloud_service import CloudService
 from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, prepare
 from specsteer.history import HistoryItem
 from specsteer.link import InProcessCloud, Link, LocalTransport, Reply
 from specsteer.privacy import audit_uplink, audit_wire
-from specsteer.testing import tiny_pair
+from specsteer.tiny_models import tiny_pair
 from specsteer.wire import (
     DOWNLINK,
     PROTOCOL_VERSION,

@@ -13,7 +13,7 @@ import torch
 
 from specsteer.engine import DecodeConfig, chat_ids, collect, generate_ids
 from specsteer.reference import specsteer
-from specsteer.testing import tiny_pair
+from specsteer.tiny_models import tiny_pair
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,7 @@ from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate,
 from specsteer.history import HistoryItem
 from specsteer.link import CloudRefused, CloudUnreachable, Link, SessionGone, VersionMismatch
 from specsteer.privacy import audit_wire
-from specsteer.testing import tiny_pair
+from specsteer.tiny_models import tiny_pair
 from specsteer.wire import PROTOCOL_VERSION, Draft, Open, Verdict, encode
 
 # Each module server costs a process start (~10 s on a loaded 2-core machine): `-m "not slow"` skips them.

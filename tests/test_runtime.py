@@ -18,7 +18,7 @@ from specsteer.decoding import ForwardLog, Stream
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.models import assemble_pair
 from specsteer.runtime import PrefixCache, Sequence, TransformersModel
-from specsteer.testing import IM_END_ID, tiny_model, tiny_tokenizer, write_tiny_gguf
+from specsteer.tiny_models import IM_END_ID, tiny_model, tiny_tokenizer, write_tiny_gguf
 
 # How far a row may be from a fresh evaluation of the same tokens. llama.cpp on the tiny fp32 model
 # measured ~5e-4 between batched and single-token passes; its logits spread over a few units.

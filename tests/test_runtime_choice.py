@@ -23,7 +23,7 @@ from specsteer.machine import machine_info
 from specsteer.models import ModelLoadError, choose_runtime, runtime_choice
 from specsteer.registry import DEFAULT_PAIRING, PAIRINGS
 from specsteer.runtime import TransformersModel
-from specsteer.testing import tiny_model, write_tiny_gguf
+from specsteer.tiny_models import tiny_model, write_tiny_gguf
 
 
 @pytest.fixture

@@ -40,7 +40,7 @@ from specsteer.service import (
 )
 from specsteer.settings import GenerationSettings, SettingsError
 from specsteer.stores import NamedHistory, NewComparison, NewGeneration
-from specsteer.testing import TEST_PAIRING_ID, shared_tiny_pair
+from specsteer.tiny_models import TEST_PAIRING_ID, shared_tiny_pair
 from specsteer.wire import PROTOCOL_VERSION
 
 INPUT = "Write a review of a power bank with great battery life"
@@ -627,7 +627,7 @@ def test_the_operator_lists_the_clouds_and_holds_the_export_token():
 
 
 def test_a_cross_tokenizer_pair_generates_audits_and_refuses_a_method_it_cannot_run(store, history):
-    from specsteer.testing import CROSS_PAIRING_ID, shared_test_pair
+    from specsteer.tiny_models import CROSS_PAIRING_ID, shared_test_pair
 
     service = AppService(store=store, runs=None,
                          pairs=PairCatalog({CROSS_PAIRING_ID: lambda: shared_test_pair(CROSS_PAIRING_ID)}))

@@ -4,7 +4,7 @@ Nothing is loaded when the page is built: the first generation loads the pair (t
 its progress; ``load_pair`` caches it), so the page opens at once.
 
 Test-only hook: with ``SPECSTEER_TEST_PAIR=tiny`` in the environment the app offers a "tiny test
-pair" (``specsteer.testing.tiny_pair``, random weights, builds in about a second) as its default
+pair" (``specsteer.tiny_models.tiny_pair``, random weights, builds in about a second) as its default
 pairing. Tests of the UI, the HTTP API and the browser use it; a real deployment never sets it.
 """
 
@@ -18,8 +18,8 @@ import gradio as gr
 from specsteer.registry import DEFAULT_PAIRING, PAIRINGS, Pairing
 from specsteer.runtime import RUNTIME_CHOICES
 from specsteer.service import PairCatalog
-from specsteer.testing import TEST_PAIRING_ID as TINY_PAIRING_ID
-from specsteer.testing import shared_tiny_pair
+from specsteer.tiny_models import TEST_PAIRING_ID as TINY_PAIRING_ID
+from specsteer.tiny_models import shared_tiny_pair
 
 TEST_PAIR_ENV = "SPECSTEER_TEST_PAIR"
 TINY_LABEL = "Tiny random pair (tests only)"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specsteer.cloudservice import CloudService, ServiceError, ServiceLimits
+from specsteer.cloud_service import CloudService, ServiceError, ServiceLimits
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.link import (
     CloudRefused,
@@ -14,7 +14,7 @@ from specsteer.link import (
     VersionMismatch,
     cloud_error,
 )
-from specsteer.testing import tiny_pair
+from specsteer.tiny_models import tiny_pair
 from specsteer.wire import PROTOCOL_VERSION, Draft, Open, Tokens, Verdict, decode, encode
 
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specsteer.data import resolve_data_source
 from specsteer.evaluate import EvalSpec, run_grid
-from specsteer.models import cross_tokenizer_view, load_pair
+from specsteer.loading import cross_tokenizer_view, load_pair
 from specsteer.registry import DEFAULT_PAIRING
 from storage import SqlRunStore
 

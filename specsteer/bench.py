@@ -60,7 +60,7 @@ from .runtime import RUNTIME_CHOICES
 from .tasks import PromptPair
 
 if TYPE_CHECKING:
-    from .models import LoadedPair
+    from .loading import LoadedPair
 
 DEFAULT_METHODS = "slm,slm+,llm,sd,sd-plain,lightcosteer,costeer,specsteer"
 # The adaptive chooser picks k from the bound, so it gets the whole range: at the ~99 % per-token
@@ -476,7 +476,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _speed(args) -> int:
-    from .models import ModelLoadError, choose_runtime, load_pair
+    from .loading import choose_runtime, load_pair
+    from .models import ModelLoadError
     from .registry import DEFAULT_PAIRING, get_pairing
 
     log = _log
@@ -517,7 +518,8 @@ def _link(args) -> int:
     from .bench_link import link_rows, run_link_bench
     from .cloud_client import RemoteCloud
     from .cloud_process import start_cloud_process
-    from .models import ModelLoadError, load_pair
+    from .loading import load_pair
+    from .models import ModelLoadError
     from .registry import DEFAULT_PAIRING
     from .tiny_models import shared_test_pair
 

@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _list_pairings() -> int:
-    from .models import ModelLoadError, runtime_choice
+    from .loading import runtime_choice
+    from .models import ModelLoadError
     from .registry import PAIRINGS, pairing_status
 
     for pairing_id, pairing in PAIRINGS.items():
@@ -230,7 +231,8 @@ def _cloud_failed(error, as_json: bool) -> int:
 
 
 def _load(args, edge_only: bool = False):
-    from .models import ModelLoadError, load_pair
+    from .loading import load_pair
+    from .models import ModelLoadError
     from .registry import resolve_pairing
 
     try:

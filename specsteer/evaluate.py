@@ -82,7 +82,7 @@ from .tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair
 from .tiny_models import CROSS_PAIRING_ID, TEST_PAIRING_ID, shared_test_pair, shared_tiny_pair
 
 if TYPE_CHECKING:
-    from .models import LoadedPair
+    from .loading import LoadedPair
 
 WARMUP_TOKENS = 8
 NOISE_POOL_RECORDS = 64
@@ -129,7 +129,7 @@ class EvalSpec:
     extra_points: tuple[tuple[float, float], ...] = ()
     limit: int | None = None
     pairing: str = DEFAULT_PAIRING
-    runtime: str = "auto"  # "auto" | "llama.cpp" | "transformers" (models.choose_runtime); stored resolved
+    runtime: str = "auto"  # "auto" | "llama.cpp" | "transformers" (loading.choose_runtime); stored resolved
     dtype: str | None = None  # transformers only; None: models.default_dtype()
     max_new_tokens: int = 256
     draft_len: int = 4
@@ -297,7 +297,8 @@ def run_grid_events(
     finished when every cell is stored; a worker done with its share while others are not yet done
     leaves it running.
     """
-    from .models import choose_runtime, load_pair, resolve_dtype
+    from .loading import choose_runtime, load_pair
+    from .models import resolve_dtype
     from .registry import resolve_pairing
 
     spec.validate()

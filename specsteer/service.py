@@ -45,8 +45,9 @@ from .events import Finished, LinkMessage, TokenEvent
 from .exposure import Exposure
 from .facts import FactExposure, method_exposure, split_private_facts
 from .link import CloudEndpoint, CloudError, CloudRefused
+from .loading import LoadedPair, choose_runtime, load_pair
 from .methods import METHOD_INFO, METHODS
-from .models import LoadedPair, ModelLoadError, choose_runtime, load_pair
+from .models import ModelLoadError
 from .privacy import UplinkAudit, audit_uplink
 from .registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status
 from .settings import GenerationSettings, SettingsError, cloud_address, sentence

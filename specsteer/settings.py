@@ -80,7 +80,7 @@ class GenerationSettings:
     """Everything that decides one generation except the history and the input."""
 
     pairing: str
-    runtime: str = "auto"  # specsteer.runtime.RUNTIME_CHOICES; "auto": models.choose_runtime decides
+    runtime: str = "auto"  # specsteer.runtime.RUNTIME_CHOICES; "auto": loading.choose_runtime decides
     method: str = "specsteer"
     alpha: float = 0.1
     beta: float = 1.0

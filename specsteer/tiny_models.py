@@ -28,7 +28,7 @@ import zlib
 import torch
 
 from .chat import CHATML_CHAT
-from .models import LoadedPair, assemble_pair
+from .loading import LoadedPair, assemble_pair
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 ENDOFTEXT_ID, IM_START_ID, IM_END_ID = 256, 257, 258
@@ -266,7 +266,7 @@ def tiny_cross_pair(seed: int = 0, generalist_seed: int = 1, specialist_tokenize
                     quiet_ids: tuple[int, ...] = CHAT_QUIET_IDS) -> LoadedPair:
     """Two tiny models with different tokenizers: by default the Specialist reads tiny_tokenizer()
     (one id per byte) and the Generalist tiny_merged_tokenizer() (merged pairs over the same bytes)."""
-    from .models import assemble_cross_pair
+    from .loading import assemble_cross_pair
 
     small_tokenizer = specialist_tokenizer or tiny_tokenizer()
     large_tokenizer = generalist_tokenizer or tiny_merged_tokenizer()

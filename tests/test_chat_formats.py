@@ -14,7 +14,7 @@ import huggingface_hub.constants
 import pytest
 
 import storage
-from specsteer import models
+from specsteer import loading, models
 from specsteer.chat import (
     CHATML_CHAT,
     LLAMA3_CHAT,
@@ -26,7 +26,7 @@ from specsteer.chat import (
 from specsteer.data import sample_history_path
 from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, prepare
 from specsteer.history import parse_history
-from specsteer.models import load_pair, pair_chat_format
+from specsteer.loading import load_pair, pair_chat_format
 from specsteer.registry import PAIRINGS, Pairing, pairing_status, resolve_pairing
 from specsteer.tiny_models import (
     BEGIN_OF_TEXT_ID,
@@ -159,9 +159,9 @@ def hub_cache(tmp_path, monkeypatch) -> Path:
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path / "specsteer"))
-    models.clear_loaded_pairs()
+    loading.clear_loaded_pairs()
     yield cache
-    models.clear_loaded_pairs()
+    loading.clear_loaded_pairs()
 
 
 def put_in_hub_cache(cache: Path, repo_id: str, model, tokenizer) -> None:

@@ -18,7 +18,7 @@ SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "samples" / "review_us
 @pytest.fixture
 def tiny_models(monkeypatch):
     pair = tiny_pair()
-    monkeypatch.setattr("specsteer.models.load_pair", lambda *args, **kwargs: pair)
+    monkeypatch.setattr("specsteer.loading.load_pair", lambda *args, **kwargs: pair)
     return pair
 
 

@@ -390,7 +390,8 @@ def test_a_specialist_missing_some_bytes_recovers_only_into_bytes_it_can_spell(v
 def test_a_cross_tokenizer_pairing_loads_each_tokenizer_and_generates_from_a_request(tmp_path):
     from specsteer.engine import Request, generate
     from specsteer.history import HistoryItem
-    from specsteer.models import ModelLoadError, clear_loaded_pairs, load_pair
+    from specsteer.loading import clear_loaded_pairs, load_pair
+    from specsteer.models import ModelLoadError
     from specsteer.registry import ModelSpec, Pairing
 
     def saved(name: str, seed: int, vocab: int, tokenizer) -> ModelSpec:
@@ -425,7 +426,8 @@ def test_a_cross_tokenizer_pairing_loads_each_tokenizer_and_generates_from_a_req
 def test_the_papers_cross_pairing_fails_fast_without_a_hub(monkeypatch):
     import time
 
-    from specsteer.models import ModelLoadError, load_pair
+    from specsteer.loading import load_pair
+    from specsteer.models import ModelLoadError
     from specsteer.registry import PAIRINGS
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

@@ -21,7 +21,7 @@ def pair(request):
     import torch
 
     from conftest import require_cross_models
-    from specsteer.models import clear_loaded_pairs, load_pair
+    from specsteer.loading import clear_loaded_pairs, load_pair
 
     require_cross_models(request.param)
     torch.set_num_threads(2)  # real models: matrix work that two cores do share
@@ -37,7 +37,8 @@ def _prompt_ids(pair, prepared):
 
 
 def test_the_pair_keeps_two_tokenizers_and_the_llama_cpp_runtime_is_refused(pair):
-    from specsteer.models import ModelLoadError, load_pair
+    from specsteer.loading import load_pair
+    from specsteer.models import ModelLoadError
 
     assert pair.cross is not None and pair.runtime == "transformers"
     text = "Personalized generation across two vocabularies."

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 def pair(request):
     import torch
 
-    from specsteer.models import clear_loaded_pairs, load_pair
+    from specsteer.loading import clear_loaded_pairs, load_pair
     from specsteer.registry import DEFAULT_PAIRING
 
     if request.param == "llama.cpp":

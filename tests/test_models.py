@@ -15,16 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from specsteer import models
-from specsteer.models import (
-    ModelLoadError,
-    check_tokenizers_match,
-    load_model,
-    load_pair,
-    prepare_offline,
-    resolve_dtype,
-    shared_vocab_size,
-)
+from specsteer import loading, models
+from specsteer.loading import check_tokenizers_match, load_pair, shared_vocab_size
+from specsteer.models import ModelLoadError, load_model, prepare_offline, resolve_dtype
 from specsteer.registry import (
     CACHE_MARKER,
     DEFAULT_PAIRING,
@@ -45,9 +38,9 @@ from specsteer.tiny_models import IM_END_ID, TOKENIZER_SIZE, tiny_model, tiny_pa
 def isolated_cache(tmp_path, monkeypatch):
     """Every test gets its own model cache and an empty in-process pair cache."""
     monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path / "cache"))
-    models.clear_loaded_pairs()
+    loading.clear_loaded_pairs()
     yield
-    models.clear_loaded_pairs()
+    loading.clear_loaded_pairs()
 
 
 # --------------------------------------------------------------------------- helpers
@@ -329,7 +322,7 @@ def test_different_tokenizers_are_refused_before_the_generalist_loads(tmp_path, 
     other.add_special_tokens({"additional_special_tokens": ["<|extra|>"]})
     pairing = local_pairing(save_tiny(tmp_path / "a", 0, 320), save_tiny(tmp_path / "b", 1, 320, other))
     loaded: list[str] = []
-    monkeypatch.setattr(models, "load_model", lambda spec, *args, **kwargs: loaded.append(spec.name))
+    monkeypatch.setattr(loading, "load_model", lambda spec, *args, **kwargs: loaded.append(spec.name))
     with pytest.raises(ModelLoadError, match="[Cc]ross-tokenizer pairings are not supported yet"):
         load_pair(pairing, dtype="fp32")
     assert loaded == []

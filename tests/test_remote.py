@@ -286,7 +286,7 @@ def test_generate_cli_runs_the_edge_against_the_cloud(pair, server, monkeypatch,
 
     sample = Path(__file__).resolve().parents[1] / "assets" / "samples" / "review_user.jsonl"
     loads = []
-    monkeypatch.setattr("specsteer.models.load_pair", lambda *a, **k: loads.append(k) or pair)
+    monkeypatch.setattr("specsteer.loading.load_pair", lambda *a, **k: loads.append(k) or pair)
     arguments = ["generate", "--history", str(sample), "--task", "review", "--input", "Write a review of earbuds.",
                  "--max-new-tokens", "10", "--json"]
 

@@ -16,7 +16,7 @@ import torch
 from conftest import require_llamacpp
 from specsteer.decoding import ForwardLog, Stream
 from specsteer.engine import DecodeConfig, collect, generate_ids
-from specsteer.models import assemble_pair
+from specsteer.loading import assemble_pair
 from specsteer.runtime import PrefixCache, Sequence, TransformersModel
 from specsteer.tiny_models import IM_END_ID, tiny_model, tiny_tokenizer, write_tiny_gguf
 

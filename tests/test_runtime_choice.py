@@ -19,8 +19,9 @@ from specsteer import calibration as cal
 from specsteer import llamacpp
 from specsteer import llamacpp_probe as probe
 from specsteer.bench import auto_rows
+from specsteer.loading import choose_runtime, runtime_choice
 from specsteer.machine import machine_info
-from specsteer.models import ModelLoadError, choose_runtime, runtime_choice
+from specsteer.models import ModelLoadError
 from specsteer.registry import DEFAULT_PAIRING, PAIRINGS
 from specsteer.runtime import TransformersModel
 from specsteer.tiny_models import tiny_model, write_tiny_gguf
@@ -163,7 +164,7 @@ def test_the_estimate_charges_what_each_method_reads_and_decodes():
 
 def test_auto_uses_the_saved_calibration(cache, monkeypatch):
     monkeypatch.setattr(llamacpp, "status", lambda: (True, "llama-cpp-python (test)"))
-    monkeypatch.setattr("specsteer.models.converted_ready", lambda pairing: True)
+    monkeypatch.setattr("specsteer.loading.converted_ready", lambda pairing: True)
     pairing = PAIRINGS[DEFAULT_PAIRING]
     assert runtime_choice(pairing, method="specsteer").runtime == "llama.cpp"  # nothing measured yet
     target = cal.calibration_path(DEFAULT_PAIRING)

@@ -52,3 +52,32 @@ def test_the_pure_storage_modules_never_touch_the_database():
         modules = [module for module, _ in _imports(REPO / (name.replace(".", "/") + ".py"))]
         database = [m for m in modules if m.split(".")[0] == "sqlalchemy" or (m.startswith("storage.") and m not in pure)]
         assert database == [], name
+
+
+def _library_imports(name: str) -> set[str]:
+    """The specsteer modules that specsteer/<name>.py imports, relatively or absolutely, anywhere in it."""
+    found = set()
+    for node in ast.walk(ast.parse((REPO / "specsteer" / f"{name}.py").read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 1:
+            found |= {node.module} if node.module else {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("specsteer."):
+            found.add(node.module.split(".")[1])
+    return found
+
+
+def test_the_edge_and_the_cloud_meet_only_in_the_wire_format():
+    cloud_side = {"cloud", "cloud_service", "cloud_api", "cloud_server", "cloud_client", "cloud_process"}
+    assert _library_imports("wire") & (cloud_side | {"edge", "link", "link_emulation", "engine"}) == set()
+    assert _library_imports("edge") & (cloud_side | {"link", "engine"}) == set()
+    assert _library_imports("cloud") & {"edge", "link", "engine", "cloud_server", "cloud_client"} == set()
+    assert _library_imports("cloud_service") & {"edge", "link", "engine", "cloud_server", "cloud_client"} == set()
+    # The HTTP server and its client share only the API's contract.
+    assert "cloud_server" not in _library_imports("cloud_client")
+    assert "cloud_client" not in _library_imports("cloud_server")
+
+
+def test_the_wire_format_loads_without_torch():
+    probe = "import sys, specsteer.wire; print('torch' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -11,6 +11,7 @@ service (``specsteer.cloud_service``) holds one per session.
 from __future__ import annotations
 
 import math
+from typing import TypeVar
 
 import torch
 
@@ -69,12 +70,42 @@ class _CloudStreams:
 
     def next_tokens(self, count: int = 1) -> Tokens:
         """The ``generate`` rule (the ``llm`` baseline): the Generalist decodes alone, in its own ids."""
+        large = self._generalist_stream()
         ids = []
         for _ in range(count):
-            token = self._sampler.choose(self.large.predict(1)[0])
-            self.large.append([token])
+            token = self._sampler.choose(large.predict(1)[0])
+            large.append([token])
             ids.append(token)
-        return Tokens(ids)
+        return Tokens(tuple(ids))
+
+    def _generalist_stream(self) -> Stream:
+        """The Generalist's stream, which ``open`` started."""
+        if self.large is None:
+            raise RuntimeError("the Cloud session has not been opened")
+        return self.large
+
+    def _drafting_streams(self) -> tuple[Stream, Stream]:
+        """The Generalist's and the generic copy's streams of a session whose rule runs both."""
+        if self.large is None or self.generic is None:
+            raise RuntimeError("this Cloud session does not run the generic Specialist")
+        return self.large, self.generic
+
+
+_Opening = TypeVar("_Opening", bound=Open)
+
+
+def _opened(settings: _Opening | None) -> _Opening:
+    """A session's Open, which every request after it reads."""
+    if settings is None:
+        raise RuntimeError("the Cloud session has not been opened")
+    return settings
+
+
+def _needed(generic_rows: torch.Tensor | None, rule: str) -> torch.Tensor:
+    """The generic copy's rows, which ``rule`` always reads (``needs_generic`` opened its stream)."""
+    if generic_rows is None:
+        raise RuntimeError(f"the {rule} rule reads the generic Specialist, but this session does not run it")
+    return generic_rows
 
 
 class Cloud(_CloudStreams):
@@ -89,7 +120,7 @@ class Cloud(_CloudStreams):
         super().__init__(generalist, generic_specialist, forward_log)
         self._vocab_size = vocab_size
         self._settings: Open | None = None
-        self._rows: tuple[torch.Tensor, torch.Tensor] | None = None  # last verify rows, exact mode
+        self._rows: tuple[torch.Tensor, torch.Tensor | None] | None = None  # last verify rows, exact mode
 
     def open(self, message: Open) -> None:
         self._settings = message
@@ -112,21 +143,22 @@ class Cloud(_CloudStreams):
         if not -1 <= message.keep <= drafted:
             return f"keep must be between -1 and {drafted}"
         dropped = drafted - message.keep if message.keep >= 0 else 0
-        if len(self.large) - dropped + len(message.append) + len(message.draft) > self.capacity:
+        if len(self._generalist_stream()) - dropped + len(message.append) + len(message.draft) > self.capacity:
             return "the drafts run past the token budget the session was opened with"
         return None
 
     def verify(self, message: Draft) -> Verdict:
         """One round: score the drafts with both Cloud models in one pass each, then decide."""
-        settings = self._settings
+        settings = _opened(self._settings)
         if settings.rule == "exact":
             self._keep(message.keep)
-        streams = [s for s in (self.large, self.generic) if s is not None]
+        large = self._generalist_stream()
+        streams = [s for s in (large, self.generic) if s is not None]
         for stream in streams:
             stream.append(list(message.append + message.draft))
         drafts = list(message.draft)
         k = len(drafts)
-        large_rows = self.large.predict(k + 1)  # [k+1, V]
+        large_rows = large.predict(k + 1)  # [k+1, V]
         generic_rows = self.generic.predict(k + 1) if self.generic else None
 
         if settings.rule in ("exact", "costeer"):
@@ -134,7 +166,8 @@ class Cloud(_CloudStreams):
 
         self.last_ratios = []
         if settings.rule == "ratio":
-            accepted, self.last_ratios = ratio_test(large_rows, generic_rows, drafts, settings.alpha, self._sampler)
+            accepted, self.last_ratios = ratio_test(large_rows, _needed(generic_rows, "ratio"), drafts, settings.alpha,
+                                                     self._sampler)
         else:
             accepted = match_test(large_rows, drafts)
         self._rewind(accepted, k, large_rows, generic_rows)
@@ -143,18 +176,18 @@ class Cloud(_CloudStreams):
         generic_row = generic_rows[accepted] if generic_rows is not None else None
         beta = settings.beta if generic_row is not None else 0.0
         ids, values = steering_entries(large_rows[accepted], generic_row, beta, settings.top_k)
-        return Verdict(accepted, ids.tolist(), values.numpy())
+        return Verdict(accepted, tuple(ids.tolist()), values.numpy())
 
     def _send_rows(self, large_rows: torch.Tensor, generic_rows: torch.Tensor | None) -> Verdict:
         """Exact and CoSteer modes: the Edge decides, so it needs the Cloud's rows (no truncation for exact)."""
         self._rows = (large_rows, generic_rows)
-        settings = self._settings
+        settings = _opened(self._settings)
         if settings.rule == "costeer":
             # Candidates: the Generalist's top-k; both Cloud log-probs on them.
             log_large = torch.log_softmax(large_rows[-1], -1)
-            log_generic = torch.log_softmax(generic_rows[-1], -1)
+            log_generic = torch.log_softmax(_needed(generic_rows, "costeer")[-1], -1)
             ids, values = steering_entries(log_large, None, 0.0, settings.top_k)  # log p_L on its top-k
-            return Verdict(0, ids.tolist(), values.numpy(), log_generic[ids].numpy())
+            return Verdict(0, tuple(ids.tolist()), values.numpy(), log_generic[ids].numpy())
         public = large_rows - settings.beta * generic_rows if generic_rows is not None else large_rows
         return Verdict(0, values=public.reshape(-1).numpy())
 
@@ -169,9 +202,10 @@ class Cloud(_CloudStreams):
         """Forget the drafts after the first ``kept`` of ``drafted``; their rows replace the cut cache's logits."""
         if kept >= drafted:
             return
-        length = len(self.large) - (drafted - kept)
-        self.large.truncate(length, large_rows[kept])
-        if self.generic is not None:
+        large = self._generalist_stream()
+        length = len(large) - (drafted - kept)
+        large.truncate(length, large_rows[kept])
+        if self.generic is not None and generic_rows is not None:
             self.generic.truncate(length, generic_rows[kept])
 
 
@@ -232,26 +266,28 @@ class CrossCloud(_CloudStreams):
                 return f"an end id is followed by more {what}s"
         if message.append and message.append[-1] in small.stop_ids and message.draft:
             return "drafts after an end id"
-        if len(self.generic) + len(message.append) + len(message.draft) > self.capacity:
+        large, generic = self._drafting_streams()
+        if len(generic) + len(message.append) + len(message.draft) > self.capacity:
             return "the drafts run past the token budget the session was opened with"
         transfer = self._vocabularies.transfer
-        if len(self.large) + len(transfer(message.append)[0]) + len(transfer(message.draft)[0]) > self.large_capacity:
+        if len(large) + len(transfer(message.append)[0]) + len(transfer(message.draft)[0]) > self.large_capacity:
             return "the drafted text needs more Generalist tokens than the session was opened with"
         return None
 
     def verify(self, message: Draft) -> Verdict:
         from .crosstok import aligned_segments, public_symbol_values, ratios_per_draft, segment_test
 
-        settings = self._settings
+        settings = _opened(self._settings)
+        large, generic = self._drafting_streams()
         vocabularies = self._vocabularies
         appended_large = vocabularies.transfer(message.append)[0]
         drafts = list(message.draft)
         drafted_large, small_spans, large_spans = vocabularies.transfer(drafts)
-        self.large.append(appended_large + drafted_large)
-        self.generic.append(list(message.append) + drafts)
+        large.append(appended_large + drafted_large)
+        generic.append(list(message.append) + drafts)
         k, m = len(drafts), len(drafted_large)
-        large_rows = self.large.predict(m + 1)  # [m+1, V_L]
-        generic_rows = self.generic.predict(k + 1)  # [k+1, V_S]
+        large_rows = large.predict(m + 1)  # [m+1, V_L]
+        generic_rows = generic.predict(k + 1)  # [k+1, V_S]
         temperature = 1.0 if self._sampler.greedy else self._sampler.temperature
         large_log_probs = _log_probs_of(large_rows[:m], drafted_large, temperature)
         generic_log_probs = _log_probs_of(generic_rows[:k], drafts, temperature)
@@ -261,13 +297,13 @@ class CrossCloud(_CloudStreams):
         self.last_ratios = ratios_per_draft(segments, verdict.ratios)[: verdict.small_accepted + 1]
         small_kept, large_kept = verdict.small_accepted, verdict.large_accepted
         if small_kept < k:
-            self.large.truncate(len(self.large) - (m - large_kept), large_rows[large_kept])
-            self.generic.truncate(len(self.generic) - (k - small_kept), generic_rows[small_kept])
+            large.truncate(len(large) - (m - large_kept), large_rows[large_kept])
+            generic.truncate(len(generic) - (k - small_kept), generic_rows[small_kept])
         if small_kept == k and not settings.bonus:
             return Verdict(small_kept)
         symbols, values = public_symbol_values(large_rows[large_kept], vocabularies.large, generic_rows[small_kept],
                                                vocabularies.small, settings.beta, settings.top_k)
-        return Verdict(small_kept, symbols.tolist(), values.numpy())
+        return Verdict(small_kept, tuple(symbols.tolist()), values.numpy())
 
 
 def _log_probs_of(rows: torch.Tensor, ids: list[int], temperature: float) -> torch.Tensor:

@@ -393,14 +393,19 @@ def steering_entries(generalist_row: torch.Tensor, generic_row: torch.Tensor | N
     return ids, values
 
 
-def recover(ids: torch.Tensor, public_values: torch.Tensor, private_row: torch.Tensor, beta: float, sampler: Sampler) -> int:
+def recover(ids: torch.Tensor, public_values: torch.Tensor, private_row: torch.Tensor | None, beta: float,
+            sampler: Sampler) -> int:
     """Choose a token from the steered logits ``z = (z_L - beta z_S0) + beta z_S+`` (paper Eq. 8).
 
     Only the candidates the Cloud sent are eligible; the private term is added
-    on the Edge, so the Specialist's logits never leave the device.
+    on the Edge, so the Specialist's logits never leave the device. ``private_row`` may be None only
+    with beta = 0 (the Edge then does not read it).
     """
-    steered = public_values + beta * private_row[ids] if beta else public_values
-    return int(ids[sampler.choose(steered)])
+    if not beta:
+        return int(ids[sampler.choose(public_values)])
+    if private_row is None:
+        raise ValueError("steering with beta != 0 needs the Specialist's private logits row")
+    return int(ids[sampler.choose(public_values + beta * private_row[ids])])
 
 
 def costeer_refine(

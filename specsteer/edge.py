@@ -76,6 +76,7 @@ class Edge:
         if self.rule == "costeer":
             return Settlement(0, self._costeer_token(verdict), [])
         accepted = verdict.accepted
+        private_row: torch.Tensor | None
         if accepted < len(drafts):
             private_row = self._rewind(accepted)
         elif verdict.ids and may_extend:
@@ -114,12 +115,12 @@ class Edge:
         k = len(drafts)
         targets = public[:k] + self.beta * torch.stack(self._draft_rows) if k else public[:0]
         accepted, replacement, ratios = residual_test(targets, self._draft_rows, drafts, self.sampler)
-        if accepted < k:
+        if replacement is not None:  # a draft was rejected (accepted < k): its replacement is chosen
             self._rewind(accepted)
             chosen = replacement
         elif may_extend:
-            private_row = self._private_row_after_drafts()
-            chosen = self.sampler.choose(public[k] + self.beta * private_row if self.beta else public[k])
+            private_row = self._private_row_after_drafts()  # None when beta is 0
+            chosen = self.sampler.choose(public[k] if private_row is None else public[k] + self.beta * private_row)
         else:
             return Settlement(accepted, None, ratios)
         self.stream.append([chosen])
@@ -149,6 +150,8 @@ class CrossEdge(Edge):
     """The Edge of a cross-tokenizer pair: it drafts only ids the Generalist can be told about, and
     turns the Cloud's symbol values into a Specialist id (``crosstok.choose_symbol``)."""
 
+    allowed: torch.Tensor  # never None here: the ids whose text the Generalist can read
+
     def __init__(self, *args, vocabulary, **kwargs):
         from .crosstok import allowed_ids
 
@@ -161,6 +164,8 @@ class CrossEdge(Edge):
 
         if any(s >= SYMBOLS for s in verdict.ids) or len(verdict.ids) != verdict.values.size:
             raise ValueError("the Cloud's verdict does not name symbols of the common byte space")
+        if private_row is None:  # never: a cross pair reads its bonus row whatever beta (below)
+            raise ValueError("a cross-tokenizer Edge completes a symbol from its own logits row")
         symbol = choose_symbol(torch.tensor(verdict.ids), _tensor(verdict.values), private_row, self.vocabulary,
                                self.beta, self.sampler.choose)
         return complete_symbol(symbol, private_row, self.vocabulary, self.sampler.choose)

@@ -214,7 +214,7 @@ class Verdict:
         return (isinstance(other, Verdict) and self.accepted == other.accepted and self.ids == other.ids
                 and np.array_equal(self.values, other.values) and np.array_equal(self.extra, other.extra))
 
-    __hash__ = None  # holds arrays
+    # Unhashable (it holds arrays): a class that defines __eq__ and no __hash__ gets __hash__ = None.
 
     def summary(self) -> dict:
         """What a transcript keeps: ids in full up to 256, long float arrays only by size."""
@@ -240,7 +240,7 @@ class Tokens:
 
 
 Message = Open | CrossOpen | Draft | Verdict | Tokens
-MESSAGE_TYPES: dict[int, type] = {kind.code: kind for kind in (Open, CrossOpen, Draft, Verdict, Tokens)}
+MESSAGE_TYPES: dict[int, type[Message]] = {kind.code: kind for kind in (Open, CrossOpen, Draft, Verdict, Tokens)}
 
 
 def _check_session(session: bytes) -> None:
@@ -334,6 +334,7 @@ def decode_prefix(data: bytes, direction: str | None = None, offset: int = 0) ->
     """
     reader = _Reader(data, offset)
     version, code = reader.take(_HEADER)
+    message: Message
     if version != PROTOCOL_VERSION:
         raise UnsupportedVersion(version)
     kind = MESSAGE_TYPES.get(code)

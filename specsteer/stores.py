@@ -25,6 +25,8 @@ from .events import GenerationStats, LinkMessage, TokenEvent
 from .history import History
 from .settings import GenerationSettings
 
+# --------------------------------------------------------------------------- the evaluation grid's results
+
 RunStatus = Literal["pending", "running", "finished", "cancelled", "failed"]
 RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 

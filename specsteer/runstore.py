@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal, Protocol, get_args
 
 from .events import GenerationStats
@@ -70,6 +71,20 @@ class CellResult:
         return cell_key(self.record_id, self.point)
 
 
+@dataclass(frozen=True)
+class StoredRun:
+    """A run as stored, with the number of cells it has so far."""
+
+    id: int
+    name: str
+    config: Mapping[str, Any]
+    status: RunStatus
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    cell_count: int
+
+
 class RunStore(Protocol):
     """Runs by name, each with a config, a status and the cells computed so far.
 
@@ -97,3 +112,9 @@ class RunStore(Protocol):
     def cells(self, run_id: int) -> list[CellResult]:
         """The run's cells in the order they were saved."""
         ...
+
+    def runs(self) -> list[StoredRun]:
+        """Every run, newest first (what the dashboard lists)."""
+        ...
+
+    def run(self, run_id: int) -> StoredRun | None: ...

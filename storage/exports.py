@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+from specsteer.generationstore import slot_label
 from specsteer.jsonable import to_jsonable
-from storage.judgements import slot_label
 
 RATING_COLUMN_PREFIX = "rating:"
 

@@ -1,6 +1,7 @@
 """Which model pairings the UI offers, how it labels them, and which the app's service may load.
 
-Nothing is loaded when the page is built: the first generation loads the pair (the service reports
+:func:`pairing_picker` builds the one pairing picker the tabs use (dropdowns, notes, the remembered
+choice, its select event). Nothing is loaded when the page is built: the first generation loads the pair (the service reports
 its progress; ``load_pair`` caches it), so the page opens at once.
 
 Test-only hook: with ``SPECSTEER_TEST_PAIR=tiny`` in the environment the app offers a "tiny test
@@ -12,6 +13,9 @@ from __future__ import annotations
 
 import html
 import os
+from dataclasses import dataclass
+from functools import partial
+from typing import NamedTuple
 
 import gradio as gr
 
@@ -20,6 +24,7 @@ from specsteer.runtime import RUNTIME_CHOICES
 from specsteer.service import PairCatalog
 from specsteer.testing import TEST_PAIRING_ID as TINY_PAIRING_ID
 from specsteer.testing import shared_tiny_pair
+from ui.wiring import QUIET
 
 TEST_PAIR_ENV = "SPECSTEER_TEST_PAIR"
 TINY_LABEL = "Tiny random pair (tests only)"
@@ -77,8 +82,17 @@ def pairing_note(pairs: PairCatalog, pairing_id: str | None) -> str:
     return f"**{pairing.specialist.name} → {pairing.generalist.name}**: {pairing.description}  \n{state}: {note}"
 
 
-def pairing_selected(pairs: PairCatalog, pairing_id: str, previous: str):
-    """A pairing dropdown's choice -> (dropdown, note, runtime note, remembered pairing).
+class PairingChoice(NamedTuple):
+    """What a pairing dropdown's choice updates."""
+
+    dropdown: object
+    note: object
+    runtime_note: object
+    remembered: object  # the pairing a later unavailable choice goes back to
+
+
+def pairing_selected(pairs: PairCatalog, pairing_id: str, previous: str) -> PairingChoice:
+    """A pairing dropdown's choice -> its dropdown, notes and remembered pairing.
 
     An unavailable pairing is refused with one warning, and the dropdown goes back to the pairing
     chosen before, so what it shows is always what a run would use.
@@ -87,9 +101,40 @@ def pairing_selected(pairs: PairCatalog, pairing_id: str, previous: str):
         pairs.check(pairing_id)
     except ValueError as error:
         gr.Warning(html.escape(str(error)))
-        return previous, pairing_note(pairs, previous), pairs.runtime_note(previous), previous
-    return gr.skip(), pairing_note(pairs, pairing_id), pairs.runtime_note(pairing_id), pairing_id
+        return PairingChoice(previous, pairing_note(pairs, previous), pairs.runtime_note(previous), previous)
+    return PairingChoice(gr.skip(), pairing_note(pairs, pairing_id), pairs.runtime_note(pairing_id), pairing_id)
 
 
 def runtime_choices() -> list[tuple[str, str]]:
     return [(RUNTIME_LABELS[runtime], runtime) for runtime in RUNTIME_CHOICES]
+
+
+@dataclass(frozen=True)
+class PairingPicker:
+    """The components of a tab's pairing picker whose values a run reads."""
+
+    pairing: gr.Dropdown
+    runtime: gr.Dropdown
+
+
+def pairing_picker(pairs: PairCatalog, label: str, elem_prefix: str = "", runtime: str = "auto") -> PairingPicker:
+    """Builds, where it is called, the pairing and runtime dropdowns side by side, the pairing's note
+    and the runtime note under them, and the remembered choice (where an unavailable choice sends the
+    dropdown back); wires the dropdown's select event (:func:`pairing_selected`).
+
+    Element ids: ``{elem_prefix}pairing``, ``{elem_prefix}runtime``, ``{elem_prefix}runtime-note``.
+    """
+    default = default_pairing_id(pairs)
+    with gr.Row(equal_height=False):
+        pairing = gr.Dropdown(choices=pairing_choices(pairs), value=default, label=label, scale=2,
+                              elem_id=f"{elem_prefix}pairing")
+        runtime_dropdown = gr.Dropdown(choices=runtime_choices(), value=runtime, label="Runtime", scale=1,
+                                       elem_id=f"{elem_prefix}runtime")
+    remembered = gr.State(default)
+    note = gr.Markdown(pairing_note(pairs, default), elem_classes="ss-note")
+    runtime_note = gr.Markdown(pairs.runtime_note(default), elem_classes="ss-note",
+                               elem_id=f"{elem_prefix}runtime-note")
+    # .select, not .input: a dropdown reports one choice as two input events, which warned twice.
+    pairing.select(partial(pairing_selected, pairs), [pairing, remembered],
+                   list(PairingChoice(pairing, note, runtime_note, remembered)), **QUIET)
+    return PairingPicker(pairing, runtime_dropdown)

@@ -61,7 +61,7 @@ from .generationstore import (
     StoredComparison,
     StoredOutput,
 )
-from .history import MAX_UPLOAD_BYTES
+from .history import MAX_UPLOAD_BYTES, HistoryError, parse_history
 from .link import CloudEndpoint, CloudError, CloudRefused
 from .linkbench import deployment_rows
 from .methods import METHOD_INFO, METHODS
@@ -440,6 +440,16 @@ class AppService:
         prepared = prepare(Request(task=task, input_text=input_text, history=items, retrieval_k=retrieval_k,
                                    prompt_style=prompt_style, profile=profile))
         return _preview_of(prepared, task, len(items), retrieval_k, prompt_style)
+
+    @staticmethod
+    def read_history(path: str | Path) -> NamedHistory:
+        """An uploaded history file, named after the file (its own name: Gradio keeps it inside its
+        temporary folder). HistoryError saying where it is wrong, or that it is too large; OSError."""
+        name = Path(path).name
+        size = Path(path).stat().st_size
+        if size > MAX_UPLOAD_BYTES:
+            raise HistoryError(f"the file is {size / 1e6:.1f} MB; the limit is {MAX_UPLOAD_BYTES // (1024 * 1024)} MB")
+        return NamedHistory(parse_history(Path(path).read_bytes(), filename=name), f"“{name}”")
 
     # ----------------------------------------------------------------------- one generation
 

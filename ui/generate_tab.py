@@ -234,19 +234,13 @@ class GenerateTab:
         try:
             if not self.uploads(path):
                 raise HistoryError(NOT_AN_UPLOAD)
-            size = os.path.getsize(path)
-            if size > MAX_UPLOAD_BYTES:
-                raise HistoryError(f"the file is {size / 1e6:.1f} MB; the limit is "
-                                   f"{MAX_UPLOAD_BYTES // (1024 * 1024)} MB")
-            with open(path, "rb") as handle:
-                history = parse_history(handle.read(), filename=name)
+            loaded = self.service.read_history(path)
         except (HistoryError, OSError) as error:
             message = sentence(f"Could not read {name}: {error}")
             gr.Warning(render.esc(message))
             keep = f" Still using {current.name} ({len(current.history)} items)." if current else ""
             return UploadView(skip, render.message_box(message + keep, "error"), skip, skip)
-        loaded = NamedHistory(history, f"“{name}”")
-        return UploadView(loaded, history_summary(loaded), TASK_FOR_SCHEMA.get(history.schema, "free"), None)
+        return UploadView(loaded, history_summary(loaded), TASK_FOR_SCHEMA.get(loaded.history.schema, "free"), None)
 
     def preview(self, loaded: NamedHistory | None, task: str, input_text: str, retrieval_k: float,
                 prompt_style: str) -> str:

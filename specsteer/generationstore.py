@@ -183,7 +183,7 @@ class GenerationStore(Protocol):
         """ValueError when a generation id is unknown or a method appears twice."""
         ...
 
-    def comparisons(self, limit: int) -> list[StoredComparison]:
+    def recent_comparisons(self, limit: int) -> list[StoredComparison]:
         """The newest ``limit`` comparisons, newest first."""
         ...
 

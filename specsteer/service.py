@@ -259,6 +259,14 @@ class AnnotationExport:
     count: int
 
 
+@dataclass(frozen=True)
+class RunResults:
+    """A stored evaluation run with its cells, in the order they were saved."""
+
+    run: StoredRun
+    cells: tuple[CellResult, ...]
+
+
 class ExportRefused(ValueError):
     """This caller may not export every annotation (a public app without the operator's token)."""
 
@@ -677,7 +685,7 @@ class AppService:
 
     def saved_comparisons(self, limit: int = 100) -> list[StoredComparison]:
         """The newest saved comparisons, newest first."""
-        return self.store.comparisons(limit)
+        return self.store.recent_comparisons(limit)
 
     def reopen_comparison(self, comparison_id: int) -> StoredComparison:
         """A saved comparison for a new judgement: a blind one in a fresh random order, so that each
@@ -726,10 +734,14 @@ class AppService:
         """Every stored evaluation run, newest first."""
         return self.runs.runs()
 
-    def stored_run(self, run_id: int) -> tuple[StoredRun, list[CellResult]] | None:
+    def stored_run(self, run_id: int) -> StoredRun | None:
+        """A stored run (its name, config, status and cell count), or None when there is no run of that id."""
+        return self.runs.run(run_id)
+
+    def run_results(self, run_id: int) -> RunResults | None:
         """A stored run and its cells, or None when there is no run of that id."""
         run = self.runs.run(run_id)
-        return (run, self.runs.cells(run.id)) if run is not None else None
+        return RunResults(run, tuple(self.runs.cells(run.id))) if run is not None else None
 
     def keep_records(self, upload: str | Path, task: str) -> Path:
         """Keep an uploaded records file (so that a resumed run finds it) once it reads as ``task``'s records.

@@ -66,7 +66,7 @@ class SqlGenerationStore:
             history_id=comparison.history_id, url=self.url,
         )
 
-    def comparisons(self, limit: int) -> list[StoredComparison]:
+    def recent_comparisons(self, limit: int) -> list[StoredComparison]:
         return [_stored_comparison(row) for row in list_comparisons(limit=limit, url=self.url)]
 
     def comparison(self, comparison_id: int) -> StoredComparison | None:

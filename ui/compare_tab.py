@@ -152,11 +152,10 @@ class JudgementForm:
     ratings: tuple[int | None, ...]
 
     def scores(self, count: int) -> dict[str, dict[str, int | None]]:
-        """The ratings of the first ``count`` slots, by label and criterion."""
+        """The ratings of the first ``count`` slots, by label and criterion (missing ones: not rated)."""
         per_slot = len(RATING_CRITERIA)
-        return {slot_label(slot): {criterion: self.ratings[per_slot * slot + index] if
-                                   per_slot * slot + index < len(self.ratings) else None
-                                   for index, criterion in enumerate(RATING_CRITERIA)}
+        given = self.ratings + (None,) * max(0, per_slot * count - len(self.ratings))
+        return {slot_label(slot): dict(zip(RATING_CRITERIA, given[per_slot * slot:per_slot * (slot + 1)], strict=True))
                 for slot in range(count)}
 
 

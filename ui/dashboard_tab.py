@@ -324,11 +324,11 @@ class DashboardTab:
             return DashboardView(render.message_box(message, "error"), gr.skip(), gr.skip(), gr.skip(), gr.skip())
         runs = []
         for run_id in ids:
-            stored = self.service.stored_run(run_id)
+            stored = self.service.run_results(run_id)
             if stored is None:
                 return DashboardView(render.message_box(f"Run #{run_id} does not exist.", "error"),
                                      gr.skip(), gr.skip(), gr.skip(), gr.skip())
-            run, cells = stored
+            run, cells = stored.run, stored.cells
             runs.append((f"#{run.id} {run.name}", stored_rows(run.config, cells)))
             claims = claim_notes(cells) if len(ids) == 1 else []
         quality, acceptance, table = compared_figures(runs)
@@ -344,10 +344,9 @@ class DashboardTab:
         if ids is None:
             return DeploymentView(render.message_box("Choose a stored run above to project it.", "info"),
                                   None, None, sources)
-        stored = self.service.stored_run(ids[0])
-        if stored is None:
+        run = self.service.stored_run(ids[0])
+        if run is None:
             return DeploymentView(render.message_box(f"Run #{ids[0]} does not exist.", "error"), None, None, sources)
-        run, _cells = stored
         name = f"#{run.id} {run.name}"
         try:
             report = self.service.deployment(run.id, profile)
@@ -474,6 +473,8 @@ def build(service: AppService) -> PageRefresh:
         with gr.Accordion("The profile's numbers and their sources", open=False, elem_id="deployment-sources"):
             profile_sources = gr.HTML(render.profile_html(PROFILES[DEFAULT_PROFILE]), elem_id="deployment-profile-note")
 
+    # The grid's widgets by GridForm field name (building the form checks the names): run_batch gets
+    # their values as keyword arguments, the /evaluate endpoint's parameters.
     grid = GridForm(source=source, upload=upload, task=task, records=records, methods=methods, alphas=alphas,
                     betas=betas, pairing=picker.pairing, runtime=picker.runtime, max_new_tokens=max_new_tokens,
                     draft_len=draft_len, run_name=run_name)

@@ -563,7 +563,7 @@ def test_an_http_cloud_of_a_cross_pair_gives_the_in_process_output_and_sees_no_h
                 tokens, here = collect(generate(cross, prepared, config))
                 before = len(read_capture(capture))
                 remote_tokens, there = collect(generate(cross, prepared, config, cloud=remote))
-                assert [(t.id, t.kind) for t in remote_tokens] == [(t.id, t.kind) for t in tokens]
+                assert [(t.id, t.kind, t.segment) for t in remote_tokens] == [(t.id, t.kind, t.segment) for t in tokens]
                 exchanges = read_capture(capture)[before:]
                 uplink, downlink = [e.uplink for e in exchanges], [e.downlink for e in exchanges]
                 assert sum(map(len, uplink)) == there.stats.uplink_bytes

@@ -46,7 +46,7 @@ from .background import Background
 from .data import DataError, load_records
 from .deployment import DEFAULT_RTTS_MS, DeploymentProfile, get_profile
 from .engine import Prepared, Request, chat_ids, cross_tokenizer_problem, generate, prepare
-from .evaluate import EvalResult, EvalSpec, GridProgress, run_grid_events
+from .evaluate import EvalResult, EvalSpec, GridProgress, grid_method_problem, run_grid_events
 from .events import Finished, LinkMessage, TokenEvent
 from .exposure import ADMIN_TOKEN_ENV, Exposure
 from .facts import FactExposure, method_exposure, split_private_facts
@@ -629,6 +629,10 @@ class AppService:
         except ModelLoadError as error:
             yield Failed(sentence(str(error)))
             return
+        unavailable = grid_method_problem(pair, spec)
+        if unavailable:  # before a run is opened: nothing is stored
+            yield Failed(sentence(unavailable))
+            return
         yield Status("Reading the records…")
         try:
             yield from run_grid_events(spec, self.runs, pair=pair, cancel=cancel)
@@ -850,9 +854,11 @@ class AppService:
         if METHOD_INFO[finished.stats.method].device_only:
             return None
         tokenizer = pair.tokenizer
-        large_ids = chat_ids(pair.cross.tokenizer, prepared.prompts.plain, pair.cross.chat) if pair.cross else None
-        private = (chat_ids(tokenizer, prepared.prompts.private, pair.chat)
-                   if METHOD_INFO[finished.stats.method].sends_private_context else None)
+        sends_private = METHOD_INFO[finished.stats.method].sends_private_context
+        # The prompt the Cloud should have been given (llm+: the private one), in each model's ids.
+        expected = prepared.prompts.private if sends_private else prepared.prompts.plain
+        large_ids = chat_ids(pair.cross.tokenizer, expected, pair.cross.chat) if pair.cross else None
+        private = chat_ids(tokenizer, prepared.prompts.private, pair.chat) if sends_private else None
         audit = audit_uplink(finished.transcript, chat_ids(tokenizer, prepared.prompts.plain, pair.chat), tokens,
                              large_ids, private_prompt_ids=private)
         exposure = (method_exposure(finished.stats.method, facts, prepared.prompts, finished.stats.sent_text,

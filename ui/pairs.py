@@ -6,7 +6,8 @@ its progress; ``load_pair`` caches it), so the page opens at once.
 
 Test-only hook: with ``SPECSTEER_TEST_PAIR=tiny`` in the environment the app offers a "tiny test
 pair" (``specsteer.testing.tiny_pair``, random weights, builds in about a second) as its default
-pairing. Tests of the UI, the HTTP API and the browser use it; a real deployment never sets it.
+pairing, and beside it the tiny cross-tokenizer pair (``tiny-cross-test``: two tokenizers). Tests of
+the UI, the HTTP API and the browser use them; a real deployment never sets it.
 """
 
 from __future__ import annotations
@@ -19,15 +20,19 @@ from typing import NamedTuple
 
 import gradio as gr
 
+from specsteer.engine import CROSS_TOKENIZER_METHODS
+from specsteer.methods import METHOD_INFO
 from specsteer.registry import DEFAULT_PAIRING, PAIRINGS, Pairing
 from specsteer.runtime import RUNTIME_CHOICES
 from specsteer.service import PairCatalog
+from specsteer.testing import CROSS_PAIRING_ID as TINY_CROSS_PAIRING_ID
 from specsteer.testing import TEST_PAIRING_ID as TINY_PAIRING_ID
-from specsteer.testing import shared_tiny_pair
+from specsteer.testing import shared_test_pair, shared_tiny_pair
 from ui.wiring import QUIET
 
 TEST_PAIR_ENV = "SPECSTEER_TEST_PAIR"
 TINY_LABEL = "Tiny random pair (tests only)"
+TINY_CROSS_LABEL = "Tiny random pair, two tokenizers (tests only)"
 RUNTIME_LABELS = {"auto": "auto", "llama.cpp": "llama.cpp (GGUF, CPU)", "transformers": "transformers (PyTorch)"}
 
 
@@ -36,8 +41,11 @@ def test_pair_enabled() -> bool:
 
 
 def catalog() -> PairCatalog:
-    """The pairings this app may load: the registry's, and the tiny pair in test mode."""
-    return PairCatalog({TINY_PAIRING_ID: shared_tiny_pair} if test_pair_enabled() else {})
+    """The pairings this app may load: the registry's, and the tiny pairs in test mode."""
+    if not test_pair_enabled():
+        return PairCatalog()
+    return PairCatalog({TINY_PAIRING_ID: shared_tiny_pair,
+                        TINY_CROSS_PAIRING_ID: partial(shared_test_pair, TINY_CROSS_PAIRING_ID)})
 
 
 def default_pairing_id(pairs: PairCatalog) -> str:
@@ -62,7 +70,8 @@ def _short_reason(pairing: Pairing, note: str) -> str:
 
 def pairing_choices(pairs: PairCatalog) -> list[tuple[str, str]]:
     """(label, id) for the dropdown; pairings that cannot load here say so in their label."""
-    choices = [(TINY_LABEL, TINY_PAIRING_ID)] if TINY_PAIRING_ID in pairs.test_pairs else []
+    tiny = ((TINY_LABEL, TINY_PAIRING_ID), (TINY_CROSS_LABEL, TINY_CROSS_PAIRING_ID))
+    choices = [(label, pairing_id) for label, pairing_id in tiny if pairing_id in pairs.test_pairs]
     for pairing in PAIRINGS.values():
         ok, note = pairs.status(pairing.id)
         label = pairing.label if ok else f"{pairing.label} (unavailable: {_short_reason(pairing, note)})"
@@ -74,12 +83,26 @@ def pairing_note(pairs: PairCatalog, pairing_id: str | None) -> str:
     """Markdown describing a pairing and whether it can load (registry text only, trusted)."""
     if pairing_id == TINY_PAIRING_ID and pairing_id in pairs.test_pairs:
         return "**Tiny random pair**: random weights for automated tests; the output is gibberish."
+    if pairing_id == TINY_CROSS_PAIRING_ID and pairing_id in pairs.test_pairs:
+        return ("**Tiny random pair, two tokenizers**: random weights for automated tests (a byte Specialist, a "
+                f"merged-pairs Generalist); the output is gibberish.  \n{cross_methods_note()}")
     pairing = PAIRINGS.get(pairing_id or "")
     if pairing is None:
         return "Choose a pairing."
     ok, note = pairs.status(pairing.id)
     state = "✓ available" if ok else "✕ unavailable"
-    return f"**{pairing.specialist.name} → {pairing.generalist.name}**: {pairing.description}  \n{state}: {note}"
+    methods = f"  \n{cross_methods_note()}" if pairing.separate_tokenizers else ""
+    return (f"**{pairing.specialist.name} → {pairing.generalist.name}**: {pairing.description}  \n{state}: {note}"
+            f"{methods}")
+
+
+def cross_methods_note() -> str:
+    """What a pairing of two tokenizers runs (engine.CROSS_TOKENIZER_METHODS), and why not the rest."""
+    runs = [METHOD_INFO[method].label for method in CROSS_TOKENIZER_METHODS]
+    refused = [info.label for method, info in METHOD_INFO.items() if method not in CROSS_TOKENIZER_METHODS]
+    return (f"Two tokenizers: runs {', '.join(runs[:-1])} and {runs[-1]} (its drafts tested per segment of text "
+            f"that both tokenizers cut alike). {', '.join(refused)} and SpecSteer's exact-target variant need one "
+            "shared vocabulary and are refused.")
 
 
 class PairingChoice(NamedTuple):

@@ -36,6 +36,7 @@ from specsteer import background  # noqa: E402
 from specsteer.cloud_api import CLOUD_SECRET_ENV  # noqa: E402
 from specsteer.exposure import Exposure, secret_problem  # noqa: E402
 from specsteer.service import AppService  # noqa: E402
+from storage.db import data_dir  # noqa: E402
 from ui import compare_tab, dashboard_tab, generate_tab, pairs  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent / "assets"
@@ -70,14 +71,15 @@ def launch_options() -> dict:
 
 def build_service() -> AppService:
     """The one service every tab uses, on the database that ``DATABASE_URL`` / the data folder names; a
-    remote Cloud's shared secret comes from ``$SPECSTEER_CLOUD_SECRET`` (never from a form), and whether
+    remote Cloud's shared secret comes from ``$SPECSTEER_CLOUD_SECRET`` (never from a form); uploaded records
+files are kept in the data folder's ``uploads/`` (a resumed evaluation finds its file there); whether
     the app serves the public, with its operator's choices, from the environment (specsteer/exposure.py)."""
     secret = os.environ.get(CLOUD_SECRET_ENV)
     problem = secret_problem(secret, f"${CLOUD_SECRET_ENV}")
     if problem:
         raise SystemExit(f"error: {problem}")
     return AppService(store=storage.SqlGenerationStore(), runs=storage.SqlRunStore(), pairs=pairs.catalog(),
-                      cloud_secret=secret, exposure=Exposure.from_environment())
+                      cloud_secret=secret, exposure=Exposure.from_environment(), uploads=data_dir() / "uploads")
 
 
 def build_app(service: AppService | None = None) -> gr.Blocks:
@@ -89,15 +91,13 @@ def build_app(service: AppService | None = None) -> gr.Blocks:
             with gr.Tab("Generate", id="generate"):
                 controls = generate_tab.build(service)
             with gr.Tab("Compare & annotate", id="compare"):
-                stored = compare_tab.build(service, controls)
+                comparisons = compare_tab.build(service, controls)
             with gr.Tab("Dashboard", id="dashboard"):
                 runs = dashboard_tab.build(service)
         # Other users (or an earlier run of the app) may have stored comparisons and runs since
         # the page was built: list them afresh whenever a page opens.
-        demo.load(compare_tab.refresh_on_load, None, [stored.saved, stored.summary, stored.agreement],
-                  api_visibility="private", show_progress="hidden")
-        demo.load(lambda: gr.update(choices=dashboard_tab.run_choices()), None, runs, api_visibility="private",
-                  show_progress="hidden")
+        for stored in (comparisons, runs):
+            stored.on_load(demo)
     demo.queue(default_concurrency_limit=4, max_size=QUEUE_MAX_SIZE)
     return demo
 

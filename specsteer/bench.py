@@ -336,14 +336,20 @@ def prefix_reuse(pair: LoadedPair, prepared: Prepared, config: DecodeConfig) -> 
 
 
 def transformers_assisted(pair, prepared: Prepared, max_new_tokens: int) -> tuple[int, float]:
-    """transformers' own assisted generation on the same pair and prompt (greedy): the reference."""
+    """transformers' own assisted generation on the same pair and prompt (greedy): the reference. On a
+    cross-tokenizer pair, its universal assisted generation (the draft's text re-tokenized for the
+    Generalist), given both tokenizers; the prompt and the end ids are then the Generalist's."""
     generalist, specialist = pair.generalist.model, pair.specialist.model
-    input_ids = torch.tensor([chat_ids(pair.tokenizer, prepared.prompts.plain, pair.chat)], device=generalist.device)
-    eos = sorted(pair.eos_token_ids)
+    large = pair.cross
+    tokenizer, chat, stop_ids = (pair.tokenizer, pair.chat, pair.eos_token_ids) if large is None else (
+        large.tokenizer, large.chat, large.eos_token_ids)
+    tokenizers = {} if large is None else {"tokenizer": large.tokenizer, "assistant_tokenizer": pair.tokenizer}
+    input_ids = torch.tensor([chat_ids(tokenizer, prepared.prompts.plain, chat)], device=generalist.device)
+    eos = sorted(stop_ids)
     started = time.perf_counter()
     with torch.inference_mode():
         output = generalist.generate(input_ids, assistant_model=specialist, max_new_tokens=max_new_tokens,
-                                     do_sample=False, eos_token_id=eos, pad_token_id=eos[0])
+                                     do_sample=False, eos_token_id=eos, pad_token_id=eos[0], **tokenizers)
     seconds = time.perf_counter() - started
     return output.shape[1] - input_ids.shape[1], seconds
 
@@ -476,24 +482,32 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _speed(args) -> int:
+    from .engine import cross_tokenizer_problem
     from .loading import choose_runtime, load_pair
     from .models import ModelLoadError
     from .registry import DEFAULT_PAIRING, get_pairing
+    from .tiny_models import shared_test_pair
 
     log = _log
     try:
         cases = bench_cases(args.methods.split(","), [float(a) for a in args.alpha.split(",")],
                             args.draft_len.split(","), args.max_new_tokens)
         pairing = args.pairing or DEFAULT_PAIRING
+        test_pair = shared_test_pair(pairing)  # random tiny models (tests): transformers, one row per case
         # "auto" is a row of its own: for each method, the row of the runtime auto picks for it (both are
         # measured in this run, so the auto row is a measurement, not an estimate).
         auto_picks = ({case.config.method: choose_runtime(get_pairing(pairing), "auto", log, method=case.config.method)
-                       for case in cases} if "auto" in args.runtime else {})
-        pairs = []
-        for runtime in dict.fromkeys([*(r for r in args.runtime if r != "auto"), *auto_picks.values()]):
+                       for case in cases} if "auto" in args.runtime and test_pair is None else {})
+        pairs = [test_pair] if test_pair is not None else []
+        runtimes = [*(r for r in args.runtime if r != "auto"), *auto_picks.values()] if test_pair is None else []
+        for runtime in dict.fromkeys(runtimes):
             pair = load_pair(pairing, dtype=args.dtype, progress=log, runtime=runtime)
             if pair.runtime not in {p.runtime for p in pairs}:
                 pairs.append(pair)
+        unavailable = next(filter(None, (cross_tokenizer_problem(pair, case.config) for pair in pairs
+                                         for case in cases)), None)
+        if unavailable:  # a cross-tokenizer pair runs only some methods: refused before any is timed
+            raise ValueError(unavailable)
     except (ValueError, KeyError, ModelLoadError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -171,7 +171,7 @@ def _fail(message: str, code: int) -> int:
 
 
 def _generate(args) -> int:
-    from .engine import DecodeConfig, Request, generate
+    from .engine import DecodeConfig, Request, cross_tokenizer_problem, generate
     from .history import HistoryError, parse_history
 
     config = DecodeConfig(
@@ -207,9 +207,12 @@ def _generate(args) -> int:
     try:
         if cloud is not None:
             cloud.info()  # before loading anything: an unreachable or mismatched Cloud fails at once
-        pair = _load(args, edge_only=cloud is not None)
+        pair = _test_pair_or_load(args, edge_only=cloud is not None)
         if isinstance(pair, int):
             return pair
+        unavailable = cross_tokenizer_problem(pair, config)
+        if unavailable:
+            return _fail(unavailable, 2)
         events = generate(pair, prepared, config, threading.Event(), cloud=cloud, conditions=conditions)
         if args.json:
             return _print_json(events)
@@ -282,14 +285,20 @@ def _serve_cloud(args) -> int:
 
 
 def _cloud_pair(args):
-    from .tiny_models import shared_test_pair
-
-    test_pair = shared_test_pair(args.pairing)  # random tiny models: the test hook of the evaluate CLI and the app
-    if test_pair is not None:
-        return test_pair
     args.specialist = args.generalist = None
     args.json = False
-    return _load(args)
+    return _test_pair_or_load(args)
+
+
+def _test_pair_or_load(args, edge_only: bool = False):
+    """The pair ``args.pairing`` names: a test pairing's random tiny models (``tiny-test``,
+    ``tiny-cross-test``: the test hook of the evaluate CLI and the app), else :func:`_load`."""
+    from .tiny_models import shared_test_pair
+
+    test_pair = shared_test_pair(args.pairing)
+    if test_pair is not None:
+        return test_pair
+    return _load(args, edge_only=edge_only)
 
 
 def _print_json(events) -> int:

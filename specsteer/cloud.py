@@ -275,14 +275,14 @@ class CrossCloud(_CloudStreams):
         return None
 
     def verify(self, message: Draft) -> Verdict:
-        from .crosstok import aligned_segments, public_symbol_values, ratios_per_draft, segment_test
+        from .crosstok import public_symbol_values, ratios_per_draft, segment_test
 
         settings = _opened(self._settings)
         large, generic = self._drafting_streams()
         vocabularies = self._vocabularies
         appended_large = vocabularies.transfer(message.append)[0]
         drafts = list(message.draft)
-        drafted_large, small_spans, large_spans = vocabularies.transfer(drafts)
+        drafted_large, segments = vocabularies.draft_segments(drafts)
         large.append(appended_large + drafted_large)
         generic.append(list(message.append) + drafts)
         k, m = len(drafts), len(drafted_large)
@@ -291,7 +291,6 @@ class CrossCloud(_CloudStreams):
         temperature = 1.0 if self._sampler.greedy else self._sampler.temperature
         large_log_probs = _log_probs_of(large_rows[:m], drafted_large, temperature)
         generic_log_probs = _log_probs_of(generic_rows[:k], drafts, temperature)
-        segments = aligned_segments(small_spans, large_spans) if k else []
         uniform = None if self._sampler.greedy else self._sampler.uniform
         verdict = segment_test(large_log_probs, generic_log_probs, segments, settings.alpha, uniform)
         self.last_ratios = ratios_per_draft(segments, verdict.ratios)[: verdict.small_accepted + 1]

@@ -445,3 +445,9 @@ class CrossVocabularies:
         data, ended = self.small.spell(list(small_ids))
         large_ids = self.large.encode(data) + ([self.large.end_id] if ended else [])
         return large_ids, span_lengths(self.small, small_ids), span_lengths(self.large, large_ids)
+
+    def draft_segments(self, drafts: Sequence[int]) -> tuple[list[int], list[Segment]]:
+        """A round's drafts as the Cloud tests them: the Generalist's ids for their text, and the
+        segments (:func:`aligned_segments`). The Edge calls it too, to show each draft's segment."""
+        large_ids, small_spans, large_spans = self.transfer(drafts)
+        return large_ids, (aligned_segments(small_spans, large_spans) if drafts else [])

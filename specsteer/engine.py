@@ -21,7 +21,9 @@ llm+          --         Generalist given the private prompt (sends the private 
 
 On a cross-tokenizer pair (``pair.cross``; specsteer.crosstok) the same loop runs with a
 CrossEdge and a CrossCloud: ``CROSS_TOKENIZER_METHODS`` only, tokens stay the Specialist's ids (the
-``llm`` baseline's are the Generalist's), and every other method is refused before anything runs.
+``llm`` and ``llm+`` baselines' are the Generalist's), and every other method is refused before anything
+runs. A drafted token's event names its place in the segment the cross test accepted or refused
+(``TokenEvent.segment``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 
 import torch
 
@@ -38,15 +41,30 @@ from .chat import PLAIN_CHAT, ChatFormat
 from .decoding import Detokenizer, ForwardLog, PrivateSpanGuard, Sampler
 from .deployment import PassCost, PassSample, fit_pass_cost, flat_cost
 from .edge import CrossEdge, Edge
-from .events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM, Finished, GenerationStats, TokenEvent
+from .events import (
+    EDGE_STREAM,
+    GENERALIST_STREAM,
+    GENERIC_STREAM,
+    Finished,
+    GenerationStats,
+    SegmentPlace,
+    TokenEvent,
+)
 from .link import CloudEndpoint, CloudError, CloudRefused, CloudUnreachable, InProcessCloud, Link
 from .link_emulation import LinkConditions
 from .methods import METHOD_INFO, METHODS
 from .wire import MAX_DRAFT_LEN, MAX_NEW_TOKENS, CrossOpen, Draft, Open
 
 # What runs on a cross-tokenizer pair (specsteer.crosstok): SpecSteer's ratio rule and LightCoSteer
-# (rounds of no drafts) over the common byte space, the device-only baselines and the Generalist alone.
-CROSS_TOKENIZER_METHODS = ("slm", "slm+", "llm", "lightcosteer", "specsteer")
+# (rounds of no drafts) over the common byte space, the device-only baselines and the Generalist alone
+# (given the plain prompt, or for llm+ the private one, each rendered by its own tokenizer).
+CROSS_TOKENIZER_METHODS = ("slm", "slm+", "llm", "llm+", "lightcosteer", "specsteer")
+# Why the others do not.
+_ONE_VOCABULARY_ONLY = {
+    "sd": "its test asks whether the Generalist would choose the very token id drafted (or, sampling, resamples "
+          "from p_L's residual), which needs one vocabulary",
+    "costeer": "its iterative refinement runs on the three models' distributions over one shared vocabulary",
+}
 
 
 @dataclass
@@ -160,19 +178,28 @@ def generate(pair, request: Request | Prepared, config: DecodeConfig,
     # streams), so those two read identical ids by construction.
     plain_ids = chat_ids(tokenizer, prepared.prompts.plain, pair.chat)
     private_ids = chat_ids(tokenizer, prepared.prompts.private, pair.chat)
-    # A cross-tokenizer Generalist reads the same plain prompt rendered by its own tokenizer.
-    large_ids = chat_ids(pair.cross.tokenizer, prepared.prompts.plain, pair.cross.chat) if pair.cross else None
-    return _run(pair, plain_ids, private_ids, config, cancel or threading.Event(), cloud, conditions, large_ids)
+    # A cross-tokenizer Generalist reads the same plain prompt rendered by its own tokenizer (llm+, the
+    # reference that sends the private context, the private one).
+    large_ids = private_large_ids = None
+    if pair.cross is not None:
+        large_ids = chat_ids(pair.cross.tokenizer, prepared.prompts.plain, pair.cross.chat)
+        if METHOD_INFO[config.method].sends_private_context:
+            private_large_ids = chat_ids(pair.cross.tokenizer, prepared.prompts.private, pair.cross.chat)
+    return _run(pair, _Prompts(plain_ids, private_ids, large_ids, private_large_ids), config,
+                cancel or threading.Event(), cloud, conditions)
 
 
 def generate_ids(pair, plain_ids: list[int], private_ids: list[int], config: DecodeConfig,
                  cancel: threading.Event | None = None, *, cloud: CloudEndpoint | None = None,
                  conditions: LinkConditions | None = None,
-                 plain_large_ids: list[int] | None = None) -> Iterator[TokenEvent | Finished]:
+                 plain_large_ids: list[int] | None = None,
+                 private_large_ids: list[int] | None = None) -> Iterator[TokenEvent | Finished]:
     """``generate`` on already tokenized prompts (tests and benchmarks); a cross-tokenizer pair also
-    needs ``plain_large_ids``, the plain prompt in the Generalist's ids."""
+    needs ``plain_large_ids``, the plain prompt in the Generalist's ids (and llm+ ``private_large_ids``,
+    the private one)."""
     config.validate()
-    return _run(pair, plain_ids, private_ids, config, cancel or threading.Event(), cloud, conditions, plain_large_ids)
+    return _run(pair, _Prompts(plain_ids, private_ids, plain_large_ids, private_large_ids), config,
+                cancel or threading.Event(), cloud, conditions)
 
 
 def cross_tokenizer_problem(pair, config: DecodeConfig) -> str | None:
@@ -180,8 +207,9 @@ def cross_tokenizer_problem(pair, config: DecodeConfig) -> str | None:
     if pair.cross is None:
         return None
     if config.method not in CROSS_TOKENIZER_METHODS:
+        reason = _ONE_VOCABULARY_ONLY.get(config.method, "it compares the two models token id by token id")
         return (f"{METHOD_INFO[config.method].label} is not available on a cross-tokenizer pairing "
-                f"({pair.pairing_id}): its test compares the two models token id by token id. "
+                f"({pair.pairing_id}): {reason}. "
                 f"Available here: {', '.join(METHOD_INFO[m].label for m in CROSS_TOKENIZER_METHODS)}.")
     if config.method == "specsteer" and config.exact:
         return ("SpecSteer's exact-target variant is not available on a cross-tokenizer pairing: its residual "
@@ -229,30 +257,34 @@ class _Output:
             self.stop_reason = "cancelled"
         return self.stop_reason is None
 
-    def _event(self, token: int, text: str, kind: str, round_: int, ratio: float | None) -> TokenEvent:
-        return TokenEvent(token, text, kind, round_, ratio, self.link.totals["uplink"], self.link.totals["downlink"])
+    def _event(self, token: int, text: str, kind: str, round_: int, ratio: float | None,
+               segment: SegmentPlace | None = None) -> TokenEvent:
+        return TokenEvent(token, text, kind, round_, ratio, self.link.totals["uplink"], self.link.totals["downlink"],
+                          segment)
 
     @property
     def remaining(self) -> int:
         return self.max_new_tokens - len(self.detokenizer.ids)
 
-    def emit(self, token: int, kind: str, round_: int, ratio: float | None = None) -> TokenEvent:
+    def emit(self, token: int, kind: str, round_: int, ratio: float | None = None,
+             segment: SegmentPlace | None = None) -> TokenEvent:
         is_end = token in self.stop_ids
         last = is_end or self.remaining == 1
         piece = self.detokenizer.push(token, final=last)
         self.pieces.append(piece)
         if last:
             self.stop_reason = "eos" if is_end else "length"
-        return self._event(token, piece, kind, round_, ratio)
+        return self._event(token, piece, kind, round_, ratio, segment)
 
-    def rejected(self, drafts: list[int], round_: int, ratio: float | None) -> list[TokenEvent]:
+    def rejected(self, drafts: list[int], round_: int, ratio: float | None,
+                 segments: Sequence[SegmentPlace | None]) -> list[TokenEvent]:
         """The refused draft and the unverified drafts after it, each with the text it would have added."""
         events = []
         shown = ""
-        for i, token in enumerate(drafts):
+        for i, (token, segment) in enumerate(zip(drafts, segments)):
             text = self.detokenizer.peek(drafts[: i + 1])
             piece = text[len(shown):] if text.startswith(shown) else text
-            events.append(self._event(token, piece, "rejected", round_, ratio if i == 0 else None))
+            events.append(self._event(token, piece, "rejected", round_, ratio if i == 0 else None, segment))
             shown = text
         return events
 
@@ -260,22 +292,25 @@ class _Output:
         return bool(tokens) and tokens[-1] in self.stop_ids
 
 
-def _run(pair, plain_ids, private_ids, config: DecodeConfig, cancel: threading.Event,
-         cloud: CloudEndpoint | None, conditions: LinkConditions | None, plain_large_ids: list[int] | None = None):
+def _run(pair, pair_prompts: _Prompts, config: DecodeConfig, cancel: threading.Event,
+         cloud: CloudEndpoint | None, conditions: LinkConditions | None):
     problem = cross_tokenizer_problem(pair, config)
     if problem:
         raise ValueError(problem)
-    if pair.cross is not None and not plain_large_ids and not METHOD_INFO[config.method].device_only:
-        raise ValueError("a cross-tokenizer pair needs the plain prompt in the Generalist's ids too")
+    if pair.cross is not None and not METHOD_INFO[config.method].device_only:
+        if not pair_prompts.plain_large:
+            raise ValueError("a cross-tokenizer pair needs the plain prompt in the Generalist's ids too")
+        if METHOD_INFO[config.method].sends_private_context and not pair_prompts.private_large:
+            raise ValueError(f"{METHOD_INFO[config.method].label} on a cross-tokenizer pair needs the private "
+                             "prompt in the Generalist's ids too")
     started = time.perf_counter()
     forward_log = ForwardLog()
     # The one place where in-process and remote differ: which transport the link gets.
     link = Link((cloud or InProcessCloud(pair)).transport(), forward_log, conditions)
-    if pair.cross is not None and config.method == "llm":  # the Generalist's own ids come down
+    if pair.cross is not None and METHOD_INFO[config.method].cloud_decodes:  # the Generalist's own ids come down
         output = _Output(pair.cross.tokenizer, config.max_new_tokens, pair.cross.eos_token_ids, link, cancel)
     else:
         output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids, link, cancel)
-    pair_prompts = _Prompts(plain_ids, private_ids, plain_large_ids)
     stats = GenerationStats(method=config.method)
     edge_sends = METHOD_INFO[config.method].edge_sends_tokens
     sent: list[str] = []  # the text of every id the Edge sent, rejected drafts included (privacy audits)
@@ -325,11 +360,12 @@ def _finished(pair, output: _Output, stats: GenerationStats, link: Link, started
 @dataclass(frozen=True)
 class _Prompts:
     """A generation's prompts: the plain one and the private one in the Specialist's ids, and on a
-    cross-tokenizer pair the plain one in the Generalist's ids."""
+    cross-tokenizer pair the plain one in the Generalist's ids (and, for llm+, the private one)."""
 
     plain: list[int]
     private: list[int]
     plain_large: list[int] | None = None
+    private_large: list[int] | None = None
 
 
 def _loop(pair, prompts: _Prompts, config, output, link, stats):
@@ -385,7 +421,7 @@ def _cloud_only(pair, prompts: _Prompts, config, output, link):
     trip per token). llm+ is the privacy-violating reference: the Cloud is opened on the private prompt."""
     _shared_vocabulary(pair, link)
     if METHOD_INFO[config.method].sends_private_context:
-        opening = _opening(pair, link, prompts.private, config, "generate", 0.0)
+        opening = _opening(pair, link, prompts.private, config, "generate", 0.0, prompts.private_large)
     else:
         opening = _opening(pair, link, prompts.plain, config, "generate", 0.0, prompts.plain_large)
     stream = link.open(opening)
@@ -423,18 +459,32 @@ def _speculative(pair, prompts: _Prompts, config, output, link, stats):
                  pair.eos_token_ids, rule, beta)
     options = dict(costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
                    draft_confidence=config.draft_confidence, max_new_tokens=config.max_new_tokens, guard=guard)
+    places = _no_segments
     if pair.cross is not None:
         edge = CrossEdge(*arguments, vocabulary=pair.cross.vocabularies.small, **options)
+        places = partial(_segment_places, pair.cross.vocabularies)
     else:
         edge = Edge(*arguments, **options)
     try:
-        yield from _rounds(edge, config, rule, every_token, output, link, stats)
+        yield from _rounds(edge, config, rule, every_token, output, link, stats, places)
     finally:
         edge.close()
 
 
-def _rounds(edge, config, rule, every_token, output, link, stats):
-    """Draft -> Verify -> Recover, one round per iteration."""
+def _no_segments(drafts: list[int]) -> list[SegmentPlace | None]:
+    """One vocabulary: every draft is tested on its own, and its event names no segment."""
+    return [None] * len(drafts)
+
+
+def _segment_places(vocabularies, drafts: list[int]) -> list[SegmentPlace | None]:
+    """Each draft's place in the segments the Cloud tests them in (the Cloud's own cut, recomputed here
+    from the same text: the Edge holds both vocabularies)."""
+    _, segments = vocabularies.draft_segments(drafts)
+    return [SegmentPlace(position, segment.drafts) for segment in segments for position in range(segment.drafts)]
+
+
+def _rounds(edge, config, rule, every_token, output, link, stats, places=_no_segments):
+    """Draft -> Verify -> Recover, one round per iteration. ``places``: each draft's segment place."""
     forward_log = link.forward_log
     chosen_kind = "plain" if every_token else None
     append: list[int] = []
@@ -457,12 +507,14 @@ def _rounds(edge, config, rule, every_token, output, link, stats):
         stats.drafted += len(drafts)
         stats.accepted += settled.accepted
         stats.verified += min(settled.accepted + 1, len(drafts))
+        segments = places(drafts) if drafts else []
         for position, token in enumerate(drafts[: settled.accepted]):
-            yield output.emit(token, "accepted", round_, _at(ratios, position))
+            yield output.emit(token, "accepted", round_, _at(ratios, position), segments[position])
             if output.done:
                 return
         if settled.accepted < len(drafts):
-            yield from output.rejected(drafts[settled.accepted:], round_, _at(ratios, settled.accepted))
+            yield from output.rejected(drafts[settled.accepted:], round_, _at(ratios, settled.accepted),
+                                       segments[settled.accepted:])
         if settled.chosen is not None:
             kind = chosen_kind or ("recovered" if settled.accepted < len(drafts) else "bonus")
             yield output.emit(settled.chosen, kind, round_)

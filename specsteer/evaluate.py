@@ -306,6 +306,8 @@ def run_grid_events(
     if not 0 <= shard_index < shard_count:
         raise ValueError(f"shard must be i/n with 0 <= i < n (got {shard_index}/{shard_count})")
     cancel = cancel or threading.Event()
+    if pair is not None:  # refused before a run is opened in the store (a pair loaded here: once loaded)
+        _check_methods_run_on(pair, spec)
     records, prepared = load_evaluation_records(spec)
     pairing = None if pair is not None else resolve_pairing(spec.pairing)
     runtime = pair.runtime if pair is not None else choose_runtime(pairing, spec.runtime)
@@ -345,14 +347,22 @@ def run_grid_events(
     yield EvalResult(run_id, name, status, computed, stored, summarize(stored, spec.task, prompts, facts))
 
 
-def _check_methods_run_on(pair: LoadedPair, spec: EvalSpec) -> None:
-    """Refuse, before any cell runs, a grid with a method the pair cannot run (a cross-tokenizer pair)."""
+def grid_method_problem(pair: LoadedPair, spec: EvalSpec) -> str | None:
+    """Why the grid holds a method the pair cannot run (a cross-tokenizer pair runs only some), or None."""
     from .engine import cross_tokenizer_problem
 
     for point in spec.points():
         problem = cross_tokenizer_problem(pair, decode_config(point, spec))
         if problem:
-            raise ValueError(problem)
+            return problem
+    return None
+
+
+def _check_methods_run_on(pair: LoadedPair, spec: EvalSpec) -> None:
+    """Refuse, before any cell runs, a grid with a method the pair cannot run."""
+    problem = grid_method_problem(pair, spec)
+    if problem:
+        raise ValueError(problem)
 
 
 def run_grid(

@@ -24,6 +24,25 @@ STREAMS = (EDGE_STREAM, GENERIC_STREAM, GENERALIST_STREAM)
 
 
 @dataclass(frozen=True)
+class SegmentPlace:
+    """Where a drafted token sits in its segment on a cross-tokenizer pair (specsteer.crosstok): the
+    stretch of the draft between two offsets where both tokenizations have a boundary, which the
+    Cloud accepts or refuses as a whole. ``position`` counts from 0; ``size`` is the segment's number
+    of Specialist tokens."""
+
+    position: int
+    size: int
+
+    @property
+    def first(self) -> bool:
+        return self.position == 0
+
+    @property
+    def last(self) -> bool:
+        return self.position == self.size - 1
+
+
+@dataclass(frozen=True)
 class TokenEvent:
     """One token shown to the user.
 
@@ -34,7 +53,8 @@ class TokenEvent:
     piece is what it would have added, and it is not part of the output.
     ``ratio`` is the verification ratio p_L(y) / (alpha * p_S0(y)) where one
     was computed. ``uplink_bytes`` / ``downlink_bytes`` are the link's running
-    totals when the token was shown, for live displays.
+    totals when the token was shown, for live displays. ``segment``: on a cross-tokenizer pair, a
+    draft's place in the segment the Cloud tested (None for every other token).
     """
 
     id: int
@@ -44,14 +64,19 @@ class TokenEvent:
     ratio: float | None = None
     uplink_bytes: int = 0
     downlink_bytes: int = 0
+    segment: SegmentPlace | None = None
 
     @property
     def emitted(self) -> bool:
         return self.kind in EMITTED_KINDS
 
     def to_dict(self) -> dict:
-        """The token as stored and exported; the live byte totals are display-only."""
-        return {"id": self.id, "text": self.text, "kind": self.kind, "round": self.round, "ratio": self.ratio}
+        """The token as stored and exported; the live byte totals are display-only. A cross pair's
+        drafts add their segment place."""
+        stored: dict = {"id": self.id, "text": self.text, "kind": self.kind, "round": self.round, "ratio": self.ratio}
+        if self.segment is not None:
+            stored["segment"] = {"position": self.segment.position, "size": self.segment.size}
+        return stored
 
 
 class TraceStep(NamedTuple):

@@ -72,8 +72,9 @@ def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[i
                  plain_large_prompt_ids: Sequence[int] | None = None,
                  private_prompt_ids: Sequence[int] | None = None) -> UplinkAudit:
     """``plain_large_prompt_ids``: on a cross-tokenizer pair, the plain prompt in the Generalist's ids,
-    which its opening message (``cross-open``) carries besides the Specialist's. ``private_prompt_ids``:
-    given only for a method that declares it sends the private prompt (``llm+``)."""
+    which its opening message (``cross-open``) carries besides the Specialist's (for ``llm+``, the private
+    prompt in those ids). ``private_prompt_ids``: given only for a method that declares it sends the
+    private prompt (``llm+``)."""
     audit = UplinkAudit()
     expected_prompt = list(plain_prompt_ids) if private_prompt_ids is None else list(private_prompt_ids)
     uplink = [m for m in transcript if m.direction == "uplink"]
@@ -97,15 +98,15 @@ def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[i
             audit.prompt_tokens = len(payload["prompt"])
             if index != 0:
                 audit.problems.append(f"message {index}: a second prompt was sent")
+            kind = "plain (history-free)" if private_prompt_ids is None else "private"
             if list(payload["prompt"]) != expected_prompt:
-                kind = "plain (history-free)" if private_prompt_ids is None else "private"
                 audit.problems.append(f"message {index}: the prompt sent differs from the {kind} prompt")
             audit.private_prompt_sent = private_prompt_ids is not None and list(payload["prompt"]) != list(
                 plain_prompt_ids)
             if message.kind == "cross-open" and (plain_large_prompt_ids is None
                                                  or list(payload["large_prompt"]) != list(plain_large_prompt_ids)):
-                audit.problems.append(f"message {index}: the Generalist's prompt sent differs from the plain "
-                                      "(history-free) prompt in its tokenization")
+                audit.problems.append(f"message {index}: the Generalist's prompt sent differs from the {kind} "
+                                      "prompt in its tokenization")
         elif message.kind == "draft":
             if message is unanswered:
                 audit.unanswered_tokens = len(payload["draft"])

@@ -20,6 +20,9 @@ emitted before, audited and saved like a stopped generation.
 
 Two queries serve the settings and the dashboard: :meth:`AppService.check_cloud` (what a Cloud
 address serves) and :meth:`AppService.deployment` (a stored run projected onto a deployment profile).
+Everything else a front end reads or writes goes through the service too, as typed values: saved
+comparisons (reopened in a fresh blind order), annotators' judgements, their summary and export,
+stored evaluation runs, and the records files a user uploads for an evaluation.
 
 This module imports neither a GUI nor a database: the store, the run store, the pair catalog and a
 remote Cloud's secret are handed in by the composition root (``app.py``). See docs/ARCHITECTURE.md,
@@ -28,22 +31,27 @@ remote Cloud's secret are handed in by the composition root (``app.py``). See do
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
+import shutil
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from .background import Background
 from .cloud_client import RemoteCloud
-from .data import DataError
+from .data import DataError, load_records
 from .deployment import DEFAULT_RTTS_MS, DeploymentProfile, deployment_rows, get_profile
 from .engine import Prepared, Request, chat_ids, cross_tokenizer_problem, generate, prepare
-from .evaluate import EvalResult, EvalSpec, GridProgress, run_grid_events
+from .evaluate import EvalResult, EvalSpec, GridProgress, grid_method_problem, run_grid_events
 from .events import Finished, LinkMessage, TokenEvent
-from .exposure import Exposure
+from .exposure import ADMIN_TOKEN_ENV, Exposure
 from .facts import FactExposure, method_exposure, split_private_facts
+from .history import MAX_UPLOAD_BYTES, HistoryError, parse_history
 from .link import CloudEndpoint, CloudError, CloudRefused
 from .loading import LoadedPair, choose_runtime, load_pair
 from .methods import METHOD_INFO, METHODS
@@ -51,7 +59,20 @@ from .models import ModelLoadError
 from .privacy import UplinkAudit, audit_uplink
 from .registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status
 from .settings import GenerationSettings, SettingsError, cloud_address, sentence
-from .stores import GenerationStore, NamedHistory, NewComparison, NewGeneration, RunStore
+from .stores import (
+    AnnotationSummary,
+    CellResult,
+    ExportFormat,
+    GenerationStore,
+    NamedHistory,
+    NewAnnotation,
+    NewComparison,
+    NewGeneration,
+    RunStore,
+    StoredComparison,
+    StoredOutput,
+    StoredRun,
+)
 from .tasks import TASKS, PromptPair, render_item
 from .wire import CloudInfo
 
@@ -223,6 +244,37 @@ class DeploymentReport:
         return self.cells - self.traced
 
 
+@dataclass(frozen=True)
+class SavedAnnotation:
+    """A judgement saved: its id, and the outputs it judged in the order the annotator saw them (with
+    their statistics, which the page reveals with the methods)."""
+
+    annotation_id: int
+    outputs: tuple[StoredOutput, ...]
+
+
+@dataclass(frozen=True)
+class AnnotationExport:
+    """A fresh file of every annotation for download; ``path`` is None when there is none to export."""
+
+    path: Path | None
+    count: int
+
+
+@dataclass(frozen=True)
+class RunResults:
+    """A stored evaluation run with its cells, in the order they were saved."""
+
+    run: StoredRun
+    cells: tuple[CellResult, ...]
+
+
+class ExportRefused(ValueError):
+    """This caller may not export every annotation (a public app without the operator's token)."""
+
+
+MAX_RECORDS_UPLOAD_BYTES = 10 * MAX_UPLOAD_BYTES  # an evaluation's records file
+
 # Projected every 10 ms from 0 to 200 ms: the curves are smooth in RTT, and a run of a few hundred
 # generations replays in a second or two. The table shows the bundled sweep's RTTs.
 DEPLOYMENT_RTTS_MS: tuple[float, ...] = tuple(float(rtt) for rtt in range(0, 201, 10))
@@ -369,9 +421,12 @@ class AppService:
 
     def __init__(self, store: GenerationStore, runs: RunStore, pairs: PairCatalog | None = None,
                  loading_quiet_s: float = 0.3, cloud_secret: str | None = None,
-                 exposure: Exposure | None = None) -> None:
+                 exposure: Exposure | None = None, uploads: Path | None = None) -> None:
         self.store = store
         self.runs = runs
+        # Where uploaded records files are kept, so that a resumed evaluation finds its file again
+        # (the composition root puts it beside the database); None keeps none.
+        self.uploads = uploads
         self.pairs = pairs or PairCatalog()
         self.loading_quiet_s = loading_quiet_s  # a pair loaded this fast reports no progress
         # The shared secret of remote Clouds (the composition root reads $SPECSTEER_CLOUD_SECRET): sent
@@ -395,6 +450,16 @@ class AppService:
         prepared = prepare(Request(task=task, input_text=input_text, history=items, retrieval_k=retrieval_k,
                                    prompt_style=prompt_style, profile=profile))
         return _preview_of(prepared, task, len(items), retrieval_k, prompt_style)
+
+    @staticmethod
+    def read_history(path: str | Path) -> NamedHistory:
+        """An uploaded history file, named after the file (its own name: Gradio keeps it inside its
+        temporary folder). HistoryError saying where it is wrong, or that it is too large; OSError."""
+        name = Path(path).name
+        size = Path(path).stat().st_size
+        if size > MAX_UPLOAD_BYTES:
+            raise HistoryError(f"the file is {size / 1e6:.1f} MB; the limit is {MAX_UPLOAD_BYTES // (1024 * 1024)} MB")
+        return NamedHistory(parse_history(Path(path).read_bytes(), filename=name), f"“{name}”")
 
     # ----------------------------------------------------------------------- one generation
 
@@ -566,6 +631,10 @@ class AppService:
         except ModelLoadError as error:
             yield Failed(sentence(str(error)))
             return
+        unavailable = grid_method_problem(pair, spec)
+        if unavailable:  # before a run is opened: nothing is stored
+            yield Failed(sentence(unavailable))
+            return
         yield Status("Reading the records…")
         try:
             yield from run_grid_events(spec, self.runs, pair=pair, cancel=cancel)
@@ -617,6 +686,95 @@ class AppService:
         shown = tuple(float(rtt) for rtt in table_rtts_ms if float(rtt) in {float(r) for r in rtts_ms})
         return DeploymentReport(run_id, chosen, tuple(float(rtt) for rtt in rtts_ms), shown, tuple(rows),
                                 len(cells), traced)
+
+    # ----------------------------------------------------------------------- saved comparisons and judgements
+
+    def saved_comparisons(self, limit: int = 100) -> list[StoredComparison]:
+        """The newest saved comparisons, newest first."""
+        return self.store.recent_comparisons(limit)
+
+    def reopen_comparison(self, comparison_id: int) -> StoredComparison:
+        """A saved comparison for a new judgement: a blind one in a fresh random order, so that each
+        annotator sees their own. ValueError, as a sentence, when there is none of that id."""
+        comparison = self.store.comparison(comparison_id)
+        if comparison is None:
+            raise ValueError(f"Comparison #{comparison_id} does not exist.")
+        if not comparison.blind:
+            return comparison
+        outputs = list(comparison.outputs)
+        random.SystemRandom().shuffle(outputs)
+        return replace(comparison, outputs=tuple(outputs))
+
+    def annotate(self, annotation: NewAnnotation) -> SavedAnnotation:
+        """Save one judgement; ValueError naming what is wrong (an unknown label, a score out of range)."""
+        annotation_id = self.store.save_annotation(annotation)
+        saved = self.store.comparison(annotation.comparison_id)
+        by_method = {output.method: output for output in saved.outputs} if saved is not None else {}
+        return SavedAnnotation(annotation_id, tuple(by_method[method] for method in annotation.display_order
+                                                    if method in by_method))
+
+    def annotation_summary(self) -> AnnotationSummary:
+        """Win rates, mean ratings and agreement over every saved judgement."""
+        return self.store.annotation_summary()
+
+    def export_annotations(self, kind: ExportFormat, token: str = "") -> AnnotationExport:
+        """Every annotation in a fresh CSV or JSON-lines file: for anyone in a local run, for the holder
+        of the operator's token in public (annotator names and comments are not every visitor's).
+        ExportRefused otherwise."""
+        if kind not in ("csv", "jsonl"):
+            raise ValueError(f"Unknown export format {kind!r}: choose csv or jsonl.")
+        if not self.exposure.may_export_all(token):
+            configured = "" if self.exposure.admin_token else f" No token is configured (${ADMIN_TOKEN_ENV}), so none is."
+            raise ExportRefused(f"Exporting every annotation needs the operator's token on this public app.{configured}")
+        folder = Path(tempfile.mkdtemp(prefix="specsteer-export-"))
+        path = folder / f"annotations-{time.strftime('%Y%m%d-%H%M%S')}.{kind}"
+        count = self.store.write_annotations(kind, path)
+        if count == 0:
+            shutil.rmtree(folder, ignore_errors=True)
+            return AnnotationExport(None, 0)
+        return AnnotationExport(path, count)
+
+    # ----------------------------------------------------------------------- stored evaluation runs
+
+    def stored_runs(self) -> list[StoredRun]:
+        """Every stored evaluation run, newest first."""
+        return self.runs.runs()
+
+    def stored_run(self, run_id: int) -> StoredRun | None:
+        """A stored run (its name, config, status and cell count), or None when there is no run of that id."""
+        return self.runs.run(run_id)
+
+    def run_results(self, run_id: int) -> RunResults | None:
+        """A stored run and its cells, or None when there is no run of that id."""
+        run = self.runs.run(run_id)
+        return RunResults(run, tuple(self.runs.cells(run.id))) if run is not None else None
+
+    def keep_records(self, upload: str | Path, task: str) -> Path:
+        """Keep an uploaded records file (so that a resumed run finds it) once it reads as ``task``'s records.
+
+        The copy keeps the file's own name, in a folder named after its content's hash, so that every
+        message about it names the user's file. A file that does not read is removed again (nothing
+        rejected stays kept), and ValueError, as a sentence, says why.
+        """
+        if self.uploads is None:
+            raise ValueError("This app keeps no uploaded files: choose the bundled or the shared records.")
+        source = Path(upload)
+        size = source.stat().st_size
+        if size > MAX_RECORDS_UPLOAD_BYTES:
+            raise ValueError(f"{source.name} is {size / 1e6:.1f} MB; the limit is "
+                             f"{MAX_RECORDS_UPLOAD_BYTES // (1024 * 1024)} MB.")
+        folder = self.uploads / hashlib.sha256(source.read_bytes()).hexdigest()[:16]
+        target = folder / source.name
+        if target.is_file():
+            return target  # read before: the same content under the same name
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+        try:
+            load_records(target, task)
+        except (DataError, ValueError, OSError) as error:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise ValueError(sentence(str(error))) from None
+        return target
 
     # ----------------------------------------------------------------------- steps
 
@@ -698,9 +856,11 @@ class AppService:
         if METHOD_INFO[finished.stats.method].device_only:
             return None
         tokenizer = pair.tokenizer
-        large_ids = chat_ids(pair.cross.tokenizer, prepared.prompts.plain, pair.cross.chat) if pair.cross else None
-        private = (chat_ids(tokenizer, prepared.prompts.private, pair.chat)
-                   if METHOD_INFO[finished.stats.method].sends_private_context else None)
+        sends_private = METHOD_INFO[finished.stats.method].sends_private_context
+        # The prompt the Cloud should have been given (llm+: the private one), in each model's ids.
+        expected = prepared.prompts.private if sends_private else prepared.prompts.plain
+        large_ids = chat_ids(pair.cross.tokenizer, expected, pair.cross.chat) if pair.cross else None
+        private = chat_ids(tokenizer, prepared.prompts.private, pair.chat) if sends_private else None
         audit = audit_uplink(finished.transcript, chat_ids(tokenizer, prepared.prompts.plain, pair.chat), tokens,
                              large_ids, private_prompt_ids=private)
         exposure = (method_exposure(finished.stats.method, facts, prepared.prompts, finished.stats.sent_text,

@@ -278,6 +278,14 @@ def tiny_cross_pair(seed: int = 0, generalist_seed: int = 1, specialist_tokenize
                                CHATML_CHAT, CHATML_CHAT)
 
 
+def narrow_cross_pair() -> LoadedPair:
+    """tiny_cross_pair() whose models say little but "the a" (every other byte quiet): the Specialist's
+    byte drafts then often spell what the merged-pairs Generalist reads as one token, so the segments
+    the cross test decides on span several drafts (tests of how they are shown)."""
+    keep = {ord(c) for c in "the a"} | {IM_END_ID}
+    return tiny_cross_pair(quiet_ids=tuple(i for i in range(TOKENIZER_SIZE) if i not in keep))
+
+
 def write_tiny_gguf(path, seed: int, vocab_size: int = 320, eos_bias: float = 0.0):
     """Write ``tiny_model(seed)`` as an unquantized (fp32) qwen2 GGUF, in the layout llama.cpp reads and
     with tiny_tokenizer()'s vocabulary; return the transformers model. The same weights then run on

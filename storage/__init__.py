@@ -29,14 +29,7 @@ from storage.exports import write_annotations_csv, write_annotations_jsonl
 from storage.generation_store import SqlGenerationStore
 from storage.generations import get_generation, list_generations, save_generation
 from storage.histories import get_history, list_histories, save_history
-from storage.judgements import (
-    RATING_CRITERIA,
-    SPECIAL_PREFERENCES,
-    AnnotationSummary,
-    Judgement,
-    slot_label,
-    summarize_annotations,
-)
+from storage.judgements import SPECIAL_PREFERENCES, summarize_annotations
 from storage.models import ROUGE_KEYS, RUN_STATUSES
 from storage.runs import (
     SqlRunStore,
@@ -52,12 +45,9 @@ from storage.runs import (
 )
 
 __all__ = [
-    "RATING_CRITERIA",
     "ROUGE_KEYS",
     "RUN_STATUSES",
     "SPECIAL_PREFERENCES",
-    "AnnotationSummary",
-    "Judgement",
     "SqlGenerationStore",
     "SqlRunStore",
     "StoredRun",
@@ -87,7 +77,6 @@ __all__ = [
     "save_history",
     "session_scope",
     "set_run_status",
-    "slot_label",
     "summarize_annotations",
     "write_annotations_csv",
     "write_annotations_jsonl",

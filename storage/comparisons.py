@@ -16,17 +16,15 @@ from typing import Any
 from sqlalchemy import select
 
 from specsteer.jsonable import to_jsonable
+from specsteer.stores import MAX_COMPARISON_OUTPUTS, RATING_CRITERIA, slot_label
 from storage.db import retry_on_locked, session_scope
 from storage.exports import display_order_text, rating_column
 from storage.judgements import (
-    MAX_COMPARISON_OUTPUTS,
-    RATING_CRITERIA,
     RATING_MAX,
     RATING_MIN,
     SPECIAL_PREFERENCES,
     AnnotationSummary,
     Judgement,
-    slot_label,
     summarize_annotations,
 )
 from storage.models import Annotation, Comparison, ComparisonOutput, Generation
@@ -93,6 +91,7 @@ def _comparison_dict(row: Comparison) -> dict[str, Any]:
             "generation_id": output.generation_id,
             "method": output.generation.method,
             "text": output.generation.text,
+            "stats": output.generation.stats,
         }
         for output in row.outputs
     ]
@@ -112,7 +111,7 @@ def _comparison_dict(row: Comparison) -> dict[str, Any]:
 
 
 def get_comparison(comparison_id: int, *, url: str | None = None) -> dict[str, Any] | None:
-    """A comparison with its outputs (slot, label, generation_id, method, text) and label->method map."""
+    """A comparison with its outputs (slot, label, generation_id, method, text, stats) and label->method map."""
     with session_scope(url) as session:
         row = session.get(Comparison, comparison_id)
         return _comparison_dict(row) if row else None

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from specsteer.jsonable import to_jsonable
-from storage.judgements import slot_label
+from specsteer.stores import slot_label
 
 RATING_COLUMN_PREFIX = "rating:"
 

@@ -1,18 +1,37 @@
 """``SqlGenerationStore``: the application service's ``GenerationStore`` on this package's repositories.
 
 The service hands over typed values (``specsteer.stores``); this module turns them into the
-rows of ``histories``, ``generations`` and ``comparisons``. A generation's stored settings are its
+rows of ``histories``, ``generations``, ``comparisons`` and ``annotations``, and rows back into them. A generation's stored settings are its
 ``GenerationSettings`` as JSON with the history's name beside them (what reproducing it needs); a
 comparison's are the shared settings without the method, with the methods in the order shown.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
+from specsteer.events import GenerationStats
 from specsteer.jsonable import to_jsonable
-from specsteer.stores import NamedHistory, NewComparison, NewGeneration
-from storage.comparisons import save_comparison
+from specsteer.stores import (
+    AnnotationSummary,
+    ExportFormat,
+    NamedHistory,
+    NewAnnotation,
+    NewComparison,
+    NewGeneration,
+    StoredComparison,
+    StoredOutput,
+)
+from storage.comparisons import (
+    annotation_summary,
+    annotations_export_rows,
+    get_comparison,
+    list_comparisons,
+    save_annotation,
+    save_comparison,
+)
+from storage.exports import write_annotations_csv, write_annotations_jsonl
 from storage.generations import save_generation
 from storage.histories import save_history
 
@@ -46,3 +65,35 @@ class SqlGenerationStore:
             pairing=comparison.settings.pairing, settings=settings, blind=comparison.blind,
             history_id=comparison.history_id, url=self.url,
         )
+
+    def recent_comparisons(self, limit: int) -> list[StoredComparison]:
+        return [_stored_comparison(row) for row in list_comparisons(limit=limit, url=self.url)]
+
+    def comparison(self, comparison_id: int) -> StoredComparison | None:
+        row = get_comparison(comparison_id, url=self.url)
+        return _stored_comparison(row) if row is not None else None
+
+    def save_annotation(self, annotation: NewAnnotation) -> int:
+        return save_annotation(
+            comparison_id=annotation.comparison_id, annotator=annotation.annotator, preferred=annotation.preferred,
+            ratings=annotation.ratings, comment=annotation.comment, display_order=annotation.display_order,
+            url=self.url,
+        )
+
+    def annotation_summary(self) -> AnnotationSummary:
+        return annotation_summary(url=self.url)
+
+    def write_annotations(self, kind: ExportFormat, target: Path) -> int:
+        rows = annotations_export_rows(url=self.url)
+        if not rows:
+            return 0
+        writer = write_annotations_csv if kind == "csv" else write_annotations_jsonl
+        return writer(rows, target)
+
+
+def _stored_comparison(row: dict[str, Any]) -> StoredComparison:
+    outputs = tuple(
+        StoredOutput(output["generation_id"], output["method"], output["text"],
+                     GenerationStats.from_dict(output["stats"]) if output.get("stats") else None)
+        for output in row["outputs"])
+    return StoredComparison(row["id"], row["task"], row["input_text"], bool(row["blind"]), outputs)

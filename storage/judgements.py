@@ -4,86 +4,20 @@ Pure: no database, no SQLAlchemy. ``storage.comparisons`` validates and stores j
 vocabulary and reads them back as :class:`Judgement` values; :func:`summarize_annotations` turns any
 list of them into statistics, so the statistics are tested on hand-made judgements alone.
 
-It lives in ``storage/`` and not in ``specsteer/`` because its vocabulary (slots labelled A, B, …,
-"tie" and "all_bad", the rating criteria) is the annotation data model that this package defines
-and stores; the decoding library knows nothing of comparisons or annotators.
+The statistics live here, in ``storage/``; the typed values that cross to the application service
+(:class:`Judgement`, :class:`AnnotationSummary`) and the labels and criteria a page shows (slots
+labelled A, B, …, the rating criteria) are the store protocol's, ``specsteer.stores``.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from datetime import datetime
+from collections.abc import Iterable, Sequence
 
-RATING_CRITERIA = ("personalization", "fluency")
+from specsteer.stores import Agreement, AnnotationSummary, Judgement, MethodJudgements
+
 RATING_MIN, RATING_MAX = 1, 5
 SPECIAL_PREFERENCES = ("tie", "all_bad")
-MAX_COMPARISON_OUTPUTS = 26  # one letter label each
-
-
-def slot_label(slot: int) -> str:
-    """Label shown for a slot of a comparison: 0 -> "A", 1 -> "B", ..."""
-    if not 0 <= slot < MAX_COMPARISON_OUTPUTS:
-        raise ValueError(f"slot {slot} out of range")
-    return chr(ord("A") + slot)
-
-
-@dataclass(frozen=True)
-class Judgement:
-    """One annotator's stored judgement of one comparison, labels resolved to method names."""
-
-    id: int
-    comparison_id: int
-    annotator: str
-    preferred: str  # as given: a label ("B"), a method, "tie" or "all_bad"
-    preferred_method: str  # resolved: a method name, "tie" or "all_bad"
-    ratings: Mapping[str, Mapping[str, int]]  # method -> criterion -> score (1-5); unrated ones absent
-    display_order: tuple[str, ...]  # methods in the order this annotator saw them (slot 0 = A)
-    comment: str = ""
-    created_at: datetime | None = None
-
-
-@dataclass(frozen=True)
-class MethodJudgements:
-    """How one method fared over the judgements whose comparison showed it."""
-
-    shown: int
-    wins: int  # judgements that preferred it
-    ties: int  # "tie" judgements while it was shown
-    all_bad: int  # "all_bad" judgements while it was shown
-    mean_ratings: Mapping[str, float]  # criterion -> mean score, for the criteria it was rated on
-
-    @property
-    def win_rate(self) -> float:
-        return self.wins / self.shown
-
-
-@dataclass(frozen=True)
-class Agreement:
-    """Agreement on the preferred output over the comparisons judged by two or more annotators.
-
-    ``percent_agreement`` is the mean over those comparisons of the share of annotator pairs that
-    agree (Fleiss' observed agreement P-bar); ``unanimous`` the share of comparisons where all agree.
-    ``fleiss_kappa`` is Fleiss' kappa in its form for a varying number of raters per item, with the
-    methods, "tie" and "all_bad" as categories; with two raters it equals Scott's pi (pooled
-    marginals), not Cohen's kappa. Each is None where undefined (no such comparison, or a chance
-    agreement of 1).
-    """
-
-    comparisons: int
-    judgements: int
-    percent_agreement: float | None
-    unanimous: float | None
-    fleiss_kappa: float | None
-
-
-@dataclass(frozen=True)
-class AnnotationSummary:
-    judgements: int
-    annotators: int
-    methods: Mapping[str, MethodJudgements]  # in method-name order
-    agreement: Agreement
 
 
 def latest_judgements(judgements: Iterable[Judgement]) -> list[Judgement]:

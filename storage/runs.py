@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, func, select
@@ -24,24 +22,10 @@ from sqlalchemy.orm import Session
 
 from specsteer.events import GenerationStats
 from specsteer.jsonable import to_jsonable
-from specsteer.stores import RUN_STATUSES, CellResult, GridPoint, RunStatus
+from specsteer.stores import RUN_STATUSES, CellResult, GridPoint, RunStatus, StoredRun
 from storage.db import retry_on_locked, session_scope
 from storage.models import ROUGE_KEYS, EvalCell, EvalRun
 from storage.values import require_text
-
-
-@dataclass(frozen=True)
-class StoredRun:
-    """A run as stored, with the number of cells it has so far."""
-
-    id: int
-    name: str
-    config: Mapping[str, Any]
-    status: RunStatus
-    error: str | None
-    created_at: datetime
-    updated_at: datetime
-    cell_count: int
 
 
 def _canonical_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -223,3 +207,9 @@ class SqlRunStore:
 
     def cells(self, run_id: int) -> list[CellResult]:
         return run_cells(run_id, url=self.url)
+
+    def runs(self) -> list[StoredRun]:
+        return list_runs(url=self.url)
+
+    def run(self, run_id: int) -> StoredRun | None:
+        return get_run(run_id, url=self.url)

@@ -114,3 +114,24 @@ def test_speed_report_shape_on_tiny_models():
     assert result["machine"]["cpu"] and result["machine"]["threads"] >= 1
     assert result["reference"]["method"] == "transformers-assisted"
     assert math.isfinite(result["reference"]["speedup"])
+
+
+def test_speed_on_the_tiny_cross_pair_runs_what_it_can_and_refuses_the_rest(capsys):
+    """``bench speed --pairing tiny-cross-test``: the methods a cross pair runs, with transformers' universal
+    assisted generation (both tokenizers) as the reference; a method it cannot run is refused before timing."""
+    from specsteer.engine import collect as run_to_end
+    from specsteer.tiny_models import CROSS_PAIRING_ID, shared_test_pair
+
+    base = ["speed", "--pairing", CROSS_PAIRING_ID, "--prompts", "1", "--max-new-tokens", "4", "--draft-len", "3",
+            "--no-prefix-reuse", "--json"]
+    assert bench.main([*base, "--methods", "llm,llm+,specsteer"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert [row["method"] for row in result["rows"]] == ["llm", "llm+", "specsteer"]
+    assert result["reference"]["method"] == "transformers-assisted"
+    pair = shared_test_pair(CROSS_PAIRING_ID)
+    prepared = prepare(Request(task="free", input_text="Rivers."))
+    _, llm = run_to_end(generate(pair, prepared, DecodeConfig(method="llm", max_new_tokens=6)))
+    tokens, _ = bench.transformers_assisted(pair, prepared, 6)  # both tokenizers given: greedy, as long as llm
+    assert tokens == llm.stats.new_tokens
+    assert bench.main([*base, "--methods", "specsteer,sd"]) == 2
+    assert "Standard SD is not available on a cross-tokenizer pairing" in capsys.readouterr().err

@@ -157,6 +157,26 @@ def test_generate_streams_coloured_tokens_and_injection_stays_text(page, tmp_pat
     expect(page.locator("#sample-user input")).to_have_value("")  # the upload replaced the sample user
 
 
+def test_a_cross_tokenizer_pairing_colours_each_drafted_segment(page):
+    """The tiny pair of two tokenizers: its note names what it runs, and each drafted segment is one
+    coloured element whose tooltip says how many Specialist tokens it holds."""
+    expect = sync_api.expect
+    page.locator("#pairing input").click()
+    page.get_by_role("option", name="Tiny random pair, two tokenizers (tests only)").click()
+    expect(page.get_by_text("Two tokenizers: runs SLM").first).to_be_visible(timeout=WAIT_MS)
+    set_number(page, "#alpha", "0.01")
+    set_number(page, "#max-new-tokens", "32")
+    page.click("#generate-button")
+    expect(page.locator("#generate-status")).to_contain_text("saved as generation", timeout=WAIT_MS)
+    segments = page.locator("#generate-output .ss-seg")
+    assert segments.count() > 0
+    for kind in ("accepted", "rejected"):
+        segment = page.locator(f"#generate-output .ss-seg.ss-tok-{kind}").first
+        assert re.search(r"one segment of \d+ Specialist token", segment.get_attribute("title") or "")
+        assert segment.evaluate("n => getComputedStyle(n).backgroundColor") != "rgba(0, 0, 0, 0)"
+    shot(page, "05-cross-tokenizer-segments")
+
+
 def test_a_persona_generates_and_the_privacy_panel_names_the_facts_that_crossed(page):
     """The default sample user is a CoGenesis persona: its profile is shown, its task is prefilled, the
     prompt style is the clean one; after a generation the privacy panel counts the persona's private

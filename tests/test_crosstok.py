@@ -28,6 +28,7 @@ from specsteer.privacy import audit_uplink
 from specsteer.tiny_models import (
     CHAT_QUIET_IDS,
     IM_END_ID,
+    narrow_cross_pair,
     tiny_cross_pair,
     tiny_merged_tokenizer,
     tiny_model,
@@ -283,6 +284,54 @@ def test_different_tokenizers_accept_some_drafts_and_the_pieces_make_the_text(cr
     assert opening.kind == "cross-open" and opening.payload["large_prompt"] == large
 
 
+def _segments_of_round(tokens):
+    """A round's drafts (accepted, then rejected) cut into their segments, each as [(event), ...]."""
+    groups: list[list] = []
+    for event in tokens:
+        if event.kind not in ("accepted", "rejected"):
+            continue
+        assert event.segment is not None and 0 <= event.segment.position < event.segment.size
+        if event.segment.first:
+            groups.append([event])
+        else:
+            previous = groups[-1][-1]
+            assert previous.round == event.round and previous.segment.position == event.segment.position - 1
+            groups[-1].append(event)
+    return groups
+
+
+def test_each_draft_event_names_its_segment_and_a_segment_is_accepted_or_refused_whole():
+    """The unit the cross test decides on: a segment is all accepted or all rejected, its events come
+    together and complete, an accepted one carries its one ratio, and the Edge's cut is the Cloud's."""
+    cross = narrow_cross_pair()
+    plain, private, large = _prompts(cross.tokenizer, cross.cross.tokenizer, 1)[0]
+    tokens, _ = _run(cross, plain, private, large, method="specsteer", alpha=0.1, draft_len=4, max_new_tokens=40)
+    groups = _segments_of_round(tokens)
+    assert any(len(group) > 1 for group in groups)  # the two tokenizers cut the text differently
+    assert {group[0].kind for group in groups if len(group) > 1} == {"accepted", "rejected"}
+    for group in groups:
+        assert len(group) == group[0].segment.size and len({event.kind for event in group}) == 1
+        if group[0].kind == "accepted":
+            assert len({event.ratio for event in group}) == 1 and group[0].ratio >= 1
+    assert all(t.segment is None for t in tokens if t.kind not in ("accepted", "rejected"))
+    stored = next(t for t in tokens if t.kind == "accepted").to_dict()
+    assert set(stored["segment"]) == {"position", "size"}
+    for group in groups:  # what the Cloud tests: the segment's text is a whole number of Generalist tokens
+        _, segments = cross.cross.vocabularies.draft_segments([event.id for event in group])
+        assert len(segments) == 1
+
+
+def test_one_vocabulary_names_no_segments_and_identical_tokenizers_make_one_token_segments():
+    same = tiny_pair(seed=0, generalist_seed=1, quiet_ids=CHAT_QUIET_IDS)
+    crossed = tiny_cross_pair(seed=0, generalist_seed=1, specialist_tokenizer=tiny_tokenizer(),
+                              generalist_tokenizer=tiny_tokenizer())
+    plain, private, large = _prompts(same.tokenizer, crossed.cross.tokenizer, 1)[0]
+    tokens, _ = _run(same, plain, private, None, method="specsteer", alpha=1.0, draft_len=3)
+    assert all(t.segment is None for t in tokens) and "segment" not in tokens[0].to_dict()
+    tokens, _ = _run(crossed, plain, private, large, method="specsteer", alpha=1.0, draft_len=3)
+    assert {t.segment.size for t in tokens if t.kind in ("accepted", "rejected")} == {1}
+
+
 def test_sampling_across_tokenizers_follows_its_seed(cross):
     plain, private, large = _prompts(cross.tokenizer, cross.cross.tokenizer, 1)[0]
     config = dict(method="specsteer", alpha=0.3, sample=True, temperature=1.0, max_new_tokens=24)
@@ -306,6 +355,28 @@ def test_llm_baseline_streams_the_generalists_own_ids(cross):
     plain, private, large = _prompts(cross.tokenizer, cross.cross.tokenizer, 1)[0]
     _, finished = _run(cross, plain, private, large, method="llm", max_new_tokens=12)
     assert finished.text == cross.cross.tokenizer.decode(finished.token_ids, skip_special_tokens=True)
+
+
+def test_llm_plus_gives_the_generalist_the_private_prompt_in_its_own_tokenization(cross):
+    """llm+ (the reference that sends the private context) on a cross pair: the Generalist alone on the
+    private prompt rendered by its tokenizer, i.e. exactly ``llm`` handed that prompt."""
+    task = "Write about the weather and the sea."
+    private_text = f"History: I love long walks, strong coffee and quiet mornings. {task}"
+    plain, large = chat_ids(cross.tokenizer, task, CHATML_CHAT), chat_ids(cross.cross.tokenizer, task, CHATML_CHAT)
+    private = chat_ids(cross.tokenizer, private_text, CHATML_CHAT)
+    private_large = chat_ids(cross.cross.tokenizer, private_text, CHATML_CHAT)
+    assert private_large != private  # two tokenizations of one text
+    config = DecodeConfig(method="llm+", max_new_tokens=12)
+    _, finished = collect(generate_ids(cross, plain, private, config, plain_large_ids=large,
+                                       private_large_ids=private_large))
+    _, as_llm = _run(cross, plain, private, private_large, method="llm", max_new_tokens=12)
+    _, plain_llm = _run(cross, plain, private, large, method="llm", max_new_tokens=12)
+    assert finished.token_ids == as_llm.token_ids != plain_llm.token_ids
+    opening = finished.transcript[0]
+    assert opening.kind == "cross-open" and opening.payload["large_prompt"] == private_large
+    assert opening.payload["prompt"] == private
+    with pytest.raises(ValueError, match="private prompt in the Generalist's ids"):
+        collect(generate_ids(cross, plain, private, config, plain_large_ids=large))
 
 
 # --------------------------------------------------------------------------- wire and Cloud
@@ -496,7 +567,7 @@ def test_an_http_cloud_of_a_cross_pair_gives_the_in_process_output_and_sees_no_h
                 tokens, here = collect(generate(cross, prepared, config))
                 before = len(read_capture(capture))
                 remote_tokens, there = collect(generate(cross, prepared, config, cloud=remote))
-                assert [(t.id, t.kind) for t in remote_tokens] == [(t.id, t.kind) for t in tokens]
+                assert [(t.id, t.kind, t.segment) for t in remote_tokens] == [(t.id, t.kind, t.segment) for t in tokens]
                 exchanges = read_capture(capture)[before:]
                 uplink, downlink = [e.uplink for e in exchanges], [e.downlink for e in exchanges]
                 assert sum(map(len, uplink)) == there.stats.uplink_bytes

@@ -553,12 +553,10 @@ def test_script_in_history_and_input_is_escaped_everywhere(generate, tmp_path):
 # --------------------------------------------------------------------------- comparison and annotation
 
 
-def frame_of(values):
-    """Names for the compare events' output tuple."""
-    slots = values[4:4 + compare_tab.MAX_SLOTS]
-    visible = values[4 + compare_tab.MAX_SLOTS:4 + 2 * compare_tab.MAX_SLOTS]
-    return SimpleNamespace(status=values[0], view=values[1], preferred=values[2], choices=values[3], slots=slots,
-                           visible=visible)
+def frame_of(view):
+    """The compare handlers' outputs, by name (they return compare_tab.CompareView)."""
+    assert isinstance(view, compare_tab.CompareView)
+    return view
 
 
 def run_compare(tab, methods=("slm+", "llm", "specsteer"), blind=True, request=None, **overrides):
@@ -577,28 +575,28 @@ def test_comparison_annotation_reveal_export_and_agreement(compare):
         assert "Output" in slot and "SpecSteer" not in slot and "SLM+" not in slot
 
     ratings = [4, 5, 2, 3, 3, 3] + [None] * (2 * compare_tab.MAX_SLOTS - 6)
-    status, revealed, *rest = compare_tab.submit_annotation(view, "ann-1", "A", "A reads like the user", *ratings)
-    slots, table, agreement = rest[:compare_tab.MAX_SLOTS], rest[-2], rest[-1]
+    status, revealed, slots, table, agreement = compare.submit_annotation(view, "ann-1", "A", "A reads like the user",
+                                                                          *ratings)
     assert "Saved annotation" in status and revealed.revealed
     assert method_label(view.order[0]) in slots[0] and "tok/s" in slots[0]  # revealed after the judgement
     assert any(row[0] == method_label(view.order[0]) and row[2] == 1 for row in table)
     assert "no comparison has been judged by two" in agreement
-    again = compare_tab.submit_annotation(revealed, "ann-1", "B", "", *ratings)
+    again = compare.submit_annotation(revealed, "ann-1", "B", "", *ratings)
     assert "already saved" in again[0]
 
-    reopened = frame_of(compare_tab.open_comparison(view.comparison_id))
+    reopened = frame_of(compare.open_comparison(view.comparison_id))
     assert reopened.view.comparison_id == view.comparison_id and not reopened.view.revealed
     second = reopened.view
     preferred_label = "ABC"[second.order.index(view.order[0])]  # agrees with the first annotator
-    status, *_rest = compare_tab.submit_annotation(second, "ann-2", preferred_label, "", *ratings)
+    status, *_rest = compare.submit_annotation(second, "ann-2", preferred_label, "", *ratings)
     assert "Saved annotation" in status
-    rows, agreement = compare_tab.summary_table()
+    rows, agreement = compare.summary_table()
     assert "1 comparison(s) judged by two or more" in agreement and "pairwise agreement 100%" in agreement
 
-    csv_file, message = compare_tab.export_annotations("csv")
+    csv_file, message = compare.export_annotations("csv")
     assert "Exported 2" in message and csv_file["visible"]
     assert open(csv_file["value"]).read().count("\n") == 3
-    jsonl_file, _ = compare_tab.export_annotations("jsonl")
+    jsonl_file, _ = compare.export_annotations("jsonl")
     jsonl_path = jsonl_file["value"]
     lines = [json.loads(line) for line in open(jsonl_path)]
     assert {line["annotator"] for line in lines} == {"ann-1", "ann-2"}
@@ -616,11 +614,11 @@ def test_comparison_not_blind_shows_names_in_method_order(compare):
 def test_annotation_needs_name_and_choice_and_a_comparison(compare):
     final = run_compare(compare, methods=("slm",))[-1]
     none = [None] * (2 * compare_tab.MAX_SLOTS)
-    assert "Enter your name" in compare_tab.submit_annotation(final.view, " ", "A", "", *none)[0]
-    assert "Pick the output" in compare_tab.submit_annotation(final.view, "x", None, "", *none)[0]
-    assert "Run a comparison" in compare_tab.submit_annotation(None, "x", "A", "", *none)[0]
+    assert "Enter your name" in compare.submit_annotation(final.view, " ", "A", "", *none)[0]
+    assert "Pick the output" in compare.submit_annotation(final.view, "x", None, "", *none)[0]
+    assert "Run a comparison" in compare.submit_annotation(None, "x", "A", "", *none)[0]
     assert "Choose at least one method" in run_compare(compare, methods=())[-1].status
-    assert "nothing to export" in compare_tab.export_annotations("csv")[1]
+    assert "nothing to export" in compare.export_annotations("csv")[1]
 
 
 def test_comparison_stop_does_not_save(compare):
@@ -654,9 +652,9 @@ def test_dashboard_run_shows_figures_table_and_survives_restart(dashboard):
     assert final.quality.data and final.acceptance.data
     assert list(final.table["value"]["method"]) == ["LLM", "SpecSteer", "SpecSteer"]
     storage.reset_engines()  # as after an app restart
-    choices = dashboard_tab.run_choices()
+    choices = dashboard.run_choices()
     assert len(choices) == 1 and "ui-test-run" in choices[0][0] and "3/3 cells" in choices[0][0]
-    view = dashboard_tab.open_runs([choices[0][1]])
+    view = dashboard.open_runs([choices[0][1]])
     assert "Showing #" in view.status and len(view.table["value"]) == 3
     again = list(dashboard.run_batch(**dashboard_values(run_name="ui-test-run")))[-1]
     assert "0 cells computed now, 3 stored" in again.status  # resumed: nothing left to do
@@ -666,8 +664,8 @@ def test_dashboard_compares_runs_and_shows_their_names_as_text(dashboard):
     first = list(dashboard.run_batch(**dashboard_values(run_name="<b>one</b>")))[-1]
     second = list(dashboard.run_batch(**dashboard_values(run_name='<a href="x">two</a>', methods=["slm+"])))[-1]
     assert "finished" in first.status and "finished" in second.status
-    ids = [run_id for _, run_id in dashboard_tab.run_choices()]
-    view = dashboard_tab.open_runs(ids)
+    ids = [run_id for _, run_id in dashboard.run_choices()]
+    view = dashboard.open_runs(ids)
     table = view.table["value"]
     assert set(table["run"]) == {f'#{ids[0]} <a href="x">two</a>', f"#{ids[1]} <b>one</b>"}
     widths = dict(zip(table.columns, view.table["column_widths"], strict=True))
@@ -698,11 +696,11 @@ def test_dashboard_input_errors_are_messages(dashboard, tmp_path):
     bad = write(tmp_path, "bad.jsonl", '{"input": "x"}\n')
     status = list(dashboard.run_batch(**dashboard_values(source="upload", upload=bad)))[-1].status
     assert "ss-box-error" in status and "Traceback" not in status
-    assert "Choose one or more" in dashboard_tab.open_runs([]).status
+    assert "Choose one or more" in dashboard.open_runs([]).status
 
 
 def test_dashboard_upload_errors_name_the_users_file_and_leave_nothing_behind(dashboard, tmp_path):
-    uploads = dashboard_tab.uploads_dir()
+    uploads = dashboard.service.uploads
     bad = write(tmp_path, "my-reviews.jsonl", '{"input": "x", "output": "y"}\n{"input": \n')
     status = list(dashboard.run_batch(**dashboard_values(source="upload", upload=bad)))[-1].status
     assert "my-reviews.jsonl" in status and "ss-box-error" in status
@@ -741,7 +739,7 @@ def test_the_deployment_view_projects_a_run_with_labels_table_and_escaped_names(
     final = list(dashboard.run_batch(**dashboard_values(run_name=name, methods=["slm+", "llm", "specsteer"],
                                                         alphas="1.0, 0.1", max_new_tokens=6)))[-1]
     assert "finished" in final.status
-    run_id = dashboard_tab.run_choices()[0][1]
+    run_id = dashboard.run_choices()[0][1]
     view = dashboard.deployment([run_id], "phone-4g")
     profile = PROFILES["phone-4g"]
     assert "ss-box-ok" in view.status and "<b>" not in view.status and "&lt;b&gt;deploy&lt;/b&gt;" in view.status
@@ -788,7 +786,7 @@ def test_the_deployment_view_says_why_it_has_nothing_to_show(dashboard):
     assert "ss-box-error" in unknown.status and "Unknown deployment profile &#x27;mars-link&#x27;" in unknown.status
     alone = list(dashboard.run_batch(**dashboard_values(run_name="slm alone", methods=["slm+"])))[-1]
     assert "finished" in alone.status
-    view = dashboard.deployment([dashboard_tab.run_choices()[0][1]], "laptop-wifi")
+    view = dashboard.deployment([dashboard.run_choices()[0][1]], "laptop-wifi")
     assert "no LLM cells" in view.status and list(view.table.columns) == ["RTT (ms)"]
 
 
@@ -824,8 +822,8 @@ def test_a_server_path_is_never_read_as_a_history(service, tmp_path, warnings):
 def test_the_dashboard_never_reads_a_server_path_as_records(service, tmp_path):
     planted = write(tmp_path, "records.jsonl", '{"input": "x", "output": "y", "profile": []}\n')
     tab = dashboard_tab.DashboardTab(service, lambda path: False)
-    frames = list(tab.run_batch("upload", planted, "review", 1, ["llm"], "0.1", "1", pairs.TINY_PAIRING_ID,
-                                "auto", 4, 2, "probe"))
+    frames = list(tab.run_batch(**dashboard_values(source="upload", upload=planted, methods=["llm"], alphas="0.1",
+                                                   run_name="probe")))
     assert len(frames) == 1 and "was not uploaded to the app" in frames[0].status
 
 
@@ -834,12 +832,13 @@ def test_in_public_only_the_operators_token_exports_the_annotations(compare):
 
     final = run_compare(compare, methods=("slm",))[-1]
     none = [None] * (2 * compare_tab.MAX_SLOTS)
-    assert "Saved annotation" in compare_tab.submit_annotation(final.view, "visitor-7", "A", "private note", *none)[0]
-    public = Exposure(public=True, admin_token="operator-token")
+    assert "Saved annotation" in compare.submit_annotation(final.view, "visitor-7", "A", "private note", *none)[0]
+    compare.service.exposure = Exposure(public=True, admin_token="operator-token")  # the app, served in public
     for token in ("", "guess", "operator-token "):
-        file, message = compare_tab.export_annotations("csv", token, public)
+        file, message = compare.export_annotations("csv", token)
         assert file["value"] is None and "needs the operator&#x27;s token" in message
-    file, message = compare_tab.export_annotations("csv", "operator-token", public)
+    file, message = compare.export_annotations("csv", "operator-token")
     assert "Exported 1" in message and "visitor-7" in Path(file["value"]).read_text()
-    file, message = compare_tab.export_annotations("jsonl", "anything", Exposure(public=True))
+    compare.service.exposure = Exposure(public=True)
+    file, message = compare.export_annotations("jsonl", "anything")
     assert file["value"] is None and "No token is configured ($SPECSTEER_ADMIN_TOKEN)" in message

@@ -3,31 +3,33 @@
 The history, input, pairing and decoding settings come from the Generate tab. Outputs are shown
 as A, B, C… (shuffled in blind mode); the methods behind the labels are revealed once the
 annotator's judgement is saved. Anyone can reopen a saved comparison and judge it again, in their
-own shuffled order, which is what the agreement statistics need.
+own shuffled order (the service shuffles it), which is what the agreement statistics need.
+
+Every saved comparison, judgement, summary and export comes from the service (``AppService``). The
+handlers return named views (:class:`CompareView`, :class:`JudgedView`); Gradio gets them flat, one
+value per output (:func:`flattened`).
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
-import random
-import tempfile
-import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
-from pathlib import Path
+from typing import NamedTuple
 
 import gradio as gr
 
-import storage
 from specsteer.events import GenerationStats
-from specsteer.exposure import ADMIN_TOKEN_ENV, Exposure
 from specsteer.methods import CORE_METHODS, PRIVATE_METHODS, method_label
 from specsteer.service import (
     AppService,
     ComparisonEvent,
     ComparisonSaved,
     ComparisonStarted,
+    ExportRefused,
     Failed,
     Generating,
     Loading,
@@ -35,11 +37,18 @@ from specsteer.service import (
     Stopped,
     Token,
 )
-from specsteer.stores import NamedHistory
-from storage import slot_label
+from specsteer.stores import (
+    RATING_CRITERIA,
+    AnnotationSummary,
+    NamedHistory,
+    NewAnnotation,
+    StoredComparison,
+    slot_label,
+)
 from ui import render
 from ui.generate_tab import GenerateControls
-from ui.streaming import MODELS_CONCURRENCY_ID, RUNS, Throttle, Toast
+from ui.streaming import RUNS, Throttle, Toast
+from ui.wiring import QUIET, PageRefresh, wire_run
 
 log = logging.getLogger(__name__)
 
@@ -64,44 +73,113 @@ class ComparisonView:
     stats: list[GenerationStats | None] = field(default_factory=list)  # filled when revealed
 
 
-# --------------------------------------------------------------------------- frames
+# --------------------------------------------------------------------------- views
 
 
-class Frame:
-    """Builds the tuple of outputs of the comparison events (fixed slots, most left unchanged)."""
+class CompareView(NamedTuple):
+    """The outputs of the comparison events, by name. ``slots`` (the outputs' HTML) and ``visible`` (their
+    columns) hold one value per slot, ``ratings`` two (:data:`RATING_CRITERIA`) per slot. Fields left
+    unchanged are ``gr.skip()``; Gradio gets the fields flat (:meth:`flat`)."""
 
-    def __init__(self) -> None:
-        self.status = self.view = self.preferred = self.choices = gr.skip()
-        self.slots: list[object] = [gr.skip()] * MAX_SLOTS
-        self.visible: list[object] = [gr.skip()] * MAX_SLOTS
-        self.ratings: list[object] = [gr.skip()] * (2 * MAX_SLOTS)
+    status: object
+    view: object  # the ComparisonView being judged (a gr.State)
+    preferred: object
+    choices: object  # the saved comparisons' dropdown
+    slots: tuple
+    visible: tuple
+    ratings: tuple
 
-    def show_slots(self, count: int) -> Frame:
-        self.visible = [gr.update(visible=slot < count) for slot in range(MAX_SLOTS)]
-        self.ratings = [None] * (2 * MAX_SLOTS)  # a new set of outputs starts unrated
-        self.preferred = gr.update(choices=preference_choices(count), value=None)
-        return self
+    @classmethod
+    def unchanged(cls) -> CompareView:
+        skip = gr.skip()
+        return cls(skip, skip, skip, skip, (skip,) * MAX_SLOTS, (skip,) * MAX_SLOTS,
+                   (skip,) * (len(RATING_CRITERIA) * MAX_SLOTS))
 
-    def values(self) -> tuple:
+    @classmethod
+    def message(cls, message: str, kind: str) -> CompareView:
+        return cls.unchanged()._replace(status=render.message_box(message, kind))
+
+    def showing(self, count: int) -> CompareView:
+        """The first ``count`` slots shown, unrated, with a preference choice for each."""
+        return self._replace(visible=tuple(gr.update(visible=slot < count) for slot in range(MAX_SLOTS)),
+                             ratings=(None,) * (len(RATING_CRITERIA) * MAX_SLOTS),
+                             preferred=gr.update(choices=preference_choices(count), value=None))
+
+    def with_slot(self, slot: int, html: str) -> CompareView:
+        return self._replace(slots=tuple(html if index == slot else value for index, value in enumerate(self.slots)))
+
+    def flat(self) -> tuple:
         return (self.status, self.view, self.preferred, self.choices, *self.slots, *self.visible, *self.ratings)
+
+    @classmethod
+    def from_flat(cls, values: Sequence) -> CompareView:
+        slots, visible, ratings = values[4:4 + MAX_SLOTS], values[4 + MAX_SLOTS:4 + 2 * MAX_SLOTS], \
+            values[4 + 2 * MAX_SLOTS:]
+        return cls(*values[:4], tuple(slots), tuple(visible), tuple(ratings))
+
+
+COMPARE_WIDTH = len(CompareView.unchanged().flat())
+
+
+class JudgedView(NamedTuple):
+    """What saving a judgement updates: the status, the judged view, the outputs (revealed) and the
+    annotation summary. Flat for Gradio like :class:`CompareView`."""
+
+    status: object
+    view: object
+    slots: tuple
+    summary: object
+    agreement: object
+
+    @classmethod
+    def refused(cls, message: str) -> JudgedView:
+        gr.Warning(render.esc(message))
+        skip = gr.skip()
+        return cls(render.message_box(message, "error"), skip, (skip,) * MAX_SLOTS, skip, skip)
+
+    def flat(self) -> tuple:
+        return (self.status, self.view, *self.slots, self.summary, self.agreement)
+
+
+@dataclass(frozen=True)
+class JudgementForm:
+    """What an annotator filled in: name, preference, comment, and the ratings of slot A's criteria
+    (:data:`RATING_CRITERIA`), then slot B's, … (None: not rated)."""
+
+    annotator: str
+    preferred: str | None
+    comment: str
+    ratings: tuple[int | None, ...]
+
+    def scores(self, count: int) -> dict[str, dict[str, int | None]]:
+        """The ratings of the first ``count`` slots, by label and criterion (missing ones: not rated)."""
+        per_slot = len(RATING_CRITERIA)
+        given = self.ratings + (None,) * max(0, per_slot * count - len(self.ratings))
+        return {slot_label(slot): dict(zip(RATING_CRITERIA, given[per_slot * slot:per_slot * (slot + 1)], strict=True))
+                for slot in range(count)}
+
+
+def flattened(handler: Callable) -> Callable:
+    """``handler`` as Gradio calls it: each named view it returns (or streams) flattened into one value per
+    output. The signature stays the handler's, so the API's parameter names do too."""
+    if inspect.isgeneratorfunction(handler):
+        @functools.wraps(handler)
+        def stream(*args, **kwargs):
+            for view in handler(*args, **kwargs):
+                yield view.flat()
+        return stream
+
+    @functools.wraps(handler)
+    def call(*args, **kwargs):
+        return handler(*args, **kwargs).flat()
+    return call
 
 
 def preference_choices(count: int) -> list[tuple[str, str]]:
     return [(f"Output {slot_label(slot)}", slot_label(slot)) for slot in range(count)] + PREFERENCE_EXTRAS
 
 
-def comparison_choices() -> list[tuple[str, int]]:
-    """Saved comparisons for the reopen dropdown (labels are rendered as text, not HTML)."""
-    choices = []
-    for comparison in storage.list_comparisons(limit=100):
-        snippet = " ".join(comparison["input_text"].split())[:60]
-        blind = "blind, " if comparison["blind"] else ""
-        choices.append((f"#{comparison['id']} · {comparison['task']} · {blind}{len(comparison['outputs'])} outputs · "
-                        f"{snippet}", comparison["id"]))
-    return choices
-
-
-def _slot_views(view: ComparisonView) -> list[object]:
+def _slot_views(view: ComparisonView) -> tuple:
     slots: list[object] = []
     for slot in range(MAX_SLOTS):
         if slot >= len(view.order):
@@ -110,7 +188,11 @@ def _slot_views(view: ComparisonView) -> list[object]:
         method = view.order[slot] if (view.revealed or not view.blind) else None
         stats = view.stats[slot] if view.revealed and slot < len(view.stats) else None
         slots.append(render.comparison_slot_html(slot_label(slot), view.texts[slot], method, stats))
-    return slots
+    return tuple(slots)
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
 
 
 # --------------------------------------------------------------------------- running a comparison
@@ -118,175 +200,64 @@ def _slot_views(view: ComparisonView) -> list[object]:
 STOPPED_UNSAVED = "Stopped. The incomplete comparison was not saved."
 
 
-def _error(message: str) -> tuple:
-    gr.Warning(render.esc(message))
-    return _error_frame(message)
-
-
-def _error_frame(message: str) -> tuple:
-    frame = Frame()
-    frame.status = render.message_box(message, "error")
-    return frame.values()
-
-
-def comparison_frames(events: Iterable[ComparisonEvent]) -> Iterator[tuple | Toast]:
-    """The service's events of one comparison as frames of this tab's outputs, with a toast for a failure."""
+def comparison_frames(events: Iterable[ComparisonEvent],
+                      choices: Callable[[], list[tuple[str, int]]]) -> Iterator[CompareView | Toast]:
+    """The service's events of one comparison as views of this tab's outputs, with a toast for a failure;
+    ``choices`` lists the saved comparisons once this one is saved."""
     blind = True
     order: tuple[str, ...] = ()
     pieces: list[str] = []
     throttle = Throttle()
+    unchanged = CompareView.unchanged()
     for event in events:
         if isinstance(event, Failed):
             yield Toast(render.esc(event.message))
-            yield _error_frame(event.message)
+            yield CompareView.message(event.message, "error")
         elif isinstance(event, ComparisonStarted):
             blind, order = event.blind, event.methods
-            frame = Frame().show_slots(len(order))
-            frame.view = None  # nothing to judge until every output is saved
-            frame.status = render.message_box("Starting…", "busy")
-            frame.slots = [render.comparison_slot_html(slot_label(slot), None) if slot < len(order) else gr.skip()
-                           for slot in range(MAX_SLOTS)]
-            yield frame.values()
+            slots = tuple(render.comparison_slot_html(slot_label(slot), None) if slot < len(order) else gr.skip()
+                          for slot in range(MAX_SLOTS))
+            # view None: nothing to judge until every output is saved
+            yield unchanged.showing(len(order))._replace(view=None, slots=slots,
+                                                         status=render.message_box("Starting…", "busy"))
         elif isinstance(event, Loading):
-            frame = Frame()
-            frame.status = render.message_box(event.message, "busy")
-            yield frame.values()
+            yield CompareView.message(event.message, "busy")
         elif isinstance(event, Generating):
             pieces = []
-            frame = Frame()
-            frame.status = render.message_box(
+            yield CompareView.message(
                 f"Generating output {slot_label(event.slot)} ({event.slot + 1} of {event.of})…", "busy")
-            yield frame.values()
         elif isinstance(event, Token):
             if event.event.emitted:
                 pieces.append(event.event.text)
                 if throttle.due():
-                    frame = Frame()
-                    frame.slots[event.slot] = render.comparison_slot_html(
+                    yield unchanged.with_slot(event.slot, render.comparison_slot_html(
                         slot_label(event.slot), "".join(pieces), None if blind else order[event.slot],
-                        state="generating…")
-                    yield frame.values()
+                        state="generating…"))
         elif isinstance(event, OutputDone):
-            frame = Frame()
-            frame.slots[event.slot] = render.comparison_slot_html(slot_label(event.slot), event.finished.text,
-                                                                  None if blind else event.method)
-            yield frame.values()
+            yield unchanged.with_slot(event.slot, render.comparison_slot_html(
+                slot_label(event.slot), event.finished.text, None if blind else event.method))
         elif isinstance(event, Stopped):
-            frame = Frame()
-            frame.status = render.message_box(STOPPED_UNSAVED, "warning")
-            yield frame.values()
+            yield CompareView.message(STOPPED_UNSAVED, "warning")
         elif isinstance(event, ComparisonSaved):
             saved = event.comparison
             view = ComparisonView(saved.comparison_id, list(saved.methods), list(saved.texts),
                                   list(saved.generation_ids), saved.blind)
-            final = Frame()
-            final.view = view
-            final.choices = gr.update(choices=comparison_choices(), value=view.comparison_id)
-            final.slots = _slot_views(view)
-            final.status = render.message_box(
+            status = render.message_box(
                 f"Saved as comparison #{view.comparison_id}. Read the outputs, rate them and pick the one you prefer"
                 + (". The methods are revealed after you submit." if view.blind else "."), "ok")
-            yield final.values()
+            yield unchanged._replace(status=status, view=view, slots=_slot_views(view),
+                                     choices=gr.update(choices=choices(), value=view.comparison_id))
 
 
-class CompareTab:
-    """The tab's handlers over one service."""
-
-    def __init__(self, service: AppService) -> None:
-        self.service = service
-
-    def compare(self, history: NamedHistory | None, task: str, input_text: str, methods: Sequence[str], blind: bool,
-                request: gr.Request = None, **settings: object) -> Iterator[tuple]:
-        """Generate with every chosen method (streaming each into its slot), then save the comparison.
-
-        ``settings``: the Generate tab's settings widgets, by GenerationSettings field name.
-        """
-        def produce(flag):
-            compared = [method for method in methods or () if method in COMPARED_METHODS]
-            return comparison_frames(self.service.compare(history, task, input_text, settings, compared, blind,
-                                                          cancel=flag))
-
-        yield from RUNS.start(request, "compare", produce, width=len(Frame().values())).frames()
-
-    @staticmethod
-    def stop(request: gr.Request = None) -> tuple:
-        """The Stop button: end this page's comparison run (an incomplete comparison is not saved)."""
-        run = RUNS.stop(request, "compare")
-        if run is not None and run.done:
-            return run.state
-        frame = Frame()
-        frame.status = render.message_box(STOPPED_UNSAVED, "warning")
-        return frame.values()
+def comparison_label(comparison: StoredComparison) -> str:
+    """How the reopen dropdown names a saved comparison (rendered as text, not HTML)."""
+    snippet = " ".join(comparison.input_text.split())[:60]
+    blind = "blind, " if comparison.blind else ""
+    return f"#{comparison.id} · {comparison.task} · {blind}{len(comparison.outputs)} outputs · {snippet}"
 
 
-# --------------------------------------------------------------------------- reopening and judging
-
-
-def open_comparison(comparison_id: int | None) -> tuple:
-    """Show a saved comparison for a new judgement (blind ones in a fresh random order)."""
-    if comparison_id is None or not str(comparison_id).strip().lstrip("#").isdigit():
-        return _error("Choose a saved comparison to open.")
-    comparison = storage.get_comparison(int(str(comparison_id).strip().lstrip("#")))
-    if comparison is None:
-        return _error(f"Comparison #{comparison_id} does not exist.")
-    outputs = list(comparison["outputs"])
-    if comparison["blind"]:
-        random.SystemRandom().shuffle(outputs)
-    view = ComparisonView(
-        comparison_id=comparison["id"], order=[o["method"] for o in outputs], texts=[o["text"] for o in outputs],
-        generation_ids=[o["generation_id"] for o in outputs], blind=bool(comparison["blind"]),
-    )
-    frame = Frame().show_slots(len(outputs))
-    frame.view = view
-    frame.slots = _slot_views(view)
-    frame.status = render.message_box(
-        f"Opened comparison #{view.comparison_id} ({comparison['task']} task). Input: {comparison['input_text']}",
-        "info")
-    return frame.values()
-
-
-def submit_annotation(view: ComparisonView | None, annotator: str, preferred: str | None, comment: str,
-                      *ratings: int | None) -> tuple:
-    """Save one judgement, then reveal which method produced which output."""
-    def refuse(message: str) -> tuple:
-        gr.Warning(render.esc(message))
-        return (render.message_box(message, "error"), gr.skip(), *([gr.skip()] * MAX_SLOTS), gr.skip(), gr.skip())
-
-    if view is None:
-        return refuse("Run a comparison or open a saved one first.")
-    if view.revealed:
-        return refuse("This judgement is already saved. Reopen the comparison to judge it again (as another annotator).")
-    if not (annotator or "").strip():
-        return refuse("Enter your name as annotator.")
-    if not preferred:
-        return refuse("Pick the output you prefer (or tie / all bad).")
-    scores = {
-        slot_label(slot): {"personalization": ratings[2 * slot], "fluency": ratings[2 * slot + 1]}
-        for slot in range(len(view.order))
-    }
-    try:
-        annotation_id = storage.save_annotation(
-            comparison_id=view.comparison_id, annotator=annotator.strip(), preferred=preferred, ratings=scores,
-            comment=comment or "", display_order=view.order,
-        )
-    except ValueError as error:
-        return refuse(str(error))
-    stats = []
-    for generation_id in view.generation_ids:
-        generation = storage.get_generation(generation_id)
-        stats.append(GenerationStats.from_dict(generation["stats"]) if generation else None)
-    revealed = replace(view, revealed=True, stats=stats)
-    table, agreement = summary_table()
-    status = render.message_box(f"Saved annotation #{annotation_id}. The methods are now revealed.", "ok")
-    return (status, revealed, *_slot_views(revealed), table, agreement)
-
-
-# --------------------------------------------------------------------------- exports and summary
-
-
-def summary_table() -> tuple[list[list], str]:
+def summary_rows(summary: AnnotationSummary) -> tuple[list[list], str]:
     """Win rates and mean ratings per method, and inter-annotator agreement (trusted numbers only)."""
-    summary = storage.annotation_summary()
     rows = []
     for method, judged in summary.methods.items():
         means = judged.mean_ratings
@@ -308,49 +279,118 @@ def summary_table() -> tuple[list[list], str]:
     return rows, text
 
 
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 2)
+class CompareTab:
+    """The tab's handlers over one service."""
 
+    def __init__(self, service: AppService) -> None:
+        self.service = service
 
-LOCAL = Exposure()  # a local run: whoever is at the page is the operator
+    def comparison_choices(self) -> list[tuple[str, int]]:
+        """Saved comparisons for the reopen dropdown, newest first."""
+        return [(comparison_label(comparison), comparison.id) for comparison in self.service.saved_comparisons()]
 
+    def compare(self, history: NamedHistory | None, task: str, input_text: str, methods: Sequence[str], blind: bool,
+                request: gr.Request = None, **settings: object) -> Iterator[CompareView]:
+        """Generate with every chosen method (streaming each into its slot), then save the comparison.
 
-def export_annotations(kind: str, token: str = "", exposure: Exposure = LOCAL) -> tuple[dict, str]:
-    """Write every annotation to a fresh CSV or JSONL file for download: for anyone in a local run, for the
-    holder of the operator's token in public (annotator names and comments are not every visitor's)."""
-    if not exposure.may_export_all(token):
-        configured = "" if exposure.admin_token else f" No token is configured (${ADMIN_TOKEN_ENV}), so none is."
-        return gr.update(value=None, visible=False), render.message_box(
-            f"Exporting every annotation needs the operator's token on this public app.{configured}", "error")
-    rows = storage.annotations_export_rows()
-    if not rows:
-        return gr.update(value=None, visible=False), render.message_box("No annotations yet: nothing to export.", "info")
-    folder = Path(tempfile.mkdtemp(prefix="specsteer-export-"))
-    path = folder / f"annotations-{time.strftime('%Y%m%d-%H%M%S')}.{kind}"
-    writer = storage.write_annotations_csv if kind == "csv" else storage.write_annotations_jsonl
-    count = writer(rows, path)
-    return gr.update(value=str(path), visible=True), render.message_box(
-        f"Exported {count} annotation(s) as {kind.upper()}.", "ok")
+        ``settings``: the Generate tab's settings widgets, by GenerationSettings field name (the service
+        reads them into one GenerationSettings).
+        """
+        def produce(flag):
+            compared = [method for method in methods or () if method in COMPARED_METHODS]
+            events = self.service.compare(history, task, input_text, settings, compared, blind, cancel=flag)
+            for view in comparison_frames(events, self.comparison_choices):
+                yield view if isinstance(view, Toast) else view.flat()
+
+        for frame in RUNS.start(request, "compare", produce, width=COMPARE_WIDTH).frames():
+            yield CompareView.from_flat(frame)
+
+    @staticmethod
+    def stop(request: gr.Request = None) -> CompareView:
+        """The Stop button: end this page's comparison run (an incomplete comparison is not saved)."""
+        run = RUNS.stop(request, "compare")
+        if run is not None and run.done:
+            return CompareView.from_flat(run.state)
+        return CompareView.message(STOPPED_UNSAVED, "warning")
+
+    # ----------------------------------------------------------------------- reopening and judging
+
+    def open_comparison(self, comparison_id: int | str | None) -> CompareView:
+        """Show a saved comparison for a new judgement (a blind one in a fresh random order)."""
+        chosen = str(comparison_id).strip().lstrip("#") if comparison_id is not None else ""
+        try:
+            if not chosen.isdigit():
+                raise ValueError("Choose a saved comparison to open.")
+            comparison = self.service.reopen_comparison(int(chosen))
+        except ValueError as error:
+            gr.Warning(render.esc(str(error)))
+            return CompareView.message(str(error), "error")
+        outputs = comparison.outputs
+        view = ComparisonView(comparison_id=comparison.id, order=[o.method for o in outputs],
+                              texts=[o.text for o in outputs], generation_ids=[o.generation_id for o in outputs],
+                              blind=comparison.blind)
+        status = render.message_box(f"Opened comparison #{view.comparison_id} ({comparison.task} task). "
+                                    f"Input: {comparison.input_text}", "info")
+        return CompareView.unchanged().showing(len(outputs))._replace(view=view, slots=_slot_views(view),
+                                                                      status=status)
+
+    def submit_annotation(self, view: ComparisonView | None, annotator: str, preferred: str | None, comment: str,
+                          *ratings: int | None) -> JudgedView:
+        """The "Submit judgement" button (the /annotate endpoint: the name, the preference, the comment, then
+        the ratings of slot A's criteria, slot B's, …): see :meth:`judge`."""
+        return self.judge(view, JudgementForm(annotator or "", preferred, comment or "", tuple(ratings)))
+
+    def judge(self, view: ComparisonView | None, form: JudgementForm) -> JudgedView:
+        """Save one judgement, then reveal which method produced which output."""
+        if view is None:
+            return JudgedView.refused("Run a comparison or open a saved one first.")
+        if view.revealed:
+            return JudgedView.refused("This judgement is already saved. Reopen the comparison to judge it again "
+                                      "(as another annotator).")
+        if not form.annotator.strip():
+            return JudgedView.refused("Enter your name as annotator.")
+        if not form.preferred:
+            return JudgedView.refused("Pick the output you prefer (or tie / all bad).")
+        try:
+            saved = self.service.annotate(NewAnnotation(
+                comparison_id=view.comparison_id, annotator=form.annotator.strip(), preferred=form.preferred,
+                ratings=form.scores(len(view.order)), comment=form.comment, display_order=tuple(view.order)))
+        except ValueError as error:
+            return JudgedView.refused(str(error))
+        revealed = replace(view, revealed=True, stats=[output.stats for output in saved.outputs])
+        table, agreement = self.summary_table()
+        status = render.message_box(f"Saved annotation #{saved.annotation_id}. The methods are now revealed.", "ok")
+        return JudgedView(status, revealed, _slot_views(revealed), table, agreement)
+
+    # ----------------------------------------------------------------------- summary and exports
+
+    def summary_table(self) -> tuple[list[list], str]:
+        """Win rates and mean ratings per method, and inter-annotator agreement."""
+        return summary_rows(self.service.annotation_summary())
+
+    def export_annotations(self, kind: str, token: str = "") -> tuple[dict, str]:
+        """Every annotation in a fresh CSV or JSONL file for download (in public, for the operator's token)."""
+        hidden = gr.update(value=None, visible=False)
+        try:
+            exported = self.service.export_annotations("csv" if kind == "csv" else "jsonl", token)
+        except ExportRefused as error:
+            return hidden, render.message_box(str(error), "error")
+        if exported.path is None:
+            return hidden, render.message_box("No annotations yet: nothing to export.", "info")
+        return gr.update(value=str(exported.path), visible=True), render.message_box(
+            f"Exported {exported.count} annotation(s) as {kind.upper()}.", "ok")
+
+    def refresh_on_load(self) -> tuple:
+        """The saved comparisons and the summary afresh (other users may have added to them)."""
+        rows, text = self.summary_table()
+        return gr.update(choices=self.comparison_choices()), rows, text
 
 
 # --------------------------------------------------------------------------- layout
 
 
-@dataclass
-class CompareRefresh:
-    """Components that show stored data, refreshed when a page loads (other users may have added to it)."""
-
-    saved: gr.Dropdown
-    summary: gr.Dataframe
-    agreement: gr.Markdown
-
-
-def refresh_on_load() -> tuple:
-    rows, text = summary_table()
-    return gr.update(choices=comparison_choices()), rows, text
-
-
-def build(service: AppService, controls: GenerateControls) -> CompareRefresh:
+def build(service: AppService, controls: GenerateControls) -> PageRefresh:
+    """Builds the tab; returns what a page that opens reads afresh (the saved comparisons, the summary)."""
     tab = CompareTab(service)
     gr.Markdown(
         "Runs the **history, input, pairing and decoding settings of the Generate tab** through several methods. "
@@ -366,7 +406,7 @@ def build(service: AppService, controls: GenerateControls) -> CompareRefresh:
         stop = gr.Button("Stop", variant="stop")
     with gr.Row(equal_height=False):
         # Custom values: API clients (and typists) may give a comparison id this page has not listed.
-        saved = gr.Dropdown(choices=comparison_choices(), value=None, label="…or reopen a saved comparison",
+        saved = gr.Dropdown(choices=tab.comparison_choices(), value=None, label="…or reopen a saved comparison",
                             scale=4, elem_id="comparison-picker", allow_custom_value=True)
         refresh = gr.Button("Refresh list", scale=1, size="md")
         reopen = gr.Button("Open", scale=1, size="md")
@@ -381,7 +421,7 @@ def build(service: AppService, controls: GenerateControls) -> CompareRefresh:
             with gr.Column(visible=False, min_width=300, elem_classes="ss-slot-column") as column:
                 slot_html.append(gr.HTML(render.comparison_slot_html(slot_label(slot), None),
                                          elem_id=f"slot-{slot_label(slot)}"))
-                for criterion in ("personalization", "fluency"):
+                for criterion in RATING_CRITERIA:
                     rating_inputs.append(gr.Radio(
                         [1, 2, 3, 4, 5], value=None, label=f"{criterion.capitalize()} of {slot_label(slot)} (1–5)",
                         elem_classes="ss-rating", elem_id=f"rating-{slot_label(slot)}-{criterion}"))
@@ -395,8 +435,8 @@ def build(service: AppService, controls: GenerateControls) -> CompareRefresh:
         submit = gr.Button("Submit judgement", variant="primary", elem_id="submit-judgement")
 
     with gr.Accordion("Annotation summary and export", open=True):
-        summary_rows, agreement_text = summary_table()
-        summary = gr.Dataframe(value=summary_rows, headers=SUMMARY_HEADERS, interactive=False,
+        rows, agreement_text = tab.summary_table()
+        summary = gr.Dataframe(value=rows, headers=SUMMARY_HEADERS, interactive=False,
                                label="Win rates and mean ratings per method", elem_id="annotation-summary")
         agreement = gr.Markdown(agreement_text)
         # Public: the export needs the operator's token (the field is hidden locally, where anyone may export).
@@ -409,22 +449,18 @@ def build(service: AppService, controls: GenerateControls) -> CompareRefresh:
         download = gr.File(label="Download", interactive=False, elem_id="annotation-download", visible=False)
         export_status = gr.HTML()
 
-    frame_outputs = [status, view, preferred, saved, *slot_html, *slot_columns, *rating_inputs]
-    # Shown at once, before the queue: the queue position appears beside it while others run first.
-    queued = run.click(render.queued_status, None, status, queue=False, api_visibility="private",
-                       show_progress="hidden")
-    comparison = queued.then(
-        tab.compare, [controls.history, controls.task, controls.input_text, methods, blind], frame_outputs,
-        inputs_kwargs=controls.settings, api_name="compare", concurrency_id=MODELS_CONCURRENCY_ID,
-        concurrency_limit=1,
-    )
-    stop.click(tab.stop, None, frame_outputs, cancels=[comparison], api_name="stop_compare", queue=False)
-    reopen.click(open_comparison, saved, frame_outputs, api_name="open_comparison")
-    refresh.click(lambda: gr.update(choices=comparison_choices()), None, saved, api_visibility="private")
-    submit.click(submit_annotation, [view, annotator, preferred, comment, *rating_inputs],
-                 [status, view, *slot_html, summary, agreement], api_name="annotate")
+    outputs = list(CompareView(status, view, preferred, saved, tuple(slot_html), tuple(slot_columns),
+                               tuple(rating_inputs)).flat())
+    wire_run(run, stop, status, flattened(tab.compare),
+             [controls.history, controls.task, controls.input_text, methods, blind], outputs,
+             inputs_kwargs=controls.settings, api_name="compare", stop_work=flattened(tab.stop),
+             stop_api_name="stop_compare")
+    reopen.click(flattened(tab.open_comparison), saved, outputs, api_name="open_comparison")
+    refresh.click(lambda: gr.update(choices=tab.comparison_choices()), None, saved, **QUIET)
+    submit.click(flattened(tab.submit_annotation), [view, annotator, preferred, comment, *rating_inputs],
+                 list(JudgedView(status, view, tuple(slot_html), summary, agreement).flat()), api_name="annotate")
     for kind, button in (("csv", export_csv), ("jsonl", export_jsonl)):
-        button.click(partial(export_annotations, kind, exposure=service.exposure), admin_token,
-                     [download, export_status], api_name=f"export_{kind}")
-    refresh_summary.click(summary_table, None, [summary, agreement], api_name="annotation_summary")
-    return CompareRefresh(saved, summary, agreement)
+        button.click(partial(tab.export_annotations, kind), admin_token, [download, export_status],
+                     api_name=f"export_{kind}")
+    refresh_summary.click(tab.summary_table, None, [summary, agreement], api_name="annotation_summary")
+    return PageRefresh(tab.refresh_on_load, [saved, summary, agreement])

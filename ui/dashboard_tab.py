@@ -3,8 +3,9 @@
 The batch itself is the service's ``evaluate`` (the grid of ``specsteer.evaluate.run_grid_events``
 on the run store ``app.py`` chose, ``storage.SqlRunStore``); it stores every finished cell at once,
 so a run survives an app restart and can be reopened (or resumed under the same run name) later.
-This module only collects the choices (keeping an uploaded records file, see :func:`keep_upload`),
-turns the service's events into frames (streamed from a ``ui.streaming.BackgroundRun``, which
+Stored runs are read, and an uploaded records file kept, through the service too. This module only
+collects the grid's choices (:class:`GridForm`, turned into one ``EvalSpec``), turns the service's
+events into frames (streamed from a ``ui.streaming.BackgroundRun``, which
 Cancel stops), and draws the figures of ``specsteer.plots`` and the table.
 
 The Deployment view projects a stored run onto a bundled deployment profile: the service's
@@ -14,25 +15,21 @@ The Deployment view projects a stored run onto a bundled deployment profile: the
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
-import shutil
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from functools import partial
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import gradio as gr
 import pandas as pd
 
-import storage
 from specsteer import plots
 from specsteer.data import (
     EVALUATION_TASKS,
     LONGLAMP_TASKS,
     DataError,
-    load_records,
     resolve_data_source,
     shared_cogenesis_path,
     shared_data_path,
@@ -48,14 +45,14 @@ from specsteer.evaluate import (
     stronger_baseline,
     summarize,
 )
-from specsteer.history import MAX_UPLOAD_BYTES
 from specsteer.methods import CORE_METHODS, METHODS, method_label
 from specsteer.service import AppService, EvaluationEvent, Failed, Loading, Status
 from specsteer.settings import sentence
-from storage.db import data_dir
+from specsteer.stores import StoredRun
 from ui import pairs, render
-from ui.streaming import MODELS_CONCURRENCY_ID, RUNS, Toast
+from ui.streaming import RUNS, Toast
 from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path, gradio_uploads
+from ui.wiring import QUIET, PageRefresh, wire_run
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +61,6 @@ SOURCES = {
     "shared": "Real records (../shared/data: LongLaMP; CoGenesis's test split)",
     "upload": "Uploaded LongLaMP file",
 }
-MAX_DATA_UPLOAD_BYTES = 10 * MAX_UPLOAD_BYTES
 TABLE_HEADERS = list(plots.display_rows([{"method": "x"}])[0])
 
 
@@ -108,44 +104,39 @@ def parse_numbers(text: str, what: str) -> tuple[float, ...]:
     return tuple(dict.fromkeys(values))
 
 
-def uploads_dir() -> Path:
-    return data_dir() / "uploads"
+@dataclass(frozen=True)
+class GridForm:
+    """The grid's widgets' values, by the /evaluate endpoint's parameter names."""
 
+    source: str  # "sample", "shared" or "upload" (SOURCES)
+    upload: str | None
+    task: str
+    records: float
+    methods: Sequence[str]
+    alphas: str  # comma-separated
+    betas: str
+    pairing: str
+    runtime: str
+    max_new_tokens: float
+    draft_len: float
+    run_name: str
 
-def keep_upload(upload: str, task: str) -> Path:
-    """Copy an uploaded records file into the data folder (so a resumed run finds it) once it reads.
-
-    Gradio hands over the file under its own name in a temporary folder; the copy keeps that name in
-    a folder named after the content's hash, so every message about the file names the user's file.
-    A file that does not read is removed again (nothing rejected stays in data/uploads), and
-    ValueError says why.
-    """
-    source = Path(upload)
-    size = source.stat().st_size
-    if size > MAX_DATA_UPLOAD_BYTES:
-        raise ValueError(f"{source.name} is {size / 1e6:.1f} MB; the limit is "
-                         f"{MAX_DATA_UPLOAD_BYTES // (1024 * 1024)} MB.")
-    folder = uploads_dir() / hashlib.sha256(source.read_bytes()).hexdigest()[:16]
-    target = folder / source.name
-    if target.is_file():
-        return target  # read before: the same content under the same name
-    folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(source, target)
-    try:
-        load_records(target, task)
-    except (DataError, ValueError, OSError) as error:
-        shutil.rmtree(folder, ignore_errors=True)
-        raise ValueError(sentence(str(error))) from None
-    return target
-
-
-def data_path(source: str, task: str, upload: str | None) -> str:
-    """The records file for the chosen source (an upload is kept in the data folder, see keep_upload)."""
-    if source in ("sample", "shared"):
-        return resolve_data_source(source, task)
-    if not upload:
-        raise ValueError("Upload a LongLaMP records file (JSONL or JSON) first.")
-    return str(keep_upload(upload, task))
+    def spec(self, keep_upload: Callable[[str, str], Path]) -> EvalSpec:
+        """The one EvalSpec these values name; ``keep_upload`` keeps an uploaded records file (the service's
+        ``keep_records``). ValueError (or DataError, OSError) saying what to change."""
+        if self.source in ("sample", "shared"):
+            data = resolve_data_source(self.source, self.task)
+        elif self.upload:
+            data = str(keep_upload(self.upload, self.task))
+        else:
+            raise ValueError("Upload a LongLaMP records file (JSONL or JSON) first.")
+        return EvalSpec(
+            data=data, task=self.task, methods=tuple(method for method in METHODS if method in set(self.methods or [])),
+            alphas=parse_numbers(self.alphas, "α list"), betas=parse_numbers(self.betas, "β list"),
+            limit=int(self.records), pairing=self.pairing, runtime=self.runtime,
+            max_new_tokens=int(self.max_new_tokens), draft_len=int(self.draft_len),
+            run_name=(self.run_name or "").strip() or None,
+        )
 
 
 def source_choices() -> list[tuple[str, str]]:
@@ -254,15 +245,11 @@ def claim_notes(cells: Sequence) -> list[str]:
     return notes
 
 
-def run_choices() -> list[tuple[str, int]]:
-    """Stored runs, newest first (labels are rendered as text, not HTML)."""
-    choices = []
-    for run in storage.list_runs():
-        config = run.config or {}
-        total = config.get("cells_total", "?")
-        choices.append((f"#{run.id} {run.name} · {config.get('task', '?')} · {run.status} · "
-                        f"{run.cell_count}/{total} cells", run.id))
-    return choices
+def run_label(run: StoredRun) -> str:
+    """How the run picker names a stored run (rendered as text, not HTML)."""
+    config = run.config or {}
+    return (f"#{run.id} {run.name} · {config.get('task', '?')} · {run.status} · "
+            f"{run.cell_count}/{config.get('cells_total', '?')} cells")
 
 
 def chosen_run_ids(run_ids: Sequence[int] | int | None) -> list[int] | None:
@@ -271,28 +258,6 @@ def chosen_run_ids(run_ids: Sequence[int] | int | None) -> list[int] | None:
     if not ids or not all(str(run_id).strip().isdigit() for run_id in ids):
         return None
     return [int(str(run_id).strip()) for run_id in ids]
-
-
-def open_runs(run_ids: Sequence[int] | int | None) -> DashboardView:
-    """Reopen stored runs (one, or several to compare them)."""
-    ids = chosen_run_ids(run_ids)
-    if ids is None:
-        message = "Choose one or more stored runs."
-        gr.Warning(message)
-        return DashboardView(render.message_box(message, "error"), gr.skip(), gr.skip(), gr.skip(), gr.skip())
-    runs = []
-    for run_id in ids:
-        run = storage.get_run(int(run_id))
-        if run is None:
-            return DashboardView(render.message_box(f"Run #{run_id} does not exist.", "error"),
-                                 gr.skip(), gr.skip(), gr.skip(), gr.skip())
-        cells = storage.run_cells(run.id)
-        runs.append((f"#{run.id} {run.name}", stored_rows(run.config, cells)))
-        claims = claim_notes(cells) if len(ids) == 1 else []
-    quality, acceptance, table = compared_figures(runs)
-    names = ", ".join(name for name, _ in runs)
-    status = render.message_box(" ".join([f"Showing {names}.", *claims]), "ok")
-    return DashboardView(status, quality, acceptance, table_update(table), gr.skip())
 
 
 # --------------------------------------------------------------------------- running a batch
@@ -315,8 +280,10 @@ def _failed_view(message: str) -> DashboardView:
     return DashboardView(render.message_box(message, "error"), gr.skip(), gr.skip(), gr.skip(), gr.skip())
 
 
-def evaluation_frames(events: Iterable[EvaluationEvent]) -> Iterator[DashboardView | Toast]:
-    """The service's events of one evaluation run as frames of this tab's outputs, with a toast for a failure."""
+def evaluation_frames(events: Iterable[EvaluationEvent],
+                      run_choices: Callable[[], list[tuple[str, int]]]) -> Iterator[DashboardView | Toast]:
+    """The service's events of one evaluation run as frames of this tab's outputs, with a toast for a failure;
+    ``run_choices`` lists the stored runs afresh."""
     skip = gr.skip()
     for event in events:
         if isinstance(event, Failed):
@@ -344,6 +311,31 @@ class DashboardTab:
         self.service = service
         self.uploads = uploads  # which paths run_batch may read (build() passes Gradio's own uploads)
 
+    def run_choices(self) -> list[tuple[str, int]]:
+        """Stored runs for the run picker, newest first."""
+        return [(run_label(run), run.id) for run in self.service.stored_runs()]
+
+    def open_runs(self, run_ids: Sequence[int] | int | None) -> DashboardView:
+        """Reopen stored runs (one, or several to compare them)."""
+        ids = chosen_run_ids(run_ids)
+        if ids is None:
+            message = "Choose one or more stored runs."
+            gr.Warning(message)
+            return DashboardView(render.message_box(message, "error"), gr.skip(), gr.skip(), gr.skip(), gr.skip())
+        runs = []
+        for run_id in ids:
+            stored = self.service.run_results(run_id)
+            if stored is None:
+                return DashboardView(render.message_box(f"Run #{run_id} does not exist.", "error"),
+                                     gr.skip(), gr.skip(), gr.skip(), gr.skip())
+            run, cells = stored.run, stored.cells
+            runs.append((f"#{run.id} {run.name}", stored_rows(run.config, cells)))
+            claims = claim_notes(cells) if len(ids) == 1 else []
+        quality, acceptance, table = compared_figures(runs)
+        names = ", ".join(name for name, _ in runs)
+        status = render.message_box(" ".join([f"Showing {names}.", *claims]), "ok")
+        return DashboardView(status, quality, acceptance, table_update(table), gr.skip())
+
     def deployment(self, run_ids: Sequence[int] | int | None, profile: str) -> DeploymentView:
         """The Deployment view: the first chosen run projected onto ``profile`` at RTT 0–200 ms."""
         skip = gr.skip()
@@ -352,7 +344,7 @@ class DashboardTab:
         if ids is None:
             return DeploymentView(render.message_box("Choose a stored run above to project it.", "info"),
                                   None, None, sources)
-        run = storage.get_run(ids[0])
+        run = self.service.stored_run(ids[0])
         if run is None:
             return DeploymentView(render.message_box(f"Run #{ids[0]} does not exist.", "error"), None, None, sources)
         name = f"#{run.id} {run.name}"
@@ -381,48 +373,42 @@ class DashboardTab:
         return DeploymentView(render.message_box(" ".join(notes), "ok"),
                               plots.deployment_figure(report.rows, report.profile.label, name), table, sources)
 
-    def run_batch(self, source: str, upload: str | None, task: str, records: float, methods: Sequence[str],
-                  alphas: str, betas: str, pairing: str, runtime: str, max_new_tokens: float, draft_len: float,
-                  run_name: str, request: gr.Request = None) -> Iterator[DashboardView]:
-        """Run (or resume) an evaluation grid, streaming progress, then show its figures and table."""
+    def run_batch(self, request: gr.Request = None, **values: object) -> Iterator[DashboardView]:
+        """Run (or resume) an evaluation grid, streaming progress, then show its figures and table.
+
+        ``values``: the grid's widgets, by :class:`GridForm` field name.
+        """
         try:
-            if source not in ("sample", "shared") and upload and not self.uploads(upload):
-                raise ValueError(f"{Path(upload).name}: {NOT_AN_UPLOAD}")
-            spec = EvalSpec(
-                data=data_path(source, task, upload), task=task,
-                methods=tuple(method for method in METHODS if method in set(methods or [])),
-                alphas=parse_numbers(alphas, "α list"), betas=parse_numbers(betas, "β list"), limit=int(records),
-                pairing=pairing, runtime=runtime, max_new_tokens=int(max_new_tokens), draft_len=int(draft_len),
-                run_name=(run_name or "").strip() or None,
-            )
+            form = GridForm(**values)  # type: ignore[arg-type]
+            if form.source not in ("sample", "shared") and form.upload and not self.uploads(form.upload):
+                raise ValueError(f"{Path(form.upload).name}: {NOT_AN_UPLOAD}")
+            spec = form.spec(self.service.keep_records)
         except (ValueError, DataError, OSError) as error:
             yield _fail(sentence(str(error)))
             return
 
         def produce(flag):
-            return evaluation_frames(self.service.evaluate(spec, cancel=flag))
+            return evaluation_frames(self.service.evaluate(spec, cancel=flag), self.run_choices)
 
         for frame in RUNS.start(request, "dashboard", produce, width=len(DashboardView._fields)).frames():
             yield DashboardView(*frame)
 
-    @staticmethod
-    def cancel(request: gr.Request = None) -> DashboardView:
+    def cancel(self, request: gr.Request = None) -> DashboardView:
         """The Cancel button: stop after the current token; finished cells stay stored (and resumable)."""
         skip = gr.skip()
         run = RUNS.stop(request, "dashboard", timeout=30.0)
         if run is not None and run.done:
             return DashboardView(*run.state)
         message = "Cancelled. Finished cells stay stored; run again under the same name to resume."
-        return DashboardView(render.message_box(message, "warning"), skip, skip, skip, gr.update(choices=run_choices()))
+        return DashboardView(render.message_box(message, "warning"), skip, skip, skip, gr.update(choices=self.run_choices()))
 
 
 # --------------------------------------------------------------------------- layout
 
 
-def build(service: AppService) -> gr.Dropdown:
-    """Builds the tab; returns the stored-runs dropdown (refreshed when the page loads)."""
+def build(service: AppService) -> PageRefresh:
+    """Builds the tab; returns what a page that opens reads afresh (the stored runs)."""
     tab = DashboardTab(service, gradio_uploads())
-    default_pairing = pairs.default_pairing_id(service.pairs)
     gr.Markdown(
         "Runs a grid of methods × α × β over LongLaMP records and stores every result as it finishes. "
         "ROUGE is the F-measure × 100; speed is measured in this run, so compare methods within a run. "
@@ -440,13 +426,7 @@ def build(service: AppService) -> gr.Dropdown:
             with gr.Row():
                 alphas = gr.Textbox(value="1.0, 0.1", label="α list (SpecSteer)", elem_id="dashboard-alphas")
                 betas = gr.Textbox(value="1.0", label="β list")
-            with gr.Row():
-                pairing = gr.Dropdown(pairs.pairing_choices(service.pairs), value=default_pairing, label="Pairing",
-                                      scale=2, elem_id="dashboard-pairing")
-                runtime = gr.Dropdown(pairs.runtime_choices(), value="auto", label="Runtime", scale=1)
-            chosen_pairing = gr.State(default_pairing)
-            pairing_info = gr.Markdown(pairs.pairing_note(service.pairs, default_pairing), elem_classes="ss-note")
-            runtime_info = gr.Markdown(service.pairs.runtime_note(default_pairing), elem_classes="ss-note")
+            picker = pairs.pairing_picker(service.pairs, "Pairing", elem_prefix="dashboard-")
             with gr.Row():
                 max_new_tokens = gr.Slider(1, 512, value=48, step=1, label="Max new tokens",
                                            elem_id="dashboard-max-new-tokens")
@@ -460,7 +440,7 @@ def build(service: AppService) -> gr.Dropdown:
                              elem_id="dashboard-status")
             with gr.Row(equal_height=False):
                 # Custom values: API clients may name a run id this page has not listed yet.
-                runs = gr.Dropdown(run_choices(), value=[], multiselect=True, scale=4, allow_custom_value=True,
+                runs = gr.Dropdown(tab.run_choices(), value=[], multiselect=True, scale=4, allow_custom_value=True,
                                    label="Stored runs (choose several to compare)", elem_id="run-picker")
                 show = gr.Button("Show", scale=1, elem_id="show-runs")
             quality = gr.Plot(label="Quality against speed", elem_id="quality-plot")
@@ -493,23 +473,18 @@ def build(service: AppService) -> gr.Dropdown:
         with gr.Accordion("The profile's numbers and their sources", open=False, elem_id="deployment-sources"):
             profile_sources = gr.HTML(render.profile_html(PROFILES[DEFAULT_PROFILE]), elem_id="deployment-profile-note")
 
-    quiet = {"api_visibility": "private", "show_progress": "hidden"}
-    pairing.select(partial(pairs.pairing_selected, service.pairs), [pairing, chosen_pairing],
-                   [pairing, pairing_info, runtime_info, chosen_pairing], **quiet)
-    # Shown at once, before the queue: the queue position appears beside it while others run first.
-    queued = run.click(render.queued_status, None, status, queue=False, **quiet)
-    batch = queued.then(
-        tab.run_batch,
-        [source, upload, task, records, methods, alphas, betas, pairing, runtime, max_new_tokens, draft_len, run_name],
-        [status, quality, acceptance, table, runs],
-        api_name="evaluate", concurrency_id=MODELS_CONCURRENCY_ID, concurrency_limit=1,
-    )
-    cancel.click(tab.cancel, None, [status, quality, acceptance, table, runs], cancels=[batch],
-                 api_name="cancel_evaluate", queue=False)
-    shown = show.click(open_runs, runs, [status, quality, acceptance, table, runs], api_name="open_runs")
+    # The grid's widgets by GridForm field name (building the form checks the names): run_batch gets
+    # their values as keyword arguments, the /evaluate endpoint's parameters.
+    grid = GridForm(source=source, upload=upload, task=task, records=records, methods=methods, alphas=alphas,
+                    betas=betas, pairing=picker.pairing, runtime=picker.runtime, max_new_tokens=max_new_tokens,
+                    draft_len=draft_len, run_name=run_name)
+    outputs = list(DashboardView(status, quality, acceptance, table, runs))
+    wire_run(run, cancel, status, tab.run_batch, [], outputs, inputs_kwargs=vars(grid), api_name="evaluate",
+             stop_work=tab.cancel, stop_api_name="cancel_evaluate")
+    shown = show.click(tab.open_runs, runs, outputs, api_name="open_runs")
     deployment_outputs = [deployment_status, deployment_plot, speedups, profile_sources]  # DeploymentView
     project.click(tab.deployment, [runs, profile], deployment_outputs, api_name="deployment")
-    shown.then(tab.deployment, [runs, profile], deployment_outputs, **quiet)
-    profile.select(tab.deployment, [runs, profile], deployment_outputs, **quiet)
-    upload.upload(lambda: "upload", None, source, **quiet)
-    return runs
+    shown.then(tab.deployment, [runs, profile], deployment_outputs, **QUIET)
+    profile.select(tab.deployment, [runs, profile], deployment_outputs, **QUIET)
+    upload.upload(lambda: "upload", None, source, **QUIET)
+    return PageRefresh(lambda: gr.update(choices=tab.run_choices()), [runs])

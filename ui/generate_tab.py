@@ -16,7 +16,6 @@ import logging
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -42,8 +41,9 @@ from specsteer.settings import IN_PROCESS, MAX_RTT_MS, GenerationSettings, cloud
 from specsteer.stores import NamedHistory
 from specsteer.tasks import TASK_FOR_SCHEMA, TASKS
 from ui import pairs, render
-from ui.streaming import MODELS_CONCURRENCY_ID, RUNS, LiveStats, Throttle, Toast
+from ui.streaming import RUNS, LiveStats, Throttle, Toast
 from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path, gradio_uploads
+from ui.wiring import QUIET, wire_run
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +90,25 @@ class GenerateView(NamedTuple):
     stats: object
     retrieved: object
     privacy: object
+
+
+class SampleView(NamedTuple):
+    """What choosing a sample user updates."""
+
+    history: object
+    summary: object
+    task: object
+    input_text: object
+    upload: object  # cleared: the sample replaces an uploaded history
+
+
+class UploadView(NamedTuple):
+    """What uploading a history updates."""
+
+    history: object
+    summary: object
+    task: object
+    sample: object  # cleared after a good file: no sample names the history any more
 
 
 def read_sample(sample: str) -> NamedHistory:
@@ -197,36 +216,31 @@ class GenerateTab:
         self.service = service
         self.uploads = uploads  # which paths load_upload may read (build() passes Gradio's own uploads)
 
-    def load_sample(self, sample: str | None):
-        """Sample dropdown -> (history state, summary, task, input, upload box cleared)."""
+    def load_sample(self, sample: str | None) -> SampleView:
+        """Sample dropdown -> the sample's history, its summary, task and input; the upload box cleared."""
         if not sample or sample not in SAMPLES:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            return SampleView(*[gr.skip()] * len(SampleView._fields))
         loaded = read_sample(sample)
         task = TASK_FOR_SCHEMA.get(loaded.history.schema, "free")
-        return loaded, history_summary(loaded), task, SAMPLES[sample][1], None
+        return SampleView(loaded, history_summary(loaded), task, SAMPLES[sample][1], None)
 
-    def load_upload(self, path: str | None, current: NamedHistory | None):
-        """Uploaded file -> (history state, summary, task, sample dropdown). A bad file keeps the current
-        history (and the sample dropdown naming it); a good one clears the sample dropdown."""
+    def load_upload(self, path: str | None, current: NamedHistory | None) -> UploadView:
+        """Uploaded file -> its history, summary and task, the sample dropdown cleared. A bad file keeps the
+        current history (and the sample dropdown naming it)."""
+        skip = gr.skip()
         if not path:
-            return gr.skip(), gr.skip(), gr.skip(), gr.skip()
+            return UploadView(skip, skip, skip, skip)
         name = Path(path).name  # Gradio keeps the uploaded file's own name inside its temporary folder
         try:
             if not self.uploads(path):
                 raise HistoryError(NOT_AN_UPLOAD)
-            size = os.path.getsize(path)
-            if size > MAX_UPLOAD_BYTES:
-                raise HistoryError(f"the file is {size / 1e6:.1f} MB; the limit is "
-                                   f"{MAX_UPLOAD_BYTES // (1024 * 1024)} MB")
-            with open(path, "rb") as handle:
-                history = parse_history(handle.read(), filename=name)
+            loaded = self.service.read_history(path)
         except (HistoryError, OSError) as error:
             message = sentence(f"Could not read {name}: {error}")
             gr.Warning(render.esc(message))
             keep = f" Still using {current.name} ({len(current.history)} items)." if current else ""
-            return gr.skip(), render.message_box(message + keep, "error"), gr.skip(), gr.skip()
-        loaded = NamedHistory(history, f"“{name}”")
-        return loaded, history_summary(loaded), TASK_FOR_SCHEMA.get(history.schema, "free"), None
+            return UploadView(skip, render.message_box(message + keep, "error"), skip, skip)
+        return UploadView(loaded, history_summary(loaded), TASK_FOR_SCHEMA.get(loaded.history.schema, "free"), None)
 
     def preview(self, loaded: NamedHistory | None, task: str, input_text: str, retrieval_k: float,
                 prompt_style: str) -> str:
@@ -283,7 +297,6 @@ def build(service: AppService) -> GenerateControls:
     tab = GenerateTab(service, gradio_uploads())
     initial = read_sample(DEFAULT_SAMPLE)
     history_state = gr.State(initial)
-    default_pairing = pairs.default_pairing_id(service.pairs)
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=340, elem_classes="ss-panel"):
             gr.Markdown("### 1 · Your history", elem_classes="ss-step")
@@ -308,14 +321,8 @@ def build(service: AppService) -> GenerateControls:
                                     elem_id="task-input")
 
             gr.Markdown("### 3 · Models and decoding", elem_classes="ss-step")
-            pairing = gr.Dropdown(choices=pairs.pairing_choices(service.pairs), value=default_pairing,
-                                  label="Pairing (Specialist → Generalist)", elem_id="pairing")
-            chosen_pairing = gr.State(default_pairing)  # where an unavailable choice sends the dropdown back
-            pairing_info = gr.Markdown(pairs.pairing_note(service.pairs, default_pairing), elem_classes="ss-note")
-            runtime = gr.Dropdown(choices=pairs.runtime_choices(), value=DEFAULTS.runtime, label="Runtime",
-                                  elem_id="runtime")
-            runtime_info = gr.Markdown(service.pairs.runtime_note(default_pairing), elem_classes="ss-note",
-                                       elem_id="runtime-note")
+            picker = pairs.pairing_picker(service.pairs, "Pairing (Specialist → Generalist)",
+                                          runtime=DEFAULTS.runtime)
             method = gr.Dropdown(choices=METHOD_CHOICES, value=DEFAULTS.method, label="Method",
                                  info=METHOD_INFO[DEFAULTS.method].description)
             with gr.Row():
@@ -386,34 +393,27 @@ def build(service: AppService) -> GenerateControls:
                 privacy = gr.HTML(render.message_box(WAITING_FOR_TRANSCRIPT, "info"), elem_id="privacy")
 
     settings = {
-        "pairing": pairing, "runtime": runtime, "method": method, "alpha": alpha, "beta": beta, "draft_len": draft_len,
+        "pairing": picker.pairing, "runtime": picker.runtime, "method": method, "alpha": alpha, "beta": beta, "draft_len": draft_len,
         "adaptive_draft": adaptive_draft, "max_new_tokens": max_new_tokens, "decoding": decoding, "seed": seed,
         "temperature": temperature, "top_p": top_p, "retrieval_k": retrieval_k, "downlink_top_k": downlink_top_k,
         "exact": exact, "prompt_style": prompt_style, "private_guard": private_guard, "cloud": cloud, "rtt_ms": rtt_ms, "uplink_kbps": uplink_kbps,
         "downlink_kbps": downlink_kbps,
     }
     preview_inputs = [history_state, task, input_text, retrieval_k, prompt_style]
-    quiet = {"api_visibility": "private", "show_progress": "hidden"}
-    sample.input(tab.load_sample, sample, [history_state, summary, task, input_text, upload], api_name="load_sample")
-    upload.upload(tab.load_upload, [upload, history_state], [history_state, summary, task, sample],
+    sample.input(tab.load_sample, sample, list(SampleView(history_state, summary, task, input_text, upload)),
+                 api_name="load_sample")
+    upload.upload(tab.load_upload, [upload, history_state], list(UploadView(history_state, summary, task, sample)),
                   api_name="upload_history")
     # .change, not .input: a paste, a cut, a cleared box, a sample or an upload change the values too, and
     # the preview must follow every one of them (.input fires on typed keys only).
     for trigger in (history_state.change, task.change, input_text.change, retrieval_k.change, prompt_style.change):
-        trigger(tab.preview, preview_inputs, retrieved, trigger_mode="always_last", **quiet)
-    # .select, not .input: a dropdown reports one choice as two input events, which warned twice.
-    pairing.select(partial(pairs.pairing_selected, service.pairs), [pairing, chosen_pairing],
-                   [pairing, pairing_info, runtime_info, chosen_pairing], **quiet)
+        trigger(tab.preview, preview_inputs, retrieved, trigger_mode="always_last", **QUIET)
     method.select(lambda chosen: gr.update(info=METHOD_INFO[chosen].description if chosen in METHOD_INFO else ""),
-                  method, method, **quiet)
-    test_cloud.click(tab.test_cloud, [cloud, pairing], cloud_check, api_name="test_cloud")
-
-    # Shown at once, before the queue: the queue position appears beside it while others run first.
-    queued = run.click(render.queued_status, None, status, queue=False, **quiet)
-    generation = queued.then(
-        tab.generate, [history_state, task, input_text], [status, output, stats, retrieved, privacy],  # GenerateView
-        inputs_kwargs=settings, api_name="generate", concurrency_id=MODELS_CONCURRENCY_ID, concurrency_limit=1,
-    )
-    stop.click(tab.stop, None, [status, output, stats, retrieved, privacy], cancels=[generation],
-               api_name="stop_generate", queue=False)
+                  method, method, **QUIET)
+    test_cloud.click(tab.test_cloud, [cloud, picker.pairing], cloud_check, api_name="test_cloud")
+    # The settings widgets reach the handler by GenerationSettings field name; the service reads them
+    # into one GenerationSettings (GenerationSettings.from_values).
+    wire_run(run, stop, status, tab.generate, [history_state, task, input_text],
+             list(GenerateView(status, output, stats, retrieved, privacy)), inputs_kwargs=settings,
+             api_name="generate", stop_work=tab.stop, stop_api_name="stop_generate")
     return GenerateControls(history_state, task, input_text, settings)

@@ -1,28 +1,38 @@
 """Which model pairings the UI offers, how it labels them, and which the app's service may load.
 
-Nothing is loaded when the page is built: the first generation loads the pair (the service reports
+:func:`pairing_picker` builds the one pairing picker the tabs use (dropdowns, notes, the remembered
+choice, its select event). Nothing is loaded when the page is built: the first generation loads the pair (the service reports
 its progress; ``load_pair`` caches it), so the page opens at once.
 
 Test-only hook: with ``SPECSTEER_TEST_PAIR=tiny`` in the environment the app offers a "tiny test
 pair" (``specsteer.tiny_models.tiny_pair``, random weights, builds in about a second) as its default
-pairing. Tests of the UI, the HTTP API and the browser use it; a real deployment never sets it.
+pairing, and beside it the tiny cross-tokenizer pair (``tiny-cross-test``: two tokenizers). Tests of
+the UI, the HTTP API and the browser use them; a real deployment never sets it.
 """
 
 from __future__ import annotations
 
 import html
 import os
+from dataclasses import dataclass
+from functools import partial
+from typing import NamedTuple
 
 import gradio as gr
 
+from specsteer.engine import CROSS_TOKENIZER_METHODS
+from specsteer.methods import METHOD_INFO
 from specsteer.registry import DEFAULT_PAIRING, PAIRINGS, Pairing
 from specsteer.runtime import RUNTIME_CHOICES
 from specsteer.service import PairCatalog
+from specsteer.tiny_models import CROSS_PAIRING_ID as TINY_CROSS_PAIRING_ID
 from specsteer.tiny_models import TEST_PAIRING_ID as TINY_PAIRING_ID
-from specsteer.tiny_models import shared_tiny_pair
+from specsteer.tiny_models import shared_test_pair, shared_tiny_pair
+from ui.wiring import QUIET
 
 TEST_PAIR_ENV = "SPECSTEER_TEST_PAIR"
 TINY_LABEL = "Tiny random pair (tests only)"
+TINY_CROSS_LABEL = "Tiny random pair, two tokenizers (tests only)"
 RUNTIME_LABELS = {"auto": "auto", "llama.cpp": "llama.cpp (GGUF, CPU)", "transformers": "transformers (PyTorch)"}
 
 
@@ -31,8 +41,11 @@ def test_pair_enabled() -> bool:
 
 
 def catalog() -> PairCatalog:
-    """The pairings this app may load: the registry's, and the tiny pair in test mode."""
-    return PairCatalog({TINY_PAIRING_ID: shared_tiny_pair} if test_pair_enabled() else {})
+    """The pairings this app may load: the registry's, and the tiny pairs in test mode."""
+    if not test_pair_enabled():
+        return PairCatalog()
+    return PairCatalog({TINY_PAIRING_ID: shared_tiny_pair,
+                        TINY_CROSS_PAIRING_ID: partial(shared_test_pair, TINY_CROSS_PAIRING_ID)})
 
 
 def default_pairing_id(pairs: PairCatalog) -> str:
@@ -57,7 +70,8 @@ def _short_reason(pairing: Pairing, note: str) -> str:
 
 def pairing_choices(pairs: PairCatalog) -> list[tuple[str, str]]:
     """(label, id) for the dropdown; pairings that cannot load here say so in their label."""
-    choices = [(TINY_LABEL, TINY_PAIRING_ID)] if TINY_PAIRING_ID in pairs.test_pairs else []
+    tiny = ((TINY_LABEL, TINY_PAIRING_ID), (TINY_CROSS_LABEL, TINY_CROSS_PAIRING_ID))
+    choices = [(label, pairing_id) for label, pairing_id in tiny if pairing_id in pairs.test_pairs]
     for pairing in PAIRINGS.values():
         ok, note = pairs.status(pairing.id)
         label = pairing.label if ok else f"{pairing.label} (unavailable: {_short_reason(pairing, note)})"
@@ -69,16 +83,39 @@ def pairing_note(pairs: PairCatalog, pairing_id: str | None) -> str:
     """Markdown describing a pairing and whether it can load (registry text only, trusted)."""
     if pairing_id == TINY_PAIRING_ID and pairing_id in pairs.test_pairs:
         return "**Tiny random pair**: random weights for automated tests; the output is gibberish."
+    if pairing_id == TINY_CROSS_PAIRING_ID and pairing_id in pairs.test_pairs:
+        return ("**Tiny random pair, two tokenizers**: random weights for automated tests (a byte Specialist, a "
+                f"merged-pairs Generalist); the output is gibberish.  \n{cross_methods_note()}")
     pairing = PAIRINGS.get(pairing_id or "")
     if pairing is None:
         return "Choose a pairing."
     ok, note = pairs.status(pairing.id)
     state = "✓ available" if ok else "✕ unavailable"
-    return f"**{pairing.specialist.name} → {pairing.generalist.name}**: {pairing.description}  \n{state}: {note}"
+    methods = f"  \n{cross_methods_note()}" if pairing.separate_tokenizers else ""
+    return (f"**{pairing.specialist.name} → {pairing.generalist.name}**: {pairing.description}  \n{state}: {note}"
+            f"{methods}")
 
 
-def pairing_selected(pairs: PairCatalog, pairing_id: str, previous: str):
-    """A pairing dropdown's choice -> (dropdown, note, runtime note, remembered pairing).
+def cross_methods_note() -> str:
+    """What a pairing of two tokenizers runs (engine.CROSS_TOKENIZER_METHODS), and why not the rest."""
+    runs = [METHOD_INFO[method].label for method in CROSS_TOKENIZER_METHODS]
+    refused = [info.label for method, info in METHOD_INFO.items() if method not in CROSS_TOKENIZER_METHODS]
+    return (f"Two tokenizers: runs {', '.join(runs[:-1])} and {runs[-1]} (its drafts tested per segment of text "
+            f"that both tokenizers cut alike). {', '.join(refused)} and SpecSteer's exact-target variant need one "
+            "shared vocabulary and are refused.")
+
+
+class PairingChoice(NamedTuple):
+    """What a pairing dropdown's choice updates."""
+
+    dropdown: object
+    note: object
+    runtime_note: object
+    remembered: object  # the pairing a later unavailable choice goes back to
+
+
+def pairing_selected(pairs: PairCatalog, pairing_id: str, previous: str) -> PairingChoice:
+    """A pairing dropdown's choice -> its dropdown, notes and remembered pairing.
 
     An unavailable pairing is refused with one warning, and the dropdown goes back to the pairing
     chosen before, so what it shows is always what a run would use.
@@ -87,9 +124,40 @@ def pairing_selected(pairs: PairCatalog, pairing_id: str, previous: str):
         pairs.check(pairing_id)
     except ValueError as error:
         gr.Warning(html.escape(str(error)))
-        return previous, pairing_note(pairs, previous), pairs.runtime_note(previous), previous
-    return gr.skip(), pairing_note(pairs, pairing_id), pairs.runtime_note(pairing_id), pairing_id
+        return PairingChoice(previous, pairing_note(pairs, previous), pairs.runtime_note(previous), previous)
+    return PairingChoice(gr.skip(), pairing_note(pairs, pairing_id), pairs.runtime_note(pairing_id), pairing_id)
 
 
 def runtime_choices() -> list[tuple[str, str]]:
     return [(RUNTIME_LABELS[runtime], runtime) for runtime in RUNTIME_CHOICES]
+
+
+@dataclass(frozen=True)
+class PairingPicker:
+    """The components of a tab's pairing picker whose values a run reads."""
+
+    pairing: gr.Dropdown
+    runtime: gr.Dropdown
+
+
+def pairing_picker(pairs: PairCatalog, label: str, elem_prefix: str = "", runtime: str = "auto") -> PairingPicker:
+    """Builds, where it is called, the pairing and runtime dropdowns side by side, the pairing's note
+    and the runtime note under them, and the remembered choice (where an unavailable choice sends the
+    dropdown back); wires the dropdown's select event (:func:`pairing_selected`).
+
+    Element ids: ``{elem_prefix}pairing``, ``{elem_prefix}runtime``, ``{elem_prefix}runtime-note``.
+    """
+    default = default_pairing_id(pairs)
+    with gr.Row(equal_height=False):
+        pairing = gr.Dropdown(choices=pairing_choices(pairs), value=default, label=label, scale=2,
+                              elem_id=f"{elem_prefix}pairing")
+        runtime_dropdown = gr.Dropdown(choices=runtime_choices(), value=runtime, label="Runtime", scale=1,
+                                       elem_id=f"{elem_prefix}runtime")
+    remembered = gr.State(default)
+    note = gr.Markdown(pairing_note(pairs, default), elem_classes="ss-note")
+    runtime_note = gr.Markdown(pairs.runtime_note(default), elem_classes="ss-note",
+                               elem_id=f"{elem_prefix}runtime-note")
+    # .select, not .input: a dropdown reports one choice as two input events, which warned twice.
+    pairing.select(partial(pairing_selected, pairs), [pairing, remembered],
+                   list(PairingChoice(pairing, note, runtime_note, remembered)), **QUIET)
+    return PairingPicker(pairing, runtime_dropdown)

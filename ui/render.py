@@ -94,20 +94,76 @@ def token_span(event: TokenEvent) -> str:
     return f'<{tag} class="ss-tok ss-tok-{esc(event.kind)}" title="{esc(title)}">{esc(text)}</{tag}>'
 
 
+def segment_title(event: TokenEvent) -> str:
+    """The tooltip of a drafted segment on a cross-tokenizer pair (``event`` is its first token)."""
+    size = event.segment.size if event.segment is not None else 1
+    title = (f"{KIND_LABELS.get(event.kind, event.kind)} · one segment of {size} Specialist "
+             f"token{'' if size == 1 else 's'}: the text between two offsets where both tokenizers cut, "
+             "which the cloud accepts or refuses whole")
+    if event.round:
+        title += f" · round {event.round}"
+    if event.ratio is not None and math.isfinite(event.ratio):
+        title += f" · ratio {event.ratio:.3g}"
+    return title
+
+
+def _segment_open(event: TokenEvent) -> tuple[str, str]:
+    """(the opening tag of a segment's element, its closing tag)."""
+    tag = "del" if event.kind == "rejected" else "span"
+    size = event.segment.size if event.segment is not None else 1
+    return (f'<{tag} class="ss-tok ss-tok-{esc(event.kind)} ss-seg" data-segment-size="{size}" '
+            f'title="{esc(segment_title(event))}">', f"</{tag}>")
+
+
+def _segment_piece(event: TokenEvent) -> str:
+    """One Specialist token inside its segment's element (the segment's tooltip covers it)."""
+    text = event.text
+    if not text:
+        return ""
+    if event.kind == "rejected" and not text.strip():
+        text = _visible_whitespace(text)
+    return f'<span class="ss-seg-tok" data-token="{event.id}">{esc(text)}</span>'
+
+
 class TokenHtml:
     """The token stream as HTML that only ever grows at its end.
 
     Appending keeps each update a pure extension of the previous value, so re-rendering stays
     proportional to what is new on the Python side, and Gradio's diff of a streamed string value
     is an append.
+
+    On a cross-tokenizer pair a draft's event names its segment (``TokenEvent.segment``): the
+    segment is one coloured element, opened at its first token and closed after its last, holding
+    a piece per Specialist token. Until it closes, the HTML parser closes it (the output panel is
+    left unclosed the same way, :func:`output_html`).
     """
 
     def __init__(self) -> None:
         self._parts: list[str] = []
         self._html = ""
+        self._closing = ""  # the open segment's closing tag, "" when none is open
+        self._expected: tuple[int, str, int] | None = None  # (round, kind, position) that continues it
 
     def add(self, event: TokenEvent) -> None:
-        self._parts.append(token_span(event))
+        segment = event.segment
+        continues = segment is not None and self._expected == (event.round, event.kind, segment.position)
+        if self._closing and not continues:
+            self._close()
+        if segment is None:
+            self._parts.append(token_span(event))
+            return
+        if not continues:
+            opening, self._closing = _segment_open(event)
+            self._parts.append(opening)
+        self._parts.append(_segment_piece(event))
+        self._expected = (event.round, event.kind, segment.position + 1)
+        if segment.last:
+            self._close()
+
+    def _close(self) -> None:
+        self._parts.append(self._closing)
+        self._closing = ""
+        self._expected = None
 
     @property
     def html(self) -> str:

@@ -1,0 +1,46 @@
+"""How a tab's long task is wired to its buttons, the same way on every tab.
+
+A Run button first shows "Queued" at once (before the queue: the queue position appears beside it
+while others run first), then starts the long handler in the one queue slot every model shares;
+the tab's Stop (or Cancel) button ends that run through its own handler, which shows where the run
+ended (see ``ui.streaming``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import gradio as gr
+
+from ui import render
+from ui.streaming import MODELS_CONCURRENCY_ID
+
+# Events of the page's own bookkeeping: not part of the public API, no spinner over their outputs.
+QUIET: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
+
+
+def wire_run(run: gr.Button, stop: gr.Button, status: gr.components.Component, work: Callable,
+             inputs: Sequence[gr.components.Component], outputs: Sequence[gr.components.Component], *,
+             api_name: str, stop_work: Callable, stop_api_name: str,
+             inputs_kwargs: dict[str, gr.components.Component] | None = None) -> gr.events.Dependency:
+    """Run → queued status → ``work`` (the long handler, in the models' queue slot); Stop → ``stop_work``,
+    which cancels it. Both write ``outputs``; ``status`` is the one the queued message goes to."""
+    queued = run.click(render.queued_status, None, status, queue=False, **QUIET)
+    started = queued.then(work, list(inputs), list(outputs), inputs_kwargs=inputs_kwargs, api_name=api_name,
+                          concurrency_id=MODELS_CONCURRENCY_ID, concurrency_limit=1)
+    stop.click(stop_work, None, list(outputs), cancels=[started], api_name=stop_api_name, queue=False)
+    return started
+
+
+@dataclass(frozen=True)
+class PageRefresh:
+    """What a tab shows of stored data and how to read it afresh when a page opens (other users, or an
+    earlier run of the app, may have stored more since the page was built)."""
+
+    read: Callable[[], Any]
+    outputs: Sequence[gr.components.Component]
+
+    def on_load(self, page: gr.Blocks) -> None:
+        page.load(self.read, None, list(self.outputs), **QUIET)

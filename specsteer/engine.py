@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -49,11 +50,15 @@ from .events import (
     GenerationStats,
     SegmentPlace,
     TokenEvent,
+    TokenKind,
 )
 from .link import CloudEndpoint, CloudError, CloudRefused, CloudUnreachable, InProcessCloud, Link
 from .link_emulation import LinkConditions
 from .methods import METHOD_INFO, METHODS
 from .wire import MAX_DRAFT_LEN, MAX_NEW_TOKENS, CrossOpen, Draft, Open
+
+if TYPE_CHECKING:  # tasks imports the retrieval stack, which prepare() loads only when it is called
+    from .tasks import PromptPair, PromptStyle
 
 # What runs on a cross-tokenizer pair (specsteer.crosstok): SpecSteer's ratio rule and LightCoSteer
 # (rounds of no drafts) over the common byte space, the device-only baselines and the Generalist alone
@@ -126,13 +131,13 @@ class Request:
     history: Sequence = ()
     retrieval_k: int = 3
     noise_items: Sequence = ()  # appended to the Specialist's context (robustness study)
-    prompt_style: str = "paper"  # tasks.PROMPT_STYLES: the paper's templates, or "clean" (no field labels)
+    prompt_style: PromptStyle = "paper"  # tasks.PROMPT_STYLES: the paper's templates, or "clean" (no field labels)
     profile: str | None = None  # a persona's user profile text (the cogenesis task); private like the history
 
 
 @dataclass
 class Prepared:
-    prompts: PromptPair  # noqa: F821 -- specsteer.tasks.PromptPair
+    prompts: PromptPair
     retrieved: list = field(default_factory=list)  # the history items BM25 picked, best first, then any noise items
     scores: list[float] = field(default_factory=list)  # BM25 score of each picked history item (noise has none)
 
@@ -257,7 +262,7 @@ class _Output:
             self.stop_reason = "cancelled"
         return self.stop_reason is None
 
-    def _event(self, token: int, text: str, kind: str, round_: int, ratio: float | None,
+    def _event(self, token: int, text: str, kind: TokenKind, round_: int, ratio: float | None,
                segment: SegmentPlace | None = None) -> TokenEvent:
         return TokenEvent(token, text, kind, round_, ratio, self.link.totals["uplink"], self.link.totals["downlink"],
                           segment)
@@ -266,7 +271,7 @@ class _Output:
     def remaining(self) -> int:
         return self.max_new_tokens - len(self.detokenizer.ids)
 
-    def emit(self, token: int, kind: str, round_: int, ratio: float | None = None,
+    def emit(self, token: int, kind: TokenKind, round_: int, ratio: float | None = None,
              segment: SegmentPlace | None = None) -> TokenEvent:
         is_end = token in self.stop_ids
         last = is_end or self.remaining == 1
@@ -403,7 +408,9 @@ def _opening(pair, link: Link, plain_ids, config: DecodeConfig, rule: str, beta:
         stop_ids=sorted(pair.eos_token_ids),
     )
     if pair.cross is not None:
-        return CrossOpen(**settings, large_prompt=plain_large_ids)
+        if plain_large_ids is None:
+            raise ValueError("a cross-tokenizer pair's Open needs the plain prompt in the Generalist's ids")
+        return CrossOpen(**settings, large_prompt=tuple(plain_large_ids))
     return Open(**settings)
 
 
@@ -460,6 +467,7 @@ def _speculative(pair, prompts: _Prompts, config, output, link, stats):
     options = dict(costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
                    draft_confidence=config.draft_confidence, max_new_tokens=config.max_new_tokens, guard=guard)
     places = _no_segments
+    edge: Edge
     if pair.cross is not None:
         edge = CrossEdge(*arguments, vocabulary=pair.cross.vocabularies.small, **options)
         places = partial(_segment_places, pair.cross.vocabularies)
@@ -497,7 +505,7 @@ def _rounds(edge, config, rule, every_token, output, link, stats, places=_no_seg
         drafts = edge.draft(min(k, output.remaining), output.cancel)
         if not output.keep_going():  # stopped while drafting: these drafts never cross the link
             return
-        verdict = link.verify(Draft(session=link.session, keep=keep, append=append, draft=drafts))
+        verdict = link.verify(Draft(session=link.session, keep=keep, append=tuple(append), draft=tuple(drafts)))
         may_extend = output.remaining > len(drafts) and not output.ends_text(drafts)
         settled = edge.settle(verdict, drafts, may_extend)
         # The ratios are instrumentation for the UI: read off whichever side

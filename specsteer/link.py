@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple, Protocol
 
 from .decoding import ForwardLog
-from .events import LinkMessage, TraceStep
+from .events import Finished, LinkMessage, TraceStep
 from .link_emulation import LinkConditions, LinkEmulator
 from .wire import (
     DOWNLINK,
@@ -61,7 +61,7 @@ class CloudError(RuntimeError):
         super().__init__(message)
         self.code = code
         self.status = status
-        self.partial = None  # specsteer.events.Finished, set by the engine
+        self.partial: Finished | None = None  # set by the engine
 
 
 class CloudUnreachable(CloudError):

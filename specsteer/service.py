@@ -73,7 +73,7 @@ from .stores import (
     StoredOutput,
     StoredRun,
 )
-from .tasks import TASKS, PromptPair, render_item
+from .tasks import TASKS, PromptPair, PromptStyle, as_prompt_style, render_item
 from .wire import CloudInfo
 
 log = logging.getLogger(__name__)
@@ -389,7 +389,8 @@ def _status(pairing: Pairing, edge_only: bool) -> tuple[bool, str]:
     return model_status(pairing.specialist)
 
 
-def _preview_of(prepared: Prepared, task: str, total: int, retrieval_k: int, prompt_style: str) -> RetrievalPreview:
+def _preview_of(prepared: Prepared, task: str, total: int, retrieval_k: int,
+                prompt_style: PromptStyle) -> RetrievalPreview:
     """What a prepared request shows its user: each picked history item as the Specialist's prompt
     renders it, with its BM25 score, and both prompts."""
     shown = tuple(ScoredItem(render_item(task, item, style=prompt_style), score)
@@ -447,9 +448,10 @@ class AppService:
         if not (input_text or "").strip():
             return RetrievalPreview(task, len(items), retrieval_k, (), None)
         profile = history.history.profile if history is not None else None
+        style = as_prompt_style(prompt_style)
         prepared = prepare(Request(task=task, input_text=input_text, history=items, retrieval_k=retrieval_k,
-                                   prompt_style=prompt_style, profile=profile))
-        return _preview_of(prepared, task, len(items), retrieval_k, prompt_style)
+                                   prompt_style=style, profile=profile))
+        return _preview_of(prepared, task, len(items), retrieval_k, style)
 
     @staticmethod
     def read_history(path: str | Path) -> NamedHistory:
@@ -866,7 +868,7 @@ class AppService:
         exposure = (method_exposure(finished.stats.method, facts, prepared.prompts, finished.stats.sent_text,
                                     finished.text) if facts else None)
         return PrivacyReport(audit, tuple(finished.transcript),
-                             lambda ids: tokenizer.decode(list(ids), skip_special_tokens=False), exposure)
+                             lambda ids: str(tokenizer.decode(list(ids), skip_special_tokens=False)), exposure)
 
     def _save_generation(self, history: NamedHistory | None, history_id: int | None, task: str, input_text: str,
                          settings: GenerationSettings, finished: Finished, tokens: Sequence[TokenEvent]) -> int:

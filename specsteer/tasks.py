@@ -257,12 +257,18 @@ def item_field_labels(task: str) -> tuple[str, ...]:
     return tuple(match["label"] for match in matches if match)
 
 
+def as_prompt_style(value: str) -> PromptStyle:
+    """``value`` as a prompt style, or ValueError naming the styles (a public endpoint's caller sends any text)."""
+    for style in PROMPT_STYLES:
+        if value == style:
+            return style
+    raise ValueError(f"unknown prompt style {value!r}; choose one of {', '.join(PROMPT_STYLES)}")
+
+
 def _template(task: str, style: PromptStyle = DEFAULT_PROMPT_STYLE) -> _Template:
     if task not in _TEMPLATES:
         raise ValueError(f"unknown task {task!r}; choose one of {', '.join(ALL_TASKS)}")
-    if style not in PROMPT_STYLES:
-        raise ValueError(f"unknown prompt style {style!r}; choose one of {', '.join(PROMPT_STYLES)}")
-    templates = _TEMPLATES_BY_STYLE[style]
+    templates = _TEMPLATES_BY_STYLE[as_prompt_style(style)]
     if task not in templates:
         covered = ", ".join(templates)
         raise ValueError(f"the {style} prompt style covers {covered}; {task} has the paper's template only")

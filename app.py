@@ -71,15 +71,21 @@ def launch_options() -> dict:
 
 def build_service() -> AppService:
     """The one service every tab uses, on the database that ``DATABASE_URL`` / the data folder names; a
-    remote Cloud's shared secret comes from ``$SPECSTEER_CLOUD_SECRET`` (never from a form); uploaded records
-files are kept in the data folder's ``uploads/`` (a resumed evaluation finds its file there); whether
-    the app serves the public, with its operator's choices, from the environment (specsteer/exposure.py)."""
+        remote Cloud's shared secret comes from ``$SPECSTEER_CLOUD_SECRET`` (never from a form); uploaded records
+    files are kept in the data folder's ``uploads/`` (a resumed evaluation finds its file there); whether
+        the app serves the public, with its operator's choices, from the environment (specsteer/exposure.py)."""
     secret = os.environ.get(CLOUD_SECRET_ENV)
     problem = secret_problem(secret, f"${CLOUD_SECRET_ENV}")
     if problem:
         raise SystemExit(f"error: {problem}")
-    return AppService(store=storage.SqlGenerationStore(), runs=storage.SqlRunStore(), pairs=pairs.catalog(),
-                      cloud_secret=secret, exposure=Exposure.from_environment(), uploads=data_dir() / "uploads")
+    return AppService(
+        store=storage.SqlGenerationStore(),
+        runs=storage.SqlRunStore(),
+        pairs=pairs.catalog(),
+        cloud_secret=secret,
+        exposure=Exposure.from_environment(),
+        uploads=data_dir() / "uploads",
+    )
 
 
 def build_app(service: AppService | None = None) -> gr.Blocks:
@@ -162,8 +168,9 @@ def main() -> None:
         **launch_options(),
     )
     number = stop.wait()
-    print(f"{signal.Signals(number).name}: stopping (running work is cancelled and saved)…", file=sys.stderr,
-          flush=True)
+    print(
+        f"{signal.Signals(number).name}: stopping (running work is cancelled and saved)…", file=sys.stderr, flush=True
+    )
     unfinished = shut_down(demo)
     if unfinished:
         print(f"stopped without waiting longer for: {', '.join(unfinished)}", file=sys.stderr, flush=True)

@@ -47,14 +47,26 @@ def main() -> int:
     parser.add_argument("--prompt-tokens", type=int, default=16)
     parser.add_argument("--draft", action="store_true", help="one Draft per admitted session: its prompt is read")
     parser.add_argument("--memory-budget-mb", default=None, help="passed to the Cloud (default: its own)")
-    parser.add_argument("--max-sessions-per-client", default="64",
-                        help="passed to the Cloud; high by default so that the memory budget is what binds")
+    parser.add_argument(
+        "--max-sessions-per-client",
+        default="64",
+        help="passed to the Cloud; high by default so that the memory budget is what binds",
+    )
     args = parser.parse_args()
     extra = ["--memory-budget-mb", args.memory_budget_mb] if args.memory_budget_mb else []
     log = Path(os.environ.get("TMPDIR", "/tmp")) / f"cloud-open-flood-{os.getpid()}.log"
-    child = start_cloud_process("--pairing", args.pairing, "--runtime", args.runtime, "--max-sessions", "64",
-                                "--max-sessions-per-client", args.max_sessions_per_client, *extra,
-                                stderr=log.open("wb"))
+    child = start_cloud_process(
+        "--pairing",
+        args.pairing,
+        "--runtime",
+        args.runtime,
+        "--max-sessions",
+        "64",
+        "--max-sessions-per-client",
+        args.max_sessions_per_client,
+        *extra,
+        stderr=log.open("wb"),
+    )
     try:
         ready_kb = status_kb(child.pid, "VmRSS")
         limits = httpx.get(child.url + "/v1/info", timeout=30).json()["limits"]
@@ -73,11 +85,17 @@ def main() -> int:
         seconds = time.monotonic() - started
         result = {
             "command": " ".join(sys.argv),
-            "pairing": args.pairing, "opens": args.opens, "prompt_tokens": args.prompt_tokens,
-            "max_new_tokens": limits["max_new_tokens"], "statuses": dict(statuses), "drafts": dict(drafted),
+            "pairing": args.pairing,
+            "opens": args.opens,
+            "prompt_tokens": args.prompt_tokens,
+            "max_new_tokens": limits["max_new_tokens"],
+            "statuses": dict(statuses),
+            "drafts": dict(drafted),
             "memory_budget_mb": round(limits["memory_budget_bytes"] / 2**20),
-            "rss_ready_mb": round(ready_kb / 1024), "rss_after_mb": round(status_kb(child.pid, "VmRSS") / 1024),
-            "peak_rss_mb": round(status_kb(child.pid, "VmHWM") / 1024), "seconds": round(seconds, 1),
+            "rss_ready_mb": round(ready_kb / 1024),
+            "rss_after_mb": round(status_kb(child.pid, "VmRSS") / 1024),
+            "peak_rss_mb": round(status_kb(child.pid, "VmHWM") / 1024),
+            "seconds": round(seconds, 1),
             "machine": machine_info().describe(),
         }
     finally:

@@ -23,8 +23,20 @@ from specsteer.loading import cross_tokenizer_view, load_pair
 from specsteer.registry import DEFAULT_PAIRING
 from storage import SqlRunStore
 
-SHOWN = ("method", "alpha", "records", "rouge1", "rougeL", "acceptance", "tok_per_s", "speedup", "rounds", "new_tokens",
-         "uplink_bytes", "downlink_bytes")
+SHOWN = (
+    "method",
+    "alpha",
+    "records",
+    "rouge1",
+    "rougeL",
+    "acceptance",
+    "tok_per_s",
+    "speedup",
+    "rounds",
+    "new_tokens",
+    "uplink_bytes",
+    "downlink_bytes",
+)
 
 
 def main() -> None:
@@ -41,9 +53,16 @@ def main() -> None:
     pair = load_pair(args.pairing, runtime=args.runtime)
     store = SqlRunStore(args.database)
     for label, view in (("same-tokenizer path", pair), ("cross-tokenizer path", cross_tokenizer_view(pair))):
-        spec = EvalSpec(data=resolve_data_source("shared", args.task), task=args.task, limit=args.limit, methods=("llm", "specsteer"),
-                        alphas=(args.alpha,), pairing=view.pairing_id, max_new_tokens=args.max_new_tokens,
-                        run_name=f"crosstok-cost-{label.split()[0]}-{args.pairing}-{args.limit}-{args.max_new_tokens}{args.tag}")
+        spec = EvalSpec(
+            data=resolve_data_source("shared", args.task),
+            task=args.task,
+            limit=args.limit,
+            methods=("llm", "specsteer"),
+            alphas=(args.alpha,),
+            pairing=view.pairing_id,
+            max_new_tokens=args.max_new_tokens,
+            run_name=f"crosstok-cost-{label.split()[0]}-{args.pairing}-{args.limit}-{args.max_new_tokens}{args.tag}",
+        )
         result = run_grid(spec, store, pair=view)
         print(f"== {label} ({view.pairing_id}, {view.runtime}, {view.precision})", flush=True)
         for row in result.rows:

@@ -45,8 +45,11 @@ def read_records(path: Path, limit: int) -> list[CogenesisRecord]:
     records = []
     for raw in json.loads(path.read_text())[:limit]:
         turns = {turn["from"]: turn["value"] for turn in raw["conversations"]}
-        records.append(CogenesisRecord(raw["tid"], turns["user"], turns["assistant"],
-                                       tuple(item["text"] for item in raw["profile"])))
+        records.append(
+            CogenesisRecord(
+                raw["tid"], turns["user"], turns["assistant"], tuple(item["text"] for item in raw["profile"])
+            )
+        )
     return records
 
 
@@ -55,9 +58,18 @@ def run_one(pair, prepared, config: DecodeConfig, reference: str) -> dict:
     _, finished = collect(generate(pair, prepared, config))
     stats = finished.stats
     scores = rouge_scores(finished.text, reference)
-    return {"new_tokens": stats.new_tokens, "seconds": stats.seconds, "drafted": stats.drafted,
-            "accepted": stats.accepted, "uplink_bytes": stats.uplink_bytes, "downlink_bytes": stats.downlink_bytes,
-            "rouge1": scores["rouge1"], "rougeL": scores["rougeL"], "stop": stats.stop_reason, "text": finished.text}
+    return {
+        "new_tokens": stats.new_tokens,
+        "seconds": stats.seconds,
+        "drafted": stats.drafted,
+        "accepted": stats.accepted,
+        "uplink_bytes": stats.uplink_bytes,
+        "downlink_bytes": stats.downlink_bytes,
+        "rouge1": scores["rouge1"],
+        "rougeL": scores["rougeL"],
+        "stop": stats.stop_reason,
+        "text": finished.text,
+    }
 
 
 def summarize(rows: list[dict]) -> list[dict]:
@@ -73,17 +85,21 @@ def summarize(rows: list[dict]) -> list[dict]:
             drafted = sum(row["drafted"] for row in mine)
             if method == "llm":
                 llm_speed[pairing] = speed
-            summaries.append({
-                "pairing": pairing, "method": method, "n": len(mine),
-                "rouge1": round(100 * sum(row["rouge1"] for row in mine) / len(mine), 2),
-                "rougeL": round(100 * sum(row["rougeL"] for row in mine) / len(mine), 2),
-                "acceptance": round(sum(row["accepted"] for row in mine) / drafted, 3) if drafted else None,
-                "tok_per_s": round(speed, 2),
-                "speedup_over_llm": round(speed / llm_speed[pairing], 2) if pairing in llm_speed else None,
-                "new_tokens": tokens,
-                "uplink_B_per_token": round(sum(row["uplink_bytes"] for row in mine) / tokens, 1),
-                "downlink_B_per_token": round(sum(row["downlink_bytes"] for row in mine) / tokens, 1),
-            })
+            summaries.append(
+                {
+                    "pairing": pairing,
+                    "method": method,
+                    "n": len(mine),
+                    "rouge1": round(100 * sum(row["rouge1"] for row in mine) / len(mine), 2),
+                    "rougeL": round(100 * sum(row["rougeL"] for row in mine) / len(mine), 2),
+                    "acceptance": round(sum(row["accepted"] for row in mine) / drafted, 3) if drafted else None,
+                    "tok_per_s": round(speed, 2),
+                    "speedup_over_llm": round(speed / llm_speed[pairing], 2) if pairing in llm_speed else None,
+                    "new_tokens": tokens,
+                    "uplink_B_per_token": round(sum(row["uplink_bytes"] for row in mine) / tokens, 1),
+                    "downlink_B_per_token": round(sum(row["downlink_bytes"] for row in mine) / tokens, 1),
+                }
+            )
     return summaries
 
 
@@ -97,22 +113,39 @@ def main() -> None:
     parser.add_argument("--draft-len", type=int, default=4)
     parser.add_argument("--retrieval-k", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--deadline", type=float, default=0.0,
-                        help="unix time after which no new record starts (0: none); the summary covers what ran")
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=0.0,
+        help="unix time after which no new record starts (0: none); the summary covers what ran",
+    )
     args = parser.parse_args()
 
     import torch
 
     torch.set_num_threads(args.threads)
     model, flags = read_cpu()
-    print(json.dumps({"cpu": model, "threads": args.threads, "avx512_bf16": "avx512_bf16" in flags,
-                      "amx_bf16": "amx_bf16" in flags, "torch": torch.__version__}), flush=True)
+    print(
+        json.dumps(
+            {
+                "cpu": model,
+                "threads": args.threads,
+                "avx512_bf16": "avx512_bf16" in flags,
+                "amx_bf16": "amx_bf16" in flags,
+                "torch": torch.__version__,
+            }
+        ),
+        flush=True,
+    )
     pairs = {pairing_id: load_pair(pairing_id, runtime="transformers") for pairing_id in args.pairings.split(",")}
     for pairing_id, pair in pairs.items():
         print(json.dumps({"loaded": pairing_id, "precision": pair.precision}), flush=True)
-    configs = {"llm": DecodeConfig(method="llm", max_new_tokens=args.max_new_tokens),
-               "specsteer": DecodeConfig(method="specsteer", alpha=args.alpha, draft_len=args.draft_len,
-                                         max_new_tokens=args.max_new_tokens)}
+    configs = {
+        "llm": DecodeConfig(method="llm", max_new_tokens=args.max_new_tokens),
+        "specsteer": DecodeConfig(
+            method="specsteer", alpha=args.alpha, draft_len=args.draft_len, max_new_tokens=args.max_new_tokens
+        ),
+    }
     warm = prepare(Request(task="free", input_text="Say hello.", history=[HistoryItem({"text": "Hello there."})]))
     for pair in pairs.values():  # first calls pay one-time costs that no record should carry
         for method in configs:
@@ -122,13 +155,22 @@ def main() -> None:
         if args.deadline and time.time() > args.deadline:
             print(json.dumps({"stopped": "deadline", "records_done": len(rows) // (len(pairs) * len(configs))}))
             break
-        prepared = prepare(Request(task="free", input_text=record.task,
-                                   history=[HistoryItem({"text": text}) for text in record.history],
-                                   retrieval_k=args.retrieval_k))
+        prepared = prepare(
+            Request(
+                task="free",
+                input_text=record.task,
+                history=[HistoryItem({"text": text}) for text in record.history],
+                retrieval_k=args.retrieval_k,
+            )
+        )
         for pairing_id, pair in pairs.items():
             for method, config in configs.items():
-                row = {"tid": record.tid, "pairing": pairing_id, "method": method,
-                       **run_one(pair, prepared, config, record.reference)}
+                row = {
+                    "tid": record.tid,
+                    "pairing": pairing_id,
+                    "method": method,
+                    **run_one(pair, prepared, config, record.reference),
+                }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     for summary in summarize(rows):

@@ -70,8 +70,11 @@ def tcp_echo_ms(rounds: int, size: int = 64) -> list[float]:
 
 
 def summary(times: list[float]) -> dict:
-    return {"median_ms": statistics.median(times), "mean_ms": statistics.fmean(times),
-            "p90_ms": sorted(times)[int(0.9 * len(times))]}
+    return {
+        "median_ms": statistics.median(times),
+        "mean_ms": statistics.fmean(times),
+        "p90_ms": sorted(times)[int(0.9 * len(times))],
+    }
 
 
 def main() -> int:
@@ -91,10 +94,15 @@ def main() -> int:
         child.stop()
     local = exchange_ms(InProcessCloud(pair), args.rounds)
     tcp = tcp_echo_ms(args.rounds)
-    result = {"in_process": summary(local), "http": summary(http), "tcp_echo": summary(tcp),
-              "http_overhead_ms": statistics.median(http) - statistics.median(local),
-              "most_a_websocket_could_save_ms": statistics.median(http) - statistics.median(local)
-              - statistics.median(tcp), "rounds": args.rounds, "machine": machine_info().to_dict()}
+    result = {
+        "in_process": summary(local),
+        "http": summary(http),
+        "tcp_echo": summary(tcp),
+        "http_overhead_ms": statistics.median(http) - statistics.median(local),
+        "most_a_websocket_could_save_ms": statistics.median(http) - statistics.median(local) - statistics.median(tcp),
+        "rounds": args.rounds,
+        "machine": machine_info().to_dict(),
+    }
     print(json.dumps(result, indent=1))
     return 0
 

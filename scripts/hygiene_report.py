@@ -139,8 +139,11 @@ def shares_table(rows: Sequence[HygieneShares], with_grid: bool = True) -> list[
     for row in rows:
         grid = [_number(row.alpha), _number(row.beta)] if with_grid else []
         counts = [row.layout_copies, row.preambles, row.refusals, row.flagged]
-        lines.append("| " + " | ".join([row.method, *grid, str(row.outputs),
-                                        *(_share(count, row.outputs) for count in counts)]) + " |")
+        lines.append(
+            "| "
+            + " | ".join([row.method, *grid, str(row.outputs), *(_share(count, row.outputs) for count in counts)])
+            + " |"
+        )
     return lines
 
 
@@ -150,12 +153,19 @@ def evidence_lines(classified: ClassifiedRun) -> list[str]:
     # Record by record ("2" before "10"), in grid order within a record.
     for cell, item in sorted(pairs, key=lambda pair: (len(pair[0].record_id), pair[0].record_id)):
         verdict = item.verdict
-        found = [f"{name} `{evidence}`" for name, evidence in (("layout", verdict.layout_evidence),
-                                                                ("preamble", verdict.preamble_evidence),
-                                                                ("refusal", verdict.refusal_evidence)) if evidence]
+        found = [
+            f"{name} `{evidence}`"
+            for name, evidence in (
+                ("layout", verdict.layout_evidence),
+                ("preamble", verdict.preamble_evidence),
+                ("refusal", verdict.refusal_evidence),
+            )
+            if evidence
+        ]
         if found:
-            parameters = [f"{name}={value:g}" for name, value in (("α", cell.alpha), ("β", cell.beta))
-                          if value is not None]
+            parameters = [
+                f"{name}={value:g}" for name, value in (("α", cell.alpha), ("β", cell.beta)) if value is not None
+            ]
             point = " ".join([cell.method, *parameters])
             lines.append(f"- record {cell.record_id}, {point}: {'; '.join(found)}")
     return lines
@@ -173,16 +183,22 @@ def report(classified_runs: Sequence[ClassifiedRun], with_evidence: bool) -> str
     lines: list[str] = []
     for classified in classified_runs:
         run = classified.run
-        lines += [f"**{run.name}** ({run.status}; {run.task}, {run.prompt_style} prompts, "
-                  f"{len(classified.cells)} outputs)", ""]
+        lines += [
+            f"**{run.name}** ({run.status}; {run.task}, {run.prompt_style} prompts, {len(classified.cells)} outputs)",
+            "",
+        ]
         lines += shares_table(hygiene_shares(classified.verdicts)) if classified.cells else ["(no stored cells)"]
         if with_evidence:
             lines += ["", *evidence_lines(classified)]
         lines.append("")
     every = [item for classified in classified_runs for item in classified.verdicts]
     if len(classified_runs) > 1:
-        lines += [f"**All {len(classified_runs)} runs** ({len(every)} outputs)", "",
-                  *shares_table(hygiene_shares(every)), ""]
+        lines += [
+            f"**All {len(classified_runs)} runs** ({len(every)} outputs)",
+            "",
+            *shares_table(hygiene_shares(every)),
+            "",
+        ]
     if every:
         lines += ["**Per method, α and β pooled**", "", *shares_table(pooled_by_method(every), with_grid=False), ""]
     return "\n".join(lines)
@@ -195,8 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("database", help="database URL, e.g. sqlite:///$PWD/results/longlamp.db")
     parser.add_argument("runs", nargs="*", help="run names (default: every stored run)")
-    parser.add_argument("--data-dir", type=Path, default=None,
-                        help="folder holding the records files when their stored paths are gone")
+    parser.add_argument(
+        "--data-dir", type=Path, default=None, help="folder holding the records files when their stored paths are gone"
+    )
     parser.add_argument("--evidence", action="store_true", help="list every flagged output with what matched")
     args = parser.parse_args(argv)
     try:

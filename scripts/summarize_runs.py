@@ -46,31 +46,63 @@ def _share(value) -> str:
 
 
 def table(rows: list[dict]) -> list[str]:
-    lines = ["| method | α | β | R-1 | R-L | R-1 stem | R-L stem | acceptance | tok/s | vs llm | decode tok/s "
-             "| decode vs llm | mean tokens | layout copied | preamble | refusal |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| method | α | β | R-1 | R-L | R-1 stem | R-L stem | acceptance | tok/s | vs llm | decode tok/s "
+        "| decode vs llm | mean tokens | layout copied | preamble | refusal |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
-        lines.append("| " + " | ".join([
-            method_label(row["method"]), _value(row["alpha"], "{:g}"), _value(row["beta"], "{:g}"),
-            f"{row['rouge1']:.2f}", f"{row['rougeL']:.2f}", f"{row['rouge1_stemmed']:.2f}",
-            f"{row['rougeL_stemmed']:.2f}", _value(row["acceptance"] and 100 * row["acceptance"], "{:.0f}%"),
-            _value(row["tok_per_s"], "{:.2f}"), _value(row["speedup"], "{:.2f}×"),
-            _value(row["decode_tok_per_s"], "{:.2f}"), _value(row["decode_speedup"], "{:.2f}×"),
-            f"{row['new_tokens']:.0f}", _share(row.get("layout_copy")), _share(row.get("preamble")),
-            _share(row.get("refusal")),
-        ]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    method_label(row["method"]),
+                    _value(row["alpha"], "{:g}"),
+                    _value(row["beta"], "{:g}"),
+                    f"{row['rouge1']:.2f}",
+                    f"{row['rougeL']:.2f}",
+                    f"{row['rouge1_stemmed']:.2f}",
+                    f"{row['rougeL_stemmed']:.2f}",
+                    _value(row["acceptance"] and 100 * row["acceptance"], "{:.0f}%"),
+                    _value(row["tok_per_s"], "{:.2f}"),
+                    _value(row["speedup"], "{:.2f}×"),
+                    _value(row["decode_tok_per_s"], "{:.2f}"),
+                    _value(row["decode_speedup"], "{:.2f}×"),
+                    f"{row['new_tokens']:.0f}",
+                    _share(row.get("layout_copy")),
+                    _share(row.get("preamble")),
+                    _share(row.get("refusal")),
+                ]
+            )
+            + " |"
+        )
     return lines
 
 
 def privacy_table(rows: list[dict]) -> list[str]:
-    lines = [("| method | α | β | facts sent to the cloud | sent, not named in the task | in the output "
-              "| sent only in rejected drafts |"), "|---|---|---|---|---|---|---|"]
+    lines = [
+        (
+            "| method | α | β | facts sent to the cloud | sent, not named in the task | in the output "
+            "| sent only in rejected drafts |"
+        ),
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
-        lines.append("| " + " | ".join([
-            method_label(row["method"]), _value(row["alpha"], "{:g}"), _value(row["beta"], "{:g}"),
-            _share(row.get("facts_sent")), _share(row.get("facts_sent_beyond_task")),
-            _share(row.get("facts_in_output")), _share(row.get("facts_rejected_only")),
-        ]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    method_label(row["method"]),
+                    _value(row["alpha"], "{:g}"),
+                    _value(row["beta"], "{:g}"),
+                    _share(row.get("facts_sent")),
+                    _share(row.get("facts_sent_beyond_task")),
+                    _share(row.get("facts_in_output")),
+                    _share(row.get("facts_rejected_only")),
+                ]
+            )
+            + " |"
+        )
     return lines
 
 
@@ -100,8 +132,10 @@ def main(url: str, names: list[str], common: bool = False) -> None:
         runtime = run.config.get("runtime", "transformers")  # runs made before the runtime choice used transformers
         precision = run.config.get("dtype") or ("Q4_K_M" if runtime == "llama.cpp" else "?")
         style = run.config.get("prompt_style", "paper")
-        print(f"**{name}** ({run.status}; {runtime}, {precision}, {style} prompts): {len(records)} records "
-              f"complete, {len(cells)} cells stored\n")
+        print(
+            f"**{name}** ({run.status}; {runtime}, {precision}, {style} prompts): {len(records)} records "
+            f"complete, {len(cells)} cells stored\n"
+        )
         print("\n".join(table(rows)) + "\n")
         if facts is not None:
             print("\n".join(privacy_table(rows)) + "\n")
@@ -113,8 +147,11 @@ def main(url: str, names: list[str], common: bool = False) -> None:
         print("|---|" + "---|" * len(baselines))
         for row in steered:
             point = GridPoint("specsteer", row["alpha"], row["beta"])
-            print(f"| α={row['alpha']:g} β={row['beta']:g} | "
-                  + " | ".join(paired(kept, point, GridPoint(b)) for b in baselines) + " |")
+            print(
+                f"| α={row['alpha']:g} β={row['beta']:g} | "
+                + " | ".join(paired(kept, point, GridPoint(b)) for b in baselines)
+                + " |"
+            )
         print()
         for metric, label in (("rougeL", "R-L"), ("rouge1", "R-1")):
             stronger = evaluate.stronger_baseline(kept, metric)
@@ -122,8 +159,10 @@ def main(url: str, names: list[str], common: bool = False) -> None:
                 continue
             for row in steered:
                 point = GridPoint("specsteer", row["alpha"], row["beta"])
-                print(f"- SpecSteer α={row['alpha']:g} β={row['beta']:g} − {method_label(stronger.method)} (the "
-                      f"stronger baseline on {label}): {paired(kept, point, stronger, metric)}")
+                print(
+                    f"- SpecSteer α={row['alpha']:g} β={row['beta']:g} − {method_label(stronger.method)} (the "
+                    f"stronger baseline on {label}): {paired(kept, point, stronger, metric)}"
+                )
         print()
 
 

@@ -20,20 +20,23 @@ IMPLEMENTATION = "sdpa_packed_gqa"
 _registered = threading.Lock()
 
 
-def packed_gqa_attention(module, query, key, value, attention_mask, dropout: float = 0.0,
-                         scaling: float | None = None, **kwargs):
+def packed_gqa_attention(
+    module, query, key, value, attention_mask, dropout: float = 0.0, scaling: float | None = None, **kwargs
+):
     """``query`` [b, h, q, d]; ``key``, ``value`` [b, kv, L, d]; returns ([b, q, h, d], None) like ``sdpa``."""
     groups = getattr(module, "num_key_value_groups", 1)
     batch, heads, length, dim = query.shape
     shared_mask = attention_mask is None or attention_mask.shape[1] == 1  # one mask row for every head
     single_cpu_query = length == 1 and query.device.type == "cpu"
     if not single_cpu_query or groups == 1 or not shared_mask or kwargs.get("position_bias") is not None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
-                                      **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     # Query head h reads key/value head h // groups (transformers' repeat_kv order).
     packed = query.reshape(batch, heads // groups, groups, dim)  # [b, kv, groups, d]
-    output = F.scaled_dot_product_attention(packed, key, value, attn_mask=attention_mask, dropout_p=dropout,
-                                            scale=scaling)
+    output = F.scaled_dot_product_attention(
+        packed, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling
+    )
     return output.reshape(batch, heads, 1, dim).transpose(1, 2).contiguous(), None
 
 

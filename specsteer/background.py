@@ -40,8 +40,13 @@ class Background(Generic[Item, Result]):
     by a consumer that abandons :meth:`items` before the end (the work must not go on alone).
     """
 
-    def __init__(self, work: Callable[[Emit[Item], threading.Event], Result], *, name: str,
-                 merge: Callable[[Item, Item], Item] | None = None) -> None:
+    def __init__(
+        self,
+        work: Callable[[Emit[Item], threading.Event], Result],
+        *,
+        name: str,
+        merge: Callable[[Item, Item], Item] | None = None,
+    ) -> None:
         self.cancel = threading.Event()
         self._merge = merge
         self._condition = threading.Condition()
@@ -58,9 +63,15 @@ class Background(Generic[Item, Result]):
         self._thread.start()
 
     @classmethod
-    def iterate(cls, produce: Callable[[threading.Event], Iterable[Item]], *, name: str,
-                merge: Callable[[Item, Item], Item] | None = None) -> Background[Item, None]:
+    def iterate(
+        cls,
+        produce: Callable[[threading.Event], Iterable[Item]],
+        *,
+        name: str,
+        merge: Callable[[Item, Item], Item] | None = None,
+    ) -> Background[Item, None]:
         """Runs an iterator instead of a callback-style work: every item it yields is emitted."""
+
         def work(emit: Emit[Item], cancel: threading.Event) -> None:
             for item in produce(cancel):
                 emit(item)

@@ -164,8 +164,14 @@ class Tally:
             return None
         k = self.drafted / self.rounds
         steps = self.device_steps / self.rounds if charge_device_steps else None
-        return speculative_bound(self.token_acceptance, k, self.mean_step(EDGE_STREAM),
-                                 self.mean_step(GENERALIST_STREAM), self.mean_step(GENERIC_STREAM), steps)
+        return speculative_bound(
+            self.token_acceptance,
+            k,
+            self.mean_step(EDGE_STREAM),
+            self.mean_step(GENERALIST_STREAM),
+            self.mean_step(GENERIC_STREAM),
+            steps,
+        )
 
     @property
     def ttft_s(self) -> float | None:
@@ -193,9 +199,14 @@ def bench_cases(methods: list[str], alphas: list[float], draft_lens: list[str], 
                 length, _, confidence = draft_len.partition("@")
                 adaptive = length.startswith("auto")
                 cap = length.removeprefix("auto").removeprefix(":") if adaptive else length
-                config = DecodeConfig(method=method, alpha=alpha, max_new_tokens=max_new_tokens,
-                                      draft_len=int(cap) if cap else MAX_AUTO_DRAFT,
-                                      adaptive_draft=adaptive, draft_confidence=float(confidence or 0)).validate()
+                config = DecodeConfig(
+                    method=method,
+                    alpha=alpha,
+                    max_new_tokens=max_new_tokens,
+                    draft_len=int(cap) if cap else MAX_AUTO_DRAFT,
+                    adaptive_draft=adaptive,
+                    draft_confidence=float(confidence or 0),
+                ).validate()
                 cases.append(BenchCase(config, drafter_history=name == method))
     return cases
 
@@ -214,8 +225,10 @@ def load_prompts(count: int, data: str | None, task: str | None = None) -> list[
 
     if task == COGENESIS_TASK:
         records = load_task_records(resolve_data_source(data or "shared", task), task, limit=count)
-        return [prepare(Request(task=r.task, input_text=r.input, history=r.profile, profile=r.user_profile))
-                for r in records]
+        return [
+            prepare(Request(task=r.task, input_text=r.input, history=r.profile, profile=r.user_profile))
+            for r in records
+        ]
     sources = [data] if data else [shared_data_path("review"), shared_data_path("writing")]
     sources = [s for s in sources if s] or [bundled_sample_path("review"), bundled_sample_path("writing")]
     pools = [load_records(source) for source in sources]
@@ -223,8 +236,13 @@ def load_prompts(count: int, data: str | None, task: str | None = None) -> list[
     return [prepare(Request(task=r.task, input_text=r.input, history=r.profile)) for r in records]
 
 
-def run_speed(pairs: Sequence[LoadedPair], prompts: list[Prepared], cases: list[BenchCase], reference: bool = True,
-              progress=lambda line: None) -> dict:
+def run_speed(
+    pairs: Sequence[LoadedPair],
+    prompts: list[Prepared],
+    cases: list[BenchCase],
+    reference: bool = True,
+    progress=lambda line: None,
+) -> dict:
     """Every case on every pair (one pair per runtime), prompt by prompt; rows per (runtime, case).
 
     ``reference``: transformers' own assisted generation on each transformers pair, as a row of
@@ -233,8 +251,11 @@ def run_speed(pairs: Sequence[LoadedPair], prompts: list[Prepared], cases: list[
     for pair in pairs:
         _warm_up(pair, prompts[0], [case.config for case in cases])
     tallies = {pair.runtime: [Tally(case, pair.runtime) for case in cases] for pair in pairs}
-    assisted = {pair.runtime: Tally(BenchCase(DecodeConfig(method="llm")), pair.runtime)
-                for pair in pairs if reference and pair.runtime == "transformers"}
+    assisted = {
+        pair.runtime: Tally(BenchCase(DecodeConfig(method="llm")), pair.runtime)
+        for pair in pairs
+        if reference and pair.runtime == "transformers"
+    }
     max_new_tokens = cases[0].config.max_new_tokens
     for index, prepared in enumerate(prompts):
         for pair in pairs:
@@ -242,27 +263,41 @@ def run_speed(pairs: Sequence[LoadedPair], prompts: list[Prepared], cases: list[
                 pair.clear_prefix_caches()  # no case is timed on a prompt another case already read
                 _, finished = collect(generate(pair, tally.case.prompts_for(prepared), tally.config))
                 tally.add(finished.stats)
-                progress(f"prompt {index + 1}/{len(prompts)} [{pair.runtime}] {_label(tally.case)}: "
-                         f"{finished.stats.tok_per_s:.2f} tok/s")
+                progress(
+                    f"prompt {index + 1}/{len(prompts)} [{pair.runtime}] {_label(tally.case)}: "
+                    f"{finished.stats.tok_per_s:.2f} tok/s"
+                )
             if pair.runtime in assisted:
                 tokens, seconds = transformers_assisted(pair, prepared, max_new_tokens)
                 assisted[pair.runtime].tokens += tokens
                 assisted[pair.runtime].seconds += seconds
-                progress(f"prompt {index + 1}/{len(prompts)} [{pair.runtime}] transformers-assisted: "
-                         f"{tokens / seconds:.2f} tok/s")
+                progress(
+                    f"prompt {index + 1}/{len(prompts)} [{pair.runtime}] transformers-assisted: "
+                    f"{tokens / seconds:.2f} tok/s"
+                )
     rows = [row for pair in pairs for row in _rows(tallies[pair.runtime])]
     result = {
-        "rows": rows, "prompts": len(prompts), "max_new_tokens": max_new_tokens,
+        "rows": rows,
+        "prompts": len(prompts),
+        "max_new_tokens": max_new_tokens,
         "runtimes": {pair.runtime: _runtime_info(pair) for pair in pairs},
-        "machine": machine_info().to_dict(), "threads": torch.get_num_threads(),
+        "machine": machine_info().to_dict(),
+        "threads": torch.get_num_threads(),
         # The fields of the single-runtime report, kept: the first pair's.
-        "attention": _runtime_info(pairs[0])["attention"], "dtype": pairs[0].precision,
+        "attention": _runtime_info(pairs[0])["attention"],
+        "dtype": pairs[0].precision,
     }
     if assisted:
         llm = {row["runtime"]: row["tok_per_s"] for row in rows if row["method"] == "llm"}
-        references = [{"method": "transformers-assisted", "runtime": runtime, "tok_per_s": tally.tok_per_s,
-                       "speedup": tally.tok_per_s / llm[runtime] if llm.get(runtime) else None}
-                      for runtime, tally in assisted.items()]
+        references = [
+            {
+                "method": "transformers-assisted",
+                "runtime": runtime,
+                "tok_per_s": tally.tok_per_s,
+                "speedup": tally.tok_per_s / llm[runtime] if llm.get(runtime) else None,
+            }
+            for runtime, tally in assisted.items()
+        ]
         result["reference"] = references[0]
     return result
 
@@ -280,42 +315,47 @@ def _rows(tallies: list[Tally]) -> list[dict]:
         info = METHOD_INFO[tally.config.method]
         bound = tally.bound()
         device_bound = tally.bound(charge_device_steps=True)
-        rows.append({
-            "method": tally.case.name,
-            "runtime": tally.runtime,
-            "alpha": tally.config.alpha if info.takes_alpha else None,
-            "beta": tally.config.beta if info.takes_beta else None,
-            "tok_per_s": tally.tok_per_s,
-            "speedup": speedup(tally.tok_per_s),
-            "ttft_s": tally.ttft_s,
-            "acceptance": tally.acceptance,
-            "token_acceptance": tally.token_acceptance,
-            "bound_tok_per_s": bound,
-            "bound_fraction": tally.tok_per_s / bound if bound else None,
-            "decode_tok_per_s": tally.decode_tok_per_s,
-            # Where prompt reading dominates a short generation, end-to-end speedup hides how fast a
-            # method decodes; this is decode tok/s over llm's on the same runtime.
-            "decode_speedup": tally.decode_tok_per_s / llm_decode if llm_decode else None,
-            "decode_bound_fraction": tally.decode_tok_per_s / bound if bound else None,
-            "bound_speedup": speedup(bound) if bound else None,
-            "device_bound_tok_per_s": device_bound,
-            "decode_device_bound_fraction": tally.decode_tok_per_s / device_bound if device_bound else None,
-            "forward_share": tally.forward_share,
-            "draft_len": _draft_label(tally.config) if info.speculative else None,
-            "mean_draft_len": tally.drafted / tally.rounds if tally.rounds and info.speculative else None,
-            "rounds": tally.rounds,
-            "tokens": tally.tokens,
-            "uplink_bytes": tally.uplink_bytes,
-            "downlink_bytes": tally.downlink_bytes,
-            "step_ms": {name: 1000 * tally.mean_step(name) for name in tally.step_seconds},
-        })
+        rows.append(
+            {
+                "method": tally.case.name,
+                "runtime": tally.runtime,
+                "alpha": tally.config.alpha if info.takes_alpha else None,
+                "beta": tally.config.beta if info.takes_beta else None,
+                "tok_per_s": tally.tok_per_s,
+                "speedup": speedup(tally.tok_per_s),
+                "ttft_s": tally.ttft_s,
+                "acceptance": tally.acceptance,
+                "token_acceptance": tally.token_acceptance,
+                "bound_tok_per_s": bound,
+                "bound_fraction": tally.tok_per_s / bound if bound else None,
+                "decode_tok_per_s": tally.decode_tok_per_s,
+                # Where prompt reading dominates a short generation, end-to-end speedup hides how fast a
+                # method decodes; this is decode tok/s over llm's on the same runtime.
+                "decode_speedup": tally.decode_tok_per_s / llm_decode if llm_decode else None,
+                "decode_bound_fraction": tally.decode_tok_per_s / bound if bound else None,
+                "bound_speedup": speedup(bound) if bound else None,
+                "device_bound_tok_per_s": device_bound,
+                "decode_device_bound_fraction": tally.decode_tok_per_s / device_bound if device_bound else None,
+                "forward_share": tally.forward_share,
+                "draft_len": _draft_label(tally.config) if info.speculative else None,
+                "mean_draft_len": tally.drafted / tally.rounds if tally.rounds and info.speculative else None,
+                "rounds": tally.rounds,
+                "tokens": tally.tokens,
+                "uplink_bytes": tally.uplink_bytes,
+                "downlink_bytes": tally.downlink_bytes,
+                "step_ms": {name: 1000 * tally.mean_step(name) for name in tally.step_seconds},
+            }
+        )
     return rows
 
 
 def auto_rows(rows: list[dict], picks: dict[str, str]) -> list[dict]:
     """Rows labelled "auto": each a copy of the measured row of the runtime auto picked for its method."""
-    return [{**row, "runtime": "auto", "auto_picked": row["runtime"]}
-            for row in rows if picks.get(row["method"]) == row["runtime"]]
+    return [
+        {**row, "runtime": "auto", "auto_picked": row["runtime"]}
+        for row in rows
+        if picks.get(row["method"]) == row["runtime"]
+    ]
 
 
 def _runtime_info(pair: LoadedPair) -> dict:
@@ -330,9 +370,13 @@ def prefix_reuse(pair: LoadedPair, prepared: Prepared, config: DecodeConfig) -> 
     pair.clear_prefix_caches()
     _, cold = collect(generate(pair, prepared, config))
     _, repeat = collect(generate(pair, prepared, config))
-    return {"method": config.method, "cold_ttft_s": cold.stats.ttft_s, "repeat_ttft_s": repeat.stats.ttft_s,
-            "ratio": repeat.stats.ttft_s / cold.stats.ttft_s if cold.stats.ttft_s else None,
-            "reused_tokens": repeat.stats.reused_tokens}
+    return {
+        "method": config.method,
+        "cold_ttft_s": cold.stats.ttft_s,
+        "repeat_ttft_s": repeat.stats.ttft_s,
+        "ratio": repeat.stats.ttft_s / cold.stats.ttft_s if cold.stats.ttft_s else None,
+        "reused_tokens": repeat.stats.reused_tokens,
+    }
 
 
 def transformers_assisted(pair, prepared: Prepared, max_new_tokens: int) -> tuple[int, float]:
@@ -341,15 +385,25 @@ def transformers_assisted(pair, prepared: Prepared, max_new_tokens: int) -> tupl
     Generalist), given both tokenizers; the prompt and the end ids are then the Generalist's."""
     generalist, specialist = pair.generalist.model, pair.specialist.model
     large = pair.cross
-    tokenizer, chat, stop_ids = (pair.tokenizer, pair.chat, pair.eos_token_ids) if large is None else (
-        large.tokenizer, large.chat, large.eos_token_ids)
+    tokenizer, chat, stop_ids = (
+        (pair.tokenizer, pair.chat, pair.eos_token_ids)
+        if large is None
+        else (large.tokenizer, large.chat, large.eos_token_ids)
+    )
     tokenizers = {} if large is None else {"tokenizer": large.tokenizer, "assistant_tokenizer": pair.tokenizer}
     input_ids = torch.tensor([chat_ids(tokenizer, prepared.prompts.plain, chat)], device=generalist.device)
     eos = sorted(stop_ids)
     started = time.perf_counter()
     with torch.inference_mode():
-        output = generalist.generate(input_ids, assistant_model=specialist, max_new_tokens=max_new_tokens,
-                                     do_sample=False, eos_token_id=eos, pad_token_id=eos[0], **tokenizers)
+        output = generalist.generate(
+            input_ids,
+            assistant_model=specialist,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=eos[0],
+            **tokenizers,
+        )
     seconds = time.perf_counter() - started
     return output.shape[1] - input_ids.shape[1], seconds
 
@@ -377,30 +431,43 @@ def _label(case: BenchCase) -> str:
 def format_table(result: dict) -> str:
     """The human-readable report: ``of bound`` end to end, ``decode/bound`` without prompt processing,
     ``decode/steps-bound`` against the bound charged for the device steps really taken."""
-    columns = [("tok/s", "tok_per_s", "{:7.2f}"), ("vs llm", "speedup", "{:6.2f}x"), ("ttft s", "ttft_s", "{:6.2f}"),
-               ("decode vs llm", "decode_speedup", "{:12.2f}x"),
-               ("accept", "acceptance", "{:7.0%}"), ("bound", "bound_tok_per_s", "{:7.2f}"),
-               ("of bound", "bound_fraction", "{:8.0%}"), ("decode/bound", "decode_bound_fraction", "{:12.0%}"),
-               ("decode/steps-bound", "decode_device_bound_fraction", "{:18.0%}"),
-               ("in forward", "forward_share", "{:10.0%}")]
+    columns = [
+        ("tok/s", "tok_per_s", "{:7.2f}"),
+        ("vs llm", "speedup", "{:6.2f}x"),
+        ("ttft s", "ttft_s", "{:6.2f}"),
+        ("decode vs llm", "decode_speedup", "{:12.2f}x"),
+        ("accept", "acceptance", "{:7.0%}"),
+        ("bound", "bound_tok_per_s", "{:7.2f}"),
+        ("of bound", "bound_fraction", "{:8.0%}"),
+        ("decode/bound", "decode_bound_fraction", "{:12.0%}"),
+        ("decode/steps-bound", "decode_device_bound_fraction", "{:18.0%}"),
+        ("in forward", "forward_share", "{:10.0%}"),
+    ]
     widths = [max(len(title), 7) for title, _, _ in columns]
-    lines = [f"machine: {result['machine']['cpu']}; flags {' '.join(result['machine']['flags']) or '-'}; "
-             f"{result['threads']} threads",
-             f"{'runtime':12s} {'method':24s} " + " ".join(f"{title:>{w}s}" for (title, _, _), w in zip(columns, widths))]
+    lines = [
+        f"machine: {result['machine']['cpu']}; flags {' '.join(result['machine']['flags']) or '-'}; "
+        f"{result['threads']} threads",
+        f"{'runtime':12s} {'method':24s} " + " ".join(f"{title:>{w}s}" for (title, _, _), w in zip(columns, widths)),
+    ]
     rows = list(result["rows"])
     if "reference" in result:
         rows.append(dict(result["reference"]))
     for row in rows:
-        name = row["method"] + "".join(f" {short}={row[key]:g}" for key, short in (("alpha", "a"), ("beta", "b"))
-                                       if row.get(key) is not None)
+        name = row["method"] + "".join(
+            f" {short}={row[key]:g}" for key, short in (("alpha", "a"), ("beta", "b")) if row.get(key) is not None
+        )
         name += f" k={row['draft_len']}" if row.get("draft_len") else ""
-        cells = [fmt.format(row[key]).rjust(w) if row.get(key) is not None else "-".rjust(w)
-                 for (_, key, fmt), w in zip(columns, widths)]
+        cells = [
+            fmt.format(row[key]).rjust(w) if row.get(key) is not None else "-".rjust(w)
+            for (_, key, fmt), w in zip(columns, widths)
+        ]
         runtime = f"auto→{row['auto_picked']}" if row.get("auto_picked") else row.get("runtime", "")
         lines.append(f"{runtime:12s} {name:24s} " + " ".join(cells))
     for runtime, reuse in result.get("prefix_reuse", {}).items():
-        lines.append(f"prefix reuse [{runtime}] {reuse['method']}: first token {reuse['cold_ttft_s']:.2f} s, "
-                     f"repeated request {reuse['repeat_ttft_s']:.2f} s ({reuse['ratio']:.0%})")
+        lines.append(
+            f"prefix reuse [{runtime}] {reuse['method']}: first token {reuse['cold_ttft_s']:.2f} s, "
+            f"repeated request {reuse['repeat_ttft_s']:.2f} s ({reuse['ratio']:.0%})"
+        )
     return "\n".join(lines)
 
 
@@ -432,26 +499,50 @@ def main(argv: list[str] | None = None) -> int:
     speed.add_argument("--max-new-tokens", type=int, default=128)
     speed.add_argument("--methods", default=DEFAULT_METHODS)
     speed.add_argument("--alpha", default="0.1", help="comma-separated alphas for specsteer")
-    speed.add_argument("--draft-len", default="4,auto", help="comma-separated draft lengths for sd and specsteer: K, 'auto' (adapts k), "
-                       "'auto:N' (adapts k up to N), each with '@C' to stop drafting after a draft of probability < C "
-                       "(e.g. 12@0.4)")
+    speed.add_argument(
+        "--draft-len",
+        default="4,auto",
+        help="comma-separated draft lengths for sd and specsteer: K, 'auto' (adapts k), "
+        "'auto:N' (adapts k up to N), each with '@C' to stop drafting after a draft of probability < C "
+        "(e.g. 12@0.4)",
+    )
     speed.add_argument("--pairing", default=None)
-    speed.add_argument("--runtime", type=_runtimes, default=["auto"],
-                       help="comma-separated runtimes, each benchmarked on the same prompts in this run "
-                            "(llama.cpp, transformers, auto)")
-    speed.add_argument("--dtype", choices=("bf16", "fp32"), default=None,
-                       help="transformers runtime only; default: bf16 where this CPU computes it fast, else fp32")
+    speed.add_argument(
+        "--runtime",
+        type=_runtimes,
+        default=["auto"],
+        help="comma-separated runtimes, each benchmarked on the same prompts in this run "
+        "(llama.cpp, transformers, auto)",
+    )
+    speed.add_argument(
+        "--dtype",
+        choices=("bf16", "fp32"),
+        default=None,
+        help="transformers runtime only; default: bf16 where this CPU computes it fast, else fp32",
+    )
     speed.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
-    speed.add_argument("--task", choices=("longlamp", "cogenesis"), default="longlamp",
-                       help="longlamp: review and writing records alternately; cogenesis: CoGenesis test records")
+    speed.add_argument(
+        "--task",
+        choices=("longlamp", "cogenesis"),
+        default="longlamp",
+        help="longlamp: review and writing records alternately; cogenesis: CoGenesis test records",
+    )
     speed.add_argument("--no-reference", action="store_true", help="skip transformers' assisted generation")
-    speed.add_argument("--no-prefix-reuse", action="store_true",
-                       help="skip the measurement of a repeated request's first token")
-    speed.add_argument("--attention", choices=("packed", "sdpa", "eager"), default="packed",
-                       help="transformers runtime: 'packed' (default; specsteer.attention) or a transformers one")
+    speed.add_argument(
+        "--no-prefix-reuse", action="store_true", help="skip the measurement of a repeated request's first token"
+    )
+    speed.add_argument(
+        "--attention",
+        choices=("packed", "sdpa", "eager"),
+        default="packed",
+        help="transformers runtime: 'packed' (default; specsteer.attention) or a transformers one",
+    )
 
-    link = commands.add_parser("link", help="methods through a Cloud service at each emulated RTT, measured "
-                                            "against the deployment projection with this machine's own profile")
+    link = commands.add_parser(
+        "link",
+        help="methods through a Cloud service at each emulated RTT, measured "
+        "against the deployment projection with this machine's own profile",
+    )
     link.add_argument("--json", action="store_true")
     link.add_argument("--rtt-ms", type=_numbers, default=[0.0, 20.0, 50.0, 100.0])
     link.add_argument("--methods", default="llm,lightcosteer,specsteer")
@@ -465,16 +556,21 @@ def main(argv: list[str] | None = None) -> int:
     link.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
     link.add_argument("--dtype", choices=("bf16", "fp32"), default=None)
     link.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
-    link.add_argument("--task", choices=("longlamp", "cogenesis"), default="longlamp",
-                      help="longlamp: review and writing records alternately; cogenesis: CoGenesis test records")
+    link.add_argument(
+        "--task",
+        choices=("longlamp", "cogenesis"),
+        default="longlamp",
+        help="longlamp: review and writing records alternately; cogenesis: CoGenesis test records",
+    )
 
     project = commands.add_parser("project", help="stored runs projected onto a bundled deployment profile")
     project.add_argument("--json", action="store_true")
     project.add_argument("--profile", required=True, help=f"one of {', '.join(PROFILES)}")
     project.add_argument("--rtt-ms", type=_numbers, default=list(DEFAULT_RTTS_MS))
     project.add_argument("--database", default=None, metavar="URL", help="an evaluation database (with --run)")
-    project.add_argument("--run", action="append", default=[], metavar="NAME",
-                         help="an evaluation run's name; repeat for several")
+    project.add_argument(
+        "--run", action="append", default=[], metavar="NAME", help="an evaluation run's name; repeat for several"
+    )
     project.add_argument("--from-bench", default=None, metavar="FILE", help="the JSON of `bench link --json`")
     args = parser.parse_args(argv)
     command = {"speed": _speed, "link": _link, "project": _project}[args.command]
@@ -490,22 +586,33 @@ def _speed(args) -> int:
 
     log = _log
     try:
-        cases = bench_cases(args.methods.split(","), [float(a) for a in args.alpha.split(",")],
-                            args.draft_len.split(","), args.max_new_tokens)
+        cases = bench_cases(
+            args.methods.split(","),
+            [float(a) for a in args.alpha.split(",")],
+            args.draft_len.split(","),
+            args.max_new_tokens,
+        )
         pairing = args.pairing or DEFAULT_PAIRING
         test_pair = shared_test_pair(pairing)  # random tiny models (tests): transformers, one row per case
         # "auto" is a row of its own: for each method, the row of the runtime auto picks for it (both are
         # measured in this run, so the auto row is a measurement, not an estimate).
-        auto_picks = ({case.config.method: choose_runtime(get_pairing(pairing), "auto", log, method=case.config.method)
-                       for case in cases} if "auto" in args.runtime and test_pair is None else {})
+        auto_picks = (
+            {
+                case.config.method: choose_runtime(get_pairing(pairing), "auto", log, method=case.config.method)
+                for case in cases
+            }
+            if "auto" in args.runtime and test_pair is None
+            else {}
+        )
         pairs = [test_pair] if test_pair is not None else []
         runtimes = [*(r for r in args.runtime if r != "auto"), *auto_picks.values()] if test_pair is None else []
         for runtime in dict.fromkeys(runtimes):
             pair = load_pair(pairing, dtype=args.dtype, progress=log, runtime=runtime)
             if pair.runtime not in {p.runtime for p in pairs}:
                 pairs.append(pair)
-        unavailable = next(filter(None, (cross_tokenizer_problem(pair, case.config) for pair in pairs
-                                         for case in cases)), None)
+        unavailable = next(
+            filter(None, (cross_tokenizer_problem(pair, case.config) for pair in pairs for case in cases)), None
+        )
         if unavailable:  # a cross-tokenizer pair runs only some methods: refused before any is timed
             raise ValueError(unavailable)
     except (ValueError, KeyError, ModelLoadError) as error:
@@ -539,11 +646,16 @@ def _link(args) -> int:
 
     pairing = args.pairing or DEFAULT_PAIRING
     try:
-        configs = [DecodeConfig(method=method, alpha=args.alpha, draft_len=args.draft_len,
-                                max_new_tokens=args.max_new_tokens).validate() for method in args.methods.split(",")]
+        configs = [
+            DecodeConfig(
+                method=method, alpha=args.alpha, draft_len=args.draft_len, max_new_tokens=args.max_new_tokens
+            ).validate()
+            for method in args.methods.split(",")
+        ]
         # The Edge alone here: the Generalist's weights are read by the Cloud process only.
         edge = shared_test_pair(pairing) or load_pair(
-            pairing, dtype=args.dtype, progress=_log, runtime=args.runtime, edge_only=True)
+            pairing, dtype=args.dtype, progress=_log, runtime=args.runtime, edge_only=True
+        )
     except (ValueError, KeyError, ModelLoadError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -556,16 +668,25 @@ def _link(args) -> int:
     child = start_cloud_process(*cloud_arguments)
     try:
         with RemoteCloud(child.url) as cloud:
-            runs = run_link_bench(edge, cloud, prompts, configs, args.rtt_ms, args.uplink_kbps, args.downlink_kbps,
-                                  progress=_log)
+            runs = run_link_bench(
+                edge, cloud, prompts, configs, args.rtt_ms, args.uplink_kbps, args.downlink_kbps, progress=_log
+            )
     finally:
         child.stop()
     result = {
         "rows": link_rows(runs, args.uplink_kbps, args.downlink_kbps),
         "machine": machine_info().to_dict(),
-        "settings": {"pairing": pairing, "runtime": edge.runtime, "precision": edge.precision,
-                     "prompts": len(prompts), "max_new_tokens": args.max_new_tokens, "draft_len": args.draft_len,
-                     "alpha": args.alpha, "uplink_kbps": args.uplink_kbps, "downlink_kbps": args.downlink_kbps},
+        "settings": {
+            "pairing": pairing,
+            "runtime": edge.runtime,
+            "precision": edge.precision,
+            "prompts": len(prompts),
+            "max_new_tokens": args.max_new_tokens,
+            "draft_len": args.draft_len,
+            "alpha": args.alpha,
+            "uplink_kbps": args.uplink_kbps,
+            "downlink_kbps": args.downlink_kbps,
+        },
         "runs": [run.to_json() for run in runs],
     }
     print(json.dumps(to_jsonable(result)) if args.json else format_rows(result["rows"]))
@@ -587,10 +708,16 @@ def _project(args) -> int:
         print("error: no stored generation has a trace to project", file=sys.stderr)
         return 2
     rows = projection_rows(group_runs(runs), profile, args.rtt_ms)
-    result = {"rows": rows, "profile": {"name": profile.name, "label": profile.label,
-                                        "sources": {s.number: s.text for s in profile.sources}},
-              "source": args.from_bench or {"database": args.database, "runs": args.run},
-              "generations": len(runs)}
+    result = {
+        "rows": rows,
+        "profile": {
+            "name": profile.name,
+            "label": profile.label,
+            "sources": {s.number: s.text for s in profile.sources},
+        },
+        "source": args.from_bench or {"database": args.database, "runs": args.run},
+        "generations": len(runs),
+    }
     print(json.dumps(to_jsonable(result)) if args.json else format_rows(rows))
     return 0
 
@@ -617,22 +744,30 @@ def _stored_runs(url: str | None, names: list[str]) -> list:
         stored = storage.get_run_by_name(name, url=url)
         if stored is None:
             raise ValueError(f"no evaluation run named {name!r} in {url or 'the default database'}")
-        runs += [TracedGeneration.of(cell.stats, cell.point.alpha, cell.point.beta)
-                 for cell in storage.run_cells(stored.id, url=url) if cell.stats.trace]
+        runs += [
+            TracedGeneration.of(cell.stats, cell.point.alpha, cell.point.beta)
+            for cell in storage.run_cells(stored.id, url=url)
+            if cell.stats.trace
+        ]
     return runs
 
 
 def format_rows(rows: list[dict]) -> str:
     """The rows of ``link`` and ``project`` as a table."""
-    lines = [f"{'method':22s} {'rtt ms':>7s} {'measured':>9s} {'projected':>9s} {'error':>7s} {'rounds':>7s} "
-             f"{'up B':>8s} {'down B':>9s}"]
+    lines = [
+        f"{'method':22s} {'rtt ms':>7s} {'measured':>9s} {'projected':>9s} {'error':>7s} {'rounds':>7s} "
+        f"{'up B':>8s} {'down B':>9s}"
+    ]
     for row in rows:
-        name = row["method"] + "".join(f" {short}={row[key]:g}" for key, short in (("alpha", "a"), ("beta", "b"))
-                                       if row.get(key) is not None)
+        name = row["method"] + "".join(
+            f" {short}={row[key]:g}" for key, short in (("alpha", "a"), ("beta", "b")) if row.get(key) is not None
+        )
         error = row.get("projection_error")
-        lines.append(f"{name:22s} {row['rtt_ms']:7.0f} {row['measured_tok_per_s']:9.2f} "
-                     f"{row['projected_tok_per_s']:9.2f} {'' if error is None else f'{error:+.1%}':>7s} "
-                     f"{row['rounds']:7d} {row['uplink_bytes']:8d} {row['downlink_bytes']:9d}")
+        lines.append(
+            f"{name:22s} {row['rtt_ms']:7.0f} {row['measured_tok_per_s']:9.2f} "
+            f"{row['projected_tok_per_s']:9.2f} {'' if error is None else f'{error:+.1%}':>7s} "
+            f"{row['rounds']:7d} {row['uplink_bytes']:8d} {row['downlink_bytes']:9d}"
+        )
     return "\n".join(lines)
 
 

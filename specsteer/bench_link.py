@@ -48,9 +48,16 @@ from .link_emulation import LinkConditions
 from .methods import METHOD_INFO
 
 
-def run_link_bench(edge_pair, cloud, prompts: Sequence, configs: Sequence, rtts_ms: Sequence[float],
-                   uplink_kbps: float, downlink_kbps: float,
-                   progress: Callable[[str], None] = lambda line: None) -> list[TracedGeneration]:
+def run_link_bench(
+    edge_pair,
+    cloud,
+    prompts: Sequence,
+    configs: Sequence,
+    rtts_ms: Sequence[float],
+    uplink_kbps: float,
+    downlink_kbps: float,
+    progress: Callable[[str], None] = lambda line: None,
+) -> list[TracedGeneration]:
     """Every config on every prompt at every RTT through ``cloud``, interleaved prompt by prompt so that
     drift in the machine's load hits every method and RTT alike. Each generation starts with the
     Edge's prefix cache empty (the Cloud is started with ``--no-prefix-reuse``)."""
@@ -66,10 +73,19 @@ def run_link_bench(edge_pair, cloud, prompts: Sequence, configs: Sequence, rtts_
                 conditions = LinkConditions(rtt_ms=rtt, uplink_kbps=uplink_kbps, downlink_kbps=downlink_kbps)
                 _, finished = collect(generate(edge_pair, prepared, config, cloud=cloud, conditions=conditions))
                 info = METHOD_INFO[config.method]
-                runs.append(TracedGeneration.of(finished.stats, config.alpha if info.takes_alpha else None,
-                                                config.beta if info.takes_beta else None, rtt, index))
-                progress(f"prompt {index + 1}/{len(prompts)} {config.method} rtt {rtt:g} ms: "
-                         f"{finished.stats.tok_per_s:.2f} tok/s, {finished.stats.new_tokens} tokens")
+                runs.append(
+                    TracedGeneration.of(
+                        finished.stats,
+                        config.alpha if info.takes_alpha else None,
+                        config.beta if info.takes_beta else None,
+                        rtt,
+                        index,
+                    )
+                )
+                progress(
+                    f"prompt {index + 1}/{len(prompts)} {config.method} rtt {rtt:g} ms: "
+                    f"{finished.stats.tok_per_s:.2f} tok/s, {finished.stats.new_tokens} tokens"
+                )
     return runs
 
 
@@ -93,21 +109,29 @@ def link_rows(runs: Sequence[TracedGeneration], uplink_kbps: float, downlink_kbp
             own = project_runs(at, profiles.fitted(at, rtt))
             shared = project_runs(at, profiles.fitted(every_method, rtt))
             predicted = project_runs(at, profiles.fitted(lowest, base_rtt).at_rtt(rtt))
-            rows.append({
-                "method": key[0], "alpha": key[1], "beta": key[2], "rtt_ms": rtt,
-                "measured_tok_per_s": measured,
-                "projected_tok_per_s": own.tok_per_s,
-                "projection_error": _error(own.tok_per_s, measured),
-                "projected_shared_tok_per_s": shared.tok_per_s,
-                "shared_projection_error": _error(shared.tok_per_s, measured),
-                "predicted_from_lowest_rtt_tok_per_s": predicted.tok_per_s,
-                "prediction_error": _error(predicted.tok_per_s, measured),
-                "rounds": own.round_trips,
-                "uplink_bytes": own.uplink_bytes, "downlink_bytes": own.downlink_bytes,
-                "tokens": own.tokens, "runs": len(at), "link_s": own.link_s,
-                "lowest_rtt_ms": base_rtt,
-                **acceptance_summary(at),
-            })
+            rows.append(
+                {
+                    "method": key[0],
+                    "alpha": key[1],
+                    "beta": key[2],
+                    "rtt_ms": rtt,
+                    "measured_tok_per_s": measured,
+                    "projected_tok_per_s": own.tok_per_s,
+                    "projection_error": _error(own.tok_per_s, measured),
+                    "projected_shared_tok_per_s": shared.tok_per_s,
+                    "shared_projection_error": _error(shared.tok_per_s, measured),
+                    "predicted_from_lowest_rtt_tok_per_s": predicted.tok_per_s,
+                    "prediction_error": _error(predicted.tok_per_s, measured),
+                    "rounds": own.round_trips,
+                    "uplink_bytes": own.uplink_bytes,
+                    "downlink_bytes": own.downlink_bytes,
+                    "tokens": own.tokens,
+                    "runs": len(at),
+                    "link_s": own.link_s,
+                    "lowest_rtt_ms": base_rtt,
+                    **acceptance_summary(at),
+                }
+            )
     return rows
 
 

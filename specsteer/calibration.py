@@ -84,9 +84,16 @@ class Calibration:
     @classmethod
     def from_json(cls, text: str) -> Calibration:
         raw = json.loads(text)
-        timings = tuple(RuntimeTiming(t["runtime"], t["precision"], ModelTiming(**t["specialist"]),
-                                      ModelTiming(**t["generalist"]), t.get("detail", ""))
-                        for t in raw["timings"])
+        timings = tuple(
+            RuntimeTiming(
+                t["runtime"],
+                t["precision"],
+                ModelTiming(**t["specialist"]),
+                ModelTiming(**t["generalist"]),
+                t.get("detail", ""),
+            )
+            for t in raw["timings"]
+        )
         return cls(raw["key"], raw["cpu"], raw["pairing"], timings, tuple(raw["skipped"]), raw["seconds"])
 
 
@@ -112,9 +119,16 @@ def estimate(timing: RuntimeTiming, method: str) -> float:
     info = method_info(method)
     if info.models != "both":
         model = small if info.models == "specialist" else large
-        return model.prompt_s(PRIVATE_PROMPT_TOKENS if info.reads_history else PLAIN_PROMPT_TOKENS) + NEW_TOKENS * model.step_s
+        return (
+            model.prompt_s(PRIVATE_PROMPT_TOKENS if info.reads_history else PLAIN_PROMPT_TOKENS)
+            + NEW_TOKENS * model.step_s
+        )
     # Both models: the Specialist reads the private prompt, the Generalist and the generic copy the task.
-    prompts = small.prompt_s(PRIVATE_PROMPT_TOKENS) + large.prompt_s(PLAIN_PROMPT_TOKENS) + small.prompt_s(PLAIN_PROMPT_TOKENS)
+    prompts = (
+        small.prompt_s(PRIVATE_PROMPT_TOKENS)
+        + large.prompt_s(PLAIN_PROMPT_TOKENS)
+        + small.prompt_s(PLAIN_PROMPT_TOKENS)
+    )
     if info.speculative:
         return prompts + NEW_TOKENS / _speculative_bound(small, large)
     # Token-level steering: every token costs a step of each of the three streams.
@@ -129,12 +143,16 @@ def choose(calibration: Calibration, method: str, usable: tuple[str, ...]) -> Ru
     costs = {t.runtime: estimate(t, method) for t in measured}
     best = min(costs, key=lambda runtime: costs[runtime])
     if len(costs) == 1:
-        reason = (f"{best} is the only runtime measured on this machine "
-                  f"({calibration.skipped[0] if calibration.skipped else 'the other is unavailable'})")
+        reason = (
+            f"{best} is the only runtime measured on this machine "
+            f"({calibration.skipped[0] if calibration.skipped else 'the other is unavailable'})"
+        )
     else:
         others = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in costs.items() if name != best)
-        reason = (f"{best} is estimated fastest for {method} on this machine from its measured costs: "
-                  f"{costs[best]:.1f} s for a reference request against {others}")
+        reason = (
+            f"{best} is estimated fastest for {method} on this machine from its measured costs: "
+            f"{costs[best]:.1f} s for a reference request against {others}"
+        )
     return RuntimeChoice(best, reason)
 
 
@@ -167,7 +185,7 @@ def time_model(model, name: str) -> ModelTiming:
         position = iter(ids[PROMPT_TOKENS:])
         step_s = _median_seconds(lambda: sequence.extend([next(position)], 1))
         base = len(sequence.tokens)
-        draft = ids[-(K + 1):]
+        draft = ids[-(K + 1) :]
 
         def verify() -> None:
             sequence.extend(draft, K + 1)
@@ -184,13 +202,20 @@ def _llamacpp_timing(pairing) -> tuple[RuntimeTiming, list[dict[str, str]]]:
     from . import llamacpp
     from .models import gguf_path
 
-    models = [llamacpp.LlamaCppModel(gguf_path(spec), name=spec.name) for spec in (pairing.specialist, pairing.generalist)]
+    models = [
+        llamacpp.LlamaCppModel(gguf_path(spec), name=spec.name) for spec in (pairing.specialist, pairing.generalist)
+    ]
     try:
         small, large = (time_model(model, model.name) for model in models)
         buffers = sorted({b for model in models for b in model.buffer_types})
         shapes = [{**model.metadata(), "n_vocab": str(model.output_rows)} for model in models]
-        return RuntimeTiming("llama.cpp", models[1].precision, small, large,
-                             f"configuration {models[0].configuration}, buffers {'+'.join(buffers) or '?'}"), shapes
+        return RuntimeTiming(
+            "llama.cpp",
+            models[1].precision,
+            small,
+            large,
+            f"configuration {models[0].configuration}, buffers {'+'.join(buffers) or '?'}",
+        ), shapes
     finally:
         for model in models:
             model.close()
@@ -205,11 +230,16 @@ def config_from_gguf_metadata(metadata: dict[str, str]):
     def number(key: str, kind=int):
         return kind(float(metadata[f"{arch}.{key}"]))
 
-    sizes = dict(hidden_size=number("embedding_length"), intermediate_size=number("feed_forward_length"),
-                 num_hidden_layers=number("block_count"), num_attention_heads=number("attention.head_count"),
-                 num_key_value_heads=number("attention.head_count_kv"), vocab_size=int(metadata["n_vocab"]),
-                 max_position_embeddings=number("context_length"),
-                 rms_norm_eps=number("attention.layer_norm_rms_epsilon", float))
+    sizes = dict(
+        hidden_size=number("embedding_length"),
+        intermediate_size=number("feed_forward_length"),
+        num_hidden_layers=number("block_count"),
+        num_attention_heads=number("attention.head_count"),
+        num_key_value_heads=number("attention.head_count_kv"),
+        vocab_size=int(metadata["n_vocab"]),
+        max_position_embeddings=number("context_length"),
+        rms_norm_eps=number("attention.layer_norm_rms_epsilon", float),
+    )
     if f"{arch}.attention.key_length" in metadata:
         sizes["head_dim"] = number("attention.key_length")
     return AutoConfig.for_model(arch, **sizes)
@@ -300,16 +330,19 @@ def calibrate(pairing_id: str, say=print) -> Calibration:
         # Nothing to choose between: auto runs transformers wherever llama.cpp does not work.
         skipped.append(f"llama.cpp is unavailable: {reason}")
     elif dtype != "bf16":
-        skipped.append("nothing timed: this CPU has no fast bf16 (no AVX512-BF16, no AMX), so transformers would "
-                       "run fp32, measured several times slower than llama.cpp on such CPUs; auto runs llama.cpp")
+        skipped.append(
+            "nothing timed: this CPU has no fast bf16 (no AVX512-BF16, no AMX), so transformers would "
+            "run fp32, measured several times slower than llama.cpp on such CPUs; auto runs llama.cpp"
+        )
     else:
         say("timing llama.cpp…")
         timing, shapes = _llamacpp_timing(pairing)
         timings.append(timing)
         say(f"timing transformers ({dtype}, arbitrary weights of the same shapes)…")
         timings.append(_transformers_timing(pairing, dtype, shapes))
-    result = Calibration(calibration_key(pairing_id), _cpu()[0], pairing_id, tuple(timings), tuple(skipped),
-                         time.monotonic() - started)
+    result = Calibration(
+        calibration_key(pairing_id), _cpu()[0], pairing_id, tuple(timings), tuple(skipped), time.monotonic() - started
+    )
     target = calibration_path(pairing_id)
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_suffix(".partial")
@@ -324,8 +357,10 @@ def describe(calibration: Calibration) -> str:
     lines = [f"calibration of {calibration.pairing} on {calibration.cpu} ({calibration.seconds:.0f} s):"]
     for timing in calibration.timings:
         for role, model in (("Specialist", timing.specialist), ("Generalist", timing.generalist)):
-            lines.append(f"  {timing.runtime:12s} {timing.precision:7s} {role:10s} prompt {model.prompt_tok_s:7.1f} tok/s, "
-                         f"step {model.step_s * 1000:6.1f} ms, {K + 1}-token pass {model.verify_s * 1000:6.1f} ms")
+            lines.append(
+                f"  {timing.runtime:12s} {timing.precision:7s} {role:10s} prompt {model.prompt_tok_s:7.1f} tok/s, "
+                f"step {model.step_s * 1000:6.1f} ms, {K + 1}-token pass {model.verify_s * 1000:6.1f} ms"
+            )
         if timing.detail:
             lines.append(f"  {timing.runtime:12s} {timing.detail}")
     lines.extend(f"  skipped: {line}" for line in calibration.skipped)
@@ -343,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m specsteer.calibration", description=__doc__.split("\n")[0])
     parser.add_argument("--pairing", default=DEFAULT_PAIRING)
-    parser.add_argument("--saved", action="store_true", help="print the saved calibration, measuring only if there is none")
+    parser.add_argument(
+        "--saved", action="store_true", help="print the saved calibration, measuring only if there is none"
+    )
     args = parser.parse_args(argv)
     result = saved_calibration(args.pairing) if args.saved else None
     if result is None:

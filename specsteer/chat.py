@@ -69,8 +69,11 @@ class ChatFormat:
         both lists, since a reply ends where either model would end it.
         """
         options = dict(generalist.template_options) | dict(self.template_options)
-        return ChatFormat(tuple(options.items()), self.end_tokens + generalist.end_tokens,
-                          self.fallback_template or generalist.fallback_template)
+        return ChatFormat(
+            tuple(options.items()),
+            self.end_tokens + generalist.end_tokens,
+            self.fallback_template or generalist.fallback_template,
+        )
 
     def template_for(self, tokenizer) -> str | None:
         """The ``chat_template`` argument for ``tokenizer``: None (its own) unless it has none."""

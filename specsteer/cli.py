@@ -23,13 +23,7 @@ from .events import Finished, TokenEvent
 from .link_emulation import LinkConditions
 
 # ANSI styles per token kind; rejected drafts are struck through.
-_STYLES = {
-    "accepted": "\033[32m",
-    "rejected": "\033[9;31m",
-    "recovered": "\033[33m",
-    "bonus": "\033[36m",
-    "plain": "",
-}
+_STYLES = {"accepted": "\033[32m", "rejected": "\033[9;31m", "recovered": "\033[33m", "bonus": "\033[36m", "plain": ""}
 _RESET = "\033[0m"
 
 
@@ -49,48 +43,83 @@ def build_parser() -> argparse.ArgumentParser:
     from .runtime import RUNTIME_CHOICES
     from .tasks import TASKS
 
-    parser = argparse.ArgumentParser(prog="python -m specsteer", description="SpecSteer: personalized device-cloud speculative decoding")
+    parser = argparse.ArgumentParser(
+        prog="python -m specsteer", description="SpecSteer: personalized device-cloud speculative decoding"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
     gen = commands.add_parser("generate", help="generate personalized text from a history file")
-    gen.add_argument("--history", required=True,
-                     help="JSON, JSONL, CSV or plain-text history; or a CoGenesis record (a persona: profile and texts)")
+    gen.add_argument(
+        "--history",
+        required=True,
+        help="JSON, JSONL, CSV or plain-text history; or a CoGenesis record (a persona: profile and texts)",
+    )
     gen.add_argument("--task", required=True, choices=TASKS)
     gen.add_argument("--input", required=True, help="the task input (instruction or topic)")
     gen.add_argument("--pairing", default=None, help="pairing id (see `python -m specsteer pairings`)")
     gen.add_argument("--specialist", default=None, help="override the Specialist: local dir, .gguf file or hub id")
     gen.add_argument("--generalist", default=None, help="override the Generalist: local dir, .gguf file or hub id")
     gen.add_argument("--method", default="specsteer", choices=METHODS)
-    gen.add_argument("--alpha", type=_float, default=0.1, help="verification threshold (0 accepts all, inf rejects all)")
+    gen.add_argument(
+        "--alpha", type=_float, default=0.1, help="verification threshold (0 accepts all, inf rejects all)"
+    )
     gen.add_argument("--beta", type=_float, default=1.0, help="steering strength")
     gen.add_argument("--draft-len", type=int, default=4)
-    gen.add_argument("--adaptive-draft", action="store_true",
-                     help="choose each round's draft length (at most --draft-len) from the speed bound")
-    gen.add_argument("--draft-confidence", type=_float, default=0.0,
-                     help="end a round's drafting after a draft the Specialist gave less than this probability (0 = off)")
+    gen.add_argument(
+        "--adaptive-draft",
+        action="store_true",
+        help="choose each round's draft length (at most --draft-len) from the speed bound",
+    )
+    gen.add_argument(
+        "--draft-confidence",
+        type=_float,
+        default=0.0,
+        help="end a round's drafting after a draft the Specialist gave less than this probability (0 = off)",
+    )
     gen.add_argument("--top-k", type=int, default=64, help="downlink top-k entries on recovery (0 = whole vocabulary)")
     gen.add_argument("--no-bonus", action="store_true", help="no steered bonus token after a fully accepted round")
     gen.add_argument("--exact", action="store_true", help="exact-target sampling variant of SpecSteer")
     gen.add_argument("--retrieval-k", type=int, default=3, help="history items retrieved by BM25")
-    gen.add_argument("--private-guard", type=int, default=0, metavar="N",
-                     help="keep drafts and chosen tokens that would copy N tokens of the private prompt verbatim "
-                          "off the link (the Edge recovers another token locally); 0 = off")
+    gen.add_argument(
+        "--private-guard",
+        type=int,
+        default=0,
+        metavar="N",
+        help="keep drafts and chosen tokens that would copy N tokens of the private prompt verbatim "
+        "off the link (the Edge recovers another token locally); 0 = off",
+    )
     gen.add_argument("--max-new-tokens", type=int, default=256)
-    gen.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto",
-                     help="llama.cpp (GGUF files read directly, CPU), transformers, or auto (default): llama.cpp "
-                          "where it can run the pairing")
-    gen.add_argument("--dtype", choices=("bf16", "fp32"), default=None,
-                     help="transformers runtime only; default: bf16 where this CPU computes it fast, else fp32")
+    gen.add_argument(
+        "--runtime",
+        choices=RUNTIME_CHOICES,
+        default="auto",
+        help="llama.cpp (GGUF files read directly, CPU), transformers, or auto (default): llama.cpp "
+        "where it can run the pairing",
+    )
+    gen.add_argument(
+        "--dtype",
+        choices=("bf16", "fp32"),
+        default=None,
+        help="transformers runtime only; default: bf16 where this CPU computes it fast, else fp32",
+    )
     gen.add_argument("--sample", action="store_true", help="sample instead of greedy decoding")
     gen.add_argument("--temperature", type=_float, default=1.0)
     gen.add_argument("--top-p", type=_float, default=1.0)
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--json", action="store_true", help="print one JSON object instead of coloured text")
     gen.add_argument("--no-color", action="store_true", help="plain text (also when NO_COLOR is set)")
-    gen.add_argument("--cloud", default=None, metavar="URL",
-                     help=f"run the Edge here against the Cloud service at URL (default: ${CLOUD_URL_ENV}; empty or "
-                          "unset: the Cloud runs in this process)")
-    gen.add_argument("--cloud-secret-env", default=CLOUD_SECRET_ENV, metavar="NAME",
-                     help="environment variable holding the Cloud's shared secret (default: %(default)s)")
+    gen.add_argument(
+        "--cloud",
+        default=None,
+        metavar="URL",
+        help=f"run the Edge here against the Cloud service at URL (default: ${CLOUD_URL_ENV}; empty or "
+        "unset: the Cloud runs in this process)",
+    )
+    gen.add_argument(
+        "--cloud-secret-env",
+        default=CLOUD_SECRET_ENV,
+        metavar="NAME",
+        help="environment variable holding the Cloud's shared secret (default: %(default)s)",
+    )
     _link_arguments(gen)
     commands.add_parser("pairings", help="list the model pairings and whether they can load here")
     cloud = commands.add_parser("cloud", help="serve the Cloud (Generalist + generic Specialist) over HTTP")
@@ -99,31 +128,65 @@ def build_parser() -> argparse.ArgumentParser:
     cloud.add_argument("--pairing", default=None, help="pairing id (see `python -m specsteer pairings`)")
     cloud.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
     cloud.add_argument("--dtype", choices=("bf16", "fp32"), default=None, help="transformers runtime only")
-    cloud.add_argument("--secret-env", default=None, metavar="NAME",
-                       help="environment variable holding a shared secret Edges must send; required to listen "
-                            "beyond loopback")
+    cloud.add_argument(
+        "--secret-env",
+        default=None,
+        metavar="NAME",
+        help="environment variable holding a shared secret Edges must send; required to listen beyond loopback",
+    )
     limits = ServiceLimits()
     cloud.add_argument("--max-sessions", type=int, default=limits.max_sessions)
     cloud.add_argument("--max-prompt-tokens", type=int, default=limits.max_prompt_tokens)
     cloud.add_argument("--max-new-tokens", type=int, default=limits.max_new_tokens)
     cloud.add_argument("--max-draft-len", type=int, default=limits.max_draft_len)
-    cloud.add_argument("--idle-timeout-s", type=_float, default=limits.idle_timeout_s,
-                       help="end a session after this long without a message")
-    cloud.add_argument("--max-sessions-per-client", type=int, default=limits.max_sessions_per_client,
-                       help="sessions one client address may hold at once")
-    cloud.add_argument("--unstarted-timeout-s", type=_float, default=limits.unstarted_timeout_s,
-                       help="a session that has not drafted this long after opening gives its room to a new one")
-    cloud.add_argument("--memory-budget-mb", type=_float, default=None,
-                       help="memory for all sessions' caches together; an Open that does not fit gets 503 "
-                            "(default: half the memory available once the models are loaded)")
-    cloud.add_argument("--header-timeout-s", type=_float, default=HEADER_TIMEOUT_S,
-                       help="answer 408 to a connection that has not sent a request's headers within this")
-    cloud.add_argument("--body-timeout-s", type=_float, default=BODY_TIMEOUT_S,
-                       help="answer 408 to a request whose body has not arrived within this")
-    cloud.add_argument("--no-prefix-reuse", action="store_true",
-                       help="forget cached prompts when a session ends (benchmarks time every prompt's reading)")
-    cloud.add_argument("--capture", default=None, metavar="FILE",
-                       help="append every exchanged body to FILE: what this Cloud received, for privacy audits")
+    cloud.add_argument(
+        "--idle-timeout-s",
+        type=_float,
+        default=limits.idle_timeout_s,
+        help="end a session after this long without a message",
+    )
+    cloud.add_argument(
+        "--max-sessions-per-client",
+        type=int,
+        default=limits.max_sessions_per_client,
+        help="sessions one client address may hold at once",
+    )
+    cloud.add_argument(
+        "--unstarted-timeout-s",
+        type=_float,
+        default=limits.unstarted_timeout_s,
+        help="a session that has not drafted this long after opening gives its room to a new one",
+    )
+    cloud.add_argument(
+        "--memory-budget-mb",
+        type=_float,
+        default=None,
+        help="memory for all sessions' caches together; an Open that does not fit gets 503 "
+        "(default: half the memory available once the models are loaded)",
+    )
+    cloud.add_argument(
+        "--header-timeout-s",
+        type=_float,
+        default=HEADER_TIMEOUT_S,
+        help="answer 408 to a connection that has not sent a request's headers within this",
+    )
+    cloud.add_argument(
+        "--body-timeout-s",
+        type=_float,
+        default=BODY_TIMEOUT_S,
+        help="answer 408 to a request whose body has not arrived within this",
+    )
+    cloud.add_argument(
+        "--no-prefix-reuse",
+        action="store_true",
+        help="forget cached prompts when a session ends (benchmarks time every prompt's reading)",
+    )
+    cloud.add_argument(
+        "--capture",
+        default=None,
+        metavar="FILE",
+        help="append every exchanged body to FILE: what this Cloud received, for privacy audits",
+    )
     return parser
 
 
@@ -175,17 +238,32 @@ def _generate(args) -> int:
     from .history import HistoryError, parse_history
 
     config = DecodeConfig(
-        method=args.method, alpha=args.alpha, beta=args.beta, draft_len=args.draft_len,
-        adaptive_draft=args.adaptive_draft, draft_confidence=args.draft_confidence,
-        downlink_top_k=args.top_k, bonus=not args.no_bonus, max_new_tokens=args.max_new_tokens,
-        sample=args.sample, temperature=args.temperature, top_p=args.top_p, seed=args.seed, exact=args.exact,
+        method=args.method,
+        alpha=args.alpha,
+        beta=args.beta,
+        draft_len=args.draft_len,
+        adaptive_draft=args.adaptive_draft,
+        draft_confidence=args.draft_confidence,
+        downlink_top_k=args.top_k,
+        bonus=not args.no_bonus,
+        max_new_tokens=args.max_new_tokens,
+        sample=args.sample,
+        temperature=args.temperature,
+        top_p=args.top_p,
+        seed=args.seed,
+        exact=args.exact,
         private_guard=args.private_guard,
     )
     try:
         config.validate()
         history = parse_history(Path(args.history).read_bytes(), filename=args.history)
-        request = Request(task=args.task, input_text=args.input, history=history.items, retrieval_k=args.retrieval_k,
-                          profile=history.profile)
+        request = Request(
+            task=args.task,
+            input_text=args.input,
+            history=history.items,
+            retrieval_k=args.retrieval_k,
+            profile=history.profile,
+        )
         from .engine import prepare
 
         prepared = prepare(request)
@@ -241,8 +319,14 @@ def _load(args, edge_only: bool = False):
     try:
         pairing = resolve_pairing(args.pairing, specialist=args.specialist, generalist=args.generalist)
         progress = None if args.json else (lambda line: print(f"[models] {line}", file=sys.stderr))
-        return load_pair(pairing, dtype=args.dtype, progress=progress, runtime=args.runtime, edge_only=edge_only,
-                         method=getattr(args, "method", "specsteer"))
+        return load_pair(
+            pairing,
+            dtype=args.dtype,
+            progress=progress,
+            runtime=args.runtime,
+            edge_only=edge_only,
+            method=getattr(args, "method", "specsteer"),
+        )
     except (KeyError, ValueError) as error:
         return _fail(str(error.args[0]) if error.args else str(error), 2)
     except ModelLoadError as error:
@@ -266,10 +350,16 @@ def _serve_cloud(args) -> int:
         return _fail(problem, 2)
     budget = None if args.memory_budget_mb is None else int(args.memory_budget_mb * 2**20)
     try:
-        limits = ServiceLimits(max_sessions=args.max_sessions, max_prompt_tokens=args.max_prompt_tokens,
-                               max_new_tokens=args.max_new_tokens, max_draft_len=args.max_draft_len,
-                               idle_timeout_s=args.idle_timeout_s, max_sessions_per_client=args.max_sessions_per_client,
-                               unstarted_timeout_s=args.unstarted_timeout_s, memory_budget_bytes=budget)
+        limits = ServiceLimits(
+            max_sessions=args.max_sessions,
+            max_prompt_tokens=args.max_prompt_tokens,
+            max_new_tokens=args.max_new_tokens,
+            max_draft_len=args.max_draft_len,
+            idle_timeout_s=args.idle_timeout_s,
+            max_sessions_per_client=args.max_sessions_per_client,
+            unstarted_timeout_s=args.unstarted_timeout_s,
+            memory_budget_bytes=budget,
+        )
     except ValueError as error:
         return _fail(str(error), 2)
     pair = _cloud_pair(args)
@@ -278,9 +368,16 @@ def _serve_cloud(args) -> int:
     if budget is None:  # measured now, with the models in memory
         limits = replace(limits, memory_budget_bytes=default_memory_budget())
     service = CloudService(pair, limits, reuse_prefixes=not args.no_prefix_reuse)
-    serve(service, args.host, args.port, secret, args.capture,
-          announce=lambda line: print(f"[cloud] {line} on http://{args.host}:{args.port}", file=sys.stderr, flush=True),
-          header_timeout_s=args.header_timeout_s, body_timeout_s=args.body_timeout_s)
+    serve(
+        service,
+        args.host,
+        args.port,
+        secret,
+        args.capture,
+        announce=lambda line: print(f"[cloud] {line} on http://{args.host}:{args.port}", file=sys.stderr, flush=True),
+        header_timeout_s=args.header_timeout_s,
+        body_timeout_s=args.body_timeout_s,
+    )
     return 0
 
 

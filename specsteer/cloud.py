@@ -125,11 +125,18 @@ class Cloud(_CloudStreams):
     def open(self, message: Open) -> None:
         self._settings = message
         self.capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
-        self.large = Stream(self._generalist, list(message.prompt), self._vocab_size, self._forward_log,
-                            GENERALIST_STREAM, self.capacity)
+        self.large = Stream(
+            self._generalist,
+            list(message.prompt),
+            self._vocab_size,
+            self._forward_log,
+            GENERALIST_STREAM,
+            self.capacity,
+        )
         if needs_generic(message.rule, message.beta):
-            self.generic = Stream(self._generic, list(message.prompt), self._vocab_size, self._forward_log,
-                                  GENERIC_STREAM, self.capacity)
+            self.generic = Stream(
+                self._generic, list(message.prompt), self._vocab_size, self._forward_log, GENERIC_STREAM, self.capacity
+            )
         self._sampler = self._session_sampler(message)
 
     def problem(self, message: Draft) -> str | None:
@@ -166,8 +173,9 @@ class Cloud(_CloudStreams):
 
         self.last_ratios = []
         if settings.rule == "ratio":
-            accepted, self.last_ratios = ratio_test(large_rows, _needed(generic_rows, "ratio"), drafts, settings.alpha,
-                                                     self._sampler)
+            accepted, self.last_ratios = ratio_test(
+                large_rows, _needed(generic_rows, "ratio"), drafts, settings.alpha, self._sampler
+            )
         else:
             accepted = match_test(large_rows, drafts)
         self._rewind(accepted, k, large_rows, generic_rows)
@@ -228,8 +236,15 @@ class CrossCloud(_CloudStreams):
     chosen, sends ``M_L - beta M_S0`` on the likeliest symbols. ``vocabularies`` are the pair's.
     """
 
-    def __init__(self, generalist, generic_specialist, small_vocab_size: int, large_vocab_size: int,
-                 vocabularies, forward_log: ForwardLog):
+    def __init__(
+        self,
+        generalist,
+        generic_specialist,
+        small_vocab_size: int,
+        large_vocab_size: int,
+        vocabularies,
+        forward_log: ForwardLog,
+    ):
         super().__init__(generalist, generic_specialist, forward_log)
         self._small_vocab_size = small_vocab_size
         self._large_vocab_size = large_vocab_size
@@ -243,14 +258,27 @@ class CrossCloud(_CloudStreams):
         self._settings = message
         self._allowed = allowed_ids(self._vocabularies.small)
         self.capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
-        self.large_capacity = (len(message.large_prompt)
-                               + LARGE_TOKENS_PER_SMALL * (message.max_new_tokens + DRAFT_HEADROOM))
-        self.large = Stream(self._generalist, list(message.large_prompt), self._large_vocab_size, self._forward_log,
-                            GENERALIST_STREAM, self.large_capacity)
+        self.large_capacity = len(message.large_prompt) + LARGE_TOKENS_PER_SMALL * (
+            message.max_new_tokens + DRAFT_HEADROOM
+        )
+        self.large = Stream(
+            self._generalist,
+            list(message.large_prompt),
+            self._large_vocab_size,
+            self._forward_log,
+            GENERALIST_STREAM,
+            self.large_capacity,
+        )
         self._sampler = self._session_sampler(message)
         if message.rule != "generate":
-            self.generic = Stream(self._generic, list(message.prompt), self._small_vocab_size, self._forward_log,
-                                  GENERIC_STREAM, self.capacity)
+            self.generic = Stream(
+                self._generic,
+                list(message.prompt),
+                self._small_vocab_size,
+                self._forward_log,
+                GENERIC_STREAM,
+                self.capacity,
+            )
 
     def problem(self, message: Draft) -> str | None:
         settings = self._settings
@@ -300,8 +328,14 @@ class CrossCloud(_CloudStreams):
             generic.truncate(len(generic) - (k - small_kept), generic_rows[small_kept])
         if small_kept == k and not settings.bonus:
             return Verdict(small_kept)
-        symbols, values = public_symbol_values(large_rows[large_kept], vocabularies.large, generic_rows[small_kept],
-                                               vocabularies.small, settings.beta, settings.top_k)
+        symbols, values = public_symbol_values(
+            large_rows[large_kept],
+            vocabularies.large,
+            generic_rows[small_kept],
+            vocabularies.small,
+            settings.beta,
+            settings.top_k,
+        )
         return Verdict(small_kept, tuple(symbols.tolist()), values.numpy())
 
 

@@ -36,8 +36,9 @@ class RemoteCloud:
             raise ValueError(problem)
         self.url = url.rstrip("/")
         headers = {"Authorization": f"Bearer {secret}"} if secret else {}
-        self.client = httpx.Client(base_url=self.url, headers=headers,
-                                   timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s))
+        self.client = httpx.Client(
+            base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        )
         self.timeout_s = timeout_s
         self.instance: str | None = None  # the instance that answered last: a new one means it restarted
 
@@ -52,9 +53,12 @@ class RemoteCloud:
         except (FrameError, ValueError) as error:
             raise cloud_error("malformed", f"The Cloud at {self.url} described itself unreadably: {error}.") from None
         if info.protocol != PROTOCOL_VERSION:
-            raise VersionMismatch(f"The Cloud at {self.url} speaks protocol version {info.protocol}; this Edge speaks "
-                                  f"version {PROTOCOL_VERSION}. Update the Edge or the Cloud so that both run the "
-                                  "same SpecSteer version.", "version")
+            raise VersionMismatch(
+                f"The Cloud at {self.url} speaks protocol version {info.protocol}; this Edge speaks "
+                f"version {PROTOCOL_VERSION}. Update the Edge or the Cloud so that both run the "
+                "same SpecSteer version.",
+                "version",
+            )
         self.instance = info.instance
         return info
 
@@ -65,11 +69,13 @@ class RemoteCloud:
         try:
             response = self.client.send(self.client.build_request(method, path, **kwargs), stream=stream)
         except httpx.TimeoutException:
-            raise CloudUnreachable(f"The Cloud at {self.url} did not answer within {self.timeout_s:g} s.",
-                                   "timeout") from None
+            raise CloudUnreachable(
+                f"The Cloud at {self.url} did not answer within {self.timeout_s:g} s.", "timeout"
+            ) from None
         except httpx.TransportError as error:
-            raise CloudUnreachable(f"Lost the connection to the Cloud at {self.url} ({_reason(error)}).",
-                                   "unreachable") from None
+            raise CloudUnreachable(
+                f"Lost the connection to the Cloud at {self.url} ({_reason(error)}).", "unreachable"
+            ) from None
         if response.status_code != 200:
             response.read()
             response.close()
@@ -91,12 +97,19 @@ class RemoteCloud:
             code, message, instance = str(body["error"]), str(body["message"]), body.get("instance")
         except (ValueError, KeyError, TypeError):
             # Summarised, never echoed: whatever answers at an address must not be relayed to the user.
-            return cloud_error("http", f"The Cloud at {self.url} answered HTTP {response.status_code} with "
-                                       f"{len(response.content)} bytes that are not a SpecSteer Cloud's error.",
-                               response.status_code)
+            return cloud_error(
+                "http",
+                f"The Cloud at {self.url} answered HTTP {response.status_code} with "
+                f"{len(response.content)} bytes that are not a SpecSteer Cloud's error.",
+                response.status_code,
+            )
         if code == "unknown-session" and self.instance and instance and instance != self.instance:
-            return SessionGone(f"The Cloud at {self.url} restarted during this generation and lost its session. "
-                               "Run the generation again.", code, response.status_code)
+            return SessionGone(
+                f"The Cloud at {self.url} restarted during this generation and lost its session. "
+                "Run the generation again.",
+                code,
+                response.status_code,
+            )
         return cloud_error(code[:40], message[:_MESSAGE_CHARS], response.status_code)
 
 
@@ -110,16 +123,18 @@ class HttpTransport:
         return self.remote.info()
 
     def exchange(self, frame: bytes) -> Reply:
-        response = self.remote.request("POST", EXCHANGE_PATH, stream=True, content=frame,
-                                       headers={"Content-Type": OCTET_STREAM})
+        response = self.remote.request(
+            "POST", EXCHANGE_PATH, stream=True, content=frame, headers={"Content-Type": OCTET_STREAM}
+        )
         header = response.headers.get(REPORT_HEADER)
         if header is None:
             return Reply(self._stream(response), None)
         try:
             body = response.read()
         except Exception as error:
-            raise CloudUnreachable(f"Lost the connection to the Cloud at {self.remote.url} ({_reason(error)}).",
-                                   "unreachable") from None
+            raise CloudUnreachable(
+                f"Lost the connection to the Cloud at {self.remote.url} ({_reason(error)}).", "unreachable"
+            ) from None
         finally:
             response.close()
         try:
@@ -143,15 +158,18 @@ class HttpTransport:
         """
         chunks: queue.Queue = queue.Queue()
         stop = threading.Event()
-        reader = threading.Thread(target=_read_chunks, args=(response, chunks, stop), daemon=True,
-                                  name="specsteer-cloud-stream")
+        reader = threading.Thread(
+            target=_read_chunks, args=(response, chunks, stop), daemon=True, name="specsteer-cloud-stream"
+        )
         reader.start()
         buffer, arrived = b"", None
         try:
             while (item := chunks.get()) is not None:
                 if isinstance(item, BaseException):
-                    raise CloudUnreachable(f"Lost the connection to the Cloud at {self.remote.url} during its "
-                                           f"stream ({_reason(item)}).", "unreachable")
+                    raise CloudUnreachable(
+                        f"Lost the connection to the Cloud at {self.remote.url} during its stream ({_reason(item)}).",
+                        "unreachable",
+                    )
                 arrived, chunk = item
                 buffer += chunk
                 while buffer:
@@ -164,8 +182,9 @@ class HttpTransport:
                     yield Arrival(buffer[:end], arrived)
                     buffer = buffer[end:]
             if buffer:
-                raise CloudUnreachable(f"The Cloud at {self.remote.url} broke off its stream inside a message.",
-                                       "unreachable")
+                raise CloudUnreachable(
+                    f"The Cloud at {self.remote.url} broke off its stream inside a message.", "unreachable"
+                )
         finally:
             stop.set()
 

@@ -52,8 +52,9 @@ class CloudProcess:
         self.process.wait()
 
 
-def start_cloud_process(*arguments: str, port: int | None = None, env: dict | None = None, stderr=None,
-                        ready_timeout_s: float = 900.0) -> CloudProcess:
+def start_cloud_process(
+    *arguments: str, port: int | None = None, env: dict | None = None, stderr=None, ready_timeout_s: float = 900.0
+) -> CloudProcess:
     """Start a Cloud service on 127.0.0.1 (``arguments`` go to ``python -m specsteer cloud``) and wait
     until it answers; a child that exits or does not answer in time is stopped and reported."""
     import subprocess
@@ -62,8 +63,14 @@ def start_cloud_process(*arguments: str, port: int | None = None, env: dict | No
 
     port = port or free_loopback_port()
     command = [sys.executable, "-m", "specsteer", "cloud", "--host", "127.0.0.1", "--port", str(port), *arguments]
-    process = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr,
-                               cwd=Path(__file__).resolve().parents[1])
+    process = subprocess.Popen(
+        command,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=stderr,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     child = CloudProcess(process, port)
     deadline = time.monotonic() + ready_timeout_s
     while time.monotonic() < deadline:

@@ -39,9 +39,11 @@ BODY_TIMEOUT_S = 30.0  # for a whole request body (a frame is at most tens of ki
 def bind_problem(host: str, secret: str | None) -> str | None:
     """Why the Cloud must not listen on ``host`` as configured, or None."""
     if not is_loopback(host) and not secret:
-        return (f"refusing to listen on {host} without a shared secret: anyone who can reach it could use the "
-                "models. Set one with --secret-env NAME (the environment variable NAME holds it), or listen on "
-                "127.0.0.1.")
+        return (
+            f"refusing to listen on {host} without a shared secret: anyone who can reach it could use the "
+            "models. Set one with --secret-env NAME (the environment variable NAME holds it), or listen on "
+            "127.0.0.1."
+        )
     return None
 
 
@@ -79,7 +81,7 @@ def read_capture(path: str | Path) -> list[CapturedExchange]:
     while offset < len(data):
         status, up, down = _CAPTURE_RECORD.unpack_from(data, offset)
         offset += _CAPTURE_RECORD.size
-        exchanges.append(CapturedExchange(status, data[offset:offset + up], data[offset + up:offset + up + down]))
+        exchanges.append(CapturedExchange(status, data[offset : offset + up], data[offset + up : offset + up + down]))
         offset += up + down
     return exchanges
 
@@ -120,9 +122,13 @@ class BodyCapture:
 # --------------------------------------------------------------------------- the server
 
 
-def create_app(service: CloudService, secret: str | None = None,
-               capture: Callable[[CapturedExchange], None] | None = None, announce: Callable[[str], None] | None = None,
-               body_timeout_s: float = BODY_TIMEOUT_S):
+def create_app(
+    service: CloudService,
+    secret: str | None = None,
+    capture: Callable[[CapturedExchange], None] | None = None,
+    announce: Callable[[str], None] | None = None,
+    body_timeout_s: float = BODY_TIMEOUT_S,
+):
     """The ASGI application serving ``service`` (see the module docstring for the endpoints)."""
     from fastapi import Depends, FastAPI, Request
     from fastapi.concurrency import run_in_threadpool
@@ -134,8 +140,10 @@ def create_app(service: CloudService, secret: str | None = None,
         if announce:
             budget = service.limits.memory_budget_bytes
             memory = f", {budget / 2**20:,.0f} MB for the sessions' caches" if budget is not None else ""
-            announce(f"Cloud ready: pairing {service.pair.pairing_id} ({service.pair.runtime}), instance "
-                     f"{service.instance}, protocol {PROTOCOL_VERSION}{memory}")
+            announce(
+                f"Cloud ready: pairing {service.pair.pairing_id} ({service.pair.runtime}), instance "
+                f"{service.instance}, protocol {PROTOCOL_VERSION}{memory}"
+            )
         try:
             yield
         finally:
@@ -155,16 +163,25 @@ def create_app(service: CloudService, secret: str | None = None,
     @app.exception_handler(ServiceError)
     async def refused(_request, error: ServiceError):
         headers = {"Retry-After": str(error.retry_after_s)} if error.retry_after_s is not None else None
-        return JSONResponse({"error": error.code, "message": str(error), "instance": service.instance},
-                            status_code=error.status, headers=headers)
+        return JSONResponse(
+            {"error": error.code, "message": str(error), "instance": service.instance},
+            status_code=error.status,
+            headers=headers,
+        )
 
     @app.exception_handler(Exception)
     async def failed(_request, error: Exception):
         if _disconnected(error):  # nobody is left to answer; QuietDisconnects logs it (Starlette re-raises)
             return Response(status_code=400)
         print(f"[cloud] request failed: {type(error).__name__}: {error}", file=sys.stderr, flush=True)
-        return JSONResponse({"error": "internal", "message": f"The Cloud failed: {type(error).__name__}: {error}",
-                             "instance": service.instance}, status_code=500)
+        return JSONResponse(
+            {
+                "error": "internal",
+                "message": f"The Cloud failed: {type(error).__name__}: {error}",
+                "instance": service.instance,
+            },
+            status_code=500,
+        )
 
     @app.get("/v1/health")
     def health():
@@ -182,8 +199,11 @@ def create_app(service: CloudService, secret: str | None = None,
         if answer.report is None:  # a stream: each frame leaves as soon as it is computed
             return StreamingResponse(answer.frames, media_type=OCTET_STREAM)
         body = b"".join(answer.frames)
-        return Response(body, media_type=OCTET_STREAM,
-                        headers={REPORT_HEADER: json.dumps(answer.report.to_json(), separators=(",", ":"))})
+        return Response(
+            body,
+            media_type=OCTET_STREAM,
+            headers={REPORT_HEADER: json.dumps(answer.report.to_json(), separators=(",", ":"))},
+        )
 
     @app.delete("/v1/sessions/{session_hex}", dependencies=[Depends(authorized)])
     def close(session_hex: str):
@@ -202,19 +222,22 @@ def create_app(service: CloudService, secret: str | None = None,
 async def _read_frame(request, limit: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes:
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
-        raise ServiceError(413, "too-large", f"A frame of {declared} bytes is larger than this Cloud accepts "
-                                             f"({limit} bytes).")
+        raise ServiceError(
+            413, "too-large", f"A frame of {declared} bytes is larger than this Cloud accepts ({limit} bytes)."
+        )
     body = bytearray()
     try:
         async with asyncio.timeout(timeout_s):
             async for chunk in request.stream():
                 body.extend(chunk)
                 if len(body) > limit:
-                    raise ServiceError(413, "too-large", f"The frame is larger than this Cloud accepts ({limit} "
-                                                         "bytes).")
+                    raise ServiceError(
+                        413, "too-large", f"The frame is larger than this Cloud accepts ({limit} bytes)."
+                    )
     except TimeoutError:
-        raise ServiceError(408, "timeout", f"The request's body did not arrive within {timeout_s:g} s "
-                                           f"({len(body)} bytes came).") from None
+        raise ServiceError(
+            408, "timeout", f"The request's body did not arrive within {timeout_s:g} s ({len(body)} bytes came)."
+        ) from None
     return bytes(body)
 
 
@@ -243,8 +266,11 @@ class QuietDisconnects:
 
 def _log_disconnect(scope) -> None:
     client = scope.get("client") or ("?", 0)
-    print(f"[cloud] {client[0]}:{client[1]} disconnected during {scope.get('method')} {scope.get('path')}",
-          file=sys.stderr, flush=True)
+    print(
+        f"[cloud] {client[0]}:{client[1]} disconnected during {scope.get('method')} {scope.get('path')}",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def header_timeout_protocol(timeout_s: float = HEADER_TIMEOUT_S):
@@ -252,10 +278,13 @@ def header_timeout_protocol(timeout_s: float = HEADER_TIMEOUT_S):
     a request) and does not finish its headers in ``timeout_s`` is answered 408 and closed."""
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
-    body = json.dumps({"error": "timeout", "message": f"The request's headers did not arrive within "
-                                                      f"{timeout_s:g} s."}).encode()
-    answer = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
-              b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+    body = json.dumps(
+        {"error": "timeout", "message": f"The request's headers did not arrive within {timeout_s:g} s."}
+    ).encode()
+    answer = (
+        b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+        b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
+    )
 
     class HeaderTimeoutProtocol(H11Protocol):
         _header_deadline: asyncio.TimerHandle | None = None
@@ -307,9 +336,16 @@ async def _expire_periodically(service: CloudService) -> None:
 SHUTDOWN_GRACE_S = 5.0  # on SIGTERM / SIGINT, requests in flight get this long to finish
 
 
-def serve(service: CloudService, host: str = "127.0.0.1", port: int = DEFAULT_PORT, secret: str | None = None,
-          capture: str | Path | None = None, announce: Callable[[str], None] | None = None,
-          header_timeout_s: float = HEADER_TIMEOUT_S, body_timeout_s: float = BODY_TIMEOUT_S) -> None:
+def serve(
+    service: CloudService,
+    host: str = "127.0.0.1",
+    port: int = DEFAULT_PORT,
+    secret: str | None = None,
+    capture: str | Path | None = None,
+    announce: Callable[[str], None] | None = None,
+    header_timeout_s: float = HEADER_TIMEOUT_S,
+    body_timeout_s: float = BODY_TIMEOUT_S,
+) -> None:
     """Serve until SIGTERM or SIGINT, then stop gracefully and return. Refuses a non-loopback address
     without a secret, and a secret that is not printable ASCII."""
     import uvicorn
@@ -318,9 +354,16 @@ def serve(service: CloudService, host: str = "127.0.0.1", port: int = DEFAULT_PO
     if problem:
         raise ValueError(problem)
     app = create_app(service, secret, CaptureFile(capture) if capture else None, announce, body_timeout_s)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False,
-                            http=header_timeout_protocol(header_timeout_s), timeout_keep_alive=5,
-                            timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        http=header_timeout_protocol(header_timeout_s),
+        timeout_keep_alive=5,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+    )
     with _stop_signals_end_normally():
         uvicorn.Server(config).run()
 

@@ -94,8 +94,14 @@ class ServiceLimits:
     unstarted_timeout_s: float = 30.0
 
     def __post_init__(self) -> None:
-        for name in ("max_sessions", "max_prompt_tokens", "max_draft_len", "max_new_tokens", "max_stop_ids",
-                     "max_sessions_per_client"):
+        for name in (
+            "max_sessions",
+            "max_prompt_tokens",
+            "max_draft_len",
+            "max_new_tokens",
+            "max_stop_ids",
+            "max_sessions_per_client",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1")
         if self.max_draft_len > MAX_DRAFT_LEN:
@@ -180,13 +186,13 @@ class _Session:
     closed: bool = False
 
     def collect_passes(self) -> None:
-        for step in self.log.trace[self.logged:]:
+        for step in self.log.trace[self.logged :]:
             self.passes.append(CloudPass(self.messages, step.who, step.size, step.seconds))
         self.logged = len(self.log.trace)
 
     def report(self, ratios: Iterable[float] = ()) -> CloudReport:
         self.collect_passes()
-        passes, self.delivered = tuple(self.passes[self.delivered:]), len(self.passes)
+        passes, self.delivered = tuple(self.passes[self.delivered :]), len(self.passes)
         reused = () if self.reused_reported else tuple(sorted(self.log.reused.items()))
         self.reused_reported = True
         return CloudReport(passes, tuple(ratios), reused)
@@ -199,8 +205,13 @@ class CloudService:
     forgets every cached prompt when a session closes (benchmarks time each method's prompt reading).
     """
 
-    def __init__(self, pair, limits: ServiceLimits = ServiceLimits(), clock: Callable[[], float] = time.monotonic,
-                 reuse_prefixes: bool = True):
+    def __init__(
+        self,
+        pair,
+        limits: ServiceLimits = ServiceLimits(),
+        clock: Callable[[], float] = time.monotonic,
+        reuse_prefixes: bool = True,
+    ):
         self.pair = pair
         self.limits = limits
         self.reuse_prefixes = reuse_prefixes
@@ -215,8 +226,13 @@ class CloudService:
     # ----------------------------------------------------------------------- the three requests
 
     def info(self) -> CloudInfo:
-        return CloudInfo(self.pair.pairing_id, self.pair.vocab_size, instance=self.instance, runtime=self.pair.runtime,
-                         limits=self.limits.to_json())
+        return CloudInfo(
+            self.pair.pairing_id,
+            self.pair.vocab_size,
+            instance=self.instance,
+            runtime=self.pair.runtime,
+            limits=self.limits.to_json(),
+        )
 
     def handle(self, frame: bytes, client: str = "") -> Answer:
         """Answer one uplink frame from ``client`` (who is asking: the per-client session cap counts by it);
@@ -264,13 +280,16 @@ class CloudService:
 
     def expire_idle(self) -> int:
         """End the sessions idle for longer than the limit (a busy one is left alone); returns how many."""
-        return self._expire(lambda session, now: session.last_used < now - self.limits.idle_timeout_s,
-                            "expired-session")
+        return self._expire(
+            lambda session, now: session.last_used < now - self.limits.idle_timeout_s, "expired-session"
+        )
 
     def _expire_unstarted(self) -> int:
         """End the sessions that opened longer than ``unstarted_timeout_s`` ago and never drafted."""
-        return self._expire(lambda session, now: not session.started
-                            and session.last_used < now - self.limits.unstarted_timeout_s, "expired-session")
+        return self._expire(
+            lambda session, now: not session.started and session.last_used < now - self.limits.unstarted_timeout_s,
+            "expired-session",
+        )
 
     def _expire(self, due: Callable[[_Session, float], bool], reason: str) -> int:
         now = self._clock()
@@ -302,13 +321,17 @@ class CloudService:
     def _decode(self, frame: bytes):
         limit = self.frame_limit
         if len(frame) > limit:
-            raise ServiceError(413, "too-large", f"A frame of {len(frame)} bytes is larger than this Cloud accepts "
-                                                 f"({limit} bytes).")
+            raise ServiceError(
+                413, "too-large", f"A frame of {len(frame)} bytes is larger than this Cloud accepts ({limit} bytes)."
+            )
         try:
             return decode(frame, UPLINK)
         except UnsupportedVersion as error:
-            raise ServiceError(400, "version", f"The frame is in protocol version {error.version}; this Cloud speaks "
-                                               f"version {PROTOCOL_VERSION}.") from None
+            raise ServiceError(
+                400,
+                "version",
+                f"The frame is in protocol version {error.version}; this Cloud speaks version {PROTOCOL_VERSION}.",
+            ) from None
         except FrameError as error:
             raise ServiceError(400, error.code, f"The Cloud could not read the frame: {error}.") from None
 
@@ -321,8 +344,14 @@ class CloudService:
         log = ForwardLog()
         cross = self.pair.cross
         if cross is not None:
-            cloud = CrossCloud(self.pair.generalist, self.pair.specialist, self.pair.vocab_size, cross.vocab_size,
-                               cross.vocabularies, log)
+            cloud = CrossCloud(
+                self.pair.generalist,
+                self.pair.specialist,
+                self.pair.vocab_size,
+                cross.vocab_size,
+                cross.vocabularies,
+                log,
+            )
         else:
             cloud = Cloud(self.pair.generalist, self.pair.specialist, self.pair.vocab_size, log)
         session = _Session(message.session, message, cloud, log, self._clock(), client, self.session_bytes(message))
@@ -389,21 +418,28 @@ class CloudService:
         if len(sessions) >= limits.max_sessions:
             return self._busy(sessions, f"The Cloud is serving its maximum of {limits.max_sessions} generations.")
         if sum(1 for other in sessions if other.client == session.client) >= limits.max_sessions_per_client:
-            return self._busy(sessions, f"This client already holds {limits.max_sessions_per_client} session(s), "
-                                        "the most this Cloud gives one client.")
+            return self._busy(
+                sessions,
+                f"This client already holds {limits.max_sessions_per_client} session(s), "
+                "the most this Cloud gives one client.",
+            )
         budget = limits.memory_budget_bytes
         reserved = sum(other.reserved for other in sessions)
         if budget is not None and reserved + session.reserved > budget:
             need = "more than its whole budget" if session.reserved > budget else "more than is left"
-            return self._busy(sessions, f"This generation's caches need {_megabytes(session.reserved)}, {need} "
-                                        f"of the Cloud's {_megabytes(budget)} for all sessions.")
+            return self._busy(
+                sessions,
+                f"This generation's caches need {_megabytes(session.reserved)}, {need} "
+                f"of the Cloud's {_megabytes(budget)} for all sessions.",
+            )
         return None
 
     def _busy(self, sessions: list[_Session], message: str) -> ServiceError:
         """A 503 saying when to try again: when the first session could expire (at least 1 s)."""
         now, limits = self._clock(), self.limits
-        waits = [(s.last_used + (limits.idle_timeout_s if s.started else limits.unstarted_timeout_s)) - now
-                 for s in sessions]
+        waits = [
+            (s.last_used + (limits.idle_timeout_s if s.started else limits.unstarted_timeout_s)) - now for s in sessions
+        ]
         retry = max(1, math.ceil(min(waits, default=1.0)))
         return ServiceError(503, "busy", f"{message} Try again in {retry} s.", retry_after_s=retry)
 
@@ -426,8 +462,7 @@ class CloudService:
         if not message.prompt:
             return "The prompt is empty."
         if len(message.prompt) > limits.max_prompt_tokens:
-            return (f"The prompt has {len(message.prompt)} tokens; this Cloud takes at most "
-                    f"{limits.max_prompt_tokens}.")
+            return f"The prompt has {len(message.prompt)} tokens; this Cloud takes at most {limits.max_prompt_tokens}."
         if not 1 <= message.max_new_tokens <= limits.max_new_tokens:
             return f"The token budget must be between 1 and {limits.max_new_tokens} on this Cloud."
         if len(message.stop_ids) > limits.max_stop_ids:
@@ -445,20 +480,28 @@ class CloudService:
         cross = self.pair.cross
         if cross is None:
             if isinstance(message, CrossOpen):
-                return ("This Cloud serves a pairing whose models share one tokenizer; it takes a plain Open, "
-                        "not a cross-tokenizer one.")
+                return (
+                    "This Cloud serves a pairing whose models share one tokenizer; it takes a plain Open, "
+                    "not a cross-tokenizer one."
+                )
             return None
         if not isinstance(message, CrossOpen):
-            return ("This Cloud serves a cross-tokenizer pairing: open the session with the Generalist's prompt "
-                    "too (a cross-open message).")
+            return (
+                "This Cloud serves a cross-tokenizer pairing: open the session with the Generalist's prompt "
+                "too (a cross-open message)."
+            )
         if message.rule not in CROSS_RULES:
-            return (f"The {message.rule!r} rule is not available across tokenizers; this Cloud offers "
-                    f"{', '.join(CROSS_RULES)}.")
+            return (
+                f"The {message.rule!r} rule is not available across tokenizers; this Cloud offers "
+                f"{', '.join(CROSS_RULES)}."
+            )
         if not message.large_prompt:
             return "The Generalist's prompt is empty."
         if len(message.large_prompt) > self.limits.max_prompt_tokens:
-            return (f"The Generalist's prompt has {len(message.large_prompt)} tokens; this Cloud takes at most "
-                    f"{self.limits.max_prompt_tokens}.")
+            return (
+                f"The Generalist's prompt has {len(message.large_prompt)} tokens; this Cloud takes at most "
+                f"{self.limits.max_prompt_tokens}."
+            )
         if _out_of_vocabulary(message.large_prompt, cross.vocab_size):
             return f"A Generalist token id is outside its vocabulary of {cross.vocab_size}."
         return None
@@ -501,13 +544,20 @@ class CloudService:
         with self._table:
             reason = self._ended.get(session_id)
         if reason == "expired-session":
-            return ServiceError(410, reason, f"The Cloud ended this generation's session after "
-                                             f"{self.limits.idle_timeout_s:g} s without a message.")
+            return ServiceError(
+                410,
+                reason,
+                f"The Cloud ended this generation's session after {self.limits.idle_timeout_s:g} s without a message.",
+            )
         if reason == "closed-session":
             return ServiceError(410, reason, "This generation's session on the Cloud has already ended.")
-        return ServiceError(404, "unknown-session", f"The Cloud (instance {self.instance}) does not know this "
-                                                    "generation's session; it may have restarted since the "
-                                                    "generation began.")
+        return ServiceError(
+            404,
+            "unknown-session",
+            f"The Cloud (instance {self.instance}) does not know this "
+            "generation's session; it may have restarted since the "
+            "generation began.",
+        )
 
     def _end(self, session: _Session, reason: str) -> None:
         """Forget a session and give its caches back (the caller holds the session's lock)."""

@@ -153,8 +153,7 @@ class ByteVocabulary:
         return started
 
     @classmethod
-    def of(cls, tokenizer, vocab_size: int, stop_ids: frozenset[int],
-           every_byte: bool = True) -> ByteVocabulary:
+    def of(cls, tokenizer, vocab_size: int, stop_ids: frozenset[int], every_byte: bool = True) -> ByteVocabulary:
         """Read ``tokenizer``'s spelling of every id below ``vocab_size``; raises ValueError when it has
         no end id or, with ``every_byte``, cannot spell every single byte.
 
@@ -232,7 +231,9 @@ def _spellings(tokenizer, vocab_size: int) -> list[bytes]:
         if index in special or piece is None:
             spelled.append(b"")
         elif byte_level:
-            spelled.append(bytes(unicode_to_byte[c] for c in piece) if all(c in unicode_to_byte for c in piece) else b"")
+            spelled.append(
+                bytes(unicode_to_byte[c] for c in piece) if all(c in unicode_to_byte for c in piece) else b""
+            )
         else:
             spelled.append(_sentencepiece_bytes(piece))
     spelled.extend(b"" for _ in range(len(spelled), vocab_size))  # padded output rows spell nothing
@@ -258,8 +259,10 @@ def _byte_token_ids(spelled: list[bytes], every_byte: bool = True) -> tuple[int,
     if missing and not every_byte:
         return tuple(single.get(b, -1) for b in range(BYTE_SYMBOLS))
     if missing:
-        raise ValueError(f"the tokenizer has no one-byte token for {len(missing)} byte values (e.g. {missing[:3]}); "
-                         "cross-tokenizer SpecSteer needs a byte-level or byte-fallback vocabulary")
+        raise ValueError(
+            f"the tokenizer has no one-byte token for {len(missing)} byte values (e.g. {missing[:3]}); "
+            "cross-tokenizer SpecSteer needs a byte-level or byte-fallback vocabulary"
+        )
     return tuple(single[b] for b in range(BYTE_SYMBOLS))
 
 
@@ -274,8 +277,8 @@ def _utf8_runs(data: bytes) -> list[tuple[bytes, bool]]:
             break
         except UnicodeDecodeError as error:
             if error.start:
-                runs.append((data[start:start + error.start], True))
-            runs.append((data[start + error.start:start + error.start + 1], False))
+                runs.append((data[start : start + error.start], True))
+            runs.append((data[start + error.start : start + error.start + 1], False))
             start += error.start + 1
     return runs
 
@@ -342,8 +345,13 @@ class SegmentVerdict:
     ratios: tuple[float, ...]
 
 
-def segment_test(large_log_probs: torch.Tensor, generic_log_probs: torch.Tensor, segments: Sequence[Segment],
-                 alpha: float, uniform: Callable[[], float] | None = None) -> SegmentVerdict:
+def segment_test(
+    large_log_probs: torch.Tensor,
+    generic_log_probs: torch.Tensor,
+    segments: Sequence[Segment],
+    alpha: float,
+    uniform: Callable[[], float] | None = None,
+) -> SegmentVerdict:
     """The cross-tokenizer ratio rule (module docstring). ``large_log_probs`` ``[m]``: log p_L of each
     Generalist token of the draft; ``generic_log_probs`` ``[k]``: log p_S0 of each draft. ``uniform``
     draws U(0, 1) for sampling mode; None is greedy. Log space, so alpha 0 and inf are exact."""
@@ -352,8 +360,9 @@ def segment_test(large_log_probs: torch.Tensor, generic_log_probs: torch.Tensor,
     generic = generic_log_probs.tolist()
     ratios: list[float] = []
     for segment in segments:
-        log_ratio = (math.fsum(large[segment.large_start:segment.large_end])
-                     - math.fsum(generic[segment.small_start:segment.small_end]))
+        log_ratio = math.fsum(large[segment.large_start : segment.large_end]) - math.fsum(
+            generic[segment.small_start : segment.small_end]
+        )
         if alpha == 0:
             log_ratio = math.inf  # accept all, even where p_L is 0
         else:
@@ -389,8 +398,14 @@ def symbol_log_probs(rows: torch.Tensor, first_symbol: torch.Tensor) -> torch.Te
     return torch.log_softmax(torch.log(mass) + safe_peak, -1)
 
 
-def public_symbol_values(large_row: torch.Tensor, large_vocab: ByteVocabulary, generic_row: torch.Tensor | None,
-                         small_vocab: ByteVocabulary, beta: float, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def public_symbol_values(
+    large_row: torch.Tensor,
+    large_vocab: ByteVocabulary,
+    generic_row: torch.Tensor | None,
+    small_vocab: ByteVocabulary,
+    beta: float,
+    top_k: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The Cloud's share of the steered symbol logits, ``M_L - beta M_S0``, on the ``top_k`` symbols
     the Generalist finds likeliest (``top_k <= 0``: all 257). Returns (symbols [m], values [m])."""
     large = symbol_log_probs(large_row, large_vocab.first_symbol)
@@ -406,8 +421,14 @@ def public_symbol_values(large_row: torch.Tensor, large_vocab: ByteVocabulary, g
     return symbols, values
 
 
-def choose_symbol(symbols: torch.Tensor, public_values: torch.Tensor, private_row: torch.Tensor | None,
-                  small_vocab: ByteVocabulary, beta: float, choose: Callable[[torch.Tensor], int]) -> int:
+def choose_symbol(
+    symbols: torch.Tensor,
+    public_values: torch.Tensor,
+    private_row: torch.Tensor | None,
+    small_vocab: ByteVocabulary,
+    beta: float,
+    choose: Callable[[torch.Tensor], int],
+) -> int:
     """The Edge's half of recovery: add ``beta M_S+`` to the Cloud's values and choose a symbol
     (``choose`` is the sampler's: argmax, or a draw at its temperature)."""
     steered = public_values
@@ -418,8 +439,9 @@ def choose_symbol(symbols: torch.Tensor, public_values: torch.Tensor, private_ro
     return int(symbols[choose(steered)])
 
 
-def complete_symbol(symbol: int, private_row: torch.Tensor, vocabulary: ByteVocabulary,
-                    choose: Callable[[torch.Tensor], int]) -> int:
+def complete_symbol(
+    symbol: int, private_row: torch.Tensor, vocabulary: ByteVocabulary, choose: Callable[[torch.Tensor], int]
+) -> int:
     """The Specialist's token for a chosen symbol: among the ids whose text starts with ``symbol``
     (the end ids for END), the one ``choose`` picks from the private row (argmax, or a draw)."""
     first = vocabulary.first_symbol[: private_row.numel()]

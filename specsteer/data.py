@@ -34,13 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsteer.facts import split_private_facts
-from specsteer.history import (
-    USER_KEYS,
-    HistoryError,
-    HistoryItem,
-    build_items,
-    persona_history,
-)
+from specsteer.history import USER_KEYS, HistoryError, HistoryItem, build_items, persona_history
 
 LONGLAMP_TASKS = ("review", "abstract", "writing")
 COGENESIS_TASK = "cogenesis"
@@ -179,9 +173,18 @@ def load_cogenesis(path: str | os.PathLike[str], limit: int | None = None) -> li
         facts = split_private_facts(persona.profile or "")
         if not facts:
             raise DataError(f"{where}: field 'additional_profile' has no 'Privacy_info:' line with facts")
-        records.append(Record(id=record_id, task=COGENESIS_TASK, user_id=_persona_name(persona.profile or ""),
-                              input=task, output=reference, profile=persona.items,
-                              user_profile=persona.profile, private_facts=facts))
+        records.append(
+            Record(
+                id=record_id,
+                task=COGENESIS_TASK,
+                user_id=_persona_name(persona.profile or ""),
+                input=task,
+                output=reference,
+                profile=persona.items,
+                user_profile=persona.profile,
+                private_facts=facts,
+            )
+        )
     return records
 
 
@@ -224,9 +227,7 @@ def bundled_sample_path(task: str) -> Path:
 def sample_history_path(schema: str) -> Path:
     """A synthetic sample history upload of the given schema."""
     if schema not in SAMPLE_HISTORIES:
-        raise ValueError(
-            f"no sample history for schema {schema!r}; choose one of {', '.join(SAMPLE_HISTORIES)}"
-        )
+        raise ValueError(f"no sample history for schema {schema!r}; choose one of {', '.join(SAMPLE_HISTORIES)}")
     return SAMPLES_DIR / SAMPLE_HISTORIES[schema]
 
 
@@ -363,9 +364,7 @@ def _detect_task(record: dict, where: str) -> str:
     except HistoryError as error:
         raise DataError(f"{where}: {error}") from None
     if schema not in LONGLAMP_TASKS:
-        raise DataError(
-            f"{where}: profile items look like {schema} texts, not review, abstract or writing items"
-        )
+        raise DataError(f"{where}: profile items look like {schema} texts, not review, abstract or writing items")
     return schema
 
 
@@ -413,9 +412,7 @@ def _optional_items(record: dict, key: str, schema: str, where: str) -> tuple[Hi
     return _items(record, key, schema, where)
 
 
-def _lamp_task(
-    outputs: dict, outputs_name: str, task: str | None, first_question: object, questions_name: str
-) -> str:
+def _lamp_task(outputs: dict, outputs_name: str, task: str | None, first_question: object, questions_name: str) -> str:
     named = outputs.get("task")
     if named is not None and named not in LAMP_TASK_NAMES:
         supported = ", ".join(LAMP_TASK_NAMES)
@@ -494,7 +491,9 @@ def resolve_data_source(source: str, task: str) -> str:
     if source == "shared":
         found = shared_data_path(task)
         if found is None:
-            raise DataError(f"no real LongLaMP records for the {task} task here (../shared/data/longlamp/ or "
-                            "$SPECSTEER_SHARED_DATA); use the bundled sample or another file")
+            raise DataError(
+                f"no real LongLaMP records for the {task} task here (../shared/data/longlamp/ or "
+                "$SPECSTEER_SHARED_DATA); use the bundled sample or another file"
+            )
         return str(found)
     return source

@@ -142,8 +142,15 @@ class Stream:
     ``capacity`` is how many tokens the stream may come to hold.
     """
 
-    def __init__(self, model: ModelRuntime, prompt_ids: list[int], vocab_size: int, log: ForwardLog, name: str,
-                 capacity: int | None = None):
+    def __init__(
+        self,
+        model: ModelRuntime,
+        prompt_ids: list[int],
+        vocab_size: int,
+        log: ForwardLog,
+        name: str,
+        capacity: int | None = None,
+    ):
         self.model = model
         self.vocab_size = vocab_size
         self.tokens: list[int] = list(prompt_ids)
@@ -206,7 +213,7 @@ class Stream:
 
     def _feed(self, keep: int) -> torch.Tensor:
         started = time.perf_counter()
-        fresh = self.tokens[self.fed:]
+        fresh = self.tokens[self.fed :]
         self._consistent = False
         rows = self.sequence.extend(fresh, keep)[:, : self.vocab_size]  # [keep, V]
         self._consistent = True
@@ -244,7 +251,7 @@ class PrivateSpanGuard:
         """The tokens that would complete a private n-gram after ``context``."""
         if len(context) < self.n - 1:
             return set()
-        return self._next.get(tuple(context[len(context) - self.n + 1:]), set())
+        return self._next.get(tuple(context[len(context) - self.n + 1 :]), set())
 
     def mask(self, row: torch.Tensor, context: Sequence[int]) -> torch.Tensor:
         """``row`` with the blocked tokens at -inf (a copy; the row itself when nothing is blocked).
@@ -258,13 +265,19 @@ class PrivateSpanGuard:
 
 
 def _ngrams(ids: Sequence[int], n: int) -> Iterator[tuple[int, ...]]:
-    return (tuple(ids[start:start + n]) for start in range(len(ids) - n + 1))
+    return (tuple(ids[start : start + n]) for start in range(len(ids) - n + 1))
 
 
-def draft(stream: Stream, k: int, sampler: Sampler, stop_ids: frozenset[int],
-          min_confidence: float = 0.0, cancel: threading.Event | None = None,
-          allowed: torch.Tensor | None = None,
-          guard: PrivateSpanGuard | None = None) -> tuple[list[int], list[torch.Tensor]]:
+def draft(
+    stream: Stream,
+    k: int,
+    sampler: Sampler,
+    stop_ids: frozenset[int],
+    min_confidence: float = 0.0,
+    cancel: threading.Event | None = None,
+    allowed: torch.Tensor | None = None,
+    guard: PrivateSpanGuard | None = None,
+) -> tuple[list[int], list[torch.Tensor]]:
     """The Specialist proposes up to ``k`` tokens; returns ids and the logits row each came from.
 
     Drafting stops early at an end token (nothing after it could be emitted) and,
@@ -373,7 +386,9 @@ def residual_test(
     return len(draft_ids), None, ratios
 
 
-def steering_entries(generalist_row: torch.Tensor, generic_row: torch.Tensor | None, beta: float, top_k: int) -> tuple[torch.Tensor, torch.Tensor]:
+def steering_entries(
+    generalist_row: torch.Tensor, generic_row: torch.Tensor | None, beta: float, top_k: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """The Cloud's share of the steered logits, ``z_L - beta * z_S0``, on at most ``top_k`` candidates.
 
     Candidates are the Generalist's ``top_k`` most likely tokens. (The paper cuts
@@ -393,8 +408,9 @@ def steering_entries(generalist_row: torch.Tensor, generic_row: torch.Tensor | N
     return ids, values
 
 
-def recover(ids: torch.Tensor, public_values: torch.Tensor, private_row: torch.Tensor | None, beta: float,
-            sampler: Sampler) -> int:
+def recover(
+    ids: torch.Tensor, public_values: torch.Tensor, private_row: torch.Tensor | None, beta: float, sampler: Sampler
+) -> int:
     """Choose a token from the steered logits ``z = (z_L - beta z_S0) + beta z_S+`` (paper Eq. 8).
 
     Only the candidates the Cloud sent are eligible; the private term is added

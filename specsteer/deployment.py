@@ -163,8 +163,9 @@ class DeploymentProfile:
         """The same deployment at another round-trip time (for RTT sweeps)."""
         if rtt_ms == self.link.rtt_ms:
             return self
-        sources = tuple(s if s.number != "link.rtt_ms" else Source(s.number, "set for an RTT sweep")
-                        for s in self.sources)
+        sources = tuple(
+            s if s.number != "link.rtt_ms" else Source(s.number, "set for an RTT sweep") for s in self.sources
+        )
         return replace(self, link=self.link.with_rtt(rtt_ms), sources=sources)
 
 
@@ -174,8 +175,14 @@ def profile_numbers(profile: DeploymentProfile) -> list[str]:
     for role in ROLES:
         if getattr(profile, role) is not None:
             numbers += [f"{role}.decode", f"{role}.prefill"]
-    numbers += ["link.rtt_ms", "link.uplink_kbps", "link.downlink_kbps", "link.overhead_bytes",
-                "cloud_parallel", "overhead_per_step_s"]
+    numbers += [
+        "link.rtt_ms",
+        "link.uplink_kbps",
+        "link.downlink_kbps",
+        "link.overhead_bytes",
+        "cloud_parallel",
+        "overhead_per_step_s",
+    ]
     return numbers
 
 
@@ -343,8 +350,18 @@ def project(trace: Iterable, profile: DeploymentProfile, tokens: int) -> Project
             else:
                 downlink += step.size
     end = replay.end()
-    return Projection(profile.name, profile.link.rtt_ms, end.at, tokens, replay.round_trips, uplink, downlink,
-                      end.path.device_s, end.path.cloud_s, end.path.link_s)
+    return Projection(
+        profile.name,
+        profile.link.rtt_ms,
+        end.at,
+        tokens,
+        replay.round_trips,
+        uplink,
+        downlink,
+        end.path.device_s,
+        end.path.cloud_s,
+        end.path.link_s,
+    )
 
 
 def project_runs(runs: Iterable[TracedRun], profile: DeploymentProfile) -> Projection:
@@ -353,11 +370,16 @@ def project_runs(runs: Iterable[TracedRun], profile: DeploymentProfile) -> Proje
     if not projections:
         raise ValueError("no runs to project")
     return Projection(
-        profile.name, profile.link.rtt_ms,
-        sum(p.seconds for p in projections), sum(p.tokens for p in projections),
-        sum(p.round_trips for p in projections), sum(p.uplink_bytes for p in projections),
-        sum(p.downlink_bytes for p in projections), sum(p.device_s for p in projections),
-        sum(p.cloud_s for p in projections), sum(p.link_s for p in projections),
+        profile.name,
+        profile.link.rtt_ms,
+        sum(p.seconds for p in projections),
+        sum(p.tokens for p in projections),
+        sum(p.round_trips for p in projections),
+        sum(p.uplink_bytes for p in projections),
+        sum(p.downlink_bytes for p in projections),
+        sum(p.device_s for p in projections),
+        sum(p.cloud_s for p in projections),
+        sum(p.link_s for p in projections),
     )
 
 
@@ -422,8 +444,12 @@ def pass_samples(runs: Iterable[TracedRun]) -> dict[str, tuple[list[PassSample],
     return samples
 
 
-def measured_profile(runs: Iterable[TracedRun], link: LinkConditions = NO_LINK, name: str = "this-machine",
-                     label: str = "This machine (measured)") -> DeploymentProfile:
+def measured_profile(
+    runs: Iterable[TracedRun],
+    link: LinkConditions = NO_LINK,
+    name: str = "this-machine",
+    label: str = "This machine (measured)",
+) -> DeploymentProfile:
     """The profile of the machine that produced ``runs``, fitted from their own passes.
 
     Each role's prefill and decode costs are fitted separately against tokens per pass; the time a
@@ -442,18 +468,33 @@ def measured_profile(runs: Iterable[TracedRun], link: LinkConditions = NO_LINK, 
         decode_cost = fit_pass_cost(decode, flat_cost) if decode else prefill_cost
         costs[role] = StreamCost(decode_cost, prefill_cost)
         sources.append(Source(f"{role}.prefill", f"measured here: fit over {len(prefill)} first passes"))
-        sources.append(Source(f"{role}.decode", f"measured here: fit over {len(decode)} later passes"
-                              + ("" if decode else " (none: the prefill fit stands in)")))
+        sources.append(
+            Source(
+                f"{role}.decode",
+                f"measured here: fit over {len(decode)} later passes"
+                + ("" if decode else " (none: the prefill fit stands in)"),
+            )
+        )
     outside = sum(run.seconds - sum(step.seconds for step in as_trace(run.trace)) for run in runs)
     steps = sum(len(run.trace) for run in runs)
     overhead = max(0.0, outside) / steps if steps else 0.0
     for number in ("link.rtt_ms", "link.uplink_kbps", "link.downlink_kbps", "link.overhead_bytes"):
         sources.append(Source(number, "the conditions the measured runs ran under"))
     sources.append(Source("cloud_parallel", "measured here: in process the Cloud's passes run one after the other"))
-    sources.append(Source("overhead_per_step_s",
-                          f"measured here: time outside passes and link waits over {steps} steps"))
-    return DeploymentProfile(name, label, costs[SPECIALIST], costs[GENERALIST], costs[GENERIC], link,
-                             tuple(sources), cloud_parallel=False, overhead_per_step_s=overhead)
+    sources.append(
+        Source("overhead_per_step_s", f"measured here: time outside passes and link waits over {steps} steps")
+    )
+    return DeploymentProfile(
+        name,
+        label,
+        costs[SPECIALIST],
+        costs[GENERALIST],
+        costs[GENERIC],
+        link,
+        tuple(sources),
+        cloud_parallel=False,
+        overhead_per_step_s=overhead,
+    )
 
 
 # --------------------------------------------------------------------------- methods against RTT
@@ -497,8 +538,12 @@ class SpeedupSummary:
         return tuple(self.tok_per_s(method, rtt) / self.tok_per_s(self.reference, rtt) for rtt in self.rtts_ms)
 
 
-def summarize_speedups(runs_by_method: Mapping[str, Sequence[TracedRun]], profile: DeploymentProfile,
-                       rtts_ms: Sequence[float] = DEFAULT_RTTS_MS, reference: str = "llm") -> SpeedupSummary:
+def summarize_speedups(
+    runs_by_method: Mapping[str, Sequence[TracedRun]],
+    profile: DeploymentProfile,
+    rtts_ms: Sequence[float] = DEFAULT_RTTS_MS,
+    reference: str = "llm",
+) -> SpeedupSummary:
     """Project every method's runs at every RTT (the profile's bandwidths kept)."""
     rates = []
     for rtt in rtts_ms:
@@ -507,8 +552,18 @@ def summarize_speedups(runs_by_method: Mapping[str, Sequence[TracedRun]], profil
             if not runs:
                 continue
             total = project_runs(runs, at_rtt)
-            rates.append(MethodRate(method, float(rtt), total.tok_per_s, total.seconds, total.tokens,
-                                    total.round_trips, total.uplink_bytes, total.downlink_bytes))
+            rates.append(
+                MethodRate(
+                    method,
+                    float(rtt),
+                    total.tok_per_s,
+                    total.seconds,
+                    total.tokens,
+                    total.round_trips,
+                    total.uplink_bytes,
+                    total.downlink_bytes,
+                )
+            )
     return SpeedupSummary(profile.name, profile.label, tuple(float(r) for r in rtts_ms), tuple(rates), reference)
 
 
@@ -536,10 +591,27 @@ class TracedGeneration:
     trace: tuple[TraceStep, ...]
 
     @classmethod
-    def of(cls, stats: GenerationStats, alpha: float | None, beta: float | None = None, rtt_ms: float = 0.0,
-           prompt: int = 0) -> TracedGeneration:
-        return cls(stats.method, alpha, beta, rtt_ms, prompt, stats.new_tokens, stats.seconds, stats.drafted,
-                   stats.accepted, stats.verified, tuple(as_trace(stats.trace)))
+    def of(
+        cls,
+        stats: GenerationStats,
+        alpha: float | None,
+        beta: float | None = None,
+        rtt_ms: float = 0.0,
+        prompt: int = 0,
+    ) -> TracedGeneration:
+        return cls(
+            stats.method,
+            alpha,
+            beta,
+            rtt_ms,
+            prompt,
+            stats.new_tokens,
+            stats.seconds,
+            stats.drafted,
+            stats.accepted,
+            stats.verified,
+            tuple(as_trace(stats.trace)),
+        )
 
     def to_json(self) -> dict:
         return {**asdict(self), "trace": [list(step) for step in self.trace]}
@@ -569,12 +641,18 @@ def acceptance_summary(runs: Sequence[TracedGeneration]) -> dict:
     drafted = sum(run.drafted for run in runs)
     verified = sum(run.verified for run in runs)
     accepted = sum(run.accepted for run in runs)
-    return {"acceptance": accepted / drafted if drafted else None,
-            "token_acceptance": accepted / verified if verified else None}
+    return {
+        "acceptance": accepted / drafted if drafted else None,
+        "token_acceptance": accepted / verified if verified else None,
+    }
 
 
-def projection_rows(groups: Mapping[GroupKey, Sequence[TracedGeneration]], profile: DeploymentProfile,
-                    rtts_ms: Sequence[float], reference: str = "llm") -> list[dict]:
+def projection_rows(
+    groups: Mapping[GroupKey, Sequence[TracedGeneration]],
+    profile: DeploymentProfile,
+    rtts_ms: Sequence[float],
+    reference: str = "llm",
+) -> list[dict]:
     """Each group's runs projected under ``profile`` at each RTT (its bandwidths kept), with the speed
     they were measured at here and the projected speedup over the ``reference`` method."""
     rows = []
@@ -584,17 +662,26 @@ def projection_rows(groups: Mapping[GroupKey, Sequence[TracedGeneration]], profi
         reference_speed = next((p.tok_per_s for (method, *_), p in projected.items() if method == reference), None)
         for (method, alpha, beta), projection in projected.items():
             runs = groups[(method, alpha, beta)]
-            rows.append({
-                "method": method, "alpha": alpha, "beta": beta, "rtt_ms": float(rtt),
-                "measured_tok_per_s": measured_tok_per_s(runs),
-                "projected_tok_per_s": projection.tok_per_s,
-                "projected_speedup": projection.tok_per_s / reference_speed if reference_speed else None,
-                "rounds": projection.round_trips,
-                "uplink_bytes": projection.uplink_bytes, "downlink_bytes": projection.downlink_bytes,
-                "tokens": projection.tokens, "runs": len(runs),
-                "device_s": projection.device_s, "cloud_s": projection.cloud_s, "link_s": projection.link_s,
-                **acceptance_summary(runs),
-            })
+            rows.append(
+                {
+                    "method": method,
+                    "alpha": alpha,
+                    "beta": beta,
+                    "rtt_ms": float(rtt),
+                    "measured_tok_per_s": measured_tok_per_s(runs),
+                    "projected_tok_per_s": projection.tok_per_s,
+                    "projected_speedup": projection.tok_per_s / reference_speed if reference_speed else None,
+                    "rounds": projection.round_trips,
+                    "uplink_bytes": projection.uplink_bytes,
+                    "downlink_bytes": projection.downlink_bytes,
+                    "tokens": projection.tokens,
+                    "runs": len(runs),
+                    "device_s": projection.device_s,
+                    "cloud_s": projection.cloud_s,
+                    "link_s": projection.link_s,
+                    **acceptance_summary(runs),
+                }
+            )
     return rows
 
 
@@ -614,24 +701,36 @@ def deployment_rows(cells: Iterable, profile_name: str, rtts_ms: Sequence[float]
 # one-token prompt that is the decode rate, and the extra time of the 6144-token run per prompt
 # token bounds the prompt cost from above (that run also decodes at a longer context).
 
-QWEN_SPEED_BENCHMARK = ("Qwen team's speed benchmark (Qwen3, SGLang 0.4.6, BF16, batch 1, NVIDIA H20 96GB), "
-                        "https://qwen.readthedocs.io/en/latest/getting_started/speed_benchmark.html")
-EXECUTORCH_LLAMA = ("ExecuTorch Llama example, Llama 3.2 1B SpinQuant on a OnePlus 12 (Snapdragon 8 Gen 3 CPU, "
-                    "XNNPACK + KleidiAI, prompt of 64 tokens), "
-                    "https://github.com/pytorch/executorch/blob/main/examples/models/llama/README.md")
-OPENSIGNAL_US_2019 = ("Opensignal, State of Mobile: USA, May 2019 (Q1 2019; 4G latency 44.1-66.4 ms across states, "
-                      "4G upload 6.3 Mbps, download 21.3 Mbps), "
-                      "https://www.telecomengine.com/article/opensignal-benchmarks-5g-readiness-with-new-usa-analysis/")
-OOKLA_US_JUNE_2022 = ("Ookla Speedtest Global Index, United States fixed broadband, June 2022 (median download "
-                      "153.80 Mbps, upload 21.60 Mbps, latency 14 ms), "
-                      "https://www.telecompetitor.com/cox-nears-200-mbps-download-in-june-ookla-speedtest-results/")
-EDGE_LAPTOP_PAPER = ("Tummalapalli et al., LLM Inference at the Edge: Mobile, NPU, and GPU Performance Efficiency "
-                     "Trade-offs Under Sustained Load, arXiv:2603.23640 (Qwen 2.5 1.5B 4-bit on a laptop RTX 4050 "
-                     "sustains 131.7 tok/s), https://arxiv.org/abs/2603.23640")
+QWEN_SPEED_BENCHMARK = (
+    "Qwen team's speed benchmark (Qwen3, SGLang 0.4.6, BF16, batch 1, NVIDIA H20 96GB), "
+    "https://qwen.readthedocs.io/en/latest/getting_started/speed_benchmark.html"
+)
+EXECUTORCH_LLAMA = (
+    "ExecuTorch Llama example, Llama 3.2 1B SpinQuant on a OnePlus 12 (Snapdragon 8 Gen 3 CPU, "
+    "XNNPACK + KleidiAI, prompt of 64 tokens), "
+    "https://github.com/pytorch/executorch/blob/main/examples/models/llama/README.md"
+)
+OPENSIGNAL_US_2019 = (
+    "Opensignal, State of Mobile: USA, May 2019 (Q1 2019; 4G latency 44.1-66.4 ms across states, "
+    "4G upload 6.3 Mbps, download 21.3 Mbps), "
+    "https://www.telecomengine.com/article/opensignal-benchmarks-5g-readiness-with-new-usa-analysis/"
+)
+OOKLA_US_JUNE_2022 = (
+    "Ookla Speedtest Global Index, United States fixed broadband, June 2022 (median download "
+    "153.80 Mbps, upload 21.60 Mbps, latency 14 ms), "
+    "https://www.telecompetitor.com/cox-nears-200-mbps-download-in-june-ookla-speedtest-results/"
+)
+EDGE_LAPTOP_PAPER = (
+    "Tummalapalli et al., LLM Inference at the Edge: Mobile, NPU, and GPU Performance Efficiency "
+    "Trade-offs Under Sustained Load, arXiv:2603.23640 (Qwen 2.5 1.5B 4-bit on a laptop RTX 4050 "
+    "sustains 131.7 tok/s), https://arxiv.org/abs/2603.23640"
+)
 SPECSTEER_PAPER = "SpecSteer paper (../shared/seeds/specsteer-paper.txt), Table 4 and Appendix D"
-WIRE_FRAMING = ("derived from the protocol headers of one small message in one segment: IPv4 20 B (RFC 791) + "
-                "TCP 20 B + timestamps option 12 B (RFC 9293, RFC 7323) + TLS 1.3 record 22 B (RFC 8446) + "
-                "masked WebSocket frame header 6 B (RFC 6455) = 80 B; assumed: WebSocket over TLS, ACKs not counted")
+WIRE_FRAMING = (
+    "derived from the protocol headers of one small message in one segment: IPv4 20 B (RFC 791) + "
+    "TCP 20 B + timestamps option 12 B (RFC 9293, RFC 7323) + TLS 1.3 record 22 B (RFC 8446) + "
+    "masked WebSocket frame header 6 B (RFC 6455) = 80 B; assumed: WebSocket over TLS, ACKs not counted"
+)
 
 
 def _prompt_rate_from_qwen_table(speed_at_1: float, speed_at_6144: float) -> float:
@@ -645,15 +744,21 @@ def _qwen_stream(speed_at_1: float, speed_at_6144: float) -> StreamCost:
 
 
 def _qwen_source(model: str, speed_at_1: float, speed_at_6144: float) -> str:
-    return (f"{QWEN_SPEED_BENCHMARK}: {model} {speed_at_1} tok/s at a 1-token prompt (decode step), "
-            f"{speed_at_6144} tok/s at 6144 (prompt cost derived as above: "
-            f"{_prompt_rate_from_qwen_table(speed_at_1, speed_at_6144):.0f} tok/s)")
+    return (
+        f"{QWEN_SPEED_BENCHMARK}: {model} {speed_at_1} tok/s at a 1-token prompt (decode step), "
+        f"{speed_at_6144} tok/s at 6144 (prompt cost derived as above: "
+        f"{_prompt_rate_from_qwen_table(speed_at_1, speed_at_6144):.0f} tok/s)"
+    )
 
 
-NO_HOST_OVERHEAD = ("assumed 0: host work outside the passes (sampling, the ratio test, serialization) is small "
-                    "next to these pass times; the measured profile of this machine includes it")
-CLOUD_ONE_AFTER_OTHER = ("assumed: one GPU serving both Cloud models runs their passes one after the other "
-                         "(the conservative choice; the generic Specialist's pass is short either way)")
+NO_HOST_OVERHEAD = (
+    "assumed 0: host work outside the passes (sampling, the ratio test, serialization) is small "
+    "next to these pass times; the measured profile of this machine includes it"
+)
+CLOUD_ONE_AFTER_OTHER = (
+    "assumed: one GPU serving both Cloud models runs their passes one after the other "
+    "(the conservative choice; the generic Specialist's pass is short either way)"
+)
 
 
 def _phone_4g() -> DeploymentProfile:
@@ -667,9 +772,12 @@ def _phone_4g() -> DeploymentProfile:
         link=link,
         cloud_parallel=False,
         sources=(
-            Source("specialist.decode", f"{EXECUTORCH_LLAMA}: decode 50.2 tok/s; a further token in a pass at the "
-                   "prefill rate 260.5 tok/s. A 1B model stands in for the paper's 0.6B Specialist (a 0.6B model "
-                   "would step faster: conservative)"),
+            Source(
+                "specialist.decode",
+                f"{EXECUTORCH_LLAMA}: decode 50.2 tok/s; a further token in a pass at the "
+                "prefill rate 260.5 tok/s. A 1B model stands in for the paper's 0.6B Specialist (a 0.6B model "
+                "would step faster: conservative)",
+            ),
             Source("specialist.prefill", f"{EXECUTORCH_LLAMA}: prefill 260.5 tok/s"),
             Source("generalist.decode", _qwen_source("Qwen3-32B", 20.72, 77.82)),
             Source("generalist.prefill", _qwen_source("Qwen3-32B", 20.72, 77.82)),
@@ -697,17 +805,25 @@ def _laptop_wifi() -> DeploymentProfile:
         link=link,
         cloud_parallel=False,
         sources=(
-            Source("specialist.decode", f"{EDGE_LAPTOP_PAPER}: 131.7 tok/s decode; a further token in a pass at "
-                   "the assumed prompt rate below"),
-            Source("specialist.prefill", f"assumed {laptop_prompt_rate:.0f} tok/s: no published prompt rate was found "
-                   "for this laptop; the order of magnitude a laptop GPU reaches on a 1.5B 4-bit model (only the "
-                   "first pass of a generation and a draft's extra tokens use it)"),
+            Source(
+                "specialist.decode",
+                f"{EDGE_LAPTOP_PAPER}: 131.7 tok/s decode; a further token in a pass at the assumed prompt rate below",
+            ),
+            Source(
+                "specialist.prefill",
+                f"assumed {laptop_prompt_rate:.0f} tok/s: no published prompt rate was found "
+                "for this laptop; the order of magnitude a laptop GPU reaches on a 1.5B 4-bit model (only the "
+                "first pass of a generation and a draft's extra tokens use it)",
+            ),
             Source("generalist.decode", _qwen_source("Qwen3-8B", 81.73, 296.25)),
             Source("generalist.prefill", _qwen_source("Qwen3-8B", 81.73, 296.25)),
             Source("generic_specialist.decode", _qwen_source("Qwen3-1.7B (nearest size to 1.5B)", 227.80, 838.28)),
             Source("generic_specialist.prefill", _qwen_source("Qwen3-1.7B (nearest size to 1.5B)", 227.80, 838.28)),
-            Source("link.rtt_ms", f"{OOKLA_US_JUNE_2022}: 14 ms median latency, measured to a nearby test server "
-                   "(a cloud region farther away adds to it: optimistic)"),
+            Source(
+                "link.rtt_ms",
+                f"{OOKLA_US_JUNE_2022}: 14 ms median latency, measured to a nearby test server "
+                "(a cloud region farther away adds to it: optimistic)",
+            ),
             Source("link.uplink_kbps", f"{OOKLA_US_JUNE_2022}: median upload 21.60 Mbps"),
             Source("link.downlink_kbps", f"{OOKLA_US_JUNE_2022}: median download 153.80 Mbps"),
             Source("link.overhead_bytes", WIRE_FRAMING),
@@ -718,33 +834,45 @@ def _laptop_wifi() -> DeploymentProfile:
 
 
 def _paper() -> DeploymentProfile:
-    small = StreamCost.from_rates(decode_tok_per_s=58.57,
-                                  prompt_tok_per_s=_prompt_rate_from_qwen_table(414.17, 1426.46))
-    small_source = ("derived: the paper gives no Specialist speed; Qwen's benchmark with Transformers (BF16, H20) "
-                    "reports Qwen3-0.6B at 58.57 tok/s, and with the paper's Vanilla LLM at 22.58 tok/s and its "
-                    "Cloud passes side by side that predicts LightCoSteer at 1/(1/22.58 + 1/58.57) = 16.3 tok/s "
-                    f"against the paper's 16.03 (Table 4). {QWEN_SPEED_BENCHMARK}")
-    prompt_source = ("assumed: the paper gives no prompt rates; taken from the SGLang rows of the Qwen benchmark "
-                     f"(derived as above). {QWEN_SPEED_BENCHMARK}")
+    small = StreamCost.from_rates(
+        decode_tok_per_s=58.57, prompt_tok_per_s=_prompt_rate_from_qwen_table(414.17, 1426.46)
+    )
+    small_source = (
+        "derived: the paper gives no Specialist speed; Qwen's benchmark with Transformers (BF16, H20) "
+        "reports Qwen3-0.6B at 58.57 tok/s, and with the paper's Vanilla LLM at 22.58 tok/s and its "
+        "Cloud passes side by side that predicts LightCoSteer at 1/(1/22.58 + 1/58.57) = 16.3 tok/s "
+        f"against the paper's 16.03 (Table 4). {QWEN_SPEED_BENCHMARK}"
+    )
+    prompt_source = (
+        "assumed: the paper gives no prompt rates; taken from the SGLang rows of the Qwen benchmark "
+        f"(derived as above). {QWEN_SPEED_BENCHMARK}"
+    )
     return DeploymentProfile(
         name="paper",
         label="The paper's setting: Qwen3-0.6B / Qwen3-32B side by side, no network",
         specialist=small,
-        generalist=StreamCost.from_rates(decode_tok_per_s=22.58,
-                                         prompt_tok_per_s=_prompt_rate_from_qwen_table(20.72, 77.82)),
+        generalist=StreamCost.from_rates(
+            decode_tok_per_s=22.58, prompt_tok_per_s=_prompt_rate_from_qwen_table(20.72, 77.82)
+        ),
         generic_specialist=small,
         link=LinkConditions(rtt_ms=0.0, overhead_bytes=0),
         cloud_parallel=True,
         sources=(
             Source("specialist.decode", small_source),
             Source("specialist.prefill", prompt_source),
-            Source("generalist.decode", f"{SPECSTEER_PAPER}: Vanilla LLM (Qwen3-32B) 22.58 tok/s; a further token "
-                   f"in a pass at the prompt rate below"),
+            Source(
+                "generalist.decode",
+                f"{SPECSTEER_PAPER}: Vanilla LLM (Qwen3-32B) 22.58 tok/s; a further token "
+                f"in a pass at the prompt rate below",
+            ),
             Source("generalist.prefill", prompt_source),
             Source("generic_specialist.decode", small_source),
             Source("generic_specialist.prefill", prompt_source),
-            Source("link.rtt_ms", "assumed 0: the paper reports no network conditions; its speeds read as "
-                   "measured with both sides on one server"),
+            Source(
+                "link.rtt_ms",
+                "assumed 0: the paper reports no network conditions; its speeds read as "
+                "measured with both sides on one server",
+            ),
             Source("link.uplink_kbps", "assumed unlimited (no network, as above)"),
             Source("link.downlink_kbps", "assumed unlimited (no network, as above)"),
             Source("link.overhead_bytes", "assumed 0 (no network, as above)"),

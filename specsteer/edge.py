@@ -34,15 +34,33 @@ class Settlement:
 class Edge:
     """The Specialist reading the private prompt. The only holder of the user's history."""
 
-    def __init__(self, specialist, private_prompt: list[int], vocab_size: int, forward_log: ForwardLog,
-                 sampler: Sampler, stop_ids: frozenset[int], rule: str, beta: float,
-                 costeer: tuple[int, float, float] = (20, 10.0, 2.0), stream_name: str = EDGE_STREAM,
-                 draft_confidence: float = 0.0, max_new_tokens: int = 1024, guard: PrivateSpanGuard | None = None):
+    def __init__(
+        self,
+        specialist,
+        private_prompt: list[int],
+        vocab_size: int,
+        forward_log: ForwardLog,
+        sampler: Sampler,
+        stop_ids: frozenset[int],
+        rule: str,
+        beta: float,
+        costeer: tuple[int, float, float] = (20, 10.0, 2.0),
+        stream_name: str = EDGE_STREAM,
+        draft_confidence: float = 0.0,
+        max_new_tokens: int = 1024,
+        guard: PrivateSpanGuard | None = None,
+    ):
         self.costeer = costeer  # iterations, step, regularization
         self.guard = guard  # drafts and chosen tokens never complete a private n-gram (decoding.PrivateSpanGuard)
         self.draft_confidence = draft_confidence
-        self.stream = Stream(specialist, private_prompt, vocab_size, forward_log, stream_name,
-                             len(private_prompt) + max_new_tokens + DRAFT_HEADROOM)
+        self.stream = Stream(
+            specialist,
+            private_prompt,
+            vocab_size,
+            forward_log,
+            stream_name,
+            len(private_prompt) + max_new_tokens + DRAFT_HEADROOM,
+        )
         self.sampler = sampler
         self.stop_ids = stop_ids
         self.rule = rule
@@ -55,8 +73,16 @@ class Edge:
 
     def draft(self, k: int, cancel: threading.Event | None = None) -> list[int]:
         """Up to ``k`` drafts; fewer when ``cancel`` is set meanwhile (the caller must not send them then)."""
-        ids, self._draft_rows = draft(self.stream, k, self.sampler, self.stop_ids, self.draft_confidence, cancel,
-                                      allowed=self.allowed, guard=self.guard)
+        ids, self._draft_rows = draft(
+            self.stream,
+            k,
+            self.sampler,
+            self.stop_ids,
+            self.draft_confidence,
+            cancel,
+            allowed=self.allowed,
+            guard=self.guard,
+        )
         return ids
 
     def next_token(self) -> int:
@@ -129,10 +155,7 @@ class Edge:
     def _costeer_token(self, verdict: Verdict) -> int:
         ids = torch.tensor(verdict.ids)
         log_private = torch.log_softmax(self.stream.predict(1)[0], -1)[ids]
-        refined = costeer_refine(
-            _tensor(verdict.values), _tensor(verdict.extra), log_private,
-            *self.costeer,
-        )
+        refined = costeer_refine(_tensor(verdict.values), _tensor(verdict.extra), log_private, *self.costeer)
         chosen = int(ids[self.sampler.choose(refined)])
         self.stream.append([chosen])
         return chosen
@@ -166,8 +189,14 @@ class CrossEdge(Edge):
             raise ValueError("the Cloud's verdict does not name symbols of the common byte space")
         if private_row is None:  # never: a cross pair reads its bonus row whatever beta (below)
             raise ValueError("a cross-tokenizer Edge completes a symbol from its own logits row")
-        symbol = choose_symbol(torch.tensor(verdict.ids), _tensor(verdict.values), private_row, self.vocabulary,
-                               self.beta, self.sampler.choose)
+        symbol = choose_symbol(
+            torch.tensor(verdict.ids),
+            _tensor(verdict.values),
+            private_row,
+            self.vocabulary,
+            self.beta,
+            self.sampler.choose,
+        )
         return complete_symbol(symbol, private_row, self.vocabulary, self.sampler.choose)
 
     def _private_row_after_drafts(self) -> torch.Tensor:

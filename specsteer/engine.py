@@ -67,7 +67,7 @@ CROSS_TOKENIZER_METHODS = ("slm", "slm+", "llm", "llm+", "lightcosteer", "specst
 # Why the others do not.
 _ONE_VOCABULARY_ONLY = {
     "sd": "its test asks whether the Generalist would choose the very token id drafted (or, sampling, resamples "
-          "from p_L's residual), which needs one vocabulary",
+    "from p_L's residual), which needs one vocabulary",
     "costeer": "its iterative refinement runs on the three models' distributions over one shared vocabulary",
 }
 
@@ -149,8 +149,9 @@ def prepare(request: Request) -> Prepared:
 
     scored = retrieve_scored(request.task, request.input_text, list(request.history), request.retrieval_k)
     retrieved = [item for item, _ in scored] + list(request.noise_items)
-    prompts = build_prompts(request.task, request.input_text, retrieved, style=request.prompt_style,
-                            profile=request.profile)
+    prompts = build_prompts(
+        request.task, request.input_text, retrieved, style=request.prompt_style, profile=request.profile
+    )
     return Prepared(prompts, retrieved, [score for _, score in scored])
 
 
@@ -159,16 +160,25 @@ def chat_ids(tokenizer, user_message: str, chat: ChatFormat = PLAIN_CHAT) -> lis
     becomes ids. ``chat`` is the pair's format (``pair.chat``): its template options (Qwen3's
     ``enable_thinking=False``) apply to every stream's prompt alike."""
     encoded = tokenizer.apply_chat_template(
-        [{"role": "user", "content": user_message}], add_generation_prompt=True, tokenize=True,
-        chat_template=chat.template_for(tokenizer), **chat.template_kwargs,
+        [{"role": "user", "content": user_message}],
+        add_generation_prompt=True,
+        tokenize=True,
+        chat_template=chat.template_for(tokenizer),
+        **chat.template_kwargs,
     )
     ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
     return list(ids)
 
 
-def generate(pair, request: Request | Prepared, config: DecodeConfig,
-             cancel: threading.Event | None = None, *, cloud: CloudEndpoint | None = None,
-             conditions: LinkConditions | None = None) -> Iterator[TokenEvent | Finished]:
+def generate(
+    pair,
+    request: Request | Prepared,
+    config: DecodeConfig,
+    cancel: threading.Event | None = None,
+    *,
+    cloud: CloudEndpoint | None = None,
+    conditions: LinkConditions | None = None,
+) -> Iterator[TokenEvent | Finished]:
     """Run one method on one request; yields token events, then a Finished.
 
     ``cloud``: where the Cloud is (default: in this process, over the pair's own models; a
@@ -190,21 +200,40 @@ def generate(pair, request: Request | Prepared, config: DecodeConfig,
         large_ids = chat_ids(pair.cross.tokenizer, prepared.prompts.plain, pair.cross.chat)
         if METHOD_INFO[config.method].sends_private_context:
             private_large_ids = chat_ids(pair.cross.tokenizer, prepared.prompts.private, pair.cross.chat)
-    return _run(pair, _Prompts(plain_ids, private_ids, large_ids, private_large_ids), config,
-                cancel or threading.Event(), cloud, conditions)
+    return _run(
+        pair,
+        _Prompts(plain_ids, private_ids, large_ids, private_large_ids),
+        config,
+        cancel or threading.Event(),
+        cloud,
+        conditions,
+    )
 
 
-def generate_ids(pair, plain_ids: list[int], private_ids: list[int], config: DecodeConfig,
-                 cancel: threading.Event | None = None, *, cloud: CloudEndpoint | None = None,
-                 conditions: LinkConditions | None = None,
-                 plain_large_ids: list[int] | None = None,
-                 private_large_ids: list[int] | None = None) -> Iterator[TokenEvent | Finished]:
+def generate_ids(
+    pair,
+    plain_ids: list[int],
+    private_ids: list[int],
+    config: DecodeConfig,
+    cancel: threading.Event | None = None,
+    *,
+    cloud: CloudEndpoint | None = None,
+    conditions: LinkConditions | None = None,
+    plain_large_ids: list[int] | None = None,
+    private_large_ids: list[int] | None = None,
+) -> Iterator[TokenEvent | Finished]:
     """``generate`` on already tokenized prompts (tests and benchmarks); a cross-tokenizer pair also
     needs ``plain_large_ids``, the plain prompt in the Generalist's ids (and llm+ ``private_large_ids``,
     the private one)."""
     config.validate()
-    return _run(pair, _Prompts(plain_ids, private_ids, plain_large_ids, private_large_ids), config,
-                cancel or threading.Event(), cloud, conditions)
+    return _run(
+        pair,
+        _Prompts(plain_ids, private_ids, plain_large_ids, private_large_ids),
+        config,
+        cancel or threading.Event(),
+        cloud,
+        conditions,
+    )
 
 
 def cross_tokenizer_problem(pair, config: DecodeConfig) -> str | None:
@@ -213,12 +242,16 @@ def cross_tokenizer_problem(pair, config: DecodeConfig) -> str | None:
         return None
     if config.method not in CROSS_TOKENIZER_METHODS:
         reason = _ONE_VOCABULARY_ONLY.get(config.method, "it compares the two models token id by token id")
-        return (f"{METHOD_INFO[config.method].label} is not available on a cross-tokenizer pairing "
-                f"({pair.pairing_id}): {reason}. "
-                f"Available here: {', '.join(METHOD_INFO[m].label for m in CROSS_TOKENIZER_METHODS)}.")
+        return (
+            f"{METHOD_INFO[config.method].label} is not available on a cross-tokenizer pairing "
+            f"({pair.pairing_id}): {reason}. "
+            f"Available here: {', '.join(METHOD_INFO[m].label for m in CROSS_TOKENIZER_METHODS)}."
+        )
     if config.method == "specsteer" and config.exact:
-        return ("SpecSteer's exact-target variant is not available on a cross-tokenizer pairing: its residual "
-                "resampling needs the three distributions over one vocabulary.")
+        return (
+            "SpecSteer's exact-target variant is not available on a cross-tokenizer pairing: its residual "
+            "resampling needs the three distributions over one vocabulary."
+        )
     return None
 
 
@@ -237,8 +270,7 @@ def collect(events: Iterable[TokenEvent | Finished]) -> tuple[list[TokenEvent], 
 class _Output:
     """Counts emitted tokens, turns them into events and knows when to stop."""
 
-    def __init__(self, tokenizer, max_new_tokens: int, stop_ids: frozenset[int], link: Link,
-                 cancel: threading.Event):
+    def __init__(self, tokenizer, max_new_tokens: int, stop_ids: frozenset[int], link: Link, cancel: threading.Event):
         self.detokenizer = Detokenizer(tokenizer)
         self.max_new_tokens = max_new_tokens
         self.stop_ids = stop_ids
@@ -262,17 +294,26 @@ class _Output:
             self.stop_reason = "cancelled"
         return self.stop_reason is None
 
-    def _event(self, token: int, text: str, kind: TokenKind, round_: int, ratio: float | None,
-               segment: SegmentPlace | None = None) -> TokenEvent:
-        return TokenEvent(token, text, kind, round_, ratio, self.link.totals["uplink"], self.link.totals["downlink"],
-                          segment)
+    def _event(
+        self,
+        token: int,
+        text: str,
+        kind: TokenKind,
+        round_: int,
+        ratio: float | None,
+        segment: SegmentPlace | None = None,
+    ) -> TokenEvent:
+        return TokenEvent(
+            token, text, kind, round_, ratio, self.link.totals["uplink"], self.link.totals["downlink"], segment
+        )
 
     @property
     def remaining(self) -> int:
         return self.max_new_tokens - len(self.detokenizer.ids)
 
-    def emit(self, token: int, kind: TokenKind, round_: int, ratio: float | None = None,
-             segment: SegmentPlace | None = None) -> TokenEvent:
+    def emit(
+        self, token: int, kind: TokenKind, round_: int, ratio: float | None = None, segment: SegmentPlace | None = None
+    ) -> TokenEvent:
         is_end = token in self.stop_ids
         last = is_end or self.remaining == 1
         piece = self.detokenizer.push(token, final=last)
@@ -281,14 +322,15 @@ class _Output:
             self.stop_reason = "eos" if is_end else "length"
         return self._event(token, piece, kind, round_, ratio, segment)
 
-    def rejected(self, drafts: list[int], round_: int, ratio: float | None,
-                 segments: Sequence[SegmentPlace | None]) -> list[TokenEvent]:
+    def rejected(
+        self, drafts: list[int], round_: int, ratio: float | None, segments: Sequence[SegmentPlace | None]
+    ) -> list[TokenEvent]:
         """The refused draft and the unverified drafts after it, each with the text it would have added."""
         events = []
         shown = ""
         for i, (token, segment) in enumerate(zip(drafts, segments)):
             text = self.detokenizer.peek(drafts[: i + 1])
-            piece = text[len(shown):] if text.startswith(shown) else text
+            piece = text[len(shown) :] if text.startswith(shown) else text
             events.append(self._event(token, piece, "rejected", round_, ratio if i == 0 else None, segment))
             shown = text
         return events
@@ -297,8 +339,14 @@ class _Output:
         return bool(tokens) and tokens[-1] in self.stop_ids
 
 
-def _run(pair, pair_prompts: _Prompts, config: DecodeConfig, cancel: threading.Event,
-         cloud: CloudEndpoint | None, conditions: LinkConditions | None):
+def _run(
+    pair,
+    pair_prompts: _Prompts,
+    config: DecodeConfig,
+    cancel: threading.Event,
+    cloud: CloudEndpoint | None,
+    conditions: LinkConditions | None,
+):
     problem = cross_tokenizer_problem(pair, config)
     if problem:
         raise ValueError(problem)
@@ -306,8 +354,10 @@ def _run(pair, pair_prompts: _Prompts, config: DecodeConfig, cancel: threading.E
         if not pair_prompts.plain_large:
             raise ValueError("a cross-tokenizer pair needs the plain prompt in the Generalist's ids too")
         if METHOD_INFO[config.method].sends_private_context and not pair_prompts.private_large:
-            raise ValueError(f"{METHOD_INFO[config.method].label} on a cross-tokenizer pair needs the private "
-                             "prompt in the Generalist's ids too")
+            raise ValueError(
+                f"{METHOD_INFO[config.method].label} on a cross-tokenizer pair needs the private "
+                "prompt in the Generalist's ids too"
+            )
     started = time.perf_counter()
     forward_log = ForwardLog()
     # The one place where in-process and remote differ: which transport the link gets.
@@ -387,9 +437,18 @@ def _sampler(config: DecodeConfig) -> Sampler:
 
 def _device_only(pair, plain_ids, private_ids, config, forward_log, output):
     personal = config.method == "slm+"
-    edge = Edge(pair.specialist, private_ids if personal else plain_ids, pair.vocab_size, forward_log,
-                _sampler(config), pair.eos_token_ids, rule="match", beta=0.0,
-                stream_name=EDGE_STREAM if personal else GENERIC_STREAM, max_new_tokens=config.max_new_tokens)
+    edge = Edge(
+        pair.specialist,
+        private_ids if personal else plain_ids,
+        pair.vocab_size,
+        forward_log,
+        _sampler(config),
+        pair.eos_token_ids,
+        rule="match",
+        beta=0.0,
+        stream_name=EDGE_STREAM if personal else GENERIC_STREAM,
+        max_new_tokens=config.max_new_tokens,
+    )
     try:
         while output.keep_going():
             yield output.emit(edge.next_token(), "plain", 0)
@@ -397,14 +456,22 @@ def _device_only(pair, plain_ids, private_ids, config, forward_log, output):
         edge.close()
 
 
-def _opening(pair, link: Link, plain_ids, config: DecodeConfig, rule: str, beta: float,
-             plain_large_ids: list[int] | None = None) -> Open:
+def _opening(
+    pair, link: Link, plain_ids, config: DecodeConfig, rule: str, beta: float, plain_large_ids: list[int] | None = None
+) -> Open:
     """The session's Open; a cross-tokenizer pair's carries the Generalist's prompt too (CrossOpen)."""
     settings = dict(
-        session=link.session, rule=rule, prompt=plain_ids, max_new_tokens=config.max_new_tokens,
-        alpha=min(config.alpha, 1e300), beta=beta, temperature=config.temperature if config.sample else 0.0,
-        top_p=config.top_p, top_k=config.downlink_top_k,
-        bonus=config.bonus or config.method in ("lightcosteer", "costeer"), seed=config.seed,
+        session=link.session,
+        rule=rule,
+        prompt=plain_ids,
+        max_new_tokens=config.max_new_tokens,
+        alpha=min(config.alpha, 1e300),
+        beta=beta,
+        temperature=config.temperature if config.sample else 0.0,
+        top_p=config.top_p,
+        top_k=config.downlink_top_k,
+        bonus=config.bonus or config.method in ("lightcosteer", "costeer"),
+        seed=config.seed,
         stop_ids=sorted(pair.eos_token_ids),
     )
     if pair.cross is not None:
@@ -418,8 +485,11 @@ def _shared_vocabulary(pair, link: Link) -> int:
     """The ids both sides score. The Cloud must serve the Specialist the Edge runs (its generic copy)."""
     info = link.info()
     if info.pairing != pair.pairing_id:
-        raise CloudRefused(f"The Cloud serves the pairing {info.pairing!r} but this Edge runs {pair.pairing_id!r}; "
-                           "start the Cloud with the Edge's pairing.", "pairing")
+        raise CloudRefused(
+            f"The Cloud serves the pairing {info.pairing!r} but this Edge runs {pair.pairing_id!r}; "
+            "start the Cloud with the Edge's pairing.",
+            "pairing",
+        )
     return min(pair.vocab_size, info.vocab_size)
 
 
@@ -460,12 +530,23 @@ def _speculative(pair, prompts: _Prompts, config, output, link, stats):
     every_token = config.method in ("lightcosteer", "costeer")  # rounds of draft length 0
     vocab_size = _shared_vocabulary(pair, link)
     link.open(_opening(pair, link, prompts.plain, config, rule, beta, prompts.plain_large))
-    guard = (PrivateSpanGuard(prompts.private, prompts.plain, config.private_guard) if config.private_guard
-             else None)
-    arguments = (pair.specialist, prompts.private, vocab_size, link.forward_log, _sampler(config),
-                 pair.eos_token_ids, rule, beta)
-    options = dict(costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
-                   draft_confidence=config.draft_confidence, max_new_tokens=config.max_new_tokens, guard=guard)
+    guard = PrivateSpanGuard(prompts.private, prompts.plain, config.private_guard) if config.private_guard else None
+    arguments = (
+        pair.specialist,
+        prompts.private,
+        vocab_size,
+        link.forward_log,
+        _sampler(config),
+        pair.eos_token_ids,
+        rule,
+        beta,
+    )
+    options = dict(
+        costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
+        draft_confidence=config.draft_confidence,
+        max_new_tokens=config.max_new_tokens,
+        guard=guard,
+    )
     places = _no_segments
     edge: Edge
     if pair.cross is not None:
@@ -521,8 +602,9 @@ def _rounds(edge, config, rule, every_token, output, link, stats, places=_no_seg
             if output.done:
                 return
         if settled.accepted < len(drafts):
-            yield from output.rejected(drafts[settled.accepted:], round_, _at(ratios, settled.accepted),
-                                       segments[settled.accepted:])
+            yield from output.rejected(
+                drafts[settled.accepted :], round_, _at(ratios, settled.accepted), segments[settled.accepted :]
+            )
         if settled.chosen is not None:
             kind = chosen_kind or ("recovered" if settled.accepted < len(drafts) else "bonus")
             yield output.emit(settled.chosen, kind, round_)
@@ -530,8 +612,9 @@ def _rounds(edge, config, rule, every_token, output, link, stats, places=_no_seg
         keep = settled.accepted if rule == "exact" else -1
 
 
-def speculative_bound(acceptance: float, k: float, t_draft: float, t_large: float, t_generic: float,
-                      device_steps: float | None = None) -> float:
+def speculative_bound(
+    acceptance: float, k: float, t_draft: float, t_large: float, t_generic: float, device_steps: float | None = None
+) -> float:
     """DESIGN §6: tokens per second of a round of k drafts with per-token acceptance ``acceptance``.
 
     E = (1 - a^(k+1)) / (1 - a) tokens (the bonus token included) per
@@ -573,8 +656,12 @@ class DraftLength:
             return max(1, self.maximum // 2)
         generic_cost = pass_cost(log.trace, GENERIC_STREAM) or PassCost(0.0, 0.0)
         acceptance = min(max(stats.accepted / stats.verified, 0.01), 0.99)
-        return max(range(1, self.maximum + 1), key=lambda k: speculative_bound(
-            acceptance, k, draft_cost.seconds(1), large_cost.seconds(k + 1), generic_cost.seconds(k + 1)))
+        return max(
+            range(1, self.maximum + 1),
+            key=lambda k: speculative_bound(
+                acceptance, k, draft_cost.seconds(1), large_cost.seconds(k + 1), generic_cost.seconds(k + 1)
+            ),
+        )
 
 
 def _passes(trace: Sequence, stream: str) -> list[PassSample]:

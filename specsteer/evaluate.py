@@ -86,8 +86,20 @@ if TYPE_CHECKING:
 
 WARMUP_TOKENS = 8
 NOISE_POOL_RECORDS = 64
-JSON_ROW_KEYS = ("method", "alpha", "beta", *ROUGE_KEYS, "acceptance", "tok_per_s", "speedup", "decode_tok_per_s",
-                 "decode_speedup", "layout_copy", "preamble", "refusal")
+JSON_ROW_KEYS = (
+    "method",
+    "alpha",
+    "beta",
+    *ROUGE_KEYS,
+    "acceptance",
+    "tok_per_s",
+    "speedup",
+    "decode_tok_per_s",
+    "decode_speedup",
+    "layout_copy",
+    "preamble",
+    "refusal",
+)
 
 
 # --------------------------------------------------------------------------- the grid
@@ -108,9 +120,7 @@ def grid_points(
             pairs += list(extra_points)
         for alpha, beta in pairs:
             point = GridPoint(
-                method,
-                float(alpha) if info.takes_alpha else None,
-                float(beta) if info.takes_beta else None,
+                method, float(alpha) if info.takes_alpha else None, float(beta) if info.takes_beta else None
             )
             if point not in points:
                 points.append(point)
@@ -170,8 +180,13 @@ class EvalSpec:
 
 def decode_config(point: GridPoint, spec: EvalSpec) -> DecodeConfig:
     used = {name: value for name, value in (("alpha", point.alpha), ("beta", point.beta)) if value is not None}
-    return DecodeConfig(method=point.method, draft_len=spec.draft_len, max_new_tokens=spec.max_new_tokens,
-                        private_guard=spec.private_guard, **used)
+    return DecodeConfig(
+        method=point.method,
+        draft_len=spec.draft_len,
+        max_new_tokens=spec.max_new_tokens,
+        private_guard=spec.private_guard,
+        **used,
+    )
 
 
 # --------------------------------------------------------------------------- requests
@@ -199,11 +214,18 @@ def _same_user(a: Record, b: Record) -> bool:
     return a.user_id == b.user_id
 
 
-def record_request(record: Record, retrieval_k: int, noise: Sequence[HistoryItem] = (),
-                   prompt_style: str = DEFAULT_PROMPT_STYLE) -> Request:
-    return Request(task=record.task, input_text=record.input, history=record.profile,
-                   retrieval_k=retrieval_k, noise_items=tuple(noise), prompt_style=prompt_style,
-                   profile=record.user_profile)
+def record_request(
+    record: Record, retrieval_k: int, noise: Sequence[HistoryItem] = (), prompt_style: str = DEFAULT_PROMPT_STYLE
+) -> Request:
+    return Request(
+        task=record.task,
+        input_text=record.input,
+        history=record.profile,
+        retrieval_k=retrieval_k,
+        noise_items=tuple(noise),
+        prompt_style=prompt_style,
+        profile=record.user_profile,
+    )
 
 
 def load_evaluation_records(spec: EvalSpec) -> tuple[list[Record], dict[str, Prepared]]:
@@ -217,8 +239,9 @@ def load_evaluation_records(spec: EvalSpec) -> tuple[list[Record], dict[str, Pre
             raise DataError(f"{Path(spec.data).name}: record id {record.id!r} appears twice; ids name the stored cells")
         seen.add(record.id)
     prepared = {
-        record.id: prepare(record_request(record, spec.retrieval_k, noise_items(record, pool, spec.noise),
-                                          spec.prompt_style))
+        record.id: prepare(
+            record_request(record, spec.retrieval_k, noise_items(record, pool, spec.noise), spec.prompt_style)
+        )
         for record in records
     }
     return records, prepared
@@ -271,8 +294,9 @@ def run_config(spec: EvalSpec, pairing_id: str, runtime: str, dtype: str | None,
     del config["run_name"]
     if not spec.private_guard:
         del config["private_guard"]  # so that runs stored before the guard existed still resume
-    config.update(data=str(Path(spec.data).resolve()), pairing=pairing_id, runtime=runtime, dtype=dtype,
-                  cells_total=cells_total)
+    config.update(
+        data=str(Path(spec.data).resolve()), pairing=pairing_id, runtime=runtime, dtype=dtype, cells_total=cells_total
+    )
     return config
 
 
@@ -379,8 +403,16 @@ def run_grid(
     raise RuntimeError("the grid ended without a result")
 
 
-def _run_cells(pair: LoadedPair, pending: list[_Cell], prepared: Mapping[str, Prepared], spec: EvalSpec, total: int,
-               cancel: threading.Event, run_id: int, store: RunStore) -> Generator[GridProgress, None, int]:
+def _run_cells(
+    pair: LoadedPair,
+    pending: list[_Cell],
+    prepared: Mapping[str, Prepared],
+    spec: EvalSpec,
+    total: int,
+    cancel: threading.Event,
+    run_id: int,
+    store: RunStore,
+) -> Generator[GridProgress, None, int]:
     """Generates and stores the pending cells in order; returns how many it stored."""
     done = total - len(pending)
     computed = 0
@@ -395,8 +427,12 @@ def _run_cells(pair: LoadedPair, pending: list[_Cell], prepared: Mapping[str, Pr
         _, result = collect(generate(pair, prepared[cell.record.id], decode_config(cell.point, spec), cancel))
         if result.stats.stop_reason == "cancelled":
             break  # a cut-short generation is not a result
-        store.save_cell(run_id, CellResult(cell.record.id, cell.point, result.text,
-                                           rouge_scores(result.text, cell.record.output), result.stats))
+        store.save_cell(
+            run_id,
+            CellResult(
+                cell.record.id, cell.point, result.text, rouge_scores(result.text, cell.record.output), result.stats
+            ),
+        )
         computed += 1
     return computed
 
@@ -440,22 +476,38 @@ def _hygiene(cells: Sequence[CellResult], task: str, prompts: Mapping[str, Promp
     return {"layout_copy": share("layout_copy"), "preamble": share("preamble"), "refusal": share("refusal")}
 
 
-def _privacy(cells: Sequence[CellResult], prompts: Mapping[str, PromptPair],
-             facts: Mapping[str, Sequence[str]]) -> dict[str, float | None]:
+def _privacy(
+    cells: Sequence[CellResult], prompts: Mapping[str, PromptPair], facts: Mapping[str, Sequence[str]]
+) -> dict[str, float | None]:
     """Shares of the cells' private facts sent to the cloud (all; those the task did not name), found
     in the output, and sent only in rejected drafts (``specsteer.facts``)."""
-    shares = fact_shares([method_exposure(cell.point.method, facts[cell.record_id], prompts[cell.record_id],
-                                          cell.stats.sent_text, cell.output)
-                          for cell in cells if facts.get(cell.record_id)])
+    shares = fact_shares(
+        [
+            method_exposure(
+                cell.point.method, facts[cell.record_id], prompts[cell.record_id], cell.stats.sent_text, cell.output
+            )
+            for cell in cells
+            if facts.get(cell.record_id)
+        ]
+    )
     if shares is None:
         return {}
-    return {"facts_sent": shares.sent, "facts_sent_beyond_task": shares.sent_beyond_task,
-            "facts_in_output": shares.in_output, "facts_rejected_only": shares.rejected_only}
+    return {
+        "facts_sent": shares.sent,
+        "facts_sent_beyond_task": shares.sent_beyond_task,
+        "facts_in_output": shares.in_output,
+        "facts_rejected_only": shares.rejected_only,
+    }
 
 
-def _summary_row(point: GridPoint, cells: Sequence[CellResult], reference: Sequence[CellResult],
-                 task: str | None, prompts: Mapping[str, PromptPair] | None,
-                 facts: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
+def _summary_row(
+    point: GridPoint,
+    cells: Sequence[CellResult],
+    reference: Sequence[CellResult],
+    task: str | None,
+    prompts: Mapping[str, PromptPair] | None,
+    facts: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, Any]:
     stats = [cell.stats for cell in cells]
     drafted = sum(s.drafted for s in stats)
     hygiene = _hygiene(cells, task, prompts) if task and prompts is not None else {}
@@ -480,9 +532,12 @@ def _summary_row(point: GridPoint, cells: Sequence[CellResult], reference: Seque
     }
 
 
-def summarize(cells: Sequence[CellResult], task: str | None = None,
-              prompts: Mapping[str, PromptPair] | None = None,
-              facts: Mapping[str, Sequence[str]] | None = None) -> list[dict[str, Any]]:
+def summarize(
+    cells: Sequence[CellResult],
+    task: str | None = None,
+    prompts: Mapping[str, PromptPair] | None = None,
+    facts: Mapping[str, Sequence[str]] | None = None,
+) -> list[dict[str, Any]]:
     """One row per (method, alpha, beta) of a run's cells; see the module doc. With the run's task
     and its prompts by record id (:func:`run_prompts`), rows also give the output hygiene shares;
     with the records' private facts as well (:func:`run_facts`, CoGenesis), the privacy shares."""
@@ -490,8 +545,9 @@ def summarize(cells: Sequence[CellResult], task: str | None = None,
     for cell in cells:
         groups.setdefault(cell.point, []).append(cell)
     reference = groups.get(GridPoint(SPEED_REFERENCE), [])
-    return [_summary_row(point, groups[point], reference, task, prompts, facts)
-            for point in sorted(groups, key=_row_order)]
+    return [
+        _summary_row(point, groups[point], reference, task, prompts, facts) for point in sorted(groups, key=_row_order)
+    ]
 
 
 @dataclass(frozen=True)
@@ -513,8 +569,15 @@ class PairedDifference:
         return f"{self.wins}/{self.records} better, {self.mean:+.2f} [{self.low:+.2f}, {self.high:+.2f}]"
 
 
-def paired_difference(cells: Sequence[CellResult], ours: GridPoint, theirs: GridPoint, metric: str = "rougeL",
-                      draws: int = 10_000, seed: int = 0, level: float = 0.95) -> PairedDifference | None:
+def paired_difference(
+    cells: Sequence[CellResult],
+    ours: GridPoint,
+    theirs: GridPoint,
+    metric: str = "rougeL",
+    draws: int = 10_000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> PairedDifference | None:
     """``ours`` minus ``theirs`` on ``metric`` over the records both have, with a percentile bootstrap
     interval (records resampled with replacement, ``draws`` times, a fixed seed); None without a shared
     record or a score."""
@@ -524,26 +587,37 @@ def paired_difference(cells: Sequence[CellResult], ours: GridPoint, theirs: Grid
     for cell in cells:
         if cell.rouge.get(metric) is not None:
             scores[(cell.point, cell.record_id)] = 100 * cell.rouge[metric]
-    records = sorted({record for point, record in scores if point == ours}
-                     & {record for point, record in scores if point == theirs})
+    records = sorted(
+        {record for point, record in scores if point == ours} & {record for point, record in scores if point == theirs}
+    )
     if not records:
         return None
     differences = [scores[(ours, record)] - scores[(theirs, record)] for record in records]
     rng = random.Random(seed)
     means = sorted(sum(rng.choices(differences, k=len(differences))) / len(differences) for _ in range(draws))
     tail = (1 - level) / 2
-    return PairedDifference(ours, theirs, metric, len(records), sum(d > 0 for d in differences),
-                            sum(differences) / len(differences), means[int(tail * draws)],
-                            means[int((1 - tail) * draws) - 1], level)
+    return PairedDifference(
+        ours,
+        theirs,
+        metric,
+        len(records),
+        sum(d > 0 for d in differences),
+        sum(differences) / len(differences),
+        means[int(tail * draws)],
+        means[int((1 - tail) * draws) - 1],
+        level,
+    )
 
 
-def stronger_baseline(cells: Sequence[CellResult], metric: str = "rougeL",
-                      baselines: Sequence[str] = BASELINES) -> GridPoint | None:
+def stronger_baseline(
+    cells: Sequence[CellResult], metric: str = "rougeL", baselines: Sequence[str] = BASELINES
+) -> GridPoint | None:
     """Of the baselines (SLM+ and LLM) the run has, the one with the higher mean ``metric`` over the
     records they share: what a personalized method has to beat."""
     points = [GridPoint(name) for name in baselines]
-    scored = {point: {cell.record_id: cell.rouge.get(metric) for cell in cells if cell.point == point}
-              for point in points}
+    scored = {
+        point: {cell.record_id: cell.rouge.get(metric) for cell in cells if cell.point == point} for point in points
+    }
     present = [point for point in points if scored[point]]
     if not present:
         return None
@@ -637,38 +711,74 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m specsteer.evaluate",
         description="Evaluate methods on LongLaMP records: ROUGE, speed, acceptance; results stored per cell.",
     )
-    parser.add_argument("--data", required=True,
-                        help="records file (JSONL/JSON/parquet), or 'shared' (the real records: LongLaMP, or "
-                             "CoGenesis's test split; 'shared:dev' its dev split) or 'sample'")
+    parser.add_argument(
+        "--data",
+        required=True,
+        help="records file (JSONL/JSON/parquet), or 'shared' (the real records: LongLaMP, or "
+        "CoGenesis's test split; 'shared:dev' its dev split) or 'sample'",
+    )
     parser.add_argument("--task", required=True, choices=EVALUATION_TASKS)
     parser.add_argument("--limit", type=int, default=None, help="first N records of the file")
-    parser.add_argument("--methods", type=_name_list, default=PRIVATE_METHODS,
-                        help="comma-separated; default: all but llm+ (which sends the private context to the cloud)")
+    parser.add_argument(
+        "--methods",
+        type=_name_list,
+        default=PRIVATE_METHODS,
+        help="comma-separated; default: all but llm+ (which sends the private context to the cloud)",
+    )
     parser.add_argument("--alpha", type=_number_list, default=(1.0, 0.5, 0.1), help="alpha values (SpecSteer)")
     parser.add_argument("--beta", type=_number_list, default=(1.0,), help="beta values (SpecSteer, LightCoSteer)")
-    parser.add_argument("--extra-grid", type=_point_list, default=(),
-                        help="extra alpha:beta pairs for SpecSteer only, e.g. 0.5:0.5,0.5:2")
-    parser.add_argument("--pairing", default=DEFAULT_PAIRING,
-                        help=f"pairing id (default {DEFAULT_PAIRING}); '{TEST_PAIRING_ID}', '{CROSS_PAIRING_ID}' (two "
-                             "tokenizers): random models, for tests only")
-    parser.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto",
-                        help="llama.cpp (GGUF files, CPU), transformers, or auto: llama.cpp where it can run the pairing")
-    parser.add_argument("--dtype", choices=("bf16", "fp32"), default=None,
-                        help="transformers runtime only; default: bf16 where this CPU computes it fast, else fp32")
+    parser.add_argument(
+        "--extra-grid",
+        type=_point_list,
+        default=(),
+        help="extra alpha:beta pairs for SpecSteer only, e.g. 0.5:0.5,0.5:2",
+    )
+    parser.add_argument(
+        "--pairing",
+        default=DEFAULT_PAIRING,
+        help=f"pairing id (default {DEFAULT_PAIRING}); '{TEST_PAIRING_ID}', '{CROSS_PAIRING_ID}' (two "
+        "tokenizers): random models, for tests only",
+    )
+    parser.add_argument(
+        "--runtime",
+        choices=RUNTIME_CHOICES,
+        default="auto",
+        help="llama.cpp (GGUF files, CPU), transformers, or auto: llama.cpp where it can run the pairing",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("bf16", "fp32"),
+        default=None,
+        help="transformers runtime only; default: bf16 where this CPU computes it fast, else fp32",
+    )
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--draft-len", type=int, default=4)
     parser.add_argument("--retrieval-k", type=int, default=3, help="profile items retrieved by BM25")
     parser.add_argument("--noise", type=int, default=0, help="low-similarity items of other users appended")
-    parser.add_argument("--prompt-style", choices=PROMPT_STYLES, default=DEFAULT_PROMPT_STYLE,
-                        help="paper: the paper's Table 13 templates (default, comparable); clean: the retrieved "
-                             "texts without their field labels, and an instruction to write only the text")
-    parser.add_argument("--private-guard", type=int, default=0, metavar="N",
-                        help="the Edge never sends a token completing N tokens copied from the private prompt "
-                             "(recovered locally instead); 0 = off")
+    parser.add_argument(
+        "--prompt-style",
+        choices=PROMPT_STYLES,
+        default=DEFAULT_PROMPT_STYLE,
+        help="paper: the paper's Table 13 templates (default, comparable); clean: the retrieved "
+        "texts without their field labels, and an instruction to write only the text",
+    )
+    parser.add_argument(
+        "--private-guard",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the Edge never sends a token completing N tokens copied from the private prompt "
+        "(recovered locally instead); 0 = off",
+    )
     parser.add_argument("--run-name", default=None, help="name of the run; the same name resumes it")
     parser.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
-    parser.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N",
-                        help="run only records I, I+N, ... of the run, so that N workers share it (0-based)")
+    parser.add_argument(
+        "--shard",
+        type=_shard,
+        default=(0, 1),
+        metavar="I/N",
+        help="run only records I, I+N, ... of the run, so that N workers share it (0-based)",
+    )
     parser.add_argument("--json", action="store_true", help='print {"rows": [...]} instead of a table')
     parser.add_argument("--plot", default=None, help="write the figures as one standalone HTML file")
     return parser
@@ -676,11 +786,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def spec_from_args(args: argparse.Namespace) -> EvalSpec:
     return EvalSpec(
-        data=resolve_data_source(args.data, args.task), task=args.task, methods=args.methods, alphas=args.alpha,
-        betas=args.beta, extra_points=args.extra_grid, limit=args.limit, pairing=args.pairing,
-        runtime=args.runtime, dtype=args.dtype,
-        max_new_tokens=args.max_new_tokens, draft_len=args.draft_len, retrieval_k=args.retrieval_k,
-        noise=args.noise, prompt_style=args.prompt_style, private_guard=args.private_guard, run_name=args.run_name,
+        data=resolve_data_source(args.data, args.task),
+        task=args.task,
+        methods=args.methods,
+        alphas=args.alpha,
+        betas=args.beta,
+        extra_points=args.extra_grid,
+        limit=args.limit,
+        pairing=args.pairing,
+        runtime=args.runtime,
+        dtype=args.dtype,
+        max_new_tokens=args.max_new_tokens,
+        draft_len=args.draft_len,
+        retrieval_k=args.retrieval_k,
+        noise=args.noise,
+        prompt_style=args.prompt_style,
+        private_guard=args.private_guard,
+        run_name=args.run_name,
     )
 
 
@@ -720,8 +842,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"warning: {SPEED_REFERENCE} is not among the methods, so speedup is null", file=sys.stderr)
         pair = shared_tiny_pair() if spec.pairing == TEST_PAIRING_ID else shared_test_pair(spec.pairing)
         with _cancel_on_signals(cancel):
-            result = _print_progress(run_grid_events(spec, SqlRunStore(args.database), pair=pair, cancel=cancel,
-                                                     shard=args.shard))
+            result = _print_progress(
+                run_grid_events(spec, SqlRunStore(args.database), pair=pair, cancel=cancel, shard=args.shard)
+            )
     except ModelLoadError as error:
         return _fail(str(error), 1)
     except ValueError as error:  # bad data (DataError), arguments, unknown pairing, reused run name
@@ -749,8 +872,11 @@ def _report(result: EvalResult, spec: EvalSpec, args: argparse.Namespace) -> Non
         print(json.dumps({"rows": json_rows(result.rows)}, ensure_ascii=False, allow_nan=False))
     else:
         print(plots.text_table(result.rows))
-    print(f"run {result.run_name!r} (id {result.run_id}): {result.status}, {result.computed} cells computed, "
-          f"{len(result.cells)} stored", file=sys.stderr)
+    print(
+        f"run {result.run_name!r} (id {result.run_id}): {result.status}, {result.computed} cells computed, "
+        f"{len(result.cells)} stored",
+        file=sys.stderr,
+    )
     if args.plot:
         title = f"SpecSteer evaluation: {spec.task}, run {result.run_name}"
         plots.write_html(args.plot, result.rows, title=title)

@@ -62,9 +62,11 @@ def secret_problem(secret: str | None, source: str) -> str | None:
     ``source`` names where it came from, e.g. "$SPECSTEER_CLOUD_SECRET"; the secret itself is never repeated."""
     if secret is None or (secret.isascii() and secret.isprintable()):
         return None
-    return (f"{source} holds a character that is not printable ASCII; a shared secret travels in an HTTP header, "
-            "so use letters, digits and punctuation only (e.g. the output of `python -c \"import secrets; "
-            "print(secrets.token_urlsafe(32))\"`).")
+    return (
+        f"{source} holds a character that is not printable ASCII; a shared secret travels in an HTTP header, "
+        "so use letters, digits and punctuation only (e.g. the output of `python -c \"import secrets; "
+        "print(secrets.token_urlsafe(32))\"`)."
+    )
 
 
 @dataclass(frozen=True)
@@ -87,8 +89,10 @@ class Exposure:
         if not self.public or address == IN_PROCESS or address in self.cloud_urls:
             return None
         offered = ", ".join(self.cloud_urls) if self.cloud_urls else "none"
-        return (f"This public app runs the Cloud in process or at an address its operator configured "
-                f"(${CLOUD_URLS_ENV}: {offered}); it does not connect to other addresses.")
+        return (
+            f"This public app runs the Cloud in process or at an address its operator configured "
+            f"(${CLOUD_URLS_ENV}: {offered}); it does not connect to other addresses."
+        )
 
     def may_export_all(self, token: str | None) -> bool:
         """Whether ``token`` lets its holder export every annotation: always locally, in public only with

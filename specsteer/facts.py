@@ -46,23 +46,27 @@ WINDOW_SLACK = 12  # a window is the fact's term count plus this many content wo
 
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-_STOPWORDS = frozenset("""
+_STOPWORDS = frozenset(
+    """
 a about above after again against all also am an and any are as at be been before being below between both
 but by can could did do does doing down during each few for from further had has have having he her here
 hers herself him himself his how i if in into is it its itself just me more most my myself no nor not of off
 on once only or other our ours out over own same she should so some such than that the their theirs them
 then there these they this those through to too under until up upon very was we were what when where which
 while who whom why will with would you your yours via per within without
-""".split())
+""".split()
+)
 # Words the profiles use to introduce a fact, not the fact itself ("Enjoys attending ...").
-_GENERIC = frozenset("""
+_GENERIC = frozenset(
+    """
 enjoy enjoys enjoyed enjoying love loves loved like likes liked often regularly recent recently currently
 usually always sometimes occasionally frequently every weekly daily monthly yearly year years time times
 keep keeps kept use uses used using make makes made take takes took go goes went going has have get gets
 secretly privately personal private plan plans planning planned attend attends attended attending
 participate participates participated participating involve involved work works working worked start
 starts started starting one two new local various several many much well part recently past current
-""".split())
+""".split()
+)
 _SUFFIXES = ("ingly", "ings", "ing", "edly", "ied", "ies", "ed", "es", "ly", "s")
 
 
@@ -114,7 +118,7 @@ def mentions(fact: str, text: str) -> bool:
     window = len(terms) + WINDOW_SLACK
     # Slide a window over the text's content words, counting the fact's terms present in it.
     for start in range(max(1, len(words) - window + 1)):
-        if len(wanted.intersection(words[start:start + window])) >= needed:
+        if len(wanted.intersection(words[start : start + window])) >= needed:
             return True
     return False
 
@@ -150,15 +154,16 @@ class FactExposure:
     @property
     def sent_beyond_task(self) -> tuple[str, ...]:
         """Sent facts the task itself did not name: what the method added to what the user sent."""
-        return tuple(fact for fact, flag, task in zip(self.facts, self.sent, self.in_task, strict=True)
-                     if flag and not task)
+        return tuple(
+            fact for fact, flag, task in zip(self.facts, self.sent, self.in_task, strict=True) if flag and not task
+        )
 
     @property
     def rejected_only_facts(self) -> tuple[str, ...]:
         return tuple(fact for fact, flag in zip(self.facts, self.rejected_only, strict=True) if flag)
 
     def headline(self) -> str:
-        """"2 of 7 private facts were sent to the cloud" and where they came from, in one sentence."""
+        """ "2 of 7 private facts were sent to the cloud" and where they came from, in one sentence."""
         sent = len(self.sent_facts)
         noun = "fact was" if sent == 1 and self.total == 1 else "facts were"
         text = f"{sent} of {self.total} private {noun} sent to the cloud"
@@ -173,8 +178,9 @@ class FactExposure:
         return text + (f" ({'; '.join(notes)})" if notes else "")
 
 
-def expose(facts: Sequence[str], task: str, prompt_sent: str | None, sent: str, output: str,
-           private_prompt_sent: bool = False) -> FactExposure:
+def expose(
+    facts: Sequence[str], task: str, prompt_sent: str | None, sent: str, output: str, private_prompt_sent: bool = False
+) -> FactExposure:
     """Check every fact against the task, the prompt the Cloud received (None: none), the text of
     the tokens the Edge sent, and the output."""
     facts = tuple(facts)

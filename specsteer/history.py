@@ -250,9 +250,7 @@ def _decode(data: bytes | str) -> str:
                 "save it as UTF-8"
             ) from None
         line = data.count(b"\n", 0, error.start) + 1
-        raise HistoryError(
-            f"line {line}: the file is not valid UTF-8 (byte {error.start}); save it as UTF-8"
-        ) from None
+        raise HistoryError(f"line {line}: the file is not valid UTF-8 (byte {error.start}); save it as UTF-8") from None
 
 
 # Windows editors (Notepad's "Unicode", Excel's "Unicode text") save UTF-16 with a byte order mark;
@@ -276,8 +274,12 @@ def _encoding_of_bom(data: bytes) -> str | None:
     return None
 
 
-_SNIFFED_NAMES = {"utf-32-le": "UTF-32 LE", "utf-32-be": "UTF-32 BE", "utf-16-le": "UTF-16 LE",
-                  "utf-16-be": "UTF-16 BE"}
+_SNIFFED_NAMES = {
+    "utf-32-le": "UTF-32 LE",
+    "utf-32-be": "UTF-32 BE",
+    "utf-16-le": "UTF-16 LE",
+    "utf-16-be": "UTF-16 BE",
+}
 _SNIFF_BYTES = 4096
 
 
@@ -293,7 +295,7 @@ def _sniffed_wide_encoding(data: bytes) -> str:
         units = len(head) // width
         if units == 0:
             continue
-        zero_high = sum(1 for i in range(units) if _high_bytes_zero(head[i * width:(i + 1) * width], order))
+        zero_high = sum(1 for i in range(units) if _high_bytes_zero(head[i * width : (i + 1) * width], order))
         if zero_high * 10 >= units * 9:  # nine units in ten have a zero high half
             return f"utf-{width * 8}-{order}"
     return "utf-8-sig"
@@ -350,8 +352,10 @@ def _check_json_depth(text: str) -> None:
         elif bracket in "[{":
             depth += 1
             if depth > MAX_JSON_DEPTH:
-                raise HistoryError(f"line {line}: the JSON is nested more than {MAX_JSON_DEPTH} levels deep; a "
-                                   "history is a list of flat items (or a record holding one)")
+                raise HistoryError(
+                    f"line {line}: the JSON is nested more than {MAX_JSON_DEPTH} levels deep; a "
+                    "history is a list of flat items (or a record holding one)"
+                )
         else:
             depth = max(depth - 1, 0)  # a stray closing bracket is the parser's to report
 
@@ -398,8 +402,9 @@ def persona_history(record: Mapping[str, object], where: str = "record", enforce
     if not isinstance(profile_text, str) or not profile_text.strip():
         raise HistoryError(f"{where}: field {PROFILE_KEY!r} must be the user profile as non-empty text")
     if enforce_limits and len(profile_text) > MAX_PROFILE_CHARS:
-        raise HistoryError(f"{where}: field {PROFILE_KEY!r} has {len(profile_text)} characters; "
-                           f"the limit is {MAX_PROFILE_CHARS}")
+        raise HistoryError(
+            f"{where}: field {PROFILE_KEY!r} has {len(profile_text)} characters; the limit is {MAX_PROFILE_CHARS}"
+        )
     texts = record.get("profile")
     if not isinstance(texts, list):
         raise HistoryError(f"{where}: field 'profile' must be a list of the user's texts")
@@ -486,9 +491,7 @@ def _parse_csv(text: str) -> History:
                 )
             rows.append((reader.line_num, dict(zip(header, row, strict=False))))
             if len(rows) > MAX_ITEMS:
-                raise HistoryError(
-                    f"the history has more than {MAX_ITEMS} rows; the limit is {MAX_ITEMS} items"
-                )
+                raise HistoryError(f"the history has more than {MAX_ITEMS} rows; the limit is {MAX_ITEMS} items")
     except csv.Error as error:
         raise HistoryError(f"line {reader.line_num}: malformed CSV ({error})") from None
     if not rows:
@@ -502,9 +505,7 @@ def _csv_schema(header: Sequence[str]) -> str:
         raise HistoryError("line 1: the CSV has no header row")
     schema = _schema_of_columns(header)
     if schema is None:
-        raise HistoryError(
-            f"line 1: the CSV header {header} names no single known schema ({_known_schemas()})"
-        )
+        raise HistoryError(f"line 1: the CSV header {header} names no single known schema ({_known_schemas()})")
     return schema
 
 
@@ -542,9 +543,7 @@ def _detect_schema(raw: object, place: str) -> str:
     keys = set(raw)
     matches = [name for name in DETECTABLE_SCHEMAS if _SIGNATURE_KEYS[name] & keys]
     if not matches:
-        raise HistoryError(
-            f"{place}: none of its keys {sorted(keys)} belongs to a known schema ({_known_schemas()})"
-        )
+        raise HistoryError(f"{place}: none of its keys {sorted(keys)} belongs to a known schema ({_known_schemas()})")
     if len(matches) > 1:
         raise HistoryError(f"{place}: its keys {sorted(keys)} mix the {' and '.join(matches)} schemas")
     return matches[0]

@@ -53,22 +53,33 @@ from .tasks import PromptPair, item_field_labels
 # --------------------------------------------------------------------------- the rules
 
 _QUOTE_MARKS = "\"'“”‘’`"
-_CANNOT = r"i(?:\s+can't|\s+cannot|\s+can\s+not|'m\s+unable\s+to|\s+am\s+unable\s+to|'m\s+not\s+able\s+to" \
-          r"|\s+am\s+not\s+able\s+to|\s+won't\s+be\s+able\s+to)"
+_CANNOT = (
+    r"i(?:\s+can't|\s+cannot|\s+can\s+not|'m\s+unable\s+to|\s+am\s+unable\s+to|'m\s+not\s+able\s+to"
+    r"|\s+am\s+not\s+able\s+to|\s+won't\s+be\s+able\s+to)"
+)
 
 # (name, pattern) pairs, matched case-insensitively at the start of the output.
 PREAMBLE_OPENERS: tuple[tuple[str, str], ...] = (
     # An announcement naming the text it announces; "Here's the thing: …" names none.
-    ("here is", r"here(?:'s|\s+is|\s+are)\s+(?:[\w'-]+\s+){0,6}?"
-                r"(?:review|post|text|abstract|article|story|essay|draft|version|response|example|content|reddit)s?\b"),
+    (
+        "here is",
+        r"here(?:'s|\s+is|\s+are)\s+(?:[\w'-]+\s+){0,6}?"
+        r"(?:review|post|text|abstract|article|story|essay|draft|version|response|example|content|reddit)s?\b",
+    ),
     # A reference to the request; "Based on my experience" or "… the description" are a reviewer's words.
-    ("based on", r"based\s+on\s+(?:the\s+|your\s+|this\s+|these\s+)?"
-                 r"(?:provided|given|above|following|information|examples?|input|prompt|request|instructions?|style"
-                 r"|(?:user|author|reviewer|writer)(?:'s|s')?)\b"),
+    (
+        "based on",
+        r"based\s+on\s+(?:the\s+|your\s+|this\s+|these\s+)?"
+        r"(?:provided|given|above|following|information|examples?|input|prompt|request|instructions?|style"
+        r"|(?:user|author|reviewer|writer)(?:'s|s')?)\b",
+    ),
     # An acknowledgement followed by an offer; "Sure, it's cheap" and "Absolutely fantastic!" are not.
-    ("sure, here", r"(?:sure|certainly|of\s+course|absolutely|okay|alright)\s*[,!.]\s*"
-                   r"(?:here(?:'s|\s+is|\s+are)|i(?:'d|\s+would)\s+be\s+(?:happy|glad)|i\s+can\s+help|let\s+me"
-                   r"|below\s+(?:is|are))"),
+    (
+        "sure, here",
+        r"(?:sure|certainly|of\s+course|absolutely|okay|alright)\s*[,!.]\s*"
+        r"(?:here(?:'s|\s+is|\s+are)|i(?:'d|\s+would)\s+be\s+(?:happy|glad)|i\s+can\s+help|let\s+me"
+        r"|below\s+(?:is|are))",
+    ),
     ("happy to help", r"(?:i'd|i\s+would|i'm|i\s+am)\s+(?:be\s+)?(?:happy|glad)\s+to\s+(?:help|assist)\b"),
     # "As an AI, …" / "As an AI language model, …"; "As an AI enthusiast" is a person.
     ("as an ai", r"as\s+an\s+ai(?:\s+language\s+model|\s+model|\s+assistant)?\s*,"),
@@ -77,14 +88,22 @@ PREAMBLE_OPENERS: tuple[tuple[str, str], ...] = (
 # (name, pattern) pairs, matched case-insensitively anywhere in the output.
 REFUSAL_PATTERNS: tuple[tuple[str, str], ...] = (
     # "… can't help but laugh" is not a refusal.
-    ("sorry, I can't", rf"(?:i'm|i\s+am)\s+sorry,?\s+(?:but\s+)?{_CANNOT}\s+"
-                       r"(?:assist|help|fulfill|fulfil|comply|generate)\b(?!\s+but\b)"),
+    (
+        "sorry, I can't",
+        rf"(?:i'm|i\s+am)\s+sorry,?\s+(?:but\s+)?{_CANNOT}\s+"
+        r"(?:assist|help|fulfill|fulfil|comply|generate)\b(?!\s+but\b)",
+    ),
     ("I can't assist with that", rf"\b{_CANNOT}\s+(?:assist|help)\s+(?:you\s+)?with\s+(?:that|this|your)\b"),
-    ("I can't fulfil that request",
-     rf"\b{_CANNOT}\s+(?:fulfill|fulfil|comply\s+with)\s+(?:that|this|your)\s+request\b"),
-    ("as an AI, I cannot", r"\bas\s+an\s+ai(?:\s+language\s+model|\s+model|\s+assistant)?,?\s+"
-                           r"i(?:\s+can't|\s+cannot|\s+can\s+not|\s+am\s+not\s+able|\s+am\s+unable|'m\s+not\s+able"
-                           r"|'m\s+unable|\s+won't)\b"),  # "… I don't have personal experiences" is a disclaimer
+    (
+        "I can't fulfil that request",
+        rf"\b{_CANNOT}\s+(?:fulfill|fulfil|comply\s+with)\s+(?:that|this|your)\s+request\b",
+    ),
+    (
+        "as an AI, I cannot",
+        r"\bas\s+an\s+ai(?:\s+language\s+model|\s+model|\s+assistant)?,?\s+"
+        r"i(?:\s+can't|\s+cannot|\s+can\s+not|\s+am\s+not\s+able|\s+am\s+unable|'m\s+not\s+able"
+        r"|'m\s+unable|\s+won't)\b",
+    ),  # "… I don't have personal experiences" is a disclaimer
 )
 
 _PREAMBLES = tuple((name, re.compile(pattern, re.IGNORECASE)) for name, pattern in PREAMBLE_OPENERS)
@@ -106,8 +125,11 @@ class HygieneVerdict:
     refusal_evidence: str | None = None
 
     def __post_init__(self) -> None:
-        for flag, evidence in ((self.layout_copy, self.layout_evidence), (self.preamble, self.preamble_evidence),
-                               (self.refusal, self.refusal_evidence)):
+        for flag, evidence in (
+            (self.layout_copy, self.layout_evidence),
+            (self.preamble, self.preamble_evidence),
+            (self.refusal, self.refusal_evidence),
+        ):
             if flag != (evidence is not None):
                 raise ValueError("a hygiene flag is raised exactly when it has evidence")
 
@@ -122,8 +144,12 @@ def classify_output(output: str, task: str, prompts: PromptPair) -> HygieneVerdi
     preamble = preamble_evidence(output)
     refusal = refusal_evidence(output)
     return HygieneVerdict(
-        layout_copy=layout is not None, preamble=preamble is not None, refusal=refusal is not None,
-        layout_evidence=layout, preamble_evidence=preamble, refusal_evidence=refusal,
+        layout_copy=layout is not None,
+        preamble=preamble is not None,
+        refusal=refusal is not None,
+        layout_evidence=layout,
+        preamble_evidence=preamble,
+        refusal_evidence=refusal,
     )
 
 
@@ -221,7 +247,10 @@ def hygiene_shares(verdicts: Iterable[GridVerdict]) -> list[HygieneShares]:
         groups.setdefault((item.method, item.alpha, item.beta), []).append(item.verdict)
     return [
         HygieneShares(
-            method=method, alpha=alpha, beta=beta, outputs=len(group),
+            method=method,
+            alpha=alpha,
+            beta=beta,
+            outputs=len(group),
             layout_copies=sum(verdict.layout_copy for verdict in group),
             preambles=sum(verdict.preamble for verdict in group),
             refusals=sum(verdict.refusal for verdict in group),

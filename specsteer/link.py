@@ -280,14 +280,16 @@ class Link:
             try:
                 message = decode(arrival.frame, DOWNLINK)
             except UnsupportedVersion as error:
-                raise VersionMismatch(f"The Cloud answered in protocol version {error.version}; this Edge speaks "
-                                      f"version {PROTOCOL_VERSION}. Update the Edge or the Cloud so that both run "
-                                      "the same SpecSteer version.", "version") from None
+                raise VersionMismatch(
+                    f"The Cloud answered in protocol version {error.version}; this Edge speaks "
+                    f"version {PROTOCOL_VERSION}. Update the Edge or the Cloud so that both run "
+                    "the same SpecSteer version.",
+                    "version",
+                ) from None
             except FrameError as error:
                 raise CloudRefused(f"The Cloud sent an unreadable message: {error}.", "malformed") from None
             if not isinstance(message, kind):
-                raise CloudRefused(f"The Cloud sent a {message.kind} message where a {kind.kind} was due.",
-                                   "malformed")
+                raise CloudRefused(f"The Cloud sent a {message.kind} message where a {kind.kind} was due.", "malformed")
             self._record(message, len(arrival.frame), self._carry(DOWNLINK, len(arrival.frame), arrival.received_at))
             yield message
 

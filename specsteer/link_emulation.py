@@ -74,8 +74,9 @@ class LinkConditions:
             raise ValueError(f"overhead_bytes must be an integer >= 0, got {self.overhead_bytes!r}")
 
     @classmethod
-    def requested(cls, rtt_ms: float | None, uplink_kbps: float | None,
-                  downlink_kbps: float | None) -> LinkConditions | None:
+    def requested(
+        cls, rtt_ms: float | None, uplink_kbps: float | None, downlink_kbps: float | None
+    ) -> LinkConditions | None:
         """The link a user asks for (CLI flags, app settings), where 0 or nothing means no delay and
         unlimited bandwidth; None when nothing is to be emulated."""
         if not (rtt_ms or uplink_kbps or downlink_kbps):
@@ -104,8 +105,12 @@ class LinkEmulator:
     ``clock`` and ``sleep`` are injectable so that tests can run on a virtual clock.
     """
 
-    def __init__(self, conditions: LinkConditions, clock: Callable[[], float] = time.perf_counter,
-                 sleep: Callable[[float], None] = time.sleep):
+    def __init__(
+        self,
+        conditions: LinkConditions,
+        clock: Callable[[], float] = time.perf_counter,
+        sleep: Callable[[float], None] = time.sleep,
+    ):
         self.conditions = conditions
         self._clock = clock
         self._sleep = sleep

@@ -93,9 +93,15 @@ def write_build_stamp(native: bool) -> Path:
     if path is None:
         raise SystemExit(f"{PACKAGE} is not installed")
     model, flags = _cpu()
-    required = sorted(flags) if native else [flag for flag in PORTABLE_X86_FLAGS if platform.machine() in ("x86_64", "AMD64")]
-    path.write_text(json.dumps({"native": native, "cpu": model, "machine": platform.machine(),
-                                "required_flags": required}, indent=1) + "\n")
+    required = (
+        sorted(flags) if native else [flag for flag in PORTABLE_X86_FLAGS if platform.machine() in ("x86_64", "AMD64")]
+    )
+    path.write_text(
+        json.dumps(
+            {"native": native, "cpu": model, "machine": platform.machine(), "required_flags": required}, indent=1
+        )
+        + "\n"
+    )
     return path
 
 
@@ -110,15 +116,21 @@ def build_problem() -> str | None:
         stamp = None
     if stamp is None:
         machine = platform.machine()
-        stamp = {"native": False, "cpu": "any", "machine": machine,
-                 "required_flags": list(PORTABLE_X86_FLAGS) if machine in ("x86_64", "AMD64") else []}
+        stamp = {
+            "native": False,
+            "cpu": "any",
+            "machine": machine,
+            "required_flags": list(PORTABLE_X86_FLAGS) if machine in ("x86_64", "AMD64") else [],
+        }
     if stamp.get("machine") != platform.machine():
         return f"it was built for {stamp.get('machine')}, and this machine is {platform.machine()}"
     missing = sorted(set(stamp.get("required_flags", [])) - flags) if flags else []
     if missing:
         built_for = f"the CPU it was compiled on ({stamp.get('cpu')})" if stamp.get("native") else "x86-64 with AVX2"
-        return (f"it was built for {built_for}, and this CPU ({model}) lacks {', '.join(missing[:6])}"
-                f"{' …' if len(missing) > 6 else ''}")
+        return (
+            f"it was built for {built_for}, and this CPU ({model}) lacks {', '.join(missing[:6])}"
+            f"{' …' if len(missing) > 6 else ''}"
+        )
     return None
 
 
@@ -213,8 +225,9 @@ class LlamaCppModel(ModelRuntime):
 
     runtime = "llama.cpp"
 
-    def __init__(self, path: str | Path, name: str = "", threads: int | None = None,
-                 extra_buffers: bool | None = None) -> None:
+    def __init__(
+        self, path: str | Path, name: str = "", threads: int | None = None, extra_buffers: bool | None = None
+    ) -> None:
         """``extra_buffers``: llama.cpp's ``use_extra_bufts``; None takes the configuration proven on this
         machine (:func:`configuration`), which is what everything but the proof itself should do."""
         ll = _bindings()
@@ -243,8 +256,7 @@ class LlamaCppModel(ModelRuntime):
         self._model = model
         vocab = ll.llama_model_get_vocab(model)
         self._rows = int(ll.llama_vocab_n_tokens(vocab))
-        self._end_ids = frozenset(
-            int(i) for i in (ll.llama_vocab_eos(vocab), ll.llama_vocab_eot(vocab)) if int(i) >= 0)
+        self._end_ids = frozenset(int(i) for i in (ll.llama_vocab_eos(vocab), ll.llama_vocab_eot(vocab)) if int(i) >= 0)
         self._train_context = int(ll.llama_model_n_ctx_train(model))
         buffer = ctypes.create_string_buffer(256)
         ll.llama_model_desc(model, buffer, ctypes.sizeof(buffer))
@@ -252,7 +264,9 @@ class LlamaCppModel(ModelRuntime):
         self.size_bytes = int(ll.llama_model_size(model))
         # f16 keys and values of every layer: what one cached token costs a context.
         head_dim = int(ll.llama_model_n_embd(model)) // max(1, int(ll.llama_model_n_head(model)))
-        self.kv_bytes_per_token = 2 * 2 * int(ll.llama_model_n_layer(model)) * head_dim * int(ll.llama_model_n_head_kv(model))
+        self.kv_bytes_per_token = (
+            2 * 2 * int(ll.llama_model_n_layer(model)) * head_dim * int(ll.llama_model_n_head_kv(model))
+        )
         self._heads = int(ll.llama_model_n_head(model))
         super().__init__(name or self.path.stem)
 
@@ -296,8 +310,10 @@ class LlamaCppModel(ModelRuntime):
         size = -(-max(capacity, 1) // CONTEXT_STEP) * CONTEXT_STEP
         if size > self._train_context > 0:
             if check and capacity > self._train_context:
-                raise ValueError(f"{self.name} reads at most {self._train_context} tokens; "
-                                 f"this request needs {capacity} (prompt + new tokens)")
+                raise ValueError(
+                    f"{self.name} reads at most {self._train_context} tokens; "
+                    f"this request needs {capacity} (prompt + new tokens)"
+                )
             size = self._train_context
         return size
 
@@ -315,7 +331,7 @@ class LlamaCppModel(ModelRuntime):
 
 
 def _quantization_label(description: str) -> str:
-    """"qwen2 1.5B Q4_K - Medium" -> "Q4_K_M", "qwen2 ?B (guessed) all F32" -> "F32"; the description
+    """ "qwen2 1.5B Q4_K - Medium" -> "Q4_K_M", "qwen2 ?B (guessed) all F32" -> "F32"; the description
     itself when it has another form."""
     parts = description.split(" ", 2)
     if len(parts) < 3:
@@ -467,8 +483,11 @@ def main(argv: list[str] | None = None) -> int:
     stamp = commands.add_parser("stamp")
     stamp.add_argument("--native", action="store_true")
     commands.add_parser("built", help="exit 0 when the installed build imports and may run on this CPU")
-    check = commands.add_parser("check", help="prove the build on this machine: the real decode path on each "
-                                "offline model, one configuration after another, each in a child process")
+    check = commands.add_parser(
+        "check",
+        help="prove the build on this machine: the real decode path on each "
+        "offline model, one configuration after another, each in a child process",
+    )
     check.add_argument("--saved", action="store_true", help="print the saved proof instead of running it again")
     args = parser.parse_args(argv)
     if args.command == "cpu-key":

@@ -61,8 +61,9 @@ def config_named(name: str) -> LlamaConfig:
     for config in CONFIGURATIONS:
         if config.name == name:
             return config
-    raise ValueError(f"unknown llama.cpp configuration {name!r}; choose one of "
-                     f"{', '.join(c.name for c in CONFIGURATIONS)}")
+    raise ValueError(
+        f"unknown llama.cpp configuration {name!r}; choose one of {', '.join(c.name for c in CONFIGURATIONS)}"
+    )
 
 
 @dataclass(frozen=True)
@@ -89,11 +90,15 @@ class ProbeReport:
         return None
 
     def describe(self) -> str:
-        lines = [f"{o.config}: {'passed' if o.passed else 'FAILED'} ({o.detail}; {o.seconds:.1f} s)"
-                 for o in self.outcomes]
+        lines = [
+            f"{o.config}: {'passed' if o.passed else 'FAILED'} ({o.detail}; {o.seconds:.1f} s)" for o in self.outcomes
+        ]
         chosen = self.chosen
-        lines.append(f"using: {chosen.name} ({chosen.summary})" if chosen else
-                     "no configuration passed: llama.cpp is unavailable here; the transformers runtime runs instead")
+        lines.append(
+            f"using: {chosen.name} ({chosen.summary})"
+            if chosen
+            else "no configuration passed: llama.cpp is unavailable here; the transformers runtime runs instead"
+        )
         return "\n".join(lines)
 
     def to_json(self) -> str:
@@ -168,21 +173,31 @@ def run_config(config: LlamaConfig, paths: list[Path], timeout: float = CHILD_TI
     started = time.monotonic()
     command = child_command(config, paths)
     try:
-        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout,
-                              env={**os.environ, ENV_FORCE: config.name})
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, env={**os.environ, ENV_FORCE: config.name}
+        )
     except subprocess.TimeoutExpired:
         return ProbeOutcome(config.name, False, f"no answer within {timeout:.0f} s", time.monotonic() - started)
     seconds = time.monotonic() - started
     if done.returncode < 0:
-        return ProbeOutcome(config.name, False, f"the child process crashed with {_signal_name(done.returncode)} "
-                            "in llama.cpp's native code", seconds)
+        return ProbeOutcome(
+            config.name,
+            False,
+            f"the child process crashed with {_signal_name(done.returncode)} in llama.cpp's native code",
+            seconds,
+        )
     if done.returncode != 0:
         last = next((line for line in reversed(done.stderr.strip().splitlines()) if line.strip()), "no message")
         return ProbeOutcome(config.name, False, f"failed: {last.strip()[:300]}", seconds)
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    return ProbeOutcome(config.name, True, f"{len(paths)} model(s): prompt chunk, single steps, a "
-                        f"{DRAFT_TOKENS + 1}-token pass, a rollback; rows within {result['worst']:.3f} of the steps",
-                        seconds, tuple(result["buffers"]))
+    return ProbeOutcome(
+        config.name,
+        True,
+        f"{len(paths)} model(s): prompt chunk, single steps, a "
+        f"{DRAFT_TOKENS + 1}-token pass, a rollback; rows within {result['worst']:.3f} of the steps",
+        seconds,
+        tuple(result["buffers"]),
+    )
 
 
 @lru_cache(maxsize=1)
@@ -280,14 +295,17 @@ def _decide() -> tuple[LlamaConfig | None, str]:
         paths = probe_models()
         if not paths:
             first = CONFIGURATIONS[0]
-            return first, (f"configuration {first.name!r}, not yet proven here: the offline GGUF files are not "
-                           "prepared (scripts/setup.sh prepares them and runs the check)")
+            return first, (
+                f"configuration {first.name!r}, not yet proven here: the offline GGUF files are not "
+                "prepared (scripts/setup.sh prepares them and runs the check)"
+            )
         report = run_probe(paths, say=lambda line: print(f"[llama.cpp] {line}", file=sys.stderr, flush=True))
     chosen = report.chosen
     if chosen is None:
         failures = "; ".join(f"{o.config}: {o.detail}" for o in report.outcomes)
-        return None, (f"llama.cpp failed its check on this machine ({failures}); "
-                      "see `python -m specsteer.llamacpp check`")
+        return None, (
+            f"llama.cpp failed its check on this machine ({failures}); see `python -m specsteer.llamacpp check`"
+        )
     buffers = next((o.buffers for o in report.outcomes if o.passed), ())
     where = f", buffers {'+'.join(buffers)}" if buffers else ""
     return chosen, f"configuration {chosen.name!r} ({chosen.summary}{where}), proven here by a child-process check"
@@ -297,8 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) >= 2 and args[0] == "child":
         return _child(args[1], args[2:])
-    print("usage: python -m specsteer.llamacpp_probe child CONFIG GGUF...  (use `python -m specsteer.llamacpp check`)",
-          file=sys.stderr)
+    print(
+        "usage: python -m specsteer.llamacpp_probe child CONFIG GGUF...  (use `python -m specsteer.llamacpp check`)",
+        file=sys.stderr,
+    )
     return 2
 
 

@@ -118,20 +118,20 @@ def _special_tokens(tokenizer: PreTrainedTokenizerBase) -> dict[int, str]:
     return {index: token.content for index, token in tokenizer.added_tokens_decoder.items() if token.special}
 
 
-def shared_vocab_size(specialist: ModelRuntime, generalist: ModelRuntime | None,
-                      tokenizer: PreTrainedTokenizerBase) -> int:
+def shared_vocab_size(
+    specialist: ModelRuntime, generalist: ModelRuntime | None, tokenizer: PreTrainedTokenizerBase
+) -> int:
     """Ids both output layers have; padded rows beyond len(tokenizer) are allowed, too few rows are not.
     Without the Generalist (an Edge alone) the Specialist's; the Cloud's vocabulary then caps it."""
     size = min(model.output_rows for model in (specialist, generalist) if model is not None)
     if size < len(tokenizer):
-        raise ModelLoadError(
-            f"a model's output layer has {size} rows but the tokenizer has {len(tokenizer)} tokens"
-        )
+        raise ModelLoadError(f"a model's output layer has {size} rows but the tokenizer has {len(tokenizer)} tokens")
     return size
 
 
-def end_token_ids(tokenizer: PreTrainedTokenizerBase, models: Iterable[ModelRuntime], vocab_size: int,
-                  end_tokens: Iterable[str] = ()) -> frozenset[int]:
+def end_token_ids(
+    tokenizer: PreTrainedTokenizerBase, models: Iterable[ModelRuntime], vocab_size: int, end_tokens: Iterable[str] = ()
+) -> frozenset[int]:
     """Every id that ends a generation: the tokenizer's eos, the models' own end ids (generation
     config, or the GGUF's eos / eot), and the registry's ``end_tokens`` (ChatFormat.end_tokens, e.g.
     Llama 3's <|eot_id|>) that the vocabulary has."""
@@ -161,8 +161,9 @@ def assemble_pair(
     small = as_runtime(specialist)
     large = as_runtime(generalist) if generalist is not None else None
     if large is not None and small.runtime != large.runtime:
-        raise ModelLoadError(f"pairing {pairing_id!r}: both models must run on one runtime "
-                             f"({small.runtime} and {large.runtime} given)")
+        raise ModelLoadError(
+            f"pairing {pairing_id!r}: both models must run on one runtime ({small.runtime} and {large.runtime} given)"
+        )
     models = tuple(model for model in (small, large) if model is not None)
     for runtime in models:
         if isinstance(runtime, TransformersModel):
@@ -198,27 +199,37 @@ def assemble_cross_pair(
     small = as_runtime(specialist)
     large = as_runtime(generalist) if generalist is not None else None
     if large is not None and small.runtime != large.runtime:
-        raise ModelLoadError(f"pairing {pairing_id!r}: both models must run on one runtime "
-                             f"({small.runtime} and {large.runtime} given)")
+        raise ModelLoadError(
+            f"pairing {pairing_id!r}: both models must run on one runtime ({small.runtime} and {large.runtime} given)"
+        )
     for runtime in (small, large):
         if isinstance(runtime, TransformersModel):
             use_packed_gqa(runtime.model)
     small_vocab = shared_vocab_size(small, None, specialist_tokenizer)
     small_stops = end_token_ids(specialist_tokenizer, (small,), small_vocab, specialist_chat.end_tokens)
     # An Edge alone does not have the Generalist's rows; it needs only the Generalist's tokenizer.
-    large_vocab = shared_vocab_size(large, None, generalist_tokenizer) if large is not None else len(generalist_tokenizer)
-    large_stops = end_token_ids(generalist_tokenizer, (large,) if large is not None else (), large_vocab,
-                                generalist_chat.end_tokens)
+    large_vocab = (
+        shared_vocab_size(large, None, generalist_tokenizer) if large is not None else len(generalist_tokenizer)
+    )
+    large_stops = end_token_ids(
+        generalist_tokenizer, (large,) if large is not None else (), large_vocab, generalist_chat.end_tokens
+    )
     try:
         # The Generalist re-encodes any text the Specialist drafts, so it alone must spell every byte.
         vocabularies = CrossVocabularies(
             ByteVocabulary.of(specialist_tokenizer, small_vocab, small_stops, every_byte=False),
-            ByteVocabulary.of(generalist_tokenizer, large_vocab, large_stops))
+            ByteVocabulary.of(generalist_tokenizer, large_vocab, large_stops),
+        )
     except ValueError as error:
         raise ModelLoadError(f"pairing {pairing_id!r}: {error}") from error
     return LoadedPair(
-        pairing_id=pairing_id, specialist=small, generalist=large, tokenizer=specialist_tokenizer,
-        vocab_size=small_vocab, eos_token_ids=small_stops, chat=specialist_chat,
+        pairing_id=pairing_id,
+        specialist=small,
+        generalist=large,
+        tokenizer=specialist_tokenizer,
+        vocab_size=small_vocab,
+        eos_token_ids=small_stops,
+        chat=specialist_chat,
         cross=GeneralistTokens(generalist_tokenizer, generalist_chat, large_vocab, large_stops, vocabularies),
     )
 
@@ -229,8 +240,15 @@ def cross_tokenizer_view(pair: LoadedPair) -> LoadedPair:
     on one pair (benchmarks). Any runtime: the path needs only each model's logits."""
     if pair.cross is not None:
         return pair
-    return assemble_cross_pair(f"{pair.pairing_id}+cross-path", pair.specialist, pair.generalist, pair.tokenizer,
-                               pair.tokenizer, pair.chat, pair.chat)
+    return assemble_cross_pair(
+        f"{pair.pairing_id}+cross-path",
+        pair.specialist,
+        pair.generalist,
+        pair.tokenizer,
+        pair.tokenizer,
+        pair.chat,
+        pair.chat,
+    )
 
 
 def as_runtime(model: ModelRuntime | PreTrainedModel) -> ModelRuntime:
@@ -269,7 +287,9 @@ def load_pair(
     choice = runtime_choice(pairing, runtime, report, method)
     chosen = choice.runtime
     torch_dtype = resolve_dtype(dtype) if chosen == "transformers" else None
-    target_device = (torch.device(device) if device is not None else default_device()) if chosen == "transformers" else None
+    target_device = (
+        (torch.device(device) if device is not None else default_device()) if chosen == "transformers" else None
+    )
     key = (pairing.id, pairing.specialist, pairing.generalist, chosen, torch_dtype, str(target_device), edge_only)
     cached = _cached_pair(key)
     if cached is not None:
@@ -290,14 +310,16 @@ def load_pair(
     return pair
 
 
-def choose_runtime(pairing: Pairing, requested: str = "auto", progress: Progress | None = None,
-                   method: str = "specsteer") -> str:
+def choose_runtime(
+    pairing: Pairing, requested: str = "auto", progress: Progress | None = None, method: str = "specsteer"
+) -> str:
     """The runtime a pairing loads on (:func:`runtime_choice` without the reason)."""
     return runtime_choice(pairing, requested, progress, method).runtime
 
 
-def runtime_choice(pairing: Pairing, requested: str = "auto", progress: Progress | None = None,
-                   method: str = "specsteer") -> RuntimeChoice:
+def runtime_choice(
+    pairing: Pairing, requested: str = "auto", progress: Progress | None = None, method: str = "specsteer"
+) -> RuntimeChoice:
     """The runtime a pairing loads on for ``method``, and why.
 
     "auto": transformers for models that are not GGUF files or where a GPU is present; otherwise the
@@ -312,10 +334,15 @@ def runtime_choice(pairing: Pairing, requested: str = "auto", progress: Progress
         return RuntimeChoice(requested, "transformers was asked for")
     if pairing.separate_tokenizers:
         if requested == "llama.cpp":
-            raise ModelLoadError(f"pairing {pairing.id!r} uses two tokenizers: cross-tokenizer SpecSteer runs on the "
-                                 "transformers runtime only (choose auto or transformers).")
-        return RuntimeChoice("transformers", "the two models have different tokenizers, and cross-tokenizer "
-                             "SpecSteer runs on the transformers runtime only")
+            raise ModelLoadError(
+                f"pairing {pairing.id!r} uses two tokenizers: cross-tokenizer SpecSteer runs on the "
+                "transformers runtime only (choose auto or transformers)."
+            )
+        return RuntimeChoice(
+            "transformers",
+            "the two models have different tokenizers, and cross-tokenizer "
+            "SpecSteer runs on the transformers runtime only",
+        )
     specs = (pairing.specialist, pairing.generalist)
     not_gguf = [spec for spec in specs if spec.kind not in ("offline", "gguf")]
     if requested == "llama.cpp":
@@ -338,17 +365,24 @@ def runtime_choice(pairing: Pairing, requested: str = "auto", progress: Progress
     calibration = saved_calibration(pairing.id)
     choice = choose(calibration, method, RUNTIMES) if calibration is not None else None
     if choice is None:
-        return RuntimeChoice("llama.cpp", "both models are GGUF files and llama.cpp passed its check here "
-                             "(no calibration of this pairing on this machine: `python -m specsteer.calibration`)")
+        return RuntimeChoice(
+            "llama.cpp",
+            "both models are GGUF files and llama.cpp passed its check here "
+            "(no calibration of this pairing on this machine: `python -m specsteer.calibration`)",
+        )
     if choice.runtime == "transformers" and not converted_ready(pairing):
         # The first transformers load converts both GGUF files (about a minute each); say so, once.
-        (progress or quiet)("auto picks transformers here (measured faster for this method); its first load "
-                             "converts the GGUF files once, about a minute per model")
+        (progress or quiet)(
+            "auto picks transformers here (measured faster for this method); its first load "
+            "converts the GGUF files once, about a minute per model"
+        )
     return choice
 
 
 def converted_ready(pairing: Pairing) -> bool:
-    return all(converted_cache_ready(spec) for spec in (pairing.specialist, pairing.generalist) if spec.kind == "offline")
+    return all(
+        converted_cache_ready(spec) for spec in (pairing.specialist, pairing.generalist) if spec.kind == "offline"
+    )
 
 
 def _cached_pair(key: tuple) -> LoadedPair | None:
@@ -359,8 +393,14 @@ def _cached_pair(key: tuple) -> LoadedPair | None:
     return None
 
 
-def _load_pair_uncached(pairing: Pairing, runtime: str, dtype: torch.dtype | None, device: torch.device | None,
-                        progress: Progress, edge_only: bool = False) -> LoadedPair:
+def _load_pair_uncached(
+    pairing: Pairing,
+    runtime: str,
+    dtype: torch.dtype | None,
+    device: torch.device | None,
+    progress: Progress,
+    edge_only: bool = False,
+) -> LoadedPair:
     # Tokenizers first: they are small, and a mismatch must be found before a large download or load.
     # An Edge alone cannot compare (the Generalist's tokenizer ships with its weights): its Cloud did.
     tokenizer = load_tokenizer(pairing.specialist, progress)
@@ -377,15 +417,28 @@ def _load_pair_uncached(pairing: Pairing, runtime: str, dtype: torch.dtype | Non
     return assemble_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer, chat)
 
 
-def _load_cross_pair(pairing: Pairing, tokenizer: PreTrainedTokenizerBase, dtype: torch.dtype | None,
-                     device: torch.device | None, progress: Progress, edge_only: bool) -> LoadedPair:
+def _load_cross_pair(
+    pairing: Pairing,
+    tokenizer: PreTrainedTokenizerBase,
+    dtype: torch.dtype | None,
+    device: torch.device | None,
+    progress: Progress,
+    edge_only: bool,
+) -> LoadedPair:
     """A pairing of two tokenizers (transformers only). The Generalist's tokenizer is loaded even for an
     Edge alone: the Edge renders the plain prompt in the Generalist's ids for the CrossOpen."""
     large_tokenizer = load_tokenizer(pairing.generalist, progress)
     specs = (pairing.specialist,) if edge_only else (pairing.specialist, pairing.generalist)
     models = [TransformersModel(load_model(spec, dtype, progress, device), spec.name) for spec in specs]
-    return assemble_cross_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer,
-                               large_tokenizer, pairing.specialist.chat, pairing.generalist.chat)
+    return assemble_cross_pair(
+        pairing.id,
+        models[0],
+        models[1] if len(models) > 1 else None,
+        tokenizer,
+        large_tokenizer,
+        pairing.specialist.chat,
+        pairing.generalist.chat,
+    )
 
 
 def pair_chat_format(pairing: Pairing, progress: Progress | None = None) -> ChatFormat:
@@ -396,7 +449,8 @@ def pair_chat_format(pairing: Pairing, progress: Progress | None = None) -> Chat
     for name in small.disagreements(large):
         (progress or quiet)(
             f"chat template option {name!r}: the Specialist's {small.template_kwargs[name]!r} is used for every "
-            f"prompt, not the Generalist's {large.template_kwargs[name]!r} (both models share one tokenizer)")
+            f"prompt, not the Generalist's {large.template_kwargs[name]!r} (both models share one tokenizer)"
+        )
     return small.joined(large)
 
 

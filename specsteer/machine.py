@@ -91,7 +91,7 @@ def machine_info() -> MachineInfo:
 
 
 def _llamacpp_summary() -> str:
-    """"repack (CPU+CPU_REPACK)": the configuration that passed this machine's check, from its saved proof."""
+    """ "repack (CPU+CPU_REPACK)": the configuration that passed this machine's check, from its saved proof."""
     if _version("llama-cpp-python") is None:
         return ""
     from .llamacpp_probe import saved_report

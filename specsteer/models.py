@@ -103,7 +103,7 @@ def quiet(_: str) -> None:
 
 
 def default_dtype() -> str:
-    """"bf16" where bf16 matmuls are fast (CUDA, or a CPU with AVX512-BF16 / AMX), else "fp32"."""
+    """ "bf16" where bf16 matmuls are fast (CUDA, or a CPU with AVX512-BF16 / AMX), else "fp32"."""
     if torch.cuda.is_available():
         return "bf16"
     return "bf16" if _cpu_has_fast_bf16() else "fp32"
@@ -122,7 +122,7 @@ def default_device() -> torch.device:
 
 
 def resolve_dtype(dtype: str | torch.dtype | None) -> torch.dtype:
-    """"bf16" / "fp32" / "fp16" (or the torch dtype itself); None or "auto" means default_dtype()."""
+    """ "bf16" / "fp32" / "fp16" (or the torch dtype itself); None or "auto" means default_dtype()."""
     if isinstance(dtype, torch.dtype):
         if dtype in _DTYPE_NAMES.values():
             return dtype
@@ -278,8 +278,9 @@ def _assembled_without_packages(spec: ModelSpec, report: Progress) -> Path:
 
 def _write_stamp(stamp: Path, target: Path, sha256: str) -> None:
     info = target.stat()
-    stamp.write_text(json.dumps({"sha256": sha256, "path": str(target), "size": info.st_size,
-                                 "mtime_ns": info.st_mtime_ns}) + "\n")
+    stamp.write_text(
+        json.dumps({"sha256": sha256, "path": str(target), "size": info.st_size, "mtime_ns": info.st_mtime_ns}) + "\n"
+    )
 
 
 def _stamp_matches(stamp: Path, target: Path, sha256: str) -> bool:
@@ -288,11 +289,16 @@ def _stamp_matches(stamp: Path, target: Path, sha256: str) -> bool:
         info = target.stat()
     except (OSError, ValueError):
         return False
-    return (recorded.get("sha256") == sha256 and recorded.get("path") == str(target)
-            and recorded.get("size") == info.st_size and recorded.get("mtime_ns") == info.st_mtime_ns)
+    return (
+        recorded.get("sha256") == sha256
+        and recorded.get("path") == str(target)
+        and recorded.get("size") == info.st_size
+        and recorded.get("mtime_ns") == info.st_mtime_ns
+    )
 
 
 # --------------------------------------------------------------------------- offline: conversion cache
+
 
 def prepare_offline(spec: ModelSpec, progress: Progress | None = None) -> Path:
     """The converted ``save_pretrained`` directory of an offline model, converting it once if needed."""
@@ -339,8 +345,7 @@ def _read_gguf(path: Path) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
         # dequantize=True: a plain dense model, and no attempt to fetch packed-GGUF matmul kernels
         # (transformers 5.x would otherwise look for the `kernels` package and the hub).
         model = AutoModelForCausalLM.from_pretrained(
-            str(path.parent), gguf_file=path.name, dtype=torch.float32,
-            quantization_config=GgufConfig(dequantize=True),
+            str(path.parent), gguf_file=path.name, dtype=torch.float32, quantization_config=GgufConfig(dequantize=True)
         )
         tokenizer = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
     except (OSError, ValueError, KeyError, RuntimeError) as error:
@@ -409,7 +414,9 @@ def load_tokenizer(spec: ModelSpec, progress: Progress | None = None) -> PreTrai
             try:
                 tokenizer = AutoTokenizer.from_pretrained(str(gguf_path.parent), gguf_file=gguf_path.name)
             except (OSError, ValueError, KeyError) as error:
-                raise ModelLoadError(f"could not read the tokenizer of {spec.name} from {gguf_path}: {error}") from error
+                raise ModelLoadError(
+                    f"could not read the tokenizer of {spec.name} from {gguf_path}: {error}"
+                ) from error
             work = Path(tempfile.mkdtemp(prefix=f".{spec.name}.", dir=_ensure_dir(directory.parent)))
             tokenizer.save_pretrained(work)
             (work / CACHE_MARKER).write_text(json.dumps({"sha256": spec.sha256}) + "\n")
@@ -441,7 +448,8 @@ def gguf_path(spec: ModelSpec, progress: Progress | None = None) -> Path:
         return path
     raise ModelLoadError(
         f"the llama.cpp runtime reads GGUF files, and {spec.name} is a {spec.kind} model "
-        f"({spec.ref}); use the transformers runtime for it (--runtime transformers).")
+        f"({spec.ref}); use the transformers runtime for it (--runtime transformers)."
+    )
 
 
 def load_llamacpp(spec: ModelSpec, progress: Progress | None = None) -> ModelRuntime:
@@ -561,8 +569,12 @@ def main(argv: list[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     prepare = commands.add_parser("prepare", help="make an offline pairing ready to load (verify, assemble, convert)")
     prepare.add_argument("--pairing", default=DEFAULT_PAIRING, choices=sorted(PAIRINGS))
-    prepare.add_argument("--runtime", default="auto", choices=RUNTIME_CHOICES,
-                         help="llama.cpp needs the verified GGUF files; transformers a one-time conversion")
+    prepare.add_argument(
+        "--runtime",
+        default="auto",
+        choices=RUNTIME_CHOICES,
+        help="llama.cpp needs the verified GGUF files; transformers a one-time conversion",
+    )
     args = parser.parse_args(argv)
     return _prepare_command(args.pairing, args.runtime)
 

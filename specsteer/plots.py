@@ -55,8 +55,9 @@ def plot_text(text: object) -> str:
 
 def point_label(row: Row) -> str:
     """E.g. "SpecSteer α=0.1 β=1", "LightCoSteer β=1", "LLM"."""
-    parameters = [f"{symbol}={row[key]:g}" for symbol, key in (("α", "alpha"), ("β", "beta"))
-                  if row.get(key) is not None]
+    parameters = [
+        f"{symbol}={row[key]:g}" for symbol, key in (("α", "alpha"), ("β", "beta")) if row.get(key) is not None
+    ]
     return " ".join([method_label(row["method"]), *parameters])
 
 
@@ -77,18 +78,23 @@ def quality_speed_figure(rows: Sequence[Row], quality: str = "rougeL", speed: st
     for method in _methods(plotted):
         method_rows = [row for row in plotted if row["method"] == method]
         reference = method in BASELINES
-        figure.add_trace(go.Scatter(
-            x=[row[speed] for row in method_rows],
-            y=[row[quality] for row in method_rows],
-            mode="markers+text",
-            text=[point_label(row) for row in method_rows],
-            # Alternate above and below: the points of one method (α values) often lie close together.
-            textposition=["top center" if index % 2 == 0 else "bottom center" for index in range(len(method_rows))],
-            name=f"{method_label(method)} (reference)" if reference else method_label(method),
-            marker={"symbol": "star" if reference else "circle", "size": 16 if reference else 11,
-                    "color": _color(method)},
-            hovertemplate="%{text}<br>" + f"{speed}: %{{x:.3g}}<br>{quality}: %{{y:.2f}}<extra></extra>",
-        ))
+        figure.add_trace(
+            go.Scatter(
+                x=[row[speed] for row in method_rows],
+                y=[row[quality] for row in method_rows],
+                mode="markers+text",
+                text=[point_label(row) for row in method_rows],
+                # Alternate above and below: the points of one method (α values) often lie close together.
+                textposition=["top center" if index % 2 == 0 else "bottom center" for index in range(len(method_rows))],
+                name=f"{method_label(method)} (reference)" if reference else method_label(method),
+                marker={
+                    "symbol": "star" if reference else "circle",
+                    "size": 16 if reference else 11,
+                    "color": _color(method),
+                },
+                hovertemplate="%{text}<br>" + f"{speed}: %{{x:.3g}}<br>{quality}: %{{y:.2f}}<extra></extra>",
+            )
+        )
         if reference:
             for row in method_rows:
                 figure.add_hline(y=row[quality], line_dash="dash", line_color=_color(method), opacity=0.6)
@@ -99,8 +105,14 @@ def quality_speed_figure(rows: Sequence[Row], quality: str = "rougeL", speed: st
         template="plotly_white",
     )
     if speed == "speedup" and rows and not plotted:
-        figure.add_annotation(text="no LLM cells in this run: speedup is unavailable", showarrow=False,
-                              xref="paper", yref="paper", x=0.5, y=0.5)
+        figure.add_annotation(
+            text="no LLM cells in this run: speedup is unavailable",
+            showarrow=False,
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.5,
+        )
     # Point labels near the plot's edge would otherwise be cut off at the axes.
     return figure.update_traces(cliponaxis=False)
 
@@ -113,16 +125,22 @@ def acceptance_figure(rows: Sequence[Row]) -> go.Figure:
         method_rows = [row for row in with_alpha if row["method"] == method]
         for beta in sorted({row.get("beta") for row in method_rows}, key=lambda value: (value is None, value)):
             line = sorted((row for row in method_rows if row.get("beta") == beta), key=lambda row: row["alpha"])
-            figure.add_trace(go.Scatter(
-                x=[row["alpha"] for row in line],
-                y=[100 * row["acceptance"] for row in line],
-                mode="lines+markers",
-                name=point_label({"method": method, "beta": beta}),
-            ))
+            figure.add_trace(
+                go.Scatter(
+                    x=[row["alpha"] for row in line],
+                    y=[100 * row["acceptance"] for row in line],
+                    mode="lines+markers",
+                    name=point_label({"method": method, "beta": beta}),
+                )
+            )
     for row in rows:
         if row.get("alpha") is None and row.get("acceptance") is not None:
-            figure.add_hline(y=100 * row["acceptance"], line_dash="dot", line_color=_color(row["method"]),
-                             annotation_text=f"{point_label(row)} (no α)")
+            figure.add_hline(
+                y=100 * row["acceptance"],
+                line_dash="dot",
+                line_color=_color(row["method"]),
+                annotation_text=f"{point_label(row)} (no α)",
+            )
     figure.update_layout(
         title="Draft acceptance against α",
         xaxis={"title": "α (verification threshold, log scale)", "type": "log"},
@@ -170,17 +188,23 @@ def _privacy_columns(row: Row) -> dict[str, str]:
     """Shares of the records' private facts: sent to the cloud (all; those the task did not name), in
     the output, and sent only in rejected drafts (``specsteer.facts``)."""
     share = lambda key: _number(None if row.get(key) is None else 100 * row[key], 0, "%")  # noqa: E731
-    return {"facts → cloud": share("facts_sent"), "→ cloud, not in task": share("facts_sent_beyond_task"),
-            "facts in output": share("facts_in_output"), "only in rejected drafts": share("facts_rejected_only")}
+    return {
+        "facts → cloud": share("facts_sent"),
+        "→ cloud, not in task": share("facts_sent_beyond_task"),
+        "facts in output": share("facts_in_output"),
+        "only in rejected drafts": share("facts_rejected_only"),
+    }
 
 
 def table_figure(rows: Sequence[Row]) -> go.Figure:
     shown = display_rows(rows)
     headers = list(shown[0]) if shown else ["no results"]
-    figure = go.Figure(go.Table(
-        header={"values": headers, "align": "left"},
-        cells={"values": [[row[header] for row in shown] for header in headers], "align": "left"},
-    ))
+    figure = go.Figure(
+        go.Table(
+            header={"values": headers, "align": "left"},
+            cells={"values": [[row[header] for row in shown] for header in headers], "align": "left"},
+        )
+    )
     figure.update_layout(title="Per-method results", height=120 + 28 * len(shown))
     return figure
 
@@ -210,7 +234,8 @@ def write_html(path: str | Path, rows: Sequence[Row], title: str = "SpecSteer ev
     bodies = [figure.to_html(full_html=False, include_plotlyjs=index == 0) for index, figure in enumerate(figures)]
     document = (
         f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>\n'
-        f"<body><h1>{html.escape(title)}</h1>\n<p>{html.escape(TABLE_NOTE)}</p>\n" + "\n".join(bodies)
+        f"<body><h1>{html.escape(title)}</h1>\n<p>{html.escape(TABLE_NOTE)}</p>\n"
+        + "\n".join(bodies)
         + "\n</body></html>\n"
     )
     target = Path(path)
@@ -240,8 +265,13 @@ def _groups(rows: Sequence[Row]) -> dict[tuple, list[Row]]:
 def deployment_figure(rows: Sequence[Row], profile_label: str, run_name: str = "") -> go.Figure:
     """Projected tokens/s of each (method, α, β) against RTT (left), and what the same generations were
     measured at here (right). ``profile_label`` and ``run_name`` are escaped for plotly."""
-    figure = make_subplots(rows=1, cols=2, column_widths=[0.72, 0.28], horizontal_spacing=0.09,
-                           subplot_titles=("Projected under the profile", "Measured here (this machine, in process)"))
+    figure = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.72, 0.28],
+        horizontal_spacing=0.09,
+        subplot_titles=("Projected under the profile", "Measured here (this machine, in process)"),
+    )
     seen: dict[str, int] = {}
     for (method, _, _), group in _groups(rows).items():
         group = sorted(group, key=lambda row: row["rtt_ms"])
@@ -249,35 +279,69 @@ def deployment_figure(rows: Sequence[Row], profile_label: str, run_name: str = "
         variant = seen.get(method, 0)
         seen[method] = variant + 1
         style = {"color": _color(method), "dash": _DASHES[variant % len(_DASHES)]}
-        figure.add_trace(go.Scatter(
-            x=[row["rtt_ms"] for row in group], y=[row["projected_tok_per_s"] for row in group],
-            mode="lines+markers", name=f"{label} (projected)", legendgroup=label, line=style,
-            marker={"size": 5, "color": _color(method)},
-            hovertemplate=f"{label}<br>RTT %{{x:g}} ms: %{{y:.2f}} tok/s projected<extra></extra>",
-        ), row=1, col=1)
-        figure.add_trace(go.Bar(
-            x=[label], y=[group[0]["measured_tok_per_s"]], name=f"{label} (measured here)", legendgroup=label,
-            showlegend=False, marker={"color": _color(method), "opacity": 0.75},
-            hovertemplate=f"{label}: %{{y:.2f}} tok/s measured here<extra></extra>",
-        ), row=1, col=2)
-    subtitle = " · ".join([f"profile: {plot_text(profile_label)}", *([f"run {plot_text(run_name)}"] if run_name else [])])
+        figure.add_trace(
+            go.Scatter(
+                x=[row["rtt_ms"] for row in group],
+                y=[row["projected_tok_per_s"] for row in group],
+                mode="lines+markers",
+                name=f"{label} (projected)",
+                legendgroup=label,
+                line=style,
+                marker={"size": 5, "color": _color(method)},
+                hovertemplate=f"{label}<br>RTT %{{x:g}} ms: %{{y:.2f}} tok/s projected<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
+        figure.add_trace(
+            go.Bar(
+                x=[label],
+                y=[group[0]["measured_tok_per_s"]],
+                name=f"{label} (measured here)",
+                legendgroup=label,
+                showlegend=False,
+                marker={"color": _color(method), "opacity": 0.75},
+                hovertemplate=f"{label}: %{{y:.2f}} tok/s measured here<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
+    subtitle = " · ".join(
+        [f"profile: {plot_text(profile_label)}", *([f"run {plot_text(run_name)}"] if run_name else [])]
+    )
     title = f"Projected tokens/s against round-trip time — a projection, not a measurement<br><sup>{subtitle}</sup>"
-    figure.update_layout(title=title, template="plotly_white", height=600, margin={"t": 110, "b": 170},
-                         legend={"title": {"text": "projected"}})
+    figure.update_layout(
+        title=title,
+        template="plotly_white",
+        height=600,
+        margin={"t": 110, "b": 170},
+        legend={"title": {"text": "projected"}},
+    )
     figure.update_xaxes(title_text="round-trip time Edge ↔ Cloud (ms)", row=1, col=1)
     figure.update_yaxes(title_text="projected tokens / s", rangemode="tozero", row=1, col=1)
     figure.update_xaxes(tickangle=-30, row=1, col=2)
     figure.update_yaxes(title_text="measured tokens / s (here)", rangemode="tozero", row=1, col=2)
-    figure.add_annotation(text="<br>".join(textwrap.wrap(PROJECTION_CAPTION, 130)), showarrow=False,
-                          xref="paper", yref="paper", x=0, y=0, yshift=-105, xanchor="left", yanchor="top",
-                          align="left", font={"size": 11})
+    figure.add_annotation(
+        text="<br>".join(textwrap.wrap(PROJECTION_CAPTION, 130)),
+        showarrow=False,
+        xref="paper",
+        yref="paper",
+        x=0,
+        y=0,
+        yshift=-105,
+        xanchor="left",
+        yanchor="top",
+        align="left",
+        font={"size": 11},
+    )
     if not rows:
         figure.add_annotation(text="nothing to project", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
     return figure
 
 
-def speedup_rows(rows: Sequence[Row], rtts_ms: Sequence[float], method: str = "specsteer",
-                 reference: str = "llm") -> list[dict[str, str]]:
+def speedup_rows(
+    rows: Sequence[Row], rtts_ms: Sequence[float], method: str = "specsteer", reference: str = "llm"
+) -> list[dict[str, str]]:
     """One row per RTT: the reference's projected tokens/s, then each ``method`` point's projected tokens/s
     and its speedup over the reference ("–" where the run has no reference)."""
     groups = _groups(rows)

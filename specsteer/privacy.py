@@ -44,21 +44,27 @@ class UplinkAudit:
         which never reach the output, are among them.
         """
         if self.private_prompt_sent:
-            sent = (f"{self.messages} uplink message{'s' if self.messages != 1 else ''} ({self.bytes:,} bytes): "
-                    f"the whole private prompt ({self.prompt_tokens} token ids: your profile, your retrieved history "
-                    "and the task) crossed to the cloud.")
+            sent = (
+                f"{self.messages} uplink message{'s' if self.messages != 1 else ''} ({self.bytes:,} bytes): "
+                f"the whole private prompt ({self.prompt_tokens} token ids: your profile, your retrieved history "
+                "and the task) crossed to the cloud."
+            )
             if not self.ok:
                 return f"{sent} Also: {'; '.join(self.problems)}."
-            return (f"{sent} This method is not private by design: it shows what sending your data to the cloud "
-                    "would give, and everything in that prompt is now known to the cloud.")
+            return (
+                f"{sent} This method is not private by design: it shows what sending your data to the cloud "
+                "would give, and everything in that prompt is now known to the cloud."
+            )
         crossed = (
             f"{self.messages} uplink message{'s' if self.messages != 1 else ''} ({self.bytes:,} bytes): "
             f"the plain prompt ({self.prompt_tokens} token ids of your input, without the history), "
             f"{self.draft_tokens} drafted token ids and {self.chosen_tokens} chosen token ids."
         )
         if self.unanswered_tokens:
-            crossed += (f" The last {self.unanswered_tokens} drafted ids were sent but never answered (the generation "
-                        "ended there), so they appear in this transcript and not in the output.")
+            crossed += (
+                f" The last {self.unanswered_tokens} drafted ids were sent but never answered (the generation "
+                "ended there), so they appear in this transcript and not in the output."
+            )
         if not self.ok:
             return f"{crossed} LEAK: {'; '.join(self.problems)}."
         return (
@@ -68,9 +74,13 @@ class UplinkAudit:
         )
 
 
-def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[int], events: Sequence[TokenEvent],
-                 plain_large_prompt_ids: Sequence[int] | None = None,
-                 private_prompt_ids: Sequence[int] | None = None) -> UplinkAudit:
+def audit_uplink(
+    transcript: Sequence[LinkMessage],
+    plain_prompt_ids: Sequence[int],
+    events: Sequence[TokenEvent],
+    plain_large_prompt_ids: Sequence[int] | None = None,
+    private_prompt_ids: Sequence[int] | None = None,
+) -> UplinkAudit:
     """``plain_large_prompt_ids``: on a cross-tokenizer pair, the plain prompt in the Generalist's ids,
     which its opening message (``cross-open``) carries besides the Specialist's (for ``llm+``, the private
     prompt in those ids). ``private_prompt_ids``: given only for a method that declares it sends the
@@ -102,11 +112,14 @@ def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[i
             if list(payload["prompt"]) != expected_prompt:
                 audit.problems.append(f"message {index}: the prompt sent differs from the {kind} prompt")
             audit.private_prompt_sent = private_prompt_ids is not None and list(payload["prompt"]) != list(
-                plain_prompt_ids)
-            if message.kind == "cross-open" and (plain_large_prompt_ids is None
-                                                 or list(payload["large_prompt"]) != list(plain_large_prompt_ids)):
-                audit.problems.append(f"message {index}: the Generalist's prompt sent differs from the {kind} "
-                                      "prompt in its tokenization")
+                plain_prompt_ids
+            )
+            if message.kind == "cross-open" and (
+                plain_large_prompt_ids is None or list(payload["large_prompt"]) != list(plain_large_prompt_ids)
+            ):
+                audit.problems.append(
+                    f"message {index}: the Generalist's prompt sent differs from the {kind} prompt in its tokenization"
+                )
         elif message.kind == "draft":
             if message is unanswered:
                 audit.unanswered_tokens = len(payload["draft"])
@@ -125,9 +138,14 @@ def audit_uplink(transcript: Sequence[LinkMessage], plain_prompt_ids: Sequence[i
     return audit
 
 
-def audit_wire(uplink_bodies: Sequence[bytes], downlink_bodies: Sequence[bytes], plain_prompt_ids: Sequence[int],
-               events: Sequence[TokenEvent], plain_large_prompt_ids: Sequence[int] | None = None,
-               private_prompt_ids: Sequence[int] | None = None) -> UplinkAudit:
+def audit_wire(
+    uplink_bodies: Sequence[bytes],
+    downlink_bodies: Sequence[bytes],
+    plain_prompt_ids: Sequence[int],
+    events: Sequence[TokenEvent],
+    plain_large_prompt_ids: Sequence[int] | None = None,
+    private_prompt_ids: Sequence[int] | None = None,
+) -> UplinkAudit:
     """:func:`audit_uplink` on bytes captured where they crossed (a socket, an HTTP body, a transport),
     not on the Edge's own account of what it sent. Each body may hold several frames; bytes that are
     not frames of this protocol are a problem in themselves."""

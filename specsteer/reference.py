@@ -17,8 +17,19 @@ import torch
 Logits = Callable[[list[int]], torch.Tensor]  # token ids -> [V] logits of the next token
 
 
-def specsteer(z_large: Logits, z_private: Logits, z_generic: Logits, plain: list[int], private: list[int],
-              alpha: float, beta: float, k: int, max_new: int, stop: Collection[int], top_k: int = 0) -> list[int]:
+def specsteer(
+    z_large: Logits,
+    z_private: Logits,
+    z_generic: Logits,
+    plain: list[int],
+    private: list[int],
+    alpha: float,
+    beta: float,
+    k: int,
+    max_new: int,
+    stop: Collection[int],
+    top_k: int = 0,
+) -> list[int]:
     out: list[int] = []
     while len(out) < max_new:
         drafts: list[int] = []  # 1. draft: k greedy tokens from p_S+ (fewer at a stop token)
@@ -27,7 +38,7 @@ def specsteer(z_large: Logits, z_private: Logits, z_generic: Logits, plain: list
         accepted = 0  # 2. verify (Eq. 7): accept y while p_L(y) >= alpha * p_S0(y)
         for y in drafts:
             prefix = plain + out + drafts[:accepted]
-            log_ratio = (torch.log_softmax(z_large(prefix), -1)[y] - torch.log_softmax(z_generic(prefix), -1)[y])
+            log_ratio = torch.log_softmax(z_large(prefix), -1)[y] - torch.log_softmax(z_generic(prefix), -1)[y]
             if not float(log_ratio) >= (math.log(alpha) if alpha > 0 else -math.inf):
                 break
             accepted += 1

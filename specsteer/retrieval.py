@@ -45,9 +45,7 @@ def retrieve(task: str, query: str, items: Sequence[HistoryItem], k: int) -> lis
     return [item for item, _ in retrieve_scored(task, query, items, k)]
 
 
-def retrieve_scored(
-    task: str, query: str, items: Sequence[HistoryItem], k: int
-) -> list[tuple[HistoryItem, float]]:
+def retrieve_scored(task: str, query: str, items: Sequence[HistoryItem], k: int) -> list[tuple[HistoryItem, float]]:
     """Like :func:`retrieve`, with each item's BM25 score.
 
     ``k <= 0`` gives nothing; ``k`` beyond the profile gives every item,

@@ -60,7 +60,8 @@ def cpu_threads() -> int:
 def dtype_label(dtype: torch.dtype) -> str:
     """torch.bfloat16 -> "bf16", the names the command lines take."""
     return {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}.get(
-        dtype, str(dtype).removeprefix("torch."))
+        dtype, str(dtype).removeprefix("torch.")
+    )
 
 
 def check_rows(ids: list[int], rows: int) -> None:
@@ -217,8 +218,7 @@ class TransformersSequence(Sequence):
         # logits_to_keep: the LM head over a 150k vocabulary costs as much as a few layers, so
         # only the rows asked for are computed.
         with torch.inference_mode():
-            out = self._model(input_ids=input_ids, past_key_values=self._cache, use_cache=True,
-                              logits_to_keep=rows)
+            out = self._model(input_ids=input_ids, past_key_values=self._cache, use_cache=True, logits_to_keep=rows)
         self.tokens.extend(ids)
         return out.logits[0].float().cpu()  # [rows, V]
 

@@ -318,9 +318,12 @@ class PairCatalog:
             raise PairingUnavailable(f"Unknown pairing {pairing_id!r}. Choose one from the list.")
         available, reason = _status(pairing, edge_only)
         if not available:
-            raise PairingUnavailable(sentence(
-                f"The pairing “{pairing.label}” is unavailable here: {reason}. "
-                f"Choose an available pairing, e.g. “{PAIRINGS[DEFAULT_PAIRING].label}”"))
+            raise PairingUnavailable(
+                sentence(
+                    f"The pairing “{pairing.label}” is unavailable here: {reason}. "
+                    f"Choose an available pairing, e.g. “{PAIRINGS[DEFAULT_PAIRING].label}”"
+                )
+            )
 
     def runtime_note(self, pairing_id: str) -> str:
         """Which runtime "auto" picks for the pairing on this machine, and why, in a sentence or two."""
@@ -333,9 +336,11 @@ class PairCatalog:
         chosen = choose_runtime(pairing, "auto", progress=reasons.append)  # for SpecSteer, the app's method
         measured = _measured_choice(pairing)
         if chosen == "llama.cpp":
-            return ("Auto picks llama.cpp here: both models are GGUF files, there is no GPU and llama.cpp works on "
-                    "this machine, so it runs the 4-bit files as they are (transformers would run a dequantized "
-                    f"copy).{measured}")
+            return (
+                "Auto picks llama.cpp here: both models are GGUF files, there is no GPU and llama.cpp works on "
+                "this machine, so it runs the 4-bit files as they are (transformers would run a dequantized "
+                f"copy).{measured}"
+            )
         if reasons:  # llama.cpp was wanted, but is not installed or does not work here
             return sentence(f"Auto picks transformers here: {reasons[0]}")
         if any(spec.kind not in ("offline", "gguf") for spec in (pairing.specialist, pairing.generalist)):
@@ -344,8 +349,14 @@ class PairCatalog:
             return f"Auto picks transformers here for SpecSteer.{measured}"
         return "Auto picks transformers here: a GPU is present, and transformers runs the models on it."
 
-    def load(self, pairing_id: str, runtime: str, progress: Callable[[str], None],
-             edge_only: bool = False, method: str = "specsteer") -> LoadedPair:
+    def load(
+        self,
+        pairing_id: str,
+        runtime: str,
+        progress: Callable[[str], None],
+        edge_only: bool = False,
+        method: str = "specsteer",
+    ) -> LoadedPair:
         """The pair, loaded once; ``edge_only``: the Specialist and its tokenizer alone (the test pairs are
         built whole either way: they are tiny)."""
         build = self.test_pairs.get(pairing_id)
@@ -357,7 +368,7 @@ class PairCatalog:
 
 
 def _measured_choice(pairing: Pairing) -> str:
-    """" Measured here: …" -- what this machine's calibration says of SpecSteer and of the large model
+    """ " Measured here: …" -- what this machine's calibration says of SpecSteer and of the large model
     alone, or "" when the pairing was not calibrated here."""
     from .calibration import choose, saved_calibration
 
@@ -389,12 +400,15 @@ def _status(pairing: Pairing, edge_only: bool) -> tuple[bool, str]:
     return model_status(pairing.specialist)
 
 
-def _preview_of(prepared: Prepared, task: str, total: int, retrieval_k: int,
-                prompt_style: PromptStyle) -> RetrievalPreview:
+def _preview_of(
+    prepared: Prepared, task: str, total: int, retrieval_k: int, prompt_style: PromptStyle
+) -> RetrievalPreview:
     """What a prepared request shows its user: each picked history item as the Specialist's prompt
     renders it, with its BM25 score, and both prompts."""
-    shown = tuple(ScoredItem(render_item(task, item, style=prompt_style), score)
-                  for item, score in zip(prepared.retrieved, prepared.scores))  # noise items carry no score
+    shown = tuple(
+        ScoredItem(render_item(task, item, style=prompt_style), score)
+        for item, score in zip(prepared.retrieved, prepared.scores)
+    )  # noise items carry no score
     return RetrievalPreview(task, total, retrieval_k, shown, prepared.prompts)
 
 
@@ -408,9 +422,11 @@ def pairing_mismatch(cloud: str, served: str, chosen: str) -> str | None:
     """Why a Cloud serving ``served`` cannot verify for ``chosen``, or None when they are the same."""
     if served == chosen:
         return None
-    return (f"The Cloud at {cloud} serves the pairing {pairing_name(served)}, but the pairing chosen here is "
-            f"{pairing_name(chosen)}: the Cloud must verify with the Specialist this Edge drafts with. Choose "
-            f"{pairing_name(served)}, or start the Cloud with --pairing {chosen}.")
+    return (
+        f"The Cloud at {cloud} serves the pairing {pairing_name(served)}, but the pairing chosen here is "
+        f"{pairing_name(chosen)}: the Cloud must verify with the Specialist this Edge drafts with. Choose "
+        f"{pairing_name(served)}, or start the Cloud with --pairing {chosen}."
+    )
 
 
 # --------------------------------------------------------------------------- the service
@@ -420,9 +436,16 @@ class AppService:
     """Generations, comparisons and evaluation runs, saved as they finish; thread-safe (holds no state
     of its own besides the stores and the catalog, which are)."""
 
-    def __init__(self, store: GenerationStore, runs: RunStore, pairs: PairCatalog | None = None,
-                 loading_quiet_s: float = 0.3, cloud_secret: str | None = None,
-                 exposure: Exposure | None = None, uploads: Path | None = None) -> None:
+    def __init__(
+        self,
+        store: GenerationStore,
+        runs: RunStore,
+        pairs: PairCatalog | None = None,
+        loading_quiet_s: float = 0.3,
+        cloud_secret: str | None = None,
+        exposure: Exposure | None = None,
+        uploads: Path | None = None,
+    ) -> None:
         self.store = store
         self.runs = runs
         # Where uploaded records files are kept, so that a resumed evaluation finds its file again
@@ -440,8 +463,9 @@ class AppService:
 
     # ----------------------------------------------------------------------- preview
 
-    def preview(self, history: NamedHistory | None, task: str, input_text: str, retrieval_k: int,
-                prompt_style: str = "paper") -> RetrievalPreview:
+    def preview(
+        self, history: NamedHistory | None, task: str, input_text: str, retrieval_k: int, prompt_style: str = "paper"
+    ) -> RetrievalPreview:
         """The items BM25 picks for ``input_text`` and both prompts: the engine's ``prepare``, which a
         generation runs too. ValueError for an unknown task or prompt style."""
         items = history.history.items if history is not None else ()
@@ -449,8 +473,16 @@ class AppService:
             return RetrievalPreview(task, len(items), retrieval_k, (), None)
         profile = history.history.profile if history is not None else None
         style = as_prompt_style(prompt_style)
-        prepared = prepare(Request(task=task, input_text=input_text, history=items, retrieval_k=retrieval_k,
-                                   prompt_style=style, profile=profile))
+        prepared = prepare(
+            Request(
+                task=task,
+                input_text=input_text,
+                history=items,
+                retrieval_k=retrieval_k,
+                prompt_style=style,
+                profile=profile,
+            )
+        )
         return _preview_of(prepared, task, len(items), retrieval_k, style)
 
     @staticmethod
@@ -465,9 +497,14 @@ class AppService:
 
     # ----------------------------------------------------------------------- one generation
 
-    def generate(self, history: NamedHistory | None, task: str, input_text: str,
-                 settings: GenerationSettings | Mapping[str, object],
-                 cancel: threading.Event | None = None) -> Iterator[GenerationEvent]:
+    def generate(
+        self,
+        history: NamedHistory | None,
+        task: str,
+        input_text: str,
+        settings: GenerationSettings | Mapping[str, object],
+        cancel: threading.Event | None = None,
+    ) -> Iterator[GenerationEvent]:
         """One generation from settings to a saved row. A set ``cancel`` stops it within a draft step;
         a stopped generation is saved too (its ``stop_reason`` is "cancelled"), and so is what a
         generation emitted before its remote Cloud failed (``Failed.partial``, "cloud-error")."""
@@ -492,12 +529,20 @@ class AppService:
             if cloud is not None:
                 cloud.close()
 
-    def _generation(self, history: NamedHistory | None, task: str, input_text: str, settings: GenerationSettings,
-                    prepared: Prepared, cloud: CloudEndpoint | None,
-                    cancel: threading.Event) -> Iterator[GenerationEvent]:
+    def _generation(
+        self,
+        history: NamedHistory | None,
+        task: str,
+        input_text: str,
+        settings: GenerationSettings,
+        prepared: Prepared,
+        cloud: CloudEndpoint | None,
+        cancel: threading.Event,
+    ) -> Iterator[GenerationEvent]:
         try:
-            pair = yield from self._load(settings.pairing, settings.runtime, edge_only=settings.remote,
-                                         method=settings.method)
+            pair = yield from self._load(
+                settings.pairing, settings.runtime, edge_only=settings.remote, method=settings.method
+            )
         except ModelLoadError as error:
             yield Failed(sentence(str(error)))
             return
@@ -515,8 +560,11 @@ class AppService:
                 return
             result = self._keep(history, task, input_text, settings, pair, prepared, tokens, error.partial)
             kept = f"The {result.finished.stats.new_tokens} tokens generated before it failed are kept"
-            kept += (f" and saved as generation #{result.saved_id}" if result.saved_id is not None
-                     else f", but {result.save_error}")
+            kept += (
+                f" and saved as generation #{result.saved_id}"
+                if result.saved_id is not None
+                else f", but {result.save_error}"
+            )
             yield Failed(sentence(str(error)) + " " + sentence(kept), result)
             return
         except Exception as error:  # a model failure reaches people as a message, the log keeps the trace
@@ -525,9 +573,17 @@ class AppService:
             return
         yield Done(self._keep(history, task, input_text, settings, pair, prepared, tokens, finished))
 
-    def _keep(self, history: NamedHistory | None, task: str, input_text: str, settings: GenerationSettings,
-              pair: LoadedPair, prepared: Prepared, tokens: Sequence[TokenEvent],
-              finished: Finished) -> GenerationResult:
+    def _keep(
+        self,
+        history: NamedHistory | None,
+        task: str,
+        input_text: str,
+        settings: GenerationSettings,
+        pair: LoadedPair,
+        prepared: Prepared,
+        tokens: Sequence[TokenEvent],
+        finished: Finished,
+    ) -> GenerationResult:
         """Audit a generation's uplink and save it; a failed save still returns the output."""
         facts = split_private_facts(history.history.profile or "") if history is not None else ()
         privacy = self._privacy(pair, prepared, tokens, finished, facts)
@@ -542,9 +598,16 @@ class AppService:
 
     # ----------------------------------------------------------------------- a comparison
 
-    def compare(self, history: NamedHistory | None, task: str, input_text: str,
-                settings: GenerationSettings | Mapping[str, object], methods: Sequence[str], blind: bool,
-                cancel: threading.Event | None = None) -> Iterator[ComparisonEvent]:
+    def compare(
+        self,
+        history: NamedHistory | None,
+        task: str,
+        input_text: str,
+        settings: GenerationSettings | Mapping[str, object],
+        methods: Sequence[str],
+        blind: bool,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[ComparisonEvent]:
         """One input through several methods with the same settings (the settings' own method is not
         used), saved as one comparison once every output is done. ``blind`` shuffles the order shown.
         A stop ends the output in progress and saves nothing."""
@@ -570,15 +633,25 @@ class AppService:
             yield Failed(sentence(str(error)))
             return
         try:
-            yield from self._comparison(history, task, input_text, settings, prepared, order, bool(blind), cloud,
-                                        cancel)
+            yield from self._comparison(
+                history, task, input_text, settings, prepared, order, bool(blind), cloud, cancel
+            )
         finally:
             if cloud is not None:
                 cloud.close()
 
-    def _comparison(self, history: NamedHistory | None, task: str, input_text: str, settings: GenerationSettings,
-                    prepared: Prepared, order: Sequence[str], blind: bool, cloud: CloudEndpoint | None,
-                    cancel: threading.Event) -> Iterator[ComparisonEvent]:
+    def _comparison(
+        self,
+        history: NamedHistory | None,
+        task: str,
+        input_text: str,
+        settings: GenerationSettings,
+        prepared: Prepared,
+        order: Sequence[str],
+        blind: bool,
+        cloud: CloudEndpoint | None,
+        cancel: threading.Event,
+    ) -> Iterator[ComparisonEvent]:
         try:
             pair = yield from self._load(settings.pairing, settings.runtime, edge_only=settings.remote)
         except ModelLoadError as error:
@@ -594,15 +667,19 @@ class AppService:
             yield Generating(method, pair.runtime, pair.precision, slot, len(order))
             tokens.append([])
             try:
-                result = yield from self._run(pair, prepared, settings.for_method(method), cancel, tokens[slot], slot,
-                                              cloud=cloud)
+                result = yield from self._run(
+                    pair, prepared, settings.for_method(method), cancel, tokens[slot], slot, cloud=cloud
+                )
             except CloudError as error:
                 yield Failed(sentence(str(error)) + " Nothing of this comparison was saved.")
                 return
             except Exception as error:
                 log.exception("comparison generation failed")
-                yield Failed(sentence(f"Generation of output {slot + 1} of {len(order)} failed "
-                                      f"({type(error).__name__}): {error}"))
+                yield Failed(
+                    sentence(
+                        f"Generation of output {slot + 1} of {len(order)} failed ({type(error).__name__}): {error}"
+                    )
+                )
                 return
             finished.append(result)
             yield OutputDone(slot, method, result)
@@ -669,13 +746,23 @@ class AppService:
         if problem:
             return CloudCheck(address, False, problem, info)
         fits = ", the pairing chosen here" if pairing else ""
-        return CloudCheck(address, True, f"The Cloud at {address} answers: it serves {pairing_name(info.pairing)}"
-                                         f"{fits}, protocol version {info.protocol}.", info)
+        return CloudCheck(
+            address,
+            True,
+            f"The Cloud at {address} answers: it serves {pairing_name(info.pairing)}"
+            f"{fits}, protocol version {info.protocol}.",
+            info,
+        )
 
     # ----------------------------------------------------------------------- the deployment projection
 
-    def deployment(self, run_id: int, profile: str, rtts_ms: Sequence[float] = DEPLOYMENT_RTTS_MS,
-                   table_rtts_ms: Sequence[float] = DEFAULT_RTTS_MS) -> DeploymentReport:
+    def deployment(
+        self,
+        run_id: int,
+        profile: str,
+        rtts_ms: Sequence[float] = DEPLOYMENT_RTTS_MS,
+        table_rtts_ms: Sequence[float] = DEFAULT_RTTS_MS,
+    ) -> DeploymentReport:
         """A stored run's traced generations projected onto the bundled ``profile`` at each RTT
         (``deployment.deployment_rows``). ValueError, as a sentence, for an unknown profile."""
         try:
@@ -686,8 +773,9 @@ class AppService:
         traced = sum(1 for cell in cells if cell.stats.trace)
         rows = deployment_rows(cells, chosen.name, rtts_ms) if traced else []
         shown = tuple(float(rtt) for rtt in table_rtts_ms if float(rtt) in {float(r) for r in rtts_ms})
-        return DeploymentReport(run_id, chosen, tuple(float(rtt) for rtt in rtts_ms), shown, tuple(rows),
-                                len(cells), traced)
+        return DeploymentReport(
+            run_id, chosen, tuple(float(rtt) for rtt in rtts_ms), shown, tuple(rows), len(cells), traced
+        )
 
     # ----------------------------------------------------------------------- saved comparisons and judgements
 
@@ -712,8 +800,9 @@ class AppService:
         annotation_id = self.store.save_annotation(annotation)
         saved = self.store.comparison(annotation.comparison_id)
         by_method = {output.method: output for output in saved.outputs} if saved is not None else {}
-        return SavedAnnotation(annotation_id, tuple(by_method[method] for method in annotation.display_order
-                                                    if method in by_method))
+        return SavedAnnotation(
+            annotation_id, tuple(by_method[method] for method in annotation.display_order if method in by_method)
+        )
 
     def annotation_summary(self) -> AnnotationSummary:
         """Win rates, mean ratings and agreement over every saved judgement."""
@@ -726,8 +815,12 @@ class AppService:
         if kind not in ("csv", "jsonl"):
             raise ValueError(f"Unknown export format {kind!r}: choose csv or jsonl.")
         if not self.exposure.may_export_all(token):
-            configured = "" if self.exposure.admin_token else f" No token is configured (${ADMIN_TOKEN_ENV}), so none is."
-            raise ExportRefused(f"Exporting every annotation needs the operator's token on this public app.{configured}")
+            configured = (
+                "" if self.exposure.admin_token else f" No token is configured (${ADMIN_TOKEN_ENV}), so none is."
+            )
+            raise ExportRefused(
+                f"Exporting every annotation needs the operator's token on this public app.{configured}"
+            )
         folder = Path(tempfile.mkdtemp(prefix="specsteer-export-"))
         path = folder / f"annotations-{time.strftime('%Y%m%d-%H%M%S')}.{kind}"
         count = self.store.write_annotations(kind, path)
@@ -763,8 +856,9 @@ class AppService:
         source = Path(upload)
         size = source.stat().st_size
         if size > MAX_RECORDS_UPLOAD_BYTES:
-            raise ValueError(f"{source.name} is {size / 1e6:.1f} MB; the limit is "
-                             f"{MAX_RECORDS_UPLOAD_BYTES // (1024 * 1024)} MB.")
+            raise ValueError(
+                f"{source.name} is {size / 1e6:.1f} MB; the limit is {MAX_RECORDS_UPLOAD_BYTES // (1024 * 1024)} MB."
+            )
         folder = self.uploads / hashlib.sha256(source.read_bytes()).hexdigest()[:16]
         target = folder / source.name
         if target.is_file():
@@ -782,34 +876,46 @@ class AppService:
 
     def _valid(self, settings: GenerationSettings | Mapping[str, object]) -> GenerationSettings:
         """Validated settings whose Cloud this deployment lets its callers use; SettingsError otherwise."""
-        valid = settings.validate() if isinstance(settings, GenerationSettings) else \
-            GenerationSettings.from_values(settings)
+        valid = (
+            settings.validate()
+            if isinstance(settings, GenerationSettings)
+            else GenerationSettings.from_values(settings)
+        )
         problem = self.exposure.cloud_problem(valid.cloud)
         if problem:
             raise SettingsError([problem])
         return valid
 
     @staticmethod
-    def _prepare(history: NamedHistory | None, task: str, input_text: str,
-                 settings: GenerationSettings) -> Prepared:
+    def _prepare(history: NamedHistory | None, task: str, input_text: str, settings: GenerationSettings) -> Prepared:
         if task not in TASKS:
             raise SettingsError([f"Choose a task ({', '.join(TASKS)})."])
         if not (input_text or "").strip():
             raise SettingsError(["Enter a task input first."])
         items = history.history.items if history is not None else ()
         profile = history.history.profile if history is not None else None
-        return prepare(Request(task=task, input_text=input_text, history=items, retrieval_k=settings.retrieval_k,
-                               prompt_style=settings.prompt_style, profile=profile))
+        return prepare(
+            Request(
+                task=task,
+                input_text=input_text,
+                history=items,
+                retrieval_k=settings.retrieval_k,
+                prompt_style=settings.prompt_style,
+                profile=profile,
+            )
+        )
 
-    def _load(self, pairing_id: str, runtime: str, edge_only: bool = False,
-              method: str = "specsteer") -> Generator[Loading, None, LoadedPair]:
+    def _load(
+        self, pairing_id: str, runtime: str, edge_only: bool = False, method: str = "specsteer"
+    ) -> Generator[Loading, None, LoadedPair]:
         """For ``pair = yield from ...``: loads in a worker thread, reporting the loader's progress.
 
         A pair already loaded comes back at once without a word. Every failure is a ModelLoadError.
         """
         loading: Background[str, LoadedPair] = Background(
             lambda emit, _cancel: self.pairs.load(pairing_id, runtime, emit, edge_only=edge_only, method=method),
-            name="specsteer-load-pair")
+            name="specsteer-load-pair",
+        )
         started = time.monotonic()
         if not loading.wait(self.loading_quiet_s):
             yield Loading("Loading the models (first use; this takes a while once)…")
@@ -839,12 +945,20 @@ class AppService:
         return cloud
 
     @staticmethod
-    def _run(pair: LoadedPair, prepared: Prepared, settings: GenerationSettings, cancel: threading.Event,
-             tokens: list[TokenEvent], slot: int, cloud: CloudEndpoint | None = None) -> Generator[Token, None, Finished]:
+    def _run(
+        pair: LoadedPair,
+        prepared: Prepared,
+        settings: GenerationSettings,
+        cancel: threading.Event,
+        tokens: list[TokenEvent],
+        slot: int,
+        cloud: CloudEndpoint | None = None,
+    ) -> Generator[Token, None, Finished]:
         """For ``finished = yield from ...``: one method's tokens as events (kept in ``tokens``). A remote
         Cloud that fails raises its CloudError, with what was emitted before in ``partial``."""
-        events = generate(pair, prepared, settings.decode_config(), cancel=cancel, cloud=cloud,
-                          conditions=settings.link_conditions())
+        events = generate(
+            pair, prepared, settings.decode_config(), cancel=cancel, cloud=cloud, conditions=settings.link_conditions()
+        )
         for event in events:
             if isinstance(event, Finished):
                 return event
@@ -853,8 +967,13 @@ class AppService:
         raise RuntimeError("the generation ended without its statistics")
 
     @staticmethod
-    def _privacy(pair: LoadedPair, prepared: Prepared, tokens: Sequence[TokenEvent],
-                 finished: Finished, facts: Sequence[str] = ()) -> PrivacyReport | None:
+    def _privacy(
+        pair: LoadedPair,
+        prepared: Prepared,
+        tokens: Sequence[TokenEvent],
+        finished: Finished,
+        facts: Sequence[str] = (),
+    ) -> PrivacyReport | None:
         if METHOD_INFO[finished.stats.method].device_only:
             return None
         tokenizer = pair.tokenizer
@@ -863,32 +982,78 @@ class AppService:
         expected = prepared.prompts.private if sends_private else prepared.prompts.plain
         large_ids = chat_ids(pair.cross.tokenizer, expected, pair.cross.chat) if pair.cross else None
         private = chat_ids(tokenizer, prepared.prompts.private, pair.chat) if sends_private else None
-        audit = audit_uplink(finished.transcript, chat_ids(tokenizer, prepared.prompts.plain, pair.chat), tokens,
-                             large_ids, private_prompt_ids=private)
-        exposure = (method_exposure(finished.stats.method, facts, prepared.prompts, finished.stats.sent_text,
-                                    finished.text) if facts else None)
-        return PrivacyReport(audit, tuple(finished.transcript),
-                             lambda ids: str(tokenizer.decode(list(ids), skip_special_tokens=False)), exposure)
+        audit = audit_uplink(
+            finished.transcript,
+            chat_ids(tokenizer, prepared.prompts.plain, pair.chat),
+            tokens,
+            large_ids,
+            private_prompt_ids=private,
+        )
+        exposure = (
+            method_exposure(finished.stats.method, facts, prepared.prompts, finished.stats.sent_text, finished.text)
+            if facts
+            else None
+        )
+        return PrivacyReport(
+            audit,
+            tuple(finished.transcript),
+            lambda ids: str(tokenizer.decode(list(ids), skip_special_tokens=False)),
+            exposure,
+        )
 
-    def _save_generation(self, history: NamedHistory | None, history_id: int | None, task: str, input_text: str,
-                         settings: GenerationSettings, finished: Finished, tokens: Sequence[TokenEvent]) -> int:
+    def _save_generation(
+        self,
+        history: NamedHistory | None,
+        history_id: int | None,
+        task: str,
+        input_text: str,
+        settings: GenerationSettings,
+        finished: Finished,
+        tokens: Sequence[TokenEvent],
+    ) -> int:
         """One output saved with what reproduces it (``history_id`` from ``save_history``); its new id."""
-        return self.store.save_generation(NewGeneration(
-            task=task, input_text=input_text, settings=settings, text=finished.text, tokens=tuple(tokens),
-            stats=finished.stats, transcript=tuple(finished.transcript), history_id=history_id,
-            history_name=history.name if history is not None else None))
+        return self.store.save_generation(
+            NewGeneration(
+                task=task,
+                input_text=input_text,
+                settings=settings,
+                text=finished.text,
+                tokens=tuple(tokens),
+                stats=finished.stats,
+                transcript=tuple(finished.transcript),
+                history_id=history_id,
+                history_name=history.name if history is not None else None,
+            )
+        )
 
-    def _save_comparison(self, history: NamedHistory | None, task: str, input_text: str,
-                         settings: GenerationSettings, order: Sequence[str], finished: Sequence[Finished],
-                         tokens: Sequence[Sequence[TokenEvent]], blind: bool) -> SavedComparison:
+    def _save_comparison(
+        self,
+        history: NamedHistory | None,
+        task: str,
+        input_text: str,
+        settings: GenerationSettings,
+        order: Sequence[str],
+        finished: Sequence[Finished],
+        tokens: Sequence[Sequence[TokenEvent]],
+        blind: bool,
+    ) -> SavedComparison:
         history_id = self.store.save_history(history) if history is not None else None
         generation_ids = tuple(
             self._save_generation(history, history_id, task, input_text, settings.for_method(method), result, shown)
-            for method, result, shown in zip(order, finished, tokens, strict=True))
-        comparison_id = self.store.save_comparison(NewComparison(
-            task=task, input_text=input_text, settings=settings, generation_ids=generation_ids,
-            methods=tuple(order), blind=blind, history_id=history_id,
-            history_name=history.name if history is not None else None))
-        return SavedComparison(comparison_id, tuple(order), tuple(result.text for result in finished),
-                               generation_ids, blind)
-
+            for method, result, shown in zip(order, finished, tokens, strict=True)
+        )
+        comparison_id = self.store.save_comparison(
+            NewComparison(
+                task=task,
+                input_text=input_text,
+                settings=settings,
+                generation_ids=generation_ids,
+                methods=tuple(order),
+                blind=blind,
+                history_id=history_id,
+                history_name=history.name if history is not None else None,
+            )
+        )
+        return SavedComparison(
+            comparison_id, tuple(order), tuple(result.text for result in finished), generation_ids, blind
+        )

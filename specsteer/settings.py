@@ -146,8 +146,9 @@ class GenerationSettings:
         choices = {"runtime": RUNTIME_CHOICES, "method": METHODS, "decoding": DECODINGS, "prompt_style": PROMPT_STYLES}
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
-                problems.append(f"{SETTING_NAMES[name]} must be one of {', '.join(allowed)}, "
-                                f"not {getattr(self, name)!r}.")
+                problems.append(
+                    f"{SETTING_NAMES[name]} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}."
+                )
         if self.retrieval_k < 0:
             problems.append(f"{SETTING_NAMES['retrieval_k']} must be 0 or more.")
         if not problems:  # the ranges the engine enforces, in its own words
@@ -184,10 +185,19 @@ class GenerationSettings:
         from .engine import DecodeConfig
 
         return DecodeConfig(
-            method=self.method, alpha=self.alpha, beta=self.beta, draft_len=self.draft_len,
-            adaptive_draft=self.adaptive_draft, max_new_tokens=self.max_new_tokens, sample=self.sample,
-            seed=self.seed, temperature=self.temperature, top_p=self.top_p, downlink_top_k=self.downlink_top_k,
-            exact=self.exact and self.sample, private_guard=self.private_guard,
+            method=self.method,
+            alpha=self.alpha,
+            beta=self.beta,
+            draft_len=self.draft_len,
+            adaptive_draft=self.adaptive_draft,
+            max_new_tokens=self.max_new_tokens,
+            sample=self.sample,
+            seed=self.seed,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            downlink_top_k=self.downlink_top_k,
+            exact=self.exact and self.sample,
+            private_guard=self.private_guard,
         )
 
 
@@ -203,17 +213,23 @@ def cloud_address(url: str) -> str:
         parts = urlsplit(text)
         port = parts.port
     except ValueError:
-        raise ValueError(f"Cloud must be an http:// or https:// address {example}; this one does not read as "
-                         "one.") from None
+        raise ValueError(
+            f"Cloud must be an http:// or https:// address {example}; this one does not read as one."
+        ) from None
     if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"Cloud must be an http:// or https:// address {example}, or empty to run the Cloud "
-                         "in this process.")
+        raise ValueError(
+            f"Cloud must be an http:// or https:// address {example}, or empty to run the Cloud in this process."
+        )
     if parts.username is not None or parts.password is not None:
-        raise ValueError("Cloud must not carry a user name or password: the shared secret is read from "
-                         "$SPECSTEER_CLOUD_SECRET on this machine, never from the address.")
+        raise ValueError(
+            "Cloud must not carry a user name or password: the shared secret is read from "
+            "$SPECSTEER_CLOUD_SECRET on this machine, never from the address."
+        )
     if parts.query or parts.fragment or parts.path not in ("", "/"):
-        raise ValueError(f"Cloud must be the service's address alone (scheme, host and port, {example}), "
-                         "without a path, query or fragment.")
+        raise ValueError(
+            f"Cloud must be the service's address alone (scheme, host and port, {example}), "
+            "without a path, query or fragment."
+        )
     if not parts.hostname:
         raise ValueError(f"Cloud needs a host name, {example}.")
     scheme = parts.scheme.lower()

@@ -63,8 +63,7 @@ def cell_key(record_id: str, point: GridPoint) -> str:
 
     A run holds at most one cell per key: it is how a resumed run knows what is already done.
     """
-    return (f"{_key_text(record_id)}|{_key_text(point.method)}"
-            f"|a={_key_number(point.alpha)}|b={_key_number(point.beta)}")
+    return f"{_key_text(record_id)}|{_key_text(point.method)}|a={_key_number(point.alpha)}|b={_key_number(point.beta)}"
 
 
 @dataclass(frozen=True)

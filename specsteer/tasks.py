@@ -56,8 +56,13 @@ LAMP_TASKS = ("lamp4", "lamp5", "lamp7")
 ALL_TASKS = TASKS + LAMP_TASKS
 
 # The task a history of each schema is naturally used for.
-TASK_FOR_SCHEMA = {"review": "review", "abstract": "abstract", "writing": "writing", "cogenesis": "cogenesis",
-                   "plain": "free"}
+TASK_FOR_SCHEMA = {
+    "review": "review",
+    "abstract": "abstract",
+    "writing": "writing",
+    "cogenesis": "cogenesis",
+    "plain": "free",
+}
 
 ITEM_WORD_BUDGET = 150
 TRUNCATION_MARK = " ..."
@@ -284,10 +289,7 @@ def _fit_to_budget(values: list[str], budget: int | None) -> list[str]:
     counts = [len(_WORD.findall(value)) for value in values]
     if budget is None or sum(counts) <= budget:
         return values
-    return [
-        _first_words(value, allowed)
-        for value, allowed in zip(values, _fair_shares(counts, budget), strict=True)
-    ]
+    return [_first_words(value, allowed) for value, allowed in zip(values, _fair_shares(counts, budget), strict=True)]
 
 
 def _fair_shares(counts: list[int], budget: int) -> list[int]:

@@ -50,8 +50,13 @@ QWEN3_CHAT_TEMPLATE = _CHATML_TURNS + (
 
 # Llama 3's turn layout. <|eot_id|> takes the id of Qwen's <|im_end|>, so tiny_model's eos_bias
 # favours it; the tokenizer's eos is <|end_of_text|>, as in Llama 3's base tokenizer.
-LLAMA3_SPECIAL_TOKENS = ("<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|start_header_id|>",
-                         "<|end_header_id|>")
+LLAMA3_SPECIAL_TOKENS = (
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|eot_id|>",
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+)
 BEGIN_OF_TEXT_ID, END_OF_TEXT_ID, EOT_ID = 256, 257, 258
 LLAMA3_CHAT_TEMPLATE = (
     "{{- bos_token }}"
@@ -75,20 +80,22 @@ def tiny_tokenizer():
 
 def tiny_qwen3_tokenizer():
     """tiny_tokenizer() with a Qwen3-style template that honours ``enable_thinking``."""
-    return _byte_level_tokenizer(SPECIAL_TOKENS, QWEN3_CHAT_TEMPLATE, eos_token="<|im_end|>",
-                                 pad_token="<|endoftext|>")
+    return _byte_level_tokenizer(SPECIAL_TOKENS, QWEN3_CHAT_TEMPLATE, eos_token="<|im_end|>", pad_token="<|endoftext|>")
 
 
 def tiny_llama3_tokenizer():
     """A byte-level tokenizer with Llama 3's special tokens and turn layout (ids 256–260)."""
-    return _byte_level_tokenizer(LLAMA3_SPECIAL_TOKENS, LLAMA3_CHAT_TEMPLATE, eos_token="<|end_of_text|>",
-                                 bos_token="<|begin_of_text|>")
+    return _byte_level_tokenizer(
+        LLAMA3_SPECIAL_TOKENS, LLAMA3_CHAT_TEMPLATE, eos_token="<|end_of_text|>", bos_token="<|begin_of_text|>"
+    )
 
 
 # The text a merged-pairs tokenizer learns its merges from: English with the spaces and punctuation
 # the tests' prompts use, so its merges fire on them.
-MERGE_TEXT = ("Write about the weather and the sea. I love long walks, strong coffee and quiet mornings. "
-              "History: the user writes short reviews of the things they read, and the topic of the day. ") * 3
+MERGE_TEXT = (
+    "Write about the weather and the sea. I love long walks, strong coffee and quiet mornings. "
+    "History: the user writes short reviews of the things they read, and the topic of the day. "
+) * 3
 MERGED_TOKENIZER_MERGES = 48
 
 
@@ -96,8 +103,13 @@ def tiny_merged_tokenizer(merges: int = MERGED_TOKENIZER_MERGES, text: str = MER
     """A byte-level BPE tokenizer with ``merges`` pair merges learned from ``text``: the same 256 byte
     ids and special tokens (256–258) as tiny_tokenizer(), then one id per merged pair (259 on), so the
     same text tokenizes into fewer, different ids — a second tokenizer for cross-tokenizer tests."""
-    return _byte_level_tokenizer(SPECIAL_TOKENS, CHAT_TEMPLATE, merges=learn_merges(text, merges),
-                                 eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    return _byte_level_tokenizer(
+        SPECIAL_TOKENS,
+        CHAT_TEMPLATE,
+        merges=learn_merges(text, merges),
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+    )
 
 
 def learn_merges(text: str, count: int) -> list[tuple[str, str]]:
@@ -261,21 +273,31 @@ CROSS_PAIRING_ID = "tiny-cross-test"
 CHAT_QUIET_IDS = (ENDOFTEXT_ID, IM_START_ID)
 
 
-def tiny_cross_pair(seed: int = 0, generalist_seed: int = 1, specialist_tokenizer=None, generalist_tokenizer=None,
-                    specialist_vocab: int = 320, generalist_vocab: int = 352, eos_bias: float = 0.0,
-                    quiet_ids: tuple[int, ...] = CHAT_QUIET_IDS) -> LoadedPair:
+def tiny_cross_pair(
+    seed: int = 0,
+    generalist_seed: int = 1,
+    specialist_tokenizer=None,
+    generalist_tokenizer=None,
+    specialist_vocab: int = 320,
+    generalist_vocab: int = 352,
+    eos_bias: float = 0.0,
+    quiet_ids: tuple[int, ...] = CHAT_QUIET_IDS,
+) -> LoadedPair:
     """Two tiny models with different tokenizers: by default the Specialist reads tiny_tokenizer()
     (one id per byte) and the Generalist tiny_merged_tokenizer() (merged pairs over the same bytes)."""
     from .loading import assemble_cross_pair
 
     small_tokenizer = specialist_tokenizer or tiny_tokenizer()
     large_tokenizer = generalist_tokenizer or tiny_merged_tokenizer()
-    specialist = tiny_model(seed, specialist_vocab, eos_bias=eos_bias, tokenizer_size=len(small_tokenizer),
-                            quiet_ids=quiet_ids)
-    generalist = tiny_model(generalist_seed, generalist_vocab, eos_bias=eos_bias, tokenizer_size=len(large_tokenizer),
-                            quiet_ids=quiet_ids)
-    return assemble_cross_pair(CROSS_PAIRING_ID, specialist, generalist, small_tokenizer, large_tokenizer,
-                               CHATML_CHAT, CHATML_CHAT)
+    specialist = tiny_model(
+        seed, specialist_vocab, eos_bias=eos_bias, tokenizer_size=len(small_tokenizer), quiet_ids=quiet_ids
+    )
+    generalist = tiny_model(
+        generalist_seed, generalist_vocab, eos_bias=eos_bias, tokenizer_size=len(large_tokenizer), quiet_ids=quiet_ids
+    )
+    return assemble_cross_pair(
+        CROSS_PAIRING_ID, specialist, generalist, small_tokenizer, large_tokenizer, CHATML_CHAT, CHATML_CHAT
+    )
 
 
 def narrow_cross_pair() -> LoadedPair:
@@ -334,13 +356,24 @@ def write_tiny_gguf(path, seed: int, vocab_size: int = 320, eos_bias: float = 0.
 
 
 def _gguf_tensor_name(name: str) -> str:
-    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight",
-           "lm_head.weight": "output.weight"}
+    top = {
+        "model.embed_tokens.weight": "token_embd.weight",
+        "model.norm.weight": "output_norm.weight",
+        "lm_head.weight": "output.weight",
+    }
     if name in top:
         return top[name]
-    block = {"self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k", "self_attn.v_proj": "attn_v",
-             "self_attn.o_proj": "attn_output", "mlp.gate_proj": "ffn_gate", "mlp.up_proj": "ffn_up",
-             "mlp.down_proj": "ffn_down", "input_layernorm": "attn_norm", "post_attention_layernorm": "ffn_norm"}
+    block = {
+        "self_attn.q_proj": "attn_q",
+        "self_attn.k_proj": "attn_k",
+        "self_attn.v_proj": "attn_v",
+        "self_attn.o_proj": "attn_output",
+        "mlp.gate_proj": "ffn_gate",
+        "mlp.up_proj": "ffn_up",
+        "mlp.down_proj": "ffn_down",
+        "input_layernorm": "attn_norm",
+        "post_attention_layernorm": "ffn_norm",
+    }
     _, _, index, rest = name.split(".", 3)
     module, kind = rest.rsplit(".", 1)
     return f"blk.{index}.{block[module]}.{kind}"

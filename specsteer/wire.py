@@ -139,9 +139,19 @@ class Open:
         return self.rule in STREAMING_RULES
 
     def summary(self) -> dict:
-        return {"rule": self.rule, "alpha": self.alpha, "beta": self.beta, "temperature": self.temperature,
-                "top_k": self.top_k, "bonus": self.bonus, "top_p": self.top_p, "seed": self.seed,
-                "max_new_tokens": self.max_new_tokens, "stop_ids": list(self.stop_ids), "prompt": list(self.prompt)}
+        return {
+            "rule": self.rule,
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "temperature": self.temperature,
+            "top_k": self.top_k,
+            "bonus": self.bonus,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "max_new_tokens": self.max_new_tokens,
+            "stop_ids": list(self.stop_ids),
+            "prompt": list(self.prompt),
+        }
 
 
 @dataclass(frozen=True)
@@ -211,8 +221,13 @@ class Verdict:
         object.__setattr__(self, "extra", _floats(self.extra))
 
     def __eq__(self, other: object) -> bool:
-        return (isinstance(other, Verdict) and self.accepted == other.accepted and self.ids == other.ids
-                and np.array_equal(self.values, other.values) and np.array_equal(self.extra, other.extra))
+        return (
+            isinstance(other, Verdict)
+            and self.accepted == other.accepted
+            and self.ids == other.ids
+            and np.array_equal(self.values, other.values)
+            and np.array_equal(self.extra, other.extra)
+        )
 
     # Unhashable (it holds arrays): a class that defines __eq__ and no __hash__ gets __hash__ = None.
 
@@ -264,9 +279,17 @@ def encode(message: Message) -> bytes:
     """The frame of one message."""
     head = _HEADER.pack(PROTOCOL_VERSION, message.code)
     if isinstance(message, Open):
-        settings = _OPEN_SETTINGS.pack(RULES.index(message.rule), message.alpha, message.beta, message.temperature,
-                                       message.top_k, message.bonus, message.top_p, message.seed,
-                                       message.max_new_tokens)
+        settings = _OPEN_SETTINGS.pack(
+            RULES.index(message.rule),
+            message.alpha,
+            message.beta,
+            message.temperature,
+            message.top_k,
+            message.bonus,
+            message.top_p,
+            message.seed,
+            message.max_new_tokens,
+        )
         frame = head + message.session + settings + _pack_ids(message.stop_ids) + _pack_ids(message.prompt)
         if isinstance(message, CrossOpen):
             frame += _CROSS_LAYOUT.pack(CROSS_LAYOUT) + _pack_ids(message.large_prompt)
@@ -274,8 +297,13 @@ def encode(message: Message) -> bytes:
     if isinstance(message, Draft):
         return head + message.session + _KEEP.pack(message.keep) + _pack_ids(message.append) + _pack_ids(message.draft)
     if isinstance(message, Verdict):
-        return (head + _COUNT.pack(message.accepted) + _pack_ids(message.ids) + _pack_floats(message.values)
-                + _pack_floats(message.extra))
+        return (
+            head
+            + _COUNT.pack(message.accepted)
+            + _pack_ids(message.ids)
+            + _pack_floats(message.values)
+            + _pack_floats(message.extra)
+        )
     if isinstance(message, Tokens):
         return head + _pack_ids(message.ids)
     raise TypeError(f"not a protocol message: {type(message).__name__}")
@@ -296,7 +324,7 @@ class _Reader:
 
     def raw(self, size: int) -> bytes:
         self._need(size)
-        value = bytes(self.data[self.offset:self.offset + size])
+        value = bytes(self.data[self.offset : self.offset + size])
         self.offset += size
         return value
 
@@ -348,9 +376,20 @@ def decode_prefix(data: bytes, direction: str | None = None, offset: int = 0) ->
         if rule >= len(RULES):
             raise FrameError(f"unknown verification rule {rule}")
         stop_ids = reader.ids()
-        fields = dict(session=session, rule=RULES[rule], stop_ids=stop_ids, prompt=reader.ids(),
-                      max_new_tokens=max_new_tokens, alpha=alpha, beta=beta, temperature=temperature, top_p=top_p,
-                      top_k=top_k, bonus=bonus, seed=seed)
+        fields = dict(
+            session=session,
+            rule=RULES[rule],
+            stop_ids=stop_ids,
+            prompt=reader.ids(),
+            max_new_tokens=max_new_tokens,
+            alpha=alpha,
+            beta=beta,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            bonus=bonus,
+            seed=seed,
+        )
         if kind is CrossOpen:
             (layout,) = reader.take(_CROSS_LAYOUT)
             if layout != CROSS_LAYOUT:
@@ -404,8 +443,11 @@ class CloudReport:
     reused: tuple[tuple[str, int], ...] = ()
 
     def to_json(self) -> dict:
-        return {"passes": [[p.after, p.stream, p.tokens, p.seconds] for p in self.passes],
-                "ratios": list(self.ratios), "reused": dict(self.reused)}
+        return {
+            "passes": [[p.after, p.stream, p.tokens, p.seconds] for p in self.passes],
+            "ratios": list(self.ratios),
+            "reused": dict(self.reused),
+        }
 
     @classmethod
     def from_json(cls, data: dict) -> CloudReport:
@@ -436,7 +478,13 @@ class CloudInfo:
     @classmethod
     def from_json(cls, data: dict) -> CloudInfo:
         try:
-            return cls(str(data["pairing"]), int(data["vocab_size"]), int(data["protocol"]),
-                       str(data.get("instance", "")), str(data.get("runtime", "")), dict(data.get("limits", {})))
+            return cls(
+                str(data["pairing"]),
+                int(data["vocab_size"]),
+                int(data["protocol"]),
+                str(data.get("instance", "")),
+                str(data.get("runtime", "")),
+                dict(data.get("limits", {})),
+            )
         except (KeyError, TypeError, ValueError) as error:
             raise FrameError(f"unreadable Cloud description: {error!r}") from None

@@ -44,16 +44,24 @@ class SqlGenerationStore:
 
     def save_history(self, history: NamedHistory) -> int:
         parsed = history.history
-        return save_history(name=history.name, schema=parsed.schema, items=parsed.items, user_id=parsed.user_id,
-                            url=self.url)
+        return save_history(
+            name=history.name, schema=parsed.schema, items=parsed.items, user_id=parsed.user_id, url=self.url
+        )
 
     def save_generation(self, generation: NewGeneration) -> int:
         settings: dict[str, Any] = {**to_jsonable(generation.settings), "history": generation.history_name}
         return save_generation(
-            method=generation.settings.method, task=generation.task, input_text=generation.input_text,
-            text=generation.text, pairing=generation.settings.pairing, settings=settings,
-            tokens=generation.tokens, stats=generation.stats, transcript=generation.transcript,
-            history_id=generation.history_id, url=self.url,
+            method=generation.settings.method,
+            task=generation.task,
+            input_text=generation.input_text,
+            text=generation.text,
+            pairing=generation.settings.pairing,
+            settings=settings,
+            tokens=generation.tokens,
+            stats=generation.stats,
+            transcript=generation.transcript,
+            history_id=generation.history_id,
+            url=self.url,
         )
 
     def save_comparison(self, comparison: NewComparison) -> int:
@@ -61,9 +69,14 @@ class SqlGenerationStore:
         del shared["method"]  # each output's own; the order shown is in "methods"
         settings = {**shared, "methods": list(comparison.methods), "history": comparison.history_name}
         return save_comparison(
-            generation_ids=comparison.generation_ids, task=comparison.task, input_text=comparison.input_text,
-            pairing=comparison.settings.pairing, settings=settings, blind=comparison.blind,
-            history_id=comparison.history_id, url=self.url,
+            generation_ids=comparison.generation_ids,
+            task=comparison.task,
+            input_text=comparison.input_text,
+            pairing=comparison.settings.pairing,
+            settings=settings,
+            blind=comparison.blind,
+            history_id=comparison.history_id,
+            url=self.url,
         )
 
     def recent_comparisons(self, limit: int) -> list[StoredComparison]:
@@ -75,8 +88,12 @@ class SqlGenerationStore:
 
     def save_annotation(self, annotation: NewAnnotation) -> int:
         return save_annotation(
-            comparison_id=annotation.comparison_id, annotator=annotation.annotator, preferred=annotation.preferred,
-            ratings=annotation.ratings, comment=annotation.comment, display_order=annotation.display_order,
+            comparison_id=annotation.comparison_id,
+            annotator=annotation.annotator,
+            preferred=annotation.preferred,
+            ratings=annotation.ratings,
+            comment=annotation.comment,
+            display_order=annotation.display_order,
             url=self.url,
         )
 
@@ -93,7 +110,12 @@ class SqlGenerationStore:
 
 def _stored_comparison(row: dict[str, Any]) -> StoredComparison:
     outputs = tuple(
-        StoredOutput(output["generation_id"], output["method"], output["text"],
-                     GenerationStats.from_dict(output["stats"]) if output.get("stats") else None)
-        for output in row["outputs"])
+        StoredOutput(
+            output["generation_id"],
+            output["method"],
+            output["text"],
+            GenerationStats.from_dict(output["stats"]) if output.get("stats") else None,
+        )
+        for output in row["outputs"]
+    )
     return StoredComparison(row["id"], row["task"], row["input_text"], bool(row["blind"]), outputs)

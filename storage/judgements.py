@@ -43,7 +43,10 @@ def _method_judgements(judgements: Sequence[Judgement]) -> dict[str, MethodJudge
                 scores[method][criterion].append(score)
     return {
         method: MethodJudgements(
-            shown=count["shown"], wins=count["wins"], ties=count["tie"], all_bad=count["all_bad"],
+            shown=count["shown"],
+            wins=count["wins"],
+            ties=count["tie"],
+            all_bad=count["all_bad"],
             mean_ratings={criterion: sum(values) / len(values) for criterion, values in sorted(scores[method].items())},
         )
         for method, count in sorted(counts.items())

@@ -34,8 +34,9 @@ def _canonical_config(config: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _stored_run(row: EvalRun, cell_count: int) -> StoredRun:
-    return StoredRun(row.id, row.name, row.config, cast(RunStatus, row.status), row.error, row.created_at,
-                     row.updated_at, cell_count)
+    return StoredRun(
+        row.id, row.name, row.config, cast(RunStatus, row.status), row.error, row.created_at, row.updated_at, cell_count
+    )
 
 
 def _existing_run_id(name: str, config: dict[str, Any], url: str | None) -> int | None:
@@ -95,9 +96,7 @@ def get_run_by_name(name: str, *, url: str | None = None) -> StoredRun | None:
 def list_runs(*, url: str | None = None) -> list[StoredRun]:
     """All runs, newest first."""
     with session_scope(url) as session:
-        counts = (
-            select(EvalCell.run_id, func.count().label("cells")).group_by(EvalCell.run_id).subquery()
-        )
+        counts = select(EvalCell.run_id, func.count().label("cells")).group_by(EvalCell.run_id).subquery()
         query = (
             select(EvalRun, func.coalesce(counts.c.cells, 0))
             .outerjoin(counts, counts.c.run_id == EvalRun.id)

@@ -32,8 +32,11 @@ def canary_request(record):
     from specsteer.history import HistoryItem
 
     canary = "Zyxwvut canary 90210 marmalade-octopus"
-    history = list(record.profile[:3]) + [HistoryItem({"reviewText": f"{canary}. This pen writes well.",
-                                                        "summary": "pen", "description": "pen", "overall": "5"})]
+    history = list(record.profile[:3]) + [
+        HistoryItem(
+            {"reviewText": f"{canary}. This pen writes well.", "summary": "pen", "description": "pen", "overall": "5"}
+        )
+    ]
     prepared = prepare(Request(task="review", input_text=record.input, history=history, retrieval_k=4))
     assert canary in prepared.prompts.private and canary not in prepared.prompts.plain
     return canary, prepared
@@ -74,8 +77,9 @@ def app_server(tmp_path_factory):
 
         demo = app.build_app()
         port = _free_port()
-        demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True,
-                    **app.launch_options())
+        demo.launch(
+            prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options()
+        )
         try:
             yield f"http://127.0.0.1:{port}/", data
         finally:

@@ -21,9 +21,19 @@ import storage  # noqa: E402
 from ui import pairs  # noqa: E402
 
 # The settings are named after GenerationSettings' fields; those left out take the widgets' values.
-GENERATE = dict(task="review", input_text="Write a review of a power bank with great battery life",
-                pairing=pairs.TINY_PAIRING_ID, method="specsteer", alpha=0.1, beta=1.0, draft_len=4,
-                max_new_tokens=40, decoding="greedy", seed=0, retrieval_k=3)
+GENERATE = dict(
+    task="review",
+    input_text="Write a review of a power bank with great battery life",
+    pairing=pairs.TINY_PAIRING_ID,
+    method="specsteer",
+    alpha=0.1,
+    beta=1.0,
+    draft_len=4,
+    max_new_tokens=40,
+    decoding="greedy",
+    seed=0,
+    retrieval_k=3,
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,8 +53,19 @@ def downloaded(file_output) -> str:
 
 def test_api_lists_the_endpoints(server):
     api = client_for(server).view_api(return_format="dict", print_info=False)["named_endpoints"]
-    for name in ("/load_sample", "/upload_history", "/generate", "/stop_generate", "/compare", "/annotate",
-                 "/open_comparison", "/export_csv", "/export_jsonl", "/evaluate", "/open_runs"):
+    for name in (
+        "/load_sample",
+        "/upload_history",
+        "/generate",
+        "/stop_generate",
+        "/compare",
+        "/annotate",
+        "/open_comparison",
+        "/export_csv",
+        "/export_jsonl",
+        "/evaluate",
+        "/open_runs",
+    ):
         assert name in api
 
 
@@ -103,8 +124,12 @@ def test_a_failure_toast_reaches_the_client(server):
 def test_compare_annotate_and_export(server, tmp_path):
     client = client_for(server, tmp_path)
     client.predict("writing", api_name="/load_sample")
-    settings = {**GENERATE, "task": "writing", "input_text": "Generate the content for a reddit post about rye bread",
-                "max_new_tokens": 12}
+    settings = {
+        **GENERATE,
+        "task": "writing",
+        "input_text": "Generate the content for a reddit post about rye bread",
+        "max_new_tokens": 12,
+    }
     final = client.predict(**settings, methods=["slm+", "llm", "specsteer"], blind=True, api_name="/compare")
     status, _preferred, _saved, *slots = final
     assert "Saved as comparison #" in status
@@ -139,9 +164,20 @@ def test_compare_annotate_and_export(server, tmp_path):
 def test_dashboard_one_record_run(server):
     client = client_for(server)
     status, quality, acceptance, table, runs = client.predict(
-        source="sample", upload=None, task="review", records=1, methods=["llm", "specsteer"], alphas="0.1",
-        betas="1", pairing=pairs.TINY_PAIRING_ID, runtime="auto", max_new_tokens=4, draft_len=2, run_name="client-run",
-        api_name="/evaluate")
+        source="sample",
+        upload=None,
+        task="review",
+        records=1,
+        methods=["llm", "specsteer"],
+        alphas="0.1",
+        betas="1",
+        pairing=pairs.TINY_PAIRING_ID,
+        runtime="auto",
+        max_new_tokens=4,
+        draft_len=2,
+        run_name="client-run",
+        api_name="/evaluate",
+    )
     assert "finished" in status and "2 cells computed" in status
     assert quality and acceptance  # plotly figures, serialized
     assert [row[0] for row in table["value"]["data"]] == ["LLM", "SpecSteer"]  # an update: value and column widths
@@ -240,9 +276,13 @@ def test_a_public_app_never_contacts_a_visitor_named_cloud(tmp_path, monkeypatch
                 continue
 
     threading.Thread(target=accept, daemon=True).start()
-    for name, value in {pairs.TEST_PAIR_ENV: "tiny", "SPECSTEER_DATA_DIR": str(tmp_path), "SPACE_ID": "someone/specsteer",
-                        "SPECSTEER_CLOUD_SECRET": "operator-secret",
-                        "SPECSTEER_CLOUD_URLS": "http://127.0.0.1:9"}.items():
+    for name, value in {
+        pairs.TEST_PAIR_ENV: "tiny",
+        "SPECSTEER_DATA_DIR": str(tmp_path),
+        "SPACE_ID": "someone/specsteer",
+        "SPECSTEER_CLOUD_SECRET": "operator-secret",
+        "SPECSTEER_CLOUD_URLS": "http://127.0.0.1:9",
+    }.items():
         monkeypatch.setenv(name, value)
     monkeypatch.delenv("DATABASE_URL", raising=False)
     storage.reset_engines()

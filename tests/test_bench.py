@@ -61,8 +61,9 @@ def test_adaptive_draft_length_learns_how_a_pass_grows_with_its_tokens():
         growing.record(name, 1.0, tokens=300)
         for tokens in (3, 9, 17):
             growing.record(name, fixed + per_token * tokens, tokens)
-    expected = max(range(1, 17), key=lambda k: speculative_bound(0.99, k, 0.03, 0.06 + 0.05 * (k + 1),
-                                                                 0.02 + 0.02 * (k + 1)))
+    expected = max(
+        range(1, 17), key=lambda k: speculative_bound(0.99, k, 0.03, 0.06 + 0.05 * (k + 1), 0.02 + 0.02 * (k + 1))
+    )
     assert choose(confident, growing) == expected < 16
     assert choose(confident, _log(0.03, 0.2, 0.1)) == 16  # flat passes: the longest draft wins
 
@@ -72,8 +73,15 @@ def test_adaptive_generation_keeps_the_greedy_output():
     pair = tiny_pair()
     prepared = prepare(Request(task="free", input_text="Write about the sea."))
     _, reference = collect(generate(pair, prepared, DecodeConfig(method="slm+", max_new_tokens=30)))
-    _, adaptive = collect(generate(pair, prepared, DecodeConfig(method="specsteer", alpha=0.0, bonus=False,
-                                                                adaptive_draft=True, draft_len=6, max_new_tokens=30)))
+    _, adaptive = collect(
+        generate(
+            pair,
+            prepared,
+            DecodeConfig(
+                method="specsteer", alpha=0.0, bonus=False, adaptive_draft=True, draft_len=6, max_new_tokens=30
+            ),
+        )
+    )
     assert adaptive.token_ids == reference.token_ids
     assert adaptive.stats.verified == adaptive.stats.accepted == 30
 
@@ -82,8 +90,13 @@ def test_draft_length_specs():
     specs = ["4", "auto", "12@0.4", "auto@0.3", "auto:12", "auto:6@0.4"]
     cases = bench.bench_cases(["sd"], [0.1], specs, max_new_tokens=8)
     assert [(c.config.draft_len, c.config.adaptive_draft, c.config.draft_confidence) for c in cases] == [
-        (4, False, 0.0), (bench.MAX_AUTO_DRAFT, True, 0.0), (12, False, 0.4), (bench.MAX_AUTO_DRAFT, True, 0.3),
-        (12, True, 0.0), (6, True, 0.4)]
+        (4, False, 0.0),
+        (bench.MAX_AUTO_DRAFT, True, 0.0),
+        (12, False, 0.4),
+        (bench.MAX_AUTO_DRAFT, True, 0.3),
+        (12, True, 0.0),
+        (6, True, 0.4),
+    ]
     assert [bench._draft_label(c.config) for c in cases] == specs
     with pytest.raises(ValueError, match="draft confidence"):
         bench.bench_cases(["sd"], [0.1], ["4@1.5"], max_new_tokens=8)
@@ -94,7 +107,12 @@ def test_speed_report_shape_on_tiny_models():
     prompts = [prepare(Request(task="free", input_text=f"Topic {i}: rivers.")) for i in range(2)]
     cases = bench.bench_cases(["llm", "specsteer", "sd-plain"], [0.5], ["3", "auto"], max_new_tokens=6)
     assert [(c.name, c.config.adaptive_draft) for c in cases] == [
-        ("llm", False), ("specsteer", False), ("specsteer", True), ("sd-plain", False), ("sd-plain", True)]
+        ("llm", False),
+        ("specsteer", False),
+        ("specsteer", True),
+        ("sd-plain", False),
+        ("sd-plain", True),
+    ]
     plain = cases[-1].prompts_for(prompts[0]).prompts
     assert plain.private == plain.plain == prompts[0].prompts.plain
     result = json.loads(json.dumps(bench.run_speed([pair], prompts, cases, reference=True)))
@@ -122,8 +140,19 @@ def test_speed_on_the_tiny_cross_pair_runs_what_it_can_and_refuses_the_rest(caps
     from specsteer.engine import collect as run_to_end
     from specsteer.tiny_models import CROSS_PAIRING_ID, shared_test_pair
 
-    base = ["speed", "--pairing", CROSS_PAIRING_ID, "--prompts", "1", "--max-new-tokens", "4", "--draft-len", "3",
-            "--no-prefix-reuse", "--json"]
+    base = [
+        "speed",
+        "--pairing",
+        CROSS_PAIRING_ID,
+        "--prompts",
+        "1",
+        "--max-new-tokens",
+        "4",
+        "--draft-len",
+        "3",
+        "--no-prefix-reuse",
+        "--json",
+    ]
     assert bench.main([*base, "--methods", "llm,llm+,specsteer"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert [row["method"] for row in result["rows"]] == ["llm", "llm+", "specsteer"]

@@ -14,8 +14,7 @@ from specsteer.events import TraceStep
 from specsteer.stores import CellResult, GridPoint
 from specsteer.tiny_models import tiny_pair
 
-ROW_KEYS = {"method", "rtt_ms", "measured_tok_per_s", "projected_tok_per_s", "rounds", "uplink_bytes",
-            "downlink_bytes"}
+ROW_KEYS = {"method", "rtt_ms", "measured_tok_per_s", "projected_tok_per_s", "rounds", "uplink_bytes", "downlink_bytes"}
 
 
 @pytest.fixture(scope="module")
@@ -33,12 +32,27 @@ def traced(pair, method: str, alpha: float | None = None, rtt_ms: float = 0.0) -
 @pytest.mark.slow  # starts a Cloud process
 def test_link_and_project_commands(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the child Cloud's arithmetic and share of the machine
-    code = bench.main(["link", "--json", "--pairing", "tiny-test", "--rtt-ms", "0,40", "--methods",
-                       "llm,lightcosteer,specsteer", "--prompts", "1", "--max-new-tokens", "6"])
+    code = bench.main(
+        [
+            "link",
+            "--json",
+            "--pairing",
+            "tiny-test",
+            "--rtt-ms",
+            "0,40",
+            "--methods",
+            "llm,lightcosteer,specsteer",
+            "--prompts",
+            "1",
+            "--max-new-tokens",
+            "6",
+        ]
+    )
     assert code == 0
     result = json.loads(capsys.readouterr().out)
     assert {(row["method"], row["rtt_ms"]) for row in result["rows"]} == {
-        (method, rtt) for method in ("llm", "lightcosteer", "specsteer") for rtt in (0.0, 40.0)}
+        (method, rtt) for method in ("llm", "lightcosteer", "specsteer") for rtt in (0.0, 40.0)
+    }
     for row in result["rows"]:
         assert ROW_KEYS <= set(row) and row["measured_tok_per_s"] > 0 and row["projected_tok_per_s"] > 0
         assert row["uplink_bytes"] > 0 and row["downlink_bytes"] > 0
@@ -53,7 +67,8 @@ def test_link_and_project_commands(tmp_path, capsys, monkeypatch):
     projected = json.loads(capsys.readouterr().out)
     assert projected["profile"]["name"] == "paper" and projected["generations"] == 3  # the RTT-0 runs
     assert {(row["method"], row["rtt_ms"]) for row in projected["rows"]} == {
-        (method, rtt) for method in ("llm", "lightcosteer", "specsteer") for rtt in (0.0, 100.0)}
+        (method, rtt) for method in ("llm", "lightcosteer", "specsteer") for rtt in (0.0, 100.0)
+    }
     assert all(ROW_KEYS <= set(row) for row in projected["rows"])
     assert bench.main(["project", "--profile", "paper"]) == 2  # no source named
     assert "either" in capsys.readouterr().err
@@ -70,8 +85,13 @@ def test_the_self_check_is_exact_at_the_rtt_it_was_fitted_on(pair):
 def test_link_rows_predict_other_rtts_from_the_lowest(pair):
     base = traced(pair, "specsteer", 0.1)
     # The same generation "measured" at 100 ms: every round trip costs 100 ms more (a made-up run).
-    slowed = TracedGeneration(**{**base.__dict__, "rtt_ms": 100.0,
-                                 "seconds": base.seconds + 0.1 * sum(1 for s in base.trace if s.who == "downlink")})
+    slowed = TracedGeneration(
+        **{
+            **base.__dict__,
+            "rtt_ms": 100.0,
+            "seconds": base.seconds + 0.1 * sum(1 for s in base.trace if s.who == "downlink"),
+        }
+    )
     (low, high) = sorted(link_rows([base, slowed], float("inf"), float("inf")), key=lambda row: row["rtt_ms"])
     assert high["predicted_from_lowest_rtt_tok_per_s"] == pytest.approx(high["measured_tok_per_s"], rel=1e-6)
     assert high["projected_tok_per_s"] < low["projected_tok_per_s"]
@@ -93,15 +113,20 @@ def test_projection_rows_and_the_dashboard_function(pair):
     assert 0 <= specsteer["token_acceptance"] <= 1
     cells = [CellResult("r1", GridPoint(run.method, run.alpha), "", {}, _stats(pair, run)) for run in runs]
     cells.append(CellResult("r2", GridPoint("llm"), "", {}, _stats(pair, runs[0], trace=[])))  # stored before traces
-    assert [row["projected_tok_per_s"] for row in deployment_rows(cells, "phone-4g", (0.0, 200.0))] == \
-        pytest.approx([row["projected_tok_per_s"] for row in rows])
+    assert [row["projected_tok_per_s"] for row in deployment_rows(cells, "phone-4g", (0.0, 200.0))] == pytest.approx(
+        [row["projected_tok_per_s"] for row in rows]
+    )
 
 
 def _stats(pair, run: TracedGeneration, trace=None):
     from specsteer.events import GenerationStats
 
-    return GenerationStats(method=run.method, new_tokens=run.new_tokens, seconds=run.seconds,
-                           trace=list(run.trace) if trace is None else trace)
+    return GenerationStats(
+        method=run.method,
+        new_tokens=run.new_tokens,
+        seconds=run.seconds,
+        trace=list(run.trace) if trace is None else trace,
+    )
 
 
 def test_traced_generations_round_trip_through_json(pair):

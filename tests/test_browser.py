@@ -20,8 +20,9 @@ import pytest
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
-    pytest.skip("Debian's Chromium is not installed at /usr/bin/chromium (apt-get install chromium)",
-                allow_module_level=True)
+    pytest.skip(
+        "Debian's Chromium is not installed at /usr/bin/chromium (apt-get install chromium)", allow_module_level=True
+    )
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
 
 
@@ -57,8 +58,14 @@ def page(browser, server):
     context = browser.new_context(viewport=VIEWPORT, permissions=["clipboard-read", "clipboard-write"])
     page = context.new_page()
     outside: list[str] = []
-    page.on("request", lambda request: outside.append(request.url)
-            if urlparse(request.url).hostname not in ("127.0.0.1", None) and request.url.startswith("http") else None)
+    page.on(
+        "request",
+        lambda request: (
+            outside.append(request.url)
+            if urlparse(request.url).hostname not in ("127.0.0.1", None) and request.url.startswith("http")
+            else None
+        ),
+    )
     page.goto(server)
     page.wait_for_selector("#generate-button", timeout=WAIT_MS)
     yield page
@@ -113,8 +120,11 @@ def test_generate_streams_coloured_tokens_and_injection_stays_text(page, tmp_pat
     expect = sync_api.expect
     shot(page, "01-page-loaded")
     history = tmp_path / "my-history.txt"
-    history.write_text(f"I review power banks. {XSS_SCRIPT}\n\nBattery life matters most. {XSS_IMG}\n\n"
-                       f"Garden hoses are dull. {XSS_TEMPLATE}\n", encoding="utf-8")
+    history.write_text(
+        f"I review power banks. {XSS_SCRIPT}\n\nBattery life matters most. {XSS_IMG}\n\n"
+        f"Garden hoses are dull. {XSS_TEMPLATE}\n",
+        encoding="utf-8",
+    )
     page.set_input_files("#history-upload input[type=file]", str(history))
     expect(page.locator("#history-summary")).to_contain_text("Read 3 items", timeout=WAIT_MS)
 
@@ -135,8 +145,10 @@ def test_generate_streams_coloured_tokens_and_injection_stays_text(page, tmp_pat
         assert output.locator(f".ss-tok-{kind}").count() > 0, f"no {kind} tokens shown"
     rejected = output.locator(".ss-tok-rejected").first
     assert "line-through" in rejected.evaluate("node => getComputedStyle(node).textDecorationLine")
-    colours = {kind: output.locator(f".ss-tok-{kind}").first.evaluate("n => getComputedStyle(n).backgroundColor")
-               for kind in ("accepted", "rejected", "recovered")}
+    colours = {
+        kind: output.locator(f".ss-tok-{kind}").first.evaluate("n => getComputedStyle(n).backgroundColor")
+        for kind in ("accepted", "rejected", "recovered")
+    }
     assert len(set(colours.values())) == 3 and "rgba(0, 0, 0, 0)" not in colours.values(), colours
     expect(page.locator("#generate-stats")).to_contain_text("tok/s")
     shot(page, "02-generated")
@@ -410,8 +422,10 @@ def test_dashboard_batch_plot_and_table_and_compared_runs(page):
     legend = page.locator("#quality-plot .legend")
     expect(legend).to_contain_text("<b>first</b> run")  # plotly shows the markup as text
     assert legend.locator("a").count() == 0 and page.locator("#quality-plot svg a").count() == 0
-    bold = legend.evaluate("node => [...node.querySelectorAll('tspan')].some(t => "
-                           "getComputedStyle(t).fontWeight === '700' || t.style.fontWeight === 'bold')")
+    bold = legend.evaluate(
+        "node => [...node.querySelectorAll('tspan')].some(t => "
+        "getComputedStyle(t).fontWeight === '700' || t.style.fontWeight === 'bold')"
+    )
     assert not bold
     shot(page, "09-dashboard-compared")
     assert_not_pwned(page)
@@ -426,8 +440,9 @@ def test_generate_through_a_cloud_process_after_testing_the_connection(page, tmp
 
     expect = sync_api.expect
     log = (tmp_path / "cloud.log").open("wb")
-    child = start_cloud_process("--pairing", "tiny-test", env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=log,
-                                ready_timeout_s=180)
+    child = start_cloud_process(
+        "--pairing", "tiny-test", env={**os.environ, "OMP_NUM_THREADS": "1"}, stderr=log, ready_timeout_s=180
+    )
     try:
         page.get_by_text("Sampling and advanced settings").click()
         fill_text(page, "#cloud-url", f"http://127.0.0.1:{free_loopback_port()}")  # nothing listens there

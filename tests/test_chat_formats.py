@@ -15,14 +15,7 @@ import pytest
 
 import storage
 from specsteer import loading, models
-from specsteer.chat import (
-    CHATML_CHAT,
-    LLAMA3_CHAT,
-    PLAIN_CHAT,
-    QWEN3_CHAT,
-    ChatFormat,
-    family_chat_format,
-)
+from specsteer.chat import CHATML_CHAT, LLAMA3_CHAT, PLAIN_CHAT, QWEN3_CHAT, ChatFormat, family_chat_format
 from specsteer.data import sample_history_path
 from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, prepare
 from specsteer.history import parse_history
@@ -41,9 +34,12 @@ QWEN3_PAIRING = "qwen3-0.6b__qwen3-1.7b"
 LLAMA3_PAIRING = "llama3.2-1b__llama3.1-8b"
 CLOSED_THINKING = "<|im_start|>assistant\n<think>\n\n</think>\n\n"  # how Qwen3 turns thinking off
 OPEN_REPLY = "<|im_start|>assistant\n"
-REQUEST = Request(task="review", input_text="Write a review of a power bank with great battery life",
-                  history=parse_history(sample_history_path("review").read_bytes(), filename="review.jsonl").items,
-                  retrieval_k=2)
+REQUEST = Request(
+    task="review",
+    input_text="Write a review of a power bank with great battery life",
+    history=parse_history(sample_history_path("review").read_bytes(), filename="review.jsonl").items,
+    retrieval_k=2,
+)
 
 
 # --------------------------------------------------------------------------- the format itself
@@ -56,11 +52,14 @@ def test_a_format_is_hashable_and_normalised():
     assert first.template_kwargs == {"a": True, "b": 1}
 
 
-@pytest.mark.parametrize("options, fragment", [
-    ((("enable_thinking", False), ("enable_thinking", True)), "given twice"),
-    ((("enable-thinking", False),), "not a valid keyword"),
-    ((("tools", ["x"]),), "only bool"),
-])
+@pytest.mark.parametrize(
+    "options, fragment",
+    [
+        ((("enable_thinking", False), ("enable_thinking", True)), "given twice"),
+        ((("enable-thinking", False),), "not a valid keyword"),
+        ((("tools", ["x"]),), "only bool"),
+    ],
+)
 def test_bad_template_options_are_refused(options, fragment):
     with pytest.raises(ValueError, match=fragment):
         ChatFormat(template_options=options)
@@ -75,8 +74,12 @@ def test_a_pair_takes_the_specialists_options_completed_by_the_generalists_and_b
     assert LLAMA3_CHAT.joined(CHATML_CHAT).end_tokens == LLAMA3_CHAT.end_tokens + CHATML_CHAT.end_tokens
 
     lines: list[str] = []
-    pairing = Pairing(id="mixed", label="mixed", specialist=PAIRINGS[QWEN3_PAIRING].specialist,
-                      generalist=replace(PAIRINGS[QWEN3_PAIRING].generalist, chat=thinking_on))
+    pairing = Pairing(
+        id="mixed",
+        label="mixed",
+        specialist=PAIRINGS[QWEN3_PAIRING].specialist,
+        generalist=replace(PAIRINGS[QWEN3_PAIRING].generalist, chat=thinking_on),
+    )
     assert pair_chat_format(pairing, lines.append) == QWEN3_CHAT
     assert len(lines) == 1 and "'enable_thinking'" in lines[0] and "Specialist's False" in lines[0]
 
@@ -113,16 +116,19 @@ def test_every_registry_model_has_its_familys_format():
         assert getattr(PAIRINGS["qwen2.5-1.5b__qwen2.5-32b"], role).chat == CHATML_CHAT
 
 
-@pytest.mark.parametrize("clue, expected", [
-    ("Qwen/Qwen3-8B", QWEN3_CHAT),
-    ("Qwen/Qwen3-30B-A3B-Instruct-2507", QWEN3_CHAT),
-    ("Qwen/Qwen2.5-7B-Instruct", CHATML_CHAT),
-    ("meta-llama/Meta-Llama-3-8B-Instruct", LLAMA3_CHAT),
-    ("Llama-3.2-3B-Instruct-Q4_K_M", LLAMA3_CHAT),
-    ("huggyllama/llama-30b", PLAIN_CHAT),  # Llama 1, not 3
-    ("mistralai/Mistral-7B-Instruct-v0.3", PLAIN_CHAT),
-    ("/models/qwen3-collection/my-model", PLAIN_CHAT),  # only the model's own name counts
-])
+@pytest.mark.parametrize(
+    "clue, expected",
+    [
+        ("Qwen/Qwen3-8B", QWEN3_CHAT),
+        ("Qwen/Qwen3-30B-A3B-Instruct-2507", QWEN3_CHAT),
+        ("Qwen/Qwen2.5-7B-Instruct", CHATML_CHAT),
+        ("meta-llama/Meta-Llama-3-8B-Instruct", LLAMA3_CHAT),
+        ("Llama-3.2-3B-Instruct-Q4_K_M", LLAMA3_CHAT),
+        ("huggyllama/llama-30b", PLAIN_CHAT),  # Llama 1, not 3
+        ("mistralai/Mistral-7B-Instruct-v0.3", PLAIN_CHAT),
+        ("/models/qwen3-collection/my-model", PLAIN_CHAT),  # only the model's own name counts
+    ],
+)
 def test_family_defaults(clue, expected):
     assert family_chat_format(clue) == expected
 
@@ -195,8 +201,12 @@ def cache_llama3_pairing(cache: Path, eos_bias: float) -> None:
 
 def without_chat_format(pairing: Pairing) -> Pairing:
     """The same hub models with no chat format: what loading did before the registry had one."""
-    return replace(pairing, id=f"{pairing.id}:plain", specialist=replace(pairing.specialist, chat=PLAIN_CHAT),
-                   generalist=replace(pairing.generalist, chat=PLAIN_CHAT))
+    return replace(
+        pairing,
+        id=f"{pairing.id}:plain",
+        specialist=replace(pairing.specialist, chat=PLAIN_CHAT),
+        generalist=replace(pairing.generalist, chat=PLAIN_CHAT),
+    )
 
 
 def record_prompts(pair, monkeypatch) -> dict[str, list[list[int]]]:
@@ -260,8 +270,10 @@ def test_llama3_hub_pairing_stops_at_eot(hub_cache):
     assert pair.chat == LLAMA3_CHAT and pair.tokenizer.eos_token_id == END_OF_TEXT_ID
     assert {EOT_ID, END_OF_TEXT_ID} <= pair.eos_token_ids
     prompt = pair.tokenizer.decode(chat_ids(pair.tokenizer, "Hi", pair.chat))
-    assert prompt == ("<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
-                      "<|start_header_id|>assistant<|end_header_id|>\n\n")
+    assert prompt == (
+        "<|begin_of_text|><|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>"
+        "<|start_header_id|>assistant<|end_header_id|>\n\n"
+    )
     for method in ("specsteer", "llm", "slm+"):
         _, finished = collect(generate(pair, REQUEST, DecodeConfig(method=method, max_new_tokens=64)))
         assert finished.stats.stop_reason == "eos", method
@@ -297,8 +309,9 @@ def test_the_app_service_generates_on_the_qwen3_pairing_and_audits_the_prompt_it
     cache_qwen3_pairing(hub_cache)
     service = AppService(store=_ListStore(), runs=storage.SqlRunStore(url), pairs=PairCatalog())
     history = NamedHistory(parse_history(sample_history_path("review").read_bytes(), filename="r.jsonl"), "sample")
-    *_, done = service.generate(history, "review", REQUEST.input_text,
-                                {"pairing": QWEN3_PAIRING, "method": "specsteer", "max_new_tokens": 8})
+    *_, done = service.generate(
+        history, "review", REQUEST.input_text, {"pairing": QWEN3_PAIRING, "method": "specsteer", "max_new_tokens": 8}
+    )
     assert isinstance(done, Done), done
     sent = done.result.finished.transcript[0].payload["prompt"]
     assert models.load_tokenizer(PAIRINGS[QWEN3_PAIRING].specialist).decode(sent).endswith(CLOSED_THINKING)

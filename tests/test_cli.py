@@ -23,8 +23,20 @@ def tiny_models(monkeypatch):
 
 
 def generate(capsys, *extra):
-    code = cli.main(["generate", "--history", str(SAMPLE), "--task", "review",
-                     "--input", "Write a review of wireless earbuds.", "--max-new-tokens", "12", *extra])
+    code = cli.main(
+        [
+            "generate",
+            "--history",
+            str(SAMPLE),
+            "--task",
+            "review",
+            "--input",
+            "Write a review of wireless earbuds.",
+            "--max-new-tokens",
+            "12",
+            *extra,
+        ]
+    )
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
@@ -37,8 +49,18 @@ def test_json_contract(tiny_models, capsys):
     assert all(set(t) == {"id", "text", "kind"} for t in document["tokens"])
     assert "".join(t["text"] for t in document["tokens"] if t["kind"] != "rejected") == document["text"]
     stats = document["stats"]
-    for key in ("new_tokens", "seconds", "tok_per_s", "rounds", "drafted", "accepted", "acceptance_rate",
-                "forward_calls", "uplink_bytes", "downlink_bytes"):
+    for key in (
+        "new_tokens",
+        "seconds",
+        "tok_per_s",
+        "rounds",
+        "drafted",
+        "accepted",
+        "acceptance_rate",
+        "forward_calls",
+        "uplink_bytes",
+        "downlink_bytes",
+    ):
         assert key in stats
     assert stats["uplink_bytes"] == sum(m["bytes"] for m in document["transcript"] if m["direction"] == "uplink")
     assert all(set(m) == {"direction", "bytes", "payload"} for m in document["transcript"])
@@ -63,10 +85,7 @@ def test_no_colour(tiny_models, capsys):
     assert code == 0 and "\033[" not in out
 
 
-@pytest.mark.parametrize("content, message", [
-    ("", "empty"),
-    ("{not json", "JSON"),
-])
+@pytest.mark.parametrize("content, message", [("", "empty"), ("{not json", "JSON")])
 def test_bad_history_exits_2_with_a_message(tmp_path, capsys, content, message):
     bad = tmp_path / "history.json"
     bad.write_text(content)
@@ -99,9 +118,14 @@ def test_module_entry_point_prints_help():
 def test_a_deeply_nested_history_is_a_named_error_not_a_traceback(tmp_path):
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 10_000 + "]" * 10_000)
-    done = subprocess.run([sys.executable, "-m", "specsteer", "generate", "--history", str(deep), "--task", "review",
-                           "--input", "x"], capture_output=True, text=True, timeout=120, check=False,
-                          cwd=Path(__file__).resolve().parents[1])
+    done = subprocess.run(
+        [sys.executable, "-m", "specsteer", "generate", "--history", str(deep), "--task", "review", "--input", "x"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert done.returncode == 2
     assert done.stderr.startswith("error: line 1: the JSON is nested more than"), done.stderr
     assert "Traceback" not in done.stderr

@@ -6,14 +6,7 @@ import pytest
 
 from specsteer.cloud_service import CloudService, ServiceError, ServiceLimits
 from specsteer.engine import DecodeConfig, collect, generate_ids
-from specsteer.link import (
-    CloudRefused,
-    CloudUnreachable,
-    LocalTransport,
-    SessionGone,
-    VersionMismatch,
-    cloud_error,
-)
+from specsteer.link import CloudRefused, CloudUnreachable, LocalTransport, SessionGone, VersionMismatch, cloud_error
 from specsteer.tiny_models import tiny_pair
 from specsteer.wire import PROTOCOL_VERSION, Draft, Open, Tokens, Verdict, decode, encode
 
@@ -107,16 +100,19 @@ def test_no_room_past_max_sessions(pair):
     service.handle(opening(3))
 
 
-@pytest.mark.parametrize("frame, status, code", [
-    (b"", 400, "truncated"),
-    (b"garbage that is not a frame", 400, "version"),
-    (bytes([PROTOCOL_VERSION, 77]) + bytes(40), 400, "malformed"),
-    (opening(1)[:-3], 400, "truncated"),
-    (opening(1) + b"x", 400, "malformed"),
-    (encode(Tokens([1])), 400, "malformed"),  # a downlink message sent up
-    (bytes([PROTOCOL_VERSION + 1]) + opening(1)[1:], 400, "version"),
-    (bytes(40_000), 413, "too-large"),
-])
+@pytest.mark.parametrize(
+    "frame, status, code",
+    [
+        (b"", 400, "truncated"),
+        (b"garbage that is not a frame", 400, "version"),
+        (bytes([PROTOCOL_VERSION, 77]) + bytes(40), 400, "malformed"),
+        (opening(1)[:-3], 400, "truncated"),
+        (opening(1) + b"x", 400, "malformed"),
+        (encode(Tokens([1])), 400, "malformed"),  # a downlink message sent up
+        (bytes([PROTOCOL_VERSION + 1]) + opening(1)[1:], 400, "version"),
+        (bytes(40_000), 413, "too-large"),
+    ],
+)
 def test_unreadable_frames_are_refused_with_a_status(pair, frame, status, code):
     service = CloudService(pair)
     error = refused(service.handle, frame)
@@ -124,15 +120,18 @@ def test_unreadable_frames_are_refused_with_a_status(pair, frame, status, code):
     service.handle(opening(1))  # and the service goes on
 
 
-@pytest.mark.parametrize("frame, words", [
-    (opening(1, prompt=()), "empty"),
-    (opening(1, prompt=range(20)), "at most 16"),
-    (opening(1, budget=0), "budget"),
-    (opening(1, budget=65), "budget"),
-    (opening(1, prompt=(1, 999)), "vocabulary"),
-    (opening(1, alpha=float("nan")), "alpha"),
-    (opening(1, top_p=0.0), "top_p"),
-])
+@pytest.mark.parametrize(
+    "frame, words",
+    [
+        (opening(1, prompt=()), "empty"),
+        (opening(1, prompt=range(20)), "at most 16"),
+        (opening(1, budget=0), "budget"),
+        (opening(1, budget=65), "budget"),
+        (opening(1, prompt=(1, 999)), "vocabulary"),
+        (opening(1, alpha=float("nan")), "alpha"),
+        (opening(1, top_p=0.0), "top_p"),
+    ],
+)
 def test_opens_beyond_the_limits_are_refused(pair, frame, words):
     service = CloudService(pair, ServiceLimits(max_prompt_tokens=16, max_new_tokens=64))
     error = refused(service.handle, frame)
@@ -143,8 +142,12 @@ def test_opens_beyond_the_limits_are_refused(pair, frame, words):
 def test_a_bad_draft_is_refused_and_the_session_stays_usable(pair):
     service = CloudService(pair, ServiceLimits(max_draft_len=4))
     service.handle(opening(1, budget=4, alpha=0.0))  # alpha 0: every draft is accepted and stays
-    for frame, words in [(draft(1, ids=range(5)), "at most 4"), (draft(1, ids=(400,)), "vocabulary"),
-                         (draft(1, keep=0), "exact"), (draft(1, ids=(1, 2, 3, 4), append=range(6)), "chosen")]:
+    for frame, words in [
+        (draft(1, ids=range(5)), "at most 4"),
+        (draft(1, ids=(400,)), "vocabulary"),
+        (draft(1, keep=0), "exact"),
+        (draft(1, ids=(1, 2, 3, 4), append=range(6)), "chosen"),
+    ]:
         assert words in str(refused(service.handle, frame))
     # Budget: prompt 4 + budget 4 + headroom 18 = 26 tokens at most in the Cloud's streams.
     for _ in range(5):
@@ -204,8 +207,11 @@ def test_the_edge_gets_typed_errors_with_what_was_emitted(pair):
             return LocalTransport(CloudService(pair, self.limits))
 
     with pytest.raises(CloudRefused, match="budget") as caught:
-        collect(generate_ids(pair, plain, private, DecodeConfig(max_new_tokens=8),
-                             cloud=SmallCloud(ServiceLimits(max_new_tokens=4))))
+        collect(
+            generate_ids(
+                pair, plain, private, DecodeConfig(max_new_tokens=8), cloud=SmallCloud(ServiceLimits(max_new_tokens=4))
+            )
+        )
     assert caught.value.partial.stats.new_tokens == 0 and caught.value.partial.stats.stop_reason == "cloud-error"
 
     class ForgetfulCloud:
@@ -227,8 +233,13 @@ def test_the_edge_gets_typed_errors_with_what_was_emitted(pair):
             service.handle = handle
             return LocalTransport(service)
 
-    events = generate_ids(pair, plain, private, DecodeConfig(max_new_tokens=40, draft_len=2, alpha=0.0, bonus=False),
-                          cloud=ForgetfulCloud())
+    events = generate_ids(
+        pair,
+        plain,
+        private,
+        DecodeConfig(max_new_tokens=40, draft_len=2, alpha=0.0, bonus=False),
+        cloud=ForgetfulCloud(),
+    )
     emitted = []
     with pytest.raises(SessionGone, match="Run the generation again") as caught:
         for event in events:
@@ -257,8 +268,9 @@ def test_an_open_that_does_not_fit_the_memory_budget_gets_503_with_retry_after(p
     one = probe.session_bytes(decode(opening(1, budget=64)))
     assert one > 0
     clock = Clock()
-    service = CloudService(pair, ServiceLimits(memory_budget_bytes=int(2.5 * one), max_sessions_per_client=64),
-                           clock=clock)
+    service = CloudService(
+        pair, ServiceLimits(memory_budget_bytes=int(2.5 * one), max_sessions_per_client=64), clock=clock
+    )
     service.handle(opening(1, budget=64))
     service.handle(draft(1))
     service.handle(opening(2, budget=64))
@@ -283,8 +295,9 @@ def test_the_reservation_follows_what_the_session_needs(pair):
 def test_sessions_that_never_drafted_make_room_after_their_short_expiry(pair):
     clock = Clock()
     one = CloudService(pair).session_bytes(decode(opening(1)))
-    limits = ServiceLimits(memory_budget_bytes=2 * one, unstarted_timeout_s=10, idle_timeout_s=300,
-                           max_sessions_per_client=64)
+    limits = ServiceLimits(
+        memory_budget_bytes=2 * one, unstarted_timeout_s=10, idle_timeout_s=300, max_sessions_per_client=64
+    )
     service = CloudService(pair, limits, clock=clock)
     service.handle(opening(1))  # opened, never drafts
     service.handle(opening(2))

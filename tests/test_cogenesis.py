@@ -6,12 +6,7 @@ import json
 
 import pytest
 
-from specsteer.data import (
-    DataError,
-    load_cogenesis,
-    resolve_data_source,
-    shared_cogenesis_path,
-)
+from specsteer.data import DataError, load_cogenesis, resolve_data_source, shared_cogenesis_path
 from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, prepare
 from specsteer.history import HistoryError, parse_history
 from specsteer.methods import METHOD_INFO
@@ -19,16 +14,20 @@ from specsteer.privacy import audit_uplink
 from specsteer.tasks import build_prompts
 from specsteer.tiny_models import tiny_pair
 
-PROFILE = ("Age: 33\nName: Ada Park\nOccupation: Florist\n"
-           "Privacy_info: Is saving money to open a second shop in Lisbon; Takes cello lessons every Tuesday")
+PROFILE = (
+    "Age: 33\nName: Ada Park\nOccupation: Florist\n"
+    "Privacy_info: Is saving money to open a second shop in Lisbon; Takes cello lessons every Tuesday"
+)
 
 
 def record(tid: str, task: str = "Write a short note to customers about spring bouquets.") -> dict:
     return {
         "tid": tid,
         "conversations": [{"from": "user", "value": task}, {"from": "assistant", "value": "Spring is here."}],
-        "profile": [{"title": "Tulips", "text": "Tulips open wide in a warm room, so buy them closed.", "id": 0},
-                    {"title": "Peonies", "text": "Peonies smell best in the morning.", "id": 1}],
+        "profile": [
+            {"title": "Tulips", "text": "Tulips open wide in a warm room, so buy them closed.", "id": 0},
+            {"title": "Peonies", "text": "Peonies smell best in the morning.", "id": 1},
+        ],
         "additional_profile": PROFILE,
         "additional_tasks": [],
     }
@@ -46,16 +45,21 @@ def test_records_carry_task_reference_texts_profile_and_private_facts(tmp_path):
     assert loaded.input.startswith("Write a short note") and loaded.output == "Spring is here."
     assert [item.fields["title"] for item in loaded.profile] == ["Tulips", "Peonies"]
     assert loaded.user_profile == PROFILE
-    assert loaded.private_facts == ("Is saving money to open a second shop in Lisbon",
-                                    "Takes cello lessons every Tuesday")
+    assert loaded.private_facts == (
+        "Is saving money to open a second shop in Lisbon",
+        "Takes cello lessons every Tuesday",
+    )
 
 
-@pytest.mark.parametrize("damage, message", [
-    (lambda r: r.pop("additional_profile"), "additional_profile"),
-    (lambda r: r.update(additional_profile="Age: 3"), "Privacy_info"),
-    (lambda r: r.update(conversations=[{"from": "user", "value": "x"}]), "conversations"),
-    (lambda r: r["profile"].append({"title": "a list", "text": ["not", "text"]}), "record 1"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        (lambda r: r.pop("additional_profile"), "additional_profile"),
+        (lambda r: r.update(additional_profile="Age: 3"), "Privacy_info"),
+        (lambda r: r.update(conversations=[{"from": "user", "value": "x"}]), "conversations"),
+        (lambda r: r["profile"].append({"title": "a list", "text": ["not", "text"]}), "record 1"),
+    ],
+)
 def test_a_damaged_record_is_named(tmp_path, damage, message):
     raw = record("9")
     damage(raw)
@@ -84,8 +88,16 @@ def test_a_persona_upload_is_its_texts_and_its_profile():
 @pytest.mark.parametrize("style", ["paper", "clean"])
 def test_the_specialist_reads_profile_then_history_then_task_and_the_cloud_the_task_alone(tmp_path, style):
     (loaded,) = load_cogenesis(write(tmp_path, [record("1")]))
-    prepared = prepare(Request(task="cogenesis", input_text=loaded.input, history=loaded.profile, retrieval_k=2,
-                               prompt_style=style, profile=loaded.user_profile))
+    prepared = prepare(
+        Request(
+            task="cogenesis",
+            input_text=loaded.input,
+            history=loaded.profile,
+            retrieval_k=2,
+            prompt_style=style,
+            profile=loaded.user_profile,
+        )
+    )
     plain, private = prepared.prompts.plain, prepared.prompts.private
     assert plain.startswith(loaded.input) and "Privacy_info" not in plain and "Tulips open" not in plain
     assert (style == "clean") == ("Write only the text" in plain)
@@ -106,8 +118,15 @@ def test_llm_plus_sends_the_whole_private_prompt_and_its_audit_says_so(tmp_path)
     assert "sends" in METHOD_INFO["llm+"].label.lower()
     pair = tiny_pair(seed=0, generalist_seed=1)
     (loaded,) = load_cogenesis(write(tmp_path, [record("1")]))
-    prepared = prepare(Request(task="cogenesis", input_text=loaded.input, history=loaded.profile,
-                               profile=loaded.user_profile, prompt_style="clean"))
+    prepared = prepare(
+        Request(
+            task="cogenesis",
+            input_text=loaded.input,
+            history=loaded.profile,
+            profile=loaded.user_profile,
+            prompt_style="clean",
+        )
+    )
     plain_ids = chat_ids(pair.tokenizer, prepared.prompts.plain, pair.chat)
     private_ids = chat_ids(pair.tokenizer, prepared.prompts.private, pair.chat)
     tokens, finished = collect(generate(pair, prepared, DecodeConfig(method="llm+", max_new_tokens=8)))
@@ -130,14 +149,20 @@ def test_an_evaluation_run_reports_private_facts_per_method_and_the_dashboard_re
     from ui import dashboard_tab
 
     data = write(tmp_path, [record("1"), record("2", task="Tell my customers about peonies.")])
-    spec = EvalSpec(data=data, task="cogenesis", methods=("slm", "llm", "llm+", "specsteer"), alphas=(0.1,),
-                    max_new_tokens=4, prompt_style="clean", run_name="cogenesis-tiny")
+    spec = EvalSpec(
+        data=data,
+        task="cogenesis",
+        methods=("slm", "llm", "llm+", "specsteer"),
+        alphas=(0.1,),
+        max_new_tokens=4,
+        prompt_style="clean",
+        run_name="cogenesis-tiny",
+    )
     result = run_grid(spec, storage.SqlRunStore(url), pair=tiny_pair(seed=0, generalist_seed=1))
     rows = {row["method"]: row for row in result.rows}
     assert rows["llm+"]["facts_sent"] == 1.0  # the private prompt holds the Privacy_info line itself
     assert rows["slm"]["facts_sent"] == 0.0 and rows["llm"]["facts_sent"] == 0.0  # neither task names a fact
-    assert set(rows["specsteer"]) >= {"facts_sent", "facts_sent_beyond_task", "facts_in_output",
-                                      "facts_rejected_only"}
+    assert set(rows["specsteer"]) >= {"facts_sent", "facts_sent_beyond_task", "facts_in_output", "facts_rejected_only"}
     assert all(cell.stats.sent_text for cell in result.cells if cell.point.method == "specsteer")
     run = storage.get_run_by_name("cogenesis-tiny", url=url)
     with pytest.MonkeyPatch.context() as patch:

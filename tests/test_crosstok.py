@@ -76,7 +76,7 @@ def test_segment_ratio_is_the_product_of_token_probabilities_and_alpha_per_draft
     segments = aligned_segments([1, 1], [2])  # two drafts, one Generalist token
     large, generic = torch.tensor([math.log(0.3)]), torch.tensor([math.log(0.5), math.log(0.4)])
     verdict = segment_test(large, generic, segments, alpha=0.5)
-    assert verdict.ratios == pytest.approx((0.3 / (0.5 * 0.4 * 0.5 ** 2),))
+    assert verdict.ratios == pytest.approx((0.3 / (0.5 * 0.4 * 0.5**2),))
     assert (verdict.small_accepted, verdict.large_accepted) == (2, 1)  # 1.5 >= 1
     refused = segment_test(large, generic, segments, alpha=2.0)
     assert (refused.small_accepted, refused.large_accepted) == (0, 0)
@@ -117,8 +117,12 @@ def test_symbol_distribution_of_a_byte_vocabulary_is_its_log_softmax(vocabularie
 def test_encode_spells_any_bytes_back_exactly(vocabularies):
     large = vocabularies.large
     rng = random.Random(0)
-    samples = [b"Write about the weather and the sea.", "caf\u00e9 \u00e9t\u00e9".encode(), b"\xff\xfe the \xc3",
-               bytes(rng.randrange(256) for _ in range(200))]
+    samples = [
+        b"Write about the weather and the sea.",
+        "caf\u00e9 \u00e9t\u00e9".encode(),
+        b"\xff\xfe the \xc3",
+        bytes(rng.randrange(256) for _ in range(200)),
+    ]
     for data in samples:
         ids = large.encode(data)
         assert large.spell(ids) == (data, False)
@@ -151,8 +155,9 @@ def test_recovery_adds_the_private_term_on_the_edge(vocabularies):
     large_row, generic_row, private_row = torch.randn(large.size), torch.randn(small.size), torch.randn(small.size)
     symbols, values = public_symbol_values(large_row, large, generic_row, small, 1.5, top_k=0)
     chosen = choose_symbol(symbols, values, private_row, small, 1.5, Sampler().choose)
-    steered = (symbol_log_probs(large_row, large.first_symbol)
-               + 1.5 * (symbol_log_probs(private_row, small.first_symbol) - symbol_log_probs(generic_row, small.first_symbol)))
+    steered = symbol_log_probs(large_row, large.first_symbol) + 1.5 * (
+        symbol_log_probs(private_row, small.first_symbol) - symbol_log_probs(generic_row, small.first_symbol)
+    )
     assert chosen == int(steered.argmax())
     top_symbols, _ = public_symbol_values(large_row, large, generic_row, small, 1.5, top_k=8)
     assert set(top_symbols.tolist()) == set(symbol_log_probs(large_row, large.first_symbol).topk(8).indices.tolist())
@@ -166,8 +171,13 @@ def _prompts(tokenizer, large_tokenizer, n: int):
     for i in range(n):
         task = f"Write about topic {i}: the weather and the sea."
         private = f"History {i}: I love long walks, strong coffee and quiet mornings. {task}"
-        cases.append((chat_ids(tokenizer, task, CHATML_CHAT), chat_ids(tokenizer, private, CHATML_CHAT),
-                      chat_ids(large_tokenizer, task, CHATML_CHAT)))
+        cases.append(
+            (
+                chat_ids(tokenizer, task, CHATML_CHAT),
+                chat_ids(tokenizer, private, CHATML_CHAT),
+                chat_ids(large_tokenizer, task, CHATML_CHAT),
+            )
+        )
     return cases
 
 
@@ -182,24 +192,28 @@ def cross(request):
     reverse, where a recovered byte is completed into a multi-byte Specialist token."""
     if request.param == "bytes-to-merged":
         return tiny_cross_pair(seed=0, generalist_seed=1)
-    return tiny_cross_pair(seed=0, generalist_seed=1, specialist_tokenizer=tiny_merged_tokenizer(),
-                           generalist_tokenizer=tiny_tokenizer())
+    return tiny_cross_pair(
+        seed=0, generalist_seed=1, specialist_tokenizer=tiny_merged_tokenizer(), generalist_tokenizer=tiny_tokenizer()
+    )
 
 
 @pytest.mark.parametrize("top_k", [0, 64])
 def test_identical_tokenizers_reproduce_same_tokenizer_specsteer(top_k):
     # The same weights both ways; quiet ids keep the same-tokenizer run to ids the byte space can say.
     same = tiny_pair(seed=0, generalist_seed=1, quiet_ids=CHAT_QUIET_IDS)
-    crossed = tiny_cross_pair(seed=0, generalist_seed=1, specialist_tokenizer=tiny_tokenizer(),
-                              generalist_tokenizer=tiny_tokenizer())
+    crossed = tiny_cross_pair(
+        seed=0, generalist_seed=1, specialist_tokenizer=tiny_tokenizer(), generalist_tokenizer=tiny_tokenizer()
+    )
     kinds = set()
     for alpha in (0.05, 0.3, 1.0, 3.0):
         for plain, private, large in _prompts(same.tokenizer, crossed.cross.tokenizer, 2):
             assert large == plain
-            expected, reference = _run(same, plain, private, None, method="specsteer", alpha=alpha, draft_len=3,
-                                       downlink_top_k=top_k)
-            tokens, finished = _run(crossed, plain, private, large, method="specsteer", alpha=alpha, draft_len=3,
-                                    downlink_top_k=top_k)
+            expected, reference = _run(
+                same, plain, private, None, method="specsteer", alpha=alpha, draft_len=3, downlink_top_k=top_k
+            )
+            tokens, finished = _run(
+                crossed, plain, private, large, method="specsteer", alpha=alpha, draft_len=3, downlink_top_k=top_k
+            )
             assert finished.token_ids == reference.token_ids
             assert [(t.id, t.kind) for t in tokens] == [(t.id, t.kind) for t in expected]
             assert finished.stats.accepted == reference.stats.accepted
@@ -220,8 +234,17 @@ def test_alpha_infinite_reproduces_byte_level_lightcosteer(cross):
     for beta in (0.0, 1.5):
         for plain, private, large in _prompts(cross.tokenizer, cross.cross.tokenizer, 2):
             _, reference = _run(cross, plain, private, large, method="lightcosteer", beta=beta, downlink_top_k=0)
-            tokens, finished = _run(cross, plain, private, large, method="specsteer", alpha=math.inf, bonus=False,
-                                    beta=beta, downlink_top_k=0)
+            tokens, finished = _run(
+                cross,
+                plain,
+                private,
+                large,
+                method="specsteer",
+                alpha=math.inf,
+                bonus=False,
+                beta=beta,
+                downlink_top_k=0,
+            )
             assert finished.token_ids == reference.token_ids
             assert finished.stats.accepted == 0
             assert [t.kind for t in tokens if t.emitted] == ["recovered"] * len(finished.token_ids)
@@ -243,10 +266,12 @@ def _no_cache_byte_lightcosteer(pair, plain, private, large, beta: float, steps:
     large_ids: list[int] = []
     while len(small_ids) < steps and (not small_ids or small_ids[-1] not in small_vocab.stop_ids):
         private_row = row(pair.specialist, private + small_ids, small_vocab.size)
-        steered = (symbol_log_probs(row(pair.generalist, large + large_ids, large_vocab.size), large_vocab.first_symbol)
-                   + beta * (symbol_log_probs(private_row, small_vocab.first_symbol)
-                             - symbol_log_probs(row(pair.specialist, plain + small_ids, small_vocab.size),
-                                                small_vocab.first_symbol)))
+        steered = symbol_log_probs(
+            row(pair.generalist, large + large_ids, large_vocab.size), large_vocab.first_symbol
+        ) + beta * (
+            symbol_log_probs(private_row, small_vocab.first_symbol)
+            - symbol_log_probs(row(pair.specialist, plain + small_ids, small_vocab.size), small_vocab.first_symbol)
+        )
         symbol = int(steered.argmax())
         candidates = [i for i in range(small_vocab.size) if int(small_vocab.first_symbol[i]) == symbol]
         token = max(candidates, key=lambda i: float(private_row[i]))
@@ -258,8 +283,9 @@ def _no_cache_byte_lightcosteer(pair, plain, private, large, beta: float, steps:
 def test_byte_level_lightcosteer_matches_a_no_cache_reference(cross):
     emitted = []
     for plain, private, large in _prompts(cross.tokenizer, cross.cross.tokenizer, 2):
-        _, finished = _run(cross, plain, private, large, method="lightcosteer", beta=1.0, downlink_top_k=0,
-                           max_new_tokens=48)
+        _, finished = _run(
+            cross, plain, private, large, method="lightcosteer", beta=1.0, downlink_top_k=0, max_new_tokens=48
+        )
         assert finished.token_ids == _no_cache_byte_lightcosteer(cross, plain, private, large, 1.0, 48)
         emitted += finished.token_ids
     spelled = cross.cross.vocabularies.small.spelled
@@ -270,8 +296,7 @@ def test_byte_level_lightcosteer_matches_a_no_cache_reference(cross):
 def test_different_tokenizers_accept_some_drafts_and_the_pieces_make_the_text(cross):
     plain, private, large = _prompts(cross.tokenizer, cross.cross.tokenizer, 1)[0]
     assert large != plain  # the two read the prompt as different ids
-    tokens, finished = _run(cross, plain, private, large, method="specsteer", alpha=0.1, draft_len=4,
-                            max_new_tokens=40)
+    tokens, finished = _run(cross, plain, private, large, method="specsteer", alpha=0.1, draft_len=4, max_new_tokens=40)
     kinds = {t.kind for t in tokens}
     assert {"accepted", "rejected", "recovered"} <= kinds
     assert "".join(t.text for t in tokens if t.emitted) == finished.text
@@ -323,8 +348,9 @@ def test_each_draft_event_names_its_segment_and_a_segment_is_accepted_or_refused
 
 def test_one_vocabulary_names_no_segments_and_identical_tokenizers_make_one_token_segments():
     same = tiny_pair(seed=0, generalist_seed=1, quiet_ids=CHAT_QUIET_IDS)
-    crossed = tiny_cross_pair(seed=0, generalist_seed=1, specialist_tokenizer=tiny_tokenizer(),
-                              generalist_tokenizer=tiny_tokenizer())
+    crossed = tiny_cross_pair(
+        seed=0, generalist_seed=1, specialist_tokenizer=tiny_tokenizer(), generalist_tokenizer=tiny_tokenizer()
+    )
     plain, private, large = _prompts(same.tokenizer, crossed.cross.tokenizer, 1)[0]
     tokens, _ = _run(same, plain, private, None, method="specsteer", alpha=1.0, draft_len=3)
     assert all(t.segment is None for t in tokens) and "segment" not in tokens[0].to_dict()
@@ -367,8 +393,9 @@ def test_llm_plus_gives_the_generalist_the_private_prompt_in_its_own_tokenizatio
     private_large = chat_ids(cross.cross.tokenizer, private_text, CHATML_CHAT)
     assert private_large != private  # two tokenizations of one text
     config = DecodeConfig(method="llm+", max_new_tokens=12)
-    _, finished = collect(generate_ids(cross, plain, private, config, plain_large_ids=large,
-                                       private_large_ids=private_large))
+    _, finished = collect(
+        generate_ids(cross, plain, private, config, plain_large_ids=large, private_large_ids=private_large)
+    )
     _, as_llm = _run(cross, plain, private, private_large, method="llm", max_new_tokens=12)
     _, plain_llm = _run(cross, plain, private, large, method="llm", max_new_tokens=12)
     assert finished.token_ids == as_llm.token_ids != plain_llm.token_ids
@@ -389,7 +416,7 @@ def test_cross_open_round_trips_and_leaves_the_open_frame_alone():
     assert decode(encode(cross)) == cross
     assert decode(encode(plain)) == plain and type(decode(encode(plain))) is Open
     assert encode(cross)[:2] == bytes([2, 5]) and encode(plain)[:2] == bytes([2, 1])
-    assert encode(cross)[2:len(encode(plain))] == encode(plain)[2:]  # an Open's fields, then the extension
+    assert encode(cross)[2 : len(encode(plain))] == encode(plain)[2:]  # an Open's fields, then the extension
 
 
 def test_a_cloud_refuses_the_wrong_kind_of_open(cross):
@@ -471,8 +498,13 @@ def test_a_cross_tokenizer_pairing_loads_each_tokenizer_and_generates_from_a_req
         tokenizer.save_pretrained(directory)
         return ModelSpec(name=name, kind="local", ref=str(directory), chat=CHATML_CHAT)
 
-    pairing = Pairing(id="local-cross", label="local cross", specialist=saved("small", 0, 320, tiny_tokenizer()),
-                      generalist=saved("large", 1, 352, tiny_merged_tokenizer()), separate_tokenizers=True)
+    pairing = Pairing(
+        id="local-cross",
+        label="local cross",
+        specialist=saved("small", 0, 320, tiny_tokenizer()),
+        generalist=saved("large", 1, 352, tiny_merged_tokenizer()),
+        separate_tokenizers=True,
+    )
     try:
         pair = load_pair(pairing, dtype="fp32")
         text = "the weather and the sea"
@@ -480,9 +512,20 @@ def test_a_cross_tokenizer_pairing_loads_each_tokenizer_and_generates_from_a_req
         # (reloaded beside a Qwen2 config, the merged tokenizer gains Qwen's pre-tokenizer, so its ids differ
         # from tiny_merged_tokenizer()'s; what matters is that the Generalist's own tokenizer was loaded)
         assert len(pair.cross.tokenizer.encode(text)) < len(pair.tokenizer.encode(text))
-        request = Request(task="review", input_text="A kettle that boils fast.",
-                          history=[HistoryItem({"reviewText": "I love quiet mornings.", "summary": "calm",
-                                                "overall": "5", "description": "a teapot"})])
+        request = Request(
+            task="review",
+            input_text="A kettle that boils fast.",
+            history=[
+                HistoryItem(
+                    {
+                        "reviewText": "I love quiet mornings.",
+                        "summary": "calm",
+                        "overall": "5",
+                        "description": "a teapot",
+                    }
+                )
+            ],
+        )
         tokens, finished = collect(generate(pair, request, DecodeConfig(method="specsteer", max_new_tokens=12)))
         assert finished.stats.new_tokens == 12 or finished.stats.stop_reason == "eos"
         assert finished.transcript[0].kind == "cross-open"
@@ -519,8 +562,20 @@ def test_evaluate_runs_a_cross_tokenizer_pair_and_refuses_its_missing_methods(tm
 
     from specsteer import evaluate
 
-    base = ["--data", "sample", "--task", "review", "--limit", "1", "--pairing", "tiny-cross-test",
-            "--max-new-tokens", "6", "--database", f"sqlite:///{tmp_path / 'cross.db'}"]
+    base = [
+        "--data",
+        "sample",
+        "--task",
+        "review",
+        "--limit",
+        "1",
+        "--pairing",
+        "tiny-cross-test",
+        "--max-new-tokens",
+        "6",
+        "--database",
+        f"sqlite:///{tmp_path / 'cross.db'}",
+    ]
     assert evaluate.main(base + ["--methods", "slm+,llm,specsteer", "--alpha", "0.1", "--json"]) == 0
     rows = {row["method"]: row for row in json.loads(capsys.readouterr().out)["rows"]}
     assert set(rows) == {"slm+", "llm", "specsteer"}
@@ -556,13 +611,23 @@ def test_an_http_cloud_of_a_cross_pair_gives_the_in_process_output_and_sees_no_h
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     capture = tmp_path / "capture.bin"
     with (tmp_path / "cloud.log").open("wb") as log:
-        server = start_cloud_process("--pairing", "tiny-cross-test", "--capture", str(capture), "--no-prefix-reuse",
-                                     env=environment, stderr=log, ready_timeout_s=180)
+        server = start_cloud_process(
+            "--pairing",
+            "tiny-cross-test",
+            "--capture",
+            str(capture),
+            "--no-prefix-reuse",
+            env=environment,
+            stderr=log,
+            ready_timeout_s=180,
+        )
     try:
         with RemoteCloud(server.url) as remote:
-            for config in (DecodeConfig(method="specsteer", alpha=0.3, max_new_tokens=20),
-                           DecodeConfig(method="lightcosteer", max_new_tokens=8),
-                           DecodeConfig(method="llm", max_new_tokens=8)):
+            for config in (
+                DecodeConfig(method="specsteer", alpha=0.3, max_new_tokens=20),
+                DecodeConfig(method="lightcosteer", max_new_tokens=8),
+                DecodeConfig(method="llm", max_new_tokens=8),
+            ):
                 cross.clear_prefix_caches()
                 tokens, here = collect(generate(cross, prepared, config))
                 before = len(read_capture(capture))

@@ -32,8 +32,10 @@ def pair(request):
 
 def _prompt_ids(pair, prepared):
     """The plain prompt as each side tokenizes it: the Specialist's ids, the Generalist's ids."""
-    return (chat_ids(pair.tokenizer, prepared.prompts.plain, pair.chat),
-            chat_ids(pair.cross.tokenizer, prepared.prompts.plain, pair.cross.chat))
+    return (
+        chat_ids(pair.tokenizer, prepared.prompts.plain, pair.chat),
+        chat_ids(pair.cross.tokenizer, prepared.prompts.plain, pair.cross.chat),
+    )
 
 
 def test_the_pair_keeps_two_tokenizers_and_the_llama_cpp_runtime_is_refused(pair):
@@ -43,7 +45,8 @@ def test_the_pair_keeps_two_tokenizers_and_the_llama_cpp_runtime_is_refused(pair
     assert pair.cross is not None and pair.runtime == "transformers"
     text = "Personalized generation across two vocabularies."
     assert pair.tokenizer.encode(text, add_special_tokens=False) != pair.cross.tokenizer.encode(
-        text, add_special_tokens=False)
+        text, add_special_tokens=False
+    )
     assert pair.vocab_size != pair.cross.vocab_size
     with pytest.raises(ModelLoadError, match="transformers runtime only"):
         load_pair(pair.pairing_id, runtime="llama.cpp")
@@ -69,8 +72,13 @@ def test_only_the_plain_prompt_and_chosen_ids_cross_with_a_private_canary(pair, 
     audit = audit_uplink(finished.transcript, small_prompt, tokens, large_prompt)
     assert audit.ok, audit.problems
     assert {t.kind for t in tokens} & {"recovered", "bonus"}  # the downlink's recovery values were exercised
-    uplinked = [i for m in finished.transcript if m.direction == "uplink"
-                for key in ("prompt", "large_prompt") for i in m.payload.get(key, [])]
+    uplinked = [
+        i
+        for m in finished.transcript
+        if m.direction == "uplink"
+        for key in ("prompt", "large_prompt")
+        for i in m.payload.get(key, [])
+    ]
     for tokenizer in (pair.tokenizer, pair.cross.tokenizer):
         canary_ids = tokenizer.encode(canary, add_special_tokens=False)
         assert not any(uplinked[j : j + len(canary_ids)] == canary_ids for j in range(len(uplinked)))
@@ -82,8 +90,9 @@ def test_alpha_zero_reproduces_the_specialists_private_greedy_output(pair, recor
     pair.clear_prefix_caches()
     _, reference = collect(generate(pair, prepared, DecodeConfig(method="slm+", max_new_tokens=32)))
     pair.clear_prefix_caches()
-    tokens, finished = collect(generate(pair, prepared, DecodeConfig(method="specsteer", alpha=0.0, bonus=False,
-                                                                     max_new_tokens=32)))
+    tokens, finished = collect(
+        generate(pair, prepared, DecodeConfig(method="specsteer", alpha=0.0, bonus=False, max_new_tokens=32))
+    )
     assert finished.token_ids == reference.token_ids
     assert finished.text == reference.text
     assert {t.kind for t in tokens} == {"accepted"}

@@ -50,10 +50,28 @@ def narrow_service() -> AppService:
 
 
 def settings(**overrides):
-    values = dict(pairing=CROSS_PAIRING_ID, runtime="auto", method="specsteer", alpha=0.1, beta=1.0,
-                  draft_len=4, max_new_tokens=40, decoding="greedy", seed=0, temperature=1.0, top_p=1.0,
-                  retrieval_k=3, downlink_top_k=64, exact=False, adaptive_draft=False, prompt_style="paper",
-                  cloud="", rtt_ms=0, uplink_kbps=0, downlink_kbps=0)
+    values = dict(
+        pairing=CROSS_PAIRING_ID,
+        runtime="auto",
+        method="specsteer",
+        alpha=0.1,
+        beta=1.0,
+        draft_len=4,
+        max_new_tokens=40,
+        decoding="greedy",
+        seed=0,
+        temperature=1.0,
+        top_p=1.0,
+        retrieval_k=3,
+        downlink_top_k=64,
+        exact=False,
+        adaptive_draft=False,
+        prompt_style="paper",
+        cloud="",
+        rtt_ms=0,
+        uplink_kbps=0,
+        downlink_kbps=0,
+    )
     values.update(overrides)
     return values
 
@@ -62,8 +80,10 @@ def run_generate(tab, **overrides):
     return list(tab.generate(generate_tab.read_sample("review"), **TASK_INPUT, **settings(**overrides)))
 
 
-SEGMENT = re.compile(r'<(span|del) class="ss-tok ss-tok-(\w+) ss-seg" data-segment-size="(\d+)" title="([^"]*)">'
-                     r"((?:<span class=\"ss-seg-tok\" data-token=\"\d+\">[^<]*</span>)*)</\1>")
+SEGMENT = re.compile(
+    r'<(span|del) class="ss-tok ss-tok-(\w+) ss-seg" data-segment-size="(\d+)" title="([^"]*)">'
+    r"((?:<span class=\"ss-seg-tok\" data-token=\"\d+\">[^<]*</span>)*)</\1>"
+)
 
 
 # --------------------------------------------------------------------------- rendering
@@ -93,7 +113,9 @@ def test_a_segment_is_one_coloured_element_with_its_size_in_the_tooltip_and_the_
     assert "<img" not in html and "&lt;img src=x onerror=&quot;" in html
     found = SEGMENT.findall(html)
     assert [(tag, kind, size) for tag, kind, size, _title, _inner in found] == [
-        ("span", "accepted", "3"), ("del", "rejected", "2")]
+        ("span", "accepted", "3"),
+        ("del", "rejected", "2"),
+    ]
     accepted_title, rejected_title = found[0][3], found[1][3]
     assert "accepted draft · one segment of 3 Specialist tokens" in accepted_title and "ratio 2.5" in accepted_title
     assert "rejected draft · one segment of 2 Specialist tokens" in rejected_title and "ratio 0.2" in rejected_title
@@ -141,7 +163,9 @@ def test_llm_plus_runs_on_a_cross_pairing_and_its_privacy_report_says_the_privat
 def test_a_method_a_cross_pairing_cannot_run_is_refused_naming_what_can(warnings):
     tab = generate_tab.GenerateTab(app.build_service())
     final = run_generate(tab, method="sd")[-1]
-    assert "ss-box-error" in final.status and "Standard SD is not available on a cross-tokenizer pairing" in final.status
+    assert (
+        "ss-box-error" in final.status and "Standard SD is not available on a cross-tokenizer pairing" in final.status
+    )
     assert "Available here: SLM, SLM+, LLM, LLM+" in final.status and warnings
     exact = run_generate(tab, exact=True, decoding="sampling")[-1]
     assert "exact-target variant is not available" in exact.status
@@ -164,8 +188,16 @@ def test_the_pairing_picker_offers_the_tiny_cross_pair_and_its_note_names_what_i
 
 
 def compare_frames(tab, methods):
-    return list(tab.compare(generate_tab.read_sample("review"), **TASK_INPUT, methods=list(methods), blind=False,
-                            request=None, **settings(max_new_tokens=8)))
+    return list(
+        tab.compare(
+            generate_tab.read_sample("review"),
+            **TASK_INPUT,
+            methods=list(methods),
+            blind=False,
+            request=None,
+            **settings(max_new_tokens=8),
+        )
+    )
 
 
 def test_compare_runs_every_compared_method_a_cross_pairing_runs():
@@ -176,7 +208,7 @@ def test_compare_runs_every_compared_method_a_cross_pairing_runs():
     status, view = final[0], final[1]
     assert "Saved as comparison" in status
     assert sorted(view.order) == sorted(compared)
-    assert all("(empty output)" not in str(slot) for slot in final[4:4 + len(compared)])
+    assert all("(empty output)" not in str(slot) for slot in final[4 : 4 + len(compared)])
     stored = storage.get_comparison(view.comparison_id)
     assert stored["settings"]["pairing"] == CROSS_PAIRING_ID
 
@@ -192,9 +224,20 @@ def test_compare_with_a_method_a_cross_pairing_cannot_run_saves_nothing():
 
 
 def dashboard_values(**overrides):
-    values = dict(source="sample", upload=None, task="review", records=1, methods=["llm", "llm+", "specsteer"],
-                  alphas="1.0, 0.1", betas="1", pairing=CROSS_PAIRING_ID, runtime="auto", max_new_tokens=4,
-                  draft_len=2, run_name="cross-run")
+    values = dict(
+        source="sample",
+        upload=None,
+        task="review",
+        records=1,
+        methods=["llm", "llm+", "specsteer"],
+        alphas="1.0, 0.1",
+        betas="1",
+        pairing=CROSS_PAIRING_ID,
+        runtime="auto",
+        max_new_tokens=4,
+        draft_len=2,
+        run_name="cross-run",
+    )
     values.update(overrides)
     return values
 
@@ -220,8 +263,19 @@ def test_dashboard_refuses_a_method_a_cross_pairing_cannot_run_before_storing_a_
 
 
 def test_the_generate_cli_runs_the_tiny_cross_pair_and_refuses_what_it_cannot_run(capsys):
-    base = ["generate", "--history", str(SAMPLE), "--task", "review", "--input", "A review of earbuds.",
-            "--pairing", CROSS_PAIRING_ID, "--max-new-tokens", "12"]
+    base = [
+        "generate",
+        "--history",
+        str(SAMPLE),
+        "--task",
+        "review",
+        "--input",
+        "A review of earbuds.",
+        "--pairing",
+        CROSS_PAIRING_ID,
+        "--max-new-tokens",
+        "12",
+    ]
     assert cli.main([*base, "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["stats"]["drafted"] > 0 and set(document["tokens"][0]) == {"id", "text", "kind"}

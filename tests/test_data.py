@@ -185,10 +185,7 @@ def test_unselected_records_are_not_validated(tmp_path):
     ("row", "expected"),
     [
         ("not an object", r"r.jsonl line 2: expected a JSON object"),
-        (
-            review_record("U", 5, input=None) | {"input": 3},
-            r"line 2 \(id 5\): field 'input' must be a string, got int",
-        ),
+        (review_record("U", 5, input=None) | {"input": 3}, r"line 2 \(id 5\): field 'input' must be a string, got int"),
         (
             {k: v for k, v in review_record("U", 5).items() if k != "output"},
             r"line 2 \(id 5\): field 'output' is missing",
@@ -212,10 +209,7 @@ def test_unselected_records_are_not_validated(tmp_path):
             review_record("U", 5, profile=[WRITING_ITEM]),
             r"line 2 \(id 5\): field 'profile' holds writing items, but the task is review",
         ),
-        (
-            review_record("U", 5, profile=[{"text": "plain"}]),
-            r"line 2 \(id 5\): profile items look like plain texts",
-        ),
+        (review_record("U", 5, profile=[{"text": "plain"}]), r"line 2 \(id 5\): profile items look like plain texts"),
         (review_record(["U"], 5), r"line 2 \(id 5\): field 'reviewerId' must be a string"),
     ],
 )
@@ -274,9 +268,7 @@ def test_explicit_task_must_match_the_data(tmp_path, review_file):
 # --- LaMP -----------------------------------------------------------------------------
 
 
-def write_lamp(
-    tmp_path: Path, task: str | None, questions: list[dict], golds: list[dict]
-) -> tuple[Path, Path]:
+def write_lamp(tmp_path: Path, task: str | None, questions: list[dict], golds: list[dict]) -> tuple[Path, Path]:
     questions_path = tmp_path / "dev_questions.json"
     outputs_path = tmp_path / "dev_outputs.json"
     questions_path.write_text(json.dumps(questions))

@@ -47,8 +47,9 @@ def test_alpha_infinite_reproduces_lightcosteer(pair):
     for top_k in (0, 16):
         for plain, private in prompts(pair, 3):
             _, reference = run(pair, plain, private, method="lightcosteer", downlink_top_k=top_k, beta=1.5)
-            tokens, finished = run(pair, plain, private, method="specsteer", alpha=math.inf, bonus=False,
-                                   downlink_top_k=top_k, beta=1.5)
+            tokens, finished = run(
+                pair, plain, private, method="specsteer", alpha=math.inf, bonus=False, downlink_top_k=top_k, beta=1.5
+            )
             assert finished.token_ids == reference.token_ids
             assert finished.stats.accepted == 0
             assert [t.kind for t in tokens if t.emitted] == ["recovered"] * len(finished.token_ids)
@@ -115,7 +116,9 @@ def reference_specsteer(pair, plain, private, alpha, beta, k, max_new, top_k):
         if len(out) >= max_new:
             break
         context = out.copy()
-        ids, values = steering_entries(logits(pair.generalist, plain + context), logits(pair.specialist, plain + context), beta, top_k)
+        ids, values = steering_entries(
+            logits(pair.generalist, plain + context), logits(pair.specialist, plain + context), beta, top_k
+        )
         out.append(recover(ids, values, logits(pair.specialist, private + context), beta, Sampler()))
     return out[:max_new]
 
@@ -124,8 +127,17 @@ def reference_specsteer(pair, plain, private, alpha, beta, k, max_new, top_k):
 def test_cached_rounds_match_a_no_cache_reference(pair, alpha):
     plain, private = prompts(pair, 1)[0]
     expected = reference_specsteer(pair, plain, private, alpha, beta=1.0, k=3, max_new=16, top_k=8)
-    tokens, finished = run(pair, plain, private, method="specsteer", alpha=alpha, draft_len=3, max_new_tokens=16,
-                           downlink_top_k=8, bonus=True)
+    tokens, finished = run(
+        pair,
+        plain,
+        private,
+        method="specsteer",
+        alpha=alpha,
+        draft_len=3,
+        max_new_tokens=16,
+        downlink_top_k=8,
+        bonus=True,
+    )
     assert finished.token_ids == expected
     kinds = {t.kind for t in tokens}
     assert "rejected" in kinds or alpha < 1  # the comparison exercised cache cropping
@@ -229,7 +241,9 @@ def sample_first_token(draft_logits, target_logits, k, n, seed, exact=True):
             accepted, replacement, _ = residual_test(torch.stack([target_logits] * k), rows, drafts, sampler)
         else:  # a plausible-looking wrong rule: resample from Q itself instead of the residual
             accepted, replacement = 0, None
-            if sampler.uniform() < min(1.0, float(sampler.probs(target_logits)[drafts[0]] / sampler.probs(draft_logits)[drafts[0]])):
+            if sampler.uniform() < min(
+                1.0, float(sampler.probs(target_logits)[drafts[0]] / sampler.probs(draft_logits)[drafts[0]])
+            ):
                 accepted = 1
             else:
                 replacement = sampler.choose(target_logits)
@@ -270,8 +284,18 @@ def test_exact_variant_end_to_end_matches_steered_target():
     n = 600
     firsts = []
     for seed in range(n):
-        _, finished = run(small, plain, private, method="specsteer", exact=True, sample=True, temperature=temperature,
-                          seed=seed, draft_len=2, max_new_tokens=1)
+        _, finished = run(
+            small,
+            plain,
+            private,
+            method="specsteer",
+            exact=True,
+            sample=True,
+            temperature=temperature,
+            seed=seed,
+            draft_len=2,
+            max_new_tokens=1,
+        )
         firsts.append(finished.token_ids[0])
     observed = empirical(firsts, small.vocab_size)
     tv = 0.5 * float((observed - Q).abs().sum())
@@ -318,8 +342,11 @@ def test_stop_ends_the_generation_within_one_draft_step(pair, monkeypatch):
         return rows
 
     monkeypatch.setattr(decoding.Stream, "_feed", feed)
-    events = list(generate_ids(pair, plain, private, DecodeConfig(alpha=0.0, bonus=False, draft_len=4,
-                                                                  max_new_tokens=200), cancel=cancel))
+    events = list(
+        generate_ids(
+            pair, plain, private, DecodeConfig(alpha=0.0, bonus=False, draft_len=4, max_new_tokens=200), cancel=cancel
+        )
+    )
     tokens, finished = collect(events)
     assert finished.stats.stop_reason == "cancelled"
     assert len(finished.stats.trace) == steps_when_stopped[0], "work went on after the stop"

@@ -46,27 +46,57 @@ def M(direction: str, size: int, seconds: float = 0.0) -> TraceStep:
 
 
 ALL_NUMBERS = [f"{role}.{part}" for role in ROLES for part in ("decode", "prefill")] + [
-    "link.rtt_ms", "link.uplink_kbps", "link.downlink_kbps", "link.overhead_bytes", "cloud_parallel",
-    "overhead_per_step_s"]
+    "link.rtt_ms",
+    "link.uplink_kbps",
+    "link.downlink_kbps",
+    "link.overhead_bytes",
+    "cloud_parallel",
+    "overhead_per_step_s",
+]
 
 
-def flat_profile(link: LinkConditions = NO_LINK, specialist: float = 0.010, generalist: float = 0.030,
-                 generic: float = 0.005, prefill_per_token: float = 0.001, generalist_prefill_per_token: float = 0.002,
-                 parallel: bool = False, overhead: float = 0.0) -> DeploymentProfile:
+def flat_profile(
+    link: LinkConditions = NO_LINK,
+    specialist: float = 0.010,
+    generalist: float = 0.030,
+    generic: float = 0.005,
+    prefill_per_token: float = 0.001,
+    generalist_prefill_per_token: float = 0.002,
+    parallel: bool = False,
+    overhead: float = 0.0,
+) -> DeploymentProfile:
     """Decode passes cost a flat step; prefills a fixed time per prompt token."""
+
     def cost(step: float, per_token: float) -> StreamCost:
         return StreamCost(decode=PassCost(step, 0.0), prefill=PassCost(0.0, per_token))
 
     return DeploymentProfile(
-        "test", "test profile", cost(specialist, prefill_per_token), cost(generalist, generalist_prefill_per_token),
-        cost(generic, prefill_per_token), link, tuple(Source(n, "test") for n in ALL_NUMBERS),
-        cloud_parallel=parallel, overhead_per_step_s=overhead)
+        "test",
+        "test profile",
+        cost(specialist, prefill_per_token),
+        cost(generalist, generalist_prefill_per_token),
+        cost(generic, prefill_per_token),
+        link,
+        tuple(Source(n, "test") for n in ALL_NUMBERS),
+        cloud_parallel=parallel,
+        overhead_per_step_s=overhead,
+    )
 
 
 # A speculative generation of two rounds: the prompt goes up, the Edge prefills and drafts,
 # the Cloud prefills and verifies, the verdict comes down, and so on.
-LOCKSTEP = [M(UPLINK, 100), F("specialist+", 10), F("specialist+", 1), M(UPLINK, 20), F("generalist", 12),
-            M(DOWNLINK, 30), F("specialist+", 1), M(UPLINK, 20), F("generalist", 2), M(DOWNLINK, 30)]
+LOCKSTEP = [
+    M(UPLINK, 100),
+    F("specialist+", 10),
+    F("specialist+", 1),
+    M(UPLINK, 20),
+    F("generalist", 12),
+    M(DOWNLINK, 30),
+    F("specialist+", 1),
+    M(UPLINK, 20),
+    F("generalist", 2),
+    M(DOWNLINK, 30),
+]
 
 # The llm baseline: the prompt goes up, the Cloud prefills, then streams five tokens down.
 STREAM = [M(UPLINK, 100), F("generalist", 5), M(DOWNLINK, 9)] + [F("generalist", 1), M(DOWNLINK, 9)] * 4
@@ -149,8 +179,13 @@ def test_a_token_stream_pays_the_round_trip_once():
 
 def test_per_token_rounds_pay_the_round_trip_per_token():
     # lightcosteer: every token is a round (an empty draft up, a verdict down, an Edge step).
-    per_token = [M(UPLINK, 100)] + [M(UPLINK, 13), F("generalist", 1), F("specialist0", 1), M(DOWNLINK, 500),
-                                    F("specialist+", 1)] * 5
+    per_token = [M(UPLINK, 100)] + [
+        M(UPLINK, 13),
+        F("generalist", 1),
+        F("specialist0", 1),
+        M(DOWNLINK, 500),
+        F("specialist+", 1),
+    ] * 5
     slow = project(per_token, flat_profile(LinkConditions(rtt_ms=100)), tokens=5)
     fast = project(per_token, flat_profile(), tokens=5)
     assert slow.round_trips == 5
@@ -179,8 +214,16 @@ def test_back_to_back_messages_share_the_wire():
 
 
 def test_cloud_passes_side_by_side_or_one_after_the_other():
-    rounds = [M(UPLINK, 10), F("generalist", 1), F("specialist0", 1), M(DOWNLINK, 10), M(UPLINK, 10),
-              F("generalist", 3), F("specialist0", 3), M(DOWNLINK, 10)]
+    rounds = [
+        M(UPLINK, 10),
+        F("generalist", 1),
+        F("specialist0", 1),
+        M(DOWNLINK, 10),
+        M(UPLINK, 10),
+        F("generalist", 3),
+        F("specialist0", 3),
+        M(DOWNLINK, 10),
+    ]
     sequential = project(rounds, flat_profile(), tokens=2)
     parallel = project(rounds, flat_profile(parallel=True), tokens=2)
     # prefills 2 ms + 1 ms, then verification 30 ms + 5 ms
@@ -192,24 +235,34 @@ def test_cloud_passes_side_by_side_or_one_after_the_other():
 def test_both_sides_compute_at_once_where_the_trace_allows():
     # A Cloud that prefills on "open" while the Edge prefills and drafts: the draft arrives at
     # 110 ms, while the Cloud is still busy until 150 ms; it does not go back in time for it.
-    trace = [M(UPLINK, 100), F("generalist", 50), F("specialist+", 50), F("specialist+", 1), M(UPLINK, 20),
-             F("generalist", 3), M(DOWNLINK, 30)]
+    trace = [
+        M(UPLINK, 100),
+        F("generalist", 50),
+        F("specialist+", 50),
+        F("specialist+", 1),
+        M(UPLINK, 20),
+        F("generalist", 3),
+        M(DOWNLINK, 30),
+    ]
     projection = project(trace, flat_profile(LinkConditions(rtt_ms=100)), tokens=1)
     assert projection.seconds == pytest.approx(0.050 + 0.100 + 0.030 + 0.050)
     assert (projection.device_s, projection.cloud_s, projection.link_s) == (
-        0, pytest.approx(0.130), pytest.approx(0.100))
+        0,
+        pytest.approx(0.130),
+        pytest.approx(0.100),
+    )
 
 
 def test_side_by_side_never_reaches_across_a_message():
-    rounds = [M(UPLINK, 10), F("generalist", 1), M(DOWNLINK, 10), M(UPLINK, 10), F("specialist0", 1),
-              M(DOWNLINK, 10)]
+    rounds = [M(UPLINK, 10), F("generalist", 1), M(DOWNLINK, 10), M(UPLINK, 10), F("specialist0", 1), M(DOWNLINK, 10)]
     assert project(rounds, flat_profile(parallel=True), tokens=1).seconds == pytest.approx(0.002 + 0.001)
 
 
 def test_a_trace_without_messages_runs_on_the_device():
     # slm names its stream specialist0 (plain prompt), but it is the device's Specialist.
-    projection = project([F("specialist0", 10), F("specialist0", 1), F("specialist0", 1)],
-                         flat_profile(generic=99.0), tokens=2)
+    projection = project(
+        [F("specialist0", 10), F("specialist0", 1), F("specialist0", 1)], flat_profile(generic=99.0), tokens=2
+    )
     assert projection.seconds == pytest.approx(0.010 + 2 * 0.010)
     assert projection.device_s == pytest.approx(projection.seconds)
     assert projection.round_trips == 0
@@ -228,16 +281,30 @@ def test_projection_reads_stored_json_traces():
     assert as_trace([{"kind": "forward", "who": "generalist", "size": 3, "seconds": 0.1}]) == [F("generalist", 3, 0.1)]
 
 
-@pytest.mark.parametrize("bad", [[("forward", "gpt", 1, 0.0)], [("message", "sideways", 1, 0.0)],
-                                 [("sleep", "generalist", 1, 0.0)], [("forward", "generalist", -1, 0.0)]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        [("forward", "gpt", 1, 0.0)],
+        [("message", "sideways", 1, 0.0)],
+        [("sleep", "generalist", 1, 0.0)],
+        [("forward", "generalist", -1, 0.0)],
+    ],
+)
 def test_malformed_traces_are_refused(bad):
     with pytest.raises(ValueError):
         project(bad, flat_profile(), 0)
 
 
 def test_a_profile_without_a_role_cannot_price_it():
-    profile = DeploymentProfile("partial", "no cloud", flat_profile().specialist, None, None, NO_LINK,
-                                tuple(Source(n, "test") for n in ALL_NUMBERS[:2] + ALL_NUMBERS[6:]))
+    profile = DeploymentProfile(
+        "partial",
+        "no cloud",
+        flat_profile().specialist,
+        None,
+        None,
+        NO_LINK,
+        tuple(Source(n, "test") for n in ALL_NUMBERS[:2] + ALL_NUMBERS[6:]),
+    )
     assert project([F("specialist+", 4)], profile, 1).seconds == pytest.approx(0.004)
     with pytest.raises(ValueError, match="no cost for the generalist"):
         project(STREAM, profile, 5)
@@ -246,9 +313,20 @@ def test_a_profile_without_a_role_cannot_price_it():
 # --------------------------------------------------------------------------- validation
 
 
-@pytest.mark.parametrize("kwargs", [{"rtt_ms": -1}, {"rtt_ms": math.inf}, {"rtt_ms": math.nan},
-                                    {"uplink_kbps": 0}, {"downlink_kbps": -5}, {"downlink_kbps": math.nan},
-                                    {"overhead_bytes": -1}, {"overhead_bytes": 1.5}, {"rtt_ms": "fast"}])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"rtt_ms": -1},
+        {"rtt_ms": math.inf},
+        {"rtt_ms": math.nan},
+        {"uplink_kbps": 0},
+        {"downlink_kbps": -5},
+        {"downlink_kbps": math.nan},
+        {"overhead_bytes": -1},
+        {"overhead_bytes": 1.5},
+        {"rtt_ms": "fast"},
+    ],
+)
 def test_link_conditions_are_validated(kwargs):
     with pytest.raises(ValueError):
         LinkConditions(**kwargs)
@@ -281,18 +359,40 @@ def test_pass_costs_are_validated():
 def test_profiles_need_a_source_for_every_number():
     good = flat_profile()
     with pytest.raises(ValueError, match="no source for link.rtt_ms"):
-        DeploymentProfile("p", "p", good.specialist, good.generalist, good.generic_specialist, NO_LINK,
-                          tuple(s for s in good.sources if s.number != "link.rtt_ms"))
+        DeploymentProfile(
+            "p",
+            "p",
+            good.specialist,
+            good.generalist,
+            good.generic_specialist,
+            NO_LINK,
+            tuple(s for s in good.sources if s.number != "link.rtt_ms"),
+        )
     with pytest.raises(ValueError, match="numbers it does not have: generalist.decode"):
         DeploymentProfile("p", "p", good.specialist, None, good.generic_specialist, NO_LINK, good.sources)
     with pytest.raises(ValueError, match="empty source"):
-        DeploymentProfile("p", "p", good.specialist, good.generalist, good.generic_specialist, NO_LINK,
-                          good.sources[:-1] + (Source("overhead_per_step_s", " "),))
+        DeploymentProfile(
+            "p",
+            "p",
+            good.specialist,
+            good.generalist,
+            good.generic_specialist,
+            NO_LINK,
+            good.sources[:-1] + (Source("overhead_per_step_s", " "),),
+        )
     with pytest.raises(ValueError, match="needs a name"):
         DeploymentProfile("", "p", good.specialist, good.generalist, good.generic_specialist, NO_LINK, good.sources)
     with pytest.raises(ValueError, match="overhead_per_step_s"):
-        DeploymentProfile("p", "p", good.specialist, good.generalist, good.generic_specialist, NO_LINK,
-                          good.sources, overhead_per_step_s=-1.0)
+        DeploymentProfile(
+            "p",
+            "p",
+            good.specialist,
+            good.generalist,
+            good.generic_specialist,
+            NO_LINK,
+            good.sources,
+            overhead_per_step_s=-1.0,
+        )
 
 
 def test_unknown_profile_names_list_the_known_ones():
@@ -321,10 +421,22 @@ def test_fit_recovers_a_linear_cost_and_keeps_totals():
 
 
 def test_own_profile_reproduces_a_synthetic_trace():
-    trace = [M(UPLINK, 100), F("specialist+", 30, 0.06), F("specialist+", 1, 0.011), F("specialist+", 1, 0.009),
-             M(UPLINK, 20), F("generalist", 22, 0.21), F("specialist0", 22, 0.05), M(DOWNLINK, 300),
-             F("specialist+", 1, 0.010), F("specialist+", 1, 0.012), M(UPLINK, 24), F("generalist", 3, 0.090),
-             F("specialist0", 3, 0.021), M(DOWNLINK, 300)]
+    trace = [
+        M(UPLINK, 100),
+        F("specialist+", 30, 0.06),
+        F("specialist+", 1, 0.011),
+        F("specialist+", 1, 0.009),
+        M(UPLINK, 20),
+        F("generalist", 22, 0.21),
+        F("specialist0", 22, 0.05),
+        M(DOWNLINK, 300),
+        F("specialist+", 1, 0.010),
+        F("specialist+", 1, 0.012),
+        M(UPLINK, 24),
+        F("generalist", 3, 0.090),
+        F("specialist0", 3, 0.021),
+        M(DOWNLINK, 300),
+    ]
     seconds = sum(step.seconds for step in trace) + 0.0042  # some host time outside the passes
     profile = measured_profile([MeasuredRun(trace, seconds, 3)])
     assert project(trace, profile, 3).seconds == pytest.approx(seconds, rel=1e-12)
@@ -335,8 +447,9 @@ def test_own_profile_reproduces_a_synthetic_trace():
 @pytest.mark.parametrize("method", ["llm", "slm+", "sd", "specsteer", "lightcosteer", "costeer"])
 def test_own_profile_reproduces_a_real_generation(pair, method):
     plain, private = prompts(pair)
-    _, finished = collect(generate_ids(pair, plain, private, DecodeConfig(method=method, max_new_tokens=8,
-                                                                          draft_len=3)))
+    _, finished = collect(
+        generate_ids(pair, plain, private, DecodeConfig(method=method, max_new_tokens=8, draft_len=3))
+    )
     stats = finished.stats
     projection = project(stats.trace, measured_profile([stats]), stats.new_tokens)
     assert projection.seconds == pytest.approx(stats.seconds, rel=1e-9)
@@ -347,8 +460,10 @@ def test_own_profile_reproduces_a_real_generation(pair, method):
 
 def test_one_profile_for_many_runs_reproduces_their_total(pair):
     plain, private = prompts(pair)
-    runs = [collect(generate_ids(pair, plain, private, DecodeConfig(method=m, max_new_tokens=6)))[1].stats
-            for m in ("llm", "specsteer", "lightcosteer")]
+    runs = [
+        collect(generate_ids(pair, plain, private, DecodeConfig(method=m, max_new_tokens=6)))[1].stats
+        for m in ("llm", "specsteer", "lightcosteer")
+    ]
     assert project_runs(runs, measured_profile(runs)).seconds == pytest.approx(sum(r.seconds for r in runs), rel=1e-9)
 
 
@@ -449,8 +564,11 @@ def test_link_without_conditions_does_not_wait():
     assert link.emulator is None and link.conditions is None
     # open: 2 header + 16 session + 50 settings + (4) no end ids + (4 + 4) prompt; draft: 2 + 16 + 4 keep +
     # (4 + 4) append + (4 + 12) drafts; verdict: 2 + 4 accepted + three empty lists.
-    assert link.trace == [TraceStep("message", UPLINK, 80, 0.0), TraceStep("message", UPLINK, 46, 0.0),
-                          TraceStep("message", DOWNLINK, 18, 0.0)]
+    assert link.trace == [
+        TraceStep("message", UPLINK, 80, 0.0),
+        TraceStep("message", UPLINK, 46, 0.0),
+        TraceStep("message", DOWNLINK, 18, 0.0),
+    ]
 
 
 def test_link_records_the_emulated_wait_and_keeps_its_records():
@@ -497,13 +615,16 @@ def virtual_link(monkeypatch):
     return conditions, slept
 
 
-@pytest.mark.parametrize("method,round_trips", [("llm", lambda stats: 1), ("lightcosteer", lambda s: s.rounds),
-                                                ("specsteer", lambda s: s.rounds)])
+@pytest.mark.parametrize(
+    "method,round_trips",
+    [("llm", lambda stats: 1), ("lightcosteer", lambda s: s.rounds), ("specsteer", lambda s: s.rounds)],
+)
 def test_generations_over_an_emulated_link(pair, virtual_link, method, round_trips):
     conditions, slept = virtual_link
     plain, private = prompts(pair)
-    _, finished = collect(generate_ids(pair, plain, private, DecodeConfig(method=method, max_new_tokens=8,
-                                                                          draft_len=3)))
+    _, finished = collect(
+        generate_ids(pair, plain, private, DecodeConfig(method=method, max_new_tokens=8, draft_len=3))
+    )
     stats = finished.stats
     waited = sum(step.seconds for step in stats.trace if step.kind == "message")
     assert waited == pytest.approx(sum(slept))

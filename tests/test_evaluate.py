@@ -33,8 +33,7 @@ from specsteer.tiny_models import tiny_pair
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = str(bundled_sample_path("review"))
 # Short prompts and outputs keep every generation of the byte-level tiny models in milliseconds.
-FAST = EvalSpec(data=SAMPLE, task="review", methods=("llm", "slm+"), alphas=(1.0,), max_new_tokens=3,
-                retrieval_k=1)
+FAST = EvalSpec(data=SAMPLE, task="review", methods=("llm", "slm+"), alphas=(1.0,), max_new_tokens=3, retrieval_k=1)
 
 
 @pytest.fixture(scope="module")
@@ -57,10 +56,15 @@ def test_alpha_and_beta_go_only_to_the_methods_that_read_them():
 
 
 def test_extra_points_add_beta_values_at_one_alpha_for_specsteer_only():
-    points = grid_points(("llm", "lightcosteer", "costeer", "specsteer"), (1.0, 0.5, 0.1), (1.0,),
-                         ((0.5, 0.5), (0.5, 2.0), (0.5, 1.0)))
+    points = grid_points(
+        ("llm", "lightcosteer", "costeer", "specsteer"), (1.0, 0.5, 0.1), (1.0,), ((0.5, 0.5), (0.5, 2.0), (0.5, 1.0))
+    )
     assert [(point.alpha, point.beta) for point in points if point.method == "specsteer"] == [
-        (1.0, 1.0), (0.5, 1.0), (0.1, 1.0), (0.5, 0.5), (0.5, 2.0)  # the repeated (0.5, 1) runs once
+        (1.0, 1.0),
+        (0.5, 1.0),
+        (0.1, 1.0),
+        (0.5, 0.5),
+        (0.5, 2.0),  # the repeated (0.5, 1) runs once
     ]
     assert [point for point in points if point.method == "lightcosteer"] == [GridPoint("lightcosteer", None, 1.0)]
     # CoSteer's strength is its own lambda: beta changes nothing, so it runs once per record.
@@ -221,15 +225,28 @@ def test_a_run_name_is_never_reused_for_another_config(pair, url):
 
 
 def _cell(record, method, tokens, seconds, alpha=None, beta=None, accepted=0, drafted=0):
-    return CellResult(record, GridPoint(method, alpha, beta), "output",
-                      {"rouge1": 0.5, "rougeL": 0.25, "rouge1_stemmed": 0.5, "rougeL_stemmed": 0.25},
-                      GenerationStats(method=method, new_tokens=tokens, seconds=seconds, accepted=accepted,
-                                      drafted=drafted, rounds=2, uplink_bytes=10, downlink_bytes=4))
+    return CellResult(
+        record,
+        GridPoint(method, alpha, beta),
+        "output",
+        {"rouge1": 0.5, "rougeL": 0.25, "rouge1_stemmed": 0.5, "rougeL_stemmed": 0.25},
+        GenerationStats(
+            method=method,
+            new_tokens=tokens,
+            seconds=seconds,
+            accepted=accepted,
+            drafted=drafted,
+            rounds=2,
+            uplink_bytes=10,
+            downlink_bytes=4,
+        ),
+    )
 
 
 def test_speedup_is_measured_against_llm_on_the_same_records():
     cells = [
-        _cell("r1", "llm", 10, 1.0), _cell("r2", "llm", 10, 4.0),
+        _cell("r1", "llm", 10, 1.0),
+        _cell("r2", "llm", 10, 4.0),
         # specsteer has only r1: compared with llm's r1 (10 tok/s), not llm's overall 4 tok/s.
         _cell("r1", "specsteer", 10, 0.5, alpha=0.1, beta=1.0, accepted=6, drafted=8),
     ]
@@ -258,7 +275,7 @@ def test_noise_appends_other_users_low_similarity_items_to_the_private_prompt():
     other_profile = [item.fields for other in records if other.user_id != record.user_id for item in other.profile]
     retrieved = prepared[record.id].retrieved
     assert len(retrieved) == spec.retrieval_k + 2
-    noise = retrieved[spec.retrieval_k:]
+    noise = retrieved[spec.retrieval_k :]
     assert all(item.fields in other_profile for item in noise)
     private = prepared[record.id].prompts.private
     assert all(item.fields["reviewText"][:40] in private for item in noise)
@@ -285,10 +302,34 @@ def test_retrieval_depth_sets_the_number_of_profile_items():
 def test_cli_json_contract_and_plot(tmp_path):
     plot = tmp_path / "plot.html"
     command = [
-        sys.executable, "-m", "specsteer.evaluate", "--data", SAMPLE, "--task", "review", "--limit", "2",
-        "--methods", "llm,specsteer", "--alpha", "1,0.1", "--beta", "1", "--pairing", "tiny-test",
-        "--max-new-tokens", "3", "--retrieval-k", "1", "--database", f"sqlite:///{tmp_path / 'cli.db'}",
-        "--run-name", "cli", "--json", "--plot", str(plot),
+        sys.executable,
+        "-m",
+        "specsteer.evaluate",
+        "--data",
+        SAMPLE,
+        "--task",
+        "review",
+        "--limit",
+        "2",
+        "--methods",
+        "llm,specsteer",
+        "--alpha",
+        "1,0.1",
+        "--beta",
+        "1",
+        "--pairing",
+        "tiny-test",
+        "--max-new-tokens",
+        "3",
+        "--retrieval-k",
+        "1",
+        "--database",
+        f"sqlite:///{tmp_path / 'cli.db'}",
+        "--run-name",
+        "cli",
+        "--json",
+        "--plot",
+        str(plot),
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
@@ -297,7 +338,9 @@ def test_cli_json_contract_and_plot(tmp_path):
     assert list(document) == ["rows"]
     assert [tuple(row) for row in document["rows"]] == [evaluate.JSON_ROW_KEYS] * 3
     assert [(row["method"], row["alpha"], row["beta"]) for row in document["rows"]] == [
-        ("llm", None, None), ("specsteer", 1.0, 1.0), ("specsteer", 0.1, 1.0)
+        ("llm", None, None),
+        ("specsteer", 1.0, 1.0),
+        ("specsteer", 0.1, 1.0),
     ]
     assert document["rows"][0]["speedup"] == pytest.approx(1.0)
     assert all(0 <= row[key] <= 100 for row in document["rows"] for key in evaluate.ROUGE_KEYS)
@@ -307,9 +350,25 @@ def test_cli_json_contract_and_plot(tmp_path):
 
 def test_cli_without_llm_warns_and_prints_null_speedup(pair, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(evaluate, "shared_tiny_pair", lambda: pair)
-    code = evaluate.main(["--data", "sample", "--task", "review", "--limit", "1", "--methods", "slm",
-                          "--pairing", "tiny-test", "--max-new-tokens", "2", "--json",
-                          "--database", f"sqlite:///{tmp_path / 'cli.db'}"])
+    code = evaluate.main(
+        [
+            "--data",
+            "sample",
+            "--task",
+            "review",
+            "--limit",
+            "1",
+            "--methods",
+            "slm",
+            "--pairing",
+            "tiny-test",
+            "--max-new-tokens",
+            "2",
+            "--json",
+            "--database",
+            f"sqlite:///{tmp_path / 'cli.db'}",
+        ]
+    )
     out, err = capsys.readouterr()
     assert code == 0
     assert "speedup is null" in err
@@ -317,12 +376,18 @@ def test_cli_without_llm_warns_and_prints_null_speedup(pair, tmp_path, monkeypat
     assert re.search(r'"speedup": null', out)
 
 
-@pytest.mark.parametrize("arguments, code, message", [
-    (["--data", "missing.jsonl"], 2, "no such file"),
-    (["--data", "sample", "--pairing", "no-such-pairing"], 2, "unknown pairing"),
-    (["--data", "sample", "--pairing", "offline-smollm2__gemma3", "--runtime", "llama.cpp"], 1,
-     "transformers runtime only"),
-])
+@pytest.mark.parametrize(
+    "arguments, code, message",
+    [
+        (["--data", "missing.jsonl"], 2, "no such file"),
+        (["--data", "sample", "--pairing", "no-such-pairing"], 2, "unknown pairing"),
+        (
+            ["--data", "sample", "--pairing", "offline-smollm2__gemma3", "--runtime", "llama.cpp"],
+            1,
+            "transformers runtime only",
+        ),
+    ],
+)
 def test_cli_errors_are_one_line_without_traceback(arguments, code, message, tmp_path, capsys):
     base = ["--task", "review", "--limit", "1", "--database", f"sqlite:///{tmp_path / 'cli.db'}"]
     assert evaluate.main(arguments + base) == code

@@ -5,14 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specsteer.facts import (
-    expose,
-    fact_shares,
-    fact_terms,
-    mentions,
-    method_exposure,
-    split_private_facts,
-)
+from specsteer.facts import expose, fact_shares, fact_terms, mentions, method_exposure, split_private_facts
 from specsteer.tasks import PromptPair
 
 SAMPLE = Path(__file__).parent / "fixtures" / "fact_matcher_sample.json"
@@ -33,7 +26,13 @@ def test_facts_are_the_privacy_line_split_at_semicolons():
 
 def test_terms_leave_out_function_words_and_the_profiles_generic_verbs():
     assert fact_terms("Recently celebrated 20th wedding anniversary with a trip to the Maldives") == (
-        "celebrat", "20th", "wedd", "anniversary", "trip", "maldiv")
+        "celebrat",
+        "20th",
+        "wedd",
+        "anniversary",
+        "trip",
+        "maldiv",
+    )
 
 
 def test_a_paraphrase_counts_and_scattered_words_do_not():
@@ -60,8 +59,10 @@ def test_the_matcher_on_the_hand_labelled_sample():
 
 def test_exposure_separates_the_task_the_prompt_the_drafts_and_the_output():
     facts = split_private_facts(PROFILE)
-    prompts = PromptPair(plain="Write an invitation to my monthly dinner party for potential clients.",
-                         private=PROFILE + "\n\nWrite an invitation to my monthly dinner party for potential clients.")
+    prompts = PromptPair(
+        plain="Write an invitation to my monthly dinner party for potential clients.",
+        private=PROFILE + "\n\nWrite an invitation to my monthly dinner party for potential clients.",
+    )
     sent = "Join us! Our trip to the Maldives for our wedding anniversary taught us"
     output = "Join us for a dinner party where clients meet."
     specsteer = method_exposure("specsteer", facts, prompts, sent, output)
@@ -69,8 +70,10 @@ def test_exposure_separates_the_task_the_prompt_the_drafts_and_the_output():
     assert specsteer.sent == (True, True, False)
     assert specsteer.rejected_only == (False, True, False)  # only the refused drafts carried it
     assert specsteer.sent_beyond_task == (facts[1],)
-    assert specsteer.headline() == ("2 of 3 private facts were sent to the cloud (1 of them named in the task you "
-                                    "typed; 1 only in rejected drafts, which you never see)")
+    assert specsteer.headline() == (
+        "2 of 3 private facts were sent to the cloud (1 of them named in the task you "
+        "typed; 1 only in rejected drafts, which you never see)"
+    )
     leaky = method_exposure("llm+", facts, prompts, "", output)
     assert leaky.sent == (True, True, True) and leaky.private_prompt_sent
     assert "whole private context" in leaky.headline()

@@ -44,8 +44,9 @@ def cloud_views(plain: list[int], events) -> list[tuple[list[int], int]]:
 
 def private_copies(plain, private, events, n: int = N) -> int:
     guard = PrivateSpanGuard(private, plain, n)
-    return sum(sequence[position] in guard.blocked(sequence[:position])
-               for sequence, position in cloud_views(plain, events))
+    return sum(
+        sequence[position] in guard.blocked(sequence[:position]) for sequence, position in cloud_views(plain, events)
+    )
 
 
 @pytest.mark.parametrize("alpha", [0.1, 1.0])
@@ -54,12 +55,22 @@ def test_no_sent_token_completes_a_private_ngram_with_the_guard_on(pair, alpha):
     for topic in ("the garden", "a bicycle trip", "the harbour"):
         plain, private = prompts(pair, topic)
         for guard in (0, N):
-            events, finished = collect(generate_ids(pair, plain, private, DecodeConfig(
-                method="specsteer", alpha=alpha, max_new_tokens=40, private_guard=guard)))
+            events, finished = collect(
+                generate_ids(
+                    pair,
+                    plain,
+                    private,
+                    DecodeConfig(method="specsteer", alpha=alpha, max_new_tokens=40, private_guard=guard),
+                )
+            )
             copies = private_copies(plain, private, events)
             # Every drafted id that crossed the link is in the transcript, and the events show them all.
-            sent = [token for message in finished.transcript if message.kind == "draft"
-                    for token in message.payload["draft"]]
+            sent = [
+                token
+                for message in finished.transcript
+                if message.kind == "draft"
+                for token in message.payload["draft"]
+            ]
             assert sent == [event.id for event in events if event.kind in ("accepted", "rejected")]
             if guard:
                 guarded += copies

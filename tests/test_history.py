@@ -79,9 +79,7 @@ def test_null_and_blank_values_are_missing():
 
 
 def test_csv_with_schema_columns():
-    text = (
-        'title,abstract,year\nFirst,"We show, with commas, that it works.",2019\nSecond,"Multi\nline",2020\n'
-    )
+    text = 'title,abstract,year\nFirst,"We show, with commas, that it works.",2019\nSecond,"Multi\nline",2020\n'
     parsed = parse_history(text, "a.csv")
     assert parsed.schema == "abstract"
     assert parsed.items[0].fields["abstract"] == "We show, with commas, that it works."
@@ -203,17 +201,9 @@ def test_history_item_rejects_non_string_values():
         ('[{"overall": "5.0"}]', "h.json", r"item 1: has no text in any of the review fields"),
         ('[{"foo": "bar"}]', "h.json", r"item 1: none of its keys \['foo'\]"),
         ('[{"text": "a", "reviewText": "b"}]', "h.json", r"item 1: .* mix the review and plain schemas"),
-        (
-            json.dumps([REVIEW, WRITING]),
-            "h.json",
-            r"item 2 has writing fields but earlier items have review fields",
-        ),
+        (json.dumps([REVIEW, WRITING]), "h.json", r"item 2 has writing fields but earlier items have review fields"),
         (jsonl(REVIEW, REVIEW, ABSTRACT), "h.jsonl", r"line 3 has abstract fields"),
-        (
-            json.dumps([{"text": ["list"]}]),
-            "h.json",
-            r"item 1: field 'text' must be text or a number, got a list",
-        ),
+        (json.dumps([{"text": ["list"]}]), "h.json", r"item 1: field 'text' must be text or a number, got a list"),
         (json.dumps([{"text": True}]), "h.json", r"field 'text' .* a boolean"),
         (
             json.dumps({"profile": [REVIEW, {"summary": "s", "overall": {"x": 1}}]}),
@@ -229,11 +219,7 @@ def test_history_item_rejects_non_string_values():
         ("title,abstract\n", "a.csv", r"CSV has a header but no rows"),
         ("foo,bar\n1,2\n", "a.csv", r"line 1: the CSV header \['foo', 'bar'\] names no single known schema"),
         ("title,abstract\nT,A\nT2,A2,extra\n", "a.csv", r"line 3: 3 values but the header has 2 columns"),
-        (
-            "title,abstract,year\nT,,2020\n,,2021\n",
-            "a.csv",
-            r"line 3: has no text in any of the abstract fields",
-        ),
+        ("title,abstract,year\nT,,2020\n,,2021\n", "a.csv", r"line 3: has no text in any of the abstract fields"),
         ("x", "history.pdf", r"unsupported file type '.pdf'"),
     ],
 )

@@ -70,8 +70,10 @@ def test_sd_follows_llm_and_diverges_only_at_near_ties(pair, record):
     prepared = prepare(Request(task=record.task, input_text=record.input, history=record.profile, retrieval_k=2))
     _, llm = collect(generate(pair, prepared, DecodeConfig(method="llm", max_new_tokens=48)))
     _, sd = collect(generate(pair, prepared, DecodeConfig(method="sd", max_new_tokens=48)))
-    common = next((i for i, (a, b) in enumerate(zip(llm.token_ids, sd.token_ids)) if a != b),
-                  min(len(llm.token_ids), len(sd.token_ids)))
+    common = next(
+        (i for i, (a, b) in enumerate(zip(llm.token_ids, sd.token_ids)) if a != b),
+        min(len(llm.token_ids), len(sd.token_ids)),
+    )
     if common == min(len(llm.token_ids), len(sd.token_ids)):
         return
     plain = chat_ids(pair.tokenizer, prepared.prompts.plain)

@@ -25,8 +25,10 @@ def _imports(path: Path) -> list[tuple[str, str | None]]:
 
 
 def test_the_library_never_imports_storage_the_ui_or_their_frameworks():
-    allowed = {("evaluate.py", "storage", "main"),  # the commands' composition roots
-               ("bench.py", "storage", "_stored_runs")}
+    allowed = {
+        ("evaluate.py", "storage", "main"),  # the commands' composition roots
+        ("bench.py", "storage", "_stored_runs"),
+    }
     offending = [
         (path.name, module, owner)
         for path in sorted((REPO / "specsteer").glob("*.py"))
@@ -39,8 +41,10 @@ def test_the_library_never_imports_storage_the_ui_or_their_frameworks():
 
 def test_storage_and_the_background_helper_run_without_gradio_or_torch():
     # storage implements the grid's store protocol without loading the decoding library's models.
-    probe = ("import sys, storage, specsteer.background; "
-             "print(sorted(m for m in ('gradio', 'torch', 'transformers') if m in sys.modules))")
+    probe = (
+        "import sys, storage, specsteer.background; "
+        "print(sorted(m for m in ('gradio', 'torch', 'transformers') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
@@ -50,7 +54,9 @@ def test_the_pure_storage_modules_never_touch_the_database():
     pure = ("storage.judgements", "storage.exports", "storage.values")
     for name in pure:
         modules = [module for module, _ in _imports(REPO / (name.replace(".", "/") + ".py"))]
-        database = [m for m in modules if m.split(".")[0] == "sqlalchemy" or (m.startswith("storage.") and m not in pure)]
+        database = [
+            m for m in modules if m.split(".")[0] == "sqlalchemy" or (m.startswith("storage.") and m not in pure)
+        ]
         assert database == [], name
 
 

@@ -10,8 +10,12 @@ from specsteer.history import HistoryItem
 from specsteer.methods import METHOD_INFO, METHODS, method_info, method_label
 from specsteer.tiny_models import tiny_pair
 
-REQUEST = Request(task="free", input_text="Write about batteries", retrieval_k=1,
-                  history=[HistoryItem({"text": "I always write about battery life and chargers."})])
+REQUEST = Request(
+    task="free",
+    input_text="Write about batteries",
+    retrieval_k=1,
+    history=[HistoryItem({"text": "I always write about battery life and chargers."})],
+)
 
 
 @pytest.fixture(scope="module")

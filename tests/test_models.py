@@ -46,8 +46,9 @@ def isolated_cache(tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- helpers
 
 
-def install_chunk_packages(site: Path, prefix: str, payload: bytes, count: int, version: str = "0.1.0",
-                           installed: int | None = None) -> None:
+def install_chunk_packages(
+    site: Path, prefix: str, payload: bytes, count: int, version: str = "0.1.0", installed: int | None = None
+) -> None:
     """Fake registry packages <prefix>1..N, each with data/partNN.bin and dist-info metadata."""
     size = -(-len(payload) // count)
     for index in range(1, (installed or count) + 1):
@@ -55,7 +56,7 @@ def install_chunk_packages(site: Path, prefix: str, payload: bytes, count: int, 
         package = site / distribution.replace("-", "_")
         (package / "data").mkdir(parents=True)
         (package / "__init__.py").write_text("raise ImportError('chunk packages must not be imported')\n")
-        (package / "data" / f"part{index:02d}.bin").write_bytes(payload[(index - 1) * size:index * size])
+        (package / "data" / f"part{index:02d}.bin").write_bytes(payload[(index - 1) * size : index * size])
         info = site / f"{distribution.replace('-', '_')}-{version}.dist-info"
         info.mkdir()
         (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {distribution}\nVersion: {version}\n")
@@ -69,11 +70,19 @@ def uninstall_chunk_packages(site: Path, prefix: str) -> None:
     importlib.invalidate_caches()  # importlib.metadata and find_spec cache directory listings
 
 
-def offline_spec(name: str, prefix: str, payload: bytes, count: int, sha256: str | None = None,
-                 version: str = "0.1.0") -> ModelSpec:
-    return ModelSpec(name=name, kind="offline", ref=f"test/{name}", package_prefix=prefix, package_count=count,
-                     package_version=version, sha256=sha256 or hashlib.sha256(payload).hexdigest(),
-                     gguf_file=f"{name}.gguf")
+def offline_spec(
+    name: str, prefix: str, payload: bytes, count: int, sha256: str | None = None, version: str = "0.1.0"
+) -> ModelSpec:
+    return ModelSpec(
+        name=name,
+        kind="offline",
+        ref=f"test/{name}",
+        package_prefix=prefix,
+        package_count=count,
+        package_version=version,
+        sha256=sha256 or hashlib.sha256(payload).hexdigest(),
+        gguf_file=f"{name}.gguf",
+    )
 
 
 @pytest.fixture
@@ -225,8 +234,16 @@ def test_a_gguf_shipped_whole_inside_one_package_is_read_in_place(tmp_path, site
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: specsteer-tiny-e\nVersion: 1.0\n")
     digest = hashlib.sha256((package / "Tiny.Q8.gguf").read_bytes()).hexdigest()
-    spec = ModelSpec(name="tiny-whole", kind="offline", ref="test/tiny", package_prefix="specsteer-tiny-e",
-                     package_count=0, package_version="1.0", sha256=digest, gguf_file="Tiny.Q8.gguf")
+    spec = ModelSpec(
+        name="tiny-whole",
+        kind="offline",
+        ref="test/tiny",
+        package_prefix="specsteer-tiny-e",
+        package_count=0,
+        package_version="1.0",
+        sha256=digest,
+        gguf_file="Tiny.Q8.gguf",
+    )
 
     model = load_model(spec, "fp32")
 
@@ -245,8 +262,13 @@ def test_a_gguf_path_loads_directly_in_the_requested_dtype(tmp_path):
 def test_prepare_command_skips_hub_models_and_refuses_cross_tokenizer_pairings(capsys, monkeypatch):
     assert models.main(["prepare", "--pairing", "qwen3-0.6b__qwen3-1.7b"]) == 0
     assert "nothing to prepare" in capsys.readouterr().out
-    refused = Pairing(id="refused-cross", label="refused", specialist=PAIRINGS[DEFAULT_PAIRING].specialist,
-                      generalist=PAIRINGS["offline-smollm2__gemma3"].generalist, cross_tokenizer=True)
+    refused = Pairing(
+        id="refused-cross",
+        label="refused",
+        specialist=PAIRINGS[DEFAULT_PAIRING].specialist,
+        generalist=PAIRINGS["offline-smollm2__gemma3"].generalist,
+        cross_tokenizer=True,
+    )
     monkeypatch.setitem(PAIRINGS, refused.id, refused)
     assert models.main(["prepare", "--pairing", refused.id]) == 1
     assert "not supported yet" in capsys.readouterr().err
@@ -286,8 +308,9 @@ def local_pairing(specialist: Path, generalist: Path) -> Pairing:
     def spec(path: Path) -> ModelSpec:
         return ModelSpec(name=path.name, kind="local", ref=str(path))
 
-    return Pairing(id=f"local:{specialist.name}", label="local", specialist=spec(specialist),
-                   generalist=spec(generalist))
+    return Pairing(
+        id=f"local:{specialist.name}", label="local", specialist=spec(specialist), generalist=spec(generalist)
+    )
 
 
 def test_local_pair_with_padded_vocabularies_of_different_sizes(tmp_path):
@@ -344,8 +367,13 @@ def test_same_vocabulary_but_different_special_tokens_is_refused():
 
 def test_a_pairing_marked_cross_tokenizer_is_refused_without_touching_packages(monkeypatch):
     monkeypatch.setattr(models, "prepare_offline", _must_not_be_called)
-    refused = Pairing(id="refused-cross", label="refused", specialist=PAIRINGS[DEFAULT_PAIRING].specialist,
-                      generalist=PAIRINGS["offline-smollm2__gemma3"].generalist, cross_tokenizer=True)
+    refused = Pairing(
+        id="refused-cross",
+        label="refused",
+        specialist=PAIRINGS[DEFAULT_PAIRING].specialist,
+        generalist=PAIRINGS["offline-smollm2__gemma3"].generalist,
+        cross_tokenizer=True,
+    )
     started = time.perf_counter()
     with pytest.raises(ModelLoadError, match="tokenizers. Cross-tokenizer pairings are not supported yet"):
         load_pair(refused)
@@ -384,8 +412,9 @@ def test_dtype_names():
 def test_tiny_pair_is_deterministic_and_seeds_differ():
     first, second = tiny_pair(seed=0, generalist_seed=1), tiny_pair(seed=0, generalist_seed=1)
     for a, b in ((first.specialist, second.specialist), (first.generalist, second.generalist)):
-        assert all(torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values(),
-                                                     strict=True))
+        assert all(
+            torch.equal(x, y) for x, y in zip(a.model.state_dict().values(), b.model.state_dict().values(), strict=True)
+        )
     assert not torch.equal(logits(first.specialist, "abc"), logits(first.generalist, "abc"))
 
 
@@ -417,7 +446,7 @@ def test_eos_bias_makes_generations_end():
     eager = tiny_pair(eos_bias=6.0)
     ids = torch.tensor([eager.tokenizer.encode("stop soon")])
     with torch.no_grad():
-        out = eager.generalist.model.generate(ids, max_new_tokens=40, do_sample=False)[0, ids.shape[1]:]
+        out = eager.generalist.model.generate(ids, max_new_tokens=40, do_sample=False)[0, ids.shape[1] :]
     assert int(out[-1]) == IM_END_ID
 
 
@@ -426,8 +455,9 @@ def test_tiny_tokenizer_splits_multibyte_characters_and_has_a_chat_template():
     text = "naïve 東京 🚀"
     ids = tokenizer.encode(text)
     assert len(ids) == len(text.encode("utf-8")) and tokenizer.decode(ids) == text
-    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "hi"}], tokenize=False,
-                                           add_generation_prompt=True)
+    prompt = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
     assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert tokenizer.eos_token_id == IM_END_ID and len(tokenizer) == TOKENIZER_SIZE
 
@@ -447,9 +477,10 @@ def test_real_default_pair_loads_from_the_cache(monkeypatch):
     assert pair.vocab_size == 151936
     im_end = pair.tokenizer.convert_tokens_to_ids("<|im_end|>")
     assert {im_end, pair.tokenizer.convert_tokens_to_ids("<|endoftext|>")} <= pair.eos_token_ids
-    prompt = pair.tokenizer.apply_chat_template([{"role": "user", "content": "Say hi."}], tokenize=False,
-                                                add_generation_prompt=True)
+    prompt = pair.tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Say hi."}], tokenize=False, add_generation_prompt=True
+    )
     ids = pair.tokenizer.encode(prompt)
     with torch.no_grad():
         out = pair.specialist.model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)
-    assert pair.tokenizer.decode(out[0, len(ids):], skip_special_tokens=True).strip()
+    assert pair.tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True).strip()

@@ -12,10 +12,21 @@ from specsteer import plots
 
 def _row(method, alpha=None, beta=None, rouge=30.0, tok_per_s=5.0, speedup=1.0, acceptance=None):
     return {
-        "method": method, "alpha": alpha, "beta": beta, "records": 3,
-        "rouge1": rouge, "rougeL": rouge - 10, "rouge1_stemmed": rouge + 1, "rougeL_stemmed": rouge - 9,
-        "acceptance": acceptance, "tok_per_s": tok_per_s, "speedup": speedup,
-        "rounds": 10.0, "new_tokens": 32.0, "uplink_bytes": 900.0, "downlink_bytes": 300.0,
+        "method": method,
+        "alpha": alpha,
+        "beta": beta,
+        "records": 3,
+        "rouge1": rouge,
+        "rougeL": rouge - 10,
+        "rouge1_stemmed": rouge + 1,
+        "rougeL_stemmed": rouge - 9,
+        "acceptance": acceptance,
+        "tok_per_s": tok_per_s,
+        "speedup": speedup,
+        "rounds": 10.0,
+        "new_tokens": 32.0,
+        "uplink_bytes": 900.0,
+        "downlink_bytes": 300.0,
     }
 
 
@@ -95,14 +106,23 @@ def test_html_is_standalone(tmp_path):
 
 
 def _projected(method, alpha, rtt, projected, measured, speedup):
-    return {"method": method, "alpha": alpha, "beta": 1.0 if alpha is not None else None, "rtt_ms": rtt,
-            "projected_tok_per_s": projected, "measured_tok_per_s": measured, "projected_speedup": speedup}
+    return {
+        "method": method,
+        "alpha": alpha,
+        "beta": 1.0 if alpha is not None else None,
+        "rtt_ms": rtt,
+        "projected_tok_per_s": projected,
+        "measured_tok_per_s": measured,
+        "projected_speedup": speedup,
+    }
 
 
 def test_the_deployment_figure_is_labelled_a_projection_and_escapes_what_it_is_given():
     rows = [_projected("llm", None, rtt, 20.0 - rtt / 50, 3.0, 1.0) for rtt in (0.0, 100.0, 200.0)]
-    rows += [_projected("specsteer", 0.1, rtt, 30.0 - rtt / 10, 1.1, (30.0 - rtt / 10) / (20.0 - rtt / 50))
-             for rtt in (200.0, 0.0, 100.0)]  # any order: each line is drawn by RTT
+    rows += [
+        _projected("specsteer", 0.1, rtt, 30.0 - rtt / 10, 1.1, (30.0 - rtt / 10) / (20.0 - rtt / 50))
+        for rtt in (200.0, 0.0, 100.0)
+    ]  # any order: each line is drawn by RTT
     figure = plots.deployment_figure(rows, "<b>Phone</b>", run_name="<a href='x'>run</a>")
     texts = [figure.layout.title.text, *(note.text for note in figure.layout.annotations)]
     assert not any("<b>Phone" in text or "<a " in text for text in texts)
@@ -114,11 +134,20 @@ def test_the_deployment_figure_is_labelled_a_projection_and_escapes_what_it_is_g
     assert "a projection, not a measurement" in figure.layout.title.text
     table = plots.speedup_rows(rows, [0.0, 200.0])
     assert table == [
-        {"RTT (ms)": "0", "LLM (tok/s)": "20.00", "SpecSteer α=0.1 β=1 (tok/s)": "30.00",
-         "SpecSteer α=0.1 β=1 speedup": "1.50×"},
-        {"RTT (ms)": "200", "LLM (tok/s)": "16.00", "SpecSteer α=0.1 β=1 (tok/s)": "10.00",
-         "SpecSteer α=0.1 β=1 speedup": "0.62×"},
+        {
+            "RTT (ms)": "0",
+            "LLM (tok/s)": "20.00",
+            "SpecSteer α=0.1 β=1 (tok/s)": "30.00",
+            "SpecSteer α=0.1 β=1 speedup": "1.50×",
+        },
+        {
+            "RTT (ms)": "200",
+            "LLM (tok/s)": "16.00",
+            "SpecSteer α=0.1 β=1 (tok/s)": "10.00",
+            "SpecSteer α=0.1 β=1 speedup": "0.62×",
+        },
     ]
     without_llm = plots.speedup_rows([{**row, "projected_speedup": None} for row in rows[3:]], [0.0])
-    assert without_llm == [{"RTT (ms)": "0", "SpecSteer α=0.1 β=1 (tok/s)": "30.00",
-                            "SpecSteer α=0.1 β=1 speedup": "–"}]
+    assert without_llm == [
+        {"RTT (ms)": "0", "SpecSteer α=0.1 β=1 (tok/s)": "30.00", "SpecSteer α=0.1 β=1 speedup": "–"}
+    ]

@@ -79,8 +79,20 @@ class CapturingCloud:
 
 
 MESSAGES = [
-    Open(SESSION, "ratio", [1, 2, 3], 64, alpha=0.1, beta=1.0, temperature=0.0, top_p=1.0, top_k=64, bonus=True,
-         seed=7, stop_ids=[5, 6]),
+    Open(
+        SESSION,
+        "ratio",
+        [1, 2, 3],
+        64,
+        alpha=0.1,
+        beta=1.0,
+        temperature=0.0,
+        top_p=1.0,
+        top_k=64,
+        bonus=True,
+        seed=7,
+        stop_ids=[5, 6],
+    ),
     Open(SESSION, "generate", [9], 8, temperature=0.7, top_p=0.9, seed=-3),
     Draft(SESSION, [4, 5, 6, 7], append=[9], keep=-1),
     Draft(SESSION, [], keep=2),
@@ -162,8 +174,7 @@ def test_a_stream_of_frames_reads_back_message_by_message():
 def test_stats_bytes_equal_the_transcript_and_the_frames(pair):
     request = Request(task="free", input_text="Write about headphones.", history=history_with_canary(), retrieval_k=2)
     cloud = CapturingCloud(pair)
-    tokens, finished = collect(generate(pair, request, DecodeConfig(max_new_tokens=20, downlink_top_k=8),
-                                        cloud=cloud))
+    tokens, finished = collect(generate(pair, request, DecodeConfig(max_new_tokens=20, downlink_top_k=8), cloud=cloud))
     uplink = [m for m in finished.transcript if m.direction == "uplink"]
     downlink = [m for m in finished.transcript if m.direction == "downlink"]
     assert finished.stats.uplink_bytes == sum(m.bytes for m in uplink) == sum(map(len, cloud.uplink)) > 0
@@ -196,8 +207,9 @@ def test_the_cloud_passes_are_in_the_trace_where_they_ran(pair):
 
 def test_canary_in_history_never_leaves_the_device(pair):
     tokenizer = pair.tokenizer
-    request = Request(task="free", input_text="Write about headphones and battery life.",
-                      history=history_with_canary(), retrieval_k=3)
+    request = Request(
+        task="free", input_text="Write about headphones and battery life.", history=history_with_canary(), retrieval_k=3
+    )
     prepared = prepare(request)
     assert CANARY in prepared.prompts.private  # the Specialist does see it
     assert CANARY not in prepared.prompts.plain
@@ -205,8 +217,9 @@ def test_canary_in_history_never_leaves_the_device(pair):
     plain_ids = chat_ids(tokenizer, prepared.prompts.plain)
     for method in ("specsteer", "sd", "lightcosteer", "costeer", "llm"):
         cloud = CapturingCloud(pair)
-        tokens, finished = collect(generate(pair, prepared, DecodeConfig(method=method, max_new_tokens=24, alpha=0.5),
-                                            cloud=cloud))
+        tokens, finished = collect(
+            generate(pair, prepared, DecodeConfig(method=method, max_new_tokens=24, alpha=0.5), cloud=cloud)
+        )
         assert audit_uplink(finished.transcript, plain_ids, tokens).ok
         wire = audit_wire(cloud.uplink, cloud.downlink, plain_ids, tokens)  # the bytes themselves
         assert wire.ok, wire.problems
@@ -228,8 +241,9 @@ def test_audit_catches_a_leaking_edge(pair, monkeypatch):
     plain_ids = chat_ids(pair.tokenizer, prepared.prompts.plain)
     private_ids = chat_ids(pair.tokenizer, prepared.prompts.private)
     honest_opening = engine._opening
-    monkeypatch.setattr(engine, "_opening", lambda pair_, link, plain, *rest: honest_opening(pair_, link, private_ids,
-                                                                                            *rest))
+    monkeypatch.setattr(
+        engine, "_opening", lambda pair_, link, plain, *rest: honest_opening(pair_, link, private_ids, *rest)
+    )
     cloud = CapturingCloud(pair)
     tokens, finished = collect(generate(pair, prepared, DecodeConfig(max_new_tokens=8), cloud=cloud))
     audit = audit_uplink(finished.transcript, plain_ids, tokens)
@@ -241,11 +255,31 @@ def test_audit_catches_a_leaking_edge(pair, monkeypatch):
 def test_the_cloud_has_no_way_to_receive_the_history():
     parameters = set(inspect.signature(Cloud.__init__).parameters)
     assert parameters == {"self", "generalist", "generic_specialist", "vocab_size", "forward_log"}
-    assert set(inspect.signature(CloudService.__init__).parameters) == {"self", "pair", "limits", "clock",
-                                                                        "reuse_prefixes"}
+    assert set(inspect.signature(CloudService.__init__).parameters) == {
+        "self",
+        "pair",
+        "limits",
+        "clock",
+        "reuse_prefixes",
+    }
     uplink_fields = {f.name for kind in (Open, Draft) for f in dataclasses.fields(kind)}
-    assert uplink_fields == {"session", "rule", "prompt", "max_new_tokens", "alpha", "beta", "temperature", "top_p",
-                             "top_k", "bonus", "seed", "stop_ids", "draft", "append", "keep"}
+    assert uplink_fields == {
+        "session",
+        "rule",
+        "prompt",
+        "max_new_tokens",
+        "alpha",
+        "beta",
+        "temperature",
+        "top_p",
+        "top_k",
+        "bonus",
+        "seed",
+        "stop_ids",
+        "draft",
+        "append",
+        "keep",
+    }
     assert not any("history" in f.name or "private" in f.name for f in dataclasses.fields(Link))
 
 
@@ -269,7 +303,6 @@ def test_the_llm_stream_is_one_message_per_token_with_no_uplink_after_the_prompt
 def test_report_round_trips_through_json():
     report = CloudReport(passes=(), ratios=(float("inf"), 0.5), reused=(("generalist", 3),))
     assert CloudReport.from_json(report.to_json()) == report
-
 
 
 def test_the_audit_claims_what_it_checks_and_no_more(pair):

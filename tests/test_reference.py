@@ -25,22 +25,34 @@ def _next_logits(model, vocab: int):
     @torch.no_grad()
     def logits(ids: list[int]) -> torch.Tensor:
         return model(torch.tensor([ids])).logits[0, -1, :vocab].float()
+
     return logits
 
 
-@pytest.mark.parametrize(("alpha", "beta", "top_k"), [
-    (0.1, 1.0, 0), (0.5, 2.0, 0), (1.0, 0.5, 0), (0.0, 1.0, 0), (float("inf"), 1.0, 0),
-    (0.3, 1.0, 16), (2.0, 3.0, 8),
-])
+@pytest.mark.parametrize(
+    ("alpha", "beta", "top_k"),
+    [(0.1, 1.0, 0), (0.5, 2.0, 0), (1.0, 0.5, 0), (0.0, 1.0, 0), (float("inf"), 1.0, 0), (0.3, 1.0, 16), (2.0, 3.0, 8)],
+)
 def test_the_engine_emits_the_reference_tokens(pair, alpha, beta, top_k):
     plain = chat_ids(pair.tokenizer, "Write about rivers.", pair.chat)
     private = chat_ids(pair.tokenizer, "History: I fish on the Loire every weekend.\nWrite about rivers.", pair.chat)
-    config = DecodeConfig(method="specsteer", alpha=alpha, beta=beta, draft_len=3, downlink_top_k=top_k,
-                          max_new_tokens=24)
+    config = DecodeConfig(
+        method="specsteer", alpha=alpha, beta=beta, draft_len=3, downlink_top_k=top_k, max_new_tokens=24
+    )
     _, finished = collect(generate_ids(pair, plain, private, config))
     small, large = pair.specialist.model, pair.generalist.model
-    expected = specsteer(_next_logits(large, pair.vocab_size), _next_logits(small, pair.vocab_size),
-                         _next_logits(small, pair.vocab_size), plain, private, alpha, beta, k=3, max_new=24,
-                         stop=pair.eos_token_ids, top_k=top_k)
+    expected = specsteer(
+        _next_logits(large, pair.vocab_size),
+        _next_logits(small, pair.vocab_size),
+        _next_logits(small, pair.vocab_size),
+        plain,
+        private,
+        alpha,
+        beta,
+        k=3,
+        max_new=24,
+        stop=pair.eos_token_ids,
+        top_k=top_k,
+    )
     assert finished.token_ids == expected
     assert len(expected) > 0

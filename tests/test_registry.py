@@ -41,7 +41,10 @@ def test_all_required_pairings_exist_with_the_default_first():
     # Every listed pairing loads: the two offline pairings of different tokenizers run cross-tokenizer SpecSteer.
     assert [pid for pid, p in PAIRINGS.items() if p.cross_tokenizer] == []
     assert [pid for pid, p in PAIRINGS.items() if p.separate_tokenizers] == [
-        "qwen3-0.6b__llama3.1-8b", "offline-smollm2__gemma3", "offline-smollm2__qwen2.5-coder"]
+        "qwen3-0.6b__llama3.1-8b",
+        "offline-smollm2__gemma3",
+        "offline-smollm2__qwen2.5-coder",
+    ]
     # The default runs with no model hub (both models from the package registry, one tokenizer), and it is
     # the first choice people see in the app's pairing picker.
     default = PAIRINGS[DEFAULT_PAIRING]
@@ -72,17 +75,25 @@ def test_the_cross_pairings_weights_are_pinned_apart_and_installed_for_the_tests
     """requirements-cross-models.txt pins exactly the packages that only the cross-tokenizer pairings use;
     requirements.txt (a Space, the image) leaves them out; setup.sh --dev (CI) installs them."""
     default = PAIRINGS[DEFAULT_PAIRING]
-    cross_only = {spec for pairing in PAIRINGS.values() if pairing.separate_tokenizers
-                  for spec in (pairing.specialist, pairing.generalist)
-                  if spec.kind == "offline" and spec not in (default.specialist, default.generalist)}
+    cross_only = {
+        spec
+        for pairing in PAIRINGS.values()
+        if pairing.separate_tokenizers
+        for spec in (pairing.specialist, pairing.generalist)
+        if spec.kind == "offline" and spec not in (default.specialist, default.generalist)
+    }
     wanted = {f"{name}=={spec.package_version}" for spec in cross_only for name in spec.packages}
     lines = (REPO / "requirements-cross-models.txt").read_text().splitlines()
     assert {line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")} == wanted
     requirements = (REPO / "requirements.txt").read_text().splitlines()
-    assert not any("requirements-cross-models.txt" in line for line in requirements if not line.lstrip().startswith("#"))
+    assert not any(
+        "requirements-cross-models.txt" in line for line in requirements if not line.lstrip().startswith("#")
+    )
     setup = (REPO / "scripts" / "setup.sh").read_text()
-    assert "model_options+=(--cross)" in setup and "requirements-cross-models.txt" in (
-        REPO / "scripts" / "install_models.sh").read_text()
+    assert (
+        "model_options+=(--cross)" in setup
+        and "requirements-cross-models.txt" in (REPO / "scripts" / "install_models.sh").read_text()
+    )
     for spec in cross_only:
         assert registry.install_hint(spec) == registry.CROSS_INSTALL_HINT
 
@@ -92,8 +103,11 @@ def test_a_space_installs_the_offline_weights_and_the_cpu_torch_that_requirement
     requirements = (REPO / "requirements.txt").read_text().splitlines()
     assert "-r requirements-models.txt" in requirements
     torch_pin = next(line for line in requirements if line.startswith("torch=="))
-    early = [line for line in (REPO / "pre-requirements.txt").read_text().splitlines()
-             if line.strip() and not line.startswith("#")]
+    early = [
+        line
+        for line in (REPO / "pre-requirements.txt").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
     # The CPU build's local version (+cpu) satisfies requirements.txt's pin, so pip keeps it.
     assert f"{torch_pin}+cpu" in early
     assert any(line.startswith("--extra-index-url ") and line.rstrip("/").endswith("/whl/cpu") for line in early)
@@ -133,12 +147,15 @@ def test_overrides_accept_directories_gguf_files_hub_ids_and_known_names(tmp_pat
     assert hub.generalist is PAIRINGS[DEFAULT_PAIRING].generalist
 
 
-@pytest.mark.parametrize("value, fragment", [
-    ("./no/such/dir", "neither an existing directory"),
-    ("missing.gguf", "no such GGUF file"),
-    ("not a model id", "neither an existing directory"),
-    ("   ", "empty model name"),
-])
+@pytest.mark.parametrize(
+    "value, fragment",
+    [
+        ("./no/such/dir", "neither an existing directory"),
+        ("missing.gguf", "no such GGUF file"),
+        ("not a model id", "neither an existing directory"),
+        ("   ", "empty model name"),
+    ],
+)
 def test_bad_overrides_are_rejected_with_a_reason(value, fragment):
     with pytest.raises(ValueError, match=fragment):
         resolve_pairing(specialist=value)
@@ -157,24 +174,36 @@ def test_model_kind_is_validated():
 
 
 def test_a_pairing_marked_cross_tokenizer_is_shown_but_not_loadable():
-    refused = registry.Pairing(id="refused", label="refused", specialist=PAIRINGS[DEFAULT_PAIRING].specialist,
-                               generalist=registry.GEMMA3_270M, cross_tokenizer=True)
+    refused = registry.Pairing(
+        id="refused",
+        label="refused",
+        specialist=PAIRINGS[DEFAULT_PAIRING].specialist,
+        generalist=registry.GEMMA3_270M,
+        cross_tokenizer=True,
+    )
     ok, note = pairing_status(refused)
     assert not ok and "tokenizer" in note
 
 
 def test_a_missing_cross_pairing_names_its_opt_in_requirements_file(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path))  # no converted copy to fall back on
-    monkeypatch.setattr(registry, "package_problems",
-                        lambda spec: {name: "not installed" for name in spec.packages})
+    monkeypatch.setattr(registry, "package_problems", lambda spec: {name: "not installed" for name in spec.packages})
     ok, note = pairing_status(PAIRINGS["offline-smollm2__gemma3"])
     assert not ok and "requirements-cross-models.txt" in note and "--cross" in note
 
 
 def test_offline_status_follows_packages_and_converted_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path))
-    missing = ModelSpec(name="ghost", kind="offline", ref="x", package_prefix="specsteer-ghost-part",
-                        package_count=2, package_version="1.0", sha256="ab" * 32, gguf_file="ghost.gguf")
+    missing = ModelSpec(
+        name="ghost",
+        kind="offline",
+        ref="x",
+        package_prefix="specsteer-ghost-part",
+        package_count=2,
+        package_version="1.0",
+        sha256="ab" * 32,
+        gguf_file="ghost.gguf",
+    )
     ghost_pair = registry.Pairing(id="ghost", label="ghost", specialist=missing, generalist=missing)
     ok, note = pairing_status(ghost_pair)
     assert not ok and "2 of 2 packages" in note

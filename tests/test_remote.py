@@ -46,8 +46,9 @@ def pair():
 
 def serve(tmp_path, *arguments, port=None):
     log = (tmp_path / f"cloud-{time.monotonic_ns()}.log").open("wb")
-    return start_cloud_process("--pairing", "tiny-test", *arguments, port=port, env=SERVER_ENV, stderr=log,
-                               ready_timeout_s=180)
+    return start_cloud_process(
+        "--pairing", "tiny-test", *arguments, port=port, env=SERVER_ENV, stderr=log, ready_timeout_s=180
+    )
 
 
 @pytest.fixture(scope="module")
@@ -55,8 +56,16 @@ def server(tmp_path_factory):
     """One Cloud for the tests that leave it running, capturing every body it exchanges."""
     directory = tmp_path_factory.mktemp("cloud")
     # No prefix reuse: every generation reads its whole prompt on both sides, so traces compare.
-    child = serve(directory, "--capture", str(directory / "capture.bin"), "--max-sessions", "12",
-                  "--max-sessions-per-client", "12", "--no-prefix-reuse")
+    child = serve(
+        directory,
+        "--capture",
+        str(directory / "capture.bin"),
+        "--max-sessions",
+        "12",
+        "--max-sessions-per-client",
+        "12",
+        "--no-prefix-reuse",
+    )
     child.capture = directory / "capture.bin"
     try:
         yield child
@@ -93,14 +102,26 @@ CONFIGS = [
 def shape(finished):
     """What must not depend on where the Cloud runs: tokens, bytes, message sizes, the passes run."""
     stats = finished.stats
-    return (finished.token_ids, finished.text, stats.rounds, stats.accepted, stats.uplink_bytes, stats.downlink_bytes,
-            [m.bytes for m in finished.transcript], stats.forward_calls,
-            [(step.kind, step.who, step.size) for step in stats.trace])
+    return (
+        finished.token_ids,
+        finished.text,
+        stats.rounds,
+        stats.accepted,
+        stats.uplink_bytes,
+        stats.downlink_bytes,
+        [m.bytes for m in finished.transcript],
+        stats.forward_calls,
+        [(step.kind, step.who, step.size) for step in stats.trace],
+    )
 
 
-@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: f"{c.method}{'-sample' if c.sample else ''}"
-                                                          f"{'-exact' if c.exact else ''}"
-                                                          f"{'-auto' if c.adaptive_draft else ''}")
+@pytest.mark.parametrize(
+    "config",
+    CONFIGS,
+    ids=lambda c: (
+        f"{c.method}{'-sample' if c.sample else ''}{'-exact' if c.exact else ''}{'-auto' if c.adaptive_draft else ''}"
+    ),
+)
 def test_the_http_cloud_gives_the_in_process_output(pair, remote, config):
     plain, private = prompts(pair)
     pair.clear_prefix_caches()
@@ -112,8 +133,10 @@ def test_the_http_cloud_gives_the_in_process_output(pair, remote, config):
 
 
 def test_socket_bytes_equal_the_transcript_and_carry_no_history(pair, server, remote):
-    history = [HistoryItem({"text": f"My secret phrase is {CANARY}; headphones matter to me."}),
-               HistoryItem({"text": "I review headphones and always mention battery life."})]
+    history = [
+        HistoryItem({"text": f"My secret phrase is {CANARY}; headphones matter to me."}),
+        HistoryItem({"text": "I review headphones and always mention battery life."}),
+    ]
     prepared = prepare(Request(task="free", input_text="Write about headphones and battery life.", history=history))
     assert CANARY in prepared.prompts.private
     plain_ids = chat_ids(pair.tokenizer, prepared.prompts.plain)
@@ -121,8 +144,9 @@ def test_socket_bytes_equal_the_transcript_and_carry_no_history(pair, server, re
     canary_as_wire_ids = struct.pack(f"<{len(canary_ids)}I", *canary_ids)
     for method in ("specsteer", "sd", "lightcosteer", "costeer", "llm"):
         before = len(read_capture(server.capture))
-        tokens, finished = collect(generate(pair, prepared, DecodeConfig(method=method, max_new_tokens=20, alpha=0.5),
-                                            cloud=remote))
+        tokens, finished = collect(
+            generate(pair, prepared, DecodeConfig(method=method, max_new_tokens=20, alpha=0.5), cloud=remote)
+        )
         exchanges = read_capture(server.capture)[before:]
         assert exchanges and all(e.status == 200 for e in exchanges)
         uplink = [e.uplink for e in exchanges]
@@ -136,23 +160,34 @@ def test_socket_bytes_equal_the_transcript_and_carry_no_history(pair, server, re
 
 
 def test_eight_edges_five_generations_each_at_once(pair, server):
-    texts = ["Write about the weather and the sea.", "A short note on trains.", "Describe a quiet morning.",
-             "Tell me about apples.", "Why do cats purr?", "Explain tides.", "A poem about rain.",
-             "Rate these headphones."]
+    texts = [
+        "Write about the weather and the sea.",
+        "A short note on trains.",
+        "Describe a quiet morning.",
+        "Tell me about apples.",
+        "Why do cats purr?",
+        "Explain tides.",
+        "A poem about rain.",
+        "Rate these headphones.",
+    ]
     methods = ["specsteer", "llm", "sd", "lightcosteer", "specsteer"]
     jobs = []
     for edge, text in enumerate(texts):
         plain, private = prompts(pair, text)
         for run, method in enumerate(methods):
-            config = DecodeConfig(method=method, max_new_tokens=12 + edge % 3, alpha=(0.1, 0.5, 1.0)[run % 3],
-                                  draft_len=2 + edge % 4)
+            config = DecodeConfig(
+                method=method, max_new_tokens=12 + edge % 3, alpha=(0.1, 0.5, 1.0)[run % 3], draft_len=2 + edge % 4
+            )
             jobs.append((edge, plain, private, config))
     expected = [collect(generate_ids(pair, plain, private, config))[1].token_ids for _, plain, private, config in jobs]
 
     def run_edge(edge: int) -> list:
         with RemoteCloud(server.url) as cloud:  # each Edge its own connection
-            return [(index, collect(generate_ids(pair, plain, private, config, cloud=cloud))[1])
-                    for index, (owner, plain, private, config) in enumerate(jobs) if owner == edge]
+            return [
+                (index, collect(generate_ids(pair, plain, private, config, cloud=cloud))[1])
+                for index, (owner, plain, private, config) in enumerate(jobs)
+                if owner == edge
+            ]
 
     with ThreadPoolExecutor(max_workers=8) as pool:
         results = [item for items in pool.map(run_edge, range(8)) for item in items]
@@ -163,14 +198,17 @@ def test_eight_edges_five_generations_each_at_once(pair, server):
     assert httpx.get(f"{server.url}/v1/health").json()["sessions"] == 0  # every session closed
 
 
-@pytest.mark.parametrize("body, status, code", [
-    (b"garbage that is not a frame", 400, "version"),
-    (b"", 400, "truncated"),
-    (None, 400, "truncated"),  # a real Draft frame cut short
-    (bytes([PROTOCOL_VERSION + 1]) + bytes(60), 400, "version"),
-    (bytes([PROTOCOL_VERSION, 42]) + bytes(60), 400, "malformed"),
-    (b"x" * 40_000, 413, "too-large"),
-])
+@pytest.mark.parametrize(
+    "body, status, code",
+    [
+        (b"garbage that is not a frame", 400, "version"),
+        (b"", 400, "truncated"),
+        (None, 400, "truncated"),  # a real Draft frame cut short
+        (bytes([PROTOCOL_VERSION + 1]) + bytes(60), 400, "version"),
+        (bytes([PROTOCOL_VERSION, 42]) + bytes(60), 400, "malformed"),
+        (b"x" * 40_000, 413, "too-large"),
+    ],
+)
 def test_bad_frames_get_a_4xx_and_the_service_keeps_serving(pair, server, remote, body, status, code):
     if body is None:
         body = encode(Draft(bytes(16), [1, 2, 3]))[:-5]
@@ -179,8 +217,10 @@ def test_bad_frames_get_a_4xx_and_the_service_keeps_serving(pair, server, remote
     assert answer.json()["error"] == code and answer.json()["message"]
     plain, private = prompts(pair)
     config = DecodeConfig(method="specsteer", max_new_tokens=6)
-    assert collect(generate_ids(pair, plain, private, config, cloud=remote))[1].token_ids == \
-        collect(generate_ids(pair, plain, private, config))[1].token_ids
+    assert (
+        collect(generate_ids(pair, plain, private, config, cloud=remote))[1].token_ids
+        == collect(generate_ids(pair, plain, private, config))[1].token_ids
+    )
 
 
 def test_unknown_and_closed_sessions(server, remote):
@@ -228,8 +268,10 @@ def test_secret_expiry_and_binding(pair, tmp_path):
             assert caught.value.status == 401 and caught.value.code == "unauthorized"
         assert httpx.get(f"{child.url}/v1/health").status_code == 200  # health needs no secret
         with RemoteCloud(child.url, SECRET) as cloud:
-            assert collect(generate_ids(pair, plain, private, config, cloud=cloud))[1].token_ids == \
-                collect(generate_ids(pair, plain, private, config))[1].token_ids
+            assert (
+                collect(generate_ids(pair, plain, private, config, cloud=cloud))[1].token_ids
+                == collect(generate_ids(pair, plain, private, config))[1].token_ids
+            )
             assert check_cloud(child.url, SECRET).pairing == pair.pairing_id
             link = Link(cloud.transport())
             link.open(Open(link.session, "ratio", plain, 8))
@@ -287,8 +329,18 @@ def test_generate_cli_runs_the_edge_against_the_cloud(pair, server, monkeypatch,
     sample = Path(__file__).resolve().parents[1] / "assets" / "samples" / "review_user.jsonl"
     loads = []
     monkeypatch.setattr("specsteer.loading.load_pair", lambda *a, **k: loads.append(k) or pair)
-    arguments = ["generate", "--history", str(sample), "--task", "review", "--input", "Write a review of earbuds.",
-                 "--max-new-tokens", "10", "--json"]
+    arguments = [
+        "generate",
+        "--history",
+        str(sample),
+        "--task",
+        "review",
+        "--input",
+        "Write a review of earbuds.",
+        "--max-new-tokens",
+        "10",
+        "--json",
+    ]
 
     def run(*extra) -> dict:
         assert cli.main([*arguments, *extra]) == 0
@@ -334,8 +386,17 @@ def raw_exchange(url: str, data: bytes, wait_s: float = 10.0) -> tuple[float, by
 
 def test_slow_clients_get_408_and_a_disconnect_is_one_log_line(tmp_path):
     log_path = tmp_path / "cloud.log"
-    child = start_cloud_process("--pairing", "tiny-test", "--header-timeout-s", "1", "--body-timeout-s", "1",
-                                env=SERVER_ENV, stderr=log_path.open("wb"), ready_timeout_s=180)
+    child = start_cloud_process(
+        "--pairing",
+        "tiny-test",
+        "--header-timeout-s",
+        "1",
+        "--body-timeout-s",
+        "1",
+        env=SERVER_ENV,
+        stderr=log_path.open("wb"),
+        ready_timeout_s=180,
+    )
     try:
         half_headers = b"POST /v1/exchange HTTP/1.1\r\nHost: cloud\r\n"
         short_body = b"POST /v1/exchange HTTP/1.1\r\nHost: cloud\r\nContent-Length: 100\r\n\r\n0123456789"
@@ -349,12 +410,14 @@ def test_slow_clients_get_408_and_a_disconnect_is_one_log_line(tmp_path):
             with socket.create_connection(("127.0.0.1", child.port)) as connection:
                 if body is None:
                     frame = encode(Open(os.urandom(16), "generate", (1, 2, 3), 200))
-                    connection.sendall(b"POST /v1/exchange HTTP/1.1\r\nHost: cloud\r\nContent-Length: %d\r\n\r\n"
-                                       % len(frame) + frame)
+                    connection.sendall(
+                        b"POST /v1/exchange HTTP/1.1\r\nHost: cloud\r\nContent-Length: %d\r\n\r\n" % len(frame) + frame
+                    )
                     connection.recv(64)
                 else:
-                    connection.sendall(b"POST /v1/exchange HTTP/1.1\r\nHost: cloud\r\nContent-Length: 100\r\n\r\n"
-                                       + body)
+                    connection.sendall(
+                        b"POST /v1/exchange HTTP/1.1\r\nHost: cloud\r\nContent-Length: 100\r\n\r\n" + body
+                    )
                     time.sleep(0.2)
             time.sleep(1.0)
         assert httpx.get(f"{child.url}/v1/health").status_code == 200  # still serving
@@ -368,8 +431,10 @@ def test_slow_clients_get_408_and_a_disconnect_is_one_log_line(tmp_path):
 def test_an_open_without_room_gets_503_with_retry_after(tmp_path):
     child = serve(tmp_path, "--max-sessions-per-client", "2")
     try:
-        opened = [httpx.post(child.url + EXCHANGE_PATH, content=encode(Open(os.urandom(16), "ratio", (1, 2, 3), 8)))
-                  for _ in range(3)]
+        opened = [
+            httpx.post(child.url + EXCHANGE_PATH, content=encode(Open(os.urandom(16), "ratio", (1, 2, 3), 8)))
+            for _ in range(3)
+        ]
         assert [answer.status_code for answer in opened] == [200, 200, 503]
         assert int(opened[2].headers["retry-after"]) >= 1 and opened[2].json()["error"] == "busy"
     finally:
@@ -391,8 +456,10 @@ def test_a_secret_that_is_not_ascii_is_refused_at_start_up_on_both_sides(monkeyp
         RemoteCloud("http://127.0.0.1:1", "pässwörd")
     monkeypatch.setenv("SPECSTEER_CLOUD_SECRET", "pässwörd")
     sample = os.path.join(os.path.dirname(__file__), "..", "assets", "samples", "review_user.jsonl")
-    assert cli.main(["generate", "--history", sample, "--task", "review", "--input", "x",
-                     "--cloud", "http://127.0.0.1:1"]) == 2
+    assert (
+        cli.main(["generate", "--history", sample, "--task", "review", "--input", "x", "--cloud", "http://127.0.0.1:1"])
+        == 2
+    )
     err = capsys.readouterr().err
     assert "$SPECSTEER_CLOUD_SECRET holds a character that is not printable ASCII" in err and "pässwörd" not in err
 

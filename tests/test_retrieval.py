@@ -5,13 +5,7 @@ from __future__ import annotations
 import pytest
 
 from specsteer.history import HistoryItem
-from specsteer.retrieval import (
-    document_text,
-    low_similarity_items,
-    retrieve,
-    retrieve_scored,
-    tokenize,
-)
+from specsteer.retrieval import document_text, low_similarity_items, retrieve, retrieve_scored, tokenize
 
 
 def plain(text: str) -> HistoryItem:
@@ -47,13 +41,7 @@ def test_scores_are_descending_and_deterministic():
 
 
 def test_ties_keep_original_order():
-    items = [
-        plain("apple pie"),
-        plain("zebra crossing"),
-        plain("apple pie"),
-        plain("quiet night"),
-        plain("red car"),
-    ]
+    items = [plain("apple pie"), plain("zebra crossing"), plain("apple pie"), plain("quiet night"), plain("red car")]
     ranked = retrieve("free", "apple", items, 5)
     assert ranked[0] is items[0] and ranked[1] is items[2]
     assert ranked[2:] == [items[1], items[3], items[4]]
@@ -93,9 +81,7 @@ def test_empty_profile_and_wordless_items():
 def test_review_task_uses_summary_review_and_description():
     reviews = [
         HistoryItem({"summary": "Nice", "reviewText": "Solid kettle, boils fast.", "overall": "headphones"}),
-        HistoryItem(
-            {"summary": "Good sound", "reviewText": "Comfortable.", "description": "Wireless headphones"}
-        ),
+        HistoryItem({"summary": "Good sound", "reviewText": "Comfortable.", "description": "Wireless headphones"}),
         HistoryItem({"summary": "Meh", "reviewText": "Too small.", "description": "A cotton shirt"}),
     ]
     # "overall" is not indexed, so the rating field cannot attract a query.

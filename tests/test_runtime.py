@@ -95,7 +95,7 @@ def test_crop_at_every_position_continues_like_a_fresh_evaluation(runtime, gguf_
     for position in range(len(ids) - 1, 0, -1):
         sequence.crop(position)
         assert sequence.tokens == ids[:position]
-        row = sequence.extend(ids[position:position + 1], 1)[0]
+        row = sequence.extend(ids[position : position + 1], 1)[0]
         _assert_close(row, expected[position], runtime)
         sequence.crop(position)  # what was just read is forgotten again before the next, earlier crop
 
@@ -139,8 +139,9 @@ def test_end_token_and_multibyte_pieces(runtime, gguf_dir):
     tokenizer = tiny_tokenizer()
     # A tiny model without an end bias writes bytes that form multi-byte characters now and then.
     plain = assemble_pair("contract", _model(runtime, 6, gguf_dir), _model(runtime, 7, gguf_dir), tokenizer)
-    events, finished = collect(generate_ids(plain, prompt, prompt, DecodeConfig(method="specsteer", alpha=0.5,
-                                                                                  max_new_tokens=80)))
+    events, finished = collect(
+        generate_ids(plain, prompt, prompt, DecodeConfig(method="specsteer", alpha=0.5, max_new_tokens=80))
+    )
     decoded = tokenizer.decode(finished.token_ids, skip_special_tokens=True)
     assert "".join(e.text for e in events if e.emitted) == finished.text == decoded
     assert finished.stats.runtime == runtime
@@ -156,8 +157,9 @@ def test_both_runtimes_agree_on_the_same_weights(gguf_dir):
     outputs = {}
     for name in RUNTIMES:
         pair = assemble_pair("agree", _model(name, 8, gguf_dir), _model(name, 9, gguf_dir), tiny_tokenizer())
-        _, finished = collect(generate_ids(pair, ids, ids, DecodeConfig(method="specsteer", alpha=0.3,
-                                                                         max_new_tokens=40)))
+        _, finished = collect(
+            generate_ids(pair, ids, ids, DecodeConfig(method="specsteer", alpha=0.3, max_new_tokens=40))
+        )
         outputs[name] = finished.token_ids
     assert outputs["transformers"] == outputs["llama.cpp"]
 
@@ -255,8 +257,11 @@ def test_a_repeated_request_reuses_every_prompt_and_gives_the_same_output(runtim
     _, first = collect(generate_ids(pair, plain, private, config))
     _, repeat = collect(generate_ids(pair, plain, private, config))
     assert first.stats.reused_tokens == {"generalist": 0, "specialist0": 0, "specialist+": 0}
-    assert repeat.stats.reused_tokens == {"generalist": len(plain) - 1, "specialist0": len(plain) - 1,
-                                          "specialist+": len(private) - 1}
+    assert repeat.stats.reused_tokens == {
+        "generalist": len(plain) - 1,
+        "specialist0": len(plain) - 1,
+        "specialist+": len(private) - 1,
+    }
     assert repeat.token_ids == first.token_ids
     # Another method on the same request shares the prompts too (SLM+ after SpecSteer).
     _, slm = collect(generate_ids(pair, plain, private, DecodeConfig(method="slm+", max_new_tokens=4)))
@@ -290,8 +295,9 @@ def test_real_specialist_on_llamacpp_rolls_back_within_tolerance():
         pytest.skip("offline model packages not installed (scripts/install_models.sh)")
     model = LlamaCppModel(offline_gguf(spec), name=spec.name)
     tokenizer = load_tokenizer(spec)
-    ids = tokenizer.apply_chat_template([{"role": "user", "content": "Write two sentences about rivers."}],
-                                        add_generation_prompt=True, tokenize=True)
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Write two sentences about rivers."}], add_generation_prompt=True, tokenize=True
+    )
     ids = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
     continuation = tokenizer.encode("Rivers shape valleys over time, and they")
     # A verification pass over the continuation, then a rollback to `kept` tokens and a pass over the

@@ -39,10 +39,12 @@ def cache(tmp_path, monkeypatch):
 
 def _crashing_child(crash_for: set[str]):
     """A child command that dies of SIGSEGV for the named configurations and passes for the others."""
+
     def command(config, paths):
         if config.name in crash_for:
             return [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"]
         return [sys.executable, "-c", "print('{\"worst\": 0.1, \"buffers\": [\"CPU\"]}')"]
+
     return command
 
 
@@ -76,14 +78,23 @@ def test_no_working_configuration_makes_llamacpp_unavailable_and_auto_falls_back
 
 
 def test_a_child_that_reports_an_error_is_a_failure_with_its_last_line(cache, monkeypatch):
-    monkeypatch.setattr(probe, "child_command", lambda config, paths: [
-        sys.executable, "-c", "import sys; print('loading…', file=sys.stderr); sys.exit('llama_decode returned -3')"])
+    monkeypatch.setattr(
+        probe,
+        "child_command",
+        lambda config, paths: [
+            sys.executable,
+            "-c",
+            "import sys; print('loading…', file=sys.stderr); sys.exit('llama_decode returned -3')",
+        ],
+    )
     outcome = probe.run_config(probe.CONFIGURATIONS[0], [])
     assert not outcome.passed and "llama_decode returned -3" in outcome.detail
 
 
 def test_a_hung_child_is_stopped_at_its_time_limit(cache, monkeypatch):
-    monkeypatch.setattr(probe, "child_command", lambda config, paths: [sys.executable, "-c", "import time; time.sleep(30)"])
+    monkeypatch.setattr(
+        probe, "child_command", lambda config, paths: [sys.executable, "-c", "import time; time.sleep(30)"]
+    )
     outcome = probe.run_config(probe.CONFIGURATIONS[0], [], timeout=1)
     assert not outcome.passed and "no answer within 1 s" in outcome.detail
 
@@ -98,8 +109,12 @@ def test_a_forced_configuration_skips_the_probe(cache, monkeypatch):
 
 
 def test_the_report_round_trips_through_json():
-    report = probe.ProbeReport("key", "cpu", ("a.gguf",), (
-        probe.ProbeOutcome("repack", False, "crashed", 1.0), probe.ProbeOutcome("plain", True, "ok", 2.0, ("CPU",))))
+    report = probe.ProbeReport(
+        "key",
+        "cpu",
+        ("a.gguf",),
+        (probe.ProbeOutcome("repack", False, "crashed", 1.0), probe.ProbeOutcome("plain", True, "ok", 2.0, ("CPU",))),
+    )
     assert probe.ProbeReport.from_json(report.to_json()) == report
     assert report.chosen.name == "plain"
 
@@ -153,13 +168,16 @@ def test_auto_picks_per_method_from_measured_costs():
 def test_the_estimate_charges_what_each_method_reads_and_decodes():
     large = LLAMA.generalist
     assert cal.estimate(LLAMA, "llm") == pytest.approx(
-        cal.PLAIN_PROMPT_TOKENS / large.prompt_tok_s + cal.NEW_TOKENS * large.step_s)
+        cal.PLAIN_PROMPT_TOKENS / large.prompt_tok_s + cal.NEW_TOKENS * large.step_s
+    )
     assert cal.estimate(LLAMA, "slm+") > cal.estimate(LLAMA, "slm")  # the private prompt is longer
     # A speculative method decodes at the DESIGN §6 bound: faster than the large model's steps here.
     prompts = cal.estimate(LLAMA, "specsteer") - cal.NEW_TOKENS / cal._speculative_bound(LLAMA.specialist, large)
-    assert prompts == pytest.approx(cal.PRIVATE_PROMPT_TOKENS / LLAMA.specialist.prompt_tok_s
-                                    + cal.PLAIN_PROMPT_TOKENS / large.prompt_tok_s
-                                    + cal.PLAIN_PROMPT_TOKENS / LLAMA.specialist.prompt_tok_s)
+    assert prompts == pytest.approx(
+        cal.PRIVATE_PROMPT_TOKENS / LLAMA.specialist.prompt_tok_s
+        + cal.PLAIN_PROMPT_TOKENS / large.prompt_tok_s
+        + cal.PLAIN_PROMPT_TOKENS / LLAMA.specialist.prompt_tok_s
+    )
 
 
 def test_auto_uses_the_saved_calibration(cache, monkeypatch):
@@ -201,13 +219,17 @@ def test_the_twin_for_timing_has_the_gguf_shapes(tmp_path):
 
 
 def test_the_auto_rows_are_the_measured_rows_of_the_picked_runtime():
-    rows = [{"runtime": "llama.cpp", "method": "llm", "tok_per_s": 9.0},
-            {"runtime": "transformers", "method": "llm", "tok_per_s": 5.0},
-            {"runtime": "llama.cpp", "method": "specsteer", "tok_per_s": 6.0},
-            {"runtime": "transformers", "method": "specsteer", "tok_per_s": 7.0}]
+    rows = [
+        {"runtime": "llama.cpp", "method": "llm", "tok_per_s": 9.0},
+        {"runtime": "transformers", "method": "llm", "tok_per_s": 5.0},
+        {"runtime": "llama.cpp", "method": "specsteer", "tok_per_s": 6.0},
+        {"runtime": "transformers", "method": "specsteer", "tok_per_s": 7.0},
+    ]
     auto = auto_rows(rows, {"llm": "llama.cpp", "specsteer": "transformers"})
     assert [(r["method"], r["auto_picked"], r["tok_per_s"]) for r in auto] == [
-        ("llm", "llama.cpp", 9.0), ("specsteer", "transformers", 7.0)]
+        ("llm", "llama.cpp", 9.0),
+        ("specsteer", "transformers", 7.0),
+    ]
     assert all(r["runtime"] == "auto" for r in auto)
 
 
@@ -220,8 +242,10 @@ def test_the_machine_record_says_whether_amx_is_present():
 def test_one_cpuinfo_reader_serves_the_wheel_key_and_the_machine_record():
     from specsteer.machine import cpu_model_and_flags, read_cpu
 
-    text = "processor\t: 0\nmodel name\t: Intel Xeon Platinum 8480+\nflags\t\t: fpu avx2 amx_bf16 amx_tile avx512_bf16\n\n" \
-           "processor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n"
+    text = (
+        "processor\t: 0\nmodel name\t: Intel Xeon Platinum 8480+\nflags\t\t: fpu avx2 amx_bf16 amx_tile avx512_bf16\n\n"
+        "processor\t: 1\nmodel name\t: other\nflags\t\t: fpu\n"
+    )
     model, flags = read_cpu(text)
     assert model == "Intel Xeon Platinum 8480+" and {"amx_tile", "fpu"} <= flags and "other" not in model
     assert cpu_model_and_flags(text) == (model, ("avx2", "avx512_bf16", "amx_bf16"))

@@ -78,8 +78,9 @@ def store():
 
 @pytest.fixture
 def service(store, url):
-    return AppService(store=store, runs=storage.SqlRunStore(url),
-                      pairs=PairCatalog({TEST_PAIRING_ID: shared_tiny_pair}))
+    return AppService(
+        store=store, runs=storage.SqlRunStore(url), pairs=PairCatalog({TEST_PAIRING_ID: shared_tiny_pair})
+    )
 
 
 @pytest.fixture(scope="module")
@@ -90,8 +91,15 @@ def history():
 
 def values(**overrides):
     """Loose values as a form sends them: floats where whole numbers are meant."""
-    return {"pairing": TEST_PAIRING_ID, "method": "specsteer", "alpha": 0.1, "draft_len": 4.0,
-            "max_new_tokens": 16.0, "retrieval_k": 3.0, **overrides}
+    return {
+        "pairing": TEST_PAIRING_ID,
+        "method": "specsteer",
+        "alpha": 0.1,
+        "draft_len": 4.0,
+        "max_new_tokens": 16.0,
+        "retrieval_k": 3.0,
+        **overrides,
+    }
 
 
 # --------------------------------------------------------------------------- settings
@@ -137,8 +145,11 @@ def test_settings_ranges_and_choices_come_back_as_sentences():
 
 
 def test_a_generation_streams_typed_events_and_saves_a_typed_row(service, store, history):
-    events = [event for event in service.generate(history, "review", INPUT, values(runtime="transformers"))
-              if not isinstance(event, Loading)]  # the first test to use the tiny pair builds it
+    events = [
+        event
+        for event in service.generate(history, "review", INPUT, values(runtime="transformers"))
+        if not isinstance(event, Loading)
+    ]  # the first test to use the tiny pair builds it
     kinds = [type(event) for event in events]
     assert kinds[0] is Started and kinds[1] is Generating and kinds[-1] is Done
     assert set(kinds[2:-1]) == {Token}
@@ -159,11 +170,15 @@ def test_a_generation_streams_typed_events_and_saves_a_typed_row(service, store,
 def test_the_preview_is_what_the_engine_prepares(service, history):
     for style in ("paper", "clean"):
         preview = service.preview(history, "review", INPUT, 3, style)
-        prepared = prepare(Request(task="review", input_text=INPUT, history=history.history.items, retrieval_k=3,
-                                   prompt_style=style))
+        prepared = prepare(
+            Request(task="review", input_text=INPUT, history=history.history.items, retrieval_k=3, prompt_style=style)
+        )
         assert preview.prompts == prepared.prompts
     clean = service.preview(history, "review", INPUT, 3, "clean").prompts.private
-    assert "Product: " not in clean and "Product: " in service.preview(history, "review", INPUT, 3, "paper").prompts.private
+    assert (
+        "Product: " not in clean
+        and "Product: " in service.preview(history, "review", INPUT, 3, "paper").prompts.private
+    )
     assert service.preview(history, "review", "  ", 3).prompts is None
 
 
@@ -171,8 +186,9 @@ def test_the_prompt_style_reaches_the_prompts_the_cloud_receives(service, store,
     *_, done = service.generate(history, "review", INPUT, values(prompt_style="clean"))
     clean = prepare(Request(task="review", input_text=INPUT, history=history.history.items, prompt_style="clean"))
     opening = done.result.finished.transcript[0]
-    assert opening.kind == "open" and opening.payload["prompt"] == chat_ids(shared_tiny_pair().tokenizer,
-                                                                             clean.prompts.plain)
+    assert opening.kind == "open" and opening.payload["prompt"] == chat_ids(
+        shared_tiny_pair().tokenizer, clean.prompts.plain
+    )
     assert store.generations[0].settings.prompt_style == "clean"
 
 
@@ -182,14 +198,22 @@ def test_device_only_methods_have_no_privacy_report(service, history):
         assert METHOD_INFO[method].device_only and done.result.privacy is None
 
 
-@pytest.mark.parametrize(("overrides", "task", "text", "message"), [
-    ({"draft_len": 0}, "review", INPUT, "Draft length must be between 1 and 16."),
-    ({}, "poem", INPUT, "Choose a task (review, abstract, writing, free, cogenesis)."),
-    ({}, "review", "   ", "Enter a task input first."),
-    ({"pairing": "qwen3-0.6b__qwen3-32b"}, "review", INPUT, "is unavailable here"),
-    ({"pairing": "nope"}, "review", INPUT, "Unknown pairing 'nope'. Choose one from the list."),
-    ({"runtime": "llama.cpp"}, "review", INPUT, "The test pair runs on transformers only; choose auto or transformers."),
-])
+@pytest.mark.parametrize(
+    ("overrides", "task", "text", "message"),
+    [
+        ({"draft_len": 0}, "review", INPUT, "Draft length must be between 1 and 16."),
+        ({}, "poem", INPUT, "Choose a task (review, abstract, writing, free, cogenesis)."),
+        ({}, "review", "   ", "Enter a task input first."),
+        ({"pairing": "qwen3-0.6b__qwen3-32b"}, "review", INPUT, "is unavailable here"),
+        ({"pairing": "nope"}, "review", INPUT, "Unknown pairing 'nope'. Choose one from the list."),
+        (
+            {"runtime": "llama.cpp"},
+            "review",
+            INPUT,
+            "The test pair runs on transformers only; choose auto or transformers.",
+        ),
+    ],
+)
 def test_bad_input_is_one_failed_event_and_nothing_is_saved(service, store, history, overrides, task, text, message):
     events = list(service.generate(history, task, text, values(**overrides)))
     assert isinstance(events[-1], Failed) and message in events[-1].message
@@ -208,7 +232,9 @@ def test_a_model_failure_is_a_message(service, store, history, monkeypatch):
 
 
 def test_a_failed_save_still_returns_the_output(history):
-    service = AppService(store=MemoryStore(fail=True), runs=None, pairs=PairCatalog({TEST_PAIRING_ID: shared_tiny_pair}))
+    service = AppService(
+        store=MemoryStore(fail=True), runs=None, pairs=PairCatalog({TEST_PAIRING_ID: shared_tiny_pair})
+    )
     *_, done = service.generate(history, "review", INPUT, values())
     assert done.result.saved_id is None and done.result.finished.text is not None
     assert done.result.save_error == "Saving it failed: disk full."
@@ -234,16 +260,18 @@ def test_slow_loading_reports_progress(history, store):
                 threading.Event().wait(0.1)
             return shared_tiny_pair()
 
-    service = AppService(store=store, runs=None, pairs=SlowCatalog({TEST_PAIRING_ID: shared_tiny_pair}),
-                         loading_quiet_s=0.01)
+    service = AppService(
+        store=store, runs=None, pairs=SlowCatalog({TEST_PAIRING_ID: shared_tiny_pair}), loading_quiet_s=0.01
+    )
     events = list(service.generate(history, "review", INPUT, values()))
     lines = [event.message for event in events if isinstance(event, Loading)]
     assert lines[0].startswith("Loading the models (first use")
     assert [line.rsplit(": ", 1)[1] for line in lines[1:]] == ["reading weights", "converting"]
     assert isinstance(events[-1], Done)
     # A pair that comes back quickly (already loaded) reports nothing at all.
-    patient = AppService(store=store, runs=None, pairs=SlowCatalog({TEST_PAIRING_ID: shared_tiny_pair}),
-                         loading_quiet_s=5)
+    patient = AppService(
+        store=store, runs=None, pairs=SlowCatalog({TEST_PAIRING_ID: shared_tiny_pair}), loading_quiet_s=5
+    )
     assert not any(isinstance(event, Loading) for event in patient.generate(history, "review", INPUT, values()))
 
 
@@ -275,8 +303,10 @@ def test_a_comparison_saves_every_output_then_the_comparison(service, store, his
 
 
 def test_a_blind_comparison_shuffles_and_a_stop_saves_nothing(service, store, history):
-    orders = {next(iter(service.compare(history, "review", INPUT, values(), ["slm", "slm+", "llm"], blind=True))).methods
-              for _ in range(12)}
+    orders = {
+        next(iter(service.compare(history, "review", INPUT, values(), ["slm", "slm+", "llm"], blind=True))).methods
+        for _ in range(12)
+    }
     assert len(orders) > 1  # shuffled (12 draws of 6 orders all alike would be a 1-in-6^11 event)
     cancel = threading.Event()
     events = []
@@ -286,15 +316,24 @@ def test_a_blind_comparison_shuffles_and_a_stop_saves_nothing(service, store, hi
             cancel.set()
     assert isinstance(events[-1], Stopped) and store.comparisons == [] and store.generations == []
     assert list(service.compare(history, "review", INPUT, values(), [], True)) == [
-        Failed("Choose at least one method to compare.")]
+        Failed("Choose at least one method to compare.")
+    ]
 
 
 # --------------------------------------------------------------------------- evaluation runs
 
 
 def test_an_evaluation_run_goes_through_the_run_store(service, url):
-    spec = EvalSpec(data=str(bundled_sample_path("review")), task="review", methods=("llm", "slm+"), limit=1,
-                    max_new_tokens=3, retrieval_k=1, pairing=TEST_PAIRING_ID, run_name="service-run")
+    spec = EvalSpec(
+        data=str(bundled_sample_path("review")),
+        task="review",
+        methods=("llm", "slm+"),
+        limit=1,
+        max_new_tokens=3,
+        retrieval_k=1,
+        pairing=TEST_PAIRING_ID,
+        run_name="service-run",
+    )
     events = list(service.evaluate(spec))
     assert isinstance(events[0], Status) and any(isinstance(event, GridProgress) for event in events)
     result = events[-1]
@@ -311,7 +350,8 @@ def test_the_runtime_note_says_what_auto_picks_and_why(monkeypatch):
     catalog = PairCatalog({TEST_PAIRING_ID: shared_tiny_pair})
     assert "transformers" in catalog.runtime_note(TEST_PAIRING_ID)
     assert catalog.runtime_note("qwen3-0.6b__qwen3-32b") == (
-        "Auto picks transformers: these models are not GGUF files, and llama.cpp reads only those.")
+        "Auto picks transformers: these models are not GGUF files, and llama.cpp reads only those."
+    )
     monkeypatch.setattr(service_module, "choose_runtime", lambda pairing, requested, progress: "llama.cpp")
     assert catalog.runtime_note("offline-qwen2.5-coder").startswith("Auto picks llama.cpp here: both models are GGUF")
 
@@ -321,38 +361,45 @@ def test_the_runtime_note_says_what_auto_picks_and_why(monkeypatch):
 
     monkeypatch.setattr(service_module, "choose_runtime", missing)
     assert catalog.runtime_note("offline-qwen2.5-coder") == (
-        "Auto picks transformers here: llama-cpp-python is not installed.")
+        "Auto picks transformers here: llama-cpp-python is not installed."
+    )
 
 
 # --------------------------------------------------------------------------- where the Cloud runs
 
 
-@pytest.mark.parametrize(("given", "kept"), [
-    ("", ""),
-    ("   ", ""),
-    ("http://127.0.0.1:8700", "http://127.0.0.1:8700"),
-    (" HTTP://Cloud.Example.ORG:8700/ ", "http://cloud.example.org:8700"),
-    ("https://cloud.example.org", "https://cloud.example.org:443"),
-    ("http://cloud.example.org", "http://cloud.example.org:80"),
-    ("http://[::1]:8700", "http://[::1]:8700"),
-])
+@pytest.mark.parametrize(
+    ("given", "kept"),
+    [
+        ("", ""),
+        ("   ", ""),
+        ("http://127.0.0.1:8700", "http://127.0.0.1:8700"),
+        (" HTTP://Cloud.Example.ORG:8700/ ", "http://cloud.example.org:8700"),
+        ("https://cloud.example.org", "https://cloud.example.org:443"),
+        ("http://cloud.example.org", "http://cloud.example.org:80"),
+        ("http://[::1]:8700", "http://[::1]:8700"),
+    ],
+)
 def test_the_cloud_setting_keeps_scheme_host_and_port(given, kept):
     settings = GenerationSettings.from_values(values(cloud=given))
     assert settings.cloud == kept and settings.remote == bool(kept)
     assert GenerationSettings(pairing=TEST_PAIRING_ID, cloud=given).validate().cloud == kept
 
 
-@pytest.mark.parametrize(("given", "message"), [
-    ("ftp://cloud.example.org:21", "Cloud must be an http:// or https:// address such as http://127.0.0.1:8700"),
-    ("cloud.example.org:8700", "Cloud must be an http:// or https:// address"),
-    ("http://", "Cloud must be an http:// or https:// address"),
-    ("http://alice:hunter2@cloud.example.org:8700", "Cloud must not carry a user name or password"),
-    ("https://hunter2@cloud.example.org", "Cloud must not carry a user name or password"),
-    ("http://cloud.example.org:8700/v1/info", "without a path, query or fragment"),
-    ("http://cloud.example.org:8700/?token=hunter2", "without a path, query or fragment"),
-    ("http://cloud.example.org:8700#hunter2", "without a path, query or fragment"),
-    ("http://cloud.example.org:99999", "does not read as one"),
-])
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ("ftp://cloud.example.org:21", "Cloud must be an http:// or https:// address such as http://127.0.0.1:8700"),
+        ("cloud.example.org:8700", "Cloud must be an http:// or https:// address"),
+        ("http://", "Cloud must be an http:// or https:// address"),
+        ("http://alice:hunter2@cloud.example.org:8700", "Cloud must not carry a user name or password"),
+        ("https://hunter2@cloud.example.org", "Cloud must not carry a user name or password"),
+        ("http://cloud.example.org:8700/v1/info", "without a path, query or fragment"),
+        ("http://cloud.example.org:8700/?token=hunter2", "without a path, query or fragment"),
+        ("http://cloud.example.org:8700#hunter2", "without a path, query or fragment"),
+        ("http://cloud.example.org:99999", "does not read as one"),
+    ],
+)
 def test_a_bad_cloud_address_is_a_sentence_that_never_repeats_a_secret(given, message):
     with pytest.raises(SettingsError) as caught:
         GenerationSettings.from_values(values(cloud=given))
@@ -366,9 +413,11 @@ def test_link_emulation_settings_become_link_conditions():
     assert GenerationSettings.from_values(values()).link_conditions() is None
     with pytest.raises(SettingsError) as caught:
         GenerationSettings.from_values(values(rtt_ms=-1.0, uplink_kbps=0.5, downlink_kbps=float("inf")))
-    assert caught.value.problems == ["Round-trip time must be between 0 and 2000 ms.",
-                                     "Uplink bandwidth must be 0 (unlimited) or at least 1 kbps.",
-                                     "Downlink bandwidth must be 0 (unlimited) or at least 1 kbps."]
+    assert caught.value.problems == [
+        "Round-trip time must be between 0 and 2000 ms.",
+        "Uplink bandwidth must be 0 (unlimited) or at least 1 kbps.",
+        "Downlink bandwidth must be 0 (unlimited) or at least 1 kbps.",
+    ]
 
 
 def test_an_emulated_link_delays_every_exchange_and_is_saved_with_the_output(service, store, history):
@@ -427,8 +476,17 @@ CLOUD_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", CLOUD_
 
 def start_cloud(directory, port=None):
     log = (directory / f"cloud-{time.monotonic_ns()}.log").open("wb")
-    return start_cloud_process("--pairing", TEST_PAIRING_ID, "--no-prefix-reuse", "--secret-env", CLOUD_SECRET_ENV,
-                               port=port, env=CLOUD_ENV, stderr=log, ready_timeout_s=180)
+    return start_cloud_process(
+        "--pairing",
+        TEST_PAIRING_ID,
+        "--no-prefix-reuse",
+        "--secret-env",
+        CLOUD_SECRET_ENV,
+        port=port,
+        env=CLOUD_ENV,
+        stderr=log,
+        ready_timeout_s=180,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -455,12 +513,16 @@ def test_a_generation_through_a_cloud_process_equals_the_in_process_one(cloud, h
     events = list(there.generate(history, "review", INPUT, {**chosen, "cloud": cloud.url + "/"}))
     remote = events[-1]
     assert isinstance(remote, Done), remote
-    assert [(t.id, t.kind, t.round) for t in remote.result.tokens] == [(t.id, t.kind, t.round)
-                                                                       for t in in_process.result.tokens]
+    assert [(t.id, t.kind, t.round) for t in remote.result.tokens] == [
+        (t.id, t.kind, t.round) for t in in_process.result.tokens
+    ]
     assert remote.result.finished.text == in_process.result.finished.text
     ours, theirs = in_process.result.finished.stats, remote.result.finished.stats
-    assert (theirs.uplink_bytes, theirs.downlink_bytes, theirs.rounds) == (ours.uplink_bytes, ours.downlink_bytes,
-                                                                           ours.rounds)
+    assert (theirs.uplink_bytes, theirs.downlink_bytes, theirs.rounds) == (
+        ours.uplink_bytes,
+        ours.downlink_bytes,
+        ours.rounds,
+    )
     assert here.pairs.loads == [False] and there.pairs.loads == [True]  # the Edge alone beside a remote Cloud
     assert remote.result.privacy.audit.ok
     saved = there.store.generations[0]
@@ -487,14 +549,17 @@ def test_a_cloud_of_another_pairing_or_without_the_secret_is_refused_before_load
     assert failed.message == (
         f"The Cloud at {cloud.url} serves the pairing “tiny-test”, but the pairing chosen here is “tiny-other”: "
         "the Cloud must verify with the Specialist this Edge drafts with. Choose “tiny-test”, or start the Cloud "
-        "with --pairing tiny-other.")
+        "with --pairing tiny-other."
+    )
     assert other.pairs.loads == [] and store.generations == []
     mismatch = other.check_cloud(cloud.url, "tiny-other")
     assert not mismatch.ok and mismatch.info.pairing == TEST_PAIRING_ID and "serves the pairing" in mismatch.message
     check = remote_service(store).check_cloud(cloud.url, TEST_PAIRING_ID)
     assert check.ok and check.info.protocol == PROTOCOL_VERSION and check.info.limits["max_sessions"] >= 1
-    assert check.message == (f"The Cloud at {cloud.url} answers: it serves “tiny-test”, the pairing chosen here, "
-                             f"protocol version {PROTOCOL_VERSION}.")
+    assert check.message == (
+        f"The Cloud at {cloud.url} answers: it serves “tiny-test”, the pairing chosen here, "
+        f"protocol version {PROTOCOL_VERSION}."
+    )
     without_secret = remote_service(store, secret=None)
     *_, refused = without_secret.generate(history, "review", INPUT, values(cloud=cloud.url))
     assert isinstance(refused, Failed) and "shared secret" in refused.message
@@ -566,9 +631,13 @@ def test_a_public_service_reaches_only_the_operators_clouds_and_sends_its_secret
 
     configured, visitor_named = RecordingListener(), RecordingListener()
     try:
-        public = AppService(store=store, runs=None, pairs=RecordingCatalog({TEST_PAIRING_ID: shared_tiny_pair}),
-                            cloud_secret="operator-secret",
-                            exposure=Exposure(public=True, why="test", cloud_urls=(configured.url,)))
+        public = AppService(
+            store=store,
+            runs=None,
+            pairs=RecordingCatalog({TEST_PAIRING_ID: shared_tiny_pair}),
+            cloud_secret="operator-secret",
+            exposure=Exposure(public=True, why="test", cloud_urls=(configured.url,)),
+        )
         closed_port = f"http://127.0.0.1:{free_loopback_port()}"
         for address in (visitor_named.url, closed_port, "http://169.254.169.254:80"):
             *_, failed = public.generate(history, "review", INPUT, values(cloud=address))
@@ -590,21 +659,25 @@ def test_a_public_service_reaches_only_the_operators_clouds_and_sends_its_secret
 def test_a_local_service_keeps_the_free_cloud_field(store, history):
     listener = RecordingListener()
     try:
-        local = AppService(store=store, runs=None, pairs=PairCatalog({TEST_PAIRING_ID: shared_tiny_pair}),
-                           cloud_secret="mine")
+        local = AppService(
+            store=store, runs=None, pairs=PairCatalog({TEST_PAIRING_ID: shared_tiny_pair}), cloud_secret="mine"
+        )
         assert not local.check_cloud(listener.url).ok and listener.seen == ["Bearer mine"]
     finally:
         listener.close()
 
 
-@pytest.mark.parametrize(("environ", "public"), [
-    ({}, False),
-    ({"GRADIO_SERVER_NAME": "127.0.0.1"}, False),
-    ({"SPACE_ID": "someone/specsteer"}, True),
-    ({"GRADIO_SERVER_NAME": "0.0.0.0"}, True),
-    ({"SPECSTEER_PUBLIC": "1"}, True),
-    ({"SPACE_ID": "someone/private-space", "SPECSTEER_PUBLIC": "0"}, False),
-])
+@pytest.mark.parametrize(
+    ("environ", "public"),
+    [
+        ({}, False),
+        ({"GRADIO_SERVER_NAME": "127.0.0.1"}, False),
+        ({"SPACE_ID": "someone/specsteer"}, True),
+        ({"GRADIO_SERVER_NAME": "0.0.0.0"}, True),
+        ({"SPECSTEER_PUBLIC": "1"}, True),
+        ({"SPACE_ID": "someone/private-space", "SPECSTEER_PUBLIC": "0"}, False),
+    ],
+)
 def test_the_app_tells_a_public_deployment_from_a_local_run(environ, public):
     from specsteer.exposure import Exposure
 
@@ -615,9 +688,14 @@ def test_the_app_tells_a_public_deployment_from_a_local_run(environ, public):
 def test_the_operator_lists_the_clouds_and_holds_the_export_token():
     from specsteer.exposure import Exposure
 
-    exposure = Exposure.from_environment({
-        "SPACE_ID": "x/y", "SPECSTEER_CLOUD_URLS": "http://cloud-a.example.org:8700, https://cloud-b.example.org",
-        "SPECSTEER_CLOUD_URL": "http://cloud-a.example.org:8700/", "SPECSTEER_ADMIN_TOKEN": "tok"})
+    exposure = Exposure.from_environment(
+        {
+            "SPACE_ID": "x/y",
+            "SPECSTEER_CLOUD_URLS": "http://cloud-a.example.org:8700, https://cloud-b.example.org",
+            "SPECSTEER_CLOUD_URL": "http://cloud-a.example.org:8700/",
+            "SPECSTEER_ADMIN_TOKEN": "tok",
+        }
+    )
     assert exposure.cloud_urls == ("http://cloud-a.example.org:8700", "https://cloud-b.example.org:443")
     assert exposure.cloud_problem("https://cloud-b.example.org:443") is None
     assert exposure.cloud_problem("http://elsewhere.example.org:80")
@@ -629,15 +707,19 @@ def test_the_operator_lists_the_clouds_and_holds_the_export_token():
 def test_a_cross_tokenizer_pair_generates_audits_and_refuses_a_method_it_cannot_run(store, history):
     from specsteer.tiny_models import CROSS_PAIRING_ID, shared_test_pair
 
-    service = AppService(store=store, runs=None,
-                         pairs=PairCatalog({CROSS_PAIRING_ID: lambda: shared_test_pair(CROSS_PAIRING_ID)}))
+    service = AppService(
+        store=store, runs=None, pairs=PairCatalog({CROSS_PAIRING_ID: lambda: shared_test_pair(CROSS_PAIRING_ID)})
+    )
     *_, done = service.generate(history, "review", INPUT, values(pairing=CROSS_PAIRING_ID))
     assert isinstance(done, Done) and done.result.privacy.audit.ok, done
     assert done.result.finished.transcript[0].kind == "cross-open"
     *_, refused = service.generate(history, "review", INPUT, values(pairing=CROSS_PAIRING_ID, method="sd"))
     assert isinstance(refused, Failed) and "not available on a cross-tokenizer pairing" in refused.message
-    events = list(service.compare(history, "review", INPUT, values(pairing=CROSS_PAIRING_ID), ["specsteer", "costeer"],
-                                  blind=False))
+    events = list(
+        service.compare(
+            history, "review", INPUT, values(pairing=CROSS_PAIRING_ID), ["specsteer", "costeer"], blind=False
+        )
+    )
     assert isinstance(events[-1], Failed) and "CoSteer is not available" in events[-1].message
     assert not any(isinstance(event, OutputDone) for event in events) and not store.comparisons
     assert len(store.generations) == 1  # only the first generation ran and was saved

@@ -23,9 +23,17 @@ def service(url, tmp_path):
 
 
 def saved_comparison(url, blind: bool) -> int:
-    ids = [storage.save_generation(method=method, task="review", input_text="in", text=f"text of {method}",
-                                   stats=GenerationStats(method, new_tokens=index + 1), url=url)
-           for index, method in enumerate(METHODS)]
+    ids = [
+        storage.save_generation(
+            method=method,
+            task="review",
+            input_text="in",
+            text=f"text of {method}",
+            stats=GenerationStats(method, new_tokens=index + 1),
+            url=url,
+        )
+        for index, method in enumerate(METHODS)
+    ]
     return storage.save_comparison(generation_ids=ids, task="review", input_text="in", blind=blind, url=url)
 
 
@@ -44,8 +52,9 @@ def test_a_blind_comparison_is_reopened_in_a_fresh_order_and_a_plain_one_as_save
 def test_a_judgement_is_saved_and_its_outputs_come_back_in_the_order_judged(service, url):
     comparison = service.reopen_comparison(saved_comparison(url, blind=True))
     shown = comparison.methods
-    saved = service.annotate(NewAnnotation(comparison.id, "ann", "B", {"A": {"fluency": 4, "personalization": None}},
-                                           "", shown))
+    saved = service.annotate(
+        NewAnnotation(comparison.id, "ann", "B", {"A": {"fluency": 4, "personalization": None}}, "", shown)
+    )
     assert [output.method for output in saved.outputs] == list(shown)
     assert [output.stats.new_tokens for output in saved.outputs] == [METHODS.index(m) + 1 for m in shown]
     summary = service.annotation_summary()

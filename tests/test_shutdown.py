@@ -33,15 +33,34 @@ REPO = Path(__file__).resolve().parents[1]
 EXIT_LIMIT_S = 15.0
 # An emulated 100 ms round trip per verification: a 400-token generation takes many seconds, so the
 # signal surely arrives while it runs.
-LONG_GENERATION = dict(task="review", input_text="Write a review of a power bank with great battery life",
-                       pairing=pairs.TINY_PAIRING_ID, method="specsteer", alpha=0.1, beta=1.0, draft_len=4,
-                       max_new_tokens=400, decoding="greedy", seed=0, retrieval_k=3, rtt_ms=100.0)
+LONG_GENERATION = dict(
+    task="review",
+    input_text="Write a review of a power bank with great battery life",
+    pairing=pairs.TINY_PAIRING_ID,
+    method="specsteer",
+    alpha=0.1,
+    beta=1.0,
+    draft_len=4,
+    max_new_tokens=400,
+    decoding="greedy",
+    seed=0,
+    retrieval_k=3,
+    rtt_ms=100.0,
+)
 
 
 def environment(data: Path, port: int) -> dict[str, str]:
-    return {**os.environ, pairs.TEST_PAIR_ENV: "tiny", "SPECSTEER_DATA_DIR": str(data), "GRADIO_SERVER_PORT": str(port),
-            "GRADIO_SERVER_NAME": "127.0.0.1", "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-            "GRADIO_ANALYTICS_ENABLED": "False", "DATABASE_URL": ""}
+    return {
+        **os.environ,
+        pairs.TEST_PAIR_ENV: "tiny",
+        "SPECSTEER_DATA_DIR": str(data),
+        "GRADIO_SERVER_PORT": str(port),
+        "GRADIO_SERVER_NAME": "127.0.0.1",
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "GRADIO_ANALYTICS_ENABLED": "False",
+        "DATABASE_URL": "",
+    }
 
 
 def wait_until_serving(process: subprocess.Popen, url: str, timeout_s: float = 180.0) -> None:
@@ -75,8 +94,14 @@ def stop_and_time(process: subprocess.Popen) -> tuple[int, float]:
 def test_sigterm_mid_generation_saves_the_partial_output_and_exits_0(tmp_path):
     data, port = tmp_path / "data", free_loopback_port()
     log = (tmp_path / "app.log").open("wb")
-    process = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=environment(data, port),
-                               stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    process = subprocess.Popen(
+        [sys.executable, "app.py"],
+        cwd=REPO,
+        env=environment(data, port),
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     try:
         url = f"http://127.0.0.1:{port}/"
         wait_until_serving(process, url)
@@ -123,8 +148,14 @@ def test_sigterm_mid_generation_saves_the_partial_output_and_exits_0(tmp_path):
 @pytest.mark.slow
 def test_sigterm_with_nothing_running_exits_0(tmp_path):
     port = free_loopback_port()
-    process = subprocess.Popen([sys.executable, "app.py"], cwd=REPO, env=environment(tmp_path / "data", port),
-                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [sys.executable, "app.py"],
+        cwd=REPO,
+        env=environment(tmp_path / "data", port),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_until_serving(process, f"http://127.0.0.1:{port}/")
         status, seconds = stop_and_time(process)

@@ -24,15 +24,7 @@ from storage.histories import history_sha256
 from storage.judgements import Judgement, summarize_annotations
 from storage.models import Comparison, ComparisonOutput, Generation
 
-TABLES = {
-    "histories",
-    "generations",
-    "comparisons",
-    "comparison_outputs",
-    "annotations",
-    "eval_runs",
-    "eval_cells",
-}
+TABLES = {"histories", "generations", "comparisons", "comparison_outputs", "annotations", "eval_runs", "eval_cells"}
 
 
 pytestmark = pytest.mark.usefixtures("fresh_engines")
@@ -112,8 +104,16 @@ def test_foreign_key_violations_are_rejected(url):
     with pytest.raises(IntegrityError), db.session_scope(url) as session:
         session.add(
             Generation(
-                history_id=999, pairing="", method="llm", task="review", input_text="", settings={},
-                text="", tokens=[], stats={}, transcript=[],
+                history_id=999,
+                pairing="",
+                method="llm",
+                task="review",
+                input_text="",
+                settings={},
+                text="",
+                tokens=[],
+                stats={},
+                transcript=[],
             )
         )
     with pytest.raises(IntegrityError), db.session_scope(url) as session:
@@ -126,8 +126,12 @@ def test_foreign_key_violations_are_rejected(url):
 
 def test_session_scope_rolls_back_on_error(url):
     with pytest.raises(RuntimeError), db.session_scope(url) as session:
-        session.execute(text("INSERT INTO eval_runs (name, config, status, created_at, updated_at) "
-                             "VALUES ('x', '{}', 'pending', '2024-01-01', '2024-01-01')"))
+        session.execute(
+            text(
+                "INSERT INTO eval_runs (name, config, status, created_at, updated_at) "
+                "VALUES ('x', '{}', 'pending', '2024-01-01', '2024-01-01')"
+            )
+        )
         raise RuntimeError("boom")
     assert storage.list_runs(url=url) == []
 
@@ -182,8 +186,9 @@ class _Item:
 def test_history_roundtrip_and_dedupe(url):
     items = [{"reviewText": "Great pan.", "summary": "Good"}, {"reviewText": "Too small.", "summary": "Meh"}]
     first = storage.save_history(name="alice.jsonl", schema="review", items=items, user_id="A1", url=url)
-    again = storage.save_history(name="renamed.jsonl", schema="review", items=[_Item(**i) for i in items],
-                                 user_id="A1", url=url)
+    again = storage.save_history(
+        name="renamed.jsonl", schema="review", items=[_Item(**i) for i in items], user_id="A1", url=url
+    )
     other_user = storage.save_history(name="b.jsonl", schema="review", items=items, user_id="B2", url=url)
     assert again == first and other_user != first
     stored = storage.get_history(first, url=url)
@@ -206,13 +211,29 @@ def test_generation_roundtrip_accepts_engine_dataclasses(url):
         TokenEvent(id=6, text="lo", kind="rejected", round=0, ratio=float("inf")),
         TokenEvent(id=7, text="lo!", kind="recovered", round=0),
     ]
-    stats = GenerationStats(method="specsteer", new_tokens=2, rounds=1, drafted=2, accepted=1,
-                            acceptance_rate=0.5, forward_calls={"specialist": 2}, uplink_bytes=40)
+    stats = GenerationStats(
+        method="specsteer",
+        new_tokens=2,
+        rounds=1,
+        drafted=2,
+        accepted=1,
+        acceptance_rate=0.5,
+        forward_calls={"specialist": 2},
+        uplink_bytes=40,
+    )
     transcript = [LinkMessage(direction="uplink", kind="draft", payload={"ids": (5, 6)}, bytes=16)]
     generation_id = storage.save_generation(
-        method="specsteer", task="review", input_text="Write.", text="Hello!", pairing="tiny",
-        settings={"alpha": 0.1, "beta": 1.0, "draft_len": 4}, tokens=tokens, stats=stats,
-        transcript=transcript, history_id=history_id, url=url,
+        method="specsteer",
+        task="review",
+        input_text="Write.",
+        text="Hello!",
+        pairing="tiny",
+        settings={"alpha": 0.1, "beta": 1.0, "draft_len": 4},
+        tokens=tokens,
+        stats=stats,
+        transcript=transcript,
+        history_id=history_id,
+        url=url,
     )
     stored = storage.get_generation(generation_id, url=url)
     assert stored["tokens"][0] == {"id": 5, "text": "Hel", "kind": "accepted", "round": 0, "ratio": 1.7}
@@ -243,8 +264,12 @@ def test_comparison_roundtrip_keeps_the_shown_order(url):
 
 @pytest.mark.parametrize(
     ("ids", "message"),
-    [("none", "1 to 26"), ("unknown", "unknown generation"), ("dup-id", "appears twice"),
-     ("dup-method", "once per comparison")],
+    [
+        ("none", "1 to 26"),
+        ("unknown", "unknown generation"),
+        ("dup-id", "appears twice"),
+        ("dup-method", "once per comparison"),
+    ],
 )
 def test_comparison_validation(url, ids, message):
     first, second = _generation(url, "llm"), _generation(url, "llm")
@@ -259,9 +284,12 @@ def test_comparison_validation(url, ids, message):
 def test_annotation_roundtrip_resolves_labels_to_methods(url):
     comparison_id = _comparison(url)  # A=specsteer, B=llm, C=slm+
     annotation_id = storage.save_annotation(
-        comparison_id=comparison_id, annotator=" ann1 ", preferred="A",
+        comparison_id=comparison_id,
+        annotator=" ann1 ",
+        preferred="A",
         ratings={"A": {"personalization": 5, "fluency": 4.0}, "llm": {"fluency": 3, "personalization": None}},
-        comment="A sounds like me", url=url,
+        comment="A sounds like me",
+        url=url,
     )
     [stored] = storage.list_annotations(url=url)
     assert isinstance(stored, Judgement)
@@ -273,8 +301,14 @@ def test_annotation_roundtrip_resolves_labels_to_methods(url):
 
 def test_annotation_labels_follow_the_order_this_annotator_saw(url):
     comparison_id = _comparison(url)
-    storage.save_annotation(comparison_id=comparison_id, annotator="ann2", preferred="A",
-                            ratings={"B": {"fluency": 2}}, display_order=["slm+", "specsteer", "llm"], url=url)
+    storage.save_annotation(
+        comparison_id=comparison_id,
+        annotator="ann2",
+        preferred="A",
+        ratings={"B": {"fluency": 2}},
+        display_order=["slm+", "specsteer", "llm"],
+        url=url,
+    )
     [stored] = storage.list_annotations(comparison_id=comparison_id, url=url)
     assert stored.preferred_method == "slm+" and stored.ratings == {"specsteer": {"fluency": 2}}
 
@@ -315,11 +349,22 @@ def test_tie_and_all_bad_are_accepted(url):
 
 def test_export_rows_csv_and_jsonl(url, tmp_path):
     comparison_id = _comparison(url)
-    storage.save_annotation(comparison_id=comparison_id, annotator="ann1", preferred="B",
-                            ratings={"B": {"personalization": 4, "fluency": 5}}, comment="=cmd|' /C calc'!A0",
-                            url=url)
-    storage.save_annotation(comparison_id=comparison_id, annotator="ann2", preferred="tie",
-                            display_order=["llm", "slm+", "specsteer"], comment="fine, \"quoted\"\nnewline", url=url)
+    storage.save_annotation(
+        comparison_id=comparison_id,
+        annotator="ann1",
+        preferred="B",
+        ratings={"B": {"personalization": 4, "fluency": 5}},
+        comment="=cmd|' /C calc'!A0",
+        url=url,
+    )
+    storage.save_annotation(
+        comparison_id=comparison_id,
+        annotator="ann2",
+        preferred="tie",
+        display_order=["llm", "slm+", "specsteer"],
+        comment="fine, \"quoted\"\nnewline",
+        url=url,
+    )
     rows = storage.annotations_export_rows(url=url)
     assert [r["annotator"] for r in rows] == ["ann1", "ann2"]
     first = rows[0]
@@ -353,8 +398,15 @@ def test_export_rows_csv_and_jsonl(url, tmp_path):
 
 
 def _judgement(annotation_id, comparison_id, annotator, preferred, shown, ratings=None):
-    return Judgement(id=annotation_id, comparison_id=comparison_id, annotator=annotator, preferred=preferred,
-                     preferred_method=preferred, ratings=ratings or {}, display_order=tuple(shown))
+    return Judgement(
+        id=annotation_id,
+        comparison_id=comparison_id,
+        annotator=annotator,
+        preferred=preferred,
+        preferred_method=preferred,
+        ratings=ratings or {},
+        display_order=tuple(shown),
+    )
 
 
 def test_win_rates_and_agreement_on_a_hand_computed_example():
@@ -390,8 +442,12 @@ def test_win_rates_and_agreement_on_a_hand_computed_example():
 
 def test_perfect_agreement_and_undefined_kappa():
     shown = ["specsteer", "llm"]
-    perfect = [_judgement(1, 1, "a", "llm", shown), _judgement(2, 1, "b", "llm", shown),
-               _judgement(3, 2, "a", "specsteer", shown), _judgement(4, 2, "b", "specsteer", shown)]
+    perfect = [
+        _judgement(1, 1, "a", "llm", shown),
+        _judgement(2, 1, "b", "llm", shown),
+        _judgement(3, 2, "a", "specsteer", shown),
+        _judgement(4, 2, "b", "specsteer", shown),
+    ]
     agreement = summarize_annotations(perfect).agreement
     assert agreement.percent_agreement == 1 and agreement.unanimous == 1 and agreement.fleiss_kappa == 1
     # Everyone always picks the same category: chance agreement is 1, kappa is undefined.
@@ -410,8 +466,10 @@ def test_annotation_summary_from_the_database(url):
 
 
 def test_export_files_are_written_from_rows_alone(tmp_path):
-    rows = [{"annotation_id": 1, "comment": "@SUM(A1)", exports.rating_column("llm", "fluency"): 4},
-            {"annotation_id": 2, exports.rating_column("sd", "fluency"): None, "comment": "ok"}]
+    rows = [
+        {"annotation_id": 1, "comment": "@SUM(A1)", exports.rating_column("llm", "fluency"): 4},
+        {"annotation_id": 2, exports.rating_column("sd", "fluency"): None, "comment": "ok"},
+    ]
     path = tmp_path / "rows.csv"
     assert exports.write_annotations_csv(rows, path) == 2
     header, first, second = list(csv.reader(path.open(encoding="utf-8", newline="")))
@@ -423,14 +481,30 @@ def test_export_files_are_written_from_rows_alone(tmp_path):
 
 # --------------------------------------------------------------------------- runs
 
-CONFIG = {"data": "data/longlamp/review.jsonl", "task": "review", "limit": 10, "methods": ("llm", "specsteer"),
-          "alphas": [0.1, 1.0], "betas": [1.0], "pairing": "tiny", "max_new_tokens": 64}
+CONFIG = {
+    "data": "data/longlamp/review.jsonl",
+    "task": "review",
+    "limit": 10,
+    "methods": ("llm", "specsteer"),
+    "alphas": [0.1, 1.0],
+    "betas": [1.0],
+    "pairing": "tiny",
+    "max_new_tokens": 64,
+}
 
 
-def _cell(record_id: str, method: str = "llm", alpha: float | None = None, beta: float | None = None,
-          output: str = "", rouge=None, **stats) -> CellResult:
-    return CellResult(record_id, GridPoint(method, alpha, beta), output, rouge or {},
-                      GenerationStats(method=method, **stats))
+def _cell(
+    record_id: str,
+    method: str = "llm",
+    alpha: float | None = None,
+    beta: float | None = None,
+    output: str = "",
+    rouge=None,
+    **stats,
+) -> CellResult:
+    return CellResult(
+        record_id, GridPoint(method, alpha, beta), output, rouge or {}, GenerationStats(method=method, **stats)
+    )
 
 
 def test_create_run_resumes_same_config_and_refuses_a_different_one(url):
@@ -474,8 +548,21 @@ def test_cell_keys_are_canonical_and_unforgeable():
 def test_save_cell_is_idempotent_and_roundtrips_typed_cells(url):
     run_id = storage.create_run("grid", CONFIG, url=url)
     rouge = {"rouge1": 0.31, "rougeL": 0.2, "rouge1_stemmed": 0.33, "rougeL_stemmed": 0.21}
-    cell = _cell("r1", "specsteer", 0.1, 1.0, output="text", rouge=rouge, tok_per_s=12.5, acceptance_rate=0.8,
-                 rounds=4, uplink_bytes=64, downlink_bytes=300, seconds=1.2, new_tokens=15)
+    cell = _cell(
+        "r1",
+        "specsteer",
+        0.1,
+        1.0,
+        output="text",
+        rouge=rouge,
+        tok_per_s=12.5,
+        acceptance_rate=0.8,
+        rounds=4,
+        uplink_bytes=64,
+        downlink_bytes=300,
+        seconds=1.2,
+        new_tokens=15,
+    )
     assert storage.save_cell(run_id, cell, url=url) is True
     assert storage.save_cell(run_id, _cell("r1", "specsteer", 0.1, 1.0, output="other"), url=url) is False
     # NULL alpha/beta (methods without them) must deduplicate too.
@@ -494,10 +581,13 @@ def test_save_cell_is_idempotent_and_roundtrips_typed_cells(url):
 def test_cells_stored_by_an_older_version_still_read(url):
     run_id = storage.create_run("old", CONFIG, url=url)
     with db.session_scope(url) as session:  # stats without "method", "trace" or "verified", plus a retired key
-        session.execute(text(
-            "INSERT INTO eval_cells (run_id, cell_key, record_id, method, output, stats, created_at) "
-            "VALUES (:run, 'r1|llm|a=-|b=-', 'r1', 'llm', 'x', :stats, '2024-01-01')"),
-            {"run": run_id, "stats": json.dumps({"new_tokens": 3, "seconds": 0.5, "acceptance": 0.9})})
+        session.execute(
+            text(
+                "INSERT INTO eval_cells (run_id, cell_key, record_id, method, output, stats, created_at) "
+                "VALUES (:run, 'r1|llm|a=-|b=-', 'r1', 'llm', 'x', :stats, '2024-01-01')"
+            ),
+            {"run": run_id, "stats": json.dumps({"new_tokens": 3, "seconds": 0.5, "acceptance": 0.9})},
+        )
     [cell] = storage.run_cells(run_id, url=url)
     assert cell.point == GridPoint("llm") and cell.stats.method == "llm"
     assert (cell.stats.new_tokens, cell.stats.seconds, cell.stats.verified, cell.stats.trace) == (3, 0.5, 0, [])
@@ -542,10 +632,16 @@ def test_threads_writing_annotations_lose_nothing(url):
         start.wait()
         try:
             for index in range(25):
-                ids.append(storage.save_annotation(
-                    comparison_id=comparison_id, annotator=f"ann{worker}", preferred="ABC"[index % 3],
-                    ratings={"A": {"fluency": 1 + index % 5}}, comment=f"{worker}-{index}", url=url,
-                ))
+                ids.append(
+                    storage.save_annotation(
+                        comparison_id=comparison_id,
+                        annotator=f"ann{worker}",
+                        preferred="ABC"[index % 3],
+                        ratings={"A": {"fluency": 1 + index % 5}},
+                        comment=f"{worker}-{index}",
+                        url=url,
+                    )
+                )
         except BaseException as error:  # reported below; a thread cannot fail the test itself
             errors.append(error)
 
@@ -564,8 +660,9 @@ def _write_cells_in_another_process(url: str, run_id: int, worker: int, start, r
     start.wait()
     inserted = 0
     for index in range(50):
-        inserted += storage.save_cell(run_id, _cell(f"w{worker}-r{index}", "specsteer", 0.1, 1.0,
-                                                    output=f"out {index}"), url=url)
+        inserted += storage.save_cell(
+            run_id, _cell(f"w{worker}-r{index}", "specsteer", 0.1, 1.0, output=f"out {index}"), url=url
+        )
         if index % 5 == 0:  # both processes race on the same shared cells too
             inserted += storage.save_cell(run_id, _cell(f"shared-{index}"), url=url)
     results.put((worker, inserted))
@@ -575,8 +672,9 @@ def test_processes_writing_cells_lose_nothing(url):
     run_id = storage.create_run("parallel", CONFIG, url=url)
     context = multiprocessing.get_context("spawn")  # fresh interpreters: no inherited connections
     start, results = context.Barrier(2), context.Queue()
-    workers = [context.Process(target=_write_cells_in_another_process, args=(url, run_id, w, start, results))
-               for w in range(2)]
+    workers = [
+        context.Process(target=_write_cells_in_another_process, args=(url, run_id, w, start, results)) for w in range(2)
+    ]
     for worker in workers:
         worker.start()
     inserted = dict(results.get(timeout=120) for _ in workers)

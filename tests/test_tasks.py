@@ -43,9 +43,7 @@ def test_abstract_prompt():
 
 
 def test_review_prompt():
-    item = HistoryItem(
-        {"description": "A kettle", "overall": "4.0", "reviewText": "Boils fast!", "summary": "Quick"}
-    )
+    item = HistoryItem({"description": "A kettle", "overall": "4.0", "reviewText": "Boils fast!", "summary": "Quick"})
     assert build_prompts("review", INPUT, [item]).private == (
         "Here are past reviews written by this user:\n"
         'Product: "A kettle"\nSummary: "Quick" Review: "Boils fast!". Following their style, Generate the text.'
@@ -165,9 +163,7 @@ def test_invalid_word_budget(budget):
 
 
 def test_unknown_task_lists_the_tasks():
-    with pytest.raises(
-        ValueError, match="unknown task 'poem'; choose one of review, abstract, writing, free"
-    ):
+    with pytest.raises(ValueError, match="unknown task 'poem'; choose one of review, abstract, writing, free"):
         build_prompts("poem", INPUT, [])
 
 
@@ -193,8 +189,14 @@ _PINNED_CASES = {
         'Generate the review text written by a reviewer who has a given an overall rating of "4.0" for a '
         'product with description "A {steel} kettle". The summary of the review text is "Fast".',
         [
-            HistoryItem({"description": _LONG, "overall": "5.0", "reviewText": "Line one.\nLine  two " + _LONG,
-                         "summary": "Works"}),
+            HistoryItem(
+                {
+                    "description": _LONG,
+                    "overall": "5.0",
+                    "reviewText": "Line one.\nLine  two " + _LONG,
+                    "summary": "Works",
+                }
+            ),
             HistoryItem({"reviewText": "Only a body.", "summary": ""}),
         ],
     ),
@@ -266,10 +268,22 @@ def test_paper_prompts_of_whole_record_files_are_pinned(source, task):
 CLEAN_INSTRUCTION = "Write only the {} itself, with no title, headings, field labels or introduction."
 # One real-looking item per task with every field its schema has.
 FULL_ITEMS = {
-    "review": HistoryItem({"description": "Paper Mate InkJoy Quatro, four colours in one pen.", "overall": "5.0",
-                           "reviewText": "Writes smoothly.\nThe red is bright.", "summary": "A GREAT pen"}),
-    "writing": HistoryItem({"author": "sam", "content": "I was a waitress for two years.", "id": "a",
-                            "summary": "Rage comics, everywhere."}),
+    "review": HistoryItem(
+        {
+            "description": "Paper Mate InkJoy Quatro, four colours in one pen.",
+            "overall": "5.0",
+            "reviewText": "Writes smoothly.\nThe red is bright.",
+            "summary": "A GREAT pen",
+        }
+    ),
+    "writing": HistoryItem(
+        {
+            "author": "sam",
+            "content": "I was a waitress for two years.",
+            "id": "a",
+            "summary": "Rage comics, everywhere.",
+        }
+    ),
     "abstract": HistoryItem({"abstract": "We study A.", "id": "1", "title": "On A", "year": "2020"}),
     "free": HistoryItem({"text": "Dear diary, rain again."}),
     "cogenesis": HistoryItem({"id": "0", "title": "Rain", "text": "Dear diary, rain again."}),
@@ -299,16 +313,20 @@ def test_clean_review_prompt():
     )
 
 
-@pytest.mark.parametrize("task, shown, noun, preface", [
-    ("writing", '"I was a waitress for two years."', "post", "Below are past posts written by this author"),
-    ("abstract", '"We study A."', "abstract", "Below are abstracts written by this author"),
-    ("free", '"Dear diary, rain again."', "text", "Below are past texts written by this user"),
-])
+@pytest.mark.parametrize(
+    "task, shown, noun, preface",
+    [
+        ("writing", '"I was a waitress for two years."', "post", "Below are past posts written by this author"),
+        ("abstract", '"We study A."', "abstract", "Below are abstracts written by this author"),
+        ("free", '"Dear diary, rain again."', "text", "Below are past texts written by this user"),
+    ],
+)
 def test_clean_prompts_of_the_other_tasks(task, shown, noun, preface):
     pair = build_prompts(task, INPUT, [FULL_ITEMS[task]], style="clean")
     assert pair.plain == f"{INPUT}\n\n{CLEAN_INSTRUCTION.format(noun)}"
-    assert pair.private == (f"{preface}, each in quotes.\n\n{shown}\n\n"
-                            f"Write in the same style as these {noun}s.\n\n{pair.plain}")
+    assert pair.private == (
+        f"{preface}, each in quotes.\n\n{shown}\n\nWrite in the same style as these {noun}s.\n\n{pair.plain}"
+    )
 
 
 @pytest.mark.parametrize("task", TASKS)
@@ -358,7 +376,9 @@ def test_unknown_prompt_styles_are_refused(style):
 
 @pytest.mark.parametrize("task", LAMP_TASKS)
 def test_the_clean_style_does_not_cover_the_lamp_tasks(task):
-    with pytest.raises(ValueError, match=f"covers abstract, review, writing, free, cogenesis; {task} has the paper's template"):
+    with pytest.raises(
+        ValueError, match=f"covers abstract, review, writing, free, cogenesis; {task} has the paper's template"
+    ):
         build_prompts(task, INPUT, [], style="clean")
 
 

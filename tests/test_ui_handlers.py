@@ -78,10 +78,28 @@ def warnings(monkeypatch):
 def settings(**overrides):
     """The Generate tab's settings widgets' values (by GenerationSettings field name) for a short greedy
     SpecSteer run on the tiny pair, as the widgets send them."""
-    values = dict(pairing=pairs.TINY_PAIRING_ID, runtime="auto", method="specsteer", alpha=0.1, beta=1.0,
-                  draft_len=4, max_new_tokens=24, decoding="greedy", seed=0, temperature=1.0, top_p=1.0,
-                  retrieval_k=3, downlink_top_k=64, exact=False, adaptive_draft=False, prompt_style="paper",
-                  cloud="", rtt_ms=0, uplink_kbps=0, downlink_kbps=0)
+    values = dict(
+        pairing=pairs.TINY_PAIRING_ID,
+        runtime="auto",
+        method="specsteer",
+        alpha=0.1,
+        beta=1.0,
+        draft_len=4,
+        max_new_tokens=24,
+        decoding="greedy",
+        seed=0,
+        temperature=1.0,
+        top_p=1.0,
+        retrieval_k=3,
+        downlink_top_k=64,
+        exact=False,
+        adaptive_draft=False,
+        prompt_style="paper",
+        cloud="",
+        rtt_ms=0,
+        uplink_kbps=0,
+        downlink_kbps=0,
+    )
     values.update(overrides)
     return values
 
@@ -152,9 +170,21 @@ def test_live_stats_count_tokens_and_follow_the_running_byte_totals():
 
 
 def test_the_stats_strip_shows_runtime_precision_first_token_and_prefix_reuse():
-    stats = GenerationStats("specsteer", new_tokens=12, seconds=2.0, accepted=9, drafted=12, rounds=3,
-                            uplink_bytes=120, downlink_bytes=300, stop_reason="eos", runtime="llama.cpp",
-                            precision="Q4_K_M", ttft_s=0.84, reused_tokens={"specialist+": 812, "generalist": 0})
+    stats = GenerationStats(
+        "specsteer",
+        new_tokens=12,
+        seconds=2.0,
+        accepted=9,
+        drafted=12,
+        rounds=3,
+        uplink_bytes=120,
+        downlink_bytes=300,
+        stop_reason="eos",
+        runtime="llama.cpp",
+        precision="Q4_K_M",
+        ttft_s=0.84,
+        reused_tokens={"specialist+": 812, "generalist": 0},
+    )
     strip = render.stats_html(render.StatsView.final(stats))
     assert "llama.cpp · Q4_K_M" in strip and "0.84 s" in strip and "812 tokens" in strip
     assert "specialist+: 812, generalist: 0" in strip and 'data-state="eos"' in strip
@@ -170,8 +200,9 @@ def test_the_stats_strip_says_where_the_cloud_ran_and_which_link_was_emulated():
     stats = GenerationStats("specsteer", new_tokens=3, seconds=1.0)
     here = render.stats_html(render.StatsView.final(stats))
     assert ">cloud<" in here and ">in process<" in here and "emulated link" not in here
-    remote = render.stats_html(render.StatsView.final(stats, cloud="http://127.0.0.1:8700",
-                                                      link=LinkConditions(rtt_ms=50, uplink_kbps=2000)))
+    remote = render.stats_html(
+        render.StatsView.final(stats, cloud="http://127.0.0.1:8700", link=LinkConditions(rtt_ms=50, uplink_kbps=2000))
+    )
     assert ">http://127.0.0.1:8700<" in remote and "RTT 50 ms · up 2,000 kbps · down unlimited" in remote
     device = render.stats_html(render.StatsView.final(GenerationStats("slm+"), cloud="http://127.0.0.1:8700"))
     assert ">not used<" in device and "8700" not in device
@@ -257,8 +288,10 @@ def test_sample_users_load_with_their_task_and_input(generate):
 
 
 def test_upload_formats_are_read(generate, tmp_path):
-    items = [{"summary": "Great battery", "reviewText": "Lasts two days.", "overall": "5.0"},
-             {"summary": "Meh", "reviewText": "Broke after a week.", "overall": "2.0"}]
+    items = [
+        {"summary": "Great battery", "reviewText": "Lasts two days.", "overall": "5.0"},
+        {"summary": "Meh", "reviewText": "Broke after a week.", "overall": "2.0"},
+    ]
     files = {
         "h.json": json.dumps(items),
         "h.jsonl": "\n".join(json.dumps(item) for item in items),
@@ -327,8 +360,13 @@ def test_unavailable_pairings_are_marked_and_refused(generate, monkeypatch):
 
     # No listed pairing is refused for its tokenizers any more (the offline cross pairings load); the
     # label for one that is still comes from the registry's flag.
-    refused = Pairing(id="refused-cross", label="refused", specialist=PAIRINGS["offline-smollm2__gemma3"].specialist,
-                      generalist=PAIRINGS["offline-smollm2__gemma3"].generalist, cross_tokenizer=True)
+    refused = Pairing(
+        id="refused-cross",
+        label="refused",
+        specialist=PAIRINGS["offline-smollm2__gemma3"].specialist,
+        generalist=PAIRINGS["offline-smollm2__gemma3"].generalist,
+        cross_tokenizer=True,
+    )
     monkeypatch.setitem(PAIRINGS, refused.id, refused)
     catalog = generate.service.pairs
     labels = dict((value, label) for label, value in pairs.pairing_choices(catalog))
@@ -343,8 +381,9 @@ def test_unavailable_pairings_are_marked_and_refused(generate, monkeypatch):
 
 def test_choosing_an_unavailable_pairing_warns_once_and_goes_back(generate, warnings):
     catalog = generate.service.pairs
-    dropdown, note, runtime_note, remembered = pairs.pairing_selected(catalog, "qwen3-0.6b__qwen3-32b",
-                                                                      pairs.TINY_PAIRING_ID)
+    dropdown, note, runtime_note, remembered = pairs.pairing_selected(
+        catalog, "qwen3-0.6b__qwen3-32b", pairs.TINY_PAIRING_ID
+    )
     assert len(warnings) == 1 and "unavailable here" in warnings[0]
     assert dropdown == remembered == pairs.TINY_PAIRING_ID and "Tiny random pair" in note
     assert "transformers" in runtime_note
@@ -400,18 +439,27 @@ def test_a_persona_generation_counts_and_names_its_private_facts(generate):
     assert loaded.history.profile and generate_tab.DEFAULTS.prompt_style == "clean"
     assert "Privacy_info" in generate_tab.history_summary(loaded)
     task = generate_tab.SAMPLES[sample][1]
-    steered = run_generate(generate, loaded, task="cogenesis", input_text=task, max_new_tokens=6,
-                           prompt_style="clean")[-1].privacy
+    steered = run_generate(generate, loaded, task="cogenesis", input_text=task, max_new_tokens=6, prompt_style="clean")[
+        -1
+    ].privacy
     assert re.search(r"\d of 9 private facts were sent to the cloud", steered)
     assert "Works remotely on Fridays to spend more time with family and to meditate" in steered  # named in the task
-    leaky = run_generate(generate, loaded, task="cogenesis", input_text=task, method="llm+", max_new_tokens=4,
-                         prompt_style="clean")[-1].privacy
+    leaky = run_generate(
+        generate, loaded, task="cogenesis", input_text=task, method="llm+", max_new_tokens=4, prompt_style="clean"
+    )[-1].privacy
     assert "9 of 9 private facts were sent to the cloud" in leaky and "Not private" in leaky
 
 
 def test_runtime_adaptive_draft_and_prompt_style_reach_the_saved_settings(generate):
-    frames = run_generate(generate, sample_history(), adaptive_draft=True, draft_len=6, max_new_tokens=30,
-                          runtime="transformers", prompt_style="clean")
+    frames = run_generate(
+        generate,
+        sample_history(),
+        adaptive_draft=True,
+        draft_len=6,
+        max_new_tokens=30,
+        runtime="transformers",
+        prompt_style="clean",
+    )
     assert "saved as generation" in frames[-1].status
     stored = storage.get_generation(storage.list_generations()[0]["id"])["settings"]
     assert stored["adaptive_draft"] is True and stored["draft_len"] == 6
@@ -453,7 +501,9 @@ def test_every_message_is_a_sentence(generate, dashboard, tmp_path):
         list(dashboard.run_batch(**dashboard_values(alphas="0.1, x")))[-1].status,
         list(dashboard.run_batch(**dashboard_values(betas="")))[-1].status,
         list(dashboard.run_batch(**dashboard_values(methods=[])))[-1].status,
-        list(dashboard.run_batch(**dashboard_values(source="upload", upload=write(tmp_path, "x.jsonl", "{"))))[-1].status,
+        list(dashboard.run_batch(**dashboard_values(source="upload", upload=write(tmp_path, "x.jsonl", "{"))))[
+            -1
+        ].status,
     ]
     for status in statuses:
         text = status.split('<span>', 1)[1].split("</span>", 1)[0]
@@ -495,8 +545,13 @@ def test_the_setting_starts_from_the_environment_unless_it_is_unusable(monkeypat
 
 
 def test_what_a_cloud_serves_is_shown_escaped():
-    info = CloudInfo("<b>tiny</b>", 320, instance="<img src=x>", runtime="transformers",
-                     limits={"max_sessions": 12, "max_new_tokens": 1024, "idle_timeout_s": 300.0, "max_frame_bytes": 9})
+    info = CloudInfo(
+        "<b>tiny</b>",
+        320,
+        instance="<img src=x>",
+        runtime="transformers",
+        limits={"max_sessions": 12, "max_new_tokens": 1024, "idle_timeout_s": 300.0, "max_frame_bytes": 9},
+    )
     shown = render.cloud_check_html(CloudCheck("http://127.0.0.1:8700", True, "It answers <i>fine</i>.", info))
     assert "<b>" not in shown and "<img" not in shown and "<i>" not in shown
     assert "&lt;b&gt;tiny&lt;/b&gt;" in shown and "&lt;img src=x&gt;" in shown
@@ -513,8 +568,11 @@ def test_a_cloud_failing_midway_keeps_the_output_stats_and_transcript(service):
     assert isinstance(started, Started) and isinstance(done, Done)
     stats = replace(done.result.finished.stats, stop_reason="cloud-error")
     partial = replace(done.result, finished=replace(done.result.finished, stats=stats))
-    failed = Failed("Lost the connection to the Cloud at http://127.0.0.1:1 (refused). The 12 tokens generated "
-                    "before it failed are kept and saved as generation #1.", partial)
+    failed = Failed(
+        "Lost the connection to the Cloud at http://127.0.0.1:1 (refused). The 12 tokens generated "
+        "before it failed are kept and saved as generation #1.",
+        partial,
+    )
     remote = replace(started.settings, cloud="http://127.0.0.1:1")
     replay = [replace(started, settings=remote), *(e for e in events if isinstance(e, (Generating, Token))), failed]
     last = list(generate_tab.generation_frames(replay))[-1]
@@ -560,8 +618,17 @@ def frame_of(view):
 
 
 def run_compare(tab, methods=("slm+", "llm", "specsteer"), blind=True, request=None, **overrides):
-    return [frame_of(frame) for frame in tab.compare(sample_history(), **TASK_INPUT, methods=list(methods), blind=blind,
-                                                     request=request, **settings(max_new_tokens=10, **overrides))]
+    return [
+        frame_of(frame)
+        for frame in tab.compare(
+            sample_history(),
+            **TASK_INPUT,
+            methods=list(methods),
+            blind=blind,
+            request=request,
+            **settings(max_new_tokens=10, **overrides),
+        )
+    ]
 
 
 def test_comparison_annotation_reveal_export_and_agreement(compare):
@@ -575,8 +642,9 @@ def test_comparison_annotation_reveal_export_and_agreement(compare):
         assert "Output" in slot and "SpecSteer" not in slot and "SLM+" not in slot
 
     ratings = [4, 5, 2, 3, 3, 3] + [None] * (2 * compare_tab.MAX_SLOTS - 6)
-    status, revealed, slots, table, agreement = compare.submit_annotation(view, "ann-1", "A", "A reads like the user",
-                                                                          *ratings)
+    status, revealed, slots, table, agreement = compare.submit_annotation(
+        view, "ann-1", "A", "A reads like the user", *ratings
+    )
     assert "Saved annotation" in status and revealed.revealed
     assert method_label(view.order[0]) in slots[0] and "tok/s" in slots[0]  # revealed after the judgement
     assert any(row[0] == method_label(view.order[0]) and row[2] == 1 for row in table)
@@ -624,8 +692,14 @@ def test_annotation_needs_name_and_choice_and_a_comparison(compare):
 def test_comparison_stop_does_not_save(compare):
     request = SimpleNamespace(session_hash="session-compare")
     stopped = None
-    for frame in compare.compare(sample_history(), **TASK_INPUT, methods=["slm", "llm"], blind=True, request=request,
-                                 **settings(max_new_tokens=1000)):
+    for frame in compare.compare(
+        sample_history(),
+        **TASK_INPUT,
+        methods=["slm", "llm"],
+        blind=True,
+        request=request,
+        **settings(max_new_tokens=1000),
+    ):
         if "generating…" in " ".join(map(str, frame_of(frame).slots)):
             stopped = frame_of(compare.stop(request))
             break
@@ -637,9 +711,20 @@ def test_comparison_stop_does_not_save(compare):
 
 
 def dashboard_values(**overrides):
-    values = dict(source="sample", upload=None, task="review", records=1, methods=["llm", "specsteer"],
-                  alphas="1.0, 0.1", betas="1", pairing=pairs.TINY_PAIRING_ID, runtime="auto", max_new_tokens=4,
-                  draft_len=2, run_name="")
+    values = dict(
+        source="sample",
+        upload=None,
+        task="review",
+        records=1,
+        methods=["llm", "specsteer"],
+        alphas="1.0, 0.1",
+        betas="1",
+        pairing=pairs.TINY_PAIRING_ID,
+        runtime="auto",
+        max_new_tokens=4,
+        draft_len=2,
+        run_name="",
+    )
     values.update(overrides)
     return values
 
@@ -719,6 +804,7 @@ def test_dashboard_upload_is_copied_into_the_data_folder(dashboard, tmp_path):
 def test_a_run_hands_gradio_copies_of_its_update_dicts():
     """Gradio pops "value" out of an update dict as it sends it; the final state, sent again at the end
     of the stream, must still carry every value (an API client reads the last frame)."""
+
     def produce(flag):
         yield (generate_tab.gr.update(value="table", column_widths=["10px"]),)
 
@@ -736,8 +822,11 @@ def test_a_run_hands_gradio_copies_of_its_update_dicts():
 
 def test_the_deployment_view_projects_a_run_with_labels_table_and_escaped_names(dashboard):
     name = '<b>deploy</b> <img src=x onerror="window.__pwned=1">'
-    final = list(dashboard.run_batch(**dashboard_values(run_name=name, methods=["slm+", "llm", "specsteer"],
-                                                        alphas="1.0, 0.1", max_new_tokens=6)))[-1]
+    final = list(
+        dashboard.run_batch(
+            **dashboard_values(run_name=name, methods=["slm+", "llm", "specsteer"], alphas="1.0, 0.1", max_new_tokens=6)
+        )
+    )[-1]
     assert "finished" in final.status
     run_id = dashboard.run_choices()[0][1]
     view = dashboard.deployment([run_id], "phone-4g")
@@ -750,14 +839,24 @@ def test_the_deployment_view_projects_a_run_with_labels_table_and_escaped_names(
     assert view.figure.layout.yaxis.title.text == "projected tokens / s"
     assert any("A projection, not a measurement" in note.text for note in view.figure.layout.annotations)
     lines = [trace for trace in view.figure.data if trace.type == "scatter"]
-    assert [trace.name for trace in lines] == ["SLM+ (projected)", "LLM (projected)",
-                                               "SpecSteer α=1 β=1 (projected)", "SpecSteer α=0.1 β=1 (projected)"]
+    assert [trace.name for trace in lines] == [
+        "SLM+ (projected)",
+        "LLM (projected)",
+        "SpecSteer α=1 β=1 (projected)",
+        "SpecSteer α=0.1 β=1 (projected)",
+    ]
     assert all(list(trace.x) == [float(rtt) for rtt in range(0, 201, 10)] for trace in lines)
     bars = [trace for trace in view.figure.data if trace.type == "bar"]
     assert [list(bar.x) for bar in bars] == [["SLM+"], ["LLM"], ["SpecSteer α=1 β=1"], ["SpecSteer α=0.1 β=1"]]
     table = view.table
-    assert list(table.columns) == ["RTT (ms)", "LLM (tok/s)", "SpecSteer α=1 β=1 (tok/s)", "SpecSteer α=1 β=1 speedup",
-                                   "SpecSteer α=0.1 β=1 (tok/s)", "SpecSteer α=0.1 β=1 speedup"]
+    assert list(table.columns) == [
+        "RTT (ms)",
+        "LLM (tok/s)",
+        "SpecSteer α=1 β=1 (tok/s)",
+        "SpecSteer α=1 β=1 speedup",
+        "SpecSteer α=0.1 β=1 (tok/s)",
+        "SpecSteer α=0.1 β=1 speedup",
+    ]
     assert list(table["RTT (ms)"]) == ["0", "10", "20", "50", "100", "150", "200"]
     llm = {int(x): y for x, y in zip(lines[1].x, lines[1].y)}
     steer = {int(x): y for x, y in zip(lines[3].x, lines[3].y)}
@@ -772,8 +871,16 @@ def test_the_deployment_view_projects_a_run_with_labels_table_and_escaped_names(
 def test_the_deployment_view_says_why_it_has_nothing_to_show(dashboard):
     run_id = storage.create_run("<i>old</i> run", {"task": "review"})
     for record, method in (("r1", "llm"), ("r2", "specsteer")):
-        storage.save_cell(run_id, CellResult(record, GridPoint(method, 0.1 if method == "specsteer" else None, None),
-                                             "text", {}, GenerationStats(method, new_tokens=5, seconds=1.0)))
+        storage.save_cell(
+            run_id,
+            CellResult(
+                record,
+                GridPoint(method, 0.1 if method == "specsteer" else None, None),
+                "text",
+                {},
+                GenerationStats(method, new_tokens=5, seconds=1.0),
+            ),
+        )
     old = dashboard.deployment([run_id], "phone-4g")
     assert "stored before generations kept their traces" in old.status and "none of its 2 cells" in old.status
     assert "&lt;i&gt;old&lt;/i&gt;" in old.status and "<i>" not in old.status
@@ -822,8 +929,11 @@ def test_a_server_path_is_never_read_as_a_history(service, tmp_path, warnings):
 def test_the_dashboard_never_reads_a_server_path_as_records(service, tmp_path):
     planted = write(tmp_path, "records.jsonl", '{"input": "x", "output": "y", "profile": []}\n')
     tab = dashboard_tab.DashboardTab(service, lambda path: False)
-    frames = list(tab.run_batch(**dashboard_values(source="upload", upload=planted, methods=["llm"], alphas="0.1",
-                                                   run_name="probe")))
+    frames = list(
+        tab.run_batch(
+            **dashboard_values(source="upload", upload=planted, methods=["llm"], alphas="0.1", run_name="probe")
+        )
+    )
     assert len(frames) == 1 and "was not uploaded to the app" in frames[0].status
 
 

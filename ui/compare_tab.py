@@ -92,8 +92,15 @@ class CompareView(NamedTuple):
     @classmethod
     def unchanged(cls) -> CompareView:
         skip = gr.skip()
-        return cls(skip, skip, skip, skip, (skip,) * MAX_SLOTS, (skip,) * MAX_SLOTS,
-                   (skip,) * (len(RATING_CRITERIA) * MAX_SLOTS))
+        return cls(
+            skip,
+            skip,
+            skip,
+            skip,
+            (skip,) * MAX_SLOTS,
+            (skip,) * MAX_SLOTS,
+            (skip,) * (len(RATING_CRITERIA) * MAX_SLOTS),
+        )
 
     @classmethod
     def message(cls, message: str, kind: str) -> CompareView:
@@ -101,9 +108,11 @@ class CompareView(NamedTuple):
 
     def showing(self, count: int) -> CompareView:
         """The first ``count`` slots shown, unrated, with a preference choice for each."""
-        return self._replace(visible=tuple(gr.update(visible=slot < count) for slot in range(MAX_SLOTS)),
-                             ratings=(None,) * (len(RATING_CRITERIA) * MAX_SLOTS),
-                             preferred=gr.update(choices=preference_choices(count), value=None))
+        return self._replace(
+            visible=tuple(gr.update(visible=slot < count) for slot in range(MAX_SLOTS)),
+            ratings=(None,) * (len(RATING_CRITERIA) * MAX_SLOTS),
+            preferred=gr.update(choices=preference_choices(count), value=None),
+        )
 
     def with_slot(self, slot: int, html: str) -> CompareView:
         return self._replace(slots=tuple(html if index == slot else value for index, value in enumerate(self.slots)))
@@ -113,8 +122,11 @@ class CompareView(NamedTuple):
 
     @classmethod
     def from_flat(cls, values: Sequence) -> CompareView:
-        slots, visible, ratings = values[4:4 + MAX_SLOTS], values[4 + MAX_SLOTS:4 + 2 * MAX_SLOTS], \
-            values[4 + 2 * MAX_SLOTS:]
+        slots, visible, ratings = (
+            values[4 : 4 + MAX_SLOTS],
+            values[4 + MAX_SLOTS : 4 + 2 * MAX_SLOTS],
+            values[4 + 2 * MAX_SLOTS :],
+        )
         return cls(*values[:4], tuple(slots), tuple(visible), tuple(ratings))
 
 
@@ -155,23 +167,28 @@ class JudgementForm:
         """The ratings of the first ``count`` slots, by label and criterion (missing ones: not rated)."""
         per_slot = len(RATING_CRITERIA)
         given = self.ratings + (None,) * max(0, per_slot * count - len(self.ratings))
-        return {slot_label(slot): dict(zip(RATING_CRITERIA, given[per_slot * slot:per_slot * (slot + 1)], strict=True))
-                for slot in range(count)}
+        return {
+            slot_label(slot): dict(zip(RATING_CRITERIA, given[per_slot * slot : per_slot * (slot + 1)], strict=True))
+            for slot in range(count)
+        }
 
 
 def flattened(handler: Callable) -> Callable:
     """``handler`` as Gradio calls it: each named view it returns (or streams) flattened into one value per
     output. The signature stays the handler's, so the API's parameter names do too."""
     if inspect.isgeneratorfunction(handler):
+
         @functools.wraps(handler)
         def stream(*args, **kwargs):
             for view in handler(*args, **kwargs):
                 yield view.flat()
+
         return stream
 
     @functools.wraps(handler)
     def call(*args, **kwargs):
         return handler(*args, **kwargs).flat()
+
     return call
 
 
@@ -200,8 +217,9 @@ def _round(value: float | None) -> float | None:
 STOPPED_UNSAVED = "Stopped. The incomplete comparison was not saved."
 
 
-def comparison_frames(events: Iterable[ComparisonEvent],
-                      choices: Callable[[], list[tuple[str, int]]]) -> Iterator[CompareView | Toast]:
+def comparison_frames(
+    events: Iterable[ComparisonEvent], choices: Callable[[], list[tuple[str, int]]]
+) -> Iterator[CompareView | Toast]:
     """The service's events of one comparison as views of this tab's outputs, with a toast for a failure;
     ``choices`` lists the saved comparisons once this one is saved."""
     blind = True
@@ -215,38 +233,59 @@ def comparison_frames(events: Iterable[ComparisonEvent],
             yield CompareView.message(event.message, "error")
         elif isinstance(event, ComparisonStarted):
             blind, order = event.blind, event.methods
-            slots = tuple(render.comparison_slot_html(slot_label(slot), None) if slot < len(order) else gr.skip()
-                          for slot in range(MAX_SLOTS))
+            slots = tuple(
+                render.comparison_slot_html(slot_label(slot), None) if slot < len(order) else gr.skip()
+                for slot in range(MAX_SLOTS)
+            )
             # view None: nothing to judge until every output is saved
-            yield unchanged.showing(len(order))._replace(view=None, slots=slots,
-                                                         status=render.message_box("Starting…", "busy"))
+            yield unchanged.showing(len(order))._replace(
+                view=None, slots=slots, status=render.message_box("Starting…", "busy")
+            )
         elif isinstance(event, Loading):
             yield CompareView.message(event.message, "busy")
         elif isinstance(event, Generating):
             pieces = []
             yield CompareView.message(
-                f"Generating output {slot_label(event.slot)} ({event.slot + 1} of {event.of})…", "busy")
+                f"Generating output {slot_label(event.slot)} ({event.slot + 1} of {event.of})…", "busy"
+            )
         elif isinstance(event, Token):
             if event.event.emitted:
                 pieces.append(event.event.text)
                 if throttle.due():
-                    yield unchanged.with_slot(event.slot, render.comparison_slot_html(
-                        slot_label(event.slot), "".join(pieces), None if blind else order[event.slot],
-                        state="generating…"))
+                    yield unchanged.with_slot(
+                        event.slot,
+                        render.comparison_slot_html(
+                            slot_label(event.slot),
+                            "".join(pieces),
+                            None if blind else order[event.slot],
+                            state="generating…",
+                        ),
+                    )
         elif isinstance(event, OutputDone):
-            yield unchanged.with_slot(event.slot, render.comparison_slot_html(
-                slot_label(event.slot), event.finished.text, None if blind else event.method))
+            yield unchanged.with_slot(
+                event.slot,
+                render.comparison_slot_html(
+                    slot_label(event.slot), event.finished.text, None if blind else event.method
+                ),
+            )
         elif isinstance(event, Stopped):
             yield CompareView.message(STOPPED_UNSAVED, "warning")
         elif isinstance(event, ComparisonSaved):
             saved = event.comparison
-            view = ComparisonView(saved.comparison_id, list(saved.methods), list(saved.texts),
-                                  list(saved.generation_ids), saved.blind)
+            view = ComparisonView(
+                saved.comparison_id, list(saved.methods), list(saved.texts), list(saved.generation_ids), saved.blind
+            )
             status = render.message_box(
                 f"Saved as comparison #{view.comparison_id}. Read the outputs, rate them and pick the one you prefer"
-                + (". The methods are revealed after you submit." if view.blind else "."), "ok")
-            yield unchanged._replace(status=status, view=view, slots=_slot_views(view),
-                                     choices=gr.update(choices=choices(), value=view.comparison_id))
+                + (". The methods are revealed after you submit." if view.blind else "."),
+                "ok",
+            )
+            yield unchanged._replace(
+                status=status,
+                view=view,
+                slots=_slot_views(view),
+                choices=gr.update(choices=choices(), value=view.comparison_id),
+            )
 
 
 def comparison_label(comparison: StoredComparison) -> str:
@@ -261,10 +300,18 @@ def summary_rows(summary: AnnotationSummary) -> tuple[list[list], str]:
     rows = []
     for method, judged in summary.methods.items():
         means = judged.mean_ratings
-        rows.append([
-            method_label(method), judged.shown, judged.wins, round(judged.win_rate, 3), judged.ties,
-            judged.all_bad, _round(means.get("personalization")), _round(means.get("fluency")),
-        ])
+        rows.append(
+            [
+                method_label(method),
+                judged.shown,
+                judged.wins,
+                round(judged.win_rate, 3),
+                judged.ties,
+                judged.all_bad,
+                _round(means.get("personalization")),
+                _round(means.get("fluency")),
+            ]
+        )
     agreement = summary.agreement
     if agreement.comparisons:
         kappa = agreement.fleiss_kappa
@@ -289,13 +336,22 @@ class CompareTab:
         """Saved comparisons for the reopen dropdown, newest first."""
         return [(comparison_label(comparison), comparison.id) for comparison in self.service.saved_comparisons()]
 
-    def compare(self, history: NamedHistory | None, task: str, input_text: str, methods: Sequence[str], blind: bool,
-                request: gr.Request = None, **settings: object) -> Iterator[CompareView]:
+    def compare(
+        self,
+        history: NamedHistory | None,
+        task: str,
+        input_text: str,
+        methods: Sequence[str],
+        blind: bool,
+        request: gr.Request = None,
+        **settings: object,
+    ) -> Iterator[CompareView]:
         """Generate with every chosen method (streaming each into its slot), then save the comparison.
 
         ``settings``: the Generate tab's settings widgets, by GenerationSettings field name (the service
         reads them into one GenerationSettings).
         """
+
         def produce(flag):
             compared = [method for method in methods or () if method in COMPARED_METHODS]
             events = self.service.compare(history, task, input_text, settings, compared, blind, cancel=flag)
@@ -326,16 +382,21 @@ class CompareTab:
             gr.Warning(render.esc(str(error)))
             return CompareView.message(str(error), "error")
         outputs = comparison.outputs
-        view = ComparisonView(comparison_id=comparison.id, order=[o.method for o in outputs],
-                              texts=[o.text for o in outputs], generation_ids=[o.generation_id for o in outputs],
-                              blind=comparison.blind)
-        status = render.message_box(f"Opened comparison #{view.comparison_id} ({comparison.task} task). "
-                                    f"Input: {comparison.input_text}", "info")
-        return CompareView.unchanged().showing(len(outputs))._replace(view=view, slots=_slot_views(view),
-                                                                      status=status)
+        view = ComparisonView(
+            comparison_id=comparison.id,
+            order=[o.method for o in outputs],
+            texts=[o.text for o in outputs],
+            generation_ids=[o.generation_id for o in outputs],
+            blind=comparison.blind,
+        )
+        status = render.message_box(
+            f"Opened comparison #{view.comparison_id} ({comparison.task} task). Input: {comparison.input_text}", "info"
+        )
+        return CompareView.unchanged().showing(len(outputs))._replace(view=view, slots=_slot_views(view), status=status)
 
-    def submit_annotation(self, view: ComparisonView | None, annotator: str, preferred: str | None, comment: str,
-                          *ratings: int | None) -> JudgedView:
+    def submit_annotation(
+        self, view: ComparisonView | None, annotator: str, preferred: str | None, comment: str, *ratings: int | None
+    ) -> JudgedView:
         """The "Submit judgement" button (the /annotate endpoint: the name, the preference, the comment, then
         the ratings of slot A's criteria, slot B's, …): see :meth:`judge`."""
         return self.judge(view, JudgementForm(annotator or "", preferred, comment or "", tuple(ratings)))
@@ -345,16 +406,24 @@ class CompareTab:
         if view is None:
             return JudgedView.refused("Run a comparison or open a saved one first.")
         if view.revealed:
-            return JudgedView.refused("This judgement is already saved. Reopen the comparison to judge it again "
-                                      "(as another annotator).")
+            return JudgedView.refused(
+                "This judgement is already saved. Reopen the comparison to judge it again (as another annotator)."
+            )
         if not form.annotator.strip():
             return JudgedView.refused("Enter your name as annotator.")
         if not form.preferred:
             return JudgedView.refused("Pick the output you prefer (or tie / all bad).")
         try:
-            saved = self.service.annotate(NewAnnotation(
-                comparison_id=view.comparison_id, annotator=form.annotator.strip(), preferred=form.preferred,
-                ratings=form.scores(len(view.order)), comment=form.comment, display_order=tuple(view.order)))
+            saved = self.service.annotate(
+                NewAnnotation(
+                    comparison_id=view.comparison_id,
+                    annotator=form.annotator.strip(),
+                    preferred=form.preferred,
+                    ratings=form.scores(len(view.order)),
+                    comment=form.comment,
+                    display_order=tuple(view.order),
+                )
+            )
         except ValueError as error:
             return JudgedView.refused(str(error))
         revealed = replace(view, revealed=True, stats=[output.stats for output in saved.outputs])
@@ -378,7 +447,8 @@ class CompareTab:
         if exported.path is None:
             return hidden, render.message_box("No annotations yet: nothing to export.", "info")
         return gr.update(value=str(exported.path), visible=True), render.message_box(
-            f"Exported {exported.count} annotation(s) as {kind.upper()}.", "ok")
+            f"Exported {exported.count} annotation(s) as {kind.upper()}.", "ok"
+        )
 
     def refresh_on_load(self) -> tuple:
         """The saved comparisons and the summary afresh (other users may have added to them)."""
@@ -395,19 +465,27 @@ def build(service: AppService, controls: GenerateControls) -> PageRefresh:
     gr.Markdown(
         "Runs the **history, input, pairing and decoding settings of the Generate tab** through several methods. "
         "In blind mode the outputs are labelled A, B, C… in a random order; the methods are revealed after "
-        "your judgement is saved.", elem_classes="ss-note")
+        "your judgement is saved.",
+        elem_classes="ss-note",
+    )
     with gr.Row(equal_height=True):
         methods = gr.CheckboxGroup(
-            choices=[(method_label(m), m) for m in COMPARED_METHODS], value=list(CORE_METHODS), label="Methods",
-            scale=3)
+            choices=[(method_label(m), m) for m in COMPARED_METHODS], value=list(CORE_METHODS), label="Methods", scale=3
+        )
         blind = gr.Checkbox(value=True, label="Blind (shuffle, hide names)", scale=1)
     with gr.Row():
         run = gr.Button("Run comparison", variant="primary", elem_id="compare-button")
         stop = gr.Button("Stop", variant="stop")
     with gr.Row(equal_height=False):
         # Custom values: API clients (and typists) may give a comparison id this page has not listed.
-        saved = gr.Dropdown(choices=tab.comparison_choices(), value=None, label="…or reopen a saved comparison",
-                            scale=4, elem_id="comparison-picker", allow_custom_value=True)
+        saved = gr.Dropdown(
+            choices=tab.comparison_choices(),
+            value=None,
+            label="…or reopen a saved comparison",
+            scale=4,
+            elem_id="comparison-picker",
+            allow_custom_value=True,
+        )
         refresh = gr.Button("Refresh list", scale=1, size="md")
         reopen = gr.Button("Open", scale=1, size="md")
     status = gr.HTML(render.message_box("Run a comparison or open a saved one.", "info"), elem_id="compare-status")
@@ -419,12 +497,19 @@ def build(service: AppService, controls: GenerateControls) -> PageRefresh:
     with gr.Row(equal_height=False, elem_classes="ss-slots"):
         for slot in range(MAX_SLOTS):
             with gr.Column(visible=False, min_width=300, elem_classes="ss-slot-column") as column:
-                slot_html.append(gr.HTML(render.comparison_slot_html(slot_label(slot), None),
-                                         elem_id=f"slot-{slot_label(slot)}"))
+                slot_html.append(
+                    gr.HTML(render.comparison_slot_html(slot_label(slot), None), elem_id=f"slot-{slot_label(slot)}")
+                )
                 for criterion in RATING_CRITERIA:
-                    rating_inputs.append(gr.Radio(
-                        [1, 2, 3, 4, 5], value=None, label=f"{criterion.capitalize()} of {slot_label(slot)} (1–5)",
-                        elem_classes="ss-rating", elem_id=f"rating-{slot_label(slot)}-{criterion}"))
+                    rating_inputs.append(
+                        gr.Radio(
+                            [1, 2, 3, 4, 5],
+                            value=None,
+                            label=f"{criterion.capitalize()} of {slot_label(slot)} (1–5)",
+                            elem_classes="ss-rating",
+                            elem_id=f"rating-{slot_label(slot)}-{criterion}",
+                        )
+                    )
             slot_columns.append(column)
 
     with gr.Group(elem_classes="ss-judgement"):
@@ -436,12 +521,22 @@ def build(service: AppService, controls: GenerateControls) -> PageRefresh:
 
     with gr.Accordion("Annotation summary and export", open=True):
         rows, agreement_text = tab.summary_table()
-        summary = gr.Dataframe(value=rows, headers=SUMMARY_HEADERS, interactive=False,
-                               label="Win rates and mean ratings per method", elem_id="annotation-summary")
+        summary = gr.Dataframe(
+            value=rows,
+            headers=SUMMARY_HEADERS,
+            interactive=False,
+            label="Win rates and mean ratings per method",
+            elem_id="annotation-summary",
+        )
         agreement = gr.Markdown(agreement_text)
         # Public: the export needs the operator's token (the field is hidden locally, where anyone may export).
-        admin_token = gr.Textbox(label="Operator token (exports every annotation)", type="password", value="",
-                                 visible=service.exposure.public, elem_id="admin-token")
+        admin_token = gr.Textbox(
+            label="Operator token (exports every annotation)",
+            type="password",
+            value="",
+            visible=service.exposure.public,
+            elem_id="admin-token",
+        )
         with gr.Row():
             export_csv = gr.Button("Export CSV")
             export_jsonl = gr.Button("Export JSONL")
@@ -449,18 +544,32 @@ def build(service: AppService, controls: GenerateControls) -> PageRefresh:
         download = gr.File(label="Download", interactive=False, elem_id="annotation-download", visible=False)
         export_status = gr.HTML()
 
-    outputs = list(CompareView(status, view, preferred, saved, tuple(slot_html), tuple(slot_columns),
-                               tuple(rating_inputs)).flat())
-    wire_run(run, stop, status, flattened(tab.compare),
-             [controls.history, controls.task, controls.input_text, methods, blind], outputs,
-             inputs_kwargs=controls.settings, api_name="compare", stop_work=flattened(tab.stop),
-             stop_api_name="stop_compare")
+    outputs = list(
+        CompareView(status, view, preferred, saved, tuple(slot_html), tuple(slot_columns), tuple(rating_inputs)).flat()
+    )
+    wire_run(
+        run,
+        stop,
+        status,
+        flattened(tab.compare),
+        [controls.history, controls.task, controls.input_text, methods, blind],
+        outputs,
+        inputs_kwargs=controls.settings,
+        api_name="compare",
+        stop_work=flattened(tab.stop),
+        stop_api_name="stop_compare",
+    )
     reopen.click(flattened(tab.open_comparison), saved, outputs, api_name="open_comparison")
     refresh.click(lambda: gr.update(choices=tab.comparison_choices()), None, saved, **QUIET)
-    submit.click(flattened(tab.submit_annotation), [view, annotator, preferred, comment, *rating_inputs],
-                 list(JudgedView(status, view, tuple(slot_html), summary, agreement).flat()), api_name="annotate")
+    submit.click(
+        flattened(tab.submit_annotation),
+        [view, annotator, preferred, comment, *rating_inputs],
+        list(JudgedView(status, view, tuple(slot_html), summary, agreement).flat()),
+        api_name="annotate",
+    )
     for kind, button in (("csv", export_csv), ("jsonl", export_jsonl)):
-        button.click(partial(tab.export_annotations, kind), admin_token, [download, export_status],
-                     api_name=f"export_{kind}")
+        button.click(
+            partial(tab.export_annotations, kind), admin_token, [download, export_status], api_name=f"export_{kind}"
+        )
     refresh_summary.click(tab.summary_table, None, [summary, agreement], api_name="annotation_summary")
     return PageRefresh(tab.refresh_on_load, [saved, summary, agreement])

@@ -131,10 +131,16 @@ class GridForm:
         else:
             raise ValueError("Upload a LongLaMP records file (JSONL or JSON) first.")
         return EvalSpec(
-            data=data, task=self.task, methods=tuple(method for method in METHODS if method in set(self.methods or [])),
-            alphas=parse_numbers(self.alphas, "α list"), betas=parse_numbers(self.betas, "β list"),
-            limit=int(self.records), pairing=self.pairing, runtime=self.runtime,
-            max_new_tokens=int(self.max_new_tokens), draft_len=int(self.draft_len),
+            data=data,
+            task=self.task,
+            methods=tuple(method for method in METHODS if method in set(self.methods or [])),
+            alphas=parse_numbers(self.alphas, "α list"),
+            betas=parse_numbers(self.betas, "β list"),
+            limit=int(self.records),
+            pairing=self.pairing,
+            runtime=self.runtime,
+            max_new_tokens=int(self.max_new_tokens),
+            draft_len=int(self.draft_len),
             run_name=(self.run_name or "").strip() or None,
         )
 
@@ -202,8 +208,10 @@ def compared_figures(runs: Sequence[tuple[str, list[dict]]]):
     acceptance = plots.acceptance_figure([])
     tables = []
     for name, rows in runs:
-        for source, target in ((plots.quality_speed_figure(rows, "rougeL", speed), quality),
-                               (plots.acceptance_figure(rows), acceptance)):
+        for source, target in (
+            (plots.quality_speed_figure(rows, "rougeL", speed), quality),
+            (plots.acceptance_figure(rows), acceptance),
+        ):
             for trace in source.data:
                 trace.name = f"{plots.plot_text(name)}: {trace.name}"
                 target.add_trace(trace)
@@ -235,21 +243,27 @@ def claim_notes(cells: Sequence) -> list[str]:
         baseline = stronger_baseline(cells, metric)
         if baseline is None:
             return notes
-        steered = sorted({cell.point for cell in cells if cell.point.method == "specsteer"},
-                         key=lambda point: (-(point.alpha or 0), point.beta or 0))
+        steered = sorted(
+            {cell.point for cell in cells if cell.point.method == "specsteer"},
+            key=lambda point: (-(point.alpha or 0), point.beta or 0),
+        )
         for point in steered:
             difference = paired_difference(cells, point, baseline, metric)
             if difference is not None:
-                notes.append(f"{plots.point_label(vars(point))} − {method_label(baseline.method)} (the stronger "
-                             f"baseline) on {name}: {difference.describe()} (95 % bootstrap).")
+                notes.append(
+                    f"{plots.point_label(vars(point))} − {method_label(baseline.method)} (the stronger "
+                    f"baseline) on {name}: {difference.describe()} (95 % bootstrap)."
+                )
     return notes
 
 
 def run_label(run: StoredRun) -> str:
     """How the run picker names a stored run (rendered as text, not HTML)."""
     config = run.config or {}
-    return (f"#{run.id} {run.name} · {config.get('task', '?')} · {run.status} · "
-            f"{run.cell_count}/{config.get('cells_total', '?')} cells")
+    return (
+        f"#{run.id} {run.name} · {config.get('task', '?')} · {run.status} · "
+        f"{run.cell_count}/{config.get('cells_total', '?')} cells"
+    )
 
 
 def chosen_run_ids(run_ids: Sequence[int] | int | None) -> list[int] | None:
@@ -280,8 +294,9 @@ def _failed_view(message: str) -> DashboardView:
     return DashboardView(render.message_box(message, "error"), gr.skip(), gr.skip(), gr.skip(), gr.skip())
 
 
-def evaluation_frames(events: Iterable[EvaluationEvent],
-                      run_choices: Callable[[], list[tuple[str, int]]]) -> Iterator[DashboardView | Toast]:
+def evaluation_frames(
+    events: Iterable[EvaluationEvent], run_choices: Callable[[], list[tuple[str, int]]]
+) -> Iterator[DashboardView | Toast]:
     """The service's events of one evaluation run as frames of this tab's outputs, with a toast for a failure;
     ``run_choices`` lists the stored runs afresh."""
     skip = gr.skip()
@@ -296,12 +311,19 @@ def evaluation_frames(events: Iterable[EvaluationEvent],
         elif isinstance(event, EvalResult):
             quality, acceptance, table = figures(event.rows)
             cancelled = event.status == "cancelled"
-            message = (f"Run “{event.run_name}” (#{event.run_id}) {event.status}: {event.computed} cells computed "
-                       f"now, {len(event.cells)} stored.")
+            message = (
+                f"Run “{event.run_name}” (#{event.run_id}) {event.status}: {event.computed} cells computed "
+                f"now, {len(event.cells)} stored."
+            )
             if cancelled:
                 message += " Run it again under the same name to resume."
-            yield DashboardView(render.message_box(message, "warning" if cancelled else "ok"), quality, acceptance,
-                                table_update(table), gr.update(choices=run_choices(), value=[event.run_id]))
+            yield DashboardView(
+                render.message_box(message, "warning" if cancelled else "ok"),
+                quality,
+                acceptance,
+                table_update(table),
+                gr.update(choices=run_choices(), value=[event.run_id]),
+            )
 
 
 class DashboardTab:
@@ -326,8 +348,13 @@ class DashboardTab:
         for run_id in ids:
             stored = self.service.run_results(run_id)
             if stored is None:
-                return DashboardView(render.message_box(f"Run #{run_id} does not exist.", "error"),
-                                     gr.skip(), gr.skip(), gr.skip(), gr.skip())
+                return DashboardView(
+                    render.message_box(f"Run #{run_id} does not exist.", "error"),
+                    gr.skip(),
+                    gr.skip(),
+                    gr.skip(),
+                    gr.skip(),
+                )
             run, cells = stored.run, stored.cells
             runs.append((f"#{run.id} {run.name}", stored_rows(run.config, cells)))
             claims = claim_notes(cells) if len(ids) == 1 else []
@@ -342,8 +369,9 @@ class DashboardTab:
         sources = render.profile_html(PROFILES[profile]) if profile in PROFILES else skip
         ids = chosen_run_ids(run_ids)
         if ids is None:
-            return DeploymentView(render.message_box("Choose a stored run above to project it.", "info"),
-                                  None, None, sources)
+            return DeploymentView(
+                render.message_box("Choose a stored run above to project it.", "info"), None, None, sources
+            )
         run = self.service.stored_run(ids[0])
         if run is None:
             return DeploymentView(render.message_box(f"Run #{ids[0]} does not exist.", "error"), None, None, sources)
@@ -353,11 +381,14 @@ class DashboardTab:
         except ValueError as error:
             return DeploymentView(render.message_box(str(error), "error"), None, None, sources)
         if report.traced == 0:
-            message = (f"Run “{name}” has no finished cells yet: there is nothing to project." if not report.cells
-                       else f"Run “{name}” was stored before generations kept their traces (each model pass and "
-                            "link message with its time), so none of its "
-                            f"{report.cells} cells can be projected. Run the same grid again under a new name to "
-                            "see its deployment.")
+            message = (
+                f"Run “{name}” has no finished cells yet: there is nothing to project."
+                if not report.cells
+                else f"Run “{name}” was stored before generations kept their traces (each model pass and "
+                "link message with its time), so none of its "
+                f"{report.cells} cells can be projected. Run the same grid again under a new name to "
+                "see its deployment."
+            )
             return DeploymentView(render.message_box(message, "warning"), None, None, sources)
         notes = [f"Projected {report.traced} traced generations of run “{name}” onto “{report.profile.label}”."]
         if report.untraced:
@@ -370,8 +401,12 @@ class DashboardTab:
         if len(ids) > 1:
             notes.append("The view projects one run at a time: the first one chosen.")
         table = pd.DataFrame(plots.speedup_rows(report.rows, report.table_rtts_ms))
-        return DeploymentView(render.message_box(" ".join(notes), "ok"),
-                              plots.deployment_figure(report.rows, report.profile.label, name), table, sources)
+        return DeploymentView(
+            render.message_box(" ".join(notes), "ok"),
+            plots.deployment_figure(report.rows, report.profile.label, name),
+            table,
+            sources,
+        )
 
     def run_batch(self, request: gr.Request = None, **values: object) -> Iterator[DashboardView]:
         """Run (or resume) an evaluation grid, streaming progress, then show its figures and table.
@@ -400,7 +435,9 @@ class DashboardTab:
         if run is not None and run.done:
             return DashboardView(*run.state)
         message = "Cancelled. Finished cells stay stored; run again under the same name to resume."
-        return DashboardView(render.message_box(message, "warning"), skip, skip, skip, gr.update(choices=self.run_choices()))
+        return DashboardView(
+            render.message_box(message, "warning"), skip, skip, skip, gr.update(choices=self.run_choices())
+        )
 
 
 # --------------------------------------------------------------------------- layout
@@ -412,75 +449,122 @@ def build(service: AppService) -> PageRefresh:
     gr.Markdown(
         "Runs a grid of methods × α × β over LongLaMP records and stores every result as it finishes. "
         "ROUGE is the F-measure × 100; speed is measured in this run, so compare methods within a run. "
-        "Use the same run name to resume an interrupted run.", elem_classes="ss-note")
+        "Use the same run name to resume an interrupted run.",
+        elem_classes="ss-note",
+    )
     with gr.Row(equal_height=False):
         with gr.Column(scale=2, min_width=320, elem_classes="ss-panel"):
             source = gr.Radio(source_choices(), value="sample", label="Data")
-            upload = gr.File(label="LongLaMP records file (JSONL or JSON)", file_types=[".jsonl", ".json"],
-                             type="filepath", height=150, elem_id="dashboard-upload")
+            upload = gr.File(
+                label="LongLaMP records file (JSONL or JSON)",
+                file_types=[".jsonl", ".json"],
+                type="filepath",
+                height=150,
+                elem_id="dashboard-upload",
+            )
             with gr.Row():
                 task = gr.Dropdown([(render.TASK_LABELS[t], t) for t in EVALUATION_TASKS], value="review", label="Task")
                 records = gr.Slider(1, 50, value=1, step=1, label="Records", elem_id="dashboard-records")
-            methods = gr.CheckboxGroup([(method_label(m), m) for m in METHODS], value=list(CORE_METHODS),
-                                       label="Methods")
+            methods = gr.CheckboxGroup(
+                [(method_label(m), m) for m in METHODS], value=list(CORE_METHODS), label="Methods"
+            )
             with gr.Row():
                 alphas = gr.Textbox(value="1.0, 0.1", label="α list (SpecSteer)", elem_id="dashboard-alphas")
                 betas = gr.Textbox(value="1.0", label="β list")
             picker = pairs.pairing_picker(service.pairs, "Pairing", elem_prefix="dashboard-")
             with gr.Row():
-                max_new_tokens = gr.Slider(1, 512, value=48, step=1, label="Max new tokens",
-                                           elem_id="dashboard-max-new-tokens")
+                max_new_tokens = gr.Slider(
+                    1, 512, value=48, step=1, label="Max new tokens", elem_id="dashboard-max-new-tokens"
+                )
                 draft_len = gr.Slider(1, 16, value=4, step=1, label="Draft length k")
             run_name = gr.Textbox(label="Run name (optional; the same name resumes)", elem_id="run-name")
             with gr.Row():
                 run = gr.Button("Run evaluation", variant="primary", elem_id="dashboard-run")
                 cancel = gr.Button("Cancel", variant="stop", elem_id="dashboard-cancel")
         with gr.Column(scale=3, min_width=420):
-            status = gr.HTML(render.message_box("Choose the data and the grid, then run.", "info"),
-                             elem_id="dashboard-status")
+            status = gr.HTML(
+                render.message_box("Choose the data and the grid, then run.", "info"), elem_id="dashboard-status"
+            )
             with gr.Row(equal_height=False):
                 # Custom values: API clients may name a run id this page has not listed yet.
-                runs = gr.Dropdown(tab.run_choices(), value=[], multiselect=True, scale=4, allow_custom_value=True,
-                                   label="Stored runs (choose several to compare)", elem_id="run-picker")
+                runs = gr.Dropdown(
+                    tab.run_choices(),
+                    value=[],
+                    multiselect=True,
+                    scale=4,
+                    allow_custom_value=True,
+                    label="Stored runs (choose several to compare)",
+                    elem_id="run-picker",
+                )
                 show = gr.Button("Show", scale=1, elem_id="show-runs")
             quality = gr.Plot(label="Quality against speed", elem_id="quality-plot")
             acceptance = gr.Plot(label="Acceptance against α", elem_id="acceptance-plot")
     # The table spans the page: next to the settings its 14 columns (15 when runs are compared)
     # had a few dozen pixels each, and the speed, round and byte columns scrolled out of sight.
-    table = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, label="Results", elem_id="results-table",
-                         wrap=True)
+    table = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, label="Results", elem_id="results-table", wrap=True)
     gr.Markdown(plots.TABLE_NOTE, elem_classes="ss-note")
 
-    with gr.Accordion("Deployment: projected speed on a device and a cloud GPU", open=True,
-                      elem_id="deployment-view"):
+    with gr.Accordion("Deployment: projected speed on a device and a cloud GPU", open=True, elem_id="deployment-view"):
         gr.Markdown(
             "Speed measured here is two models on this machine's CPU. This view replays the chosen run's "
             "recorded passes and messages under a deployment profile (a device Specialist, a cloud Generalist "
             "and the network between them, every number with its source) for round-trip times of 0–200 ms. "
-            "It is a projection from traces, not a measurement on that hardware.", elem_classes="ss-note")
+            "It is a projection from traces, not a measurement on that hardware.",
+            elem_classes="ss-note",
+        )
         with gr.Row(equal_height=False, elem_classes="ss-bottom-row"):
-            profile = gr.Dropdown(PROFILE_CHOICES, value=DEFAULT_PROFILE, label="Deployment profile", scale=4,
-                                  elem_id="deployment-profile")
+            profile = gr.Dropdown(
+                PROFILE_CHOICES,
+                value=DEFAULT_PROFILE,
+                label="Deployment profile",
+                scale=4,
+                elem_id="deployment-profile",
+            )
             project = gr.Button("Project the chosen run", scale=1, variant="primary", elem_id="deployment-project")
-        deployment_status = gr.HTML(render.message_box("Choose a stored run above, then project it.", "info"),
-                                    elem_id="deployment-status")
+        deployment_status = gr.HTML(
+            render.message_box("Choose a stored run above, then project it.", "info"), elem_id="deployment-status"
+        )
         deployment_plot = gr.Plot(label="Projected tokens/s against round-trip time", elem_id="deployment-plot")
         with gr.Row():
-            speedups = gr.Dataframe(interactive=False, label="SpecSteer's projected speedup over the cloud-streamed "
-                                                             "LLM, by round-trip time", elem_id="deployment-table",
-                                    wrap=True)
+            speedups = gr.Dataframe(
+                interactive=False,
+                label="SpecSteer's projected speedup over the cloud-streamed LLM, by round-trip time",
+                elem_id="deployment-table",
+                wrap=True,
+            )
         gr.Markdown(plots.PROJECTION_CAPTION, elem_classes="ss-note")
         with gr.Accordion("The profile's numbers and their sources", open=False, elem_id="deployment-sources"):
             profile_sources = gr.HTML(render.profile_html(PROFILES[DEFAULT_PROFILE]), elem_id="deployment-profile-note")
 
     # The grid's widgets by GridForm field name (building the form checks the names): run_batch gets
     # their values as keyword arguments, the /evaluate endpoint's parameters.
-    grid = GridForm(source=source, upload=upload, task=task, records=records, methods=methods, alphas=alphas,
-                    betas=betas, pairing=picker.pairing, runtime=picker.runtime, max_new_tokens=max_new_tokens,
-                    draft_len=draft_len, run_name=run_name)
+    grid = GridForm(
+        source=source,
+        upload=upload,
+        task=task,
+        records=records,
+        methods=methods,
+        alphas=alphas,
+        betas=betas,
+        pairing=picker.pairing,
+        runtime=picker.runtime,
+        max_new_tokens=max_new_tokens,
+        draft_len=draft_len,
+        run_name=run_name,
+    )
     outputs = list(DashboardView(status, quality, acceptance, table, runs))
-    wire_run(run, cancel, status, tab.run_batch, [], outputs, inputs_kwargs=vars(grid), api_name="evaluate",
-             stop_work=tab.cancel, stop_api_name="cancel_evaluate")
+    wire_run(
+        run,
+        cancel,
+        status,
+        tab.run_batch,
+        [],
+        outputs,
+        inputs_kwargs=vars(grid),
+        api_name="evaluate",
+        stop_work=tab.cancel,
+        stop_api_name="cancel_evaluate",
+    )
     shown = show.click(tab.open_runs, runs, outputs, api_name="open_runs")
     deployment_outputs = [deployment_status, deployment_plot, speedups, profile_sources]  # DeploymentView
     project.click(tab.deployment, [runs, profile], deployment_outputs, api_name="deployment")

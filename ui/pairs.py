@@ -44,8 +44,9 @@ def catalog() -> PairCatalog:
     """The pairings this app may load: the registry's, and the tiny pairs in test mode."""
     if not test_pair_enabled():
         return PairCatalog()
-    return PairCatalog({TINY_PAIRING_ID: shared_tiny_pair,
-                        TINY_CROSS_PAIRING_ID: partial(shared_test_pair, TINY_CROSS_PAIRING_ID)})
+    return PairCatalog(
+        {TINY_PAIRING_ID: shared_tiny_pair, TINY_CROSS_PAIRING_ID: partial(shared_test_pair, TINY_CROSS_PAIRING_ID)}
+    )
 
 
 def default_pairing_id(pairs: PairCatalog) -> str:
@@ -84,25 +85,30 @@ def pairing_note(pairs: PairCatalog, pairing_id: str | None) -> str:
     if pairing_id == TINY_PAIRING_ID and pairing_id in pairs.test_pairs:
         return "**Tiny random pair**: random weights for automated tests; the output is gibberish."
     if pairing_id == TINY_CROSS_PAIRING_ID and pairing_id in pairs.test_pairs:
-        return ("**Tiny random pair, two tokenizers**: random weights for automated tests (a byte Specialist, a "
-                f"merged-pairs Generalist); the output is gibberish.  \n{cross_methods_note()}")
+        return (
+            "**Tiny random pair, two tokenizers**: random weights for automated tests (a byte Specialist, a "
+            f"merged-pairs Generalist); the output is gibberish.  \n{cross_methods_note()}"
+        )
     pairing = PAIRINGS.get(pairing_id or "")
     if pairing is None:
         return "Choose a pairing."
     ok, note = pairs.status(pairing.id)
     state = "✓ available" if ok else "✕ unavailable"
     methods = f"  \n{cross_methods_note()}" if pairing.separate_tokenizers else ""
-    return (f"**{pairing.specialist.name} → {pairing.generalist.name}**: {pairing.description}  \n{state}: {note}"
-            f"{methods}")
+    return (
+        f"**{pairing.specialist.name} → {pairing.generalist.name}**: {pairing.description}  \n{state}: {note}{methods}"
+    )
 
 
 def cross_methods_note() -> str:
     """What a pairing of two tokenizers runs (engine.CROSS_TOKENIZER_METHODS), and why not the rest."""
     runs = [METHOD_INFO[method].label for method in CROSS_TOKENIZER_METHODS]
     refused = [info.label for method, info in METHOD_INFO.items() if method not in CROSS_TOKENIZER_METHODS]
-    return (f"Two tokenizers: runs {', '.join(runs[:-1])} and {runs[-1]} (its drafts tested per segment of text "
-            f"that both tokenizers cut alike). {', '.join(refused)} and SpecSteer's exact-target variant need one "
-            "shared vocabulary and are refused.")
+    return (
+        f"Two tokenizers: runs {', '.join(runs[:-1])} and {runs[-1]} (its drafts tested per segment of text "
+        f"that both tokenizers cut alike). {', '.join(refused)} and SpecSteer's exact-target variant need one "
+        "shared vocabulary and are refused."
+    )
 
 
 class PairingChoice(NamedTuple):
@@ -149,15 +155,22 @@ def pairing_picker(pairs: PairCatalog, label: str, elem_prefix: str = "", runtim
     """
     default = default_pairing_id(pairs)
     with gr.Row(equal_height=False):
-        pairing = gr.Dropdown(choices=pairing_choices(pairs), value=default, label=label, scale=2,
-                              elem_id=f"{elem_prefix}pairing")
-        runtime_dropdown = gr.Dropdown(choices=runtime_choices(), value=runtime, label="Runtime", scale=1,
-                                       elem_id=f"{elem_prefix}runtime")
+        pairing = gr.Dropdown(
+            choices=pairing_choices(pairs), value=default, label=label, scale=2, elem_id=f"{elem_prefix}pairing"
+        )
+        runtime_dropdown = gr.Dropdown(
+            choices=runtime_choices(), value=runtime, label="Runtime", scale=1, elem_id=f"{elem_prefix}runtime"
+        )
     remembered = gr.State(default)
     note = gr.Markdown(pairing_note(pairs, default), elem_classes="ss-note")
-    runtime_note = gr.Markdown(pairs.runtime_note(default), elem_classes="ss-note",
-                               elem_id=f"{elem_prefix}runtime-note")
+    runtime_note = gr.Markdown(
+        pairs.runtime_note(default), elem_classes="ss-note", elem_id=f"{elem_prefix}runtime-note"
+    )
     # .select, not .input: a dropdown reports one choice as two input events, which warned twice.
-    pairing.select(partial(pairing_selected, pairs), [pairing, remembered],
-                   list(PairingChoice(pairing, note, runtime_note, remembered)), **QUIET)
+    pairing.select(
+        partial(pairing_selected, pairs),
+        [pairing, remembered],
+        list(PairingChoice(pairing, note, runtime_note, remembered)),
+        **QUIET,
+    )
     return PairingPicker(pairing, runtime_dropdown)

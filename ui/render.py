@@ -66,8 +66,7 @@ def message_box(message: str, kind: str = "info") -> str:
 
 
 def queued_status() -> str:
-    return message_box("Queued: the models serve one request at a time; this one starts when they are free.",
-                       "busy")
+    return message_box("Queued: the models serve one request at a time; this one starts when they are free.", "busy")
 
 
 # --------------------------------------------------------------------------- tokens
@@ -97,9 +96,11 @@ def token_span(event: TokenEvent) -> str:
 def segment_title(event: TokenEvent) -> str:
     """The tooltip of a drafted segment on a cross-tokenizer pair (``event`` is its first token)."""
     size = event.segment.size if event.segment is not None else 1
-    title = (f"{KIND_LABELS.get(event.kind, event.kind)} · one segment of {size} Specialist "
-             f"token{'' if size == 1 else 's'}: the text between two offsets where both tokenizers cut, "
-             "which the cloud accepts or refuses whole")
+    title = (
+        f"{KIND_LABELS.get(event.kind, event.kind)} · one segment of {size} Specialist "
+        f"token{'' if size == 1 else 's'}: the text between two offsets where both tokenizers cut, "
+        "which the cloud accepts or refuses whole"
+    )
     if event.round:
         title += f" · round {event.round}"
     if event.ratio is not None and math.isfinite(event.ratio):
@@ -111,8 +112,11 @@ def _segment_open(event: TokenEvent) -> tuple[str, str]:
     """(the opening tag of a segment's element, its closing tag)."""
     tag = "del" if event.kind == "rejected" else "span"
     size = event.segment.size if event.segment is not None else 1
-    return (f'<{tag} class="ss-tok ss-tok-{esc(event.kind)} ss-seg" data-segment-size="{size}" '
-            f'title="{esc(segment_title(event))}">', f"</{tag}>")
+    return (
+        f'<{tag} class="ss-tok ss-tok-{esc(event.kind)} ss-seg" data-segment-size="{size}" '
+        f'title="{esc(segment_title(event))}">',
+        f"</{tag}>",
+    )
 
 
 def _segment_piece(event: TokenEvent) -> str:
@@ -232,14 +236,26 @@ class StatsView:
     link: LinkConditions | None = None  # the emulated network, None when none was emulated
 
     @classmethod
-    def final(cls, stats: GenerationStats, state: str | None = None, cloud: str = "",
-              link: LinkConditions | None = None) -> StatsView:
+    def final(
+        cls, stats: GenerationStats, state: str | None = None, cloud: str = "", link: LinkConditions | None = None
+    ) -> StatsView:
         return cls(
-            method=stats.method, tokens=stats.new_tokens, seconds=stats.seconds, accepted=stats.accepted,
-            drafted=stats.drafted, rounds=stats.rounds, uplink_bytes=stats.uplink_bytes,
-            downlink_bytes=stats.downlink_bytes, state=state or stats.stop_reason, runtime=stats.runtime,
-            precision=stats.precision, runtime_choice=stats.runtime_choice, ttft_s=stats.ttft_s, reused_tokens=dict(stats.reused_tokens),
-            cloud=cloud, link=link,
+            method=stats.method,
+            tokens=stats.new_tokens,
+            seconds=stats.seconds,
+            accepted=stats.accepted,
+            drafted=stats.drafted,
+            rounds=stats.rounds,
+            uplink_bytes=stats.uplink_bytes,
+            downlink_bytes=stats.downlink_bytes,
+            state=state or stats.stop_reason,
+            runtime=stats.runtime,
+            precision=stats.precision,
+            runtime_choice=stats.runtime_choice,
+            ttft_s=stats.ttft_s,
+            reused_tokens=dict(stats.reused_tokens),
+            cloud=cloud,
+            link=link,
         )
 
 
@@ -264,19 +280,32 @@ def link_text(link: LinkConditions) -> str:
 def _cloud_cells(view: StatsView) -> list[tuple[str, str, str]]:
     if METHOD_INFO.get(view.method) is not None and METHOD_INFO[view.method].device_only:
         return [("cloud", "not used", "this method runs on the device alone: nothing crosses the link")]
-    cells = [("cloud", view.cloud or "in process",
-              "where the Generalist verified: the Cloud service at this address (only the Specialist ran here)"
-              if view.cloud else "where the Generalist verified: in this process, beside the Specialist")]
+    cells = [
+        (
+            "cloud",
+            view.cloud or "in process",
+            "where the Generalist verified: the Cloud service at this address (only the Specialist ran here)"
+            if view.cloud
+            else "where the Generalist verified: in this process, beside the Specialist",
+        )
+    ]
     if view.link is not None:
-        cells.append(("emulated link", link_text(view.link),
-                      "every message waited as it would on this network (link_emulation.LinkEmulator)"))
+        cells.append(
+            (
+                "emulated link",
+                link_text(view.link),
+                "every message waited as it would on this network (link_emulation.LinkEmulator)",
+            )
+        )
     return cells
 
 
 def _stat_cell(name: str, value: str, hint: str) -> str:
     title = f' title="{esc(hint)}"' if hint else ""
-    return (f'<div class="ss-stat"{title}><div class="ss-stat-name">{esc(name)}</div>'
-            f'<div class="ss-stat-value">{esc(value)}</div></div>')
+    return (
+        f'<div class="ss-stat"{title}><div class="ss-stat-name">{esc(name)}</div>'
+        f'<div class="ss-stat-value">{esc(value)}</div></div>'
+    )
 
 
 def stats_html(view: StatsView) -> str:
@@ -289,12 +318,20 @@ def stats_html(view: StatsView) -> str:
         ("method", method_label(view.method), ""),
         ("tokens", f"{view.tokens}", ""),
         ("speed", f"{speed:.1f} tok/s", ""),
-        ("first token", "–" if view.ttft_s is None else f"{view.ttft_s:.2f} s", "time from the request to the first token"),
+        (
+            "first token",
+            "–" if view.ttft_s is None else f"{view.ttft_s:.2f} s",
+            "time from the request to the first token",
+        ),
         ("acceptance", f"{_fmt_rate(acceptance)}" + (f" ({view.accepted}/{view.drafted})" if view.drafted else ""), ""),
         ("rounds", f"{view.rounds}" if view.rounds else "–", ""),
         ("uplink", _fmt_bytes(view.uplink_bytes), ""),
         ("downlink", _fmt_bytes(view.downlink_bytes), ""),
-        ("runtime", runtime, view.runtime_choice or "the runtime that computed the logits, and the precision of its weights"),
+        (
+            "runtime",
+            runtime,
+            view.runtime_choice or "the runtime that computed the logits, and the precision of its weights",
+        ),
         ("prefix cache", reused, reused_detail),
         *_cloud_cells(view),
         ("state", view.state, ""),
@@ -306,8 +343,9 @@ def stats_html(view: StatsView) -> str:
 # --------------------------------------------------------------------------- history and retrieval
 
 
-def history_summary_html(name: str, items: int, schema: str, user_id: str | None, profile: str | None = None,
-                         titles: Sequence[str] = ()) -> str:
+def history_summary_html(
+    name: str, items: int, schema: str, user_id: str | None, profile: str | None = None, titles: Sequence[str] = ()
+) -> str:
     """What was read; a persona's profile and the titles of its texts are shown as well (all of it private)."""
     user = f", user {user_id}" if user_id else ""
     summary = message_box(f"Read {items} item{'s' if items != 1 else ''} from {name} (schema: {schema}{user}).", "ok")
@@ -318,7 +356,8 @@ def history_summary_html(name: str, items: int, schema: str, user_id: str | None
         f'{summary}<div class="ss-persona" id="persona-profile"><p class="ss-muted">This persona\'s profile and '
         "texts stay on your device: only the Specialist reads them.</p>"
         f'<pre class="ss-pre">{esc(profile)}</pre>'
-        + (f'<p class="ss-muted">Texts they wrote before:</p><ol>{texts}</ol>' if texts else "") + "</div>"
+        + (f'<p class="ss-muted">Texts they wrote before:</p><ol>{texts}</ol>' if texts else "")
+        + "</div>"
     )
 
 
@@ -367,7 +406,9 @@ def _payload_cell(message: LinkMessage, decode) -> str:
     payload = message.payload
     if message.kind == "open":
         prompt = list(payload.get("prompt", []))
-        settings = ", ".join(f"{key}={payload[key]}" for key in ("rule", "alpha", "beta", "top_k", "bonus") if key in payload)
+        settings = ", ".join(
+            f"{key}={payload[key]}" for key in ("rule", "alpha", "beta", "top_k", "bonus") if key in payload
+        )
         return (
             f'<div>settings: <code>{esc(settings)}</code></div>'
             f'<details class="ss-details"><summary>plain prompt: {len(prompt)} token ids (no history)</summary>'
@@ -395,9 +436,7 @@ def _payload_cell(message: LinkMessage, decode) -> str:
 def transcript_html(transcript: Sequence[LinkMessage], decode) -> str:
     """Every message that crossed the device-cloud link: direction, kind, bytes and ids (decoded)."""
     if not transcript:
-        return message_box(
-            "Nothing crossed the link: this method runs entirely on the device.", "ok"
-        )
+        return message_box("Nothing crossed the link: this method runs entirely on the device.", "ok")
     shown = transcript[:_MAX_TRANSCRIPT_ROWS]
     rows = "".join(
         f'<tr class="ss-{esc(message.direction)}"><td>{number}</td>'
@@ -423,8 +462,10 @@ def privacy_html(report: PrivacyReport | None) -> str:
     if audit.private_prompt_sent:
         verdict = message_box("Not private. " + audit.summary(), "warning" if audit.ok else "error")
     else:
-        verdict = message_box(("Privacy check passed. " if audit.ok else "Privacy check FAILED. ") + audit.summary(),
-                              "ok" if audit.ok else "error")
+        verdict = message_box(
+            ("Privacy check passed. " if audit.ok else "Privacy check FAILED. ") + audit.summary(),
+            "ok" if audit.ok else "error",
+        )
     return verdict + facts_html(report.facts) + transcript_html(report.transcript, report.token_text)
 
 
@@ -433,12 +474,20 @@ def facts_html(exposure: FactExposure | None) -> str:
     if exposure is None:
         return ""
     notes = []
-    for fact, task, sent, rejected in zip(exposure.facts, exposure.in_task, exposure.sent, exposure.rejected_only,
-                                          strict=True):
+    for fact, task, sent, rejected in zip(
+        exposure.facts, exposure.in_task, exposure.sent, exposure.rejected_only, strict=True
+    ):
         if not sent:
             continue
-        where = ("named in your task" if task else "in your private prompt" if exposure.private_prompt_sent
-                 else "only in rejected drafts (not in the output)" if rejected else "in the drafted text")
+        where = (
+            "named in your task"
+            if task
+            else "in your private prompt"
+            if exposure.private_prompt_sent
+            else "only in rejected drafts (not in the output)"
+            if rejected
+            else "in the drafted text"
+        )
         notes.append(f'<li><span class="ss-fact">{esc(fact)}</span> <span class="ss-muted">— {esc(where)}</span></li>')
     listed = f'<ul class="ss-facts">{"".join(notes)}</ul>' if notes else ""
     kept = exposure.total - len(exposure.sent_facts)
@@ -453,8 +502,9 @@ def facts_html(exposure: FactExposure | None) -> str:
 # --------------------------------------------------------------------------- comparisons
 
 
-def comparison_slot_html(label: str, text: str | None, method: str | None = None,
-                         stats: GenerationStats | None = None, state: str = "") -> str:
+def comparison_slot_html(
+    label: str, text: str | None, method: str | None = None, stats: GenerationStats | None = None, state: str = ""
+) -> str:
     """One output of a comparison; ``method`` is None while the judgement is blind."""
     title = f"Output {esc(label)}"
     if method:
@@ -509,11 +559,18 @@ def cloud_check_html(check: CloudCheck) -> str:
     if check.info is None:
         return box
     info = check.info
-    facts = [("pairing", info.pairing, ""), ("protocol", str(info.protocol), "protocol version"),
-             ("runtime", info.runtime or "–", ""), ("vocabulary", f"{info.vocab_size:,}", "ids its logits cover"),
-             ("instance", info.instance or "–", "changes when the Cloud restarts")]
-    facts += [(label, f"{info.limits[key]:,g}{unit}", "the most this Cloud accepts")
-              for key, (label, unit) in _LIMITS.items() if isinstance(info.limits.get(key), (int, float))]
+    facts = [
+        ("pairing", info.pairing, ""),
+        ("protocol", str(info.protocol), "protocol version"),
+        ("runtime", info.runtime or "–", ""),
+        ("vocabulary", f"{info.vocab_size:,}", "ids its logits cover"),
+        ("instance", info.instance or "–", "changes when the Cloud restarts"),
+    ]
+    facts += [
+        (label, f"{info.limits[key]:,g}{unit}", "the most this Cloud accepts")
+        for key, (label, unit) in _LIMITS.items()
+        if isinstance(info.limits.get(key), (int, float))
+    ]
     cells = "".join(_stat_cell(name, value, hint) for name, value, hint in facts)
     return f'{box}<div class="ss-stats ss-cloud-facts" aria-label="what the Cloud serves">{cells}</div>'
 
@@ -524,10 +581,14 @@ def cloud_check_html(check: CloudCheck) -> str:
 def profile_html(profile: DeploymentProfile) -> str:
     """A deployment profile's label, link and the source of every number (escaped: plain text, no links)."""
     link = profile.link
-    network = ("no network (both sides on one server)" if link.rtt_ms == 0 and math.isinf(link.uplink_kbps)
-               else f"{link_text(link)}; the RTT is swept 0–200 ms, the bandwidths are kept")
-    rows = "".join(f"<tr><th><code>{esc(source.number)}</code></th><td>{esc(source.text)}</td></tr>"
-                   for source in profile.sources)
+    network = (
+        "no network (both sides on one server)"
+        if link.rtt_ms == 0 and math.isinf(link.uplink_kbps)
+        else f"{link_text(link)}; the RTT is swept 0–200 ms, the bandwidths are kept"
+    )
+    rows = "".join(
+        f"<tr><th><code>{esc(source.number)}</code></th><td>{esc(source.text)}</td></tr>" for source in profile.sources
+    )
     cloud = "side by side" if profile.cloud_parallel else "one after the other"
     return (
         f'<div class="ss-profile"><p><strong>{esc(profile.label)}</strong> (<code>{esc(profile.name)}</code>). '

@@ -91,6 +91,7 @@ class BackgroundRun:
 
     def _recorded(self, produce: Produce):
         """``produce`` with each frame checked and merged into the page's latest state as it passes."""
+
         def updates(flag: threading.Event) -> Iterator[_Update]:
             try:
                 for item in produce(flag):
@@ -251,8 +252,18 @@ class LiveStats:
     def view(self, state: str) -> StatsView:
         """The strip as it stands; the prefix cache's reuse is known only at the end."""
         return StatsView(
-            method=self.method, tokens=self.emitted, seconds=self.seconds, accepted=self.accepted,
-            drafted=self.accepted + self.rejected, rounds=self.rounds, uplink_bytes=self.uplink_bytes,
-            downlink_bytes=self.downlink_bytes, state=state, runtime=self.runtime, precision=self.precision,
-            ttft_s=self.first_token_s, cloud=self.cloud, link=self.link,
+            method=self.method,
+            tokens=self.emitted,
+            seconds=self.seconds,
+            accepted=self.accepted,
+            drafted=self.accepted + self.rejected,
+            rounds=self.rounds,
+            uplink_bytes=self.uplink_bytes,
+            downlink_bytes=self.downlink_bytes,
+            state=state,
+            runtime=self.runtime,
+            precision=self.precision,
+            ttft_s=self.first_token_s,
+            cloud=self.cloud,
+            link=self.link,
         )

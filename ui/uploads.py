@@ -20,8 +20,10 @@ from gradio.utils import get_upload_folder
 
 UploadCheck = Callable[[str], bool]  # whether a handler may read the file at this path
 
-NOT_AN_UPLOAD = ("this file was not uploaded to the app: only a file sent through the upload box can be read, "
-                 "never a path on the server")
+NOT_AN_UPLOAD = (
+    "this file was not uploaded to the app: only a file sent through the upload box can be read, "
+    "never a path on the server"
+)
 
 
 def received_upload(path: str, uploads: Collection[str], folder: str) -> bool:

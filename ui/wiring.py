@@ -21,15 +21,31 @@ from ui.streaming import MODELS_CONCURRENCY_ID
 QUIET: dict[str, Any] = {"api_visibility": "private", "show_progress": "hidden"}
 
 
-def wire_run(run: gr.Button, stop: gr.Button, status: gr.components.Component, work: Callable,
-             inputs: Sequence[gr.components.Component], outputs: Sequence[gr.components.Component], *,
-             api_name: str, stop_work: Callable, stop_api_name: str,
-             inputs_kwargs: dict[str, gr.components.Component] | None = None) -> gr.events.Dependency:
+def wire_run(
+    run: gr.Button,
+    stop: gr.Button,
+    status: gr.components.Component,
+    work: Callable,
+    inputs: Sequence[gr.components.Component],
+    outputs: Sequence[gr.components.Component],
+    *,
+    api_name: str,
+    stop_work: Callable,
+    stop_api_name: str,
+    inputs_kwargs: dict[str, gr.components.Component] | None = None,
+) -> gr.events.Dependency:
     """Run → queued status → ``work`` (the long handler, in the models' queue slot); Stop → ``stop_work``,
     which cancels it. Both write ``outputs``; ``status`` is the one the queued message goes to."""
     queued = run.click(render.queued_status, None, status, queue=False, **QUIET)
-    started = queued.then(work, list(inputs), list(outputs), inputs_kwargs=inputs_kwargs, api_name=api_name,
-                          concurrency_id=MODELS_CONCURRENCY_ID, concurrency_limit=1)
+    started = queued.then(
+        work,
+        list(inputs),
+        list(outputs),
+        inputs_kwargs=inputs_kwargs,
+        api_name=api_name,
+        concurrency_id=MODELS_CONCURRENCY_ID,
+        concurrency_limit=1,
+    )
     stop.click(stop_work, None, list(outputs), cancels=[started], api_name=stop_api_name, queue=False)
     return started
 

@@ -10,6 +10,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402  (after the environment is set)
 
+from specsteer.tiny_models import TEST_PAIRING_ID  # noqa: E402
+
 # The tiny test models are dominated by per-op overhead, where a second thread only
 # adds synchronisation; the integration tests on the real pair ask for two themselves.
 torch.set_num_threads(1)
@@ -125,3 +127,49 @@ def require_cross_models(pairing_id: str) -> None:
     if os.environ.get(CROSS_MODELS_REQUIRED_ENV, "").strip() in ("1", "true", "yes"):
         pytest.fail(message)
     pytest.skip(message)
+
+
+def widget_settings(pairing: str, max_new_tokens: int, **overrides) -> dict:
+    """The Generate tab's settings widgets' values (by GenerationSettings field name) for a short greedy
+    SpecSteer run on ``pairing``, as the widgets send them; ``overrides`` change single fields."""
+    values = dict(
+        pairing=pairing,
+        runtime="auto",
+        method="specsteer",
+        alpha=0.1,
+        beta=1.0,
+        draft_len=4,
+        max_new_tokens=max_new_tokens,
+        decoding="greedy",
+        seed=0,
+        temperature=1.0,
+        top_p=1.0,
+        retrieval_k=3,
+        downlink_top_k=64,
+        exact=False,
+        adaptive_draft=False,
+        prompt_style="paper",
+        cloud="",
+        rtt_ms=0,
+        uplink_kbps=0,
+        downlink_kbps=0,
+    )
+    values.update(overrides)
+    return values
+
+
+# A short greedy SpecSteer request to the app's /generate endpoint on the tiny pair (by GenerationSettings'
+# field names; those left out take the widgets' values).
+API_GENERATE = dict(
+    task="review",
+    input_text="Write a review of a power bank with great battery life",
+    pairing=TEST_PAIRING_ID,
+    method="specsteer",
+    alpha=0.1,
+    beta=1.0,
+    draft_len=4,
+    max_new_tokens=40,
+    decoding="greedy",
+    seed=0,
+    retrieval_k=3,
+)

@@ -18,22 +18,10 @@ from gradio_client import Client, handle_file  # noqa: E402
 from gradio_client.utils import Status  # noqa: E402
 
 import storage  # noqa: E402
+from conftest import API_GENERATE  # noqa: E402
 from ui import pairs  # noqa: E402
 
-# The settings are named after GenerationSettings' fields; those left out take the widgets' values.
-GENERATE = dict(
-    task="review",
-    input_text="Write a review of a power bank with great battery life",
-    pairing=pairs.TINY_PAIRING_ID,
-    method="specsteer",
-    alpha=0.1,
-    beta=1.0,
-    draft_len=4,
-    max_new_tokens=40,
-    decoding="greedy",
-    seed=0,
-    retrieval_k=3,
-)
+GENERATE = API_GENERATE
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ import pytest
 
 import app
 import storage
+from conftest import widget_settings
 from specsteer import cli
 from specsteer.engine import CROSS_TOKENIZER_METHODS
 from specsteer.events import SegmentPlace, TokenEvent
@@ -50,30 +51,8 @@ def narrow_service() -> AppService:
 
 
 def settings(**overrides):
-    values = dict(
-        pairing=CROSS_PAIRING_ID,
-        runtime="auto",
-        method="specsteer",
-        alpha=0.1,
-        beta=1.0,
-        draft_len=4,
-        max_new_tokens=40,
-        decoding="greedy",
-        seed=0,
-        temperature=1.0,
-        top_p=1.0,
-        retrieval_k=3,
-        downlink_top_k=64,
-        exact=False,
-        adaptive_draft=False,
-        prompt_style="paper",
-        cloud="",
-        rtt_ms=0,
-        uplink_kbps=0,
-        downlink_kbps=0,
-    )
-    values.update(overrides)
-    return values
+    """The widgets' values for a short greedy SpecSteer run on the tiny two-tokenizer pair."""
+    return widget_settings(**{"pairing": CROSS_PAIRING_ID, "max_new_tokens": 40, **overrides})
 
 
 def run_generate(tab, **overrides):

@@ -25,6 +25,7 @@ import httpx  # noqa: E402
 from gradio_client import Client  # noqa: E402
 
 import storage  # noqa: E402
+from conftest import API_GENERATE  # noqa: E402
 from specsteer import background  # noqa: E402
 from specsteer.cloud_process import free_loopback_port, start_cloud_process  # noqa: E402
 from ui import pairs  # noqa: E402
@@ -33,20 +34,7 @@ REPO = Path(__file__).resolve().parents[1]
 EXIT_LIMIT_S = 15.0
 # An emulated 100 ms round trip per verification: a 400-token generation takes many seconds, so the
 # signal surely arrives while it runs.
-LONG_GENERATION = dict(
-    task="review",
-    input_text="Write a review of a power bank with great battery life",
-    pairing=pairs.TINY_PAIRING_ID,
-    method="specsteer",
-    alpha=0.1,
-    beta=1.0,
-    draft_len=4,
-    max_new_tokens=400,
-    decoding="greedy",
-    seed=0,
-    retrieval_k=3,
-    rtt_ms=100.0,
-)
+LONG_GENERATION = {**API_GENERATE, "max_new_tokens": 400, "rtt_ms": 100.0}
 
 
 def environment(data: Path, port: int) -> dict[str, str]:

@@ -17,6 +17,7 @@ import pytest
 
 import app
 import storage
+from conftest import widget_settings
 from specsteer.cloud_process import free_loopback_port
 from specsteer.data import bundled_sample_path
 from specsteer.deployment import PROFILES
@@ -76,32 +77,8 @@ def warnings(monkeypatch):
 
 
 def settings(**overrides):
-    """The Generate tab's settings widgets' values (by GenerationSettings field name) for a short greedy
-    SpecSteer run on the tiny pair, as the widgets send them."""
-    values = dict(
-        pairing=pairs.TINY_PAIRING_ID,
-        runtime="auto",
-        method="specsteer",
-        alpha=0.1,
-        beta=1.0,
-        draft_len=4,
-        max_new_tokens=24,
-        decoding="greedy",
-        seed=0,
-        temperature=1.0,
-        top_p=1.0,
-        retrieval_k=3,
-        downlink_top_k=64,
-        exact=False,
-        adaptive_draft=False,
-        prompt_style="paper",
-        cloud="",
-        rtt_ms=0,
-        uplink_kbps=0,
-        downlink_kbps=0,
-    )
-    values.update(overrides)
-    return values
+    """The widgets' values for a short greedy SpecSteer run on the tiny pair."""
+    return widget_settings(**{"pairing": pairs.TINY_PAIRING_ID, "max_new_tokens": 24, **overrides})
 
 
 TASK_INPUT = dict(task="review", input_text="Write a review of a power bank with great battery life")

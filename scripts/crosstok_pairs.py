@@ -41,9 +41,9 @@ class CogenesisRecord:
     history: tuple[str, ...]
 
 
-def read_records(path: Path, limit: int) -> list[CogenesisRecord]:
+def read_records(path: Path, limit: int, skip: int = 0) -> list[CogenesisRecord]:
     records = []
-    for raw in json.loads(path.read_text())[:limit]:
+    for raw in json.loads(path.read_text())[skip : skip + limit]:
         turns = {turn["from"]: turn["value"] for turn in raw["conversations"]}
         records.append(
             CogenesisRecord(
@@ -107,6 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=COGENESIS_TEST)
     parser.add_argument("--limit", type=int, default=4)
+    parser.add_argument("--skip", type=int, default=0, help="records passed over first (to continue a stopped run)")
     parser.add_argument("--pairings", default=",".join(PAIRINGS))
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--alpha", type=float, default=0.1)
@@ -151,7 +152,7 @@ def main() -> None:
         for method in configs:
             collect(generate(pair, warm, DecodeConfig(method=method, max_new_tokens=4)))
     rows = []
-    for record in read_records(args.data, args.limit):
+    for record in read_records(args.data, args.limit, args.skip):
         if args.deadline and time.time() > args.deadline:
             print(json.dumps({"stopped": "deadline", "records_done": len(rows) // (len(pairs) * len(configs))}))
             break

@@ -666,6 +666,16 @@ def test_annotation_needs_name_and_choice_and_a_comparison(compare):
     assert "nothing to export" in compare.export_annotations("csv")[1]
 
 
+def test_compare_refuses_by_name_what_it_does_not_judge(compare):
+    """An API caller may send llm+ or any text as a method: the answer names it (escaped) and saves nothing,
+    instead of comparing the rest as if it had not been asked for."""
+    before = len(compare.service.saved_comparisons())
+    final = run_compare(compare, methods=("slm", "llm+", "<b>x</b>"))[-1]
+    assert "llm+" in final.status and "&lt;b&gt;x&lt;/b&gt;" in final.status and "<b>x" not in final.status
+    assert "Generate tab" in final.status
+    assert len(compare.service.saved_comparisons()) == before
+
+
 def test_comparison_stop_does_not_save(compare):
     request = SimpleNamespace(session_hash="session-compare")
     stopped = None

@@ -16,6 +16,7 @@ from conftest import widget_settings
 from specsteer import cli
 from specsteer.engine import CROSS_TOKENIZER_METHODS
 from specsteer.events import SegmentPlace, TokenEvent
+from specsteer.methods import METHOD_INFO, METHODS, method_label
 from specsteer.service import AppService, PairCatalog
 from specsteer.tiny_models import CROSS_PAIRING_ID, narrow_cross_pair
 from ui import compare_tab, dashboard_tab, generate_tab, pairs, render
@@ -264,3 +265,18 @@ def test_the_generate_cli_runs_the_tiny_cross_pair_and_refuses_what_it_cannot_ru
     assert cli.main([*base, "--method", "costeer"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: CoSteer is not available on a cross-tokenizer pairing") and "Traceback" not in err
+
+
+def test_method_pickers_offer_only_what_the_chosen_pairing_runs():
+    """After the pairing changes, a method picker lists the methods it runs and keeps the choice where
+    it still runs: a two-tokenizer pairing drops SD and CoSteer; the tiny same-tokenizer pair offers all."""
+    runs = pairs.methods_run_by(CROSS_PAIRING_ID)
+    assert set(runs) == set(CROSS_TOKENIZER_METHODS) and "sd" not in runs and "costeer" not in runs
+    assert pairs.methods_run_by(pairs.TINY_PAIRING_ID) == METHODS
+    group = pairs.offer_methods(METHODS, method_label, CROSS_PAIRING_ID, ["sd", "specsteer", "llm"])
+    assert [value for _, value in group["choices"]] == list(runs)
+    assert group["value"] == ["specsteer", "llm"]
+    dropdown = pairs.offer_methods(("sd", "specsteer"), method_label, CROSS_PAIRING_ID, "sd")
+    assert dropdown["value"] == "specsteer" and dropdown["info"] == METHOD_INFO["specsteer"].description
+    back = pairs.offer_methods(METHODS, method_label, pairs.TINY_PAIRING_ID, "sd")
+    assert back["value"] == "sd" and len(back["choices"]) == len(METHODS)

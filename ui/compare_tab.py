@@ -45,7 +45,7 @@ from specsteer.stores import (
     StoredComparison,
     slot_label,
 )
-from ui import render
+from ui import pairs, render
 from ui.generate_tab import GenerateControls
 from ui.streaming import RUNS, Throttle, Toast
 from ui.wiring import QUIET, PageRefresh, wire_run
@@ -576,6 +576,9 @@ def build(service: AppService, controls: GenerateControls) -> PageRefresh:
     )
     reopen.click(flattened(tab.open_comparison), saved, outputs, api_name="open_comparison")
     refresh.click(lambda: gr.update(choices=tab.comparison_choices()), None, saved, **QUIET)
+    pairing = controls.settings["pairing"]  # the Generate tab's picker: Compare runs on its pairing
+    offer = partial(pairs.offer_methods, COMPARED_METHODS, method_label)
+    pairing.change(offer, [pairing, methods], methods, **QUIET)
     submit.click(
         flattened(tab.submit_annotation),
         [view, annotator, preferred, comment, *rating_inputs],

@@ -19,6 +19,7 @@ import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -553,6 +554,8 @@ def build(service: AppService) -> PageRefresh:
         run_name=run_name,
     )
     outputs = list(DashboardView(status, quality, acceptance, table, runs))
+    offer = partial(pairs.offer_methods, METHODS, method_label)
+    picker.pairing.change(offer, [picker.pairing, methods], methods, **QUIET)
     wire_run(
         run,
         cancel,

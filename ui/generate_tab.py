@@ -16,6 +16,7 @@ import logging
 import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
@@ -550,6 +551,12 @@ def build(service: AppService) -> GenerateControls:
         method,
         method,
         **QUIET,
+    )
+    offered = [value for _, value in METHOD_CHOICES]
+    choice_label = dict((value, label) for label, value in METHOD_CHOICES).__getitem__
+    # .change: also after the picker sends an unavailable choice back to the pairing it had.
+    picker.pairing.change(
+        partial(pairs.offer_methods, offered, choice_label), [picker.pairing, method], method, **QUIET
     )
     test_cloud.click(tab.test_cloud, [cloud, picker.pairing], cloud_check, api_name="test_cloud")
     # The settings widgets reach the handler by GenerationSettings field name; the service reads them

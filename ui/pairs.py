@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import html
 import os
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import NamedTuple
@@ -21,7 +22,7 @@ from typing import NamedTuple
 import gradio as gr
 
 from specsteer.engine import CROSS_TOKENIZER_METHODS
-from specsteer.methods import METHOD_INFO
+from specsteer.methods import METHOD_INFO, METHODS
 from specsteer.registry import DEFAULT_PAIRING, PAIRINGS, Pairing
 from specsteer.runtime import RUNTIME_CHOICES
 from specsteer.service import PairCatalog
@@ -98,6 +99,27 @@ def pairing_note(pairs: PairCatalog, pairing_id: str | None) -> str:
     return (
         f"**{pairing.specialist.name} → {pairing.generalist.name}**: {pairing.description}  \n{state}: {note}{methods}"
     )
+
+
+def methods_run_by(pairing_id: str | None) -> tuple[str, ...]:
+    """The methods a pairing runs: every one, or on a pairing of two tokenizers those the engine runs
+    across tokenizers (engine.CROSS_TOKENIZER_METHODS)."""
+    pairing = PAIRINGS.get(pairing_id or "")
+    two_tokenizers = pairing_id == TINY_CROSS_PAIRING_ID or (pairing is not None and pairing.separate_tokenizers)
+    return tuple(method for method in METHODS if not two_tokenizers or method in CROSS_TOKENIZER_METHODS)
+
+
+def offer_methods(offered: Sequence[str], label: Callable[[str], str], pairing_id: str | None, chosen: object):
+    """A method picker's update after the pairing changed: only the ``offered`` methods the pairing runs,
+    the choice kept where it still runs (a dropdown's one method falls back to the first that does).
+    The engine refuses the others anyway; this keeps the page from offering them."""
+    runs = methods_run_by(pairing_id)
+    kept = [method for method in offered if method in runs]
+    choices = [(label(method), method) for method in kept]
+    if isinstance(chosen, (list, tuple)):  # a checkbox group
+        return gr.update(choices=choices, value=[method for method in chosen if method in kept])
+    value = chosen if chosen in kept else (kept[0] if kept else None)
+    return gr.update(choices=choices, value=value, info=METHOD_INFO[value].description if value else "")
 
 
 def cross_methods_note() -> str:

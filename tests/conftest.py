@@ -173,3 +173,29 @@ API_GENERATE = dict(
     seed=0,
     retrieval_k=3,
 )
+
+
+@pytest.fixture
+def tiny_app(tmp_path, monkeypatch):
+    """The app's handlers on the tiny test pairs, with their own database and no model hub (modules that
+    test the UI without a server use it for every test: ``pytestmark = pytest.mark.usefixtures("tiny_app")``)."""
+    import storage
+    from ui import pairs
+
+    monkeypatch.setenv(pairs.TEST_PAIR_ENV, "tiny")
+    monkeypatch.setenv("SPECSTEER_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.delenv("DATABASE_URL", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    storage.reset_engines()
+    yield
+    storage.reset_engines()
+
+
+@pytest.fixture
+def warnings(monkeypatch):
+    """Every gr.Warning a handler raises, in order."""
+    import gradio as gr
+
+    shown: list[str] = []
+    monkeypatch.setattr(gr, "Warning", lambda message, *args, **kwargs: shown.append(message))
+    return shown

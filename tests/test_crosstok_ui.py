@@ -26,22 +26,7 @@ SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "samples" / "review_us
 TASK_INPUT = dict(task="review", input_text="Write a review of a power bank with great battery life")
 
 
-@pytest.fixture(autouse=True)
-def app_env(tmp_path, monkeypatch):
-    monkeypatch.setenv(pairs.TEST_PAIR_ENV, "tiny")
-    monkeypatch.setenv("SPECSTEER_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.delenv("DATABASE_URL", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    storage.reset_engines()
-    yield
-    storage.reset_engines()
-
-
-@pytest.fixture
-def warnings(monkeypatch):
-    shown: list[str] = []
-    monkeypatch.setattr(generate_tab.gr, "Warning", lambda message, *args, **kwargs: shown.append(message))
-    return shown
+pytestmark = pytest.mark.usefixtures("tiny_app")
 
 
 def narrow_service() -> AppService:

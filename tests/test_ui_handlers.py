@@ -36,16 +36,7 @@ XSS_SCRIPT = "<script>window.__pwned=1</script>"
 XSS_IMG = '<img src=x onerror="window.__pwned=1">'
 
 
-@pytest.fixture(autouse=True)
-def app_env(tmp_path, monkeypatch):
-    """Each test: the tiny test pair, its own database, and no model hub."""
-    monkeypatch.setenv(pairs.TEST_PAIR_ENV, "tiny")
-    monkeypatch.setenv("SPECSTEER_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.delenv("DATABASE_URL", raising=False)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    storage.reset_engines()
-    yield
-    storage.reset_engines()
+pytestmark = pytest.mark.usefixtures("tiny_app")
 
 
 @pytest.fixture
@@ -66,14 +57,6 @@ def compare(service):
 @pytest.fixture
 def dashboard(service):
     return dashboard_tab.DashboardTab(service)
-
-
-@pytest.fixture
-def warnings(monkeypatch):
-    """Every gr.Warning a handler raises, in order."""
-    shown: list[str] = []
-    monkeypatch.setattr(generate_tab.gr, "Warning", lambda message, *args, **kwargs: shown.append(message))
-    return shown
 
 
 def settings(**overrides):

@@ -54,7 +54,7 @@ from .facts import FactExposure, method_exposure, split_private_facts
 from .history import MAX_UPLOAD_BYTES, HistoryError, parse_history
 from .link import CloudEndpoint, CloudError, CloudRefused
 from .loading import LoadedPair, choose_runtime, load_pair
-from .methods import METHOD_INFO, METHODS
+from .methods import METHOD_INFO, METHODS, PRIVATE_METHODS, method_label
 from .models import ModelLoadError
 from .privacy import UplinkAudit, audit_uplink
 from .registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status
@@ -612,6 +612,16 @@ class AppService:
         used), saved as one comparison once every output is done. ``blind`` shuffles the order shown.
         A stop ends the output in progress and saves nothing."""
         cancel = cancel or threading.Event()
+        # Blind comparisons judge the methods that keep the private context on the device; a caller of the
+        # public endpoint may send llm+ or any text, and is told so rather than having it dropped.
+        refused = [str(method) for method in methods or () if method not in PRIVATE_METHODS]
+        if refused:
+            offered = ", ".join(method_label(method) for method in PRIVATE_METHODS)
+            yield Failed(
+                f"Compare judges only methods that keep the private context on the device ({offered}); "
+                f"not {', '.join(refused)}. LLM+ runs in the Generate tab and the Dashboard, labelled as sending it."
+            )
+            return
         chosen = [method for method in METHODS if method in set(methods or ())]
         if not chosen:
             yield Failed("Choose at least one method to compare.")

@@ -326,20 +326,6 @@ def summary_rows(summary: AnnotationSummary) -> tuple[list[list], str]:
     return rows, text
 
 
-def _refusal(methods: Sequence[str] | None) -> list[Failed] | None:
-    """A clear refusal of methods a blind comparison does not judge (an API caller may send any), or None."""
-    refused = [str(method) for method in methods or () if method not in COMPARED_METHODS]
-    if not refused:
-        return None
-    offered = ", ".join(method_label(method) for method in COMPARED_METHODS)
-    return [
-        Failed(
-            f"Compare judges only methods that keep the private context on the device ({offered}); "
-            f"not {', '.join(refused)}. LLM+ runs in the Generate tab and the Dashboard, labelled as sending it."
-        )
-    ]
-
-
 class CompareTab:
     """The tab's handlers over one service."""
 
@@ -367,9 +353,7 @@ class CompareTab:
         """
 
         def produce(flag):
-            events = _refusal(methods) or self.service.compare(
-                history, task, input_text, settings, list(methods or ()), blind, cancel=flag
-            )
+            events = self.service.compare(history, task, input_text, settings, list(methods or ()), blind, cancel=flag)
             for view in comparison_frames(events, self.comparison_choices):
                 yield view if isinstance(view, Toast) else view.flat()
 

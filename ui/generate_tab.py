@@ -88,7 +88,14 @@ SAMPLES: dict[str, tuple[str, str]] = {
 }
 DEFAULT_SAMPLE = "persona-hr"
 # SpecSteer first (the default), then the baselines in the engine's order.
-METHOD_CHOICES = [(METHOD_INFO[m].choice_label, m) for m in ("specsteer", *(m for m in METHODS if m != "specsteer"))]
+METHOD_ORDER = ("specsteer", *(m for m in METHODS if m != "specsteer"))
+
+
+def choice_label(method: str) -> str:
+    return METHOD_INFO[method].choice_label
+
+
+METHOD_CHOICES = [(choice_label(m), m) for m in METHOD_ORDER]
 # The widgets start at the settings' defaults, except the prompt style: the app starts with the clean one,
 # which does not invite the small Specialist to copy the history's layout (README, output hygiene).
 DEFAULTS = GenerationSettings(pairing="", prompt_style="clean")
@@ -552,11 +559,9 @@ def build(service: AppService) -> GenerateControls:
         method,
         **QUIET,
     )
-    offered = [value for _, value in METHOD_CHOICES]
-    choice_label = dict((value, label) for label, value in METHOD_CHOICES).__getitem__
     # .change: also after the picker sends an unavailable choice back to the pairing it had.
     picker.pairing.change(
-        partial(pairs.offer_methods, offered, choice_label), [picker.pairing, method], method, **QUIET
+        partial(pairs.offer_methods, METHOD_ORDER, choice_label), [picker.pairing, method], method, **QUIET
     )
     test_cloud.click(tab.test_cloud, [cloud, picker.pairing], cloud_check, api_name="test_cloud")
     # The settings widgets reach the handler by GenerationSettings field name; the service reads them

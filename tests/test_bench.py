@@ -7,11 +7,13 @@ import math
 
 import pytest
 
-from specsteer import bench
-from specsteer.decoding import ForwardLog
-from specsteer.engine import DecodeConfig, DraftLength, Request, collect, generate, prepare, speculative_bound
-from specsteer.events import GenerationStats
-from specsteer.tiny_models import tiny_pair
+from specsteer.cli import bench as bench_cli
+from specsteer.engine.generate import DecodeConfig, DraftLength, Request, collect, generate, prepare
+from specsteer.evaluation import bench
+from specsteer.method.costs import speculative_bound
+from specsteer.method.decoding import ForwardLog
+from specsteer.method.events import GenerationStats
+from specsteer.models.tiny import tiny_pair
 
 
 def test_bound_matches_design_worked_example():
@@ -137,8 +139,8 @@ def test_speed_report_shape_on_tiny_models():
 def test_speed_on_the_tiny_cross_pair_runs_what_it_can_and_refuses_the_rest(capsys):
     """``bench speed --pairing tiny-cross-test``: the methods a cross pair runs, with transformers' universal
     assisted generation (both tokenizers) as the reference; a method it cannot run is refused before timing."""
-    from specsteer.engine import collect as run_to_end
-    from specsteer.tiny_models import CROSS_PAIRING_ID, shared_test_pair
+    from specsteer.engine.generate import collect as run_to_end
+    from specsteer.models.tiny import CROSS_PAIRING_ID, shared_test_pair
 
     base = [
         "speed",
@@ -153,7 +155,7 @@ def test_speed_on_the_tiny_cross_pair_runs_what_it_can_and_refuses_the_rest(caps
         "--no-prefix-reuse",
         "--json",
     ]
-    assert bench.main([*base, "--methods", "llm,llm+,specsteer"]) == 0
+    assert bench_cli.main([*base, "--methods", "llm,llm+,specsteer"]) == 0
     result = json.loads(capsys.readouterr().out)
     assert [row["method"] for row in result["rows"]] == ["llm", "llm+", "specsteer"]
     assert result["reference"]["method"] == "transformers-assisted"
@@ -162,5 +164,5 @@ def test_speed_on_the_tiny_cross_pair_runs_what_it_can_and_refuses_the_rest(caps
     _, llm = run_to_end(generate(pair, prepared, DecodeConfig(method="llm", max_new_tokens=6)))
     tokens, _ = bench.transformers_assisted(pair, prepared, 6)  # both tokenizers given: greedy, as long as llm
     assert tokens == llm.stats.new_tokens
-    assert bench.main([*base, "--methods", "specsteer,sd"]) == 2
+    assert bench_cli.main([*base, "--methods", "specsteer,sd"]) == 2
     assert "Standard SD is not available on a cross-tokenizer pairing" in capsys.readouterr().err

@@ -6,13 +6,20 @@ import json
 
 import pytest
 
-from specsteer import bench
-from specsteer.bench_link import link_rows
-from specsteer.deployment import PROFILES, TracedGeneration, deployment_rows, group_runs, project_runs, projection_rows
-from specsteer.engine import DecodeConfig, collect, generate_ids
-from specsteer.events import TraceStep
-from specsteer.stores import CellResult, GridPoint
-from specsteer.tiny_models import tiny_pair
+from specsteer.cli import bench as bench_cli
+from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.evaluation.bench_link import link_rows
+from specsteer.evaluation.deployment import (
+    PROFILES,
+    TracedGeneration,
+    deployment_rows,
+    group_runs,
+    project_runs,
+    projection_rows,
+)
+from specsteer.evaluation.run_store import CellResult, GridPoint
+from specsteer.method.events import TraceStep
+from specsteer.models.tiny import tiny_pair
 
 ROW_KEYS = {"method", "rtt_ms", "measured_tok_per_s", "projected_tok_per_s", "rounds", "uplink_bytes", "downlink_bytes"}
 
@@ -32,7 +39,7 @@ def traced(pair, method: str, alpha: float | None = None, rtt_ms: float = 0.0) -
 @pytest.mark.slow  # starts a Cloud process
 def test_link_and_project_commands(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the child Cloud's arithmetic and share of the machine
-    code = bench.main(
+    code = bench_cli.main(
         [
             "link",
             "--json",
@@ -63,14 +70,17 @@ def test_link_and_project_commands(tmp_path, capsys, monkeypatch):
     assert len(result["runs"]) == 6 and all(run["trace"] for run in result["runs"])
     saved = tmp_path / "bench_link.json"
     saved.write_text(json.dumps(result))
-    assert bench.main(["project", "--json", "--profile", "paper", "--from-bench", str(saved), "--rtt-ms", "0,100"]) == 0
+    assert (
+        bench_cli.main(["project", "--json", "--profile", "paper", "--from-bench", str(saved), "--rtt-ms", "0,100"])
+        == 0
+    )
     projected = json.loads(capsys.readouterr().out)
     assert projected["profile"]["name"] == "paper" and projected["generations"] == 3  # the RTT-0 runs
     assert {(row["method"], row["rtt_ms"]) for row in projected["rows"]} == {
         (method, rtt) for method in ("llm", "lightcosteer", "specsteer") for rtt in (0.0, 100.0)
     }
     assert all(ROW_KEYS <= set(row) for row in projected["rows"])
-    assert bench.main(["project", "--profile", "paper"]) == 2  # no source named
+    assert bench_cli.main(["project", "--profile", "paper"]) == 2  # no source named
     assert "either" in capsys.readouterr().err
 
 
@@ -119,7 +129,7 @@ def test_projection_rows_and_the_dashboard_function(pair):
 
 
 def _stats(pair, run: TracedGeneration, trace=None):
-    from specsteer.events import GenerationStats
+    from specsteer.method.events import GenerationStats
 
     return GenerationStats(
         method=run.method,

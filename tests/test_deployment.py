@@ -8,18 +8,16 @@ import time
 
 import pytest
 
-from specsteer import deployment, engine
-from specsteer.deployment import (
+from specsteer.engine import generate as engine
+from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.evaluation.deployment import (
     PROFILES,
     ROLES,
     DeploymentProfile,
     MeasuredRun,
-    PassCost,
-    PassSample,
     Source,
     StreamCost,
     as_trace,
-    fit_pass_cost,
     get_profile,
     measured_profile,
     profile_numbers,
@@ -27,12 +25,13 @@ from specsteer.deployment import (
     project_runs,
     summarize_speedups,
 )
-from specsteer.engine import DecodeConfig, collect, generate_ids
-from specsteer.events import TraceStep
-from specsteer.link import Arrival, Link, Reply
-from specsteer.link_emulation import NO_LINK, LinkConditions, LinkEmulator
-from specsteer.tiny_models import tiny_pair
-from specsteer.wire import DOWNLINK, UPLINK, CloudInfo, CloudReport, Draft, Open, Verdict, decode, encode
+from specsteer.method import costs
+from specsteer.method.costs import PassCost, PassSample, fit_pass_cost
+from specsteer.method.events import TraceStep
+from specsteer.models.tiny import tiny_pair
+from specsteer.protocol.emulation import NO_LINK, LinkConditions, LinkEmulator
+from specsteer.protocol.link import Arrival, Link, Reply
+from specsteer.protocol.wire import DOWNLINK, UPLINK, CloudInfo, CloudReport, Draft, Open, Verdict, decode, encode
 
 # --------------------------------------------------------------------------- helpers
 
@@ -406,17 +405,17 @@ def test_unknown_profile_names_list_the_known_ones():
 
 def test_fit_recovers_a_linear_cost_and_keeps_totals():
     samples = [PassSample(n, 0.020 + 0.003 * n) for n in (1, 2, 5, 9)]
-    cost = fit_pass_cost(samples, deployment.flat_cost)
+    cost = fit_pass_cost(samples, costs.flat_cost)
     assert (cost.base_s, cost.per_token_s) == (pytest.approx(0.020), pytest.approx(0.003))
     noisy = [PassSample(1, 0.05), PassSample(5, 0.03), PassSample(5, 0.04)]  # negative slope: flat
-    flat = fit_pass_cost(noisy, deployment.flat_cost)
+    flat = fit_pass_cost(noisy, costs.flat_cost)
     assert flat.per_token_s == 0 and flat.base_s == pytest.approx(0.04)
     steep = [PassSample(10, 0.01), PassSample(20, 0.05)]  # negative intercept: proportional
-    proportional = fit_pass_cost(steep, deployment.flat_cost)
+    proportional = fit_pass_cost(steep, costs.flat_cost)
     assert proportional.base_s == 0 and proportional.per_token_s == pytest.approx(0.06 / 30)
-    assert fit_pass_cost([PassSample(40, 0.2)], deployment.proportional_cost) == PassCost(0.0, 0.005)
+    assert fit_pass_cost([PassSample(40, 0.2)], costs.proportional_cost) == PassCost(0.0, 0.005)
     for group in (samples, noisy, steep):
-        fitted = fit_pass_cost(group, deployment.flat_cost)
+        fitted = fit_pass_cost(group, costs.flat_cost)
         assert sum(fitted.seconds(s.tokens) for s in group) == pytest.approx(sum(s.seconds for s in group))
 
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 import storage
-from specsteer import evaluate
-from specsteer.data import DataError, bundled_sample_path
-from specsteer.evaluate import (
+from specsteer.cli import evaluate as evaluate_cli
+from specsteer.data.datasets import DataError, bundled_sample_path
+from specsteer.evaluation import grid as evaluate
+from specsteer.evaluation.grid import (
     EvalResult,
     EvalSpec,
     GridProgress,
@@ -26,9 +27,9 @@ from specsteer.evaluate import (
     run_grid_events,
     summarize,
 )
-from specsteer.events import GenerationStats
-from specsteer.stores import CellResult, GridPoint
-from specsteer.tiny_models import tiny_pair
+from specsteer.evaluation.run_store import CellResult, GridPoint
+from specsteer.method.events import GenerationStats
+from specsteer.models.tiny import tiny_pair
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = str(bundled_sample_path("review"))
@@ -304,7 +305,7 @@ def test_cli_json_contract_and_plot(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "specsteer.evaluate",
+        "specsteer.evaluation.grid",
         "--data",
         SAMPLE,
         "--task",
@@ -350,7 +351,7 @@ def test_cli_json_contract_and_plot(tmp_path):
 
 def test_cli_without_llm_warns_and_prints_null_speedup(pair, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(evaluate, "shared_tiny_pair", lambda: pair)
-    code = evaluate.main(
+    code = evaluate_cli.main(
         [
             "--data",
             "sample",
@@ -390,7 +391,7 @@ def test_cli_without_llm_warns_and_prints_null_speedup(pair, tmp_path, monkeypat
 )
 def test_cli_errors_are_one_line_without_traceback(arguments, code, message, tmp_path, capsys):
     base = ["--task", "review", "--limit", "1", "--database", f"sqlite:///{tmp_path / 'cli.db'}"]
-    assert evaluate.main(arguments + base) == code
+    assert evaluate_cli.main(arguments + base) == code
     err = capsys.readouterr().err
     last = err.strip().splitlines()[-1]
     assert last.startswith("error: ") and message in last and "Traceback" not in err
@@ -399,6 +400,6 @@ def test_cli_errors_are_one_line_without_traceback(arguments, code, message, tmp
 @pytest.mark.parametrize("shard", ["2/2", "1", "a/b", "0/0"])
 def test_cli_refuses_a_bad_shard(shard, capsys):
     with pytest.raises(SystemExit) as exit_info:
-        evaluate.main(["--data", "sample", "--task", "review", "--shard", shard])
+        evaluate_cli.main(["--data", "sample", "--task", "review", "--shard", shard])
     assert exit_info.value.code == 2
     assert "--shard: expected I/N" in capsys.readouterr().err

@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from specsteer import loading, models
-from specsteer.loading import check_tokenizers_match, load_pair, shared_vocab_size
-from specsteer.models import ModelLoadError, load_model, prepare_offline, resolve_dtype
-from specsteer.registry import (
+from specsteer.cli import models as models_cli
+from specsteer.models import loading
+from specsteer.models import weights as models
+from specsteer.models.loading import check_tokenizers_match, load_pair, shared_vocab_size
+from specsteer.models.registry import (
     CACHE_MARKER,
     DEFAULT_PAIRING,
     PAIRINGS,
@@ -30,8 +31,10 @@ from specsteer.registry import (
     model_status,
     package_problems,
 )
-from specsteer.runtime import TransformersModel
-from specsteer.tiny_models import IM_END_ID, TOKENIZER_SIZE, tiny_model, tiny_pair, tiny_tokenizer, write_tiny_gguf
+from specsteer.models.tiny import IM_END_ID, TOKENIZER_SIZE, tiny_model, tiny_pair, tiny_tokenizer, write_tiny_gguf
+from specsteer.models.weights import ModelLoadError, load_model, prepare_offline
+from specsteer.runtimes.base import TransformersModel
+from specsteer.runtimes.hardware import default_dtype, resolve_dtype
 
 
 @pytest.fixture(autouse=True)
@@ -260,7 +263,7 @@ def test_a_gguf_path_loads_directly_in_the_requested_dtype(tmp_path):
 
 
 def test_prepare_command_skips_hub_models_and_refuses_cross_tokenizer_pairings(capsys, monkeypatch):
-    assert models.main(["prepare", "--pairing", "qwen3-0.6b__qwen3-1.7b"]) == 0
+    assert models_cli.main(["prepare", "--pairing", "qwen3-0.6b__qwen3-1.7b"]) == 0
     assert "nothing to prepare" in capsys.readouterr().out
     refused = Pairing(
         id="refused-cross",
@@ -270,13 +273,13 @@ def test_prepare_command_skips_hub_models_and_refuses_cross_tokenizer_pairings(c
         cross_tokenizer=True,
     )
     monkeypatch.setitem(PAIRINGS, refused.id, refused)
-    assert models.main(["prepare", "--pairing", refused.id]) == 1
+    assert models_cli.main(["prepare", "--pairing", refused.id]) == 1
     assert "not supported yet" in capsys.readouterr().err
 
 
 def test_prepare_command_names_the_transformers_runtime_for_an_offline_cross_pairing(capsys):
     # The offline cross-tokenizer pairings now load (cross-tokenizer SpecSteer), on transformers only.
-    assert models.main(["prepare", "--pairing", "offline-smollm2__gemma3", "--runtime", "llama.cpp"]) == 1
+    assert models_cli.main(["prepare", "--pairing", "offline-smollm2__gemma3", "--runtime", "llama.cpp"]) == 1
     assert "transformers runtime only" in capsys.readouterr().err
 
 
@@ -400,8 +403,8 @@ def test_output_layer_smaller_than_the_tokenizer_is_refused():
 def test_dtype_names():
     assert resolve_dtype("bf16") is torch.bfloat16 and resolve_dtype("fp32") is torch.float32
     assert resolve_dtype(torch.float32) is torch.float32
-    assert resolve_dtype(None) is resolve_dtype(models.default_dtype())
-    assert models.default_dtype() in ("bf16", "fp32")
+    assert resolve_dtype(None) is resolve_dtype(default_dtype())
+    assert default_dtype() in ("bf16", "fp32")
     with pytest.raises(ValueError, match="unknown dtype"):
         resolve_dtype("int4")
 

@@ -15,16 +15,16 @@ import sys
 import pytest
 
 from conftest import require_llamacpp
-from specsteer import calibration as cal
-from specsteer import llamacpp
-from specsteer import llamacpp_probe as probe
-from specsteer.bench import auto_rows
-from specsteer.loading import choose_runtime, runtime_choice
-from specsteer.machine import machine_info
-from specsteer.models import ModelLoadError
-from specsteer.registry import DEFAULT_PAIRING, PAIRINGS
-from specsteer.runtime import TransformersModel
-from specsteer.tiny_models import tiny_model, write_tiny_gguf
+from specsteer.evaluation.bench import auto_rows
+from specsteer.models import calibration as cal
+from specsteer.models.loading import choose_runtime, runtime_choice
+from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS
+from specsteer.models.tiny import tiny_model, write_tiny_gguf
+from specsteer.models.weights import ModelLoadError
+from specsteer.runtimes import llamacpp, llamacpp_child
+from specsteer.runtimes import llamacpp_probe as probe
+from specsteer.runtimes.base import TransformersModel
+from specsteer.runtimes.machine import machine_info
 
 
 @pytest.fixture
@@ -61,12 +61,11 @@ def test_a_crashing_configuration_is_named_and_the_next_one_is_tried(cache, monk
 
 def test_no_working_configuration_makes_llamacpp_unavailable_and_auto_falls_back(cache, monkeypatch):
     monkeypatch.setattr(probe, "child_command", _crashing_child({"repack", "plain"}))
-    monkeypatch.setattr(probe, "probe_models", lambda: [cache / "model.gguf"])
-    report = probe.run_probe(say=lambda line: None)
+    report = probe.run_probe([cache / "model.gguf"], say=lambda line: None)
     assert report.chosen is None and "no configuration passed" in report.describe()
     probe.forget()
     try:
-        llamacpp._bindings()
+        llamacpp.bindings()
     except llamacpp.LlamaCppUnavailable:
         pytest.skip("llama-cpp-python is not built here: its availability has another reason")
     usable, reason = llamacpp.status()
@@ -124,7 +123,7 @@ def test_the_decode_path_passes_on_a_real_gguf_in_every_configuration(tmp_path, 
     require_llamacpp()
     path = tmp_path / "tiny.gguf"
     write_tiny_gguf(path, seed=3)
-    worst, buffers = probe.exercise(path, config)
+    worst, buffers = llamacpp_child.exercise(path, config)
     assert 0.0 <= worst <= probe.AGREEMENT
     assert "CPU" in buffers  # llama.cpp's load log was read
 
@@ -182,7 +181,7 @@ def test_the_estimate_charges_what_each_method_reads_and_decodes():
 
 def test_auto_uses_the_saved_calibration(cache, monkeypatch):
     monkeypatch.setattr(llamacpp, "status", lambda: (True, "llama-cpp-python (test)"))
-    monkeypatch.setattr("specsteer.loading.converted_ready", lambda pairing: True)
+    monkeypatch.setattr("specsteer.models.loading.converted_ready", lambda pairing: True)
     pairing = PAIRINGS[DEFAULT_PAIRING]
     assert runtime_choice(pairing, method="specsteer").runtime == "llama.cpp"  # nothing measured yet
     target = cal.calibration_path(DEFAULT_PAIRING)
@@ -204,7 +203,7 @@ def test_the_twin_for_timing_has_the_gguf_shapes(tmp_path):
     require_llamacpp()
     import torch
 
-    from specsteer.llamacpp import LlamaCppModel
+    from specsteer.runtimes.llamacpp import LlamaCppModel
 
     write_tiny_gguf(tmp_path / "tiny.gguf", seed=2)
     model = LlamaCppModel(tmp_path / "tiny.gguf", threads=1)
@@ -240,7 +239,7 @@ def test_the_machine_record_says_whether_amx_is_present():
 
 
 def test_one_cpuinfo_reader_serves_the_wheel_key_and_the_machine_record():
-    from specsteer.machine import cpu_model_and_flags, read_cpu
+    from specsteer.runtimes.hardware import cpu_model_and_flags, read_cpu
 
     text = (
         "processor\t: 0\nmodel name\t: Intel Xeon Platinum 8480+\nflags\t\t: fpu avx2 amx_bf16 amx_tile avx512_bf16\n\n"

@@ -1,0 +1,60 @@
+"""The ``specsteer`` command (also ``python -m specsteer``): one entry point, a subcommand per thing a user runs.
+
+Each subcommand lives in its own module here and is imported only when it runs, so ``specsteer --help`` and
+``specsteer pairings`` do not load torch. These modules are the command line's composition roots: the only
+place in the library that may choose a concrete store from ``storage``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import NamedTuple
+
+
+class Command(NamedTuple):
+    module: str  # specsteer.cli.<module>, whose main(argv) runs the command
+    summary: str
+    # The module parses the command's name itself (generate, cloud and pairings share one parser, whose
+    # subcommands they are); otherwise its main gets the arguments after the name.
+    parses_name: bool = False
+
+
+COMMANDS: dict[str, Command] = {
+    "generate": Command(
+        "generate", "personalized text from a history file (both sides here, or the Edge with --cloud)", True
+    ),
+    "cloud": Command(
+        "generate", "serve the Cloud (Generalist and generic Specialist) over HTTP for Edges elsewhere", True
+    ),
+    "pairings": Command(
+        "generate", "the model pairings, whether each can load here and which runtime auto picks", True
+    ),
+    "evaluate": Command("evaluate", "a grid of methods and settings over records: ROUGE, speed, privacy; resumable"),
+    "bench": Command("bench", "speed | link | project: tokens/s, the link's self-check, deployment projections"),
+    "models": Command("models", "prepare: make an offline pairing ready to load (verify, assemble, convert)"),
+    "llamacpp": Command("llamacpp", "cpu-key | stamp | built | check: set-up's helpers for the llama.cpp runtime"),
+    "calibrate": Command("calibrate", "time each runtime here once per CPU and build (what --runtime auto reads)"),
+}
+
+
+def usage() -> str:
+    width = max(map(len, COMMANDS))
+    lines = ["usage: specsteer COMMAND [ARGS...]   (or python -m specsteer COMMAND ...)", "", "commands:"]
+    lines += [f"  {name:<{width}}  {command.summary}" for name, command in COMMANDS.items()]
+    lines += ["", "specsteer COMMAND --help shows a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args or args[0] in ("-h", "--help"):
+        print(usage(), file=sys.stdout if args else sys.stderr)
+        return 0 if args else 2
+    name, rest = args[0], args[1:]
+    command = COMMANDS.get(name)
+    if command is None:
+        print(f"specsteer: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module = importlib.import_module(f"specsteer.cli.{command.module}")
+    return int(module.main(args if command.parses_name else rest) or 0)

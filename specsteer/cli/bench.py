@@ -1,0 +1,306 @@
+"""``specsteer bench speed | link | project``: tokens/s of every method, the link's self-check, and stored runs
+projected onto a deployment profile. The command's composition root (it alone reads stored runs)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+from pathlib import Path
+
+from specsteer.engine.generate import DecodeConfig
+from specsteer.evaluation.bench import (
+    DEFAULT_METHODS,
+    auto_rows,
+    bench_cases,
+    format_rows,
+    format_table,
+    load_prompts,
+    prefix_reuse,
+    run_speed,
+)
+from specsteer.evaluation.deployment import DEFAULT_RTTS_MS, PROFILES, get_profile
+from specsteer.runtimes.base import RUNTIME_CHOICES
+from specsteer.runtimes.machine import machine_info
+from specsteer.util.jsonable import to_jsonable
+
+
+def _runtimes(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in RUNTIME_CHOICES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"runtimes must be some of {', '.join(RUNTIME_CHOICES)}, comma-separated")
+    return names
+
+
+def _log(line: str) -> None:
+    print(f"[bench] {line}", file=sys.stderr, flush=True)
+
+
+def _numbers(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, not {text!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specsteer bench", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    speed = commands.add_parser("speed", help="tokens/s of every method on the offline pair")
+    speed.add_argument("--json", action="store_true")
+    speed.add_argument("--prompts", type=int, default=5)
+    speed.add_argument("--max-new-tokens", type=int, default=128)
+    speed.add_argument("--methods", default=DEFAULT_METHODS)
+    speed.add_argument("--alpha", default="0.1", help="comma-separated alphas for specsteer")
+    speed.add_argument(
+        "--draft-len",
+        default="4,auto",
+        help="comma-separated draft lengths for sd and specsteer: K, 'auto' (adapts k), "
+        "'auto:N' (adapts k up to N), each with '@C' to stop drafting after a draft of probability < C "
+        "(e.g. 12@0.4)",
+    )
+    speed.add_argument("--pairing", default=None)
+    speed.add_argument(
+        "--runtime",
+        type=_runtimes,
+        default=["auto"],
+        help="comma-separated runtimes, each benchmarked on the same prompts in this run "
+        "(llama.cpp, transformers, auto)",
+    )
+    speed.add_argument(
+        "--dtype",
+        choices=("bf16", "fp32"),
+        default=None,
+        help="transformers runtime only; default: bf16 where this CPU computes it fast, else fp32",
+    )
+    speed.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
+    speed.add_argument(
+        "--task",
+        choices=("longlamp", "cogenesis"),
+        default="longlamp",
+        help="longlamp: review and writing records alternately; cogenesis: CoGenesis test records",
+    )
+    speed.add_argument("--no-reference", action="store_true", help="skip transformers' assisted generation")
+    speed.add_argument(
+        "--no-prefix-reuse", action="store_true", help="skip the measurement of a repeated request's first token"
+    )
+    speed.add_argument(
+        "--attention",
+        choices=("packed", "sdpa", "eager"),
+        default="packed",
+        help="transformers runtime: 'packed' (default; specsteer.runtimes.attention) or a transformers one",
+    )
+
+    link = commands.add_parser(
+        "link",
+        help="methods through a Cloud service at each emulated RTT, measured "
+        "against the deployment projection with this machine's own profile",
+    )
+    link.add_argument("--json", action="store_true")
+    link.add_argument("--rtt-ms", type=_numbers, default=[0.0, 20.0, 50.0, 100.0])
+    link.add_argument("--methods", default="llm,lightcosteer,specsteer")
+    link.add_argument("--alpha", type=float, default=0.1, help="specsteer's alpha")
+    link.add_argument("--draft-len", type=int, default=4)
+    link.add_argument("--prompts", type=int, default=3)
+    link.add_argument("--max-new-tokens", type=int, default=64)
+    link.add_argument("--uplink-kbps", type=float, default=math.inf)
+    link.add_argument("--downlink-kbps", type=float, default=math.inf)
+    link.add_argument("--pairing", default=None, help="pairing id ('tiny-test': random tiny models, for tests)")
+    link.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
+    link.add_argument("--dtype", choices=("bf16", "fp32"), default=None)
+    link.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
+    link.add_argument(
+        "--task",
+        choices=("longlamp", "cogenesis"),
+        default="longlamp",
+        help="longlamp: review and writing records alternately; cogenesis: CoGenesis test records",
+    )
+
+    project = commands.add_parser("project", help="stored runs projected onto a bundled deployment profile")
+    project.add_argument("--json", action="store_true")
+    project.add_argument("--profile", required=True, help=f"one of {', '.join(PROFILES)}")
+    project.add_argument("--rtt-ms", type=_numbers, default=list(DEFAULT_RTTS_MS))
+    project.add_argument("--database", default=None, metavar="URL", help="an evaluation database (with --run)")
+    project.add_argument(
+        "--run", action="append", default=[], metavar="NAME", help="an evaluation run's name; repeat for several"
+    )
+    project.add_argument("--from-bench", default=None, metavar="FILE", help="the JSON of `bench link --json`")
+    args = parser.parse_args(argv)
+    command = {"speed": _speed, "link": _link, "project": _project}[args.command]
+    return command(args)
+
+
+def _speed(args) -> int:
+    from specsteer.engine.generate import cross_tokenizer_problem
+    from specsteer.models.loading import choose_runtime, load_pair
+    from specsteer.models.registry import DEFAULT_PAIRING, get_pairing
+    from specsteer.models.tiny import shared_test_pair
+    from specsteer.models.weights import ModelLoadError
+
+    log = _log
+    try:
+        cases = bench_cases(
+            args.methods.split(","),
+            [float(a) for a in args.alpha.split(",")],
+            args.draft_len.split(","),
+            args.max_new_tokens,
+        )
+        pairing = args.pairing or DEFAULT_PAIRING
+        test_pair = shared_test_pair(pairing)  # random tiny models (tests): transformers, one row per case
+        # "auto" is a row of its own: for each method, the row of the runtime auto picks for it (both are
+        # measured in this run, so the auto row is a measurement, not an estimate).
+        auto_picks = (
+            {
+                case.config.method: choose_runtime(get_pairing(pairing), "auto", log, method=case.config.method)
+                for case in cases
+            }
+            if "auto" in args.runtime and test_pair is None
+            else {}
+        )
+        pairs = [test_pair] if test_pair is not None else []
+        runtimes = [*(r for r in args.runtime if r != "auto"), *auto_picks.values()] if test_pair is None else []
+        for runtime in dict.fromkeys(runtimes):
+            pair = load_pair(pairing, dtype=args.dtype, progress=log, runtime=runtime)
+            if pair.runtime not in {p.runtime for p in pairs}:
+                pairs.append(pair)
+        unavailable = next(
+            filter(None, (cross_tokenizer_problem(pair, case.config) for pair in pairs for case in cases)), None
+        )
+        if unavailable:  # a cross-tokenizer pair runs only some methods: refused before any is timed
+            raise ValueError(unavailable)
+    except (ValueError, KeyError, ModelLoadError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.attention != "packed":
+        for pair in pairs:
+            if pair.runtime == "transformers":
+                for model in (pair.specialist.model, pair.generalist.model):
+                    model.set_attn_implementation(args.attention)
+    log(machine_info().describe())
+    prompts = load_prompts(args.prompts, args.data, args.task)
+    result = run_speed(pairs, prompts, cases, reference=not args.no_reference, progress=log)
+    result["rows"].extend(auto_rows(result["rows"], auto_picks))
+    if not args.no_prefix_reuse:
+        config = DecodeConfig(method="specsteer", alpha=0.1, max_new_tokens=8)
+        result["prefix_reuse"] = {pair.runtime: prefix_reuse(pair, prompts[0], config) for pair in pairs}
+    print(json.dumps(result) if args.json else format_table(result))
+    return 0
+
+
+def _link(args) -> int:
+    """``bench link``: a Cloud service in a child process on a free loopback port, stopped by its pid."""
+    from specsteer.cloud.client import RemoteCloud
+    from specsteer.cloud.process import start_cloud_process
+    from specsteer.evaluation.bench_link import link_rows, run_link_bench
+    from specsteer.models.loading import load_pair
+    from specsteer.models.registry import DEFAULT_PAIRING
+    from specsteer.models.tiny import shared_test_pair
+    from specsteer.models.weights import ModelLoadError
+
+    pairing = args.pairing or DEFAULT_PAIRING
+    try:
+        configs = [
+            DecodeConfig(
+                method=method, alpha=args.alpha, draft_len=args.draft_len, max_new_tokens=args.max_new_tokens
+            ).validate()
+            for method in args.methods.split(",")
+        ]
+        # The Edge alone here: the Generalist's weights are read by the Cloud process only.
+        edge = shared_test_pair(pairing) or load_pair(
+            pairing, dtype=args.dtype, progress=_log, runtime=args.runtime, edge_only=True
+        )
+    except (ValueError, KeyError, ModelLoadError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    cloud_arguments = ["--pairing", pairing, "--runtime", edge.runtime, "--no-prefix-reuse"]
+    if args.dtype:
+        cloud_arguments += ["--dtype", args.dtype]
+    _log(machine_info().describe())
+    prompts = load_prompts(args.prompts, args.data, args.task)
+    _log(f"starting the Cloud: {' '.join(cloud_arguments)}")
+    child = start_cloud_process(*cloud_arguments)
+    try:
+        with RemoteCloud(child.url) as cloud:
+            runs = run_link_bench(
+                edge, cloud, prompts, configs, args.rtt_ms, args.uplink_kbps, args.downlink_kbps, progress=_log
+            )
+    finally:
+        child.stop()
+    result = {
+        "rows": link_rows(runs, args.uplink_kbps, args.downlink_kbps),
+        "machine": machine_info().to_dict(),
+        "settings": {
+            "pairing": pairing,
+            "runtime": edge.runtime,
+            "precision": edge.precision,
+            "prompts": len(prompts),
+            "max_new_tokens": args.max_new_tokens,
+            "draft_len": args.draft_len,
+            "alpha": args.alpha,
+            "uplink_kbps": args.uplink_kbps,
+            "downlink_kbps": args.downlink_kbps,
+        },
+        "runs": [run.to_json() for run in runs],
+    }
+    print(json.dumps(to_jsonable(result)) if args.json else format_rows(result["rows"]))
+    return 0
+
+
+def _project(args) -> int:
+    from specsteer.evaluation.deployment import group_runs, projection_rows
+
+    try:
+        profile = get_profile(args.profile)
+        if bool(args.from_bench) == bool(args.database or args.run):
+            raise ValueError("give either --from-bench FILE or --database URL with --run NAME")
+        runs = _bench_runs(args.from_bench) if args.from_bench else _stored_runs(args.database, args.run)
+    except (ValueError, OSError, KeyError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if not runs:
+        print("error: no stored generation has a trace to project", file=sys.stderr)
+        return 2
+    rows = projection_rows(group_runs(runs), profile, args.rtt_ms)
+    result = {
+        "rows": rows,
+        "profile": {
+            "name": profile.name,
+            "label": profile.label,
+            "sources": {s.number: s.text for s in profile.sources},
+        },
+        "source": args.from_bench or {"database": args.database, "runs": args.run},
+        "generations": len(runs),
+    }
+    print(json.dumps(to_jsonable(result)) if args.json else format_rows(rows))
+    return 0
+
+
+def _bench_runs(path: str) -> list:
+    """The lowest-RTT runs of a ``bench link`` result: the same generations measured without link delay."""
+    from specsteer.evaluation.deployment import TracedGeneration
+
+    runs = [TracedGeneration.from_json(run) for run in json.loads(Path(path).read_text())["runs"]]
+    base = min((run.rtt_ms for run in runs), default=0.0)
+    return [run for run in runs if run.rtt_ms == base]
+
+
+def _stored_runs(url: str | None, names: list[str]) -> list:
+    """The traced cells of evaluation runs, read through storage: this command's composition root."""
+    import storage
+    from specsteer.evaluation.deployment import TracedGeneration
+
+    if not names:
+        raise ValueError("name at least one --run")
+    runs = []
+    for name in names:
+        stored = storage.get_run_by_name(name, url=url)
+        if stored is None:
+            raise ValueError(f"no evaluation run named {name!r} in {url or 'the default database'}")
+        runs += [
+            TracedGeneration.of(cell.stats, cell.point.alpha, cell.point.beta)
+            for cell in storage.run_cells(stored.id, url=url)
+            if cell.stats.trace
+        ]
+    return runs

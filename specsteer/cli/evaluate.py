@@ -1,0 +1,233 @@
+"""``specsteer evaluate``: a grid of methods and settings over a records file; results stored per cell, resumable.
+
+The command's composition root: it picks the SQL run store (``storage``) and hands it to
+``specsteer.evaluation.grid.run_grid_events``, which only knows the RunStore protocol."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+
+from specsteer.data.datasets import EVALUATION_TASKS, resolve_data_source
+from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
+from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, json_rows, run_grid_events
+from specsteer.method.catalog import PRIVATE_METHODS, SPEED_REFERENCE
+from specsteer.models.registry import DEFAULT_PAIRING
+from specsteer.models.tiny import CROSS_PAIRING_ID, TEST_PAIRING_ID, shared_test_pair, shared_tiny_pair
+from specsteer.runtimes.base import RUNTIME_CHOICES
+from specsteer.util.background import stop_signals_handled
+
+
+def _number_list(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or any(value != value for value in values):  # NaN is not a grid value
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    return values
+
+
+def _point_list(text: str) -> tuple[tuple[float, float], ...]:
+    points = []
+    for part in filter(None, (part.strip() for part in text.split(","))):
+        alpha, colon, beta = part.partition(":")
+        if not colon:
+            raise argparse.ArgumentTypeError(f"expected alpha:beta pairs such as 0.5:2, got {part!r}")
+        points.append((_number_list(alpha)[0], _number_list(beta)[0]))
+    return tuple(points)
+
+
+def _shard(text: str) -> tuple[int, int]:
+    index, slash, count = text.partition("/")
+    try:
+        shard = int(index), int(count)
+    except ValueError:
+        shard = None
+    if not slash or shard is None or not 0 <= shard[0] < shard[1]:
+        raise argparse.ArgumentTypeError(f"expected I/N with 0 <= I < N, got {text!r}")
+    return shard
+
+
+def _name_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())  # checked by EvalSpec.validate
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specsteer evaluate",
+        description="Evaluate methods on LongLaMP records: ROUGE, speed, acceptance; results stored per cell.",
+    )
+    parser.add_argument(
+        "--data",
+        required=True,
+        help="records file (JSONL/JSON/parquet), or 'shared' (the real records: LongLaMP, or "
+        "CoGenesis's test split; 'shared:dev' its dev split) or 'sample'",
+    )
+    parser.add_argument("--task", required=True, choices=EVALUATION_TASKS)
+    parser.add_argument("--limit", type=int, default=None, help="first N records of the file")
+    parser.add_argument(
+        "--methods",
+        type=_name_list,
+        default=PRIVATE_METHODS,
+        help="comma-separated; default: all but llm+ (which sends the private context to the cloud)",
+    )
+    parser.add_argument("--alpha", type=_number_list, default=(1.0, 0.5, 0.1), help="alpha values (SpecSteer)")
+    parser.add_argument("--beta", type=_number_list, default=(1.0,), help="beta values (SpecSteer, LightCoSteer)")
+    parser.add_argument(
+        "--extra-grid",
+        type=_point_list,
+        default=(),
+        help="extra alpha:beta pairs for SpecSteer only, e.g. 0.5:0.5,0.5:2",
+    )
+    parser.add_argument(
+        "--pairing",
+        default=DEFAULT_PAIRING,
+        help=f"pairing id (default {DEFAULT_PAIRING}); '{TEST_PAIRING_ID}', '{CROSS_PAIRING_ID}' (two "
+        "tokenizers): random models, for tests only",
+    )
+    parser.add_argument(
+        "--runtime",
+        choices=RUNTIME_CHOICES,
+        default="auto",
+        help="llama.cpp (GGUF files, CPU), transformers, or auto: llama.cpp where it can run the pairing",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("bf16", "fp32"),
+        default=None,
+        help="transformers runtime only; default: bf16 where this CPU computes it fast, else fp32",
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--draft-len", type=int, default=4)
+    parser.add_argument("--retrieval-k", type=int, default=3, help="profile items retrieved by BM25")
+    parser.add_argument("--noise", type=int, default=0, help="low-similarity items of other users appended")
+    parser.add_argument(
+        "--prompt-style",
+        choices=PROMPT_STYLES,
+        default=DEFAULT_PROMPT_STYLE,
+        help="paper: the paper's Table 13 templates (default, comparable); clean: the retrieved "
+        "texts without their field labels, and an instruction to write only the text",
+    )
+    parser.add_argument(
+        "--private-guard",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the Edge never sends a token completing N tokens copied from the private prompt "
+        "(recovered locally instead); 0 = off",
+    )
+    parser.add_argument("--run-name", default=None, help="name of the run; the same name resumes it")
+    parser.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
+    parser.add_argument(
+        "--shard",
+        type=_shard,
+        default=(0, 1),
+        metavar="I/N",
+        help="run only records I, I+N, ... of the run, so that N workers share it (0-based)",
+    )
+    parser.add_argument("--json", action="store_true", help='print {"rows": [...]} instead of a table')
+    parser.add_argument("--plot", default=None, help="write the figures as one standalone HTML file")
+    return parser
+
+
+def spec_from_args(args: argparse.Namespace) -> EvalSpec:
+    return EvalSpec(
+        data=resolve_data_source(args.data, args.task),
+        task=args.task,
+        methods=args.methods,
+        alphas=args.alpha,
+        betas=args.beta,
+        extra_points=args.extra_grid,
+        limit=args.limit,
+        pairing=args.pairing,
+        runtime=args.runtime,
+        dtype=args.dtype,
+        max_new_tokens=args.max_new_tokens,
+        draft_len=args.draft_len,
+        retrieval_k=args.retrieval_k,
+        noise=args.noise,
+        prompt_style=args.prompt_style,
+        private_guard=args.private_guard,
+        run_name=args.run_name,
+    )
+
+
+def _cancel_on_signals(cancel: threading.Event):
+    """Ctrl-C / SIGTERM end the run cleanly as cancelled; a second Ctrl-C aborts at once."""
+
+    def handle(signum, _frame) -> None:
+        if cancel.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        cancel.set()
+        print("\ncancelling after the current token (Ctrl-C again to abort)", file=sys.stderr)
+
+    return stop_signals_handled(handle)
+
+
+def _print_progress(events: Iterator[GridProgress | EvalResult]) -> EvalResult:
+    """Prints each progress event on stderr; returns the result that ends the events."""
+    for event in events:
+        if isinstance(event, EvalResult):
+            return event
+        print(event.describe(), file=sys.stderr, flush=True)
+    raise RuntimeError("the grid ended without a result")
+
+
+def main(argv: list[str] | None = None) -> int:
+    # The composition root of the command: the one place in specsteer that imports storage, here
+    # and not at module level, so that the library itself never depends on a database.
+    from specsteer.models.weights import ModelLoadError
+    from storage import SqlRunStore
+
+    args = build_parser().parse_args(argv)
+    cancel = threading.Event()
+    try:
+        spec = spec_from_args(args)
+        if SPEED_REFERENCE not in spec.methods:
+            print(f"warning: {SPEED_REFERENCE} is not among the methods, so speedup is null", file=sys.stderr)
+        pair = shared_tiny_pair() if spec.pairing == TEST_PAIRING_ID else shared_test_pair(spec.pairing)
+        with _cancel_on_signals(cancel):
+            result = _print_progress(
+                run_grid_events(spec, SqlRunStore(args.database), pair=pair, cancel=cancel, shard=args.shard)
+            )
+    except ModelLoadError as error:
+        return _fail(str(error), 1)
+    except ValueError as error:  # bad data (DataError), arguments, unknown pairing, reused run name
+        return _fail(str(error), 2)
+    except KeyboardInterrupt:
+        return _fail("aborted; run again with the same --run-name to resume", 130)
+    _report(result, spec, args)
+    if result.status == "cancelled":
+        print(f"cancelled: run {result.run_name!r} is resumable with --run-name", file=sys.stderr)
+        return 130
+    if result.status == "running":
+        print(f"this shard is done; run {result.run_name!r} finishes when the other shards do", file=sys.stderr)
+    return 0
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def _report(result: EvalResult, spec: EvalSpec, args: argparse.Namespace) -> None:
+    from specsteer.evaluation import plots
+
+    if args.json:
+        print(json.dumps({"rows": json_rows(result.rows)}, ensure_ascii=False, allow_nan=False))
+    else:
+        print(plots.text_table(result.rows))
+    print(
+        f"run {result.run_name!r} (id {result.run_id}): {result.status}, {result.computed} cells computed, "
+        f"{len(result.cells)} stored",
+        file=sys.stderr,
+    )
+    if args.plot:
+        title = f"SpecSteer evaluation: {spec.task}, run {result.run_name}"
+        plots.write_html(args.plot, result.rows, title=title)
+        print(f"plot written to {args.plot}", file=sys.stderr)

@@ -1,0 +1,59 @@
+"""The Cloud in the Edge's own process: a CloudService reached through the same Transport interface as an
+HTTP Cloud, so a generation runs the same protocol, frames and errors whichever side of a network the
+Cloud is on. The one module where the Cloud meets the Edge's link."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from specsteer.cloud.service import CloudService, ServiceError
+from specsteer.protocol.link import Arrival, Reply, Transport, cloud_error
+from specsteer.protocol.wire import CloudInfo, CloudReport
+
+
+class LocalTransport:
+    """A Cloud service in this process: frames are handed over as bytes, errors raised as the remote
+    transport would raise them."""
+
+    def __init__(self, service) -> None:
+        self.service = service
+
+    def info(self) -> CloudInfo:
+        return self.service.info()
+
+    def exchange(self, frame: bytes) -> Reply:
+        answer = self._call(self.service.handle, frame)
+        return Reply(self._frames(answer.frames), answer.report)
+
+    def close_session(self, session: bytes) -> CloudReport:
+        return self._call(self.service.close, session)
+
+    def _frames(self, frames: Iterable[bytes]) -> Iterator[Arrival]:
+        iterator = iter(frames)
+        try:
+            while True:
+                frame = self._call(next, iterator, None)
+                if frame is None:
+                    return
+                yield Arrival(frame)
+        finally:
+            close = getattr(iterator, "close", None)
+            if close is not None:
+                close()
+
+    @staticmethod
+    def _call(function, *args):
+        try:
+            return function(*args)
+        except ServiceError as error:
+            raise cloud_error(error.code, str(error), error.status) from None
+
+
+class InProcessCloud:
+    """The default Cloud: a service over the pair's own Generalist and Specialist, one per generation."""
+
+    def __init__(self, pair) -> None:
+        self.pair = pair
+
+    def transport(self) -> Transport:
+        return LocalTransport(CloudService(self.pair))

@@ -3,7 +3,7 @@
 One Gradio Blocks app built from ``ui/`` (one module per tab) over one ``specsteer.service.app_service.AppService``.
 This file is the composition root: it alone chooses where things are kept (the SQL stores of
 ``storage/``: SQLite in ``$SPECSTEER_DATA_DIR``, default ./data, or ``DATABASE_URL``) and which
-pairings may load (``ui.pairs.catalog``), and hands them to the service the tabs share. The same
+pairings may load (``specsteer.service.pairings.catalog``), and hands them to the service the tabs share. The same
 file is the Hugging Face Spaces entry point and the Docker command; host and port come from
 GRADIO_SERVER_NAME / GRADIO_SERVER_PORT.
 
@@ -34,10 +34,11 @@ import gradio as gr  # noqa: E402
 import storage  # noqa: E402
 from specsteer.cloud.api import CLOUD_SECRET_ENV  # noqa: E402
 from specsteer.protocol.exposure import Exposure, secret_problem  # noqa: E402
+from specsteer.service import pairings  # noqa: E402
 from specsteer.service.app_service import AppService  # noqa: E402
 from specsteer.util import background  # noqa: E402
 from storage.db import data_dir  # noqa: E402
-from ui import compare_tab, dashboard_tab, generate_tab, pairs  # noqa: E402
+from ui import compare_tab, dashboard_tab, generate_tab  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 CSS_PATH = ASSETS / "style.css"
@@ -81,7 +82,7 @@ def build_service() -> AppService:
     return AppService(
         store=storage.SqlGenerationStore(),
         runs=storage.SqlRunStore(),
-        pairs=pairs.catalog(),
+        pairs=pairings.catalog(),
         cloud_secret=secret,
         exposure=Exposure.from_environment(),
         uploads=data_dir() / "uploads",

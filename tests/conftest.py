@@ -65,11 +65,11 @@ def app_server(tmp_path_factory):
     """The app served in-process on a free loopback port, with the tiny test pair and a fresh
     database: yields (url, data directory)."""
     import storage
-    from ui import pairs
+    from specsteer.service import pairings
 
     data = tmp_path_factory.mktemp("app-data")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(pairs.TEST_PAIR_ENV, "tiny")
+        patch.setenv(pairings.TEST_PAIR_ENV, "tiny")
         patch.setenv("SPECSTEER_DATA_DIR", str(data))
         patch.delenv("DATABASE_URL", raising=False)
         patch.setenv("HF_HUB_OFFLINE", "1")
@@ -180,9 +180,9 @@ def tiny_app(tmp_path, monkeypatch):
     """The app's handlers on the tiny test pairs, with their own database and no model hub (modules that
     test the UI without a server use it for every test: ``pytestmark = pytest.mark.usefixtures("tiny_app")``)."""
     import storage
-    from ui import pairs
+    from specsteer.service import pairings
 
-    monkeypatch.setenv(pairs.TEST_PAIR_ENV, "tiny")
+    monkeypatch.setenv(pairings.TEST_PAIR_ENV, "tiny")
     monkeypatch.setenv("SPECSTEER_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("DATABASE_URL", raising=False)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

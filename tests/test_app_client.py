@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from specsteer.service import pairings
+
 pytest.importorskip("gradio_client")
 
 from gradio_client import Client, handle_file  # noqa: E402
@@ -19,7 +21,6 @@ from gradio_client.utils import Status  # noqa: E402
 
 import storage  # noqa: E402
 from conftest import API_GENERATE  # noqa: E402
-from ui import pairs  # noqa: E402
 
 GENERATE = API_GENERATE
 
@@ -159,7 +160,7 @@ def test_dashboard_one_record_run(server):
         methods=["llm", "specsteer"],
         alphas="0.1",
         betas="1",
-        pairing=pairs.TINY_PAIRING_ID,
+        pairing=pairings.TINY_PAIRING_ID,
         runtime="auto",
         max_new_tokens=4,
         draft_len=2,
@@ -265,7 +266,7 @@ def test_a_public_app_never_contacts_a_visitor_named_cloud(tmp_path, monkeypatch
 
     threading.Thread(target=accept, daemon=True).start()
     for name, value in {
-        pairs.TEST_PAIR_ENV: "tiny",
+        pairings.TEST_PAIR_ENV: "tiny",
         "SPECSTEER_DATA_DIR": str(tmp_path),
         "SPACE_ID": "someone/specsteer",
         "SPECSTEER_CLOUD_SECRET": "operator-secret",
@@ -280,7 +281,7 @@ def test_a_public_app_never_contacts_a_visitor_named_cloud(tmp_path, monkeypatch
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False, analytics_enabled=False)
         named = f"http://127.0.0.1:{listener.getsockname()[1]}"
-        checked = call_raw((f"http://127.0.0.1:{port}/", None), "test_cloud", named, pairs.TINY_PAIRING_ID)
+        checked = call_raw((f"http://127.0.0.1:{port}/", None), "test_cloud", named, pairings.TINY_PAIRING_ID)
         # Refused by the page's choices (Gradio) or, for any caller that gets past them, by the service.
         assert "not in the list of choices" in checked or "does not connect to other addresses" in checked
         client.predict("review", api_name="/load_sample")

@@ -146,7 +146,7 @@ def test_llm_plus_sends_the_whole_private_prompt_and_its_audit_says_so(tmp_path)
 def test_an_evaluation_run_reports_private_facts_per_method_and_the_dashboard_rebuilds_them(tmp_path, url):
     import storage
     from specsteer.evaluation.grid import EvalSpec, run_grid
-    from ui import dashboard_tab
+    from specsteer.service import evaluation_runs
 
     data = write(tmp_path, [record("1"), record("2", task="Tell my customers about peonies.")])
     spec = EvalSpec(
@@ -167,8 +167,8 @@ def test_an_evaluation_run_reports_private_facts_per_method_and_the_dashboard_re
     run = storage.get_run_by_name("cogenesis-tiny", url=url)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("DATABASE_URL", url)
-        stored = {row["method"]: row for row in dashboard_tab.stored_rows(run.config, storage.run_cells(run.id))}
-        notes = dashboard_tab.claim_notes(storage.run_cells(run.id))
+        stored = {row["method"]: row for row in evaluation_runs.stored_rows(run.config, storage.run_cells(run.id))}
+        notes = evaluation_runs.claim_notes(storage.run_cells(run.id))
     assert stored["llm+"]["facts_sent"] == 1.0 and stored["specsteer"]["facts_sent"] == rows["specsteer"]["facts_sent"]
     # LLM is the only baseline in this run, so it is the stronger one: one note per metric.
     assert len(notes) == 2 and all("− LLM (the stronger baseline)" in note and "/2 better" in note for note in notes)

@@ -18,8 +18,9 @@ from specsteer.engine.generate import CROSS_TOKENIZER_METHODS
 from specsteer.method.catalog import METHOD_INFO, METHODS, method_label
 from specsteer.method.events import SegmentPlace, TokenEvent
 from specsteer.models.tiny import CROSS_PAIRING_ID, narrow_cross_pair
+from specsteer.service import judging, page, pairings
 from specsteer.service.app_service import AppService, PairCatalog
-from ui import compare_tab, dashboard_tab, generate_tab, pairs, render
+from ui import compare_handlers, dashboard_handlers, generate_handlers, pairs, render
 
 XSS = '<img src=x onerror="window.__pwned=1">'
 SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "samples" / "review_user.jsonl"
@@ -42,7 +43,7 @@ def settings(**overrides):
 
 
 def run_generate(tab, **overrides):
-    return list(tab.generate(generate_tab.read_sample("review"), **TASK_INPUT, **settings(**overrides)))
+    return list(tab.generate(page.read_sample("review"), **TASK_INPUT, **settings(**overrides)))
 
 
 SEGMENT = re.compile(
@@ -100,7 +101,7 @@ def test_a_segment_cut_short_is_closed_by_the_next_token():
 
 
 def test_generate_on_a_cross_pairing_streams_segments_and_saves_the_generation():
-    tab = generate_tab.GenerateTab(narrow_service())
+    tab = generate_handlers.GenerateTab(narrow_service())
     frames = run_generate(tab)
     final = frames[-1]
     assert "saved as generation #" in final.status
@@ -117,7 +118,7 @@ def test_generate_on_a_cross_pairing_streams_segments_and_saves_the_generation()
 
 
 def test_llm_plus_runs_on_a_cross_pairing_and_its_privacy_report_says_the_private_prompt_was_sent(warnings):
-    tab = generate_tab.GenerateTab(app.build_service())
+    tab = generate_handlers.GenerateTab(app.build_service())
     final = run_generate(tab, method="llm+", max_new_tokens=8)[-1]
     assert "saved as generation #" in final.status and not warnings
     privacy = str(final.privacy)
@@ -126,7 +127,7 @@ def test_llm_plus_runs_on_a_cross_pairing_and_its_privacy_report_says_the_privat
 
 
 def test_a_method_a_cross_pairing_cannot_run_is_refused_naming_what_can(warnings):
-    tab = generate_tab.GenerateTab(app.build_service())
+    tab = generate_handlers.GenerateTab(app.build_service())
     final = run_generate(tab, method="sd")[-1]
     assert (
         "ss-box-error" in final.status and "Standard SD is not available on a cross-tokenizer pairing" in final.status
@@ -137,13 +138,13 @@ def test_a_method_a_cross_pairing_cannot_run_is_refused_naming_what_can(warnings
 
 
 def test_the_pairing_picker_offers_the_tiny_cross_pair_and_its_note_names_what_it_runs():
-    catalog = pairs.catalog()
+    catalog = pairings.catalog()
     labels = dict((value, label) for label, value in pairs.pairing_choices(catalog))
     assert labels[CROSS_PAIRING_ID] == pairs.TINY_CROSS_LABEL
-    assert pairs.default_pairing_id(catalog) == pairs.TINY_PAIRING_ID  # the default stays the one-tokenizer pair
+    assert pairings.default_pairing_id(catalog) == pairings.TINY_PAIRING_ID  # the default stays the one-tokenizer pair
     note = pairs.pairing_note(catalog, CROSS_PAIRING_ID)
     for method in CROSS_TOKENIZER_METHODS:
-        assert generate_tab.METHOD_INFO[method].label in note
+        assert METHOD_INFO[method].label in note
     assert "Standard SD, CoSteer" in note and "refused" in note
     assert "Two tokenizers" in pairs.pairing_note(catalog, "offline-smollm2__qwen2.5-coder")
     assert "Two tokenizers" not in pairs.pairing_note(catalog, "offline-qwen2.5-coder")
@@ -155,7 +156,7 @@ def test_the_pairing_picker_offers_the_tiny_cross_pair_and_its_note_names_what_i
 def compare_frames(tab, methods):
     return list(
         tab.compare(
-            generate_tab.read_sample("review"),
+            page.read_sample("review"),
             **TASK_INPUT,
             methods=list(methods),
             blind=False,
@@ -166,9 +167,9 @@ def compare_frames(tab, methods):
 
 
 def test_compare_runs_every_compared_method_a_cross_pairing_runs():
-    compared = [method for method in compare_tab.COMPARED_METHODS if method in CROSS_TOKENIZER_METHODS]
+    compared = [method for method in judging.COMPARED_METHODS if method in CROSS_TOKENIZER_METHODS]
     assert {"specsteer", "lightcosteer", "slm+", "llm"} <= set(compared)  # llm+ is never compared (it sends data)
-    tab = compare_tab.CompareTab(app.build_service())
+    tab = compare_handlers.CompareTab(app.build_service())
     final = compare_frames(tab, compared)[-1]
     status, view = final[0], final[1]
     assert "Saved as comparison" in status
@@ -179,7 +180,7 @@ def test_compare_runs_every_compared_method_a_cross_pairing_runs():
 
 
 def test_compare_with_a_method_a_cross_pairing_cannot_run_saves_nothing():
-    tab = compare_tab.CompareTab(app.build_service())
+    tab = compare_handlers.CompareTab(app.build_service())
     status = compare_frames(tab, ("specsteer", "costeer"))[-1][0]
     assert "CoSteer is not available on a cross-tokenizer pairing" in status and "Available here" in status
     assert storage.list_comparisons() == []
@@ -208,7 +209,7 @@ def dashboard_values(**overrides):
 
 
 def test_dashboard_batch_on_a_cross_pairing():
-    tab = dashboard_tab.DashboardTab(app.build_service())
+    tab = dashboard_handlers.DashboardTab(app.build_service())
     final = list(tab.run_batch(**dashboard_values()))[-1]
     assert "finished" in final.status and "4 cells computed" in final.status
     assert list(final.table["value"]["method"]) == ["LLM", "LLM+ (sends your data)", "SpecSteer", "SpecSteer"]
@@ -217,7 +218,7 @@ def test_dashboard_batch_on_a_cross_pairing():
 
 
 def test_dashboard_refuses_a_method_a_cross_pairing_cannot_run_before_storing_a_run():
-    tab = dashboard_tab.DashboardTab(app.build_service())
+    tab = dashboard_handlers.DashboardTab(app.build_service())
     status = list(tab.run_batch(**dashboard_values(methods=["specsteer", "sd"], run_name="refused")))[-1].status
     assert "ss-box-error" in status and "Standard SD is not available" in status and "Available here" in status
     assert "The run failed" not in status
@@ -255,13 +256,13 @@ def test_the_generate_cli_runs_the_tiny_cross_pair_and_refuses_what_it_cannot_ru
 def test_method_pickers_offer_only_what_the_chosen_pairing_runs():
     """After the pairing changes, a method picker lists the methods it runs and keeps the choice where
     it still runs: a two-tokenizer pairing drops SD and CoSteer; the tiny same-tokenizer pair offers all."""
-    runs = pairs.methods_run_by(CROSS_PAIRING_ID)
+    runs = pairings.methods_run_by(CROSS_PAIRING_ID)
     assert set(runs) == set(CROSS_TOKENIZER_METHODS) and "sd" not in runs and "costeer" not in runs
-    assert pairs.methods_run_by(pairs.TINY_PAIRING_ID) == METHODS
+    assert pairings.methods_run_by(pairings.TINY_PAIRING_ID) == METHODS
     group = pairs.offer_methods(METHODS, method_label, CROSS_PAIRING_ID, ["sd", "specsteer", "llm"])
     assert [value for _, value in group["choices"]] == list(runs)
     assert group["value"] == ["specsteer", "llm"]
     dropdown = pairs.offer_methods(("sd", "specsteer"), method_label, CROSS_PAIRING_ID, "sd")
     assert dropdown["value"] == "specsteer" and dropdown["info"] == METHOD_INFO["specsteer"].description
-    back = pairs.offer_methods(METHODS, method_label, pairs.TINY_PAIRING_ID, "sd")
+    back = pairs.offer_methods(METHODS, method_label, pairings.TINY_PAIRING_ID, "sd")
     assert back["value"] == "sd" and len(back["choices"]) == len(METHODS)

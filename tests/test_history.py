@@ -10,7 +10,7 @@ import pickle
 import pytest
 
 from specsteer.data import history
-from specsteer.data.datasets import SAMPLE_HISTORIES, sample_history_path, shared_data_path
+from specsteer.data.datasets import SAMPLE_USERS, sample_history_path, shared_data_path
 from specsteer.data.history import (
     MAX_ITEM_CHARS,
     MAX_ITEMS,
@@ -133,7 +133,7 @@ def test_format_is_sniffed_without_a_filename(content, schema):
     assert parse_history(content).schema == schema
 
 
-@pytest.mark.parametrize("schema", sorted(SAMPLE_HISTORIES))
+@pytest.mark.parametrize("schema", sorted(SAMPLE_USERS))
 def test_bundled_sample_histories_parse(schema):
     path = sample_history_path(schema)
     parsed = parse_history(path.read_bytes(), path.name)

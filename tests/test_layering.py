@@ -126,3 +126,13 @@ def test_the_wire_format_loads_without_torch():
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_every_tab_only_lays_out_and_stays_short():
+    tabs = sorted((REPO / "ui").glob("*_tab.py"))
+    assert tabs, "the tab modules are ui/*_tab.py"
+    for tab in tabs:
+        lines = tab.read_text(encoding="utf-8").count("\n")
+        assert lines <= 300, (
+            f"{tab.name} has {lines} lines: move decisions to the service, handlers to ui/*_handlers.py"
+        )

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from specsteer.service import pairings
+
 pytest.importorskip("gradio_client")
 
 import httpx  # noqa: E402
@@ -28,7 +30,6 @@ import storage  # noqa: E402
 from conftest import API_GENERATE  # noqa: E402
 from specsteer.cloud.process import free_loopback_port, start_cloud_process  # noqa: E402
 from specsteer.util import background  # noqa: E402
-from ui import pairs  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EXIT_LIMIT_S = 15.0
@@ -40,7 +41,7 @@ LONG_GENERATION = {**API_GENERATE, "max_new_tokens": 400, "rtt_ms": 100.0}
 def environment(data: Path, port: int) -> dict[str, str]:
     return {
         **os.environ,
-        pairs.TEST_PAIR_ENV: "tiny",
+        pairings.TEST_PAIR_ENV: "tiny",
         "SPECSTEER_DATA_DIR": str(data),
         "GRADIO_SERVER_PORT": str(port),
         "GRADIO_SERVER_NAME": "127.0.0.1",
@@ -158,7 +159,7 @@ def test_sigterm_with_nothing_running_exits_0(tmp_path):
 def test_the_cloud_service_exits_0_on_sigterm(tmp_path):
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     with (tmp_path / "cloud.log").open("wb") as log:
-        child = start_cloud_process("--pairing", pairs.TINY_PAIRING_ID, env=env, stderr=log, ready_timeout_s=180)
+        child = start_cloud_process("--pairing", pairings.TINY_PAIRING_ID, env=env, stderr=log, ready_timeout_s=180)
         status, seconds = stop_and_time(child.process)
     assert status == 0 and seconds < EXIT_LIMIT_S
 

@@ -13,13 +13,14 @@ from dataclasses import replace
 from pathlib import Path
 from types import SimpleNamespace
 
+import gradio as gr
 import pytest
 
 import app
 import storage
 from conftest import widget_settings
 from specsteer.cloud.process import free_loopback_port
-from specsteer.data.datasets import bundled_sample_path
+from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_path
 from specsteer.data.history import MAX_UPLOAD_BYTES
 from specsteer.evaluation.deployment import PROFILES
 from specsteer.evaluation.run_store import CellResult, GridPoint
@@ -28,8 +29,9 @@ from specsteer.method.events import GenerationStats, TokenEvent
 from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.exposure import CLOUD_URL_ENV
 from specsteer.protocol.wire import CloudInfo
+from specsteer.service import judging, page
 from specsteer.service.app_service import CloudCheck, Done, Failed, Generating, Started, Token
-from ui import compare_tab, dashboard_tab, generate_tab, pairs, render, streaming
+from ui import compare_handlers, dashboard_handlers, generate_handlers, generate_tab, pairs, render, streaming
 from ui.streaming import BackgroundRun, Throttle, Toast, merge_frames
 
 XSS_SCRIPT = "<script>window.__pwned=1</script>"
@@ -46,17 +48,17 @@ def service():
 
 @pytest.fixture
 def generate(service):
-    return generate_tab.GenerateTab(service)
+    return generate_handlers.GenerateTab(service)
 
 
 @pytest.fixture
 def compare(service):
-    return compare_tab.CompareTab(service)
+    return compare_handlers.CompareTab(service)
 
 
 @pytest.fixture
 def dashboard(service):
-    return dashboard_tab.DashboardTab(service)
+    return dashboard_handlers.DashboardTab(service)
 
 
 def settings(**overrides):
@@ -72,7 +74,7 @@ def run_generate(tab, loaded, task="review", input_text=TASK_INPUT["input_text"]
 
 
 def sample_history():
-    return generate_tab.read_sample("review")
+    return page.read_sample("review")
 
 
 def write(tmp_path, name, content):
@@ -169,7 +171,7 @@ def test_the_stats_strip_says_where_the_cloud_ran_and_which_link_was_emulated():
 
 
 def test_background_run_merges_frames_without_losing_updates():
-    skip = generate_tab.gr.skip()
+    skip = gr.skip()
     assert merge_frames(("a", "b"), (skip, "c")) == ("a", "c")
 
     def produce(flag):
@@ -239,7 +241,7 @@ def test_a_failed_generation_warns_from_the_handlers_thread(generate, monkeypatc
 
 
 def test_sample_users_load_with_their_task_and_input(generate):
-    for sample in generate_tab.SAMPLES:
+    for sample in SAMPLE_USERS:
         loaded, summary, task, text, upload = generate.load_sample(sample)
         assert len(loaded.history) > 0
         assert f"Read {len(loaded.history)} item" in summary
@@ -271,13 +273,13 @@ def test_after_an_upload_the_sample_dropdown_names_no_sample(generate, tmp_path)
     loaded, _summary, _task, sample = generate.load_upload(write(tmp_path, "mine.txt", "One.\n\nTwo."), None)
     assert loaded.name == "“mine.txt”" and sample is None
     _state, _summary, _task, sample = generate.load_upload(write(tmp_path, "bad.json", "[{"), sample_history())
-    assert sample == generate_tab.gr.skip()  # a refused file keeps the history, and the name of it
+    assert sample == gr.skip()  # a refused file keeps the history, and the name of it
 
 
 def test_malformed_upload_gives_a_clear_message_and_keeps_the_history(generate, tmp_path):
     current = sample_history()
     state, summary, task, _ = generate.load_upload(write(tmp_path, "bad.json", '[{"summary": "x",'), current)
-    assert state == generate_tab.gr.skip() and task == generate_tab.gr.skip()
+    assert state == gr.skip() and task == gr.skip()
     assert "ss-box-error" in summary and "malformed JSON" in summary and "line 1" in summary
     assert "Traceback" not in summary and "Still using" in summary
 
@@ -335,7 +337,7 @@ def test_unavailable_pairings_are_marked_and_refused(generate, monkeypatch):
     assert "(unavailable: different tokenizers)" in labels[refused.id]
     assert "(unavailable: different tokenizers)" not in labels["offline-smollm2__gemma3"]
     frames = run_generate(generate, sample_history(), pairing="qwen3-0.6b__qwen3-32b")
-    assert all(str(frame.output) == str(generate_tab.gr.skip()) for frame in frames)  # nothing generated
+    assert all(str(frame.output) == str(gr.skip()) for frame in frames)  # nothing generated
     assert "ss-box-error" in frames[-1].status and "unavailable here" in frames[-1].status
 
 
@@ -349,7 +351,7 @@ def test_choosing_an_unavailable_pairing_warns_once_and_goes_back(generate, warn
     assert "transformers" in runtime_note
     dropdown, note, _, remembered = pairs.pairing_selected(catalog, "offline-qwen2.5-coder", pairs.TINY_PAIRING_ID)
     if catalog.status("offline-qwen2.5-coder")[0]:
-        assert dropdown == generate_tab.gr.skip() and remembered == "offline-qwen2.5-coder"
+        assert dropdown == gr.skip() and remembered == "offline-qwen2.5-coder"
     else:
         assert remembered == pairs.TINY_PAIRING_ID
 
@@ -394,11 +396,11 @@ def test_every_method_runs_from_the_ui(generate, method):
 
 
 def test_a_persona_generation_counts_and_names_its_private_facts(generate):
-    sample = generate_tab.DEFAULT_SAMPLE
-    loaded = generate_tab.read_sample(sample)
+    sample = DEFAULT_SAMPLE
+    loaded = page.read_sample(sample)
     assert loaded.history.profile and generate_tab.DEFAULTS.prompt_style == "clean"
-    assert "Privacy_info" in generate_tab.history_summary(loaded)
-    task = generate_tab.SAMPLES[sample][1]
+    assert "Privacy_info" in generate_handlers.history_summary(loaded)
+    task = SAMPLE_USERS[sample].input_text
     steered = run_generate(generate, loaded, task="cogenesis", input_text=task, max_new_tokens=6, prompt_style="clean")[
         -1
     ].privacy
@@ -495,13 +497,13 @@ def test_a_bad_or_absent_cloud_is_a_message_and_its_credentials_are_never_shown(
 
 def test_the_setting_starts_from_the_environment_unless_it_is_unusable(monkeypatch):
     monkeypatch.setenv(CLOUD_URL_ENV, "HTTP://Cloud.example.org:8700/")
-    assert generate_tab.environment_cloud() == ("http://cloud.example.org:8700", None)
+    assert page.environment_cloud() == ("http://cloud.example.org:8700", None)
     monkeypatch.setenv(CLOUD_URL_ENV, "http://alice:hunter2@cloud.example.org:8700")
-    address, problem = generate_tab.environment_cloud()
+    address, problem = page.environment_cloud()
     assert address == "" and f"${CLOUD_URL_ENV} is not used" in problem and "hunter2" not in problem
     assert problem.endswith("The Cloud runs in this process.")
     monkeypatch.delenv(CLOUD_URL_ENV)
-    assert generate_tab.environment_cloud() == ("", None)
+    assert page.environment_cloud() == ("", None)
 
 
 def test_what_a_cloud_serves_is_shown_escaped():
@@ -535,7 +537,7 @@ def test_a_cloud_failing_midway_keeps_the_output_stats_and_transcript(service):
     )
     remote = replace(started.settings, cloud="http://127.0.0.1:1")
     replay = [replace(started, settings=remote), *(e for e in events if isinstance(e, (Generating, Token))), failed]
-    last = list(generate_tab.generation_frames(replay))[-1]
+    last = list(generate_handlers.generation_frames(replay))[-1]
     assert "ss-box-error" in last.status and "kept and saved as generation #1" in last.status
     assert last.output.count('class="ss-tok ') == sum(1 for token in done.result.tokens if token.text)
     assert 'data-state="cloud-error"' in last.stats and ">http://127.0.0.1:1<" in last.stats
@@ -572,8 +574,8 @@ def test_script_in_history_and_input_is_escaped_everywhere(generate, tmp_path):
 
 
 def frame_of(view):
-    """The compare handlers' outputs, by name (they return compare_tab.CompareView)."""
-    assert isinstance(view, compare_tab.CompareView)
+    """The compare handlers' outputs, by name (they return compare_handlers.CompareView)."""
+    assert isinstance(view, compare_handlers.CompareView)
     return view
 
 
@@ -595,13 +597,15 @@ def test_comparison_annotation_reveal_export_and_agreement(compare):
     frames = run_compare(compare)
     final = frames[-1]
     view = final.view
-    assert isinstance(view, compare_tab.ComparisonView) and sorted(view.order) == ["llm", "slm+", "specsteer"]
+    assert isinstance(view, judging.ComparisonView) and sorted(view.order) == ["llm", "slm+", "specsteer"]
     assert "Saved as comparison" in final.status
-    assert [update["visible"] for update in frames[0].visible] == [True] * 3 + [False] * (compare_tab.MAX_SLOTS - 3)
+    assert [update["visible"] for update in frames[0].visible] == [True] * 3 + [False] * (
+        compare_handlers.MAX_SLOTS - 3
+    )
     for slot in final.slots[:3]:  # blind: labels only
         assert "Output" in slot and "SpecSteer" not in slot and "SLM+" not in slot
 
-    ratings = [4, 5, 2, 3, 3, 3] + [None] * (2 * compare_tab.MAX_SLOTS - 6)
+    ratings = [4, 5, 2, 3, 3, 3] + [None] * (2 * compare_handlers.MAX_SLOTS - 6)
     status, revealed, slots, table, agreement = compare.submit_annotation(
         view, "ann-1", "A", "A reads like the user", *ratings
     )
@@ -641,7 +645,7 @@ def test_comparison_not_blind_shows_names_in_method_order(compare):
 
 def test_annotation_needs_name_and_choice_and_a_comparison(compare):
     final = run_compare(compare, methods=("slm",))[-1]
-    none = [None] * (2 * compare_tab.MAX_SLOTS)
+    none = [None] * (2 * compare_handlers.MAX_SLOTS)
     assert "Enter your name" in compare.submit_annotation(final.view, " ", "A", "", *none)[0]
     assert "Pick the output" in compare.submit_annotation(final.view, "x", None, "", *none)[0]
     assert "Run a comparison" in compare.submit_annotation(None, "x", "A", "", *none)[0]
@@ -776,7 +780,7 @@ def test_a_run_hands_gradio_copies_of_its_update_dicts():
     of the stream, must still carry every value (an API client reads the last frame)."""
 
     def produce(flag):
-        yield (generate_tab.gr.update(value="table", column_widths=["10px"]),)
+        yield (gr.update(value="table", column_widths=["10px"]),)
 
     run = BackgroundRun(produce, width=1, name="test")
     sent = []
@@ -887,18 +891,18 @@ def test_a_server_path_is_never_read_as_a_history(service, tmp_path, warnings):
     secret = write(tmp_path, "secret_notes.txt", "API_TOKEN=hunter2\n\nmore notes")
     copied = write(folder / "def456", "secret_notes.txt", "API_TOKEN=hunter2\n\nmore notes")  # Gradio's copy
     (folder / "abc123" / "link.txt").symlink_to(secret)
-    tab = generate_tab.GenerateTab(service, lambda path: received_upload(path, {uploaded}, str(folder)))
+    tab = generate_handlers.GenerateTab(service, lambda path: received_upload(path, {uploaded}, str(folder)))
     loaded, _summary, _task, _sample = tab.load_upload(uploaded, None)
     assert len(loaded.history) == 2
     for path in (secret, copied, str(folder / "abc123" / "link.txt"), "/etc/passwd"):
         state, summary, task, _ = tab.load_upload(path, sample_history())
-        assert state == generate_tab.gr.skip() and task == generate_tab.gr.skip()
+        assert state == gr.skip() and task == gr.skip()
         assert "was not uploaded to the app" in summary and "hunter2" not in summary
 
 
 def test_the_dashboard_never_reads_a_server_path_as_records(service, tmp_path):
     planted = write(tmp_path, "records.jsonl", '{"input": "x", "output": "y", "profile": []}\n')
-    tab = dashboard_tab.DashboardTab(service, lambda path: False)
+    tab = dashboard_handlers.DashboardTab(service, lambda path: False)
     frames = list(
         tab.run_batch(
             **dashboard_values(source="upload", upload=planted, methods=["llm"], alphas="0.1", run_name="probe")
@@ -911,7 +915,7 @@ def test_in_public_only_the_operators_token_exports_the_annotations(compare):
     from specsteer.protocol.exposure import Exposure
 
     final = run_compare(compare, methods=("slm",))[-1]
-    none = [None] * (2 * compare_tab.MAX_SLOTS)
+    none = [None] * (2 * compare_handlers.MAX_SLOTS)
     assert "Saved annotation" in compare.submit_annotation(final.view, "visitor-7", "A", "private note", *none)[0]
     compare.service.exposure = Exposure(public=True, admin_token="operator-token")  # the app, served in public
     for token in ("", "guess", "operator-token "):

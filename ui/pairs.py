@@ -13,7 +13,6 @@ the UI, the HTTP API and the browser use them; a real deployment never sets it.
 from __future__ import annotations
 
 import html
-import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
@@ -22,41 +21,18 @@ from typing import NamedTuple
 import gradio as gr
 
 from specsteer.engine.generate import CROSS_TOKENIZER_METHODS
-from specsteer.method.catalog import METHOD_INFO, METHODS
-from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS, Pairing
+from specsteer.method.catalog import METHOD_INFO
+from specsteer.models.registry import PAIRINGS, Pairing
 from specsteer.models.tiny import CROSS_PAIRING_ID as TINY_CROSS_PAIRING_ID
 from specsteer.models.tiny import TEST_PAIRING_ID as TINY_PAIRING_ID
-from specsteer.models.tiny import shared_test_pair, shared_tiny_pair
 from specsteer.runtimes.base import RUNTIME_CHOICES
 from specsteer.service.app_service import PairCatalog
+from specsteer.service.pairings import default_pairing_id, methods_run_by
 from ui.wiring import QUIET
 
-TEST_PAIR_ENV = "SPECSTEER_TEST_PAIR"
 TINY_LABEL = "Tiny random pair (tests only)"
 TINY_CROSS_LABEL = "Tiny random pair, two tokenizers (tests only)"
 RUNTIME_LABELS = {"auto": "auto", "llama.cpp": "llama.cpp (GGUF, CPU)", "transformers": "transformers (PyTorch)"}
-
-
-def test_pair_enabled() -> bool:
-    return os.environ.get(TEST_PAIR_ENV, "").strip().lower() == "tiny"
-
-
-def catalog() -> PairCatalog:
-    """The pairings this app may load: the registry's, and the tiny pairs in test mode."""
-    if not test_pair_enabled():
-        return PairCatalog()
-    return PairCatalog(
-        {TINY_PAIRING_ID: shared_tiny_pair, TINY_CROSS_PAIRING_ID: partial(shared_test_pair, TINY_CROSS_PAIRING_ID)}
-    )
-
-
-def default_pairing_id(pairs: PairCatalog) -> str:
-    """The registry's default when it can load here, else the first pairing that can (e.g. a hub
-    pairing on a Space without the offline weights), else the default anyway (its note says why)."""
-    if TINY_PAIRING_ID in pairs.test_pairs:
-        return TINY_PAIRING_ID
-    ordered = [DEFAULT_PAIRING, *(pairing_id for pairing_id in PAIRINGS if pairing_id != DEFAULT_PAIRING)]
-    return next((pairing_id for pairing_id in ordered if pairs.status(pairing_id)[0]), DEFAULT_PAIRING)
 
 
 def _short_reason(pairing: Pairing, note: str) -> str:
@@ -99,14 +75,6 @@ def pairing_note(pairs: PairCatalog, pairing_id: str | None) -> str:
     return (
         f"**{pairing.specialist.name} → {pairing.generalist.name}**: {pairing.description}  \n{state}: {note}{methods}"
     )
-
-
-def methods_run_by(pairing_id: str | None) -> tuple[str, ...]:
-    """The methods a pairing runs: every one, or on a pairing of two tokenizers those the engine runs
-    across tokenizers (engine.CROSS_TOKENIZER_METHODS)."""
-    pairing = PAIRINGS.get(pairing_id or "")
-    two_tokenizers = pairing_id == TINY_CROSS_PAIRING_ID or (pairing is not None and pairing.separate_tokenizers)
-    return tuple(method for method in METHODS if not two_tokenizers or method in CROSS_TOKENIZER_METHODS)
 
 
 def offer_methods(offered: Sequence[str], label: Callable[[str], str], pairing_id: str | None, chosen: object):

@@ -60,3 +60,13 @@ class PageRefresh:
 
     def on_load(self, page: gr.Blocks) -> None:
         page.load(self.read, None, list(self.outputs), **QUIET)
+
+
+@dataclass
+class GenerateControls:
+    """The components the Compare tab reuses: it runs on the same history, input and settings."""
+
+    history: gr.State
+    task: gr.Dropdown
+    input_text: gr.Textbox
+    settings: dict[str, gr.components.Component]  # GenerationSettings field name -> its widget

@@ -44,17 +44,60 @@ LAMP_TASK_NAMES = {"LaMP_4": "lamp4", "LaMP_5": "lamp5", "LaMP_7": "lamp7"}
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLES_DIR = REPO_ROOT / "assets" / "samples"
-SAMPLE_HISTORIES = {
-    # CoGenesis personas from the dev split (records as published): profile, 4 texts, a task.
-    "persona-hr": "persona_hr_manager.json",
-    "persona-principal": "persona_retired_principal.json",
-    "persona-developer": "persona_software_developer.json",
-    "persona-gamedev": "persona_game_developer.json",
-    "review": "review_user.jsonl",
-    "writing": "writing_user.json",
-    "abstract": "abstract_user.csv",
-    "plain": "plain_user.txt",
+@dataclass(frozen=True)
+class SampleUser:
+    """A bundled synthetic user (assets/samples): the history file and an input that suits it."""
+
+    file: str
+    label: str  # how the app's sample picker names the user
+    input_text: str
+
+
+# The one catalogue of sample users. The first four are CoGenesis personas from the dev split (records as
+# published: a profile and four texts, private; the input is the record's task).
+SAMPLE_USERS: dict[str, SampleUser] = {
+    'persona-hr': SampleUser(
+        'persona_hr_manager.json',
+        'Gregory, HR manager (persona, CoGenesis)',
+        'Write an article on balancing work and family life: Share personal insights and professional advice on how working remotely on Fridays has improved your work-life balance and family relationships.',
+    ),
+    'persona-principal': SampleUser(
+        'persona_retired_principal.json',
+        'Martha, retired school principal (persona, CoGenesis)',
+        'Heirloom Tomato Article: Prepare an informative article for your gardening club, detailing the process of cultivating heirloom tomatoes, your personal tips, and the emotional significance of this tradition.',
+    ),
+    'persona-developer': SampleUser(
+        'persona_software_developer.json',
+        'Ava, software developer (persona, CoGenesis)',
+        'Write a Spanish language learning article: She can share her experience learning Spanish, the apps she uses, methodologies, study routine, and how it might help in her professional life, possibly for internal cultural diversification materials.',
+    ),
+    'persona-gamedev': SampleUser(
+        'persona_game_developer.json',
+        'Alex, indie game developer (persona, CoGenesis)',
+        'Creative Patch Notes: Craft creative patch notes for your latest game update.',
+    ),
+    'review': SampleUser(
+        'review_user.jsonl',
+        'Gadget reviewer (review, JSONL)',
+        'Generate the review text written by a reviewer who has given an overall rating of "5.0" for a product with description "Portable power bank, 20000 mAh, two USB-C ports, 65 W fast charging.". The summary of the review text is "Charges my laptop twice!".',
+    ),
+    'writing': SampleUser(
+        'writing_user.json',
+        'Home baker (writing, JSON)',
+        'Generate the content for a reddit post first time making croissants',
+    ),
+    'abstract': SampleUser(
+        'abstract_user.csv',
+        'Sensor-network researcher (abstract, CSV)',
+        'Generate an abstract for the title "Detecting Faulty Soil Sensors from Neighbour Agreement" using the following items: 1. sensor faults 2. spatial correlation 3. fault detection accuracy',
+    ),
+    'plain': SampleUser(
+        'plain_user.txt',
+        'Hiking club organiser (plain text)',
+        "Write a short message to the club announcing Sunday's lake walk and what to bring.",
+    ),
 }
+DEFAULT_SAMPLE = "persona-hr"
 SHARED_DATA_ENV = "SPECSTEER_SHARED_DATA"
 _SPLIT_SUFFIXES = (".jsonl", ".json", ".parquet")
 
@@ -226,9 +269,9 @@ def bundled_sample_path(task: str) -> Path:
 
 def sample_history_path(schema: str) -> Path:
     """A synthetic sample history upload of the given schema."""
-    if schema not in SAMPLE_HISTORIES:
-        raise ValueError(f"no sample history for schema {schema!r}; choose one of {', '.join(SAMPLE_HISTORIES)}")
-    return SAMPLES_DIR / SAMPLE_HISTORIES[schema]
+    if schema not in SAMPLE_USERS:
+        raise ValueError(f"no sample history for schema {schema!r}; choose one of {', '.join(SAMPLE_USERS)}")
+    return SAMPLES_DIR / SAMPLE_USERS[schema].file
 
 
 def shared_data_path(task: str) -> Path | None:

@@ -1,0 +1,136 @@
+"""The Dashboard's decisions, GUI-free: the grid form's values as one EvalSpec (data sources, number lists,
+kept uploads), a stored run's summary rows (with the privacy shares of a CoGenesis run), the claim against
+the stronger baseline with bootstrap intervals, and how the run picker names runs."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from specsteer.data.datasets import LONGLAMP_TASKS, resolve_data_source, shared_cogenesis_path, shared_data_path
+from specsteer.evaluation import plots
+from specsteer.evaluation.grid import EvalSpec, paired_difference, run_facts, run_prompts, stronger_baseline, summarize
+from specsteer.evaluation.run_store import StoredRun
+from specsteer.method.catalog import METHODS, method_label
+
+SOURCES = {
+    "sample": "Bundled sample (synthetic, 3 records per task)",
+    "shared": "Real records (../shared/data: LongLaMP; CoGenesis's test split)",
+    "upload": "Uploaded LongLaMP file",
+}
+
+
+def parse_numbers(text: str, what: str) -> tuple[float, ...]:
+    """ "1, 0.5, 0.1" -> (1.0, 0.5, 0.1); raises ValueError naming the bad entry."""
+    values = []
+    for part in (text or "").replace(";", ",").split(","):
+        if not part.strip():
+            continue
+        try:
+            value = float(part)
+        except ValueError:
+            raise ValueError(f"{what}: {part.strip()!r} is not a number.") from None
+        if math.isnan(value):
+            raise ValueError(f"{what}: NaN is not a grid value.")
+        values.append(value)
+    if not values:
+        raise ValueError(f"{what}: give at least one number (comma-separated).")
+    return tuple(dict.fromkeys(values))
+
+
+@dataclass(frozen=True)
+class GridForm:
+    """The grid's widgets' values, by the /evaluate endpoint's parameter names."""
+
+    source: str  # "sample", "shared" or "upload" (SOURCES)
+    upload: str | None
+    task: str
+    records: float
+    methods: Sequence[str]
+    alphas: str  # comma-separated
+    betas: str
+    pairing: str
+    runtime: str
+    max_new_tokens: float
+    draft_len: float
+    run_name: str
+
+    def spec(self, keep_upload: Callable[[str, str], Path]) -> EvalSpec:
+        """The one EvalSpec these values name; ``keep_upload`` keeps an uploaded records file (the service's
+        ``keep_records``). ValueError (or DataError, OSError) saying what to change."""
+        if self.source in ("sample", "shared"):
+            data = resolve_data_source(self.source, self.task)
+        elif self.upload:
+            data = str(keep_upload(self.upload, self.task))
+        else:
+            raise ValueError("Upload a LongLaMP records file (JSONL or JSON) first.")
+        return EvalSpec(
+            data=data,
+            task=self.task,
+            methods=tuple(method for method in METHODS if method in set(self.methods or [])),
+            alphas=parse_numbers(self.alphas, "α list"),
+            betas=parse_numbers(self.betas, "β list"),
+            limit=int(self.records),
+            pairing=self.pairing,
+            runtime=self.runtime,
+            max_new_tokens=int(self.max_new_tokens),
+            draft_len=int(self.draft_len),
+            run_name=(self.run_name or "").strip() or None,
+        )
+
+
+def source_choices() -> list[tuple[str, str]]:
+    has_shared = any(shared_data_path(task) for task in LONGLAMP_TASKS) or shared_cogenesis_path() is not None
+    return [(label, key) for key, label in SOURCES.items() if key != "shared" or has_shared]
+
+
+def stored_rows(config: Mapping[str, object], cells: Sequence) -> list[dict]:
+    """A stored run's summary rows; a run over records with private facts (CoGenesis) also gets the
+    privacy audit's shares, when its records file is here to rebuild its prompts from."""
+    if config.get("task") != "cogenesis":
+        return summarize(cells)
+    try:
+        return summarize(cells, "cogenesis", run_prompts(config), run_facts(config))
+    except (ValueError, OSError):  # the records file moved or is unreadable: the rows without privacy
+        return summarize(cells)
+
+
+def claim_notes(cells: Sequence) -> list[str]:
+    """Each SpecSteer setting against the stronger of SLM+ and LLM, record by record on ROUGE-L and
+    ROUGE-1, with 95 % bootstrap intervals (sentences for the status line)."""
+    notes = []
+    for metric, name in (("rougeL", "R-L"), ("rouge1", "R-1")):
+        baseline = stronger_baseline(cells, metric)
+        if baseline is None:
+            return notes
+        steered = sorted(
+            {cell.point for cell in cells if cell.point.method == "specsteer"},
+            key=lambda point: (-(point.alpha or 0), point.beta or 0),
+        )
+        for point in steered:
+            difference = paired_difference(cells, point, baseline, metric)
+            if difference is not None:
+                notes.append(
+                    f"{plots.point_label(vars(point))} − {method_label(baseline.method)} (the stronger "
+                    f"baseline) on {name}: {difference.describe()} (95 % bootstrap)."
+                )
+    return notes
+
+
+def run_label(run: StoredRun) -> str:
+    """How the run picker names a stored run (rendered as text, not HTML)."""
+    config = run.config or {}
+    return (
+        f"#{run.id} {run.name} · {config.get('task', '?')} · {run.status} · "
+        f"{run.cell_count}/{config.get('cells_total', '?')} cells"
+    )
+
+
+def chosen_run_ids(run_ids: Sequence[int] | int | None) -> list[int] | None:
+    """The run picker's value as run ids; None when nothing (or something that is not an id) is chosen."""
+    ids = [run_ids] if isinstance(run_ids, (int, str)) else list(run_ids or [])
+    if not ids or not all(str(run_id).strip().isdigit() for run_id in ids):
+        return None
+    return [int(str(run_id).strip()) for run_id in ids]

@@ -1,0 +1,143 @@
+"""The Compare tab's decisions, GUI-free: what an annotator is looking at (a saved comparison in the order shown
+to them, blind or not, revealed once judged), what they filled in, the checks a judgement must pass before it
+is saved, the blind rule (which slot may name its method), and the summary's rows."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from specsteer.method.catalog import PRIVATE_METHODS, method_label
+from specsteer.method.events import GenerationStats
+from specsteer.service.stores import RATING_CRITERIA, AnnotationSummary, NewAnnotation, StoredComparison, slot_label
+
+# Blind comparisons judge the methods that keep the private context on the device; llm+ (which sends it)
+# is offered by the Generate tab and the evaluation, where it is labelled as sending it.
+COMPARED_METHODS = PRIVATE_METHODS
+PREFERENCE_EXTRAS = [("Tie", "tie"), ("All bad", "all_bad")]
+SUMMARY_HEADERS = ["method", "shown", "wins", "win rate", "ties", "all bad", "personalization", "fluency"]
+
+
+@dataclass
+class ComparisonView:
+    """What one annotator is looking at: a saved comparison in the order shown to them."""
+
+    comparison_id: int
+    order: list[str]  # methods, slot 0 = label A
+    texts: list[str]
+    generation_ids: list[int]
+    blind: bool
+    revealed: bool = False
+    stats: list[GenerationStats | None] = field(default_factory=list)  # filled when revealed
+
+    def shown_method(self, slot: int) -> str | None:
+        """The blind rule: a slot names its method once the judgement is saved, or always when not blind."""
+        return self.order[slot] if (self.revealed or not self.blind) else None
+
+    def revealed_with(self, saved: StoredComparison) -> ComparisonView:
+        """This view after its judgement was saved: the methods revealed, with each output's statistics."""
+        return replace(self, revealed=True, stats=[output.stats for output in saved.outputs])
+
+    @classmethod
+    def of(cls, comparison: StoredComparison) -> ComparisonView:
+        """A saved comparison as the service reopened it (a blind one already in a fresh random order)."""
+        outputs = comparison.outputs
+        return cls(
+            comparison_id=comparison.id,
+            order=[o.method for o in outputs],
+            texts=[o.text for o in outputs],
+            generation_ids=[o.generation_id for o in outputs],
+            blind=comparison.blind,
+        )
+
+
+@dataclass(frozen=True)
+class JudgementForm:
+    """What an annotator filled in: name, preference, comment, and the ratings of slot A's criteria
+    (:data:`RATING_CRITERIA`), then slot B's, … (None: not rated)."""
+
+    annotator: str
+    preferred: str | None
+    comment: str
+    ratings: tuple[int | None, ...]
+
+    def scores(self, count: int) -> dict[str, dict[str, int | None]]:
+        """The ratings of the first ``count`` slots, by label and criterion (missing ones: not rated)."""
+        per_slot = len(RATING_CRITERIA)
+        given = self.ratings + (None,) * max(0, per_slot * count - len(self.ratings))
+        return {
+            slot_label(slot): dict(zip(RATING_CRITERIA, given[per_slot * slot : per_slot * (slot + 1)], strict=True))
+            for slot in range(count)
+        }
+
+
+def comparison_label(comparison: StoredComparison) -> str:
+    """How the reopen dropdown names a saved comparison (rendered as text, not HTML)."""
+    snippet = " ".join(comparison.input_text.split())[:60]
+    blind = "blind, " if comparison.blind else ""
+    return f"#{comparison.id} · {comparison.task} · {blind}{len(comparison.outputs)} outputs · {snippet}"
+
+
+def summary_rows(summary: AnnotationSummary) -> tuple[list[list], str]:
+    """Win rates and mean ratings per method, and inter-annotator agreement (trusted numbers only)."""
+    rows = []
+    for method, judged in summary.methods.items():
+        means = judged.mean_ratings
+        rows.append(
+            [
+                method_label(method),
+                judged.shown,
+                judged.wins,
+                round(judged.win_rate, 3),
+                judged.ties,
+                judged.all_bad,
+                _round(means.get("personalization")),
+                _round(means.get("fluency")),
+            ]
+        )
+    agreement = summary.agreement
+    if agreement.comparisons:
+        kappa = agreement.fleiss_kappa
+        text = (
+            f"**Agreement** over {agreement.comparisons} comparison(s) judged by two or more annotators "
+            f"({agreement.judgements} judgements): pairwise agreement {agreement.percent_agreement:.0%}, "
+            f"unanimous {agreement.unanimous:.0%}, Fleiss' κ {'n/a' if kappa is None else f'{kappa:.2f}'}."
+        )
+    else:
+        text = "**Agreement**: no comparison has been judged by two annotators yet."
+    text = f"{summary.judgements} judgement(s) by {summary.annotators} annotator(s). " + text
+    return rows, text
+
+
+def _round(value: float | None) -> float | None:
+    return None if value is None else round(value, 2)
+
+
+def comparison_id(chosen: int | str | None) -> int:
+    """The comparison a caller names ("12", "#12", 12) as an id; ValueError with what to do for anything else
+    (a number too large to be an id included: the database would overflow on it)."""
+    text = str(chosen).strip().lstrip("#") if chosen is not None else ""
+    if not text.isdigit() or len(text) > 18:
+        raise ValueError("Choose a saved comparison to open.")
+    return int(text)
+
+
+def judgement(view: ComparisonView | None, form: JudgementForm) -> NewAnnotation:
+    """The annotation a judgement saves; ValueError saying what is missing, before anything is saved."""
+    if view is None:
+        raise ValueError("Run a comparison or open a saved one first.")
+    if view.revealed:
+        raise ValueError(
+            "This judgement is already saved. Reopen the comparison to judge it again (as another annotator)."
+        )
+    if not form.annotator.strip():
+        raise ValueError("Enter your name as annotator.")
+    if not form.preferred:
+        raise ValueError("Pick the output you prefer (or tie / all bad).")
+    return NewAnnotation(
+        comparison_id=view.comparison_id,
+        annotator=form.annotator.strip(),
+        preferred=form.preferred,
+        ratings=form.scores(len(view.order)),
+        comment=form.comment,
+        display_order=tuple(view.order),
+    )

@@ -1,0 +1,27 @@
+"""What a page of the app starts from, GUI-free: the bundled sample users (one catalogue,
+``specsteer.data.datasets.SAMPLE_USERS``) read as named histories, and the Cloud setting's starting value from
+the environment."""
+
+from __future__ import annotations
+
+import os
+
+from specsteer.data.datasets import SAMPLE_USERS, sample_history_path
+from specsteer.data.history import parse_history
+from specsteer.engine.settings import sentence
+from specsteer.protocol.exposure import CLOUD_URL_ENV, cloud_address
+from specsteer.service.stores import NamedHistory
+
+
+def read_sample(sample: str) -> NamedHistory:
+    path = sample_history_path(sample)
+    return NamedHistory(parse_history(path.read_bytes(), filename=path.name), f"sample “{SAMPLE_USERS[sample].label}”")
+
+
+def environment_cloud() -> tuple[str, str | None]:
+    """The Cloud setting's starting value from $SPECSTEER_CLOUD_URL, and why it was not usable (then the
+    setting starts empty, in process: an address with a credential in it is never put on the page)."""
+    try:
+        return cloud_address(os.environ.get(CLOUD_URL_ENV, "")), None
+    except ValueError as error:
+        return "", sentence(f"${CLOUD_URL_ENV} is not used: {error} The Cloud runs in this process")

@@ -12,7 +12,7 @@ import pytest
 from specsteer import cli
 from specsteer.models.tiny import tiny_pair
 
-SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "samples" / "review_user.jsonl"
+SAMPLE = Path(__file__).resolve().parents[2] / "assets" / "samples" / "review_user.jsonl"
 
 
 @pytest.fixture
@@ -124,7 +124,7 @@ def test_a_deeply_nested_history_is_a_named_error_not_a_traceback(tmp_path):
         text=True,
         timeout=120,
         check=False,
-        cwd=Path(__file__).resolve().parents[1],
+        cwd=Path(__file__).resolve().parents[2],
     )
     assert done.returncode == 2
     assert done.stderr.startswith("error: line 1: the JSON is nested more than"), done.stderr

@@ -23,7 +23,7 @@ from specsteer.service.app_service import AppService, PairCatalog
 from ui import compare_handlers, dashboard_handlers, generate_handlers, pairs, render
 
 XSS = '<img src=x onerror="window.__pwned=1">'
-SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "samples" / "review_user.jsonl"
+SAMPLE = Path(__file__).resolve().parents[2] / "assets" / "samples" / "review_user.jsonl"
 TASK_INPUT = dict(task="review", input_text="Write a review of a power bank with great battery life")
 
 

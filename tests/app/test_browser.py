@@ -28,7 +28,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Pyt
 
 pytestmark = pytest.mark.browser
 
-SCREENSHOTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "screenshots"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 XSS_SCRIPT = "<script>window.__pwned=1</script>"
 XSS_IMG = '<img src=x onerror="window.__pwned=1">'
 XSS_TEMPLATE = "${window.__pwned=1}"  # gr.HTML renders through a JS template: data must not be evaluated

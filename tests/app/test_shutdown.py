@@ -31,7 +31,7 @@ from conftest import API_GENERATE  # noqa: E402
 from specsteer.cloud.process import free_loopback_port, start_cloud_process  # noqa: E402
 from specsteer.util import background  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXIT_LIMIT_S = 15.0
 # An emulated 100 ms round trip per verification: a 400-token generation takes many seconds, so the
 # signal surely arrives while it runs.

@@ -23,7 +23,7 @@ from specsteer.models.registry import (
 from specsteer.service.app_service import PairCatalog
 from ui.pairs import pairing_choices
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_all_required_pairings_exist_with_the_default_first():

@@ -26,7 +26,7 @@ from specsteer.data.hygiene import (
 )
 from specsteer.data.tasks import build_prompts
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 REVIEW_INPUT = (
     'Generate the review text written by a reviewer who has a given an overall rating of "5.0" for a product '

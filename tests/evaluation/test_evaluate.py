@@ -31,7 +31,7 @@ from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
 from specsteer.models.tiny import tiny_pair
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SAMPLE = str(bundled_sample_path("review"))
 # Short prompts and outputs keep every generation of the byte-level tiny models in milliseconds.
 FAST = EvalSpec(data=SAMPLE, task="review", methods=("llm", "slm+"), alphas=(1.0,), max_new_tokens=3, retrieval_k=1)

@@ -327,7 +327,7 @@ def test_generate_cli_runs_the_edge_against_the_cloud(pair, server, monkeypatch,
     import json
     from pathlib import Path
 
-    sample = Path(__file__).resolve().parents[1] / "assets" / "samples" / "review_user.jsonl"
+    sample = Path(__file__).resolve().parents[2] / "assets" / "samples" / "review_user.jsonl"
     loads = []
     monkeypatch.setattr("specsteer.models.loading.load_pair", lambda *a, **k: loads.append(k) or pair)
     arguments = [
@@ -456,7 +456,7 @@ def test_a_secret_that_is_not_ascii_is_refused_at_start_up_on_both_sides(monkeyp
     with pytest.raises(ValueError, match="not printable ASCII"):
         RemoteCloud("http://127.0.0.1:1", "pässwörd")
     monkeypatch.setenv("SPECSTEER_CLOUD_SECRET", "pässwörd")
-    sample = os.path.join(os.path.dirname(__file__), "..", "assets", "samples", "review_user.jsonl")
+    sample = os.path.join(os.path.dirname(__file__), "..", "..", "assets", "samples", "review_user.jsonl")
     assert (
         cli.main(["generate", "--history", sample, "--task", "review", "--input", "x", "--cloud", "http://127.0.0.1:1"])
         == 2

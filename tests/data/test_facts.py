@@ -8,7 +8,7 @@ from pathlib import Path
 from specsteer.data.facts import expose, fact_shares, fact_terms, mentions, method_exposure, split_private_facts
 from specsteer.data.tasks import PromptPair
 
-SAMPLE = Path(__file__).parent / "fixtures" / "fact_matcher_sample.json"
+SAMPLE = Path(__file__).resolve().parents[1] / "fixtures" / "fact_matcher_sample.json"
 PROFILE = """Age: 47
 Name: Isabel Martinez
 Privacy_info: Hosts a monthly dinner party to network with potential clients; Recently celebrated 20th wedding anniversary with a trip to the Maldives;  ; Volunteers at a local animal shelter on weekends.

@@ -39,7 +39,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 SCHEMA = "specsteer.gpu_costs/1"
@@ -88,9 +88,7 @@ SHAPES: dict[str, Shape] = {
     "Qwen3-32B": Shape("qwen3", 5120, 64, 64, 8, 128, 25600, 151936, False, _hub("Qwen/Qwen3-32B")),
     "Qwen2.5-1.5B": Shape("qwen2", 1536, 28, 12, 2, 128, 8960, 151936, True, _hub("Qwen/Qwen2.5-1.5B-Instruct")),
     "Qwen2.5-32B": Shape("qwen2", 5120, 64, 40, 8, 128, 27648, 152064, False, _hub("Qwen/Qwen2.5-32B-Instruct")),
-    "Llama-3.2-1B": Shape(
-        "llama", 2048, 16, 32, 8, 64, 8192, 128256, True, _hub("meta-llama/Llama-3.2-1B-Instruct")
-    ),
+    "Llama-3.2-1B": Shape("llama", 2048, 16, 32, 8, 64, 8192, 128256, True, _hub("meta-llama/Llama-3.2-1B-Instruct")),
     "Llama-3.1-8B": Shape(
         "llama", 4096, 32, 32, 8, 128, 14336, 128256, False, _hub("meta-llama/Llama-3.1-8B-Instruct")
     ),
@@ -380,10 +378,23 @@ class ModelCosts:
 
 
 def measure_model(costs: ModelCosts, settings: Settings, device: str, budget: Budget, torch, transformers) -> None:
-    dtype = torch.bfloat16
+    """Build one model, measure it, free it. A failure (memory, an API change) is recorded in
+    ``costs.error`` and does not stop the run: the next model still gets the device."""
+    try:
+        _build_and_measure(costs, settings, device, budget, torch, transformers)
+    except Exception as error:
+        costs.error = f"{type(error).__name__}: {error}"
+        log(budget, f"{costs.name}: failed, {costs.error}")
+    # Out of the except block the failed frames, and the weights they held, are released.
+    gc.collect()
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+
+
+def _build_and_measure(costs: ModelCosts, settings: Settings, device: str, budget: Budget, torch, transformers) -> None:
     timer = Timer(torch, device)
     began = time.monotonic()
-    model = build_model(costs.shape, device, dtype, torch, transformers)
+    model = build_model(costs.shape, device, torch.bfloat16, torch, transformers)
     timer.sync()
     costs.build_s = time.monotonic() - began
     costs.parameters = sum(p.numel() for p in model.parameters())
@@ -395,24 +406,18 @@ def measure_model(costs: ModelCosts, settings: Settings, device: str, budget: Bu
     def tokens(n: int):
         return torch.randint(0, costs.shape.vocab_size, (1, n), device=device, generator=generator)
 
-    def attempt(what: str, todo: Callable[[], None]) -> None:
-        if budget.spent():
-            costs.skipped.append(f"{what}: the time budget was spent")
-            return
-        todo()
-
-    try:
-        with torch.inference_mode():
-            for context in settings.contexts:
-                attempt(f"passes at context {context}", lambda: _passes(model, costs, settings, context, tokens, timer, budget))
-            last_logits = _forward_kwargs(model)
-            for length in settings.prompt_lengths:
-                attempt(f"prefill of {length}", lambda: _prefill(model, costs, settings, length, tokens, timer, budget, last_logits))
-    finally:
-        del model
-        gc.collect()
-        if device.startswith("cuda"):
-            torch.cuda.empty_cache()
+    with torch.inference_mode():
+        for context in settings.contexts:
+            if budget.spent():
+                costs.skipped.append(f"passes at context {context}: the time budget was spent")
+                continue
+            _passes(model, costs, settings, context, tokens, timer, budget)
+        last_logits = _forward_kwargs(model)
+        for length in settings.prompt_lengths:
+            if budget.spent():
+                costs.skipped.append(f"prefill of {length}: the time budget was spent")
+                continue
+            _prefill(model, costs, settings, length, tokens, timer, budget, last_logits)
 
 
 def _new_cache(transformers, model):
@@ -444,7 +449,7 @@ def _passes(model, costs, settings, context, tokens, timer, budget) -> None:
         batch = tokens(k + 1)
         times = repeat(
             timer,
-            lambda: model(input_ids=batch, past_key_values=cache, use_cache=True),
+            lambda batch=batch: model(input_ids=batch, past_key_values=cache, use_cache=True),
             crop,
             settings.pass_warmup,
             settings.pass_reps,
@@ -459,7 +464,10 @@ def _passes(model, costs, settings, context, tokens, timer, budget) -> None:
             return
         row = {"context": context, "tokens": k + 1, **summary(times)}
         (costs.decode if k == 0 else costs.verify).append(row if k == 0 else {"k": k, **row})
-        log(budget, f"{costs.name}: context {context}, {k + 1} tokens: {row['median_s'] * 1e3:.2f} ms ({len(times)} reps)")
+        log(
+            budget,
+            f"{costs.name}: context {context}, {k + 1} tokens: {row['median_s'] * 1e3:.2f} ms ({len(times)} reps)",
+        )
 
 
 def _prefill(model, costs, settings, length, tokens, timer, budget, last_logits) -> None:
@@ -573,14 +581,16 @@ def run(args) -> dict:
         "execution": "eager PyTorch through transformers, batch 1, no CUDA graphs or compilation",
         "settings": settings.to_json(),
         "max_seconds": args.max_seconds,
-        "started_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "started_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "pairs": [{"pair": pair, "small": PAIRS[pair][0], "large": PAIRS[pair][1]} for pair in args.pairs],
         "models": {},
         "skipped": [],
     }
     if args.out is None:
         args.out = f"results/gpu_costs_{device_slug(result['device'], bool(args.tiny))}.json"
-    log(budget, f"device {result['device']['name']}, torch {torch.__version__}, transformers {transformers.__version__}")
+    log(
+        budget, f"device {result['device']['name']}, torch {torch.__version__}, transformers {transformers.__version__}"
+    )
     for name in models_to_measure(args.pairs):
         shape = tiny_shape(name) if args.tiny else SHAPES[name]
         if budget.spent():
@@ -592,13 +602,7 @@ def run(args) -> dict:
             log(budget, f"{name}: skipped, {reason}")
             continue
         costs = ModelCosts(name, shape, bool(args.tiny))
-        try:
-            measure_model(costs, settings, args.device, budget, torch, transformers)
-        except Exception as error:  # one model's failure (memory, an API change) must not lose the others
-            costs.error = f"{type(error).__name__}: {error}"
-            log(budget, f"{name}: failed, {costs.error}")
-            if args.device.startswith("cuda"):
-                torch.cuda.empty_cache()
+        measure_model(costs, settings, args.device, budget, torch, transformers)
         result["models"][name] = costs.to_json()
         _write(result, budget, args.out, final=False)  # what is measured survives a crash of the next model
     result["complete"] = not result["skipped"] and all(
@@ -633,7 +637,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tiny", action="store_true", help="tiny shapes of each family (the CPU dry run)")
     parser.add_argument("--pairs", type=_pairs, default=list(PAIRS), help=f"some of {', '.join(PAIRS)}")
     parser.add_argument(
-        "--out", default=None, help="the JSON to write (default results/gpu_costs_<device>.json, e.g. _h100, _cpu_dryrun)"
+        "--out",
+        default=None,
+        help="the JSON to write (default results/gpu_costs_<device>.json, e.g. _h100, _cpu_dryrun)",
     )
     parser.add_argument(
         "--max-seconds",

@@ -213,8 +213,7 @@ def _stream(model: MeasuredModel, context: int, costs: GpuCosts, origin: str) ->
         [(tokens, median) for tokens, (median, _) in model.prefill.items()], proportional_cost
     )
     head = (
-        f"measured{' (DRY RUN: tiny shapes on a CPU, not a GPU figure)' if costs.dry_run else ''}: "
-        f"{model.name} shape ({model.shape_source}), random weights, {costs.execution or 'transformers'}, "
+        f"measured: {model.name} shape ({model.shape_source}), random weights, {costs.execution or 'transformers'}, "
         f"on {costs.describe()}{f', {origin}' if origin else ''}"
     )
     listed = ", ".join(
@@ -342,11 +341,13 @@ def projection_comparison(runs: Sequence, published: DeploymentProfile, measured
 
 
 def format_costs(rows: Sequence[Mapping], published: str, names: Mapping[str, str]) -> str:
-    lines = [f"{'Cloud model':28s} {'pass':>8s} {'tokens':>7s} {published + ' ms':>14s} {'measured ms':>12s} {'ratio':>7s}"]
+    lines = [
+        f"{'Cloud model':34s} {'pass':>8s} {'tokens':>7s} {published + ' ms':>14s} {'measured ms':>12s} {'ratio':>7s}"
+    ]
     for row in rows:
         ratio = row["measured_s"] / row["published_s"] if row["published_s"] > 0 else float("nan")
         lines.append(
-            f"{names[row['role']]:28s} {row['kind']:>8s} {row['tokens']:7d} {row['published_s'] * 1e3:14.2f} "
+            f"{names[row['role']]:34s} {row['kind']:>8s} {row['tokens']:7d} {row['published_s'] * 1e3:14.2f} "
             f"{row['measured_s'] * 1e3:12.2f} {ratio:7.2f}"
         )
     return "\n".join(lines)
@@ -395,6 +396,13 @@ def _stored_traces(args) -> list:
     return _stored_runs(url, args.run or list(DEFAULT_RUNS))
 
 
+def _published_text(profile: DeploymentProfile, number: str) -> str | None:
+    try:
+        return profile.source(number)
+    except KeyError:
+        return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m specsteer.gpu_profile", description=__doc__.splitlines()[0])
     parser.add_argument("costs", help="the JSON of scripts/gpu_costs.py")
@@ -402,8 +410,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--base", default="paper", help=f"the published profile to pair with: {', '.join(PROFILES)}")
     parser.add_argument("--context", type=int, default=None, help="the measured pass context to use")
     parser.add_argument("--rtt-ms", type=_numbers, default=list(DEFAULT_RTTS_MS))
-    parser.add_argument("--database", default=None, metavar="URL", help=f"an evaluation database (default {DEFAULT_DATABASE})")
-    parser.add_argument("--run", action="append", default=[], metavar="NAME", help="an evaluation run; repeat for several")
+    parser.add_argument(
+        "--database", default=None, metavar="URL", help=f"an evaluation database (default {DEFAULT_DATABASE})"
+    )
+    parser.add_argument(
+        "--run", action="append", default=[], metavar="NAME", help="an evaluation run; repeat for several"
+    )
     parser.add_argument("--from-bench", default=None, metavar="FILE", help="the JSON of `bench link --json`")
     parser.add_argument("--no-projection", action="store_true", help="only the costs, no stored traces")
     parser.add_argument("--json", action="store_true")
@@ -446,6 +458,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Measured: {args.costs}: {costs.describe()}")
     print(f"Profile {measured.name!r}: {measured.label}; passes priced at a {context}-token prefix\n")
     print(format_costs(costs_table, published.name, names))
+    print("\nSources of the measured numbers (the rest are the published profile's):")
+    for source in measured.sources:
+        if source.text != _published_text(published, source.number):
+            print(f"- {source.number}: {source.text}")
     if projection:
         print(f"\nStored traces ({len(runs)} generations) projected with {published.name!r} and {measured.name!r}:")
         print(format_projection(projection, published.name))

@@ -68,7 +68,7 @@ def test_the_dry_run_writes_every_measurement_with_its_statistics(dry_run):
     assert (data["torch"], data["transformers"]) == (torch.__version__, transformers.__version__)
     assert data["pairs"] == [{"pair": "qwen3", "small": "Qwen3-0.6B", "large": "Qwen3-32B"}]
     assert sorted(data["models"]) == ["Qwen3-0.6B", "Qwen3-32B"]
-    for name, model in data["models"].items():
+    for model in data["models"].values():
         assert model["tiny"] is True and model["error"] is None and model["skipped"] == []
         # The built model has exactly the parameters its shape says (the shape table is what is timed).
         assert model["parameters"] == model["parameters_from_shape"] > 0
@@ -90,14 +90,13 @@ def test_the_dry_run_writes_every_measurement_with_its_statistics(dry_run):
 def test_a_spent_budget_stops_cleanly_and_still_writes_the_json(tmp_path):
     out = tmp_path / "costs.json"
     script = _script()
-    assert script.main(["--device", "cpu", "--tiny", "--pairs", "llama3", "--max-seconds", "1e-9", "--out", str(out)]) == 0
+    assert (
+        script.main(["--device", "cpu", "--tiny", "--pairs", "llama3", "--max-seconds", "1e-9", "--out", str(out)]) == 0
+    )
     data = json.loads(out.read_text())
     assert data["finished"] is True and data["complete"] is False
     assert data["models"] == {}
-    assert data["skipped"] == [
-        "Llama-3.1-8B: the time budget was spent",
-        "Llama-3.2-1B: the time budget was spent",
-    ]
+    assert data["skipped"] == ["Llama-3.1-8B: the time budget was spent", "Llama-3.2-1B: the time budget was spent"]
 
 
 def test_repetitions_stop_at_the_budget_and_at_the_unit_time():

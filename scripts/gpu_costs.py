@@ -258,8 +258,8 @@ def repeat(
     budget: Budget,
 ) -> list[float]:
     """Time ``call`` up to ``reps`` times after ``warmup`` untimed calls, running ``after`` (untimed)
-    after each; stop early once ``min_reps`` are done and ``unit_seconds`` passed, or the budget is
-    spent (then at least one timed call, unless the warm-up already spent it)."""
+    after each; stop early once ``min_reps`` are done and ``unit_seconds`` passed, or once the budget
+    is spent (a measurement that started always gets one timed call)."""
     for _ in range(warmup):
         call()
         after()

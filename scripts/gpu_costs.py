@@ -40,6 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 
 SCHEMA = "specsteer.gpu_costs/1"
@@ -449,7 +450,7 @@ def _passes(model, costs, settings, context, tokens, timer, budget) -> None:
         batch = tokens(k + 1)
         times = repeat(
             timer,
-            lambda batch=batch: model(input_ids=batch, past_key_values=cache, use_cache=True),
+            partial(model, input_ids=batch, past_key_values=cache, use_cache=True),
             crop,
             settings.pass_warmup,
             settings.pass_reps,

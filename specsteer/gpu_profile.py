@@ -292,6 +292,13 @@ def measured_cloud_profile(
     )
 
 
+def profile_from_file(
+    path: str | Path, pair: str = "qwen3", base: str | DeploymentProfile = "paper", context: int | None = None
+) -> DeploymentProfile:
+    """:func:`measured_cloud_profile` of a ``scripts/gpu_costs.py`` JSON file, its path in the sources."""
+    return measured_cloud_profile(load_costs(path), pair, base, context, origin=str(path))
+
+
 # --------------------------------------------------------------------------- side by side
 
 

@@ -142,7 +142,7 @@ def test_quantiles_and_the_shape_table():
 def test_the_profile_from_the_dry_run_charges_exactly_the_measured_medians(dry_run):
     path, data = dry_run
     costs = load_costs(path)
-    profile = measured_cloud_profile(costs, "qwen3", "paper", origin=str(path))
+    profile = gpu_profile.profile_from_file(path, "qwen3", "paper")
     paper = get_profile("paper")
     context = gpu_profile.choose_context(costs, ("Qwen3-0.6B", "Qwen3-32B"))
     assert context in data["settings"]["contexts"]

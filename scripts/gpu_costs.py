@@ -611,7 +611,44 @@ def run(args) -> dict:
     )
     _write(result, budget, args.out, final=True)
     log(budget, f"done ({'complete' if result['complete'] else 'incomplete'}): {args.out}")
+    print(markdown_table(result))
     return result
+
+
+def markdown_table(result: dict) -> str:
+    """The measured medians as a Markdown table: one row per model and context."""
+    settings = result["settings"]
+    shown_ks = [k for k in (1, 2, 4, 8) if k in settings["ks"]]
+    header = (
+        ["model", "context", "decode ms"]
+        + [f"verify k={k} ms" for k in shown_ks]
+        + [f"prefill {n} tok/s" for n in settings["prompt_lengths"]]
+    )
+    lines = [
+        f"{result['device']['name']}, torch {result['torch']}, transformers {result['transformers']}, "
+        f"{result['dtype']}, {result['execution']}"
+        + (" (DRY RUN on tiny shapes: not a GPU figure)" if result["dry_run"] else ""),
+        "",
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+    ]
+    for name, model in result["models"].items():
+        prefill = {row["tokens"]: row["tok_per_s"] for row in model["prefill"]}
+        for context in settings["contexts"]:
+            decode = next((r["median_s"] for r in model["decode"] if r["context"] == context), None)
+            verify = {r["k"]: r["median_s"] for r in model["verify"] if r["context"] == context}
+            cells = [name if context == settings["contexts"][0] else "", str(context), _ms(decode)]
+            cells += [_ms(verify.get(k)) for k in shown_ks]
+            cells += [
+                f"{prefill[n]:.0f}" if n in prefill and context == settings["contexts"][0] else ""
+                for n in settings["prompt_lengths"]
+            ]
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _ms(seconds: float | None) -> str:
+    return "" if seconds is None else f"{seconds * 1e3:.2f}"
 
 
 def _write(result: dict, budget: Budget, out: str, final: bool) -> None:

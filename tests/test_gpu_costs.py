@@ -85,6 +85,11 @@ def test_the_dry_run_writes_every_measurement_with_its_statistics(dry_run):
             assert row["tok_per_s"] == pytest.approx(row["tokens"] / row["median_s"])
     # The large model of a pair is the wider and deeper one, as in the real pair.
     assert data["models"]["Qwen3-32B"]["parameters"] > data["models"]["Qwen3-0.6B"]["parameters"]
+    table = script.markdown_table(data).splitlines()
+    assert "DRY RUN" in table[0]
+    assert len([line for line in table if line.startswith("| ") and "context" not in line]) == 2 * len(
+        settings.contexts
+    )
 
 
 def test_a_spent_budget_stops_cleanly_and_still_writes_the_json(tmp_path):

@@ -560,8 +560,10 @@ def run(args) -> dict:
     import torch
     import transformers
 
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SystemExit("error: --device cuda but torch sees no CUDA device")
+    if args.device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise SystemExit("error: --device cuda but torch sees no CUDA device")
+        torch.cuda.set_device(torch.device(args.device))  # the timing events live on the current device
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = TINY if args.tiny else FULL

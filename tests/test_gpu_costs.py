@@ -54,6 +54,7 @@ def dry_run(tmp_path_factory) -> tuple[Path, dict]:
 # --------------------------------------------------------------------------- the script's JSON
 
 
+@pytest.mark.slow  # the dry run fixture: a subprocess that imports torch and transformers
 def test_the_dry_run_writes_every_measurement_with_its_statistics(dry_run):
     _, data = dry_run
     script = _script()
@@ -144,6 +145,7 @@ def test_quantiles_and_the_shape_table():
 # --------------------------------------------------------------------------- the profile made of it
 
 
+@pytest.mark.slow
 def test_the_profile_from_the_dry_run_charges_exactly_the_measured_medians(dry_run):
     path, data = dry_run
     costs = load_costs(path)
@@ -225,6 +227,7 @@ def test_a_measured_pass_cost_interpolates_and_extends_along_the_line():
         MeasuredPassCost(0.0, 0.0, ((1, 0.0),))
 
 
+@pytest.mark.slow
 def test_what_cannot_be_used_is_refused_with_a_reason(dry_run):
     _, data = dry_run
     with pytest.raises(ValueError, match="schema"):
@@ -256,6 +259,7 @@ def test_the_committed_dry_run_still_reads_and_says_what_it_is():
 # --------------------------------------------------------------------------- the command
 
 
+@pytest.mark.slow
 def test_the_command_projects_stored_traces_with_both_profiles(dry_run, capsys):
     path, _ = dry_run
     bench = REPO / "results" / "bench_link.json"
@@ -286,6 +290,7 @@ def test_the_command_refuses_a_file_that_is_not_a_measurement(tmp_path, capsys):
     assert "schema" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_a_trace_step_list_projects_under_the_measured_profile(dry_run):
     """A hand-made SpecSteer-like round: the projection charges the measured verify pass."""
     path, data = dry_run
@@ -301,6 +306,7 @@ def test_a_trace_step_list_projects_under_the_measured_profile(dry_run):
     assert projected.seconds == pytest.approx(profile.cost(GENERALIST).seconds(100, True) + verify["median_s"])
 
 
+@pytest.mark.slow
 def test_the_real_shapes_build_the_published_models_on_the_meta_device():
     """Each real shape, built as the script builds it but on the meta device (no memory), has the
     parameter count its shape gives and the one its model card publishes."""

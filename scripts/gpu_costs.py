@@ -22,7 +22,7 @@ a token distribution, which these costs do not depend on. The passes run eagerly
 torch.compile, batch 1): an upper bound on what a serving engine's pass costs on the same card.
 
 ``--tiny`` runs the same code on tiny shapes of each family (the CPU dry run: its numbers are not a GPU
-figure). ``specsteer.gpu_profile`` turns the JSON into a deployment profile.
+figure). ``specsteer.evaluation.gpu_profile`` turns the JSON into a deployment profile.
 
     python scripts/gpu_costs.py --device cuda --out results/gpu_costs_h100.json
     python scripts/gpu_costs.py --device cpu --tiny --max-seconds 60 --out results/gpu_costs_cpu_dryrun.json
@@ -48,7 +48,7 @@ SCHEMA = "specsteer.gpu_costs/1"
 # --------------------------------------------------------------------------- the shapes
 #
 # The values of each model's public config.json on the Hugging Face hub (the repositories
-# specsteer/registry.py names for the paper's pairings). Only what sets a pass's cost is kept:
+# specsteer/models/registry.py names for the paper's pairings). Only what sets a pass's cost is kept:
 # widths, depths, head counts, vocabulary, whether the output matrix is the embedding's (tied),
 # and the attention biases Qwen2 has. Rotary settings and norm epsilons are left at the library's
 # defaults: they change no kernel's size (the rotary frequencies are computed once, at build).

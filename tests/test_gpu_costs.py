@@ -1,4 +1,4 @@
-"""scripts/gpu_costs.py on tiny shapes on the CPU, and the deployment profile specsteer.gpu_profile makes of it."""
+"""scripts/gpu_costs.py on tiny shapes on the CPU, and the deployment profile specsteer.evaluation.gpu_profile makes of it."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from specsteer import gpu_profile
-from specsteer.deployment import (
+from specsteer.evaluation import gpu_profile
+from specsteer.evaluation.deployment import (
     GENERALIST,
     GENERIC,
     SPECIALIST,
@@ -22,8 +22,8 @@ from specsteer.deployment import (
     project_runs,
     projection_rows,
 )
-from specsteer.events import TraceStep
-from specsteer.gpu_profile import MeasuredPassCost, load_costs, measured_cloud_profile, parse_costs
+from specsteer.method.events import TraceStep
+from specsteer.evaluation.gpu_profile import MeasuredPassCost, load_costs, measured_cloud_profile, parse_costs
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "gpu_costs.py"
@@ -267,7 +267,7 @@ def test_the_command_projects_stored_traces_with_both_profiles(dry_run, capsys):
     assert gpu_profile.main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["dry_run"] is True and result["pair"]["large"] == "Qwen3-32B"
-    from specsteer.bench import _bench_runs
+    from specsteer.evaluation.bench import _bench_runs
 
     runs = _bench_runs(str(bench))
     published = projection_rows(group_runs(runs), get_profile("paper"), [0.0, 50.0])

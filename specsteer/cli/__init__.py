@@ -32,6 +32,10 @@ COMMANDS: dict[str, Command] = {
     ),
     "evaluate": Command("evaluate", "a grid of methods and settings over records: ROUGE, speed, privacy; resumable"),
     "bench": Command("bench", "speed | link | project: tokens/s, the link's self-check, deployment projections"),
+    "gpu-profile": Command(
+        "gpu_profile",
+        "a GPU's measured Cloud costs (scripts/gpu_costs.py) as a deployment profile, traces re-projected",
+    ),
     "models": Command("models", "prepare: make an offline pairing ready to load (verify, assemble, convert)"),
     "llamacpp": Command("llamacpp", "cpu-key | stamp | built | check: set-up's helpers for the llama.cpp runtime"),
     "calibrate": Command("calibrate", "time each runtime here once per CPU and build (what --runtime auto reads)"),

@@ -1,0 +1,120 @@
+"""``specsteer gpu-profile COSTS.json``: the Cloud's costs measured on a GPU (scripts/gpu_costs.py) as a deployment
+profile beside the published one it is paired with, and stored traces re-projected with both."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from specsteer.evaluation.deployment import (
+    DEFAULT_RTTS_MS,
+    GENERALIST,
+    GENERIC,
+    PROFILES,
+    DeploymentProfile,
+    get_profile,
+)
+from specsteer.evaluation.gpu_profile import (
+    DEFAULT_DATABASE,
+    DEFAULT_RUNS,
+    choose_context,
+    cost_rows,
+    format_costs,
+    format_projection,
+    load_costs,
+    measured_cloud_profile,
+    projection_comparison,
+)
+
+
+def _numbers(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, not {text!r}") from None
+
+
+def _stored_traces(args) -> list:
+    """The traces to project, read the way ``bench project`` reads them (its composition root)."""
+    from specsteer.cli.bench import _bench_runs, _stored_runs
+
+    if args.from_bench:
+        return _bench_runs(args.from_bench)
+    url = args.database or f"sqlite:///{Path(DEFAULT_DATABASE).resolve()}"
+    if not args.database and not Path(DEFAULT_DATABASE).exists():
+        raise ValueError(f"no {DEFAULT_DATABASE} here: run from the repository root, or give --database / --from-bench")
+    return _stored_runs(url, args.run or list(DEFAULT_RUNS))
+
+
+def _published_text(profile: DeploymentProfile, number: str) -> str | None:
+    try:
+        return profile.source(number)
+    except KeyError:
+        return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="specsteer gpu-profile", description=__doc__.splitlines()[0])
+    parser.add_argument("costs", help="the JSON of scripts/gpu_costs.py")
+    parser.add_argument("--pair", default="qwen3", help="which measured pair prices the Cloud (default qwen3)")
+    parser.add_argument("--base", default="paper", help=f"the published profile to pair with: {', '.join(PROFILES)}")
+    parser.add_argument("--context", type=int, default=None, help="the measured pass context to use")
+    parser.add_argument("--rtt-ms", type=_numbers, default=list(DEFAULT_RTTS_MS))
+    parser.add_argument(
+        "--database", default=None, metavar="URL", help=f"an evaluation database (default {DEFAULT_DATABASE})"
+    )
+    parser.add_argument(
+        "--run", action="append", default=[], metavar="NAME", help="an evaluation run; repeat for several"
+    )
+    parser.add_argument("--from-bench", default=None, metavar="FILE", help="the JSON of `bench link --json`")
+    parser.add_argument("--no-projection", action="store_true", help="only the costs, no stored traces")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    try:
+        costs = load_costs(args.costs)
+        published = get_profile(args.base)
+        measured = measured_cloud_profile(costs, args.pair, published, args.context, origin=args.costs)
+        runs = [] if args.no_projection else _stored_traces(args)
+    except (ValueError, OSError, KeyError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    small, large = costs.pairs[args.pair]
+    context = choose_context(costs, (small, large), args.context)
+    sizes = sorted({tokens for tokens, _, _ in costs.models[large].passes_at(context)})
+    prompts = sorted(costs.models[large].prefill)
+    costs_table = cost_rows(published, measured, sizes, prompts)
+    projection = projection_comparison(runs, published, measured, args.rtt_ms) if runs else []
+    if args.json:
+        result = {
+            "costs_file": args.costs,
+            "device": costs.describe(),
+            "dry_run": costs.dry_run,
+            "pair": {"pair": args.pair, "small": small, "large": large, "context": context},
+            "published": {"name": published.name, "label": published.label},
+            "measured": {
+                "name": measured.name,
+                "label": measured.label,
+                "sources": {s.number: s.text for s in measured.sources},
+            },
+            "costs": costs_table,
+            "projection": projection,
+            "generations": len(runs),
+        }
+        print(json.dumps(result, indent=1))
+        return 0
+    names = {GENERALIST: f"generalist ({large})", GENERIC: f"generic specialist ({small})"}
+    if costs.dry_run:
+        print("*** DRY RUN: tiny shapes on a CPU; these numbers are not a GPU figure ***\n")
+    print(f"Measured: {args.costs}: {costs.describe()}")
+    print(f"Profile {measured.name!r}: {measured.label}; passes priced at a {context}-token prefix\n")
+    print(format_costs(costs_table, published.name, names))
+    print("\nSources of the measured numbers (the rest are the published profile's):")
+    for source in measured.sources:
+        if source.text != _published_text(published, source.number):
+            print(f"- {source.number}: {source.text}")
+    if projection:
+        print(f"\nStored traces ({len(runs)} generations) projected with {published.name!r} and {measured.name!r}:")
+        print(format_projection(projection, published.name))
+    return 0

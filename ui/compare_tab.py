@@ -47,7 +47,7 @@ from specsteer.stores import (
 )
 from ui import pairs, render
 from ui.generate_tab import GenerateControls
-from ui.streaming import RUNS, Throttle, Toast
+from ui.streaming import NOT_YOURS, RUNS, Throttle, Toast
 from ui.wiring import QUIET, PageRefresh, wire_run
 
 log = logging.getLogger(__name__)
@@ -364,7 +364,9 @@ class CompareTab:
     def stop(request: gr.Request = None) -> CompareView:
         """The Stop button: end this page's comparison run (an incomplete comparison is not saved)."""
         run = RUNS.stop(request, "compare")
-        if run is not None and run.done:
+        if run is None:
+            return CompareView.message(NOT_YOURS, "warning")
+        if run.done:
             return CompareView.from_flat(run.state)
         return CompareView.message(STOPPED_UNSAVED, "warning")
 

@@ -51,7 +51,7 @@ from specsteer.service import AppService, EvaluationEvent, Failed, Loading, Stat
 from specsteer.settings import sentence
 from specsteer.stores import StoredRun
 from ui import pairs, render
-from ui.streaming import RUNS, Toast
+from ui.streaming import GRID_CONCURRENCY_ID, NOT_YOURS, RUNS, Toast
 from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path, gradio_uploads
 from ui.wiring import QUIET, PageRefresh, wire_run
 
@@ -96,13 +96,25 @@ def parse_numbers(text: str, what: str) -> tuple[float, ...]:
         try:
             value = float(part)
         except ValueError:
-            raise ValueError(f"{what}: {part.strip()!r} is not a number.") from None
+            raise ValueError(f"{what}: {_shown(part.strip())!r} is not a number.") from None
         if math.isnan(value):
             raise ValueError(f"{what}: NaN is not a grid value.")
         values.append(value)
     if not values:
         raise ValueError(f"{what}: give at least one number (comma-separated).")
     return tuple(dict.fromkeys(values))
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """A visitor's text as a message quotes it: cut short (a 1 MB value must not come back as a 1 MB toast)."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def whole_number(value: object, what: str) -> int:
+    """A widget's number as an int; ValueError naming ``what`` for a value that is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{what} must be a number, not {_shown(str(value))!r}.")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -121,6 +133,7 @@ class GridForm:
     max_new_tokens: float
     draft_len: float
     run_name: str
+    operator_token: str = ""  # public: a grid beyond a visitor's cap needs the operator's token
 
     def spec(self, keep_upload: Callable[[str, str], Path]) -> EvalSpec:
         """The one EvalSpec these values name; ``keep_upload`` keeps an uploaded records file (the service's
@@ -137,11 +150,11 @@ class GridForm:
             methods=tuple(method for method in METHODS if method in set(self.methods or [])),
             alphas=parse_numbers(self.alphas, "α list"),
             betas=parse_numbers(self.betas, "β list"),
-            limit=int(self.records),
+            limit=whole_number(self.records, "Records"),
             pairing=self.pairing,
             runtime=self.runtime,
-            max_new_tokens=int(self.max_new_tokens),
-            draft_len=int(self.draft_len),
+            max_new_tokens=whole_number(self.max_new_tokens, "Max new tokens"),
+            draft_len=whole_number(self.draft_len, "Draft length"),
             run_name=(self.run_name or "").strip() or None,
         )
 
@@ -424,7 +437,8 @@ class DashboardTab:
             return
 
         def produce(flag):
-            return evaluation_frames(self.service.evaluate(spec, cancel=flag), self.run_choices)
+            events = self.service.evaluate(spec, cancel=flag, operator_token=form.operator_token or "")
+            return evaluation_frames(events, self.run_choices)
 
         for frame in RUNS.start(request, "dashboard", produce, width=len(DashboardView._fields)).frames():
             yield DashboardView(*frame)
@@ -433,7 +447,9 @@ class DashboardTab:
         """The Cancel button: stop after the current token; finished cells stay stored (and resumable)."""
         skip = gr.skip()
         run = RUNS.stop(request, "dashboard", timeout=30.0)
-        if run is not None and run.done:
+        if run is None:  # another session's run (or none): never claim to have cancelled it
+            return DashboardView(render.message_box(NOT_YOURS, "warning"), skip, skip, skip, skip)
+        if run.done:
             return DashboardView(*run.state)
         message = "Cancelled. Finished cells stay stored; run again under the same name to resume."
         return DashboardView(
@@ -479,6 +495,14 @@ def build(service: AppService) -> PageRefresh:
                 )
                 draft_len = gr.Slider(1, 16, value=4, step=1, label="Draft length k")
             run_name = gr.Textbox(label="Run name (optional; the same name resumes)", elem_id="run-name")
+            # Public: a grid beyond a visitor's cap needs the operator's token (hidden locally: no cap to lift).
+            operator_token = gr.Textbox(
+                label="Operator token (larger grids)",
+                type="password",
+                value="",
+                visible=service.exposure.public,
+                elem_id="grid-operator-token",
+            )
             with gr.Row():
                 run = gr.Button("Run evaluation", variant="primary", elem_id="dashboard-run")
                 cancel = gr.Button("Cancel", variant="stop", elem_id="dashboard-cancel")
@@ -552,6 +576,7 @@ def build(service: AppService) -> PageRefresh:
         max_new_tokens=max_new_tokens,
         draft_len=draft_len,
         run_name=run_name,
+        operator_token=operator_token,
     )
     outputs = list(DashboardView(status, quality, acceptance, table, runs))
     offer = partial(pairs.offer_methods, METHODS, method_label)
@@ -567,6 +592,7 @@ def build(service: AppService) -> PageRefresh:
         api_name="evaluate",
         stop_work=tab.cancel,
         stop_api_name="cancel_evaluate",
+        concurrency_id=GRID_CONCURRENCY_ID,
     )
     shown = show.click(tab.open_runs, runs, outputs, api_name="open_runs")
     deployment_outputs = [deployment_status, deployment_plot, speedups, profile_sources]  # DeploymentView

@@ -42,7 +42,7 @@ from specsteer.settings import IN_PROCESS, MAX_RTT_MS, GenerationSettings, cloud
 from specsteer.stores import NamedHistory
 from specsteer.tasks import TASK_FOR_SCHEMA, TASKS
 from ui import pairs, render
-from ui.streaming import RUNS, LiveStats, Throttle, Toast
+from ui.streaming import NOT_YOURS, RUNS, LiveStats, Throttle, Toast
 from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path, gradio_uploads
 from ui.wiring import QUIET, wire_run
 
@@ -326,7 +326,7 @@ class GenerateTab:
         skip = gr.skip()
         run = RUNS.stop(request, "generate")
         if run is None:
-            return GenerateView(render.message_box("Stopped.", "info"), skip, skip, skip, skip)
+            return GenerateView(render.message_box(NOT_YOURS, "warning"), skip, skip, skip, skip)
         if not run.done:  # still loading the models: it ends without generating once they are loaded
             return GenerateView(
                 render.message_box("Stopped. The models finish loading in the background.", "warning"),

@@ -46,6 +46,7 @@ from specsteer.service import AppService  # noqa: E402
 from storage.db import data_dir  # noqa: E402
 from ui import compare_tab, dashboard_tab, generate_tab, pairs  # noqa: E402
 from ui.http_limits import server_options  # noqa: E402
+from ui.safe_inputs import guard_inputs  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 CSS_PATH = ASSETS / "style.css"
@@ -122,7 +123,8 @@ def build_app(service: AppService | None = None) -> gr.Blocks:
         for stored in (comparisons, runs):
             stored.on_load(demo)
     demo.queue(default_concurrency_limit=4, max_size=QUEUE_MAX_SIZE)
-    return demo
+    # A value an endpoint's component cannot read gets a message naming the input (ui/safe_inputs.py).
+    return guard_inputs(demo)
 
 
 # --------------------------------------------------------------------------- stopping

@@ -97,20 +97,29 @@ def call(http: httpx.Client, endpoint: str, values: dict[str, object], order: li
     lines = stream.text.splitlines()
     for index, line in enumerate(lines):
         if line.strip() == "event: error":
-            data = lines[index + 1] if index + 1 < len(lines) else ""
-            if data.strip() in ("data: null", "data:", "data: None"):
+            data = lines[index + 1].removeprefix("data:").strip() if index + 1 < len(lines) else ""
+            try:
+                error = json.loads(data)
+            except json.JSONDecodeError:
+                return f"an error event that is not JSON: {data[:200]}"
+            message = error.get("error") if isinstance(error, dict) else error
+            if not message:  # Gradio hides an unhandled exception's message: the visitor sees "Error"
                 return "an unhandled exception (an error event without a message)"
     return None
 
 
 def fuzz_cases(parameters: list[dict]):
-    """(label, values): every kind of bad value in every parameter at once, then in each parameter alone."""
+    """(label, values): every kind of bad value in every parameter at once, then two kinds in each parameter
+    alone (the others at their defaults), taking turns through the kinds."""
     names = [parameter["parameter_name"] for parameter in parameters]
+    if not names:
+        yield "no parameters", {}
+        return
     for kind, value in BAD_VALUES.items():
         yield f"all parameters {kind}", dict.fromkeys(names, value)
     kinds = list(BAD_VALUES.items())
     for position, name in enumerate(names):
-        for kind, value in (kinds[position % len(kinds)], ("1 MB string", MEGABYTE_STRING), ("NaN", math.nan)):
+        for kind, value in (kinds[position % len(kinds)], kinds[(position + 5) % len(kinds)]):
             yield f"{name} {kind}", {**defaults(parameters), name: value}
 
 

@@ -133,7 +133,8 @@ def test_a_header_sent_a_byte_at_a_time_does_not_move_the_deadline(server):
 
 def test_a_body_that_stops_arriving_gets_408(server):
     port, _temp = server
-    answer, seconds, _closed = exchange(port, [upload_head("1000") + b"abcdef"])
+    started = multipart(b"the first bytes of a file")[:120]  # a well-formed start, then nothing more
+    answer, seconds, _closed = exchange(port, [upload_head("100000") + started])
     assert answer.startswith(b"HTTP/1.1 408"), answer[:200]
     assert seconds < LIMITS.body_idle_timeout_s + 2.0
 

@@ -117,7 +117,7 @@ def test_token_budget_and_input_length_are_capped_in_public(public):
 def test_annotator_names_and_comments_are_capped(public):
     for annotator, comment, what in (("n" * 121, "", "annotator's name"), ("me", "c" * 4001, "comment")):
         annotation = NewAnnotation(
-            comparison_id=1, annotator=annotator, preferred="tie", comment=comment, display_order=("slm",)
+            comparison_id=1, annotator=annotator, preferred="tie", ratings={}, comment=comment, display_order=("slm",)
         )
         with pytest.raises(ValueError, match=what):
             public.annotate(annotation)

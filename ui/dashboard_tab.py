@@ -282,8 +282,13 @@ def run_label(run: StoredRun) -> str:
 
 def chosen_run_ids(run_ids: Sequence[int] | int | None) -> list[int] | None:
     """The run picker's value as run ids; None when nothing (or something that is not an id) is chosen."""
-    ids = [run_ids] if isinstance(run_ids, (int, str)) else list(run_ids or [])
-    if not ids or not all(str(run_id).strip().isdigit() for run_id in ids):
+    if isinstance(run_ids, (int, str)):
+        ids = [run_ids]
+    elif isinstance(run_ids, (list, tuple)):
+        ids = list(run_ids)
+    else:  # None, or what an API caller sends instead of a list (a float, an object)
+        ids = []
+    if not ids or not all(isinstance(run_id, (int, str)) and str(run_id).strip().isdigit() for run_id in ids):
         return None
     return [int(str(run_id).strip()) for run_id in ids]
 
@@ -380,6 +385,7 @@ class DashboardTab:
     def deployment(self, run_ids: Sequence[int] | int | None, profile: str) -> DeploymentView:
         """The Deployment view: the first chosen run projected onto ``profile`` at RTT 0–200 ms."""
         skip = gr.skip()
+        profile = profile if isinstance(profile, str) else ""  # an API caller may send any JSON value
         sources = render.profile_html(PROFILES[profile]) if profile in PROFILES else skip
         ids = chosen_run_ids(run_ids)
         if ids is None:

@@ -14,8 +14,9 @@ a temporary file) for as long as it likes. The limits come from ``specsteer.limi
   (chunked, or lying about its length) is cut off there with 413; one that pauses for
   ``body_idle_timeout_s``, or takes longer than ``body_timeout_s`` in all, gets 408. The cap is
   ``max_upload_bytes`` (plus room for the form's framing) on the upload route and
-  ``max_request_bytes`` everywhere else. The route's handler sees a disconnected client, so an upload
-  cut off this way is not kept (Gradio removes what it had written).
+  ``max_request_bytes`` everywhere else. A route's handler sees a disconnected client; the upload
+  route sees instead the error its own parser raises for a broken form, on which Gradio removes the
+  files it had begun to write, so an upload cut off this way leaves nothing in its temporary folder.
 
 :func:`server_options` wires both into ``demo.launch()``: the middleware through FastAPI's
 ``middleware`` argument, the protocol through the uvicorn ``Config`` that Gradio builds inside
@@ -111,8 +112,11 @@ class _Refused(Exception):
 class _LimitedBody:
     """A route's ``receive``: the body as it arrives, within the size cap and the timeouts."""
 
-    def __init__(self, receive: Receive, cap: int, limits: VisitorLimits) -> None:
+    def __init__(
+        self, receive: Receive, cap: int, limits: VisitorLimits, abort: type[Exception] | None = None
+    ) -> None:
         self._receive = receive
+        self._abort = abort  # raised into the route when it breaks a limit, instead of a disconnect
         self._cap = cap
         self._limits = limits
         self._deadline = time.monotonic() + limits.body_timeout_s
@@ -123,6 +127,12 @@ class _LimitedBody:
     async def __call__(self) -> Message:
         if self.refused is not None:
             return {"type": "http.disconnect"}
+        message = await self._next()
+        if self.refused is not None and self._abort is not None:
+            raise self._abort(self.refused.message)
+        return message
+
+    async def _next(self) -> Message:
         if self._body_done:  # after the body, a route waits for the client to go away: no deadline then
             return await self._receive()
         wait = min(self._limits.body_idle_timeout_s, self._deadline - time.monotonic())
@@ -161,7 +171,8 @@ class RequestLimits:
         if announced is not None and (announced < 0 or announced > cap):
             await _refuse(send, _Refused(413, f"The request body is larger than {cap:,} bytes."))
             return
-        body = _LimitedBody(receive, cap, self.limits)
+        upload = scope.get("path", "").rstrip("/").endswith(UPLOAD_PATH_SUFFIX)
+        body = _LimitedBody(receive, cap, self.limits, _upload_abort() if upload else None)
         started = False
 
         async def guarded_send(message: Message) -> None:
@@ -180,6 +191,16 @@ class RequestLimits:
         if body.refused is not None and not started:
             log.info("refused a request to %s: %s", scope.get("path", ""), body.refused.message)
             await _refuse(send, body.refused)
+
+
+def _upload_abort() -> type[Exception] | None:
+    """The error Gradio's upload parser cleans up after (it removes the files it began), or None when
+    this Gradio has none by that name (the route then sees a disconnect)."""
+    try:
+        from gradio.route_utils import MultiPartException
+    except ImportError:
+        return None
+    return MultiPartException
 
 
 def _content_length(scope: Scope) -> int | None:

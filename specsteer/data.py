@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from specsteer.facts import split_private_facts
-from specsteer.json_limits import RECORDS_LIMITS, JsonLimits, too_deep
 from specsteer.history import USER_KEYS, HistoryError, HistoryItem, build_items, persona_history
+from specsteer.json_limits import RECORDS_LIMITS, JsonLimits, too_deep
 
 LONGLAMP_TASKS = ("review", "abstract", "writing")
 COGENESIS_TASK = "cogenesis"
@@ -296,7 +296,9 @@ def _read_jsonl(file: Path, limits: JsonLimits = RECORDS_LIMITS) -> Iterator[tup
                 continue
             count += 1
             if limits.max_items is not None and count > limits.max_items:
-                raise DataError(f"{file.name}: more than {limits.max_items:,} records; the limit is {limits.max_items:,}")
+                raise DataError(
+                    f"{file.name}: more than {limits.max_items:,} records; the limit is {limits.max_items:,}"
+                )
             if too_deep(line, limits.max_depth) is not None:
                 raise DataError(_too_deep(file, number, limits))
             try:

@@ -61,7 +61,9 @@ def public_app(tmp_path_factory):
 
         demo = app.build_app()
         port = _free_port()
-        demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options())
+        demo.launch(
+            prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options()
+        )
         try:
             endpoints = {
                 name.lstrip("/"): info["parameters"] for name, info in demo.get_api_info()["named_endpoints"].items()
@@ -76,7 +78,9 @@ def defaults(parameters: list[dict]) -> dict[str, object]:
     values = {}
     for parameter in parameters:
         name = parameter["parameter_name"]
-        values[name] = SMALL.get(name, parameter.get("parameter_default") if parameter.get("parameter_has_default") else None)
+        values[name] = SMALL.get(
+            name, parameter.get("parameter_default") if parameter.get("parameter_has_default") else None
+        )
     return values
 
 

@@ -48,7 +48,11 @@ def server(tmp_path_factory):
         demo = app.build_app()
         port = _free_port()
         demo.launch(
-            prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options(LIMITS)
+            prevent_thread_lock=True,
+            server_name="127.0.0.1",
+            server_port=port,
+            quiet=True,
+            **app.launch_options(LIMITS),
         )
         try:
             yield port, temp
@@ -91,9 +95,13 @@ def upload_head(length: str, boundary: str = "b0undary") -> bytes:
 
 def multipart(payload: bytes, boundary: str = "b0undary") -> bytes:
     return (
-        f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="records.jsonl"\r\n'
-        "Content-Type: application/octet-stream\r\n\r\n"
-    ).encode() + payload + f"\r\n--{boundary}--\r\n".encode()
+        (
+            f'--{boundary}\r\nContent-Disposition: form-data; name="files"; filename="records.jsonl"\r\n'
+            "Content-Type: application/octet-stream\r\n\r\n"
+        ).encode()
+        + payload
+        + f"\r\n--{boundary}--\r\n".encode()
+    )
 
 
 def files_in(folder) -> list[str]:
@@ -146,8 +154,10 @@ def test_an_oversize_upload_is_refused_and_nothing_stays_in_the_temp_folder(serv
     answer, _seconds, _closed = exchange(port, [upload_head(str(len(body))), body])
     assert answer.startswith(b"HTTP/1.1 413"), answer[:200]
     # The same body without a length (chunked): cut off once past the cap.
-    chunks = [b"POST /gradio_api/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; "
-              b"boundary=b0undary\r\nTransfer-Encoding: chunked\r\n\r\n"]
+    chunks = [
+        b"POST /gradio_api/upload HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; "
+        b"boundary=b0undary\r\nTransfer-Encoding: chunked\r\n\r\n"
+    ]
     for start in range(0, len(body), 64 * 1024):
         piece = body[start : start + 64 * 1024]
         chunks.append(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")

@@ -159,7 +159,16 @@ def test_the_cli_prints_a_message_for_a_nested_records_file(tmp_path, capsys):
     nested = tmp_path / "nested.json"
     nested.write_text(NESTED)
     code = evaluate_main(
-        ["--data", str(nested), "--task", "review", "--pairing", TEST_PAIRING_ID, "--database", f"sqlite:///{tmp_path / 'r.db'}"]
+        [
+            "--data",
+            str(nested),
+            "--task",
+            "review",
+            "--pairing",
+            TEST_PAIRING_ID,
+            "--database",
+            f"sqlite:///{tmp_path / 'r.db'}",
+        ]
     )
     err = capsys.readouterr().err
     assert code == 2 and err.startswith("error: nested.json line 1") and "Traceback" not in err

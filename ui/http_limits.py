@@ -112,9 +112,7 @@ class _Refused(Exception):
 class _LimitedBody:
     """A route's ``receive``: the body as it arrives, within the size cap and the timeouts."""
 
-    def __init__(
-        self, receive: Receive, cap: int, limits: VisitorLimits, abort: type[Exception] | None = None
-    ) -> None:
+    def __init__(self, receive: Receive, cap: int, limits: VisitorLimits, abort: type[Exception] | None = None) -> None:
         self._receive = receive
         self._abort = abort  # raised into the route when it breaks a limit, instead of a disconnect
         self._cap = cap
@@ -236,14 +234,16 @@ def install_protocol(limits: VisitorLimits) -> None:
     from gradio import http_server
 
     gradio_server = getattr(http_server.Server, "gradio_server", http_server.Server)
-    protocol = type("AppHeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"header_timeout_s": limits.header_timeout_s})
+    protocol = type(
+        "AppHeaderDeadlineProtocol", (HeaderDeadlineProtocol,), {"header_timeout_s": limits.header_timeout_s}
+    )
 
     class LimitedServer(gradio_server):  # type: ignore[misc, valid-type]
         def __init__(self, config: Any, *args: Any, **kwargs: Any) -> None:
             config.http = protocol
             super().__init__(config, *args, **kwargs)
 
-    LimitedServer.gradio_server = gradio_server  # type: ignore[attr-defined]
+    LimitedServer.gradio_server = gradio_server
     http_server.Server = LimitedServer  # type: ignore[misc]
 
 

@@ -60,7 +60,7 @@ def guard_inputs(blocks: gr.Blocks) -> gr.Blocks:
         return blocks
     for block in blocks.blocks.values():
         if isinstance(block, Component):
-            block.preprocess = _guarded_preprocess(block, block.preprocess)  # type: ignore[method-assign]
+            block.preprocess = _guarded_preprocess(block, block.preprocess)  # type: ignore[method-assign, assignment]
     preprocess_data = blocks.preprocess_data
 
     @functools.wraps(preprocess_data)

@@ -143,14 +143,17 @@ def test_histories_share_the_depth_check():
         parse_history(NESTED)
 
 
-def test_a_rejected_upload_leaves_nothing_in_the_uploads_folder(public, tmp_path):
+def test_a_rejected_upload_leaves_nothing_in_the_uploads_folder(public, tmp_path, monkeypatch):
+    from specsteer import service as service_module
+
+    monkeypatch.setattr(service_module, "MAX_RECORDS_UPLOAD_ITEMS", 10)  # the cap, made small to stay quick
     nested = tmp_path / "nested.json"
     nested.write_text(NESTED)
     big = tmp_path / "many.jsonl"
     record = json.loads(bundled_sample_path("review").read_text().splitlines()[0])
-    big.write_text("\n".join(json.dumps({**record, "id": str(i)}) for i in range(100_001)))
-    for path in (nested, big):
-        with pytest.raises(ValueError):
+    big.write_text("\n".join(json.dumps({**record, "id": str(i)}) for i in range(11)))
+    for path, reason in ((nested, "nested more than 32 levels"), (big, "more than 10 records")):
+        with pytest.raises(ValueError, match=reason):
             public.keep_records(path, "review")
     assert not public.uploads.exists() or not any(public.uploads.rglob("*"))
 

@@ -16,7 +16,7 @@ import math
 import httpx
 import pytest
 
-from specsteer.tiny_models import TEST_PAIRING_ID
+from specsteer.models.tiny import TEST_PAIRING_ID
 
 MEGABYTE_STRING = "x" * 1_000_000
 MARKUP = '<img src=x onerror="window.__pwned=1"><script>alert(1)</script>{{7*7}}'

@@ -14,7 +14,7 @@ from dataclasses import replace
 
 import pytest
 
-from specsteer.limits import PUBLIC_LIMITS
+from specsteer.service.limits import PUBLIC_LIMITS
 
 LIMITS = replace(
     PUBLIC_LIMITS,

@@ -3,7 +3,7 @@
 Gradio serves the app with uvicorn, which by default waits for a request's header and body as long
 as the client keeps the connection open, and reads a body of any announced length. A client that
 sends half a header, or announces 10 GB and sends 6 bytes, holds a connection (and, for an upload,
-a temporary file) for as long as it likes. The limits come from ``specsteer.limits.VisitorLimits``:
+a temporary file) for as long as it likes. The limits come from ``specsteer.service.limits.VisitorLimits``:
 
 * **Header**: a connection whose request header is not complete ``header_timeout_s`` after its first
   byte (or after the previous response, on a kept-alive connection) gets 408 and is closed. This is
@@ -36,7 +36,7 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from specsteer.limits import VisitorLimits
+from specsteer.service.limits import VisitorLimits
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ Why a worker thread: the Stop buttons use Gradio's ``cancels=``, which drops a w
 the queue and abandons a running streaming handler at once. Anything that handler would still have
 done (final statistics, saving the partial output, drawing the partial results) would then never
 happen, and the page would be left half-updated. So the work runs in a :class:`BackgroundRun` (a
-``specsteer.background.Background`` producing frames): the streaming handler only relays its
+``specsteer.util.background.Background`` producing frames): the streaming handler only relays its
 frames, and the Stop handler sets the run's ``threading.Event`` (which ``generate()`` /
 ``run_grid_events()`` check every token), waits for the run to wind down, and returns the run's
 final view itself.
@@ -30,16 +30,16 @@ from dataclasses import dataclass, field
 
 import gradio as gr
 
-from specsteer.background import Background
-from specsteer.events import TokenEvent
-from specsteer.link_emulation import LinkConditions
+from specsteer.method.events import TokenEvent
+from specsteer.protocol.emulation import LinkConditions
+from specsteer.util.background import Background
 from ui.render import StatsView
 
 log = logging.getLogger(__name__)
 
 MODELS_CONCURRENCY_ID = "models"  # every interactive event that runs a model shares one slot (memory, CPU)
 # An evaluation grid has a slot of its own: its cells take turns with the interactive events in the
-# service (specsteer.turns), so a grid never keeps a generation in Gradio's queue behind it.
+# service (specsteer.util.turns), so a grid never keeps a generation in Gradio's queue behind it.
 GRID_CONCURRENCY_ID = "grid"
 NOT_YOURS = (
     "Nothing of yours is running here: a run can be stopped only from the page (browser session) that started it."

@@ -7,9 +7,15 @@ pairings may load (``specsteer.service.pairings.catalog``), and hands them to th
 file is the Hugging Face Spaces entry point and the Docker command; host and port come from
 GRADIO_SERVER_NAME / GRADIO_SERVER_PORT.
 
-Models load on first use, not at start-up, so the page opens at once. Every event that runs a
-model shares one queue slot (concurrency id "models"): a second user waits with a visible queue
-position instead of doubling the memory in use.
+Models load on first use, not at start-up, so the page opens at once. Every interactive event that
+runs a model shares one queue slot (concurrency id "models"): a second user waits with a visible
+queue position instead of doubling the memory in use. An evaluation grid has its own slot ("grid")
+and takes the models one cell at a time, after any waiting generation (specsteer/util/turns.py), so one
+visitor's grid never keeps another's generation waiting for more than a cell.
+
+What one visitor may ask for (grid sizes, tokens, text lengths, request sizes, the server's read
+timeouts) is ``specsteer.service.limits.VisitorLimits``: the public or local defaults by where the app runs
+(specsteer/protocol/exposure.py); the service checks the work, ``ui.http_limits`` the requests.
 
 SIGTERM (``docker stop``, an orchestrator, a Space restart) and SIGINT (Ctrl-C) stop it gracefully:
 no new requests, every running generation and evaluation run cancelled so that it saves what it
@@ -36,14 +42,25 @@ from specsteer.cloud.api import CLOUD_SECRET_ENV  # noqa: E402
 from specsteer.protocol.exposure import Exposure, secret_problem  # noqa: E402
 from specsteer.service import pairings  # noqa: E402
 from specsteer.service.app_service import AppService  # noqa: E402
+from specsteer.service.limits import VisitorLimits, limits_for  # noqa: E402
 from specsteer.util import background  # noqa: E402
 from storage.db import data_dir  # noqa: E402
-from ui import compare_tab, dashboard_tab, generate_tab  # noqa: E402
+from ui import (  # noqa: E402
+    compare_tab,
+    dashboard_tab,
+    generate_tab,  # noqa: E402
+)
+from ui.http_limits import server_options  # noqa: E402
+from ui.safe_inputs import guard_inputs  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 CSS_PATH = ASSETS / "style.css"
-MAX_FILE_SIZE = "50mb"  # server-side cap on any upload; histories are further capped at 5 MB when parsed
 QUEUE_MAX_SIZE = 64
+# Gradio's temporary files (every upload, every download): checked this often, removed at this age.
+# An evaluation keeps its records file in the data folder, a history is read at once: none needs its
+# temporary copy for long.
+TEMP_FILES_CHECK_S = 600
+TEMP_FILES_MAX_AGE_S = 3600
 
 HEADER = """
 <div class="ss-header">
@@ -65,9 +82,12 @@ def theme() -> gr.themes.Base:
     )
 
 
-def launch_options() -> dict:
-    """Look and limits; pass them to every ``launch()`` (Gradio 6 takes theme and CSS there)."""
-    return {"theme": theme(), "css_paths": [CSS_PATH], "max_file_size": MAX_FILE_SIZE}
+def launch_options(limits: VisitorLimits | None = None) -> dict:
+    """Look and limits; pass them to every ``launch()`` (Gradio 6 takes theme and CSS there). ``limits``:
+    the request sizes and read timeouts of the server (ui.http_limits), by default those of where the
+    app runs (public or local)."""
+    limits = limits or limits_for(Exposure.from_environment().public)
+    return {"theme": theme(), "css_paths": [CSS_PATH], **server_options(limits)}
 
 
 def build_service() -> AppService:
@@ -92,7 +112,9 @@ def build_service() -> AppService:
 def build_app(service: AppService | None = None) -> gr.Blocks:
     storage.init_db()  # create the tables now, so the first request does not pay for it
     service = service or build_service()
-    with gr.Blocks(title="SpecSteer", analytics_enabled=False) as demo:
+    with gr.Blocks(
+        title="SpecSteer", analytics_enabled=False, delete_cache=(TEMP_FILES_CHECK_S, TEMP_FILES_MAX_AGE_S)
+    ) as demo:
         gr.HTML(HEADER)
         with gr.Tabs():
             with gr.Tab("Generate", id="generate"):
@@ -106,7 +128,8 @@ def build_app(service: AppService | None = None) -> gr.Blocks:
         for stored in (comparisons, runs):
             stored.on_load(demo)
     demo.queue(default_concurrency_limit=4, max_size=QUEUE_MAX_SIZE)
-    return demo
+    # A value an endpoint's component cannot read gets a message naming the input (ui/safe_inputs.py).
+    return guard_inputs(demo)
 
 
 # --------------------------------------------------------------------------- stopping

@@ -34,7 +34,7 @@ from specsteer.service.judging import (
 )
 from specsteer.service.stores import RATING_CRITERIA, NamedHistory, slot_label
 from ui import render
-from ui.streaming import RUNS, Throttle, Toast
+from ui.streaming import NOT_YOURS, RUNS, Throttle, Toast
 
 MAX_SLOTS = len(COMPARED_METHODS)
 
@@ -263,7 +263,9 @@ class CompareTab:
     def stop(request: gr.Request = None) -> CompareView:
         """The Stop button: end this page's comparison run (an incomplete comparison is not saved)."""
         run = RUNS.stop(request, "compare")
-        if run is not None and run.done:
+        if run is None:
+            return CompareView.message(NOT_YOURS, "warning")
+        if run.done:
             return CompareView.from_flat(run.state)
         return CompareView.message(STOPPED_UNSAVED, "warning")
 

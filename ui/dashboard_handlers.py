@@ -19,7 +19,7 @@ from specsteer.service.app_service import AppService, EvaluationEvent, Failed, L
 from specsteer.service.evaluation_runs import GridForm, chosen_run_ids, claim_notes, run_label, stored_rows
 from ui import render
 from ui.dashboard_figures import compared_figures, figures, table_update
-from ui.streaming import RUNS, Toast
+from ui.streaming import NOT_YOURS, RUNS, Toast
 from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path
 
 
@@ -133,6 +133,7 @@ class DashboardTab:
     def deployment(self, run_ids: Sequence[int] | int | None, profile: str) -> DeploymentView:
         """The Deployment view: the first chosen run projected onto ``profile`` at RTT 0–200 ms."""
         skip = gr.skip()
+        profile = profile if isinstance(profile, str) else ""  # an API caller may send any JSON value
         sources = render.profile_html(PROFILES[profile]) if profile in PROFILES else skip
         ids = chosen_run_ids(run_ids)
         if ids is None:
@@ -190,7 +191,8 @@ class DashboardTab:
             return
 
         def produce(flag):
-            return evaluation_frames(self.service.evaluate(spec, cancel=flag), self.run_choices)
+            events = self.service.evaluate(spec, cancel=flag, operator_token=form.operator_token or "")
+            return evaluation_frames(events, self.run_choices)
 
         for frame in RUNS.start(request, "dashboard", produce, width=len(DashboardView._fields)).frames():
             yield DashboardView(*frame)
@@ -199,7 +201,9 @@ class DashboardTab:
         """The Cancel button: stop after the current token; finished cells stay stored (and resumable)."""
         skip = gr.skip()
         run = RUNS.stop(request, "dashboard", timeout=30.0)
-        if run is not None and run.done:
+        if run is None:  # another session's run (or none): never claim to have cancelled it
+            return DashboardView(render.message_box(NOT_YOURS, "warning"), skip, skip, skip, skip)
+        if run.done:
             return DashboardView(*run.state)
         message = "Cancelled. Finished cells stay stored; run again under the same name to resume."
         return DashboardView(

@@ -29,6 +29,7 @@ from specsteer.service.evaluation_runs import GridForm, source_choices
 from ui import pairs, render
 from ui.dashboard_figures import TABLE_HEADERS
 from ui.dashboard_handlers import DEFAULT_PROFILE, PROFILE_CHOICES, DashboardTab, DashboardView
+from ui.streaming import GRID_CONCURRENCY_ID
 from ui.uploads import gradio_uploads
 from ui.wiring import QUIET, PageRefresh, wire_run
 
@@ -82,6 +83,14 @@ def build(service: AppService) -> PageRefresh:
                 )
                 draft_len = gr.Slider(1, 16, value=4, step=1, label="Draft length k")
             run_name = gr.Textbox(label="Run name (optional; the same name resumes)", elem_id="run-name")
+            # Public: a grid beyond a visitor's cap needs the operator's token (hidden locally: no cap to lift).
+            operator_token = gr.Textbox(
+                label="Operator token (larger grids)",
+                type="password",
+                value="",
+                visible=service.exposure.public,
+                elem_id="grid-operator-token",
+            )
             with gr.Row():
                 run = gr.Button("Run evaluation", variant="primary", elem_id="dashboard-run")
                 cancel = gr.Button("Cancel", variant="stop", elem_id="dashboard-cancel")
@@ -155,6 +164,7 @@ def build(service: AppService) -> PageRefresh:
         max_new_tokens=max_new_tokens,
         draft_len=draft_len,
         run_name=run_name,
+        operator_token=operator_token,
     )
     outputs = list(DashboardView(status, quality, acceptance, table, runs))
     offer = partial(pairs.offer_methods, METHODS, method_label)
@@ -170,6 +180,7 @@ def build(service: AppService) -> PageRefresh:
         api_name="evaluate",
         stop_work=tab.cancel,
         stop_api_name="cancel_evaluate",
+        concurrency_id=GRID_CONCURRENCY_ID,
     )
     shown = show.click(tab.open_runs, runs, outputs, api_name="open_runs")
     deployment_outputs = [deployment_status, deployment_plot, speedups, profile_sources]  # DeploymentView

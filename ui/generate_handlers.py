@@ -29,7 +29,7 @@ from specsteer.service.app_service import (
 from specsteer.service.page import read_sample
 from specsteer.service.stores import NamedHistory
 from ui import render
-from ui.streaming import RUNS, LiveStats, Throttle, Toast
+from ui.streaming import NOT_YOURS, RUNS, LiveStats, Throttle, Toast
 from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path
 
 WAITING_FOR_TRANSCRIPT = "The transcript appears when the generation ends."
@@ -239,7 +239,7 @@ class GenerateTab:
         skip = gr.skip()
         run = RUNS.stop(request, "generate")
         if run is None:
-            return GenerateView(render.message_box("Stopped.", "info"), skip, skip, skip, skip)
+            return GenerateView(render.message_box(NOT_YOURS, "warning"), skip, skip, skip, skip)
         if not run.done:  # still loading the models: it ends without generating once they are loaded
             return GenerateView(
                 render.message_box("Stopped. The models finish loading in the background.", "warning"),

@@ -37,7 +37,13 @@ from ui.render import StatsView
 
 log = logging.getLogger(__name__)
 
-MODELS_CONCURRENCY_ID = "models"  # every event that runs a model shares one slot (memory, CPU)
+MODELS_CONCURRENCY_ID = "models"  # every interactive event that runs a model shares one slot (memory, CPU)
+# An evaluation grid has a slot of its own: its cells take turns with the interactive events in the
+# service (specsteer.util.turns), so a grid never keeps a generation in Gradio's queue behind it.
+GRID_CONCURRENCY_ID = "grid"
+NOT_YOURS = (
+    "Nothing of yours is running here: a run can be stopped only from the page (browser session) that started it."
+)
 
 _SKIP = gr.skip()
 
@@ -166,21 +172,29 @@ class RunRegistry:
                 del self._runs[key]
 
     @staticmethod
-    def _key(request, scope: str) -> tuple[str, str]:
-        return (str(getattr(request, "session_hash", None) or "no-session"), scope)
+    def _key(request, scope: str) -> tuple[str, str] | None:
+        """The run's key: its browser session (Gradio's session hash) and tab. None without a session: a
+        caller that names none owns no run, so no two such callers can reach each other's."""
+        session = getattr(request, "session_hash", None)
+        return (str(session), scope) if session else None
 
     def start(self, request, scope: str, produce: Produce, width: int) -> BackgroundRun:
         run = BackgroundRun(produce, width, name=f"specsteer-{scope}")
-        if request is not None:  # a direct call (tests) has no page, so no Stop button to find it
+        key = self._key(request, scope)
+        if key is not None:  # a direct call (tests) has no page, so no Stop button to find it
             with self._lock:
                 self._forget_old()
-                self._runs[self._key(request, scope)] = run
+                self._runs[key] = run
         return run
 
     def stop(self, request, scope: str, timeout: float = 10.0) -> BackgroundRun | None:
-        """Stop the session's run of that tab and return it (None when the session has none)."""
+        """Stop the session's run of that tab and return it (None when the session has none: a Stop from
+        another session never reaches it)."""
+        key = self._key(request, scope)
+        if key is None:
+            return None
         with self._lock:
-            run = self._runs.get(self._key(request, scope))
+            run = self._runs.get(key)
         if run is not None:
             run.stop(timeout)
         return run

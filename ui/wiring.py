@@ -33,9 +33,10 @@ def wire_run(
     stop_work: Callable,
     stop_api_name: str,
     inputs_kwargs: dict[str, gr.components.Component] | None = None,
+    concurrency_id: str = MODELS_CONCURRENCY_ID,
 ) -> gr.events.Dependency:
-    """Run → queued status → ``work`` (the long handler, in the models' queue slot); Stop → ``stop_work``,
-    which cancels it. Both write ``outputs``; ``status`` is the one the queued message goes to."""
+    """Run → queued status → ``work`` (the long handler, in the ``concurrency_id`` queue slot: the models'
+    by default); Stop → ``stop_work``, which cancels it. Both write ``outputs``; ``status`` is the one the queued message goes to."""
     queued = run.click(render.queued_status, None, status, queue=False, **QUIET)
     started = queued.then(
         work,
@@ -43,7 +44,7 @@ def wire_run(
         list(outputs),
         inputs_kwargs=inputs_kwargs,
         api_name=api_name,
-        concurrency_id=MODELS_CONCURRENCY_ID,
+        concurrency_id=concurrency_id,
         concurrency_limit=1,
     )
     stop.click(stop_work, None, list(outputs), cancels=[started], api_name=stop_api_name, queue=False)

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from specsteer.data.facts import split_private_facts
 from specsteer.data.history import USER_KEYS, HistoryError, HistoryItem, build_items, persona_history
+from specsteer.data.json_limits import RECORDS_LIMITS, JsonLimits, too_deep
 
 LONGLAMP_TASKS = ("review", "abstract", "writing")
 COGENESIS_TASK = "cogenesis"
@@ -125,15 +126,17 @@ def load_records(
     split: str | None = None,
     user: str | None = None,
     limit: int | None = None,
+    json_limits: JsonLimits = RECORDS_LIMITS,
 ) -> list[Record]:
-    """LongLaMP records from a file or a ``{config}/{split}`` folder (see module doc)."""
+    """LongLaMP records from a file or a ``{config}/{split}`` folder (see module doc). ``json_limits``: the
+    depth, size and item count a JSON or JSONL file may have (DataError beyond them)."""
     if task is not None and task not in LONGLAMP_TASKS:
         raise ValueError(f"unknown LongLaMP task {task!r}; choose one of {', '.join(LONGLAMP_TASKS)}")
     _check_limit(limit)
     source = Path(path)
     file = _split_file(source, split) if source.is_dir() else source
     split_column = split if not source.is_dir() else None
-    raw_records = _read_raw_records(file)
+    raw_records = _read_raw_records(file, json_limits)
     if limit == 0:
         return []
     records: list[Record] = []
@@ -195,11 +198,13 @@ def load_lamp(
     return records
 
 
-def load_cogenesis(path: str | os.PathLike[str], limit: int | None = None) -> list[Record]:
+def load_cogenesis(
+    path: str | os.PathLike[str], limit: int | None = None, json_limits: JsonLimits = RECORDS_LIMITS
+) -> list[Record]:
     """CoGenesis records from a JSON list as published (see module doc), in file order."""
     _check_limit(limit)
     file = Path(path)
-    document = _load_json(file)
+    document = _load_json(file, json_limits)
     if not isinstance(document, list) or not document:
         raise DataError(f"{file.name}: expected a non-empty JSON list of CoGenesis records")
     records: list[Record] = []
@@ -253,11 +258,13 @@ def _persona_name(profile: str) -> str | None:
     return None
 
 
-def load_task_records(path: str | os.PathLike[str], task: str, limit: int | None = None) -> list[Record]:
+def load_task_records(
+    path: str | os.PathLike[str], task: str, limit: int | None = None, json_limits: JsonLimits = RECORDS_LIMITS
+) -> list[Record]:
     """The records of one evaluation task: CoGenesis's loader for ``cogenesis``, LongLaMP's otherwise."""
     if task == COGENESIS_TASK:
-        return load_cogenesis(path, limit=limit)
-    return load_records(path, task, limit=limit)
+        return load_cogenesis(path, limit=limit, json_limits=json_limits)
+    return load_records(path, task, limit=limit, json_limits=json_limits)
 
 
 def bundled_sample_path(task: str) -> Path:
@@ -302,15 +309,15 @@ def _split_file(folder: Path, split: str | None) -> Path:
     raise DataError(f"{folder} has no {split}.jsonl, {split}.json or {split}.parquet (it holds {present})")
 
 
-def _read_raw_records(file: Path) -> Iterator[tuple[str, object]]:
+def _read_raw_records(file: Path, limits: JsonLimits = RECORDS_LIMITS) -> Iterator[tuple[str, object]]:
     """(place, parsed record) pairs in file order; JSONL is read lazily."""
     if not file.is_file():
         raise DataError(f"{file}: no such file")
     suffix = file.suffix.lower()
     if suffix in (".jsonl", ".ndjson"):
-        return _read_jsonl(file)
+        return _read_jsonl(file, limits)
     if suffix == ".json":
-        document = _load_json(file)
+        document = _load_json(file, limits)
         if not isinstance(document, list):
             raise DataError(f"{file.name}: expected a JSON list of records")
         return ((f"record {number}", raw) for number, raw in enumerate(document, start=1))
@@ -319,7 +326,9 @@ def _read_raw_records(file: Path) -> Iterator[tuple[str, object]]:
     raise DataError(f"{file.name}: unsupported file type {suffix!r}; use .jsonl, .json or .parquet")
 
 
-def _read_jsonl(file: Path) -> Iterator[tuple[str, object]]:
+def _read_jsonl(file: Path, limits: JsonLimits = RECORDS_LIMITS) -> Iterator[tuple[str, object]]:
+    _check_size(file, limits)
+    count = 0
     with file.open("rb") as handle:
         for number, raw_line in enumerate(handle, start=1):
             try:
@@ -328,6 +337,13 @@ def _read_jsonl(file: Path) -> Iterator[tuple[str, object]]:
                 raise DataError(f"{file.name} line {number}: not valid UTF-8") from None
             if not line.strip():
                 continue
+            count += 1
+            if limits.max_items is not None and count > limits.max_items:
+                raise DataError(
+                    f"{file.name}: more than {limits.max_items:,} records; the limit is {limits.max_items:,}"
+                )
+            if too_deep(line, limits.max_depth) is not None:
+                raise DataError(_too_deep(file, number, limits))
             try:
                 yield f"line {number}", json.loads(line)
             except json.JSONDecodeError as error:
@@ -336,17 +352,40 @@ def _read_jsonl(file: Path) -> Iterator[tuple[str, object]]:
                 ) from None
 
 
-def _load_json(file: Path) -> object:
+def _load_json(file: Path, limits: JsonLimits = RECORDS_LIMITS) -> object:
     if not file.is_file():
         raise DataError(f"{file}: no such file")
+    _check_size(file, limits)
     try:
-        return json.loads(file.read_bytes().decode("utf-8-sig"))
+        text = file.read_bytes().decode("utf-8-sig")
+        line = too_deep(text, limits.max_depth)
+        if line is not None:
+            raise DataError(_too_deep(file, line, limits))
+        document = json.loads(text)
     except UnicodeDecodeError as error:
         raise DataError(f"{file.name}: not valid UTF-8 (byte {error.start})") from None
     except json.JSONDecodeError as error:
         raise DataError(
             f"{file.name} line {error.lineno}, column {error.colno}: malformed JSON ({error.msg})"
         ) from None
+    except RecursionError:  # too_deep counts brackets as the parser does; this stays a message all the same
+        raise DataError(f"{file.name}: the JSON nests too deep to read") from None
+    if limits.max_items is not None and isinstance(document, list) and len(document) > limits.max_items:
+        raise DataError(f"{file.name}: {len(document):,} records; the limit is {limits.max_items:,}")
+    return document
+
+
+def _check_size(file: Path, limits: JsonLimits) -> None:
+    size = file.stat().st_size
+    if limits.max_bytes is not None and size > limits.max_bytes:
+        raise DataError(f"{file.name} is {size / 1e6:.1f} MB; the limit is {limits.max_bytes / 1e6:.1f} MB")
+
+
+def _too_deep(file: Path, line: int, limits: JsonLimits) -> str:
+    return (
+        f"{file.name} line {line}: the JSON is nested more than {limits.max_depth} levels deep; a records "
+        "file is a list of records (objects whose profile is a list of flat items)"
+    )
 
 
 def _read_parquet(file: Path) -> list[dict]:

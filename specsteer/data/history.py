@@ -54,6 +54,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
 
+from specsteer.data.json_limits import too_deep
+
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 MAX_ITEMS = 2000
 MAX_ITEM_CHARS = 20_000
@@ -337,27 +339,15 @@ def _parse_json_or_jsonl(text: str) -> History:
     return _history_from_document(document)
 
 
-_JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
-_JSON_BRACKET = re.compile(r"[\[\]{}\n]")
-
-
 def _check_json_depth(text: str) -> None:
-    """HistoryError naming the line where the JSON nests deeper than MAX_JSON_DEPTH (strings are skipped,
-    so brackets inside text do not count); malformed JSON is left to the parser to report."""
-    depth, line = 0, 1
-    for match in _JSON_BRACKET.finditer(_JSON_STRING.sub('""', text)):
-        bracket = match.group()
-        if bracket == "\n":
-            line += 1
-        elif bracket in "[{":
-            depth += 1
-            if depth > MAX_JSON_DEPTH:
-                raise HistoryError(
-                    f"line {line}: the JSON is nested more than {MAX_JSON_DEPTH} levels deep; a "
-                    "history is a list of flat items (or a record holding one)"
-                )
-        else:
-            depth = max(depth - 1, 0)  # a stray closing bracket is the parser's to report
+    """HistoryError naming the line where the JSON nests deeper than MAX_JSON_DEPTH (json_limits.too_deep,
+    the check every reader of someone else's JSON shares)."""
+    line = too_deep(text, MAX_JSON_DEPTH)
+    if line is not None:
+        raise HistoryError(
+            f"line {line}: the JSON is nested more than {MAX_JSON_DEPTH} levels deep; a "
+            "history is a list of flat items (or a record holding one)"
+        )
 
 
 def _json_error(error: json.JSONDecodeError) -> HistoryError:

@@ -55,7 +55,8 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import asdict, dataclass, field, fields
 from datetime import UTC, datetime
 from pathlib import Path
@@ -300,6 +301,7 @@ def run_grid_events(
     pair: LoadedPair | None = None,
     cancel: threading.Event | None = None,
     shard: tuple[int, int] = (0, 1),
+    turn: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> Iterator[GridProgress | EvalResult]:
     """Run (or resume) the grid of ``spec``, keeping every finished cell in ``store`` at once.
 
@@ -314,6 +316,8 @@ def run_grid_events(
     processes, other machines on one database) share a run without doing a cell twice. The run is
     finished when every cell is stored; a worker done with its share while others are not yet done
     leaves it running.
+    ``turn``: a fresh context manager held around each generation (``turns.ModelTurns.batch``: the app
+    gives the models to a waiting interactive generation between cells).
     """
     from specsteer.models.loading import choose_runtime, load_pair
     from specsteer.models.registry import resolve_pairing
@@ -347,7 +351,7 @@ def run_grid_events(
             yield GridProgress(len(cells) - len(pending), len(cells), "loading")
             pair = pair if pair is not None else load_pair(pairing, dtype=spec.dtype, runtime=runtime)
             _check_methods_run_on(pair, spec)
-            computed = yield from _run_cells(pair, pending, prepared, spec, len(cells), cancel, run_id, store)
+            computed = yield from _run_cells(pair, pending, prepared, spec, len(cells), cancel, run_id, store, turn)
     except BaseException as error:
         # Exceptions are failures; KeyboardInterrupt, or a consumer closing the generator, a stop.
         status: RunStatus = "failed" if isinstance(error, Exception) else "cancelled"
@@ -406,6 +410,7 @@ def _run_cells(
     cancel: threading.Event,
     run_id: int,
     store: RunStore,
+    turn: Callable[[], AbstractContextManager[object]] = nullcontext,
 ) -> Generator[GridProgress, None, int]:
     """Generates and stores the pending cells in order; returns how many it stored."""
     done = total - len(pending)
@@ -413,12 +418,14 @@ def _run_cells(
     if pending:
         yield GridProgress(done, total, "warmup")
         warmup = DecodeConfig(method="specsteer", draft_len=spec.draft_len, max_new_tokens=WARMUP_TOKENS)
-        collect(generate(pair, prepared[pending[0].record.id], warmup, cancel))
+        with turn():
+            collect(generate(pair, prepared[pending[0].record.id], warmup, cancel))
     for cell in pending:
         if cancel.is_set():
             break
         yield GridProgress(done + computed, total, "running", cell.point, cell.record.id)
-        _, result = collect(generate(pair, prepared[cell.record.id], decode_config(cell.point, spec), cancel))
+        with turn():
+            _, result = collect(generate(pair, prepared[cell.record.id], decode_config(cell.point, spec), cancel))
         if result.stats.stop_reason == "cancelled":
             break  # a cut-short generation is not a result
         store.save_cell(

@@ -18,7 +18,8 @@ What changes in public:
   server never connects anywhere else, so the app's shared secret only ever goes to those addresses
   and no setting probes other hosts or ports. Locally the field is free: the user is the operator.
 * **Annotation exports** (every annotator's names and comments) need the operator's token,
-  ``SPECSTEER_ADMIN_TOKEN``; without one configured nobody exports in public.
+  ``SPECSTEER_ADMIN_TOKEN``; without one configured nobody exports in public. The same token lets its
+  holder run evaluation grids beyond a visitor's cap (specsteer/service/limits.py).
 
 This module is light (standard library only).
 """
@@ -98,9 +99,14 @@ class Exposure:
     def may_export_all(self, token: str | None) -> bool:
         """Whether ``token`` lets its holder export every annotation: always locally, in public only with
         the operator's token (compared in constant time)."""
+        return self.is_operator(token)
+
+    def is_operator(self, token: str | None) -> bool:
+        """Whether the caller acts as the operator: always locally, in public only with the operator's token
+        (exports every annotation, runs evaluation grids beyond a visitor's cap; specsteer/service/limits.py)."""
         if not self.public:
             return True
-        if not self.admin_token or not token:
+        if not self.admin_token or not isinstance(token, str) or not token:
             return False
         return hmac.compare_digest(token.encode(), self.admin_token.encode())
 

@@ -46,6 +46,7 @@ from specsteer.cloud.client import RemoteCloud
 from specsteer.data.datasets import DataError, load_records
 from specsteer.data.facts import FactExposure, method_exposure, split_private_facts
 from specsteer.data.history import MAX_UPLOAD_BYTES, HistoryError, parse_history
+from specsteer.data.json_limits import RECORDS_LIMITS, JsonLimits
 from specsteer.data.privacy import UplinkAudit, audit_uplink
 from specsteer.data.tasks import TASKS, PromptPair, PromptStyle, as_prompt_style, render_item
 from specsteer.engine.generate import Prepared, Request, chat_ids, cross_tokenizer_problem, generate, prepare
@@ -61,6 +62,7 @@ from specsteer.models.weights import ModelLoadError
 from specsteer.protocol.exposure import ADMIN_TOKEN_ENV, Exposure, cloud_address
 from specsteer.protocol.link import CloudEndpoint, CloudError, CloudRefused
 from specsteer.protocol.wire import CloudInfo
+from specsteer.service.limits import VisitorLimits, limits_for, stored_id, text_problem
 from specsteer.service.stores import (
     AnnotationSummary,
     ExportFormat,
@@ -73,6 +75,7 @@ from specsteer.service.stores import (
     StoredOutput,
 )
 from specsteer.util.background import Background
+from specsteer.util.turns import ModelTurns
 
 log = logging.getLogger(__name__)
 
@@ -272,6 +275,7 @@ class ExportRefused(ValueError):
 
 
 MAX_RECORDS_UPLOAD_BYTES = 10 * MAX_UPLOAD_BYTES  # an evaluation's records file
+MAX_RECORDS_UPLOAD_ITEMS = 100_000  # records in an uploaded file (a grid reads at most VisitorLimits.max_records)
 
 # Projected every 10 ms from 0 to 200 ms: the curves are smooth in RTT, and a run of a few hundred
 # generations replays in a second or two. The table shows the bundled sweep's RTTs.
@@ -443,6 +447,8 @@ class AppService:
         cloud_secret: str | None = None,
         exposure: Exposure | None = None,
         uploads: Path | None = None,
+        limits: VisitorLimits | None = None,
+        turns: ModelTurns | None = None,
     ) -> None:
         self.store = store
         self.runs = runs
@@ -458,6 +464,10 @@ class AppService:
         # from the environment. A public service never connects to an address its operator did not list,
         # so the secret goes only there.
         self.exposure = exposure or Exposure()
+        # What one request may ask for (grid size, tokens, text lengths): the public or local defaults.
+        self.limits = limits or limits_for(self.exposure.public)
+        # One model computation at a time; a waiting generation goes before an evaluation grid's next cell.
+        self.turns = turns or ModelTurns()
 
     # ----------------------------------------------------------------------- preview
 
@@ -509,6 +519,7 @@ class AppService:
         cancel = cancel or threading.Event()
         try:
             settings = self._valid(settings)
+            self._check_input(input_text)
             prepared = self._prepare(history, task, input_text, settings)
             self.pairs.check(settings.pairing, edge_only=settings.remote)
         except ValueError as error:  # SettingsError and PairingUnavailable are ValueErrors
@@ -626,6 +637,7 @@ class AppService:
             return
         try:
             settings = self._valid(settings)
+            self._check_input(input_text)
             prepared = self._prepare(history, task, input_text, settings)
             self.pairs.check(settings.pairing, edge_only=settings.remote)
         except ValueError as error:
@@ -704,9 +716,17 @@ class AppService:
 
     # ----------------------------------------------------------------------- an evaluation run
 
-    def evaluate(self, spec: EvalSpec, cancel: threading.Event | None = None) -> Iterator[EvaluationEvent]:
+    def evaluate(
+        self, spec: EvalSpec, cancel: threading.Event | None = None, operator_token: str = ""
+    ) -> Iterator[EvaluationEvent]:
         """Run (or resume, by run name) an evaluation grid on the pair ``spec`` names, storing every cell
-        in the run store as it finishes; a set ``cancel`` leaves the run cancelled and resumable."""
+        in the run store as it finishes; a set ``cancel`` leaves the run cancelled and resumable. A grid
+        beyond a visitor's cap (``self.limits``) needs the operator's token in public. Each cell takes
+        its own turn of the models, so a visitor's generation waits for one cell, not for the grid."""
+        refused = self._grid_problem(spec, operator_token)
+        if refused:
+            yield Failed(refused)
+            return
         try:
             spec.validate()
             self.pairs.check(spec.pairing)
@@ -724,11 +744,19 @@ class AppService:
             return
         yield Status("Reading the records…")
         try:
-            yield from run_grid_events(spec, self.runs, pair=pair, cancel=cancel)
+            yield from run_grid_events(spec, self.runs, pair=pair, cancel=cancel, turn=self.turns.batch)
         except Exception as error:
             if not isinstance(error, (ValueError, DataError, OSError)):
                 log.error("evaluation run failed", exc_info=error)
             yield Failed(sentence(f"The run failed ({type(error).__name__}): {error}"))
+
+    def _grid_problem(self, spec: EvalSpec, operator_token: str) -> str | None:
+        """Why this caller may not run ``spec`` here (its size, its run name), or None. Checked before
+        anything else: a grid's points are counted only once its lists are known to be short."""
+        records = spec.limit if spec.limit is not None else self.limits.max_records + 1
+        return text_problem("run name", spec.run_name, self.limits.max_name_chars) or self.limits.grid_problem(
+            spec.methods, spec.alphas, spec.betas, records, self.exposure.is_operator(operator_token)
+        )
 
     # ----------------------------------------------------------------------- a remote Cloud
 
@@ -794,7 +822,7 @@ class AppService:
     def reopen_comparison(self, comparison_id: int) -> StoredComparison:
         """A saved comparison for a new judgement: a blind one in a fresh random order, so that each
         annotator sees their own. ValueError, as a sentence, when there is none of that id."""
-        comparison = self.store.comparison(comparison_id)
+        comparison = self.store.comparison(comparison_id) if stored_id(comparison_id) else None
         if comparison is None:
             raise ValueError(f"Comparison #{comparison_id} does not exist.")
         if not comparison.blind:
@@ -804,7 +832,15 @@ class AppService:
         return replace(comparison, outputs=tuple(outputs))
 
     def annotate(self, annotation: NewAnnotation) -> SavedAnnotation:
-        """Save one judgement; ValueError naming what is wrong (an unknown label, a score out of range)."""
+        """Save one judgement; ValueError naming what is wrong (an unknown label, a score out of range, a name
+        or comment longer than ``self.limits`` allow)."""
+        refused = text_problem("annotator's name", annotation.annotator, self.limits.max_name_chars) or text_problem(
+            "comment", annotation.comment, self.limits.max_comment_chars
+        )
+        if refused:
+            raise ValueError(refused)
+        if not stored_id(annotation.comparison_id):
+            raise ValueError(f"Comparison #{annotation.comparison_id} does not exist.")
         annotation_id = self.store.save_annotation(annotation)
         saved = self.store.comparison(annotation.comparison_id)
         by_method = {output.method: output for output in saved.outputs} if saved is not None else {}
@@ -845,11 +881,11 @@ class AppService:
 
     def stored_run(self, run_id: int) -> StoredRun | None:
         """A stored run (its name, config, status and cell count), or None when there is no run of that id."""
-        return self.runs.run(run_id)
+        return self.runs.run(run_id) if stored_id(run_id) else None
 
     def run_results(self, run_id: int) -> RunResults | None:
         """A stored run and its cells, or None when there is no run of that id."""
-        run = self.runs.run(run_id)
+        run = self.runs.run(run_id) if stored_id(run_id) else None
         return RunResults(run, tuple(self.runs.cells(run.id))) if run is not None else None
 
     def keep_records(self, upload: str | Path, task: str) -> Path:
@@ -863,21 +899,23 @@ class AppService:
             raise ValueError("This app keeps no uploaded files: choose the bundled or the shared records.")
         source = Path(upload)
         size = source.stat().st_size
-        if size > MAX_RECORDS_UPLOAD_BYTES:
-            raise ValueError(
-                f"{source.name} is {size / 1e6:.1f} MB; the limit is {MAX_RECORDS_UPLOAD_BYTES // (1024 * 1024)} MB."
-            )
+        cap = min(MAX_RECORDS_UPLOAD_BYTES, self.limits.max_upload_bytes)
+        if size > cap:
+            raise ValueError(f"{source.name} is {size / 1e6:.1f} MB; the limit is {cap // (1024 * 1024)} MB.")
+        try:  # read where it was uploaded, before anything is kept: a file that does not read leaves nothing
+            load_records(source, task, json_limits=JsonLimits(RECORDS_LIMITS.max_depth, cap, MAX_RECORDS_UPLOAD_ITEMS))
+        except (DataError, ValueError, OSError) as error:
+            raise ValueError(sentence(str(error))) from None
         folder = self.uploads / hashlib.sha256(source.read_bytes()).hexdigest()[:16]
         target = folder / source.name
         if target.is_file():
             return target  # read before: the same content under the same name
         folder.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(source, target)
         try:
-            load_records(target, task)
-        except (DataError, ValueError, OSError) as error:
+            shutil.copyfile(source, target)
+        except BaseException:
             shutil.rmtree(folder, ignore_errors=True)
-            raise ValueError(sentence(str(error))) from None
+            raise
         return target
 
     # ----------------------------------------------------------------------- steps
@@ -889,10 +927,16 @@ class AppService:
             if isinstance(settings, GenerationSettings)
             else GenerationSettings.from_values(settings)
         )
-        problem = self.exposure.cloud_problem(valid.cloud)
+        problem = self.exposure.cloud_problem(valid.cloud) or self.limits.tokens_problem(valid.max_new_tokens)
         if problem:
             raise SettingsError([problem])
         return valid
+
+    def _check_input(self, input_text: object) -> None:
+        """SettingsError when the task input is longer than a visitor may send."""
+        problem = text_problem("task input", input_text, self.limits.max_input_chars)
+        if problem:
+            raise SettingsError([problem])
 
     @staticmethod
     def _prepare(history: NamedHistory | None, task: str, input_text: str, settings: GenerationSettings) -> Prepared:
@@ -952,8 +996,8 @@ class AppService:
             raise
         return cloud
 
-    @staticmethod
     def _run(
+        self,
         pair: LoadedPair,
         prepared: Prepared,
         settings: GenerationSettings,
@@ -967,11 +1011,12 @@ class AppService:
         events = generate(
             pair, prepared, settings.decode_config(), cancel=cancel, cloud=cloud, conditions=settings.link_conditions()
         )
-        for event in events:
-            if isinstance(event, Finished):
-                return event
-            tokens.append(event)
-            yield Token(event, slot)
+        with self.turns.interactive():  # before an evaluation grid's next cell (specsteer.util.turns)
+            for event in events:
+                if isinstance(event, Finished):
+                    return event
+                tokens.append(event)
+                yield Token(event, slot)
         raise RuntimeError("the generation ended without its statistics")
 
     @staticmethod

@@ -31,13 +31,25 @@ def parse_numbers(text: str, what: str) -> tuple[float, ...]:
         try:
             value = float(part)
         except ValueError:
-            raise ValueError(f"{what}: {part.strip()!r} is not a number.") from None
+            raise ValueError(f"{what}: {_shown(part.strip())!r} is not a number.") from None
         if math.isnan(value):
             raise ValueError(f"{what}: NaN is not a grid value.")
         values.append(value)
     if not values:
         raise ValueError(f"{what}: give at least one number (comma-separated).")
     return tuple(dict.fromkeys(values))
+
+
+def _shown(text: str, limit: int = 40) -> str:
+    """A visitor's text as a message quotes it: cut short (a 1 MB value must not come back as a 1 MB toast)."""
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def whole_number(value: object, what: str) -> int:
+    """A widget's number as an int; ValueError naming ``what`` for a value that is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{what} must be a number, not {_shown(str(value))!r}.")
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -56,6 +68,7 @@ class GridForm:
     max_new_tokens: float
     draft_len: float
     run_name: str
+    operator_token: str = ""  # public: a grid beyond a visitor's cap needs the operator's token
 
     def spec(self, keep_upload: Callable[[str, str], Path]) -> EvalSpec:
         """The one EvalSpec these values name; ``keep_upload`` keeps an uploaded records file (the service's
@@ -72,11 +85,11 @@ class GridForm:
             methods=tuple(method for method in METHODS if method in set(self.methods or [])),
             alphas=parse_numbers(self.alphas, "α list"),
             betas=parse_numbers(self.betas, "β list"),
-            limit=int(self.records),
+            limit=whole_number(self.records, "Records"),
             pairing=self.pairing,
             runtime=self.runtime,
-            max_new_tokens=int(self.max_new_tokens),
-            draft_len=int(self.draft_len),
+            max_new_tokens=whole_number(self.max_new_tokens, "Max new tokens"),
+            draft_len=whole_number(self.draft_len, "Draft length"),
             run_name=(self.run_name or "").strip() or None,
         )
 
@@ -130,7 +143,12 @@ def run_label(run: StoredRun) -> str:
 
 def chosen_run_ids(run_ids: Sequence[int] | int | None) -> list[int] | None:
     """The run picker's value as run ids; None when nothing (or something that is not an id) is chosen."""
-    ids = [run_ids] if isinstance(run_ids, (int, str)) else list(run_ids or [])
-    if not ids or not all(str(run_id).strip().isdigit() for run_id in ids):
+    if isinstance(run_ids, (int, str)):
+        ids = [run_ids]
+    elif isinstance(run_ids, (list, tuple)):
+        ids = list(run_ids)
+    else:  # None, or what an API caller sends instead of a list (a float, an object)
+        ids = []
+    if not ids or not all(isinstance(run_id, (int, str)) and str(run_id).strip().isdigit() for run_id in ids):
         return None
     return [int(str(run_id).strip()) for run_id in ids]

@@ -199,6 +199,9 @@ class VllmEngine:
             response = self._client.post("/v1/completions", json=body)
         except Exception as error:
             raise EngineUnavailable(self, _reason(error)) from None
+        if response.status_code == 400:  # the engine refused what the Edge sent (a token id it has no row for)
+            raise ServiceError(400, "invalid", f"The Cloud's {self.role} engine refused the request: "
+                               f"{_error_message(response)}")
         if response.status_code != 200:
             raise EngineUnavailable(self, f"HTTP {response.status_code}: {_error_message(response)}")
         return _completion(self, response.json())
@@ -636,8 +639,18 @@ def launch_engine(
             stdin=subprocess.DEVNULL,
             env=env,
             start_new_session=True,  # its own process group: stop() ends the engine core it spawns too
+            preexec_fn=_end_with_parent,
         )
     return EngineProcess(role, process, f"http://127.0.0.1:{port}", log_path)
+
+
+def _end_with_parent() -> None:
+    """In the engine's child, before it runs vLLM: Linux sends it SIGTERM when the thread that started it
+    ends, so a Cloud that is killed leaves no engine behind (launch from a thread that lives as long)."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
 def wait_ready(

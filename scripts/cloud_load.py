@@ -142,7 +142,9 @@ def main() -> int:
         "Tell a short story about a lighthouse keeper and a storm.",
     ]
     prompts = [pair.tokenizer.encode(text * 3) for text in texts]
-    config = DecodeConfig(method="specsteer", max_new_tokens=args.max_new_tokens, alpha=args.alpha, draft_len=args.draft_len)
+    config = DecodeConfig(
+        method="specsteer", max_new_tokens=args.max_new_tokens, alpha=args.alpha, draft_len=args.draft_len
+    )
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
     rows = []
     for engine in args.engines.split(","):
@@ -159,9 +161,11 @@ def main() -> int:
                 # One generation first so that neither Cloud's first-request costs land in the table.
                 run_edges(child.url, pair, 1, 1, config, prompts)
                 for edges in [int(n) for n in args.edges.split(",")]:
-                    row = {"engine": engine, "startup_s": round(startup, 1), **run_edges(
-                        child.url, pair, edges, args.generations, config, prompts
-                    )}
+                    row = {
+                        "engine": engine,
+                        "startup_s": round(startup, 1),
+                        **run_edges(child.url, pair, edges, args.generations, config, prompts),
+                    }
                     print(json.dumps(row), flush=True)
                     rows.append(row)
             finally:
@@ -172,8 +176,12 @@ def main() -> int:
         "command": " ".join(["python", *sys.argv]),
         "machine": {"cpu": model, "cores": os.cpu_count(), "python": platform.python_version()},
         "pairing": VLLM_PAIRING_ID,
-        "config": {"method": config.method, "max_new_tokens": config.max_new_tokens, "alpha": config.alpha,
-                   "draft_len": config.draft_len},
+        "config": {
+            "method": config.method,
+            "max_new_tokens": config.max_new_tokens,
+            "alpha": config.alpha,
+            "draft_len": config.draft_len,
+        },
         "rows": rows,
     }
     Path(args.out).write_text(json.dumps(document, indent=1) + "\n")

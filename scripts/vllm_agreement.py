@@ -119,7 +119,9 @@ def main() -> int:
         "same_id_set": sum(r["same_id_set"] for r in rows),
         "recovered_compared": sum("recovered_equal" in r for r in rows),
         "recovered_equal": sum(r.get("recovered_equal", False) for r in rows),
-        "values_max_abs_diff_after_shift": max((r.get("values_max_abs_diff_after_shift", 0.0) for r in rows), default=0),
+        "values_max_abs_diff_after_shift": max(
+            (r.get("values_max_abs_diff_after_shift", 0.0) for r in rows), default=0
+        ),
         "generalist_tokens_computed_per_round_mean": round(
             sum(r["generalist_tokens_computed"] for r in rows) / max(1, len(rows)), 2
         ),
@@ -127,10 +129,20 @@ def main() -> int:
         "engine_startup_s": round(startup, 1),
     }
     cpu = next(
-        (line.split(":", 1)[1].strip() for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines() if "Model name" in line),
+        (
+            line.split(":", 1)[1].strip()
+            for line in subprocess.run(["lscpu"], capture_output=True, text=True).stdout.splitlines()
+            if "Model name" in line
+        ),
         "",
     )
-    document = {"command": " ".join(["python", *sys.argv]), "cpu": cpu, "settings": vars(args), "summary": summary, "rows": rows}
+    document = {
+        "command": " ".join(["python", *sys.argv]),
+        "cpu": cpu,
+        "settings": vars(args),
+        "summary": summary,
+        "rows": rows,
+    }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(document, indent=1) + "\n")
     print(json.dumps(summary, indent=1))

@@ -50,8 +50,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -111,11 +111,9 @@ class Completion:
 class EngineUnavailable(ServiceError):
     """A vLLM engine did not answer, or answered with an error: the Edge gets code ``engine-unavailable``."""
 
-    def __init__(self, engine: "VllmEngine", reason: str):
+    def __init__(self, engine: VllmEngine, reason: str):
         super().__init__(
-            502,
-            "engine-unavailable",
-            f"The Cloud's vLLM engine for the {engine.role} ({engine.url}) failed: {reason}",
+            502, "engine-unavailable", f"The Cloud's vLLM engine for the {engine.role} ({engine.url}) failed: {reason}"
         )
 
 
@@ -200,8 +198,9 @@ class VllmEngine:
         except Exception as error:
             raise EngineUnavailable(self, _reason(error)) from None
         if response.status_code == 400:  # the engine refused what the Edge sent (a token id it has no row for)
-            raise ServiceError(400, "invalid", f"The Cloud's {self.role} engine refused the request: "
-                               f"{_error_message(response)}")
+            raise ServiceError(
+                400, "invalid", f"The Cloud's {self.role} engine refused the request: {_error_message(response)}"
+            )
         if response.status_code != 200:
             raise EngineUnavailable(self, f"HTTP {response.status_code}: {_error_message(response)}")
         return _completion(self, response.json())
@@ -478,8 +477,8 @@ def _matched(large: Sequence[Completion], drafts: Sequence[int]) -> int:
 class VllmCloudService(CloudService):
     """A :class:`CloudService` whose sessions are verified by vLLM engines (see the module docstring)."""
 
-    def __init__(self, pair: VllmPair, limits: ServiceLimits = ServiceLimits(), **kwargs):
-        super().__init__(pair, limits, reuse_prefixes=True, **kwargs)
+    def __init__(self, pair: VllmPair, limits: ServiceLimits | None = None, **kwargs):
+        super().__init__(pair, limits or ServiceLimits(), reuse_prefixes=True, **kwargs)
 
     def info(self) -> CloudInfo:
         info = super().info()
@@ -780,7 +779,7 @@ def connect_cloud(
     )
 
 
-def admission_budget(pair: VllmPair, generalist_dir: Path, specialist_dir: Path, settings: EngineSettings) -> int:
+def admission_budget(generalist_dir: Path, specialist_dir: Path, settings: EngineSettings) -> int:
     """The sessions' budget, in the bytes :meth:`VllmCloudService.session_bytes` reserves, for two launched
     engines of ``settings.kv_cache_bytes`` each: the tokens the fuller engine can hold, times both engines'
     bytes per token, less a tenth for the partial blocks a round's k + 1 requests hold side by side."""
@@ -881,14 +880,21 @@ def serve_from_arguments(args, limits: ServiceLimits, secret: str | None, header
         _progress_to_stderr(f"starting two vLLM engines (logs in {work / 'logs'})")
         try:
             launched = launch_cloud(
-                pairing, vocab, dirs[0], dirs[1], settings, work / "logs", args.vllm_start_timeout_s, _progress_to_stderr
+                pairing,
+                vocab,
+                dirs[0],
+                dirs[1],
+                settings,
+                work / "logs",
+                args.vllm_start_timeout_s,
+                _progress_to_stderr,
             )
         except RuntimeError as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
         pair = launched.pair
         if limits.memory_budget_bytes is None:
-            limits = replace(limits, memory_budget_bytes=admission_budget(pair, dirs[0], dirs[1], settings))
+            limits = replace(limits, memory_budget_bytes=admission_budget(dirs[0], dirs[1], settings))
     service = VllmCloudService(pair, limits)
     try:
         serve(
@@ -910,6 +916,7 @@ def serve_from_arguments(args, limits: ServiceLimits, secret: str | None, header
         )
         if launched is not None:
             launched.stop()
+            shutil.rmtree(work / "models", ignore_errors=True)  # a test pairing's models written here (logs stay)
         else:
             pair.close()
     return 0

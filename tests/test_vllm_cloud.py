@@ -17,14 +17,7 @@ import pytest
 from specsteer.engine import DecodeConfig, collect, generate_ids
 from specsteer.link import CloudEngineFailed, CloudError, CloudRefused, LocalTransport
 from specsteer.tiny_models import VLLM_PAIRING_ID, shared_test_pair
-from specsteer.vllm_cloud import (
-    ENGINE_NAME,
-    EngineSettings,
-    VllmCloudService,
-    launch_cloud,
-    save_pair,
-    vllm_available,
-)
+from specsteer.vllm_cloud import ENGINE_NAME, EngineSettings, VllmCloudService, launch_cloud, save_pair, vllm_available
 from specsteer.wire import DRAFT_HEADROOM, Open, encode
 
 _MISSING = vllm_available()

@@ -181,6 +181,42 @@ def test_admission_counts_the_engines_kv_cache(pair, launched):
     tight.close_all()
 
 
+def test_the_cloud_command_serves_edges_through_running_engines(pair, launched, tmp_path):
+    """``python -m specsteer cloud --engine vllm`` over the module's engines (by URL), and an Edge over HTTP."""
+    from specsteer.cloud_client import RemoteCloud
+    from specsteer.cloud_process import start_cloud_process
+
+    generalist = next(p for p in launched.processes if p.role == "generalist")
+    specialist = next(p for p in launched.processes if p.role == "generic specialist")
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    with open(tmp_path / "cloud.log", "wb") as log:
+        child = start_cloud_process(
+            "--pairing",
+            VLLM_PAIRING_ID,
+            "--engine",
+            "vllm",
+            "--vllm-generalist-url",
+            generalist.url,
+            "--vllm-specialist-url",
+            specialist.url,
+            env=env,
+            stderr=log,
+            ready_timeout_s=300,
+        )
+        try:
+            with RemoteCloud(child.url) as remote:
+                assert remote.info().runtime == ENGINE_NAME
+                plain, private = prompts(pair)
+                config = DecodeConfig(method="specsteer", max_new_tokens=24, alpha=0.5)
+                pair.clear_prefix_caches()
+                _tokens, here = collect(generate_ids(pair, plain, private, config))
+                _tokens, there = collect(generate_ids(pair, plain, private, config, cloud=remote))
+            assert there.token_ids == here.token_ids
+        finally:
+            child.stop(timeout_s=60)
+    assert "engines computed" in (tmp_path / "cloud.log").read_text()
+
+
 def test_a_killed_engine_gives_the_edge_a_clear_error(pair, launched, service):
     """Runs last: it kills the generic Specialist's engine for good."""
     plain, private = prompts(pair)

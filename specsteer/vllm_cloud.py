@@ -851,7 +851,11 @@ def serve_from_arguments(args, limits: ServiceLimits, secret: str | None, header
         vocab = test_pair.vocab_size if test_pair is not None else args.vllm_vocab_size
         if vocab is None:
             return fail("--vllm-vocab-size is needed with engines at URLs for a pairing that is not a test pairing")
-        pair = connect_cloud(pairing, vocab, urls[0], urls[1], args.vllm_max_candidates)
+        try:
+            pair = connect_cloud(pairing, vocab, urls[0], urls[1], args.vllm_max_candidates)
+        except ServiceError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
         # The engines' memory is theirs: without --memory-budget-mb, admission by memory is off and the
         # session limits alone hold (an engine queues what its KV cache cannot take).
     else:

@@ -29,12 +29,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from specsteer import wire  # noqa: E402
-from specsteer.cloud_client import HttpTransport, RemoteCloud  # noqa: E402
-from specsteer.cloud_process import start_cloud_process  # noqa: E402
-from specsteer.engine import DecodeConfig, collect, generate_ids  # noqa: E402
-from specsteer.link import CloudError  # noqa: E402
-from specsteer.tiny_models import VLLM_PAIRING_ID, shared_test_pair  # noqa: E402
+from specsteer.cloud.client import HttpTransport, RemoteCloud  # noqa: E402
+from specsteer.cloud.process import start_cloud_process  # noqa: E402
+from specsteer.engine.generate import DecodeConfig, collect, generate_ids  # noqa: E402
+from specsteer.models.tiny import VLLM_PAIRING_ID, shared_test_pair  # noqa: E402
+from specsteer.protocol import wire  # noqa: E402
+from specsteer.protocol.link import CloudError  # noqa: E402
 
 
 class TimedTransport(HttpTransport):

@@ -23,11 +23,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import torch  # noqa: E402
 
-from specsteer.cloud import Cloud  # noqa: E402
-from specsteer.decoding import ForwardLog, Sampler, Stream, draft  # noqa: E402
-from specsteer.tiny_models import VLLM_PAIRING_ID, shared_test_pair  # noqa: E402
-from specsteer.vllm_cloud import EngineSettings, VllmCloud, launch_cloud, save_pair  # noqa: E402
-from specsteer.wire import Draft, Open  # noqa: E402
+from specsteer.cloud.verifier import Cloud  # noqa: E402
+from specsteer.cloud.vllm import EngineSettings, VllmCloud, launch_cloud, save_pair  # noqa: E402
+from specsteer.method.decoding import ForwardLog, Sampler, Stream, draft  # noqa: E402
+from specsteer.models.tiny import VLLM_PAIRING_ID, shared_test_pair  # noqa: E402
+from specsteer.protocol.wire import Draft, Open  # noqa: E402
 
 
 def main() -> int:

@@ -19,8 +19,8 @@ import sys
 import threading
 from pathlib import Path
 
-from .events import Finished, TokenEvent
-from .link_emulation import LinkConditions
+from specsteer.method.events import Finished, TokenEvent
+from specsteer.protocol.emulation import LinkConditions
 
 # ANSI styles per token kind; rejected drafts are struck through.
 _STYLES = {"accepted": "\033[32m", "rejected": "\033[9;31m", "recovered": "\033[33m", "bonus": "\033[36m", "plain": ""}
@@ -35,13 +35,13 @@ def _float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .cloud_api import CLOUD_SECRET_ENV, DEFAULT_PORT
-    from .cloud_server import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
-    from .cloud_service import ServiceLimits
-    from .engine import METHODS
-    from .exposure import CLOUD_URL_ENV
-    from .runtime import RUNTIME_CHOICES
-    from .tasks import TASKS
+    from specsteer.cloud.api import CLOUD_SECRET_ENV, DEFAULT_PORT
+    from specsteer.cloud.server import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
+    from specsteer.cloud.service import ServiceLimits
+    from specsteer.data.tasks import TASKS
+    from specsteer.engine.generate import METHODS
+    from specsteer.protocol.exposure import CLOUD_URL_ENV
+    from specsteer.runtimes.base import RUNTIME_CHOICES
 
     parser = argparse.ArgumentParser(
         prog="python -m specsteer", description="SpecSteer: personalized device-cloud speculative decoding"
@@ -181,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="forget cached prompts when a session ends (benchmarks time every prompt's reading)",
     )
-    from .vllm_cloud import add_arguments as add_vllm_arguments
+    from specsteer.cloud.vllm import add_arguments as add_vllm_arguments
 
     add_vllm_arguments(cloud)
     cloud.add_argument(
@@ -209,9 +209,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _list_pairings() -> int:
-    from .loading import runtime_choice
-    from .models import ModelLoadError
-    from .registry import PAIRINGS, pairing_status
+    from specsteer.models.loading import runtime_choice
+    from specsteer.models.registry import PAIRINGS, pairing_status
+    from specsteer.models.weights import ModelLoadError
 
     for pairing_id, pairing in PAIRINGS.items():
         ok, reason = pairing_status(pairing)
@@ -237,8 +237,8 @@ def _fail(message: str, code: int) -> int:
 
 
 def _generate(args) -> int:
-    from .engine import DecodeConfig, Request, cross_tokenizer_problem, generate
-    from .history import HistoryError, parse_history
+    from specsteer.data.history import HistoryError, parse_history
+    from specsteer.engine.generate import DecodeConfig, Request, cross_tokenizer_problem, generate
 
     config = DecodeConfig(
         method=args.method,
@@ -267,7 +267,7 @@ def _generate(args) -> int:
             retrieval_k=args.retrieval_k,
             profile=history.profile,
         )
-        from .engine import prepare
+        from specsteer.engine.generate import prepare
 
         prepared = prepare(request)
         conditions = LinkConditions.requested(args.rtt_ms, args.uplink_kbps, args.downlink_kbps)
@@ -276,9 +276,9 @@ def _generate(args) -> int:
     except (HistoryError, ValueError) as error:
         return _fail(str(error), 2)
 
-    from .cloud_client import cloud_from_environment
-    from .exposure import secret_problem
-    from .link import CloudError
+    from specsteer.cloud.client import cloud_from_environment
+    from specsteer.protocol.exposure import secret_problem
+    from specsteer.protocol.link import CloudError
 
     secret = os.environ.get(args.cloud_secret_env)
     problem = secret_problem(secret, f"${args.cloud_secret_env}")
@@ -315,9 +315,9 @@ def _cloud_failed(error, as_json: bool) -> int:
 
 
 def _load(args, edge_only: bool = False):
-    from .loading import load_pair
-    from .models import ModelLoadError
-    from .registry import resolve_pairing
+    from specsteer.models.loading import load_pair
+    from specsteer.models.registry import resolve_pairing
+    from specsteer.models.weights import ModelLoadError
 
     try:
         pairing = resolve_pairing(args.pairing, specialist=args.specialist, generalist=args.generalist)
@@ -339,9 +339,9 @@ def _load(args, edge_only: bool = False):
 def _serve_cloud(args) -> int:
     from dataclasses import replace
 
-    from .cloud_server import bind_problem, serve
-    from .cloud_service import CloudService, ServiceLimits, default_memory_budget
-    from .exposure import secret_problem
+    from specsteer.cloud.server import bind_problem, serve
+    from specsteer.cloud.service import CloudService, ServiceLimits, default_memory_budget
+    from specsteer.protocol.exposure import secret_problem
 
     secret = None
     if args.secret_env:
@@ -366,7 +366,7 @@ def _serve_cloud(args) -> int:
     except ValueError as error:
         return _fail(str(error), 2)
     if args.engine == "vllm":
-        from .vllm_cloud import serve_from_arguments
+        from specsteer.cloud.vllm import serve_from_arguments
 
         return serve_from_arguments(args, limits, secret, args.header_timeout_s, args.body_timeout_s)
     pair = _cloud_pair(args)
@@ -397,7 +397,7 @@ def _cloud_pair(args):
 def _test_pair_or_load(args, edge_only: bool = False):
     """The pair ``args.pairing`` names: a test pairing's random tiny models (``tiny-test``,
     ``tiny-cross-test``: the test hook of the evaluate CLI and the app), else :func:`_load`."""
-    from .tiny_models import shared_test_pair
+    from specsteer.models.tiny import shared_test_pair
 
     test_pair = shared_test_pair(args.pairing)
     if test_pair is not None:
@@ -406,7 +406,7 @@ def _test_pair_or_load(args, edge_only: bool = False):
 
 
 def _print_json(events) -> int:
-    from .link import CloudError
+    from specsteer.protocol.link import CloudError
 
     tokens: list[dict] = []
     try:

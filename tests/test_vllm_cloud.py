@@ -1,4 +1,4 @@
-"""The Cloud whose models live in vLLM (specsteer.vllm_cloud), against the in-process Cloud on a tiny pair.
+"""The Cloud whose models live in vLLM (specsteer.cloud.vllm), against the in-process Cloud on a tiny pair.
 
 One pair of vLLM servers (the Generalist and the generic Specialist of ``tiny-vllm-test``, fp32) is
 started for the whole module from ``.venv-vllm`` (scripts/setup_vllm.sh). Without that environment the
@@ -14,11 +14,11 @@ import struct
 
 import pytest
 
-from specsteer.engine import DecodeConfig, collect, generate_ids
-from specsteer.link import CloudEngineFailed, CloudError, CloudRefused, LocalTransport
-from specsteer.tiny_models import VLLM_PAIRING_ID, shared_test_pair
-from specsteer.vllm_cloud import ENGINE_NAME, EngineSettings, VllmCloudService, launch_cloud, save_pair, vllm_available
-from specsteer.wire import DRAFT_HEADROOM, Open, encode
+from specsteer.cloud.vllm import ENGINE_NAME, EngineSettings, VllmCloudService, launch_cloud, save_pair, vllm_available
+from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.models.tiny import VLLM_PAIRING_ID, shared_test_pair
+from specsteer.protocol.link import CloudEngineFailed, CloudError, CloudRefused, LocalTransport
+from specsteer.protocol.wire import DRAFT_HEADROOM, Open, encode
 
 _MISSING = vllm_available()
 if _MISSING and os.environ.get("SPECSTEER_REQUIRE_VLLM") == "1":
@@ -166,7 +166,7 @@ def test_rules_a_vllm_cloud_cannot_run_are_refused_clearly(pair, service):
 def test_admission_counts_the_engines_kv_cache(pair, launched):
     from dataclasses import replace
 
-    from specsteer.cloud_service import ServiceLimits
+    from specsteer.cloud.service import ServiceLimits
 
     plain, _private = prompts(pair)
     service = VllmCloudService(launched.pair)
@@ -183,8 +183,8 @@ def test_admission_counts_the_engines_kv_cache(pair, launched):
 
 def test_the_cloud_command_serves_edges_through_running_engines(pair, launched, tmp_path):
     """``python -m specsteer cloud --engine vllm`` over the module's engines (by URL), and an Edge over HTTP."""
-    from specsteer.cloud_client import RemoteCloud
-    from specsteer.cloud_process import start_cloud_process
+    from specsteer.cloud.client import RemoteCloud
+    from specsteer.cloud.process import start_cloud_process
 
     generalist = next(p for p in launched.processes if p.role == "generalist")
     specialist = next(p for p in launched.processes if p.role == "generic specialist")

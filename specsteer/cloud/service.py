@@ -342,18 +342,7 @@ class CloudService:
         if problem:
             raise ServiceError(400, "invalid", problem)
         log = ForwardLog()
-        cross = self.pair.cross
-        if cross is not None:
-            cloud = CrossCloud(
-                self.pair.generalist,
-                self.pair.specialist,
-                self.pair.vocab_size,
-                cross.vocab_size,
-                cross.vocabularies,
-                log,
-            )
-        else:
-            cloud = Cloud(self.pair.generalist, self.pair.specialist, self.pair.vocab_size, log)
+        cloud = self._new_cloud(log)
         session = _Session(message.session, message, cloud, log, self._clock(), client, self.session_bytes(message))
         with session.lock:
             with self._admission:
@@ -371,6 +360,20 @@ class CloudService:
         if message.streams:
             return Answer(self._stream(session), None)
         return Answer((), session.report())
+
+    def _new_cloud(self, log: ForwardLog):
+        """A new session's Cloud (a serving engine's Cloud service gives its own kind)."""
+        cross = self.pair.cross
+        if cross is not None:
+            return CrossCloud(
+                self.pair.generalist,
+                self.pair.specialist,
+                self.pair.vocab_size,
+                cross.vocab_size,
+                cross.vocabularies,
+                log,
+            )
+        return Cloud(self.pair.generalist, self.pair.specialist, self.pair.vocab_size, log)
 
     def _verify(self, message: Draft) -> Answer:
         session = self._find(message.session)

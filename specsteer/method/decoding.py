@@ -336,15 +336,26 @@ def ratio_test(
     index = torch.tensor(draft_ids)[:, None]
     log_p_large = torch.log_softmax(generalist_rows[:k] / temperature, -1).gather(-1, index)[:, 0]
     log_p_generic = torch.log_softmax(generic_rows[:k] / temperature, -1).gather(-1, index)[:, 0]
+    return ratio_decisions(log_ratio_values(log_p_large, log_p_generic, alpha), sampler)
+
+
+def log_ratio_values(log_p_large: torch.Tensor, log_p_generic: torch.Tensor, alpha: float) -> list[float]:
+    """``log p_L(y) - log p_S0(y) - log alpha`` per draft, from each draft's log-probability under both Cloud
+    models (``[k]`` fp32 each); alpha = 0 gives +inf and alpha = inf gives -inf, exactly."""
     log_alpha = math.log(alpha) if alpha > 0 else -math.inf
-    log_ratios = (log_p_large - log_p_generic - log_alpha).tolist()
+    return (log_p_large - log_p_generic - log_alpha).tolist()
+
+
+def ratio_decisions(log_ratios: list[float], sampler: Sampler) -> tuple[int, list[float]]:
+    """The ratio test's decisions from the drafts' log ratios: what :func:`ratio_test` decides from full
+    rows, and what a Cloud that only has the drafts' log-probabilities (a serving engine's) decides."""
     ratios: list[float] = []
     for log_ratio in log_ratios:
         ratios.append(_safe_exp(log_ratio))
         threshold = 0.0 if sampler.greedy else math.log(max(sampler.uniform(), 1e-300))
         if not log_ratio >= threshold:
             return len(ratios) - 1, ratios
-    return k, ratios
+    return len(log_ratios), ratios
 
 
 def match_test(generalist_rows: torch.Tensor, draft_ids: list[int]) -> int:

@@ -380,7 +380,18 @@ def _gguf_tensor_name(name: str) -> str:
 
 
 # The pairing ids the test hooks (the evaluate and cloud CLIs, the bench, the app) accept, and what builds each.
-TEST_PAIRS = {TEST_PAIRING_ID: tiny_pair, CROSS_PAIRING_ID: tiny_cross_pair}
+VLLM_PAIRING_ID = "tiny-vllm-test"
+
+
+def tiny_vllm_pair() -> LoadedPair:
+    """A tiny pair a serving engine can load (``specsteer.cloud.vllm``): as :func:`tiny_pair`, but two heads
+    of 32 dimensions per layer, since vLLM's CPU attention takes no head of fewer than 32 (tiny_pair's are 16)."""
+    specialist = tiny_model(0, 320, heads=2, kv_heads=1)
+    generalist = tiny_model(1, 352, heads=2, kv_heads=1)
+    return assemble_pair(VLLM_PAIRING_ID, specialist, generalist, tiny_tokenizer(), CHATML_CHAT)
+
+
+TEST_PAIRS = {TEST_PAIRING_ID: tiny_pair, CROSS_PAIRING_ID: tiny_cross_pair, VLLM_PAIRING_ID: tiny_vllm_pair}
 _shared_lock = threading.Lock()
 _shared: dict[str, LoadedPair] = {}
 

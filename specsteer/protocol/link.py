@@ -76,6 +76,10 @@ class VersionMismatch(CloudError):
     """The Cloud speaks another protocol version than this Edge."""
 
 
+class CloudEngineFailed(CloudError):
+    """The Cloud's serving engine (a vLLM server behind it) failed or did not answer; the message names it."""
+
+
 class CloudRefused(CloudError):
     """The Cloud refused a request: a malformed or oversized frame, a limit, the shared secret, or no room."""
 
@@ -86,6 +90,7 @@ _ERROR_TYPES: dict[str, type[CloudError]] = {
     "closed-session": SessionGone,
     "version": VersionMismatch,
     "unreachable": CloudUnreachable,
+    "engine-unavailable": CloudEngineFailed,
 }
 
 # What a person can do about each refusal, appended to the Cloud's own words.

@@ -84,6 +84,8 @@ _ERROR_TYPES: dict[str, type[CloudError]] = {
     "unknown-session": SessionGone,
     "expired-session": SessionGone,
     "closed-session": SessionGone,
+    "reclaimed-session": SessionGone,
+    "lifetime-session": SessionGone,
     "version": VersionMismatch,
     "unreachable": CloudUnreachable,
 }
@@ -93,6 +95,8 @@ _ADVICE = {
     "unknown-session": "Run the generation again.",
     "expired-session": "Run the generation again (or ask for a longer --idle-timeout-s on the Cloud).",
     "closed-session": "Run the generation again.",
+    "reclaimed-session": "Run the generation again.",
+    "lifetime-session": "Run the generation again, or with a smaller token budget.",
     "version": "Update the Edge or the Cloud so that both run the same SpecSteer version.",
     "unauthorized": "Set the Cloud's shared secret on the Edge (SPECSTEER_CLOUD_SECRET).",
     "busy": "Try again in a moment.",
@@ -183,15 +187,18 @@ class LocalTransport:
 
 
 class InProcessCloud:
-    """The default Cloud: a service over the pair's own Generalist and Specialist, one per generation."""
+    """The default Cloud: a service over the pair's own Generalist and Specialist, one per generation.
+
+    Its one session never expires for idleness nor age: the process that would wait for it is the
+    one that holds it, so a pause (a laptop asleep, a stopped process) must not cost the generation."""
 
     def __init__(self, pair) -> None:
         self.pair = pair
 
     def transport(self) -> Transport:
-        from .cloud_service import CloudService
+        from .cloud_service import CloudService, ServiceLimits
 
-        return LocalTransport(CloudService(self.pair))
+        return LocalTransport(CloudService(self.pair, ServiceLimits(idle_timeout_s=None, max_session_life_s=None)))
 
 
 # --------------------------------------------------------------------------- the link

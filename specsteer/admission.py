@@ -144,7 +144,7 @@ def refusal(candidate: Holding, holdings: Sequence[Holding], limits: AdmissionLi
     if candidate.reserved > budget:
         return _memory_words(candidate.reserved, "more than its whole budget", budget), False
     share = client_bytes(limits)
-    if share is not None and sum(h.reserved for h in own) + candidate.reserved > share:
+    if share is not None and share < budget and sum(h.reserved for h in own) + candidate.reserved > share:
         return (
             f"This client's sessions would hold more than its share of the Cloud's memory "
             f"({megabytes(share)} of {megabytes(budget)}).",
@@ -170,7 +170,9 @@ def admit(candidate: Holding, holdings: Sequence[Holding], limits: AdmissionLimi
     remaining, victims = list(holdings), []
     why: tuple[str, bool] | None = first
     while why is not None:  # each turn ends one more session, so at most len(holdings) turns
-        pool = [h for h in remaining if reclaimable(h, limits, now) and (not why[1] or h.credential == candidate.credential)]
+        pool = [
+            h for h in remaining if reclaimable(h, limits, now) and (not why[1] or h.credential == candidate.credential)
+        ]
         if not pool:  # nothing would make room: nobody is ended for nothing
             reason, own_cap = first
             waiting = [h for h in holdings if not own_cap or h.credential == candidate.credential]

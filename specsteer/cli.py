@@ -36,12 +36,12 @@ def _float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from specsteer.admission import CLOUD_CLIENT_SHARE
+
     from .cloud_api import CLOUD_SECRET_ENV, DEFAULT_PORT
     from .cloud_server import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
     from .cloud_service import ServiceLimits
     from .engine import METHODS
-
-    from specsteer.admission import CLOUD_CLIENT_SHARE
     from .exposure import CLOUD_URL_ENV
     from .runtime import RUNTIME_CHOICES
     from .tasks import TASKS

@@ -383,9 +383,7 @@ def run_grid_events(
             yield GridProgress(len(cells) - len(pending), len(cells), "loading")
             pair = pair if pair is not None else load_pair(pairing, dtype=spec.dtype, runtime=runtime)
             _check_methods_run_on(pair, spec)
-            computed, failures = yield from _run_cells(
-                pair, pending, prepared, spec, len(cells), cancel, run_id, store
-            )
+            computed, failures = yield from _run_cells(pair, pending, prepared, spec, len(cells), cancel, run_id, store)
     except BaseException as error:
         # Exceptions are failures; KeyboardInterrupt, or a consumer closing the generator, a stop.
         status: RunStatus = "failed" if isinstance(error, Exception) else "cancelled"

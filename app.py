@@ -1,6 +1,6 @@
 """SpecSteer web app: ``python app.py`` serves it on http://127.0.0.1:7860.
 
-One Gradio Blocks app built from ``ui/`` (one module per tab) over one ``specsteer.service.AppService``.
+One Gradio Blocks app built from ``ui/`` (one module per tab) over one ``specsteer.service.app_service.AppService``.
 This file is the composition root: it alone chooses where things are kept (the SQL stores of
 ``storage/``: SQLite in ``$SPECSTEER_DATA_DIR``, default ./data, or ``DATABASE_URL``) and which
 pairings may load (``ui.pairs.catalog``), and hands them to the service the tabs share. The same
@@ -32,10 +32,10 @@ from pathlib import Path  # noqa: E402
 import gradio as gr  # noqa: E402
 
 import storage  # noqa: E402
-from specsteer import background  # noqa: E402
-from specsteer.cloud_api import CLOUD_SECRET_ENV  # noqa: E402
-from specsteer.exposure import Exposure, secret_problem  # noqa: E402
-from specsteer.service import AppService  # noqa: E402
+from specsteer.cloud.api import CLOUD_SECRET_ENV  # noqa: E402
+from specsteer.protocol.exposure import Exposure, secret_problem  # noqa: E402
+from specsteer.service.app_service import AppService  # noqa: E402
+from specsteer.util import background  # noqa: E402
 from storage.db import data_dir  # noqa: E402
 from ui import compare_tab, dashboard_tab, generate_tab, pairs  # noqa: E402
 
@@ -73,7 +73,7 @@ def build_service() -> AppService:
     """The one service every tab uses, on the database that ``DATABASE_URL`` / the data folder names; a
         remote Cloud's shared secret comes from ``$SPECSTEER_CLOUD_SECRET`` (never from a form); uploaded records
     files are kept in the data folder's ``uploads/`` (a resumed evaluation finds its file there); whether
-        the app serves the public, with its operator's choices, from the environment (specsteer/exposure.py)."""
+        the app serves the public, with its operator's choices, from the environment (specsteer/protocol/exposure.py)."""
     secret = os.environ.get(CLOUD_SECRET_ENV)
     problem = secret_problem(secret, f"${CLOUD_SECRET_ENV}")
     if problem:

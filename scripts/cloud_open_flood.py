@@ -41,11 +41,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import httpx  # noqa: E402
 
-from specsteer.admission import edge_key  # noqa: E402
-from specsteer.cloud_api import EXCHANGE_PATH  # noqa: E402
-from specsteer.cloud_process import start_cloud_process  # noqa: E402
-from specsteer.machine import machine_info  # noqa: E402
-from specsteer.wire import Draft, Open, encode  # noqa: E402
+from specsteer.cloud.admission import edge_key  # noqa: E402
+from specsteer.cloud.api import EXCHANGE_PATH  # noqa: E402
+from specsteer.cloud.process import start_cloud_process  # noqa: E402
+from specsteer.protocol.wire import Draft, Open, encode  # noqa: E402
+from specsteer.runtimes.machine import machine_info  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SECRET_ENV = "SPECSTEER_FLOOD_SECRET"

@@ -17,10 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specsteer.data import resolve_data_source
-from specsteer.evaluate import EvalSpec, run_grid
-from specsteer.loading import cross_tokenizer_view, load_pair
-from specsteer.registry import DEFAULT_PAIRING
+from specsteer.data.datasets import resolve_data_source
+from specsteer.evaluation.grid import EvalSpec, run_grid
+from specsteer.models.loading import cross_tokenizer_view, load_pair
+from specsteer.models.registry import DEFAULT_PAIRING
 from storage import SqlRunStore
 
 SHOWN = (

@@ -23,11 +23,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specsteer.engine import DecodeConfig, Request, collect, generate, prepare
-from specsteer.history import HistoryItem
-from specsteer.loading import load_pair
-from specsteer.machine import read_cpu
-from specsteer.metrics import rouge_scores
+from specsteer.data.history import HistoryItem
+from specsteer.engine.generate import DecodeConfig, Request, collect, generate, prepare
+from specsteer.evaluation.metrics import rouge_scores
+from specsteer.models.loading import load_pair
+from specsteer.runtimes.machine import read_cpu
 
 PAIRINGS = ("offline-qwen2.5-coder", "offline-smollm2__qwen2.5-coder", "offline-smollm2__gemma3")
 COGENESIS_TEST = Path("/work/shared/data/cogenesis/cogenesis_test.json")

@@ -14,7 +14,7 @@ mkdir -p results
 database="${EVAL_DATABASE:-sqlite:///$PWD/results/longlamp.db}"
 
 for task in review writing; do
-    .venv/bin/python -m specsteer.evaluate \
+    .venv/bin/python -m specsteer.evaluation.grid \
         --data shared --task "$task" --limit 12 \
         --methods slm,slm+,llm,sd,lightcosteer,costeer,specsteer \
         --alpha 1,0.5,0.1 --beta 1 --extra-grid 0.5:0.5,0.5:2 \

@@ -6,7 +6,7 @@ RUN holds the setting unguarded (among other cells), GUARD_RUN the same setting 
 ``--private-guard N``; both are CoGenesis runs over the same records file. On the records both have,
 it prints ROUGE-L and ROUGE-1 (guarded minus unguarded, with 95 % bootstrap intervals), acceptance,
 and the private facts sent to the cloud, sent beyond the task, and sent only in rejected drafts
-(``specsteer.facts``), pooled, with the records where the guard sent fewer or more facts.
+(``specsteer.data.facts``), pooled, with the records where the guard sent fewer or more facts.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import storage  # noqa: E402
-from specsteer import evaluate  # noqa: E402
-from specsteer.facts import fact_shares, method_exposure  # noqa: E402
-from specsteer.stores import CellResult, GridPoint  # noqa: E402
+from specsteer.data.facts import fact_shares, method_exposure  # noqa: E402
+from specsteer.evaluation import grid as evaluate  # noqa: E402
+from specsteer.service.stores import CellResult, GridPoint  # noqa: E402
 
 GUARDED = GridPoint("specsteer-guarded")  # the guarded cells' point here, so that the two can be paired
 

@@ -22,12 +22,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specsteer.cloud_client import RemoteCloud  # noqa: E402
-from specsteer.cloud_process import start_cloud_process  # noqa: E402
-from specsteer.link import InProcessCloud, Link  # noqa: E402
-from specsteer.machine import machine_info  # noqa: E402
-from specsteer.tiny_models import shared_tiny_pair  # noqa: E402
-from specsteer.wire import Draft, Open  # noqa: E402
+from specsteer.cloud.client import RemoteCloud  # noqa: E402
+from specsteer.cloud.process import start_cloud_process  # noqa: E402
+from specsteer.models.tiny import shared_tiny_pair  # noqa: E402
+from specsteer.protocol.link import InProcessCloud, Link  # noqa: E402
+from specsteer.protocol.wire import Draft, Open  # noqa: E402
+from specsteer.runtimes.machine import machine_info  # noqa: E402
 
 
 def exchange_ms(endpoint, rounds: int) -> list[float]:

@@ -4,7 +4,7 @@
 
 For each run (all runs when none is named), one row per (method, α, β): how many outputs there are
 and the share that copy the prompt's item layout, open with a preamble, or refuse
-(``specsteer.hygiene``; "any" is the share with at least one of the three). With several runs, the
+(``specsteer.data.hygiene``; "any" is the share with at least one of the three). With several runs, the
 same table over all of them follows; last, one row per method with its α and β pooled.
 
 Prompts. The layout check needs the request's prompts (was any item shown; does the request itself
@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlalchemy import Connection, create_engine, make_url, text  # noqa: E402
 from sqlalchemy.engine import URL  # noqa: E402
 
-from specsteer.data import DataError  # noqa: E402
-from specsteer.evaluate import run_prompts  # noqa: E402
-from specsteer.hygiene import GridVerdict, HygieneShares, classify_output, hygiene_shares  # noqa: E402
-from specsteer.tasks import DEFAULT_PROMPT_STYLE  # noqa: E402
+from specsteer.data.datasets import DataError  # noqa: E402
+from specsteer.data.hygiene import GridVerdict, HygieneShares, classify_output, hygiene_shares  # noqa: E402
+from specsteer.data.tasks import DEFAULT_PROMPT_STYLE  # noqa: E402
+from specsteer.evaluation.grid import run_prompts  # noqa: E402
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ python=.venv/bin/python
 pin=$(grep -E '^llama-cpp-python==' requirements.txt | cut -d' ' -f1)
 version=${pin#llama-cpp-python==}
 cache=${SPECSTEER_CACHE:-$HOME/.cache/specsteer}
-key=$("$python" -m specsteer.llamacpp cpu-key 2>/dev/null)
+key=$("$python" -m specsteer.runtimes.llamacpp cpu-key 2>/dev/null)
 # BUILD_FLAGS names the build configuration in the cache key: a wheel built with other flags is never reused.
 # -mno-amx-*: llama.cpp's AMX buffer type (weights repacked for Intel AMX tiles, compiled in whenever the
 # build CPU has AMX) crashes in llama_decode on some AMX machines (upstream llama.cpp #20824); without it,
@@ -47,5 +47,5 @@ if ! compgen -G "$wheels/llama_cpp_python-*.whl" >/dev/null; then
 fi
 "$python" -m pip install --quiet --disable-pip-version-check --no-deps --force-reinstall "$wheels"/llama_cpp_python-*.whl
 "$python" -m pip install --quiet --disable-pip-version-check "$pin"   # its small dependencies
-"$python" -m specsteer.llamacpp stamp --native >/dev/null
-"$python" -m specsteer.llamacpp built | sed 's/^/[setup] llama.cpp: /'
+"$python" -m specsteer.runtimes.llamacpp stamp --native >/dev/null
+"$python" -m specsteer.runtimes.llamacpp built | sed 's/^/[setup] llama.cpp: /'

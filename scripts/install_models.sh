@@ -54,12 +54,12 @@ for requirements in "${requirement_files[@]}"; do
 done
 
 prepare_all() {
-  "$PYTHON" -m specsteer.models prepare
+  "$PYTHON" -m specsteer.models.weights prepare
   if [ "$CROSS" = 1 ]; then
     # Cross-tokenizer pairings run on transformers only: this converts each GGUF once (SmolLM2, Gemma 3,
     # and the Qwen2.5-Coder 1.5B Generalist where the default pairing's set-up has not converted it yet).
-    "$PYTHON" -m specsteer.models prepare --pairing offline-smollm2__gemma3
-    "$PYTHON" -m specsteer.models prepare --pairing offline-smollm2__qwen2.5-coder
+    "$PYTHON" -m specsteer.models.weights prepare --pairing offline-smollm2__gemma3
+    "$PYTHON" -m specsteer.models.weights prepare --pairing offline-smollm2__qwen2.5-coder
   fi
 }
 prepare_all

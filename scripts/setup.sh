@@ -47,13 +47,13 @@ stamp=.venv/.installed-$(cat requirements.txt requirements-dev.txt | sha256sum |
 if [[ ! -f $stamp ]]; then
   echo "[setup] installing Python packages ($requirements)"
   # torch alone first: the CPU build, never the CUDA one. numpy with it: install_llamacpp.sh names its
-  # wheel cache by `python -m specsteer.llamacpp cpu-key`, which imports numpy (a fresh .venv would
+  # wheel cache by `python -m specsteer.runtimes.llamacpp cpu-key`, which imports numpy (a fresh .venv would
   # otherwise cache this CPU's native build under "unknown", where any other CPU would reuse it).
   install_cpu_torch "$(grep -E '^numpy' requirements.txt)"
   bash scripts/install_llamacpp.sh      # before the requirements, which would compile a portable build
   "${pip[@]}" -r "$requirements"
   touch "$stamp"
-elif ! .venv/bin/python -m specsteer.llamacpp built >/dev/null 2>&1; then
+elif ! .venv/bin/python -m specsteer.runtimes.llamacpp built >/dev/null 2>&1; then
   bash scripts/install_llamacpp.sh      # missing, or built for another CPU: build it for this one
 fi
 
@@ -73,9 +73,9 @@ PYTHON=.venv/bin/python bash scripts/install_models.sh "${model_options[@]}"
 # Prove llama.cpp here before anything relies on it: the real decode path on both offline models, each
 # configuration in a child process (a native crash is caught and named, and the next one is tried).
 # Once per CPU and build; a later set-up reads the saved proof.
-if .venv/bin/python -m specsteer.llamacpp built >/dev/null 2>&1; then
-  .venv/bin/python -m specsteer.llamacpp check --saved 2>&1 | sed 's/^/[setup] llama.cpp check: /' || true
+if .venv/bin/python -m specsteer.runtimes.llamacpp built >/dev/null 2>&1; then
+  .venv/bin/python -m specsteer.runtimes.llamacpp check --saved 2>&1 | sed 's/^/[setup] llama.cpp check: /' || true
   # What each runtime costs here (once per CPU and build, about a minute): `--runtime auto` picks from it.
-  .venv/bin/python -m specsteer.calibration --saved 2>&1 | sed 's/^/[setup] calibration: /' || true
+  .venv/bin/python -m specsteer.models.calibration --saved 2>&1 | sed 's/^/[setup] calibration: /' || true
 fi
 echo "[setup] done"

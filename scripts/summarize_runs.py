@@ -7,13 +7,13 @@ going (or was stopped) compares like with like. Columns: ROUGE (0-100), acceptan
 tok/s and its ratio to LLM, the same for the decoding phase only (prompt processing left out: the
 fair comparison where the runtime reuses a record's prompts between methods), and output hygiene:
 the share of outputs copying the prompt's item layout, opening with a preamble, or refusing
-(``specsteer.hygiene``; the prompts are rebuilt from the run's records, no model is loaded).
+(``specsteer.data.hygiene``; the prompts are rebuilt from the run's records, no model is loaded).
 Below each table, every SpecSteer setting is compared with SLM+ and LLM record by record on
 ROUGE-L: records won, the mean difference and its 95 % bootstrap interval [low, high] (a dozen
 records make a small sample), and against the stronger of the two (the one with the higher mean on
 the same records) on ROUGE-L and ROUGE-1. A CoGenesis run also gets the privacy table: per method,
 the share of the records' private facts sent to the cloud (all of them, and those the task did not
-name), found in the output, and sent only in rejected drafts (``specsteer.facts``).
+name), found in the output, and sent only in rejected drafts (``specsteer.data.facts``).
 """
 
 from __future__ import annotations
@@ -24,9 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import storage  # noqa: E402
-from specsteer import evaluate  # noqa: E402
-from specsteer.methods import BASELINES, method_label  # noqa: E402
-from specsteer.stores import CellResult, GridPoint  # noqa: E402
+from specsteer.evaluation import grid as evaluate  # noqa: E402
+from specsteer.method.catalog import BASELINES, method_label  # noqa: E402
+from specsteer.service.stores import CellResult, GridPoint  # noqa: E402
 
 
 def complete_records(cells: list[CellResult]) -> list[str]:

@@ -1,6 +1,6 @@
 """``python -m specsteer generate``: personalized generation from the command line;
 ``python -m specsteer cloud``: the Cloud as an HTTP service for Edges elsewhere;
-``python -m specsteer edge-key NAME``: the key of one Edge on a Cloud with a secret (specsteer.admission).
+``python -m specsteer edge-key NAME``: the key of one Edge on a Cloud with a secret (specsteer.cloud.admission).
 
 ``generate --cloud URL`` (or $SPECSTEER_CLOUD_URL) runs only the Edge here -- the Specialist and
 the history -- against a Cloud service; without it both run in this process. ``--rtt-ms``,
@@ -20,8 +20,8 @@ import sys
 import threading
 from pathlib import Path
 
-from .events import Finished, TokenEvent
-from .link_emulation import LinkConditions
+from specsteer.method.events import Finished, TokenEvent
+from specsteer.protocol.emulation import LinkConditions
 
 # ANSI styles per token kind; rejected drafts are struck through.
 _STYLES = {"accepted": "\033[32m", "rejected": "\033[9;31m", "recovered": "\033[33m", "bonus": "\033[36m", "plain": ""}
@@ -36,15 +36,14 @@ def _float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from specsteer.admission import CLOUD_CLIENT_SHARE
-
-    from .cloud_api import CLOUD_SECRET_ENV, DEFAULT_PORT
-    from .cloud_server import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
-    from .cloud_service import ServiceLimits
-    from .engine import METHODS
-    from .exposure import CLOUD_URL_ENV
-    from .runtime import RUNTIME_CHOICES
-    from .tasks import TASKS
+    from specsteer.cloud.admission import CLOUD_CLIENT_SHARE
+    from specsteer.cloud.api import CLOUD_SECRET_ENV, DEFAULT_PORT
+    from specsteer.cloud.server import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
+    from specsteer.cloud.service import ServiceLimits
+    from specsteer.data.tasks import TASKS
+    from specsteer.engine.generate import METHODS
+    from specsteer.protocol.exposure import CLOUD_URL_ENV
+    from specsteer.runtimes.base import RUNTIME_CHOICES
 
     parser = argparse.ArgumentParser(
         prog="python -m specsteer", description="SpecSteer: personalized device-cloud speculative decoding"
@@ -237,9 +236,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _list_pairings() -> int:
-    from .loading import runtime_choice
-    from .models import ModelLoadError
-    from .registry import PAIRINGS, pairing_status
+    from specsteer.models.loading import runtime_choice
+    from specsteer.models.registry import PAIRINGS, pairing_status
+    from specsteer.models.weights import ModelLoadError
 
     for pairing_id, pairing in PAIRINGS.items():
         ok, reason = pairing_status(pairing)
@@ -265,8 +264,8 @@ def _fail(message: str, code: int) -> int:
 
 
 def _generate(args) -> int:
-    from .engine import DecodeConfig, Request, cross_tokenizer_problem, generate
-    from .history import HistoryError, parse_history
+    from specsteer.data.history import HistoryError, parse_history
+    from specsteer.engine.generate import DecodeConfig, Request, cross_tokenizer_problem, generate
 
     config = DecodeConfig(
         method=args.method,
@@ -295,7 +294,7 @@ def _generate(args) -> int:
             retrieval_k=args.retrieval_k,
             profile=history.profile,
         )
-        from .engine import prepare
+        from specsteer.engine.generate import prepare
 
         prepared = prepare(request)
         conditions = LinkConditions.requested(args.rtt_ms, args.uplink_kbps, args.downlink_kbps)
@@ -304,9 +303,9 @@ def _generate(args) -> int:
     except (HistoryError, ValueError) as error:
         return _fail(str(error), 2)
 
-    from .cloud_client import cloud_from_environment
-    from .exposure import secret_problem
-    from .link import CloudError
+    from specsteer.cloud.client import cloud_from_environment
+    from specsteer.protocol.exposure import secret_problem
+    from specsteer.protocol.link import CloudError
 
     secret = os.environ.get(args.cloud_secret_env)
     problem = secret_problem(secret, f"${args.cloud_secret_env}")
@@ -343,9 +342,9 @@ def _cloud_failed(error, as_json: bool) -> int:
 
 
 def _load(args, edge_only: bool = False):
-    from .loading import load_pair
-    from .models import ModelLoadError
-    from .registry import resolve_pairing
+    from specsteer.models.loading import load_pair
+    from specsteer.models.registry import resolve_pairing
+    from specsteer.models.weights import ModelLoadError
 
     try:
         pairing = resolve_pairing(args.pairing, specialist=args.specialist, generalist=args.generalist)
@@ -367,9 +366,9 @@ def _load(args, edge_only: bool = False):
 def _serve_cloud(args) -> int:
     from dataclasses import replace
 
-    from .cloud_server import bind_problem, serve
-    from .cloud_service import CloudService, ServiceLimits, default_memory_budget
-    from .exposure import secret_problem
+    from specsteer.cloud.server import bind_problem, serve
+    from specsteer.cloud.service import CloudService, ServiceLimits, default_memory_budget
+    from specsteer.protocol.exposure import secret_problem
 
     secret = None
     if args.secret_env:
@@ -421,7 +420,7 @@ def _serve_cloud(args) -> int:
 
 
 def _edge_key(args) -> int:
-    from specsteer.admission import edge_key
+    from specsteer.cloud.admission import edge_key
 
     try:
         print(edge_key(os.environ.get(args.secret_env, ""), args.name))
@@ -439,7 +438,7 @@ def _cloud_pair(args):
 def _test_pair_or_load(args, edge_only: bool = False):
     """The pair ``args.pairing`` names: a test pairing's random tiny models (``tiny-test``,
     ``tiny-cross-test``: the test hook of the evaluate CLI and the app), else :func:`_load`."""
-    from .tiny_models import shared_test_pair
+    from specsteer.models.tiny import shared_test_pair
 
     test_pair = shared_test_pair(args.pairing)
     if test_pair is not None:
@@ -448,7 +447,7 @@ def _test_pair_or_load(args, edge_only: bool = False):
 
 
 def _print_json(events) -> int:
-    from .link import CloudError
+    from specsteer.protocol.link import CloudError
 
     tokens: list[dict] = []
     try:

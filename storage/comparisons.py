@@ -15,8 +15,8 @@ from typing import Any
 
 from sqlalchemy import select
 
-from specsteer.jsonable import to_jsonable
-from specsteer.stores import MAX_COMPARISON_OUTPUTS, RATING_CRITERIA, slot_label
+from specsteer.service.stores import MAX_COMPARISON_OUTPUTS, RATING_CRITERIA, slot_label
+from specsteer.util.jsonable import to_jsonable
 from storage.db import retry_on_locked, session_scope
 from storage.exports import display_order_text, rating_column
 from storage.judgements import (

@@ -12,8 +12,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from specsteer.jsonable import to_jsonable
-from specsteer.stores import slot_label
+from specsteer.service.stores import slot_label
+from specsteer.util.jsonable import to_jsonable
 
 RATING_COLUMN_PREFIX = "rating:"
 

@@ -1,6 +1,6 @@
 """``SqlGenerationStore``: the application service's ``GenerationStore`` on this package's repositories.
 
-The service hands over typed values (``specsteer.stores``); this module turns them into the
+The service hands over typed values (``specsteer.service.stores``); this module turns them into the
 rows of ``histories``, ``generations``, ``comparisons`` and ``annotations``, and rows back into them. A generation's stored settings are its
 ``GenerationSettings`` as JSON with the history's name beside them (what reproducing it needs); a
 comparison's are the shared settings without the method, with the methods in the order shown.
@@ -11,9 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from specsteer.events import GenerationStats
-from specsteer.jsonable import to_jsonable
-from specsteer.stores import (
+from specsteer.method.events import GenerationStats
+from specsteer.service.stores import (
     AnnotationSummary,
     ExportFormat,
     NamedHistory,
@@ -23,6 +22,7 @@ from specsteer.stores import (
     StoredComparison,
     StoredOutput,
 )
+from specsteer.util.jsonable import to_jsonable
 from storage.comparisons import (
     annotation_summary,
     annotations_export_rows,

@@ -7,7 +7,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from specsteer.jsonable import to_jsonable
+from specsteer.util.jsonable import to_jsonable
 from storage.db import retry_on_locked, session_scope
 from storage.models import Generation
 from storage.values import require_text

@@ -15,14 +15,14 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 
-from specsteer.jsonable import to_jsonable
+from specsteer.util.jsonable import to_jsonable
 from storage.db import retry_on_locked, session_scope
 from storage.models import History
 from storage.values import require_text
 
 
 def _item_fields(item: Any) -> dict[str, Any]:
-    # Accepts specsteer.history.HistoryItem (has .fields) or a plain mapping.
+    # Accepts specsteer.data.history.HistoryItem (has .fields) or a plain mapping.
     fields = getattr(item, "fields", item)
     if not isinstance(fields, Mapping):
         raise ValueError(f"history item must be a mapping of fields, got {type(item).__name__}")

@@ -27,9 +27,9 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from specsteer.stores import RUN_STATUSES
+from specsteer.service.stores import RUN_STATUSES
 
-# The ROUGE columns of EvalCell; tests check they are specsteer.metrics.ROUGE_KEYS (importing that
+# The ROUGE columns of EvalCell; tests check they are specsteer.evaluation.metrics.ROUGE_KEYS (importing that
 # module here would load the ROUGE scorer into every process that opens the database).
 ROUGE_KEYS = ("rouge1", "rougeL", "rouge1_stemmed", "rougeL_stemmed")
 
@@ -191,7 +191,7 @@ class EvalCell(Base):
 
     alpha/beta are NULL for methods that have none, and SQL treats NULLs as
     distinct in UNIQUE constraints, so uniqueness is on ``cell_key``, a canonical
-    non-null string built from all four (see ``specsteer.stores.cell_key``).
+    non-null string built from all four (see ``specsteer.service.stores.cell_key``).
     """
 
     __tablename__ = "eval_cells"

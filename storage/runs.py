@@ -1,6 +1,6 @@
 """Evaluation runs and their cells; :class:`SqlRunStore` is the evaluation grid's store.
 
-``specsteer.evaluate`` runs a grid against the ``specsteer.stores.RunStore`` protocol;
+``specsteer.evaluation.grid`` runs a grid against the ``specsteer.service.stores.RunStore`` protocol;
 :class:`SqlRunStore` implements it over the functions below for one database URL. The dashboard
 and the scripts read runs back with :func:`get_run`, :func:`list_runs` and :func:`run_cells`.
 
@@ -20,9 +20,9 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from specsteer.events import GenerationStats
-from specsteer.jsonable import to_jsonable
-from specsteer.stores import RUN_STATUSES, CellResult, GridPoint, RunStatus, StoredRun
+from specsteer.method.events import GenerationStats
+from specsteer.service.stores import RUN_STATUSES, CellResult, GridPoint, RunStatus, StoredRun
+from specsteer.util.jsonable import to_jsonable
 from storage.db import retry_on_locked, session_scope
 from storage.models import ROUGE_KEYS, EvalCell, EvalRun
 from storage.values import require_text

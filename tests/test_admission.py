@@ -12,15 +12,17 @@ from dataclasses import replace
 
 import pytest
 
-from specsteer import admission, cloud_service, evaluate
-from specsteer.admission import ANONYMOUS, SHARED, Holding, admit, credential, edge_key
-from specsteer.cloud_service import CloudService, ServiceError, ServiceLimits
-from specsteer.data import bundled_sample_path
-from specsteer.engine import DecodeConfig, collect, generate_ids
-from specsteer.evaluate import EvalSpec, run_grid
-from specsteer.link import CloudUnreachable, SessionGone, cloud_error
-from specsteer.tiny_models import tiny_pair
-from specsteer.wire import Draft, Open, decode, encode
+from specsteer.cloud import admission
+from specsteer.cloud import service as cloud_service
+from specsteer.cloud.admission import ANONYMOUS, SHARED, Holding, admit, credential, edge_key
+from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
+from specsteer.data.datasets import bundled_sample_path
+from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.evaluation import grid as evaluate
+from specsteer.evaluation.grid import EvalSpec, run_grid
+from specsteer.models.tiny import tiny_pair
+from specsteer.protocol.link import CloudUnreachable, SessionGone, cloud_error
+from specsteer.protocol.wire import Draft, Open, decode, encode
 
 pytestmark = pytest.mark.usefixtures("fresh_engines")
 

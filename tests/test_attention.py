@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from specsteer.attention import IMPLEMENTATION, register, use_packed_gqa
-from specsteer.tiny_models import tiny_model
+from specsteer.models.tiny import tiny_model
+from specsteer.runtimes.attention import IMPLEMENTATION, register, use_packed_gqa
 
 
 def _step_logits(model, implementation: str, prompt: torch.Tensor, steps: list[int]) -> torch.Tensor:

@@ -1,4 +1,4 @@
-"""specsteer.background: work in a thread, followed as an iterator (the service's pair loading, which
+"""specsteer.util.background: work in a thread, followed as an iterator (the service's pair loading, which
 runs on it, is tested in test_service)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from specsteer.background import Background
+from specsteer.util.background import Background
 
 
 def test_every_item_arrives_in_order_then_the_result():

@@ -7,11 +7,11 @@ import math
 
 import pytest
 
-from specsteer import bench
-from specsteer.decoding import ForwardLog
-from specsteer.engine import DecodeConfig, DraftLength, Request, collect, generate, prepare, speculative_bound
-from specsteer.events import GenerationStats
-from specsteer.tiny_models import tiny_pair
+from specsteer.engine.generate import DecodeConfig, DraftLength, Request, collect, generate, prepare, speculative_bound
+from specsteer.evaluation import bench
+from specsteer.method.decoding import ForwardLog
+from specsteer.method.events import GenerationStats
+from specsteer.models.tiny import tiny_pair
 
 
 def test_bound_matches_design_worked_example():
@@ -137,8 +137,8 @@ def test_speed_report_shape_on_tiny_models():
 def test_speed_on_the_tiny_cross_pair_runs_what_it_can_and_refuses_the_rest(capsys):
     """``bench speed --pairing tiny-cross-test``: the methods a cross pair runs, with transformers' universal
     assisted generation (both tokenizers) as the reference; a method it cannot run is refused before timing."""
-    from specsteer.engine import collect as run_to_end
-    from specsteer.tiny_models import CROSS_PAIRING_ID, shared_test_pair
+    from specsteer.engine.generate import collect as run_to_end
+    from specsteer.models.tiny import CROSS_PAIRING_ID, shared_test_pair
 
     base = [
         "speed",

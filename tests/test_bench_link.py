@@ -6,13 +6,20 @@ import json
 
 import pytest
 
-from specsteer import bench
-from specsteer.bench_link import link_rows
-from specsteer.deployment import PROFILES, TracedGeneration, deployment_rows, group_runs, project_runs, projection_rows
-from specsteer.engine import DecodeConfig, collect, generate_ids
-from specsteer.events import TraceStep
-from specsteer.stores import CellResult, GridPoint
-from specsteer.tiny_models import tiny_pair
+from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.evaluation import bench
+from specsteer.evaluation.bench_link import link_rows
+from specsteer.evaluation.deployment import (
+    PROFILES,
+    TracedGeneration,
+    deployment_rows,
+    group_runs,
+    project_runs,
+    projection_rows,
+)
+from specsteer.method.events import TraceStep
+from specsteer.models.tiny import tiny_pair
+from specsteer.service.stores import CellResult, GridPoint
 
 ROW_KEYS = {"method", "rtt_ms", "measured_tok_per_s", "projected_tok_per_s", "rounds", "uplink_bytes", "downlink_bytes"}
 
@@ -119,7 +126,7 @@ def test_projection_rows_and_the_dashboard_function(pair):
 
 
 def _stats(pair, run: TracedGeneration, trace=None):
-    from specsteer.events import GenerationStats
+    from specsteer.method.events import GenerationStats
 
     return GenerationStats(
         method=run.method,

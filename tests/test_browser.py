@@ -436,7 +436,7 @@ def test_generate_through_a_cloud_process_after_testing_the_connection(page, tmp
     Test connection says what it serves, and a generation through it says where its Cloud ran."""
     import os
 
-    from specsteer.cloud_process import free_loopback_port, start_cloud_process
+    from specsteer.cloud.process import free_loopback_port, start_cloud_process
 
     expect = sync_api.expect
     log = (tmp_path / "cloud.log").open("wb")

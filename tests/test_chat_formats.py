@@ -1,4 +1,4 @@
-"""Per-model chat formats (specsteer.chat): the registry's values, the defaults of user-given models, and
+"""Per-model chat formats (specsteer.models.chat): the registry's values, the defaults of user-given models, and
 hub pairings loaded for real, offline, from hub-format model directories of tiny models whose
 tokenizers' templates honour those formats (a Qwen3-style one that thinks unless told not to, a
 Llama-3-style one whose turns end with <|eot_id|>)."""
@@ -14,14 +14,15 @@ import huggingface_hub.constants
 import pytest
 
 import storage
-from specsteer import loading, models
-from specsteer.chat import CHATML_CHAT, LLAMA3_CHAT, PLAIN_CHAT, QWEN3_CHAT, ChatFormat, family_chat_format
-from specsteer.data import sample_history_path
-from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, prepare
-from specsteer.history import parse_history
-from specsteer.loading import load_pair, pair_chat_format
-from specsteer.registry import PAIRINGS, Pairing, pairing_status, resolve_pairing
-from specsteer.tiny_models import (
+from specsteer.data.datasets import sample_history_path
+from specsteer.data.history import parse_history
+from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
+from specsteer.models import loading
+from specsteer.models import weights as models
+from specsteer.models.chat import CHATML_CHAT, LLAMA3_CHAT, PLAIN_CHAT, QWEN3_CHAT, ChatFormat, family_chat_format
+from specsteer.models.loading import load_pair, pair_chat_format
+from specsteer.models.registry import PAIRINGS, Pairing, pairing_status, resolve_pairing
+from specsteer.models.tiny import (
     BEGIN_OF_TEXT_ID,
     END_OF_TEXT_ID,
     EOT_ID,
@@ -85,8 +86,8 @@ def test_a_pair_takes_the_specialists_options_completed_by_the_generalists_and_b
 
 
 def test_a_tokenizer_without_a_template_gets_its_familys_turns_and_its_own_template_wins():
-    from specsteer.chat import GEMMA3_CHAT
-    from specsteer.tiny_models import tiny_tokenizer
+    from specsteer.models.chat import GEMMA3_CHAT
+    from specsteer.models.tiny import tiny_tokenizer
 
     bare = tiny_tokenizer()
     bare.chat_template = None  # as the Gemma-3-270M base GGUF reads: no template
@@ -303,8 +304,8 @@ class _ListStore:
 
 
 def test_the_app_service_generates_on_the_qwen3_pairing_and_audits_the_prompt_it_sent(hub_cache, url):
-    from specsteer.service import AppService, Done, PairCatalog
-    from specsteer.stores import NamedHistory
+    from specsteer.service.app_service import AppService, Done, PairCatalog
+    from specsteer.service.stores import NamedHistory
 
     cache_qwen3_pairing(hub_cache)
     service = AppService(store=_ListStore(), runs=storage.SqlRunStore(url), pairs=PairCatalog())

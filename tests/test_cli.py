@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specsteer import cli
-from specsteer.tiny_models import tiny_pair
+from specsteer.models.tiny import tiny_pair
 
 SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "samples" / "review_user.jsonl"
 
@@ -18,7 +18,7 @@ SAMPLE = Path(__file__).resolve().parents[1] / "assets" / "samples" / "review_us
 @pytest.fixture
 def tiny_models(monkeypatch):
     pair = tiny_pair()
-    monkeypatch.setattr("specsteer.loading.load_pair", lambda *args, **kwargs: pair)
+    monkeypatch.setattr("specsteer.models.loading.load_pair", lambda *args, **kwargs: pair)
     return pair
 
 

@@ -18,14 +18,14 @@ from collections import Counter
 import httpx
 import pytest
 
-from specsteer.admission import edge_key
-from specsteer.cloud_api import EXCHANGE_PATH
-from specsteer.cloud_client import RemoteCloud
-from specsteer.cloud_process import start_cloud_process
-from specsteer.cloud_service import CloudService
-from specsteer.engine import DecodeConfig, collect, generate_ids
-from specsteer.tiny_models import tiny_pair
-from specsteer.wire import MAX_NEW_TOKENS, Draft, Open, encode
+from specsteer.cloud.admission import edge_key
+from specsteer.cloud.api import EXCHANGE_PATH
+from specsteer.cloud.client import RemoteCloud
+from specsteer.cloud.process import start_cloud_process
+from specsteer.cloud.service import CloudService
+from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.models.tiny import tiny_pair
+from specsteer.protocol.wire import MAX_NEW_TOKENS, Draft, Open, encode
 
 pytestmark = pytest.mark.slow
 
@@ -172,7 +172,7 @@ def test_an_edge_asks_a_full_cloud_again_after_its_retry_after_within_a_bound():
     import http.server
     import json
 
-    from specsteer.link import CloudRefused
+    from specsteer.protocol.link import CloudRefused
 
     answers: list[int] = []
 

@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from specsteer.cloud_service import CloudService, ServiceError, ServiceLimits
-from specsteer.engine import DecodeConfig, collect, generate_ids
-from specsteer.link import CloudRefused, CloudUnreachable, LocalTransport, SessionGone, VersionMismatch, cloud_error
-from specsteer.tiny_models import tiny_pair
-from specsteer.wire import PROTOCOL_VERSION, Draft, Open, Tokens, Verdict, decode, encode
+from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
+from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.models.tiny import tiny_pair
+from specsteer.protocol.link import (
+    CloudRefused,
+    CloudUnreachable,
+    LocalTransport,
+    SessionGone,
+    VersionMismatch,
+    cloud_error,
+)
+from specsteer.protocol.wire import PROTOCOL_VERSION, Draft, Open, Tokens, Verdict, decode, encode
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +190,7 @@ def test_a_failing_pass_ends_only_its_session(pair, monkeypatch):
     service = CloudService(pair)
     service.handle(opening(1))
     service.handle(opening(2))
-    from specsteer.cloud import Cloud
+    from specsteer.cloud.verifier import Cloud
 
     def broken(self, message):
         raise RuntimeError("the model fell over")

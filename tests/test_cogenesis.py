@@ -6,13 +6,13 @@ import json
 
 import pytest
 
-from specsteer.data import DataError, load_cogenesis, resolve_data_source, shared_cogenesis_path
-from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, prepare
-from specsteer.history import HistoryError, parse_history
-from specsteer.methods import METHOD_INFO
-from specsteer.privacy import audit_uplink
-from specsteer.tasks import build_prompts
-from specsteer.tiny_models import tiny_pair
+from specsteer.data.datasets import DataError, load_cogenesis, resolve_data_source, shared_cogenesis_path
+from specsteer.data.history import HistoryError, parse_history
+from specsteer.data.privacy import audit_uplink
+from specsteer.data.tasks import build_prompts
+from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
+from specsteer.method.catalog import METHOD_INFO
+from specsteer.models.tiny import tiny_pair
 
 PROFILE = (
     "Age: 33\nName: Ada Park\nOccupation: Florist\n"
@@ -145,7 +145,7 @@ def test_llm_plus_sends_the_whole_private_prompt_and_its_audit_says_so(tmp_path)
 
 def test_an_evaluation_run_reports_private_facts_per_method_and_the_dashboard_rebuilds_them(tmp_path, url):
     import storage
-    from specsteer.evaluate import EvalSpec, run_grid
+    from specsteer.evaluation.grid import EvalSpec, run_grid
     from ui import dashboard_tab
 
     data = write(tmp_path, [record("1"), record("2", task="Tell my customers about peonies.")])

@@ -1,4 +1,4 @@
-"""Cross-tokenizer SpecSteer (specsteer.crosstok): the rule's pieces, and its invariants on tiny fp32
+"""Cross-tokenizer SpecSteer (specsteer.method.crosstok): the rule's pieces, and its invariants on tiny fp32
 models with different tokenizers (a one-id-per-byte Specialist, a merged-pairs Generalist)."""
 
 from __future__ import annotations
@@ -9,9 +9,10 @@ import random
 import pytest
 import torch
 
-from specsteer.chat import CHATML_CHAT
-from specsteer.cloud_service import CloudService, ServiceError
-from specsteer.crosstok import (
+from specsteer.cloud.service import CloudService, ServiceError
+from specsteer.data.privacy import audit_uplink
+from specsteer.engine.generate import DecodeConfig, chat_ids, collect, generate_ids
+from specsteer.method.crosstok import (
     END,
     SYMBOLS,
     ByteVocabulary,
@@ -22,10 +23,9 @@ from specsteer.crosstok import (
     segment_test,
     symbol_log_probs,
 )
-from specsteer.decoding import Sampler, ratio_test
-from specsteer.engine import DecodeConfig, chat_ids, collect, generate_ids
-from specsteer.privacy import audit_uplink
-from specsteer.tiny_models import (
+from specsteer.method.decoding import Sampler, ratio_test
+from specsteer.models.chat import CHATML_CHAT
+from specsteer.models.tiny import (
     CHAT_QUIET_IDS,
     IM_END_ID,
     narrow_cross_pair,
@@ -35,7 +35,7 @@ from specsteer.tiny_models import (
     tiny_pair,
     tiny_tokenizer,
 )
-from specsteer.wire import CrossOpen, Draft, Open, decode, encode
+from specsteer.protocol.wire import CrossOpen, Draft, Open, decode, encode
 
 # --------------------------------------------------------------------------- the rule on plain tensors
 
@@ -486,11 +486,11 @@ def test_a_specialist_missing_some_bytes_recovers_only_into_bytes_it_can_spell(v
 
 
 def test_a_cross_tokenizer_pairing_loads_each_tokenizer_and_generates_from_a_request(tmp_path):
-    from specsteer.engine import Request, generate
-    from specsteer.history import HistoryItem
-    from specsteer.loading import clear_loaded_pairs, load_pair
-    from specsteer.models import ModelLoadError
-    from specsteer.registry import ModelSpec, Pairing
+    from specsteer.data.history import HistoryItem
+    from specsteer.engine.generate import Request, generate
+    from specsteer.models.loading import clear_loaded_pairs, load_pair
+    from specsteer.models.registry import ModelSpec, Pairing
+    from specsteer.models.weights import ModelLoadError
 
     def saved(name: str, seed: int, vocab: int, tokenizer) -> ModelSpec:
         directory = tmp_path / name
@@ -540,9 +540,9 @@ def test_a_cross_tokenizer_pairing_loads_each_tokenizer_and_generates_from_a_req
 def test_the_papers_cross_pairing_fails_fast_without_a_hub(monkeypatch):
     import time
 
-    from specsteer.loading import load_pair
-    from specsteer.models import ModelLoadError
-    from specsteer.registry import PAIRINGS
+    from specsteer.models.loading import load_pair
+    from specsteer.models.registry import PAIRINGS
+    from specsteer.models.weights import ModelLoadError
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     pairing = PAIRINGS["qwen3-0.6b__llama3.1-8b"]
@@ -560,7 +560,7 @@ def test_the_papers_cross_pairing_fails_fast_without_a_hub(monkeypatch):
 def test_evaluate_runs_a_cross_tokenizer_pair_and_refuses_its_missing_methods(tmp_path, capsys):
     import json
 
-    from specsteer import evaluate
+    from specsteer.evaluation import grid as evaluate
 
     base = [
         "--data",
@@ -595,12 +595,12 @@ def test_an_http_cloud_of_a_cross_pair_gives_the_in_process_output_and_sees_no_h
     import os
     import struct
 
-    from specsteer.cloud_client import RemoteCloud
-    from specsteer.cloud_process import start_cloud_process
-    from specsteer.cloud_server import read_capture
-    from specsteer.engine import Request, generate, prepare
-    from specsteer.history import HistoryItem
-    from specsteer.privacy import audit_wire
+    from specsteer.cloud.client import RemoteCloud
+    from specsteer.cloud.process import start_cloud_process
+    from specsteer.cloud.server import read_capture
+    from specsteer.data.history import HistoryItem
+    from specsteer.data.privacy import audit_wire
+    from specsteer.engine.generate import Request, generate, prepare
 
     cross = tiny_cross_pair()  # what the Cloud process builds for tiny-cross-test
     canary = "QUOKKA-canary-4417 purple kazoo"

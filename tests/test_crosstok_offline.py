@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import canary_request
-from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, prepare
-from specsteer.privacy import audit_uplink
+from specsteer.data.privacy import audit_uplink
+from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
 
 pytestmark = pytest.mark.integration
 
@@ -21,7 +21,7 @@ def pair(request):
     import torch
 
     from conftest import require_cross_models
-    from specsteer.loading import clear_loaded_pairs, load_pair
+    from specsteer.models.loading import clear_loaded_pairs, load_pair
 
     require_cross_models(request.param)
     torch.set_num_threads(2)  # real models: matrix work that two cores do share
@@ -39,8 +39,8 @@ def _prompt_ids(pair, prepared):
 
 
 def test_the_pair_keeps_two_tokenizers_and_the_llama_cpp_runtime_is_refused(pair):
-    from specsteer.loading import load_pair
-    from specsteer.models import ModelLoadError
+    from specsteer.models.loading import load_pair
+    from specsteer.models.weights import ModelLoadError
 
     assert pair.cross is not None and pair.runtime == "transformers"
     text = "Personalized generation across two vocabularies."

@@ -14,11 +14,11 @@ import app
 import storage
 from conftest import widget_settings
 from specsteer import cli
-from specsteer.engine import CROSS_TOKENIZER_METHODS
-from specsteer.events import SegmentPlace, TokenEvent
-from specsteer.methods import METHOD_INFO, METHODS, method_label
-from specsteer.service import AppService, PairCatalog
-from specsteer.tiny_models import CROSS_PAIRING_ID, narrow_cross_pair
+from specsteer.engine.generate import CROSS_TOKENIZER_METHODS
+from specsteer.method.catalog import METHOD_INFO, METHODS, method_label
+from specsteer.method.events import SegmentPlace, TokenEvent
+from specsteer.models.tiny import CROSS_PAIRING_ID, narrow_cross_pair
+from specsteer.service.app_service import AppService, PairCatalog
 from ui import compare_tab, dashboard_tab, generate_tab, pairs, render
 
 XSS = '<img src=x onerror="window.__pwned=1">'

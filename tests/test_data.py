@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from specsteer.data import (
+from specsteer.data.datasets import (
     LONGLAMP_TASKS,
     DataError,
     Record,
@@ -17,7 +17,7 @@ from specsteer.data import (
     load_records,
     shared_data_path,
 )
-from specsteer.history import HistoryItem
+from specsteer.data.history import HistoryItem
 
 REVIEW_ITEM = {"description": "A kettle", "overall": "4.0", "reviewText": "Boils fast!", "summary": "Quick"}
 WRITING_ITEM = {"author": "sam", "content": "Rye again.", "id": "a", "summary": "Bread"}

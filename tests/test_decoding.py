@@ -7,9 +7,18 @@ import math
 import pytest
 import torch
 
-from specsteer.decoding import Detokenizer, ForwardLog, Sampler, Stream, draft, recover, residual_test, steering_entries
-from specsteer.engine import DecodeConfig, collect, generate_ids
-from specsteer.tiny_models import tiny_pair
+from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.method.decoding import (
+    Detokenizer,
+    ForwardLog,
+    Sampler,
+    Stream,
+    draft,
+    recover,
+    residual_test,
+    steering_entries,
+)
+from specsteer.models.tiny import tiny_pair
 
 
 @pytest.fixture(scope="module")
@@ -322,8 +331,8 @@ def test_stop_ends_the_generation_within_one_draft_step(pair, monkeypatch):
     not shown, and the audit of what did cross still passes."""
     import threading
 
-    from specsteer import decoding
-    from specsteer.privacy import audit_uplink
+    from specsteer.data.privacy import audit_uplink
+    from specsteer.method import decoding
 
     plain, private = prompts(pair, 1)[0]
     cancel = threading.Event()

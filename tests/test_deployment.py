@@ -8,8 +8,10 @@ import time
 
 import pytest
 
-from specsteer import deployment, engine
-from specsteer.deployment import (
+from specsteer.engine import generate as engine
+from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.evaluation import deployment
+from specsteer.evaluation.deployment import (
     PROFILES,
     ROLES,
     DeploymentProfile,
@@ -27,12 +29,11 @@ from specsteer.deployment import (
     project_runs,
     summarize_speedups,
 )
-from specsteer.engine import DecodeConfig, collect, generate_ids
-from specsteer.events import TraceStep
-from specsteer.link import Arrival, Link, Reply
-from specsteer.link_emulation import NO_LINK, LinkConditions, LinkEmulator
-from specsteer.tiny_models import tiny_pair
-from specsteer.wire import DOWNLINK, UPLINK, CloudInfo, CloudReport, Draft, Open, Verdict, decode, encode
+from specsteer.method.events import TraceStep
+from specsteer.models.tiny import tiny_pair
+from specsteer.protocol.emulation import NO_LINK, LinkConditions, LinkEmulator
+from specsteer.protocol.link import Arrival, Link, Reply
+from specsteer.protocol.wire import DOWNLINK, UPLINK, CloudInfo, CloudReport, Draft, Open, Verdict, decode, encode
 
 # --------------------------------------------------------------------------- helpers
 

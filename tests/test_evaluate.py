@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 import storage
-from specsteer import evaluate
-from specsteer.data import DataError, bundled_sample_path
-from specsteer.evaluate import (
+from specsteer.data.datasets import DataError, bundled_sample_path
+from specsteer.evaluation import grid as evaluate
+from specsteer.evaluation.grid import (
     EvalResult,
     EvalSpec,
     GridProgress,
@@ -26,9 +26,9 @@ from specsteer.evaluate import (
     run_grid_events,
     summarize,
 )
-from specsteer.events import GenerationStats
-from specsteer.stores import CellResult, GridPoint
-from specsteer.tiny_models import tiny_pair
+from specsteer.method.events import GenerationStats
+from specsteer.models.tiny import tiny_pair
+from specsteer.service.stores import CellResult, GridPoint
 
 REPO = Path(__file__).resolve().parents[1]
 SAMPLE = str(bundled_sample_path("review"))
@@ -304,7 +304,7 @@ def test_cli_json_contract_and_plot(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "specsteer.evaluate",
+        "specsteer.evaluation.grid",
         "--data",
         SAMPLE,
         "--task",

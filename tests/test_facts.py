@@ -1,12 +1,12 @@
-"""The private-fact matcher and the exposure of private facts (specsteer.facts)."""
+"""The private-fact matcher and the exposure of private facts (specsteer.data.facts)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from specsteer.facts import expose, fact_shares, fact_terms, mentions, method_exposure, split_private_facts
-from specsteer.tasks import PromptPair
+from specsteer.data.facts import expose, fact_shares, fact_terms, mentions, method_exposure, split_private_facts
+from specsteer.data.tasks import PromptPair
 
 SAMPLE = Path(__file__).parent / "fixtures" / "fact_matcher_sample.json"
 PROFILE = """Age: 47

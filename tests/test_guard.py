@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from specsteer.decoding import PrivateSpanGuard
-from specsteer.engine import DecodeConfig, chat_ids, collect, generate_ids
-from specsteer.tiny_models import tiny_pair
+from specsteer.engine.generate import DecodeConfig, chat_ids, collect, generate_ids
+from specsteer.method.decoding import PrivateSpanGuard
+from specsteer.models.tiny import tiny_pair
 
 N = 2  # short spans, so that the tiny random models copy some of them when unguarded (the control)
 

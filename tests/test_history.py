@@ -9,9 +9,9 @@ import pickle
 
 import pytest
 
-from specsteer import history
-from specsteer.data import SAMPLE_HISTORIES, sample_history_path, shared_data_path
-from specsteer.history import (
+from specsteer.data import history
+from specsteer.data.datasets import SAMPLE_HISTORIES, sample_history_path, shared_data_path
+from specsteer.data.history import (
     MAX_ITEM_CHARS,
     MAX_ITEMS,
     MAX_UPLOAD_BYTES,

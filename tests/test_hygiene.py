@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from specsteer.data import bundled_sample_path
-from specsteer.history import HistoryItem
-from specsteer.hygiene import (
+from specsteer.data.datasets import bundled_sample_path
+from specsteer.data.history import HistoryItem
+from specsteer.data.hygiene import (
     GridVerdict,
     HygieneShares,
     HygieneVerdict,
@@ -24,7 +24,7 @@ from specsteer.hygiene import (
     preamble_evidence,
     refusal_evidence,
 )
-from specsteer.tasks import build_prompts
+from specsteer.data.tasks import build_prompts
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from conftest import canary_request
-from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, prepare
-from specsteer.privacy import audit_uplink
+from specsteer.data.privacy import audit_uplink
+from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
 
 pytestmark = pytest.mark.integration
 
@@ -16,8 +16,8 @@ pytestmark = pytest.mark.integration
 def pair(request):
     import torch
 
-    from specsteer.loading import clear_loaded_pairs, load_pair
-    from specsteer.registry import DEFAULT_PAIRING
+    from specsteer.models.loading import clear_loaded_pairs, load_pair
+    from specsteer.models.registry import DEFAULT_PAIRING
 
     if request.param == "llama.cpp":
         from conftest import require_llamacpp

@@ -42,7 +42,7 @@ def test_the_library_never_imports_storage_the_ui_or_their_frameworks():
 def test_storage_and_the_background_helper_run_without_gradio_or_torch():
     # storage implements the grid's store protocol without loading the decoding library's models.
     probe = (
-        "import sys, storage, specsteer.background; "
+        "import sys, storage, specsteer.util.background; "
         "print(sorted(m for m in ('gradio', 'torch', 'transformers') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -83,7 +83,7 @@ def test_the_edge_and_the_cloud_meet_only_in_the_wire_format():
 
 
 def test_the_wire_format_loads_without_torch():
-    probe = "import sys, specsteer.wire; print('torch' in sys.modules)"
+    probe = "import sys, specsteer.protocol.wire; print('torch' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", probe], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"

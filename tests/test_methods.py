@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from specsteer import engine
-from specsteer.engine import DecodeConfig, Request, collect, generate
-from specsteer.history import HistoryItem
-from specsteer.methods import METHOD_INFO, METHODS, method_info, method_label
-from specsteer.tiny_models import tiny_pair
+from specsteer.data.history import HistoryItem
+from specsteer.engine import generate as engine
+from specsteer.engine.generate import DecodeConfig, Request, collect, generate
+from specsteer.method.catalog import METHOD_INFO, METHODS, method_info, method_label
+from specsteer.models.tiny import tiny_pair
 
 REQUEST = Request(
     task="free",

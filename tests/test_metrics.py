@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from specsteer.metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
+from specsteer.evaluation.metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
 from storage import ROUGE_KEYS as STORED_ROUGE_KEYS
 
 

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from specsteer import loading, models
-from specsteer.loading import check_tokenizers_match, load_pair, shared_vocab_size
-from specsteer.models import ModelLoadError, load_model, prepare_offline, resolve_dtype
-from specsteer.registry import (
+from specsteer.models import loading
+from specsteer.models import weights as models
+from specsteer.models.loading import check_tokenizers_match, load_pair, shared_vocab_size
+from specsteer.models.registry import (
     CACHE_MARKER,
     DEFAULT_PAIRING,
     PAIRINGS,
@@ -30,8 +30,9 @@ from specsteer.registry import (
     model_status,
     package_problems,
 )
-from specsteer.runtime import TransformersModel
-from specsteer.tiny_models import IM_END_ID, TOKENIZER_SIZE, tiny_model, tiny_pair, tiny_tokenizer, write_tiny_gguf
+from specsteer.models.tiny import IM_END_ID, TOKENIZER_SIZE, tiny_model, tiny_pair, tiny_tokenizer, write_tiny_gguf
+from specsteer.models.weights import ModelLoadError, load_model, prepare_offline, resolve_dtype
+from specsteer.runtimes.base import TransformersModel
 
 
 @pytest.fixture(autouse=True)

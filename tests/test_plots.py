@@ -7,7 +7,7 @@ import re
 import plotly.graph_objects as go
 import pytest
 
-from specsteer import plots
+from specsteer.evaluation import plots
 
 
 def _row(method, alpha=None, beta=None, rouge=30.0, tok_per_s=5.0, speedup=1.0, acceptance=None):

@@ -9,15 +9,15 @@ import struct
 import numpy as np
 import pytest
 
-from specsteer import engine
-from specsteer.cloud import Cloud
-from specsteer.cloud_service import CloudService
-from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, prepare
-from specsteer.history import HistoryItem
-from specsteer.link import InProcessCloud, Link, LocalTransport, Reply
-from specsteer.privacy import audit_uplink, audit_wire
-from specsteer.tiny_models import tiny_pair
-from specsteer.wire import (
+from specsteer.cloud.service import CloudService
+from specsteer.cloud.verifier import Cloud
+from specsteer.data.history import HistoryItem
+from specsteer.data.privacy import audit_uplink, audit_wire
+from specsteer.engine import generate as engine
+from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
+from specsteer.models.tiny import tiny_pair
+from specsteer.protocol.link import InProcessCloud, Link, LocalTransport, Reply
+from specsteer.protocol.wire import (
     DOWNLINK,
     PROTOCOL_VERSION,
     UPLINK,

@@ -1,4 +1,4 @@
-"""The engine against the one-screen statement of SpecSteer (specsteer/reference.py).
+"""The engine against the one-screen statement of SpecSteer (specsteer/method/reference.py).
 
 The engine caches, rolls back, splits the work between an Edge and a Cloud and sends typed frames
 between them; the reference recomputes every distribution from the whole sequence. On tiny fp32 models,
@@ -11,9 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specsteer.engine import DecodeConfig, chat_ids, collect, generate_ids
-from specsteer.reference import specsteer
-from specsteer.tiny_models import tiny_pair
+from specsteer.engine.generate import DecodeConfig, chat_ids, collect, generate_ids
+from specsteer.method.reference import specsteer
+from specsteer.models.tiny import tiny_pair
 
 
 @pytest.fixture(scope="module")

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from specsteer import registry
-from specsteer.registry import (
+from specsteer.models import registry
+from specsteer.models.registry import (
     CACHE_MARKER,
     DEFAULT_PAIRING,
     PAIRINGS,
@@ -20,7 +20,7 @@ from specsteer.registry import (
     pairing_status,
     resolve_pairing,
 )
-from specsteer.service import PairCatalog
+from specsteer.service.app_service import PairCatalog
 from ui.pairs import pairing_choices
 
 REPO = Path(__file__).resolve().parents[1]

@@ -15,17 +15,18 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from specsteer import cli, wire
-from specsteer.cloud_api import EXCHANGE_PATH
-from specsteer.cloud_client import RemoteCloud, check_cloud
-from specsteer.cloud_process import free_loopback_port, start_cloud_process
-from specsteer.cloud_server import bind_problem, read_capture
-from specsteer.engine import DecodeConfig, Request, chat_ids, collect, generate, generate_ids, prepare
-from specsteer.history import HistoryItem
-from specsteer.link import CloudRefused, CloudUnreachable, Link, SessionGone, VersionMismatch
-from specsteer.privacy import audit_wire
-from specsteer.tiny_models import tiny_pair
-from specsteer.wire import PROTOCOL_VERSION, Draft, Open, Verdict, encode
+from specsteer import cli
+from specsteer.cloud.api import EXCHANGE_PATH
+from specsteer.cloud.client import RemoteCloud, check_cloud
+from specsteer.cloud.process import free_loopback_port, start_cloud_process
+from specsteer.cloud.server import bind_problem, read_capture
+from specsteer.data.history import HistoryItem
+from specsteer.data.privacy import audit_wire
+from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, generate_ids, prepare
+from specsteer.models.tiny import tiny_pair
+from specsteer.protocol import wire
+from specsteer.protocol.link import CloudRefused, CloudUnreachable, Link, SessionGone, VersionMismatch
+from specsteer.protocol.wire import PROTOCOL_VERSION, Draft, Open, Verdict, encode
 
 # Each module server costs a process start (~10 s on a loaded 2-core machine): `-m "not slow"` skips them.
 pytestmark = pytest.mark.slow
@@ -328,7 +329,7 @@ def test_generate_cli_runs_the_edge_against_the_cloud(pair, server, monkeypatch,
 
     sample = Path(__file__).resolve().parents[1] / "assets" / "samples" / "review_user.jsonl"
     loads = []
-    monkeypatch.setattr("specsteer.loading.load_pair", lambda *a, **k: loads.append(k) or pair)
+    monkeypatch.setattr("specsteer.models.loading.load_pair", lambda *a, **k: loads.append(k) or pair)
     arguments = [
         "generate",
         "--history",

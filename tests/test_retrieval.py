@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from specsteer.history import HistoryItem
-from specsteer.retrieval import document_text, low_similarity_items, retrieve, retrieve_scored, tokenize
+from specsteer.data.history import HistoryItem
+from specsteer.data.retrieval import document_text, low_similarity_items, retrieve, retrieve_scored, tokenize
 
 
 def plain(text: str) -> HistoryItem:

@@ -14,11 +14,11 @@ import pytest
 import torch
 
 from conftest import require_llamacpp
-from specsteer.decoding import ForwardLog, Stream
-from specsteer.engine import DecodeConfig, collect, generate_ids
-from specsteer.loading import assemble_pair
-from specsteer.runtime import PrefixCache, Sequence, TransformersModel
-from specsteer.tiny_models import IM_END_ID, tiny_model, tiny_tokenizer, write_tiny_gguf
+from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.method.decoding import ForwardLog, Stream
+from specsteer.models.loading import assemble_pair
+from specsteer.models.tiny import IM_END_ID, tiny_model, tiny_tokenizer, write_tiny_gguf
+from specsteer.runtimes.base import PrefixCache, Sequence, TransformersModel
 
 # How far a row may be from a fresh evaluation of the same tokens. llama.cpp on the tiny fp32 model
 # measured ~5e-4 between batched and single-token passes; its logits spread over a few units.
@@ -35,7 +35,7 @@ def _model(runtime: str, seed: int, gguf_dir, eos_bias: float = 0.0):
     if runtime == "transformers":
         return TransformersModel(tiny_model(seed, eos_bias=eos_bias), f"tiny-{seed}")
     require_llamacpp()
-    from specsteer.llamacpp import LlamaCppModel
+    from specsteer.runtimes.llamacpp import LlamaCppModel
 
     path = gguf_dir / f"tiny-{seed}-{eos_bias}.gguf"
     if not path.exists():
@@ -286,9 +286,9 @@ def test_real_specialist_on_llamacpp_rolls_back_within_tolerance():
     """The real 0.5B Q4_K_M GGUF: rows after a rollback against a fresh evaluation of the same tokens.
     Quantized kernels batch differently from single steps, so this is agreement, measured, not equality."""
     require_llamacpp()
-    from specsteer.llamacpp import LlamaCppModel
-    from specsteer.models import load_tokenizer, offline_gguf
-    from specsteer.registry import DEFAULT_PAIRING, PAIRINGS, package_problems
+    from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS, package_problems
+    from specsteer.models.weights import load_tokenizer, offline_gguf
+    from specsteer.runtimes.llamacpp import LlamaCppModel
 
     spec = PAIRINGS[DEFAULT_PAIRING].specialist
     if package_problems(spec):
@@ -328,7 +328,7 @@ def test_real_specialist_on_llamacpp_rolls_back_within_tolerance():
 
 
 def test_llamacpp_reads_long_passes_in_chunks_of_bounded_tokens_and_rows():
-    from specsteer.llamacpp import BATCH_TOKENS, OUTPUT_ROWS, _chunks
+    from specsteer.runtimes.llamacpp import BATCH_TOKENS, OUTPUT_ROWS, _chunks
 
     for count, rows in ((5, 1), (1300, 1), (70, 70), (600, 40), (BATCH_TOKENS, OUTPUT_ROWS + 1)):
         spans = _chunks(count, count - rows)
@@ -352,7 +352,7 @@ def test_every_row_of_a_long_pass_comes_back(gguf_dir):
 def test_a_llamacpp_context_grows_on_demand_and_keeps_what_it_holds(gguf_dir):
     """A context starts small and is replaced by a larger one, its cache copied, only when a pass needs
     the room (issue 15: every session allocated its whole budget's keys and values at its Open)."""
-    from specsteer.llamacpp import FIRST_CONTEXT
+    from specsteer.runtimes.llamacpp import FIRST_CONTEXT
 
     model = _model("llama.cpp", 17, gguf_dir)
     ids = (_ids() * 40)[:1100]

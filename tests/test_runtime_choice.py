@@ -15,16 +15,16 @@ import sys
 import pytest
 
 from conftest import require_llamacpp
-from specsteer import calibration as cal
-from specsteer import llamacpp
-from specsteer import llamacpp_probe as probe
-from specsteer.bench import auto_rows
-from specsteer.loading import choose_runtime, runtime_choice
-from specsteer.machine import machine_info
-from specsteer.models import ModelLoadError
-from specsteer.registry import DEFAULT_PAIRING, PAIRINGS
-from specsteer.runtime import TransformersModel
-from specsteer.tiny_models import tiny_model, write_tiny_gguf
+from specsteer.evaluation.bench import auto_rows
+from specsteer.models import calibration as cal
+from specsteer.models.loading import choose_runtime, runtime_choice
+from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS
+from specsteer.models.tiny import tiny_model, write_tiny_gguf
+from specsteer.models.weights import ModelLoadError
+from specsteer.runtimes import llamacpp
+from specsteer.runtimes import llamacpp_probe as probe
+from specsteer.runtimes.base import TransformersModel
+from specsteer.runtimes.machine import machine_info
 
 
 @pytest.fixture
@@ -182,7 +182,7 @@ def test_the_estimate_charges_what_each_method_reads_and_decodes():
 
 def test_auto_uses_the_saved_calibration(cache, monkeypatch):
     monkeypatch.setattr(llamacpp, "status", lambda: (True, "llama-cpp-python (test)"))
-    monkeypatch.setattr("specsteer.loading.converted_ready", lambda pairing: True)
+    monkeypatch.setattr("specsteer.models.loading.converted_ready", lambda pairing: True)
     pairing = PAIRINGS[DEFAULT_PAIRING]
     assert runtime_choice(pairing, method="specsteer").runtime == "llama.cpp"  # nothing measured yet
     target = cal.calibration_path(DEFAULT_PAIRING)
@@ -204,7 +204,7 @@ def test_the_twin_for_timing_has_the_gguf_shapes(tmp_path):
     require_llamacpp()
     import torch
 
-    from specsteer.llamacpp import LlamaCppModel
+    from specsteer.runtimes.llamacpp import LlamaCppModel
 
     write_tiny_gguf(tmp_path / "tiny.gguf", seed=2)
     model = LlamaCppModel(tmp_path / "tiny.gguf", threads=1)
@@ -240,7 +240,7 @@ def test_the_machine_record_says_whether_amx_is_present():
 
 
 def test_one_cpuinfo_reader_serves_the_wheel_key_and_the_machine_record():
-    from specsteer.machine import cpu_model_and_flags, read_cpu
+    from specsteer.runtimes.machine import cpu_model_and_flags, read_cpu
 
     text = (
         "processor\t: 0\nmodel name\t: Intel Xeon Platinum 8480+\nflags\t\t: fpu avx2 amx_bf16 amx_tile avx512_bf16\n\n"

@@ -14,16 +14,18 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 import storage
-from specsteer import service as service_module
-from specsteer.cloud_process import free_loopback_port, start_cloud_process
-from specsteer.data import bundled_sample_path, sample_history_path
-from specsteer.engine import Request, chat_ids, prepare
-from specsteer.evaluate import EvalResult, EvalSpec, GridProgress
-from specsteer.history import parse_history
-from specsteer.jsonable import to_jsonable
-from specsteer.link_emulation import LinkConditions
-from specsteer.methods import METHOD_INFO
-from specsteer.service import (
+from specsteer.cloud.process import free_loopback_port, start_cloud_process
+from specsteer.data.datasets import bundled_sample_path, sample_history_path
+from specsteer.data.history import parse_history
+from specsteer.engine.generate import Request, chat_ids, prepare
+from specsteer.engine.settings import GenerationSettings, SettingsError
+from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress
+from specsteer.method.catalog import METHOD_INFO
+from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
+from specsteer.protocol.emulation import LinkConditions
+from specsteer.protocol.wire import PROTOCOL_VERSION
+from specsteer.service import app_service as service_module
+from specsteer.service.app_service import (
     AppService,
     ComparisonSaved,
     ComparisonStarted,
@@ -38,10 +40,8 @@ from specsteer.service import (
     Stopped,
     Token,
 )
-from specsteer.settings import GenerationSettings, SettingsError
-from specsteer.stores import NamedHistory, NewComparison, NewGeneration
-from specsteer.tiny_models import TEST_PAIRING_ID, shared_tiny_pair
-from specsteer.wire import PROTOCOL_VERSION
+from specsteer.service.stores import NamedHistory, NewComparison, NewGeneration
+from specsteer.util.jsonable import to_jsonable
 
 INPUT = "Write a review of a power bank with great battery life"
 
@@ -627,7 +627,7 @@ class RecordingListener:
 
 
 def test_a_public_service_reaches_only_the_operators_clouds_and_sends_its_secret_only_there(store, history):
-    from specsteer.exposure import Exposure
+    from specsteer.protocol.exposure import Exposure
 
     configured, visitor_named = RecordingListener(), RecordingListener()
     try:
@@ -679,14 +679,14 @@ def test_a_local_service_keeps_the_free_cloud_field(store, history):
     ],
 )
 def test_the_app_tells_a_public_deployment_from_a_local_run(environ, public):
-    from specsteer.exposure import Exposure
+    from specsteer.protocol.exposure import Exposure
 
     exposure = Exposure.from_environment(environ)
     assert exposure.public is public and exposure.why
 
 
 def test_the_operator_lists_the_clouds_and_holds_the_export_token():
-    from specsteer.exposure import Exposure
+    from specsteer.protocol.exposure import Exposure
 
     exposure = Exposure.from_environment(
         {
@@ -705,7 +705,7 @@ def test_the_operator_lists_the_clouds_and_holds_the_export_token():
 
 
 def test_a_cross_tokenizer_pair_generates_audits_and_refuses_a_method_it_cannot_run(store, history):
-    from specsteer.tiny_models import CROSS_PAIRING_ID, shared_test_pair
+    from specsteer.models.tiny import CROSS_PAIRING_ID, shared_test_pair
 
     service = AppService(
         store=store, runs=None, pairs=PairCatalog({CROSS_PAIRING_ID: lambda: shared_test_pair(CROSS_PAIRING_ID)})

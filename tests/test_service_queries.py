@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 
 import storage
-from specsteer.data import bundled_sample_path
-from specsteer.events import GenerationStats
-from specsteer.exposure import Exposure
-from specsteer.history import HistoryError
-from specsteer.service import AppService, ExportRefused
-from specsteer.stores import CellResult, GridPoint, NewAnnotation
+from specsteer.data.datasets import bundled_sample_path
+from specsteer.data.history import HistoryError
+from specsteer.method.events import GenerationStats
+from specsteer.protocol.exposure import Exposure
+from specsteer.service.app_service import AppService, ExportRefused
+from specsteer.service.stores import CellResult, GridPoint, NewAnnotation
 
 METHODS = ("slm", "llm", "specsteer", "slm+")
 

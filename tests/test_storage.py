@@ -16,9 +16,9 @@ from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 import storage
-from specsteer.events import GenerationStats, LinkMessage, TokenEvent
-from specsteer.metrics import ROUGE_KEYS
-from specsteer.stores import CellResult, GridPoint, cell_key
+from specsteer.evaluation.metrics import ROUGE_KEYS
+from specsteer.method.events import GenerationStats, LinkMessage, TokenEvent
+from specsteer.service.stores import CellResult, GridPoint, cell_key
 from storage import db, exports
 from storage.histories import history_sha256
 from storage.judgements import Judgement, summarize_annotations
@@ -177,7 +177,7 @@ def test_writer_waits_for_a_lock_held_by_another_process_style_connection(url, t
 
 
 class _Item:
-    """Stands in for specsteer.history.HistoryItem (anything with .fields)."""
+    """Stands in for specsteer.data.history.HistoryItem (anything with .fields)."""
 
     def __init__(self, **fields: str) -> None:
         self.fields = fields

@@ -6,8 +6,8 @@ import hashlib
 
 import pytest
 
-from specsteer.history import DETECTABLE_SCHEMAS, HistoryItem
-from specsteer.tasks import (
+from specsteer.data.history import DETECTABLE_SCHEMAS, HistoryItem
+from specsteer.data.tasks import (
     ALL_TASKS,
     DEFAULT_PROMPT_STYLE,
     ITEM_WORD_BUDGET,
@@ -249,8 +249,8 @@ def test_paper_prompts_are_pinned(task):
 
 @pytest.mark.parametrize("source, task", sorted(_PINNED_FILE_DIGESTS))
 def test_paper_prompts_of_whole_record_files_are_pinned(source, task):
-    from specsteer.data import bundled_sample_path, load_records, shared_data_path
-    from specsteer.retrieval import retrieve
+    from specsteer.data.datasets import bundled_sample_path, load_records, shared_data_path
+    from specsteer.data.retrieval import retrieve
 
     path = bundled_sample_path(task) if source == "bundled" else shared_data_path(task)
     if path is None:

@@ -18,17 +18,17 @@ import pytest
 import app
 import storage
 from conftest import widget_settings
-from specsteer.cloud_process import free_loopback_port
-from specsteer.data import bundled_sample_path
-from specsteer.deployment import PROFILES
-from specsteer.events import GenerationStats, TokenEvent
-from specsteer.exposure import CLOUD_URL_ENV
-from specsteer.history import MAX_UPLOAD_BYTES
-from specsteer.link_emulation import LinkConditions
-from specsteer.methods import METHOD_INFO, METHODS, method_label
-from specsteer.service import CloudCheck, Done, Failed, Generating, Started, Token
-from specsteer.stores import CellResult, GridPoint
-from specsteer.wire import CloudInfo
+from specsteer.cloud.process import free_loopback_port
+from specsteer.data.datasets import bundled_sample_path
+from specsteer.data.history import MAX_UPLOAD_BYTES
+from specsteer.evaluation.deployment import PROFILES
+from specsteer.method.catalog import METHOD_INFO, METHODS, method_label
+from specsteer.method.events import GenerationStats, TokenEvent
+from specsteer.protocol.emulation import LinkConditions
+from specsteer.protocol.exposure import CLOUD_URL_ENV
+from specsteer.protocol.wire import CloudInfo
+from specsteer.service.app_service import CloudCheck, Done, Failed, Generating, Started, Token
+from specsteer.service.stores import CellResult, GridPoint
 from ui import compare_tab, dashboard_tab, generate_tab, pairs, render, streaming
 from ui.streaming import BackgroundRun, Throttle, Toast, merge_frames
 
@@ -316,7 +316,7 @@ def test_retrieval_preview_without_history_or_input_and_in_the_clean_style(gener
 
 
 def test_unavailable_pairings_are_marked_and_refused(generate, monkeypatch):
-    from specsteer.registry import PAIRINGS, Pairing
+    from specsteer.models.registry import PAIRINGS, Pairing
 
     # No listed pairing is refused for its tokenizers any more (the offline cross pairings load); the
     # label for one that is still comes from the registry's flag.
@@ -908,7 +908,7 @@ def test_the_dashboard_never_reads_a_server_path_as_records(service, tmp_path):
 
 
 def test_in_public_only_the_operators_token_exports_the_annotations(compare):
-    from specsteer.exposure import Exposure
+    from specsteer.protocol.exposure import Exposure
 
     final = run_compare(compare, methods=("slm",))[-1]
     none = [None] * (2 * compare_tab.MAX_SLOTS)

@@ -22,9 +22,9 @@ from typing import NamedTuple
 
 import gradio as gr
 
-from specsteer.events import GenerationStats
-from specsteer.methods import CORE_METHODS, PRIVATE_METHODS, method_label
-from specsteer.service import (
+from specsteer.method.catalog import CORE_METHODS, PRIVATE_METHODS, method_label
+from specsteer.method.events import GenerationStats
+from specsteer.service.app_service import (
     AppService,
     ComparisonEvent,
     ComparisonSaved,
@@ -37,7 +37,7 @@ from specsteer.service import (
     Stopped,
     Token,
 )
-from specsteer.stores import (
+from specsteer.service.stores import (
     RATING_CRITERIA,
     AnnotationSummary,
     NamedHistory,

@@ -1,12 +1,12 @@
 """Dashboard tab: run an evaluation grid on LongLaMP records and look at quality against speed.
 
-The batch itself is the service's ``evaluate`` (the grid of ``specsteer.evaluate.run_grid_events``
+The batch itself is the service's ``evaluate`` (the grid of ``specsteer.evaluation.grid.run_grid_events``
 on the run store ``app.py`` chose, ``storage.SqlRunStore``); it stores every finished cell at once,
 so a run survives an app restart and can be reopened (or resumed under the same run name) later.
 Stored runs are read, and an uploaded records file kept, through the service too. This module only
 collects the grid's choices (:class:`GridForm`, turned into one ``EvalSpec``), turns the service's
 events into frames (streamed from a ``ui.streaming.BackgroundRun``, which
-Cancel stops), and draws the figures of ``specsteer.plots`` and the table.
+Cancel stops), and draws the figures of ``specsteer.evaluation.plots`` and the table.
 
 The Deployment view projects a stored run onto a bundled deployment profile: the service's
 ``deployment`` (the run's traces replayed at RTT 0–200 ms), ``plots.deployment_figure`` and
@@ -26,8 +26,7 @@ from typing import NamedTuple
 import gradio as gr
 import pandas as pd
 
-from specsteer import plots
-from specsteer.data import (
+from specsteer.data.datasets import (
     EVALUATION_TASKS,
     LONGLAMP_TASKS,
     DataError,
@@ -35,8 +34,10 @@ from specsteer.data import (
     shared_cogenesis_path,
     shared_data_path,
 )
-from specsteer.deployment import PROFILES
-from specsteer.evaluate import (
+from specsteer.engine.settings import sentence
+from specsteer.evaluation import plots
+from specsteer.evaluation.deployment import PROFILES
+from specsteer.evaluation.grid import (
     EvalResult,
     EvalSpec,
     GridProgress,
@@ -46,10 +47,9 @@ from specsteer.evaluate import (
     stronger_baseline,
     summarize,
 )
-from specsteer.methods import CORE_METHODS, METHODS, method_label
-from specsteer.service import AppService, EvaluationEvent, Failed, Loading, Status
-from specsteer.settings import sentence
-from specsteer.stores import StoredRun
+from specsteer.method.catalog import CORE_METHODS, METHODS, method_label
+from specsteer.service.app_service import AppService, EvaluationEvent, Failed, Loading, Status
+from specsteer.service.stores import StoredRun
 from ui import pairs, render
 from ui.streaming import RUNS, Toast
 from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path, gradio_uploads

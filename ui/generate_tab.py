@@ -4,7 +4,7 @@ Layout: settings on the left (history, task and input, models and decoding), res
 (coloured token stream, live statistics, what the Specialist saw, what was sent to the cloud).
 
 The tab is an adapter. Its settings widgets reach the handler as keyword arguments named after the
-fields of ``specsteer.settings.GenerationSettings`` (Gradio's ``inputs_kwargs``), which the
+fields of ``specsteer.engine.settings.GenerationSettings`` (Gradio's ``inputs_kwargs``), which the
 ``AppService`` turns into one validated value; the service's events come back as ``render`` calls
 (:func:`generation_frames`). The handlers are methods of :class:`GenerateTab`, so tests call them
 with ``list(tab.generate(...))`` and no server.
@@ -22,12 +22,14 @@ from typing import NamedTuple
 
 import gradio as gr
 
-from specsteer.cloud_api import CLOUD_SECRET_ENV
-from specsteer.data import sample_history_path
-from specsteer.exposure import CLOUD_URL_ENV, Exposure
-from specsteer.history import MAX_ITEMS, MAX_UPLOAD_BYTES, HistoryError, parse_history
-from specsteer.methods import METHOD_INFO, METHODS, method_label
-from specsteer.service import (
+from specsteer.cloud.api import CLOUD_SECRET_ENV
+from specsteer.data.datasets import sample_history_path
+from specsteer.data.history import MAX_ITEMS, MAX_UPLOAD_BYTES, HistoryError, parse_history
+from specsteer.data.tasks import TASK_FOR_SCHEMA, TASKS
+from specsteer.engine.settings import IN_PROCESS, MAX_RTT_MS, GenerationSettings, cloud_address, sentence
+from specsteer.method.catalog import METHOD_INFO, METHODS, method_label
+from specsteer.protocol.exposure import CLOUD_URL_ENV, Exposure
+from specsteer.service.app_service import (
     AppService,
     Done,
     Failed,
@@ -38,9 +40,7 @@ from specsteer.service import (
     Started,
     Token,
 )
-from specsteer.settings import IN_PROCESS, MAX_RTT_MS, GenerationSettings, cloud_address, sentence
-from specsteer.stores import NamedHistory
-from specsteer.tasks import TASK_FOR_SCHEMA, TASKS
+from specsteer.service.stores import NamedHistory
 from ui import pairs, render
 from ui.streaming import RUNS, LiveStats, Throttle, Toast
 from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path, gradio_uploads
@@ -147,7 +147,7 @@ def environment_cloud() -> tuple[str, str | None]:
 
 def cloud_widget(exposure: Exposure, address: str) -> gr.components.Component:
     """The Cloud setting: a free address field in a local run; in public, a choice among the operator's
-    Clouds (specsteer.exposure), which the service enforces whatever a caller sends."""
+    Clouds (specsteer.protocol.exposure), which the service enforces whatever a caller sends."""
     if not exposure.public:
         return gr.Textbox(
             value=address,

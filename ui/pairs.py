@@ -5,7 +5,7 @@ choice, its select event). Nothing is loaded when the page is built: the first g
 its progress; ``load_pair`` caches it), so the page opens at once.
 
 Test-only hook: with ``SPECSTEER_TEST_PAIR=tiny`` in the environment the app offers a "tiny test
-pair" (``specsteer.tiny_models.tiny_pair``, random weights, builds in about a second) as its default
+pair" (``specsteer.models.tiny.tiny_pair``, random weights, builds in about a second) as its default
 pairing, and beside it the tiny cross-tokenizer pair (``tiny-cross-test``: two tokenizers). Tests of
 the UI, the HTTP API and the browser use them; a real deployment never sets it.
 """
@@ -21,14 +21,14 @@ from typing import NamedTuple
 
 import gradio as gr
 
-from specsteer.engine import CROSS_TOKENIZER_METHODS
-from specsteer.methods import METHOD_INFO, METHODS
-from specsteer.registry import DEFAULT_PAIRING, PAIRINGS, Pairing
-from specsteer.runtime import RUNTIME_CHOICES
-from specsteer.service import PairCatalog
-from specsteer.tiny_models import CROSS_PAIRING_ID as TINY_CROSS_PAIRING_ID
-from specsteer.tiny_models import TEST_PAIRING_ID as TINY_PAIRING_ID
-from specsteer.tiny_models import shared_test_pair, shared_tiny_pair
+from specsteer.engine.generate import CROSS_TOKENIZER_METHODS
+from specsteer.method.catalog import METHOD_INFO, METHODS
+from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS, Pairing
+from specsteer.models.tiny import CROSS_PAIRING_ID as TINY_CROSS_PAIRING_ID
+from specsteer.models.tiny import TEST_PAIRING_ID as TINY_PAIRING_ID
+from specsteer.models.tiny import shared_test_pair, shared_tiny_pair
+from specsteer.runtimes.base import RUNTIME_CHOICES
+from specsteer.service.app_service import PairCatalog
 from ui.wiring import QUIET
 
 TEST_PAIR_ENV = "SPECSTEER_TEST_PAIR"

@@ -13,12 +13,12 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from specsteer.deployment import DeploymentProfile
-from specsteer.events import GenerationStats, LinkMessage, TokenEvent
-from specsteer.facts import FactExposure
-from specsteer.link_emulation import LinkConditions
-from specsteer.methods import METHOD_INFO, method_label
-from specsteer.service import CloudCheck, PrivacyReport, RetrievalPreview
+from specsteer.data.facts import FactExposure
+from specsteer.evaluation.deployment import DeploymentProfile
+from specsteer.method.catalog import METHOD_INFO, method_label
+from specsteer.method.events import GenerationStats, LinkMessage, TokenEvent
+from specsteer.protocol.emulation import LinkConditions
+from specsteer.service.app_service import CloudCheck, PrivacyReport, RetrievalPreview
 
 TASK_LABELS = {
     "review": "Product review",

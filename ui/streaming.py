@@ -4,7 +4,7 @@ Why a worker thread: the Stop buttons use Gradio's ``cancels=``, which drops a w
 the queue and abandons a running streaming handler at once. Anything that handler would still have
 done (final statistics, saving the partial output, drawing the partial results) would then never
 happen, and the page would be left half-updated. So the work runs in a :class:`BackgroundRun` (a
-``specsteer.background.Background`` producing frames): the streaming handler only relays its
+``specsteer.util.background.Background`` producing frames): the streaming handler only relays its
 frames, and the Stop handler sets the run's ``threading.Event`` (which ``generate()`` /
 ``run_grid_events()`` check every token), waits for the run to wind down, and returns the run's
 final view itself.
@@ -30,9 +30,9 @@ from dataclasses import dataclass, field
 
 import gradio as gr
 
-from specsteer.background import Background
-from specsteer.events import TokenEvent
-from specsteer.link_emulation import LinkConditions
+from specsteer.method.events import TokenEvent
+from specsteer.protocol.emulation import LinkConditions
+from specsteer.util.background import Background
 from ui.render import StatsView
 
 log = logging.getLogger(__name__)

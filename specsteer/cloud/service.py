@@ -1,0 +1,643 @@
+"""The Cloud as a service: many Edges' sessions over one loaded pair, with limits, idle expiry and clear errors.
+
+Transport-free: :meth:`CloudService.handle` takes one uplink frame and returns the frames that answer
+it; :meth:`CloudService.close` ends a session; :meth:`CloudService.info` describes the Cloud. The
+in-process link (``specsteer.protocol.link.LocalTransport``) calls these directly and the HTTP service
+(``specsteer.cloud.server``) calls the same methods for every request, so both run one code path.
+
+Session lifecycle
+-----------------
+* An :class:`~specsteer.protocol.wire.Open` creates the session named by the id the Edge chose. Its
+  limits are checked first; the id must be new (a Cloud never reuses one); there must be room
+  (``max_sessions``). A lockstep rule answers nothing; the ``generate`` rule answers with a stream of
+  :class:`~specsteer.protocol.wire.Tokens` frames, one per token, ending at the token budget or an end id.
+* Each :class:`~specsteer.protocol.wire.Draft` is answered by one :class:`~specsteer.protocol.wire.Verdict`.
+  Requests of one session are served one at a time; different sessions interleave pass by pass.
+* ``close`` ends a session and returns the last of its report. A session with no request for
+  ``idle_timeout_s`` expires. Either way the Cloud remembers the id for a while, so a late request
+  is told the session expired or was closed rather than that it never existed.
+
+Admission by memory
+-------------------
+A session's caches are the big cost: one context per Cloud stream, each sized for its prompt, its
+token budget and the draft headroom (``ModelRuntime.sequence_bytes`` says what such a context may
+come to hold). An Open is admitted only when the sessions' reserved bytes plus its own fit
+``memory_budget_bytes`` (``python -m specsteer cloud`` sets it from the machine's memory), when the
+client (``handle``'s ``client``: the credential the request carried, ``specsteer.cloud.admission``, never
+its source address) holds fewer than ``max_sessions_per_client`` sessions and at most
+``max_client_share`` of the budget, and when ``max_sessions`` is not reached. An Open that does not
+fit takes the room of idle sessions, oldest-idle first and only as many as it needs: those without
+a message for ``reclaim_idle_s``, and those that opened ``unstarted_timeout_s`` ago and never drafted
+(nor read a token). If even that would not make room, nothing is ended and it gets 503 with
+``retry_after_s``, the time until a session could give its room. An admitted Open gives back the
+prefix caches' idle sequences when they and the sessions together would pass the budget, so what
+the caches hold stays under it. A session ends at ``max_session_life_s`` after its Open whatever
+it does, and a server whose client went away mid-stream ends it at once (:meth:`CloudService.abandon`).
+
+Every refusal is a :class:`ServiceError` with an HTTP status, a short code and a message meant for
+the person running the Edge; the service itself keeps serving. A failure inside a model pass drops
+that session only.
+
+One model pass runs at a time (``_compute``): on a CPU two passes side by side only share the same
+cores, and the runtimes' caches are then never touched by two threads at once. Batching the passes
+of several sessions (what a GPU server would do) is left for later.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from specsteer.cloud import admission
+from specsteer.cloud.verifier import CROSS_RULES, Cloud, CrossCloud, finite_settings_problem, needs_generic
+from specsteer.method.decoding import ForwardLog
+from specsteer.protocol.wire import (
+    DRAFT_HEADROOM,
+    MAX_DRAFT_LEN,
+    MAX_NEW_TOKENS,
+    PROTOCOL_VERSION,
+    SESSION_BYTES,
+    UPLINK,
+    CloudInfo,
+    CloudPass,
+    CloudReport,
+    CrossOpen,
+    Draft,
+    FrameError,
+    Open,
+    UnsupportedVersion,
+    decode,
+    encode,
+)
+
+_REMEMBERED_ENDED = 4096  # ended session ids kept to tell "expired" and "closed" apart from "unknown"
+
+
+@dataclass(frozen=True)
+class ServiceLimits:
+    """What one Cloud accepts. ``max_frame_bytes`` follows from the others (the largest legal Open)."""
+
+    max_sessions: int = 32
+    max_prompt_tokens: int = 8192
+    max_draft_len: int = MAX_DRAFT_LEN
+    max_new_tokens: int = MAX_NEW_TOKENS
+    max_stop_ids: int = 64
+    # None: a session never expires for idleness (a Cloud in process: its only Edge may be paused, a laptop asleep).
+    idle_timeout_s: float | None = 300.0
+    # Sessions one credential may hold at once, whatever its source addresses (specsteer.cloud.admission).
+    max_sessions_per_client: int = 8
+    # Sessions' caches together, in bytes; None: no budget (a Cloud in process serves one generation).
+    memory_budget_bytes: int | None = None
+    # A session that has not drafted (nor read a token) this long after its Open makes room for a new one.
+    unstarted_timeout_s: float = 30.0
+    # A session idle this long gives its room to an Open that needs it, oldest-idle first.
+    reclaim_idle_s: float = 30.0
+    # A session's whole life, from its Open; None: unbounded (a Cloud in process).
+    max_session_life_s: float | None = 3600.0
+    # The share of the memory budget one credential's sessions may reserve together.
+    max_client_share: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in (
+            "max_sessions",
+            "max_prompt_tokens",
+            "max_draft_len",
+            "max_new_tokens",
+            "max_stop_ids",
+            "max_sessions_per_client",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1")
+        if self.max_draft_len > MAX_DRAFT_LEN:
+            raise ValueError(f"max_draft_len is at most {MAX_DRAFT_LEN}")
+        for name in ("unstarted_timeout_s", "reclaim_idle_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0")
+        for name in ("idle_timeout_s", "max_session_life_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 (or None: never)")
+        if not 0 < self.max_client_share <= 1:
+            raise ValueError("max_client_share must be in (0, 1]")
+        if self.memory_budget_bytes is not None and self.memory_budget_bytes < 1:
+            raise ValueError("memory_budget_bytes must be at least 1 (or None: no budget)")
+
+    @property
+    def max_frame_bytes(self) -> int:
+        empty_open = Open(bytes(SESSION_BYTES), "ratio", (), 1)
+        return len(encode(empty_open)) + 4 * (self.max_prompt_tokens + self.max_stop_ids)
+
+    @property
+    def max_cross_frame_bytes(self) -> int:
+        """A cross-tokenizer pair's largest legal Open: a CrossOpen carries the plain prompt twice."""
+        empty_open = CrossOpen(bytes(SESSION_BYTES), "ratio", (), 1)
+        return len(encode(empty_open)) + 4 * (2 * self.max_prompt_tokens + self.max_stop_ids)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "max_frame_bytes": self.max_frame_bytes}
+
+
+def default_memory_budget(share: float = 0.5) -> int:
+    """``share`` of the memory this machine has available now (call it once the models are loaded):
+    the ``cloud`` command's budget for the sessions' caches when none is given."""
+    return max(1, int(available_memory_bytes() * share))
+
+
+def available_memory_bytes() -> int:
+    """MemAvailable of /proc/meminfo (what can be allocated without swapping), else the free pages."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+class ServiceError(Exception):
+    """A request the Cloud refuses: ``status`` (HTTP), ``code`` (for the Edge's exception type), message, and
+    for a Cloud without room the seconds after which trying again may succeed (HTTP's Retry-After)."""
+
+    def __init__(self, status: int, code: str, message: str, retry_after_s: int | None = None):
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.retry_after_s = retry_after_s
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The frames answering one uplink frame (a stream is read lazily), and the report that goes with
+    them; a streamed answer's report waits for the session's close."""
+
+    frames: Iterable[bytes]
+    report: CloudReport | None
+    session: bytes | None = None  # a stream's session: what the server ends when its reader goes away
+
+
+@dataclass(eq=False)
+class _Session:
+    id: bytes
+    opened: Open
+    cloud: Cloud
+    log: ForwardLog
+    last_used: float
+    client: str = ""  # who opened it (the credential, specsteer.cloud.admission): the per-client caps count these
+    reserved: int = 0  # bytes of the budget its caches may come to hold
+    started: bool = False  # it has drafted or read a token since its Open
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    messages: int = 0  # frames received and sent so far; a pass is tagged with it
+    passes: list[CloudPass] = field(default_factory=list)
+    logged: int = 0  # trace steps of ``log`` already turned into passes
+    delivered: int = 0  # passes already reported
+    reused_reported: bool = False
+    emitted: int = 0  # tokens streamed (generate rule)
+    finished: bool = False  # the stream reached its budget or an end id
+    closed: bool = False
+    opened_at: float = 0.0  # its life is bounded from here (ServiceLimits.max_session_life_s)
+
+    def collect_passes(self) -> None:
+        for step in self.log.trace[self.logged :]:
+            self.passes.append(CloudPass(self.messages, step.who, step.size, step.seconds))
+        self.logged = len(self.log.trace)
+
+    def report(self, ratios: Iterable[float] = ()) -> CloudReport:
+        self.collect_passes()
+        passes, self.delivered = tuple(self.passes[self.delivered :]), len(self.passes)
+        reused = () if self.reused_reported else tuple(sorted(self.log.reused.items()))
+        self.reused_reported = True
+        return CloudReport(passes, tuple(ratios), reused)
+
+
+class CloudService:
+    """Sessions of many Edges over one pair's Generalist and Specialist (the generic copy).
+
+    ``clock`` is injectable so that expiry can be tested without waiting; ``reuse_prefixes=False``
+    forgets every cached prompt when a session closes (benchmarks time each method's prompt reading).
+    """
+
+    def __init__(
+        self,
+        pair,
+        limits: ServiceLimits = ServiceLimits(),
+        clock: Callable[[], float] = time.monotonic,
+        reuse_prefixes: bool = True,
+        notice: Callable[[str], None] | None = None,
+    ):
+        self.pair = pair
+        self.notice = notice  # one line for the operator when a session is reclaimed or abandoned
+        self.limits = limits
+        self.reuse_prefixes = reuse_prefixes
+        self.instance = secrets.token_hex(8)  # a restarted Cloud has another
+        self._clock = clock
+        self._sessions: dict[bytes, _Session] = {}
+        self._ended: OrderedDict[bytes, str] = OrderedDict()
+        self._table = threading.Lock()
+        self._compute = threading.Lock()
+        self._admission = threading.Lock()  # one Open at a time decides what room is left
+
+    # ----------------------------------------------------------------------- the three requests
+
+    def info(self) -> CloudInfo:
+        return CloudInfo(
+            self.pair.pairing_id,
+            self.pair.vocab_size,
+            instance=self.instance,
+            runtime=self.pair.runtime,
+            limits=self.limits.to_json(),
+        )
+
+    def handle(self, frame: bytes, client: str = "") -> Answer:
+        """Answer one uplink frame from ``client`` (who is asking: the credential the server saw,
+        ``specsteer.cloud.admission``; the per-client caps count by it); raises ServiceError for anything the
+        Cloud refuses."""
+        message = self._decode(frame)
+        self.expire_idle()
+        if isinstance(message, Open):
+            return self._open(message, client)
+        return self._verify(message)
+
+    def close(self, session_id: bytes) -> CloudReport:
+        """End a session; returns what its report has not said yet."""
+        session = self._find(session_id)
+        with session.lock:
+            if session.closed:
+                raise self._gone(session_id)
+            report = session.report()
+            self._end(session, "closed-session")
+        return report
+
+    @property
+    def frame_limit(self) -> int:
+        """The largest uplink frame this Cloud reads (its pair decides which kind of Open is legal)."""
+        return self.limits.max_frame_bytes if self.pair.cross is None else self.limits.max_cross_frame_bytes
+
+    # ----------------------------------------------------------------------- housekeeping
+
+    @property
+    def open_sessions(self) -> int:
+        return len(self._sessions)
+
+    @property
+    def reserved_bytes(self) -> int:
+        """The budget the open sessions hold."""
+        with self._table:
+            return sum(session.reserved for session in self._sessions.values())
+
+    def session_bytes(self, message: Open) -> int:
+        """What the caches of a session opened by ``message`` may come to hold (its reservation)."""
+        capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
+        total = self.pair.generalist.sequence_bytes(capacity)
+        if needs_generic(message.rule, message.beta):
+            total += self.pair.specialist.sequence_bytes(capacity)
+        return total
+
+    def expire_idle(self) -> int:
+        """End the sessions idle for longer than the limit, and those past their life (a busy one is left
+        alone); returns how many."""
+        idle, life = self.limits.idle_timeout_s, self.limits.max_session_life_s
+        expired = 0
+        if idle is not None:
+            expired += self._expire(lambda session, now: session.last_used < now - idle, "expired-session")
+        if life is not None:
+            expired += self._expire(lambda session, now: session.opened_at < now - life, "lifetime-session")
+        return expired
+
+    def abandon(self, session_id: bytes) -> bool:
+        """End a session whose Edge went away in the middle of its stream (waits for a pass in flight);
+        False when it had ended already."""
+        with self._table:
+            session = self._sessions.get(session_id)
+        if session is None:
+            return False
+        with session.lock:
+            if session.closed:
+                return False
+            self._end(session, "closed-session")
+        return True
+
+    def _expire(self, due: Callable[[_Session, float], bool], reason: str) -> int:
+        now = self._clock()
+        with self._table:
+            idle = [s for s in self._sessions.values() if due(s, now)]
+        expired = 0
+        for session in idle:
+            if not session.lock.acquire(blocking=False):
+                continue
+            try:
+                if not session.closed and due(session, now):
+                    self._end(session, reason)
+                    expired += 1
+            finally:
+                session.lock.release()
+        return expired
+
+    def close_all(self) -> None:
+        """End every session (the service is stopping)."""
+        with self._table:
+            sessions = list(self._sessions.values())
+        for session in sessions:
+            with session.lock:
+                if not session.closed:
+                    self._end(session, "closed-session")
+
+    # ----------------------------------------------------------------------- messages
+
+    def _decode(self, frame: bytes):
+        limit = self.frame_limit
+        if len(frame) > limit:
+            raise ServiceError(
+                413, "too-large", f"A frame of {len(frame)} bytes is larger than this Cloud accepts ({limit} bytes)."
+            )
+        try:
+            return decode(frame, UPLINK)
+        except UnsupportedVersion as error:
+            raise ServiceError(
+                400,
+                "version",
+                f"The frame is in protocol version {error.version}; this Cloud speaks version {PROTOCOL_VERSION}.",
+            ) from None
+        except FrameError as error:
+            raise ServiceError(400, error.code, f"The Cloud could not read the frame: {error}.") from None
+
+    def _open(self, message: Open, client: str) -> Answer:
+        if self.pair.generalist is None:
+            raise ValueError("a Cloud needs the Generalist: this pair was loaded for the Edge only")
+        problem = self._open_problem(message)
+        if problem:
+            raise ServiceError(400, "invalid", problem)
+        log = ForwardLog()
+        cross = self.pair.cross
+        if cross is not None:
+            cloud = CrossCloud(
+                self.pair.generalist,
+                self.pair.specialist,
+                self.pair.vocab_size,
+                cross.vocab_size,
+                cross.vocabularies,
+                log,
+            )
+        else:
+            cloud = Cloud(self.pair.generalist, self.pair.specialist, self.pair.vocab_size, log)
+        session = _Session(message.session, message, cloud, log, self._clock(), client, self.session_bytes(message))
+        session.opened_at = session.last_used
+        with session.lock:
+            with self._admission:
+                self._make_room(session)
+                self._free_idle_caches(session.reserved)
+                with self._table:
+                    self._sessions[message.session] = session
+            session.messages = 1
+            self._run(session, session.cloud.open, message)
+            session.last_used = self._clock()
+        if message.streams:
+            return Answer(self._stream(session), None, message.session)
+        return Answer((), session.report())
+
+    def _verify(self, message: Draft) -> Answer:
+        session = self._find(message.session)
+        with session.lock:
+            if session.closed:
+                raise self._gone(message.session)
+            if self._past_life(session):
+                self._end(session, "lifetime-session")
+                raise self._gone(message.session)
+            problem = self._draft_problem(message) or session.cloud.problem(message)
+            if problem:
+                raise ServiceError(400, "invalid", problem)
+            session.started = True
+            session.messages += 1
+            verdict = self._run(session, session.cloud.verify, message)
+            report = session.report(session.cloud.last_ratios)
+            session.messages += 1
+            session.last_used = self._clock()
+        return Answer((encode(verdict),), report)
+
+    def _stream(self, session: _Session) -> Iterator[bytes]:
+        """The ``generate`` rule: one Tokens frame per token, each computed when the previous was taken."""
+        # A cross-tokenizer Generalist decodes in its own ids (the Open's end ids are the Specialist's).
+        cross = self.pair.cross
+        stop_ids = cross.eos_token_ids if cross is not None else frozenset(session.opened.stop_ids)
+        while True:
+            with session.lock:
+                if session.closed or session.finished:
+                    return
+                if self._past_life(session):  # the Edge is told by the stream's early end
+                    self._end(session, "lifetime-session")
+                    return
+                session.started = True
+                tokens = self._run(session, session.cloud.next_tokens, 1)
+                session.collect_passes()
+                session.messages += 1
+                session.emitted += len(tokens.ids)
+                session.finished = session.emitted >= session.opened.max_new_tokens or tokens.ids[-1] in stop_ids
+                session.last_used = self._clock()
+            yield encode(tokens)
+
+    # ----------------------------------------------------------------------- admission
+
+    def _make_room(self, session: _Session) -> None:
+        """Admit ``session`` (specsteer.cloud.admission), ending the idle sessions whose room it takes; raises
+        409 for a known id and 503 (with Retry-After) when there is no room. The caller holds ``_admission``."""
+        with self._table:
+            if session.id in self._sessions or session.id in self._ended:
+                raise ServiceError(409, "session-exists", "A session with this id already exists on the Cloud.")
+        candidate = admission.Holding(session.id, session.client, session.reserved, session.last_used, False)
+        for _ in range(3):  # a victim that became busy meanwhile is left alone, and the room decided again
+            now = self._clock()
+            with self._table:
+                holdings = [self._holding(other) for other in self._sessions.values()]
+            decision = admission.admit(candidate, holdings, self.limits, now)
+            if decision.refusal is not None:
+                retry = decision.retry_after_s
+                raise ServiceError(503, "busy", f"{decision.refusal} Try again in {retry} s.", retry_after_s=retry)
+            if all(self._reclaim(victim, session.client, now) for victim in decision.victims):
+                return
+        raise ServiceError(503, "busy", "The Cloud's sessions are all in use. Try again in 1 s.", retry_after_s=1)
+
+    @staticmethod
+    def _holding(session: _Session) -> admission.Holding:
+        busy = session.lock.locked()
+        return admission.Holding(session.id, session.client, session.reserved, session.last_used, session.started, busy)
+
+    def _reclaim(self, session_id: bytes, claimant: str, now: float) -> bool:
+        """End a session whose room an Open takes; False when it is being served now (then it stays)."""
+        with self._table:
+            session = self._sessions.get(session_id)
+        if session is None:
+            return True
+        if not session.lock.acquire(blocking=False):
+            return False
+        try:
+            if not session.closed:
+                # A session that never drafted ends as it did before reclaiming existed: expired.
+                self._end(session, "reclaimed-session" if session.started else "expired-session")
+                if self.notice is not None:
+                    self.notice(
+                        f"gave the room of session {session_id.hex()[:8]} ({session.client}, idle "
+                        f"{now - session.last_used:.0f} s, {admission.megabytes(session.reserved)}) to an Open of {claimant}"
+                    )
+        finally:
+            session.lock.release()
+        return True
+
+    def _past_life(self, session: _Session) -> bool:
+        life = self.limits.max_session_life_s
+        return life is not None and self._clock() - session.opened_at > life
+
+    def _free_idle_caches(self, wanted: int) -> None:
+        """Give back the prefix caches' idle sequences when the sessions and they would pass the budget."""
+        budget = self.limits.memory_budget_bytes
+        if budget is None:
+            return
+        models = {id(m): m for m in (self.pair.generalist, self.pair.specialist) if m is not None}.values()
+        with self._compute:
+            idle = sum(model.prefix_cache.idle_bytes for model in models)
+            if self.reserved_bytes + wanted + idle > budget:
+                for model in models:
+                    model.prefix_cache.clear()
+
+    # ----------------------------------------------------------------------- checks
+
+    def _open_problem(self, message: Open) -> str | None:
+        limits, vocab = self.limits, self.pair.vocab_size
+        if not message.prompt:
+            return "The prompt is empty."
+        if len(message.prompt) > limits.max_prompt_tokens:
+            return f"The prompt has {len(message.prompt)} tokens; this Cloud takes at most {limits.max_prompt_tokens}."
+        if not 1 <= message.max_new_tokens <= limits.max_new_tokens:
+            return f"The token budget must be between 1 and {limits.max_new_tokens} on this Cloud."
+        if len(message.stop_ids) > limits.max_stop_ids:
+            return f"At most {limits.max_stop_ids} end ids are accepted."
+        if _out_of_vocabulary(message.prompt + message.stop_ids, vocab):
+            return f"A token id is outside the Cloud's vocabulary of {vocab}: do both sides run the same pairing?"
+        cross_problem = self._cross_problem(message)
+        if cross_problem:
+            return cross_problem
+        settings = finite_settings_problem(message)
+        return f"Invalid decoding settings: {settings}." if settings else None
+
+    def _cross_problem(self, message: Open) -> str | None:
+        """Whether the kind of Open fits the pair: a cross-tokenizer pair needs the Generalist's prompt too."""
+        cross = self.pair.cross
+        if cross is None:
+            if isinstance(message, CrossOpen):
+                return (
+                    "This Cloud serves a pairing whose models share one tokenizer; it takes a plain Open, "
+                    "not a cross-tokenizer one."
+                )
+            return None
+        if not isinstance(message, CrossOpen):
+            return (
+                "This Cloud serves a cross-tokenizer pairing: open the session with the Generalist's prompt "
+                "too (a cross-open message)."
+            )
+        if message.rule not in CROSS_RULES:
+            return (
+                f"The {message.rule!r} rule is not available across tokenizers; this Cloud offers "
+                f"{', '.join(CROSS_RULES)}."
+            )
+        if not message.large_prompt:
+            return "The Generalist's prompt is empty."
+        if len(message.large_prompt) > self.limits.max_prompt_tokens:
+            return (
+                f"The Generalist's prompt has {len(message.large_prompt)} tokens; this Cloud takes at most "
+                f"{self.limits.max_prompt_tokens}."
+            )
+        if _out_of_vocabulary(message.large_prompt, cross.vocab_size):
+            return f"A Generalist token id is outside its vocabulary of {cross.vocab_size}."
+        return None
+
+    def _draft_problem(self, message: Draft) -> str | None:
+        limits = self.limits
+        if len(message.draft) > limits.max_draft_len:
+            return f"{len(message.draft)} drafts in one round; this Cloud takes at most {limits.max_draft_len}."
+        if len(message.append) > limits.max_draft_len + 1:
+            return "Too many chosen tokens in one round."
+        if _out_of_vocabulary(message.append + message.draft, self.pair.vocab_size):
+            return f"A token id is outside the Cloud's vocabulary of {self.pair.vocab_size}."
+        return None
+
+    # ----------------------------------------------------------------------- sessions
+
+    def _run(self, session: _Session, step, *args):
+        """One model step of a session, alone on the models; a failure ends the session (its caches
+        may be half written) and propagates."""
+        try:
+            with self._computing():
+                return step(*args)
+        except BaseException:
+            self._end(session, "closed-session")
+            raise
+
+    @contextmanager
+    def _computing(self):
+        with self._compute, torch.inference_mode():
+            yield
+
+    def _find(self, session_id: bytes) -> _Session:
+        with self._table:
+            session = self._sessions.get(session_id)
+        if session is None:
+            raise self._gone(session_id)
+        return session
+
+    def _gone(self, session_id: bytes) -> ServiceError:
+        with self._table:
+            reason = self._ended.get(session_id)
+        if reason == "expired-session":
+            idle = self.limits.idle_timeout_s
+            idle = self.limits.unstarted_timeout_s if idle is None else idle
+            return ServiceError(
+                410, reason, f"The Cloud ended this generation's session after {idle:g} s without a message."
+            )
+        if reason == "reclaimed-session":
+            return ServiceError(
+                410,
+                reason,
+                "The Cloud gave this generation's session's room to a new one: it had been "
+                f"{self.limits.reclaim_idle_s:g} s or more without a message while the Cloud was full.",
+            )
+        if reason == "lifetime-session":
+            return ServiceError(
+                410,
+                reason,
+                f"The Cloud ended this generation's session at its limit of {self.limits.max_session_life_s:g} s "
+                "for one session.",
+            )
+        if reason == "closed-session":
+            return ServiceError(410, reason, "This generation's session on the Cloud has already ended.")
+        return ServiceError(
+            404,
+            "unknown-session",
+            f"The Cloud (instance {self.instance}) does not know this "
+            "generation's session; it may have restarted since the "
+            "generation began.",
+        )
+
+    def _end(self, session: _Session, reason: str) -> None:
+        """Forget a session and give its caches back (the caller holds the session's lock)."""
+        session.closed = True
+        with self._table:
+            self._sessions.pop(session.id, None)
+            self._ended[session.id] = reason
+            while len(self._ended) > _REMEMBERED_ENDED:
+                self._ended.popitem(last=False)
+        with self._compute:
+            session.cloud.close()
+            if not self.reuse_prefixes:
+                for model in (self.pair.generalist, self.pair.specialist):
+                    model.prefix_cache.clear()
+
+
+def _out_of_vocabulary(ids: tuple[int, ...], vocab_size: int) -> bool:
+    return bool(ids) and max(ids) >= vocab_size

@@ -1,0 +1,1 @@
+"""The Edge: the Specialist on the private prompt, drafting and settling the Cloud's verdicts."""

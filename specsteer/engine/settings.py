@@ -1,0 +1,283 @@
+"""The settings of one generation: one frozen value, converted and validated in one place.
+
+A form (the app's Generate tab), a JSON body or a test hands :meth:`GenerationSettings.from_values`
+loose values keyed by field name; what comes back is typed, range-checked and immutable, so every
+later step (the engine's config, the request, what is saved with the output) reads attributes, never
+string keys. Every problem is reported at once, as sentences that name the setting at fault.
+
+This module is light (no torch): ``storage`` may receive these values to save them. The engine's
+config is imported only when one is built or checked.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Literal, get_args
+from urllib.parse import urlsplit
+
+from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptStyle
+from specsteer.method.catalog import METHODS, method_info
+
+if TYPE_CHECKING:
+    from specsteer.engine.generate import DecodeConfig
+    from specsteer.protocol.emulation import LinkConditions
+
+Decoding = Literal["greedy", "sampling"]
+DECODINGS: tuple[Decoding, ...] = get_args(Decoding)
+
+# How each setting is named in a message (the labels the app shows for them).
+SETTING_NAMES = {
+    "pairing": "Pairing",
+    "runtime": "Runtime",
+    "method": "Method",
+    "alpha": "α",
+    "beta": "β",
+    "draft_len": "Draft length",
+    "adaptive_draft": "Adaptive draft length",
+    "max_new_tokens": "Max new tokens",
+    "decoding": "Decoding",
+    "seed": "Seed",
+    "temperature": "Temperature",
+    "top_p": "Top-p",
+    "retrieval_k": "History items retrieved",
+    "downlink_top_k": "Downlink top-k",
+    "exact": "Exact-target sampling",
+    "prompt_style": "Prompt style",
+    "private_guard": "Private-span guard",
+    "cloud": "Cloud",
+    "rtt_ms": "Round-trip time",
+    "uplink_kbps": "Uplink bandwidth",
+    "downlink_kbps": "Downlink bandwidth",
+}
+MAX_RTT_MS = 2000.0  # an emulated round trip longer than this is a mistake, not a network
+IN_PROCESS = ""  # GenerationSettings.cloud: the Cloud runs in this process
+
+
+class SettingsError(ValueError):
+    """Settings that cannot run. The message is one sentence per problem, each naming its setting."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__(" ".join(self.problems))
+
+
+def sentence(text: str) -> str:
+    """``text`` as a sentence: a capital first letter and a final full stop (messages shown to people)."""
+    text = " ".join(str(text).split())
+    if not text:
+        return text
+    first_word = text.split(" ", 1)[0]
+    # Only a plain word is capitalized: "α …", a file name ("bad.jsonl: …") or an id stays as written.
+    if first_word.isascii() and first_word.isalpha():
+        text = text[0].upper() + text[1:]
+    return text if text.endswith((".", "!", "?", "…")) else text + "."
+
+
+@dataclass(frozen=True)
+class GenerationSettings:
+    """Everything that decides one generation except the history and the input."""
+
+    pairing: str
+    runtime: str = "auto"  # specsteer.runtimes.base.RUNTIME_CHOICES; "auto": loading.choose_runtime decides
+    method: str = "specsteer"
+    alpha: float = 0.1
+    beta: float = 1.0
+    draft_len: int = 4
+    adaptive_draft: bool = False
+    max_new_tokens: int = 96
+    decoding: Decoding = "greedy"
+    seed: int = 0
+    temperature: float = 1.0
+    top_p: float = 1.0
+    retrieval_k: int = 3
+    downlink_top_k: int = 64  # 0 sends the whole vocabulary
+    exact: bool = False  # SpecSteer's exact-target variant; only with sampling
+    prompt_style: PromptStyle = DEFAULT_PROMPT_STYLE
+    # The private-span guard's n in tokens (engine.DecodeConfig.private_guard); 0 = off.
+    private_guard: int = 0
+    # Where the Cloud runs: IN_PROCESS, or a Cloud service's address as cloud_address() writes it
+    # (scheme, host and port only: never a credential, so it is stored with the output as it is).
+    cloud: str = IN_PROCESS
+    # Link emulation (link_emulation.LinkConditions): 0 ms and 0 kbps (unlimited) emulate nothing.
+    rtt_ms: float = 0.0
+    uplink_kbps: float = 0.0
+    downlink_kbps: float = 0.0
+
+    @classmethod
+    def from_values(cls, values: Mapping[str, object]) -> GenerationSettings:
+        """Settings from loose values keyed by field name; a missing value takes its default.
+
+        Numbers may come as text or as floats with a whole value where a whole number is needed
+        (form widgets send floats); an empty number box is a problem, not a zero. Raises
+        :class:`SettingsError` listing every problem, unknown names included.
+        """
+        problems = [sentence(f"unknown setting {name!r}") for name in values if name not in _FIELD_TYPES]
+        converted: dict[str, object] = {}
+        for name, value in values.items():
+            kind = _FIELD_TYPES.get(name)
+            if kind is None:
+                continue
+            try:
+                converted[name] = _convert(value, kind)
+            except ValueError as error:
+                problems.append(sentence(f"{SETTING_NAMES[name]} {error}"))
+        if "pairing" not in converted and not problems:
+            problems.append("Choose a pairing.")
+        if problems:
+            raise SettingsError(problems)
+        return cls(**converted).validate()  # type: ignore[arg-type]
+
+    def validate(self) -> GenerationSettings:
+        """Raise :class:`SettingsError` unless these settings can run; return them otherwise, with the
+        Cloud's address written the one way it is stored (see :func:`cloud_address`)."""
+        from specsteer.runtimes.base import RUNTIME_CHOICES
+
+        problems = []
+        settings = self
+        try:
+            settings = replace(self, cloud=cloud_address(self.cloud))
+        except ValueError as error:
+            problems.append(str(error))
+        problems += _link_problems(self)
+        if not self.pairing.strip():
+            problems.append("Choose a pairing.")
+        choices = {"runtime": RUNTIME_CHOICES, "method": METHODS, "decoding": DECODINGS, "prompt_style": PROMPT_STYLES}
+        for name, allowed in choices.items():
+            if getattr(self, name) not in allowed:
+                problems.append(
+                    f"{SETTING_NAMES[name]} must be one of {', '.join(allowed)}, not {getattr(self, name)!r}."
+                )
+        if self.retrieval_k < 0:
+            problems.append(f"{SETTING_NAMES['retrieval_k']} must be 0 or more.")
+        if not problems:  # the ranges the engine enforces, in its own words
+            try:
+                self.decode_config().validate()
+            except ValueError as error:
+                problems += [sentence(part) for part in str(error).split("; ")]
+        if problems:
+            raise SettingsError(problems)
+        return settings
+
+    @property
+    def remote(self) -> bool:
+        """Whether the Cloud is a service elsewhere (only the Specialist then runs in this process)."""
+        return self.cloud != IN_PROCESS
+
+    def link_conditions(self) -> LinkConditions | None:
+        """The network to emulate on the link, or None when these settings emulate none."""
+        from specsteer.protocol.emulation import LinkConditions
+
+        return LinkConditions.requested(self.rtt_ms, self.uplink_kbps, self.downlink_kbps)
+
+    @property
+    def sample(self) -> bool:
+        return self.decoding == "sampling"
+
+    def for_method(self, method: str) -> GenerationSettings:
+        """The same settings with another method (a comparison runs one settings value per method)."""
+        method_info(method)  # ValueError naming the known methods
+        return replace(self, method=method)
+
+    def decode_config(self) -> DecodeConfig:
+        """The engine's config; the exact-target variant applies only when sampling."""
+        from specsteer.engine.generate import DecodeConfig
+
+        return DecodeConfig(
+            method=self.method,
+            alpha=self.alpha,
+            beta=self.beta,
+            draft_len=self.draft_len,
+            adaptive_draft=self.adaptive_draft,
+            max_new_tokens=self.max_new_tokens,
+            sample=self.sample,
+            seed=self.seed,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            downlink_top_k=self.downlink_top_k,
+            exact=self.exact and self.sample,
+            private_guard=self.private_guard,
+        )
+
+
+def cloud_address(url: str) -> str:
+    """A Cloud service's address as settings keep it: ``scheme://host:port`` (lower case, the port always
+    written), or IN_PROCESS for an empty one. ValueError, as a sentence naming the setting, for anything
+    but an http(s) address; the message never repeats a credential or a query the address carried."""
+    text = (url or "").strip()
+    if not text:
+        return IN_PROCESS
+    example = "such as http://127.0.0.1:8700"
+    try:
+        parts = urlsplit(text)
+        port = parts.port
+    except ValueError:
+        raise ValueError(
+            f"Cloud must be an http:// or https:// address {example}; this one does not read as one."
+        ) from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        raise ValueError(
+            f"Cloud must be an http:// or https:// address {example}, or empty to run the Cloud in this process."
+        )
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(
+            "Cloud must not carry a user name or password: the shared secret is read from "
+            "$SPECSTEER_CLOUD_SECRET on this machine, never from the address."
+        )
+    if parts.query or parts.fragment or parts.path not in ("", "/"):
+        raise ValueError(
+            f"Cloud must be the service's address alone (scheme, host and port, {example}), "
+            "without a path, query or fragment."
+        )
+    if not parts.hostname:
+        raise ValueError(f"Cloud needs a host name, {example}.")
+    scheme = parts.scheme.lower()
+    host = parts.hostname  # lower case, brackets removed
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{port if port is not None else (443 if scheme == 'https' else 80)}"
+
+
+def _link_problems(settings: GenerationSettings) -> list[str]:
+    problems = []
+    if not 0 <= settings.rtt_ms <= MAX_RTT_MS:
+        problems.append(f"{SETTING_NAMES['rtt_ms']} must be between 0 and {MAX_RTT_MS:g} ms.")
+    for name in ("uplink_kbps", "downlink_kbps"):
+        value = getattr(settings, name)
+        if not (value == 0 or 1 <= value < math.inf):
+            problems.append(f"{SETTING_NAMES[name]} must be 0 (unlimited) or at least 1 kbps.")
+    return problems
+
+
+_FIELD_TYPES: dict[str, type] = {
+    item.name: {"str": str, "float": float, "int": int, "bool": bool}.get(str(item.type), str)
+    for item in fields(GenerationSettings)
+}
+
+
+def _convert(value: object, kind: type) -> object:
+    """One loose value as ``kind``; ValueError with the end of a sentence that starts with the setting's name."""
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        raise ValueError(f"must be on or off, not {value!r}")
+    if kind is str:
+        if isinstance(value, str):
+            return value.strip()
+        raise ValueError(f"must be a choice, not {value!r}")
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ValueError("needs a value")
+    if isinstance(value, bool):  # a bool is an int to Python, never a number to a person
+        raise ValueError(f"must be a number, not {value!r}")
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise ValueError(f"must be a number, not {value!r}") from None
+    if math.isnan(number):
+        raise ValueError("must be a number, not NaN")
+    if kind is int:
+        if not number.is_integer():
+            raise ValueError(f"must be a whole number, not {value!r}")
+        return int(number)
+    return number

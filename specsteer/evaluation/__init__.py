@@ -1,0 +1,1 @@
+"""Evaluation grids, metrics, benchmarks, the deployment projection and plots."""

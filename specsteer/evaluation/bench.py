@@ -1,0 +1,774 @@
+"""``python -m specsteer.evaluation.bench speed``: every method on the same prompts, in one run.
+
+(``bench link`` and ``bench project``, the device-cloud system through a Cloud service and its
+projection onto deployments, are described in ``specsteer.evaluation.bench_link`` and ``specsteer.evaluation.deployment``.)
+
+Speeds are only comparable inside one run on this kind of shared machine, so
+the benchmark reports ratios to ``llm`` measured in the same run on the same
+runtime, interleaving methods (and runtimes, with ``--runtime llama.cpp,transformers``)
+prompt by prompt so that drift in machine load hits them all alike. Every
+generation starts with empty prefix caches, so no method is timed on a prompt
+another one already read; a separate measurement reports what reuse saves
+(``prefix_reuse``: the first token of a repeated request). The JSON records the
+machine (CPU model and flags, threads, library versions): a speed figure holds
+only for the machine it was measured on.
+
+For the speculative methods it also reports the bound of DESIGN §6, computed
+from this run's own measured step times and acceptance:
+
+    E = (1 - a^(k+1)) / (1 - a)          tokens per round (bonus token included)
+    T = k t_S + t_L(k+1) + t_S0(k+1)      seconds per round
+    bound = E / T                          tokens per second
+
+and two measures of where the rest goes: the same bound with T charged for the Specialist
+steps each round really took (``device_bound``: SpecSteer's steered bonus token needs one
+more), and the share of wall time spent inside model forward passes (``forward_share``; the
+rest is Python, sampling, the wire format).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from specsteer.data.tasks import PromptPair
+from specsteer.engine.generate import (
+    MAX_DRAFT_LEN,
+    DecodeConfig,
+    Prepared,
+    Request,
+    chat_ids,
+    collect,
+    generate,
+    prepare,
+    speculative_bound,
+)
+from specsteer.evaluation.deployment import DEFAULT_RTTS_MS, PROFILES, get_profile
+from specsteer.method.catalog import METHOD_INFO, SPEED_REFERENCE, method_info
+from specsteer.method.events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM
+from specsteer.runtimes.base import RUNTIME_CHOICES
+from specsteer.runtimes.machine import machine_info
+from specsteer.util.jsonable import to_jsonable
+
+if TYPE_CHECKING:
+    from specsteer.models.loading import LoadedPair
+
+DEFAULT_METHODS = "slm,slm+,llm,sd,sd-plain,lightcosteer,costeer,specsteer"
+# The adaptive chooser picks k from the bound, so it gets the whole range: at the ~99 % per-token
+# acceptance of SpecSteer α=0.1 the bound keeps rising past k=8 (measured: results/bench_cap.json).
+MAX_AUTO_DRAFT = MAX_DRAFT_LEN
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One row of the benchmark: a decoding configuration, and whether the drafter sees the history.
+
+    ``sd-plain`` (standard SD whose drafter reads the plain prompt) is the setting of transformers'
+    assisted generation, which has no way to give the assistant another prompt: the engine-to-engine
+    comparison. Plain ``sd`` is the paper's baseline, drafting with SLM+.
+    """
+
+    config: DecodeConfig
+    drafter_history: bool = True
+
+    @property
+    def name(self) -> str:
+        return self.config.method if self.drafter_history else f"{self.config.method}-plain"
+
+    def prompts_for(self, prepared: Prepared) -> Prepared:
+        if self.drafter_history:
+            return prepared
+        return Prepared(PromptPair(prepared.prompts.plain, prepared.prompts.plain), [])
+
+
+@dataclass
+class Tally:
+    """Totals of one case over every prompt."""
+
+    case: BenchCase
+    runtime: str = ""
+    tokens: int = 0
+    seconds: float = 0.0
+    ttft_seconds: list[float] = field(default_factory=list)
+    prefill_seconds: float = 0.0
+    forward_seconds: float = 0.0
+    device_steps: int = 0  # Specialist passes after its prefill
+    drafted: int = 0
+    accepted: int = 0
+    verified: int = 0
+    rounds: int = 0
+    uplink_bytes: int = 0
+    downlink_bytes: int = 0
+    step_seconds: dict[str, list[float]] = field(default_factory=dict)
+
+    def add(self, stats) -> None:
+        if stats.ttft_s is not None:
+            self.ttft_seconds.append(stats.ttft_s)
+        self.tokens += stats.new_tokens
+        self.seconds += stats.seconds
+        self.prefill_seconds += stats.prefill_seconds
+        self.forward_seconds += sum(stats.forward_seconds.values())
+        self.device_steps += max(stats.forward_calls.get(EDGE_STREAM, 0) - 1, 0)
+        self.drafted += stats.drafted
+        self.accepted += stats.accepted
+        self.verified += stats.verified
+        self.rounds += stats.rounds
+        self.uplink_bytes += stats.uplink_bytes
+        self.downlink_bytes += stats.downlink_bytes
+        for name, seconds in stats.step_seconds.items():
+            self.step_seconds.setdefault(name, []).append(seconds)
+
+    @property
+    def config(self) -> DecodeConfig:
+        return self.case.config
+
+    @property
+    def tok_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def decode_tok_per_s(self) -> float:
+        """Tokens per second of the decoding phase: prompt processing (every stream's prefill) left out."""
+        seconds = self.seconds - self.prefill_seconds
+        return self.tokens / seconds if seconds > 0 else 0.0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    def mean_step(self, name: str) -> float:
+        values = self.step_seconds.get(name, [])
+        return sum(values) / len(values) if values else 0.0
+
+    @property
+    def token_acceptance(self) -> float | None:
+        """Per-token acceptance probability, the ``a`` of the bound: accepted / verified."""
+        return self.accepted / self.verified if self.verified else None
+
+    def bound(self, charge_device_steps: bool = False) -> float | None:
+        """DESIGN §6 bound from this configuration's own acceptance and step times.
+
+        With an adaptive draft length, k is the mean draft length of its rounds.
+        ``charge_device_steps``: T counts the Specialist steps per round that were really run.
+        """
+        if not METHOD_INFO[self.config.method].speculative or not self.verified:
+            return None
+        k = self.drafted / self.rounds
+        steps = self.device_steps / self.rounds if charge_device_steps else None
+        return speculative_bound(
+            self.token_acceptance,
+            k,
+            self.mean_step(EDGE_STREAM),
+            self.mean_step(GENERALIST_STREAM),
+            self.mean_step(GENERIC_STREAM),
+            steps,
+        )
+
+    @property
+    def ttft_s(self) -> float | None:
+        """Mean time to the first token (prompt processing included)."""
+        return sum(self.ttft_seconds) / len(self.ttft_seconds) if self.ttft_seconds else None
+
+    @property
+    def forward_share(self) -> float | None:
+        return self.forward_seconds / self.seconds if self.seconds else None
+
+
+def bench_cases(methods: list[str], alphas: list[float], draft_lens: list[str], max_new_tokens: int) -> list[BenchCase]:
+    """One case per method, per alpha (specsteer) and per draft length (speculative methods).
+
+    A method is an engine method or ``sd-plain``; a draft length is a number or ``auto``
+    (adaptive, at most MAX_AUTO_DRAFT; ``auto:N`` at most N), optionally followed by ``@c``: stop
+    drafting after a draft the Specialist gave less than probability c (``12@0.4``, ``auto:12@0.4``).
+    """
+    cases = []
+    for name in methods:
+        method = name.removesuffix("-plain")
+        info = method_info(method)
+        for alpha in alphas if info.takes_alpha else [0.1]:
+            for draft_len in draft_lens if info.speculative else draft_lens[:1]:
+                length, _, confidence = draft_len.partition("@")
+                adaptive = length.startswith("auto")
+                cap = length.removeprefix("auto").removeprefix(":") if adaptive else length
+                config = DecodeConfig(
+                    method=method,
+                    alpha=alpha,
+                    max_new_tokens=max_new_tokens,
+                    draft_len=int(cap) if cap else MAX_AUTO_DRAFT,
+                    adaptive_draft=adaptive,
+                    draft_confidence=float(confidence or 0),
+                ).validate()
+                cases.append(BenchCase(config, drafter_history=name == method))
+    return cases
+
+
+def load_prompts(count: int, data: str | None, task: str | None = None) -> list[Prepared]:
+    """``count`` real LongLaMP records (review and writing alternately), prepared with BM25 top-3;
+    with ``task="cogenesis"``, CoGenesis test records (or those of ``data``) with their profiles."""
+    from specsteer.data.datasets import (
+        COGENESIS_TASK,
+        bundled_sample_path,
+        load_records,
+        load_task_records,
+        resolve_data_source,
+        shared_data_path,
+    )
+
+    if task == COGENESIS_TASK:
+        records = load_task_records(resolve_data_source(data or "shared", task), task, limit=count)
+        return [
+            prepare(Request(task=r.task, input_text=r.input, history=r.profile, profile=r.user_profile))
+            for r in records
+        ]
+    sources = [data] if data else [shared_data_path("review"), shared_data_path("writing")]
+    sources = [s for s in sources if s] or [bundled_sample_path("review"), bundled_sample_path("writing")]
+    pools = [load_records(source) for source in sources]
+    records = [pool[i] for i in range(max(map(len, pools))) for pool in pools if i < len(pool)][:count]
+    return [prepare(Request(task=r.task, input_text=r.input, history=r.profile)) for r in records]
+
+
+def run_speed(
+    pairs: Sequence[LoadedPair],
+    prompts: list[Prepared],
+    cases: list[BenchCase],
+    reference: bool = True,
+    progress=lambda line: None,
+) -> dict:
+    """Every case on every pair (one pair per runtime), prompt by prompt; rows per (runtime, case).
+
+    ``reference``: transformers' own assisted generation on each transformers pair, as a row of
+    its own. Speedups are against ``llm`` on the same runtime.
+    """
+    for pair in pairs:
+        _warm_up(pair, prompts[0], [case.config for case in cases])
+    tallies = {pair.runtime: [Tally(case, pair.runtime) for case in cases] for pair in pairs}
+    assisted = {
+        pair.runtime: Tally(BenchCase(DecodeConfig(method="llm")), pair.runtime)
+        for pair in pairs
+        if reference and pair.runtime == "transformers"
+    }
+    max_new_tokens = cases[0].config.max_new_tokens
+    for index, prepared in enumerate(prompts):
+        for pair in pairs:
+            for tally in tallies[pair.runtime]:
+                pair.clear_prefix_caches()  # no case is timed on a prompt another case already read
+                _, finished = collect(generate(pair, tally.case.prompts_for(prepared), tally.config))
+                tally.add(finished.stats)
+                progress(
+                    f"prompt {index + 1}/{len(prompts)} [{pair.runtime}] {_label(tally.case)}: "
+                    f"{finished.stats.tok_per_s:.2f} tok/s"
+                )
+            if pair.runtime in assisted:
+                tokens, seconds = transformers_assisted(pair, prepared, max_new_tokens)
+                assisted[pair.runtime].tokens += tokens
+                assisted[pair.runtime].seconds += seconds
+                progress(
+                    f"prompt {index + 1}/{len(prompts)} [{pair.runtime}] transformers-assisted: "
+                    f"{tokens / seconds:.2f} tok/s"
+                )
+    rows = [row for pair in pairs for row in _rows(tallies[pair.runtime])]
+    result = {
+        "rows": rows,
+        "prompts": len(prompts),
+        "max_new_tokens": max_new_tokens,
+        "runtimes": {pair.runtime: _runtime_info(pair) for pair in pairs},
+        "machine": machine_info().to_dict(),
+        "threads": torch.get_num_threads(),
+        # The fields of the single-runtime report, kept: the first pair's.
+        "attention": _runtime_info(pairs[0])["attention"],
+        "dtype": pairs[0].precision,
+    }
+    if assisted:
+        llm = {row["runtime"]: row["tok_per_s"] for row in rows if row["method"] == "llm"}
+        references = [
+            {
+                "method": "transformers-assisted",
+                "runtime": runtime,
+                "tok_per_s": tally.tok_per_s,
+                "speedup": tally.tok_per_s / llm[runtime] if llm.get(runtime) else None,
+            }
+            for runtime, tally in assisted.items()
+        ]
+        result["reference"] = references[0]
+    return result
+
+
+def _rows(tallies: list[Tally]) -> list[dict]:
+    reference = next((t for t in tallies if t.config.method == SPEED_REFERENCE), None)
+    llm = reference.tok_per_s if reference else None
+    llm_decode = reference.decode_tok_per_s if reference else None
+
+    def speedup(tps: float) -> float | None:
+        return tps / llm if llm else None
+
+    rows = []
+    for tally in tallies:
+        info = METHOD_INFO[tally.config.method]
+        bound = tally.bound()
+        device_bound = tally.bound(charge_device_steps=True)
+        rows.append(
+            {
+                "method": tally.case.name,
+                "runtime": tally.runtime,
+                "alpha": tally.config.alpha if info.takes_alpha else None,
+                "beta": tally.config.beta if info.takes_beta else None,
+                "tok_per_s": tally.tok_per_s,
+                "speedup": speedup(tally.tok_per_s),
+                "ttft_s": tally.ttft_s,
+                "acceptance": tally.acceptance,
+                "token_acceptance": tally.token_acceptance,
+                "bound_tok_per_s": bound,
+                "bound_fraction": tally.tok_per_s / bound if bound else None,
+                "decode_tok_per_s": tally.decode_tok_per_s,
+                # Where prompt reading dominates a short generation, end-to-end speedup hides how fast a
+                # method decodes; this is decode tok/s over llm's on the same runtime.
+                "decode_speedup": tally.decode_tok_per_s / llm_decode if llm_decode else None,
+                "decode_bound_fraction": tally.decode_tok_per_s / bound if bound else None,
+                "bound_speedup": speedup(bound) if bound else None,
+                "device_bound_tok_per_s": device_bound,
+                "decode_device_bound_fraction": tally.decode_tok_per_s / device_bound if device_bound else None,
+                "forward_share": tally.forward_share,
+                "draft_len": _draft_label(tally.config) if info.speculative else None,
+                "mean_draft_len": tally.drafted / tally.rounds if tally.rounds and info.speculative else None,
+                "rounds": tally.rounds,
+                "tokens": tally.tokens,
+                "uplink_bytes": tally.uplink_bytes,
+                "downlink_bytes": tally.downlink_bytes,
+                "step_ms": {name: 1000 * tally.mean_step(name) for name in tally.step_seconds},
+            }
+        )
+    return rows
+
+
+def auto_rows(rows: list[dict], picks: dict[str, str]) -> list[dict]:
+    """Rows labelled "auto": each a copy of the measured row of the runtime auto picked for its method."""
+    return [
+        {**row, "runtime": "auto", "auto_picked": row["runtime"]}
+        for row in rows
+        if picks.get(row["method"]) == row["runtime"]
+    ]
+
+
+def _runtime_info(pair: LoadedPair) -> dict:
+    info = {"precision": pair.precision, "attention": None}
+    if pair.runtime == "transformers":
+        info["attention"] = pair.generalist.model.config._attn_implementation
+    return info
+
+
+def prefix_reuse(pair: LoadedPair, prepared: Prepared, config: DecodeConfig) -> dict:
+    """The first token of a request, then of the same request again: what the prefix cache saves."""
+    pair.clear_prefix_caches()
+    _, cold = collect(generate(pair, prepared, config))
+    _, repeat = collect(generate(pair, prepared, config))
+    return {
+        "method": config.method,
+        "cold_ttft_s": cold.stats.ttft_s,
+        "repeat_ttft_s": repeat.stats.ttft_s,
+        "ratio": repeat.stats.ttft_s / cold.stats.ttft_s if cold.stats.ttft_s else None,
+        "reused_tokens": repeat.stats.reused_tokens,
+    }
+
+
+def transformers_assisted(pair, prepared: Prepared, max_new_tokens: int) -> tuple[int, float]:
+    """transformers' own assisted generation on the same pair and prompt (greedy): the reference. On a
+    cross-tokenizer pair, its universal assisted generation (the draft's text re-tokenized for the
+    Generalist), given both tokenizers; the prompt and the end ids are then the Generalist's."""
+    generalist, specialist = pair.generalist.model, pair.specialist.model
+    large = pair.cross
+    tokenizer, chat, stop_ids = (
+        (pair.tokenizer, pair.chat, pair.eos_token_ids)
+        if large is None
+        else (large.tokenizer, large.chat, large.eos_token_ids)
+    )
+    tokenizers = {} if large is None else {"tokenizer": large.tokenizer, "assistant_tokenizer": pair.tokenizer}
+    input_ids = torch.tensor([chat_ids(tokenizer, prepared.prompts.plain, chat)], device=generalist.device)
+    eos = sorted(stop_ids)
+    started = time.perf_counter()
+    with torch.inference_mode():
+        output = generalist.generate(
+            input_ids,
+            assistant_model=specialist,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            eos_token_id=eos,
+            pad_token_id=eos[0],
+            **tokenizers,
+        )
+    seconds = time.perf_counter() - started
+    return output.shape[1] - input_ids.shape[1], seconds
+
+
+def _warm_up(pair, prepared: Prepared, configs: list[DecodeConfig]) -> None:
+    for method in {c.method for c in configs}:
+        collect(generate(pair, prepared, DecodeConfig(method=method, max_new_tokens=8)))
+
+
+def _draft_label(config: DecodeConfig) -> str:
+    if config.adaptive_draft:
+        length = "auto" if config.draft_len == MAX_AUTO_DRAFT else f"auto:{config.draft_len}"
+    else:
+        length = str(config.draft_len)
+    return f"{length}@{config.draft_confidence:g}" if config.draft_confidence else length
+
+
+def _label(case: BenchCase) -> str:
+    config = case.config
+    info = METHOD_INFO[config.method]
+    name = f"{case.name} a={config.alpha:g}" if info.takes_alpha else case.name
+    return f"{name} k={_draft_label(config)}" if info.speculative else name
+
+
+def format_table(result: dict) -> str:
+    """The human-readable report: ``of bound`` end to end, ``decode/bound`` without prompt processing,
+    ``decode/steps-bound`` against the bound charged for the device steps really taken."""
+    columns = [
+        ("tok/s", "tok_per_s", "{:7.2f}"),
+        ("vs llm", "speedup", "{:6.2f}x"),
+        ("ttft s", "ttft_s", "{:6.2f}"),
+        ("decode vs llm", "decode_speedup", "{:12.2f}x"),
+        ("accept", "acceptance", "{:7.0%}"),
+        ("bound", "bound_tok_per_s", "{:7.2f}"),
+        ("of bound", "bound_fraction", "{:8.0%}"),
+        ("decode/bound", "decode_bound_fraction", "{:12.0%}"),
+        ("decode/steps-bound", "decode_device_bound_fraction", "{:18.0%}"),
+        ("in forward", "forward_share", "{:10.0%}"),
+    ]
+    widths = [max(len(title), 7) for title, _, _ in columns]
+    lines = [
+        f"machine: {result['machine']['cpu']}; flags {' '.join(result['machine']['flags']) or '-'}; "
+        f"{result['threads']} threads",
+        f"{'runtime':12s} {'method':24s} " + " ".join(f"{title:>{w}s}" for (title, _, _), w in zip(columns, widths)),
+    ]
+    rows = list(result["rows"])
+    if "reference" in result:
+        rows.append(dict(result["reference"]))
+    for row in rows:
+        name = row["method"] + "".join(
+            f" {short}={row[key]:g}" for key, short in (("alpha", "a"), ("beta", "b")) if row.get(key) is not None
+        )
+        name += f" k={row['draft_len']}" if row.get("draft_len") else ""
+        cells = [
+            fmt.format(row[key]).rjust(w) if row.get(key) is not None else "-".rjust(w)
+            for (_, key, fmt), w in zip(columns, widths)
+        ]
+        runtime = f"auto→{row['auto_picked']}" if row.get("auto_picked") else row.get("runtime", "")
+        lines.append(f"{runtime:12s} {name:24s} " + " ".join(cells))
+    for runtime, reuse in result.get("prefix_reuse", {}).items():
+        lines.append(
+            f"prefix reuse [{runtime}] {reuse['method']}: first token {reuse['cold_ttft_s']:.2f} s, "
+            f"repeated request {reuse['repeat_ttft_s']:.2f} s ({reuse['ratio']:.0%})"
+        )
+    return "\n".join(lines)
+
+
+def _runtimes(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in RUNTIME_CHOICES]
+    if not names or unknown:
+        raise argparse.ArgumentTypeError(f"runtimes must be some of {', '.join(RUNTIME_CHOICES)}, comma-separated")
+    return names
+
+
+def _log(line: str) -> None:
+    print(f"[bench] {line}", file=sys.stderr, flush=True)
+
+
+def _numbers(text: str) -> list[float]:
+    try:
+        return [float(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, not {text!r}") from None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m specsteer.evaluation.bench", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    speed = commands.add_parser("speed", help="tokens/s of every method on the offline pair")
+    speed.add_argument("--json", action="store_true")
+    speed.add_argument("--prompts", type=int, default=5)
+    speed.add_argument("--max-new-tokens", type=int, default=128)
+    speed.add_argument("--methods", default=DEFAULT_METHODS)
+    speed.add_argument("--alpha", default="0.1", help="comma-separated alphas for specsteer")
+    speed.add_argument(
+        "--draft-len",
+        default="4,auto",
+        help="comma-separated draft lengths for sd and specsteer: K, 'auto' (adapts k), "
+        "'auto:N' (adapts k up to N), each with '@C' to stop drafting after a draft of probability < C "
+        "(e.g. 12@0.4)",
+    )
+    speed.add_argument("--pairing", default=None)
+    speed.add_argument(
+        "--runtime",
+        type=_runtimes,
+        default=["auto"],
+        help="comma-separated runtimes, each benchmarked on the same prompts in this run "
+        "(llama.cpp, transformers, auto)",
+    )
+    speed.add_argument(
+        "--dtype",
+        choices=("bf16", "fp32"),
+        default=None,
+        help="transformers runtime only; default: bf16 where this CPU computes it fast, else fp32",
+    )
+    speed.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
+    speed.add_argument(
+        "--task",
+        choices=("longlamp", "cogenesis"),
+        default="longlamp",
+        help="longlamp: review and writing records alternately; cogenesis: CoGenesis test records",
+    )
+    speed.add_argument("--no-reference", action="store_true", help="skip transformers' assisted generation")
+    speed.add_argument(
+        "--no-prefix-reuse", action="store_true", help="skip the measurement of a repeated request's first token"
+    )
+    speed.add_argument(
+        "--attention",
+        choices=("packed", "sdpa", "eager"),
+        default="packed",
+        help="transformers runtime: 'packed' (default; specsteer.runtimes.attention) or a transformers one",
+    )
+
+    link = commands.add_parser(
+        "link",
+        help="methods through a Cloud service at each emulated RTT, measured "
+        "against the deployment projection with this machine's own profile",
+    )
+    link.add_argument("--json", action="store_true")
+    link.add_argument("--rtt-ms", type=_numbers, default=[0.0, 20.0, 50.0, 100.0])
+    link.add_argument("--methods", default="llm,lightcosteer,specsteer")
+    link.add_argument("--alpha", type=float, default=0.1, help="specsteer's alpha")
+    link.add_argument("--draft-len", type=int, default=4)
+    link.add_argument("--prompts", type=int, default=3)
+    link.add_argument("--max-new-tokens", type=int, default=64)
+    link.add_argument("--uplink-kbps", type=float, default=math.inf)
+    link.add_argument("--downlink-kbps", type=float, default=math.inf)
+    link.add_argument("--pairing", default=None, help="pairing id ('tiny-test': random tiny models, for tests)")
+    link.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
+    link.add_argument("--dtype", choices=("bf16", "fp32"), default=None)
+    link.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
+    link.add_argument(
+        "--task",
+        choices=("longlamp", "cogenesis"),
+        default="longlamp",
+        help="longlamp: review and writing records alternately; cogenesis: CoGenesis test records",
+    )
+
+    project = commands.add_parser("project", help="stored runs projected onto a bundled deployment profile")
+    project.add_argument("--json", action="store_true")
+    project.add_argument("--profile", required=True, help=f"one of {', '.join(PROFILES)}")
+    project.add_argument("--rtt-ms", type=_numbers, default=list(DEFAULT_RTTS_MS))
+    project.add_argument("--database", default=None, metavar="URL", help="an evaluation database (with --run)")
+    project.add_argument(
+        "--run", action="append", default=[], metavar="NAME", help="an evaluation run's name; repeat for several"
+    )
+    project.add_argument("--from-bench", default=None, metavar="FILE", help="the JSON of `bench link --json`")
+    args = parser.parse_args(argv)
+    command = {"speed": _speed, "link": _link, "project": _project}[args.command]
+    return command(args)
+
+
+def _speed(args) -> int:
+    from specsteer.engine.generate import cross_tokenizer_problem
+    from specsteer.models.loading import choose_runtime, load_pair
+    from specsteer.models.registry import DEFAULT_PAIRING, get_pairing
+    from specsteer.models.tiny import shared_test_pair
+    from specsteer.models.weights import ModelLoadError
+
+    log = _log
+    try:
+        cases = bench_cases(
+            args.methods.split(","),
+            [float(a) for a in args.alpha.split(",")],
+            args.draft_len.split(","),
+            args.max_new_tokens,
+        )
+        pairing = args.pairing or DEFAULT_PAIRING
+        test_pair = shared_test_pair(pairing)  # random tiny models (tests): transformers, one row per case
+        # "auto" is a row of its own: for each method, the row of the runtime auto picks for it (both are
+        # measured in this run, so the auto row is a measurement, not an estimate).
+        auto_picks = (
+            {
+                case.config.method: choose_runtime(get_pairing(pairing), "auto", log, method=case.config.method)
+                for case in cases
+            }
+            if "auto" in args.runtime and test_pair is None
+            else {}
+        )
+        pairs = [test_pair] if test_pair is not None else []
+        runtimes = [*(r for r in args.runtime if r != "auto"), *auto_picks.values()] if test_pair is None else []
+        for runtime in dict.fromkeys(runtimes):
+            pair = load_pair(pairing, dtype=args.dtype, progress=log, runtime=runtime)
+            if pair.runtime not in {p.runtime for p in pairs}:
+                pairs.append(pair)
+        unavailable = next(
+            filter(None, (cross_tokenizer_problem(pair, case.config) for pair in pairs for case in cases)), None
+        )
+        if unavailable:  # a cross-tokenizer pair runs only some methods: refused before any is timed
+            raise ValueError(unavailable)
+    except (ValueError, KeyError, ModelLoadError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if args.attention != "packed":
+        for pair in pairs:
+            if pair.runtime == "transformers":
+                for model in (pair.specialist.model, pair.generalist.model):
+                    model.set_attn_implementation(args.attention)
+    log(machine_info().describe())
+    prompts = load_prompts(args.prompts, args.data, args.task)
+    result = run_speed(pairs, prompts, cases, reference=not args.no_reference, progress=log)
+    result["rows"].extend(auto_rows(result["rows"], auto_picks))
+    if not args.no_prefix_reuse:
+        config = DecodeConfig(method="specsteer", alpha=0.1, max_new_tokens=8)
+        result["prefix_reuse"] = {pair.runtime: prefix_reuse(pair, prompts[0], config) for pair in pairs}
+    print(json.dumps(result) if args.json else format_table(result))
+    return 0
+
+
+def _link(args) -> int:
+    """``bench link``: a Cloud service in a child process on a free loopback port, stopped by its pid."""
+    from specsteer.cloud.client import RemoteCloud
+    from specsteer.cloud.process import start_cloud_process
+    from specsteer.evaluation.bench_link import link_rows, run_link_bench
+    from specsteer.models.loading import load_pair
+    from specsteer.models.registry import DEFAULT_PAIRING
+    from specsteer.models.tiny import shared_test_pair
+    from specsteer.models.weights import ModelLoadError
+
+    pairing = args.pairing or DEFAULT_PAIRING
+    try:
+        configs = [
+            DecodeConfig(
+                method=method, alpha=args.alpha, draft_len=args.draft_len, max_new_tokens=args.max_new_tokens
+            ).validate()
+            for method in args.methods.split(",")
+        ]
+        # The Edge alone here: the Generalist's weights are read by the Cloud process only.
+        edge = shared_test_pair(pairing) or load_pair(
+            pairing, dtype=args.dtype, progress=_log, runtime=args.runtime, edge_only=True
+        )
+    except (ValueError, KeyError, ModelLoadError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    cloud_arguments = ["--pairing", pairing, "--runtime", edge.runtime, "--no-prefix-reuse"]
+    if args.dtype:
+        cloud_arguments += ["--dtype", args.dtype]
+    _log(machine_info().describe())
+    prompts = load_prompts(args.prompts, args.data, args.task)
+    _log(f"starting the Cloud: {' '.join(cloud_arguments)}")
+    child = start_cloud_process(*cloud_arguments)
+    try:
+        with RemoteCloud(child.url) as cloud:
+            runs = run_link_bench(
+                edge, cloud, prompts, configs, args.rtt_ms, args.uplink_kbps, args.downlink_kbps, progress=_log
+            )
+    finally:
+        child.stop()
+    result = {
+        "rows": link_rows(runs, args.uplink_kbps, args.downlink_kbps),
+        "machine": machine_info().to_dict(),
+        "settings": {
+            "pairing": pairing,
+            "runtime": edge.runtime,
+            "precision": edge.precision,
+            "prompts": len(prompts),
+            "max_new_tokens": args.max_new_tokens,
+            "draft_len": args.draft_len,
+            "alpha": args.alpha,
+            "uplink_kbps": args.uplink_kbps,
+            "downlink_kbps": args.downlink_kbps,
+        },
+        "runs": [run.to_json() for run in runs],
+    }
+    print(json.dumps(to_jsonable(result)) if args.json else format_rows(result["rows"]))
+    return 0
+
+
+def _project(args) -> int:
+    from specsteer.evaluation.deployment import group_runs, projection_rows
+
+    try:
+        profile = get_profile(args.profile)
+        if bool(args.from_bench) == bool(args.database or args.run):
+            raise ValueError("give either --from-bench FILE or --database URL with --run NAME")
+        runs = _bench_runs(args.from_bench) if args.from_bench else _stored_runs(args.database, args.run)
+    except (ValueError, OSError, KeyError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    if not runs:
+        print("error: no stored generation has a trace to project", file=sys.stderr)
+        return 2
+    rows = projection_rows(group_runs(runs), profile, args.rtt_ms)
+    result = {
+        "rows": rows,
+        "profile": {
+            "name": profile.name,
+            "label": profile.label,
+            "sources": {s.number: s.text for s in profile.sources},
+        },
+        "source": args.from_bench or {"database": args.database, "runs": args.run},
+        "generations": len(runs),
+    }
+    print(json.dumps(to_jsonable(result)) if args.json else format_rows(rows))
+    return 0
+
+
+def _bench_runs(path: str) -> list:
+    """The lowest-RTT runs of a ``bench link`` result: the same generations measured without link delay."""
+    from specsteer.evaluation.deployment import TracedGeneration
+
+    runs = [TracedGeneration.from_json(run) for run in json.loads(Path(path).read_text())["runs"]]
+    base = min((run.rtt_ms for run in runs), default=0.0)
+    return [run for run in runs if run.rtt_ms == base]
+
+
+def _stored_runs(url: str | None, names: list[str]) -> list:
+    """The traced cells of evaluation runs, read through storage: this command's composition root."""
+    import storage
+    from specsteer.evaluation.deployment import TracedGeneration
+
+    if not names:
+        raise ValueError("name at least one --run")
+    runs = []
+    for name in names:
+        stored = storage.get_run_by_name(name, url=url)
+        if stored is None:
+            raise ValueError(f"no evaluation run named {name!r} in {url or 'the default database'}")
+        runs += [
+            TracedGeneration.of(cell.stats, cell.point.alpha, cell.point.beta)
+            for cell in storage.run_cells(stored.id, url=url)
+            if cell.stats.trace
+        ]
+    return runs
+
+
+def format_rows(rows: list[dict]) -> str:
+    """The rows of ``link`` and ``project`` as a table."""
+    lines = [
+        f"{'method':22s} {'rtt ms':>7s} {'measured':>9s} {'projected':>9s} {'error':>7s} {'rounds':>7s} "
+        f"{'up B':>8s} {'down B':>9s}"
+    ]
+    for row in rows:
+        name = row["method"] + "".join(
+            f" {short}={row[key]:g}" for key, short in (("alpha", "a"), ("beta", "b")) if row.get(key) is not None
+        )
+        error = row.get("projection_error")
+        lines.append(
+            f"{name:22s} {row['rtt_ms']:7.0f} {row['measured_tok_per_s']:9.2f} "
+            f"{row['projected_tok_per_s']:9.2f} {'' if error is None else f'{error:+.1%}':>7s} "
+            f"{row['rounds']:7d} {row['uplink_bytes']:8d} {row['downlink_bytes']:9d}"
+        )
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,933 @@
+"""The evaluation batch: a grid of methods x alpha x beta over N LongLaMP records, stored cell by cell.
+
+One *cell* is one generation: (record, method, alpha, beta). Its output, ROUGE scores and
+generation statistics are kept in the run's store (a ``specsteer.service.stores.RunStore``; the app and
+the command line use ``storage.SqlRunStore``) the moment it finishes, so a run that crashes or is
+cancelled loses at most the generation in flight, and running the same run name again continues
+where it stopped (finished cells are skipped; a different config under the same name is refused,
+so two runs never mix). :func:`run_grid_events` reports progress as a generator of
+:class:`GridProgress` events ending with the :class:`EvalResult`; :func:`run_grid` just runs it.
+
+Grid. alpha and beta only go to the methods that read them (``specsteer.method.catalog``): SpecSteer
+takes both, LightCoSteer takes beta, and SLM, SLM+, LLM, SD and CoSteer (whose strength is its own
+lambda) take neither, so they run once per record whatever the grid size. ``extra_points`` adds
+(alpha, beta) pairs to the methods that take alpha only — the paper's beta study at one alpha —
+without multiplying the beta-only baselines.
+Decoding is greedy (the paper's setting). Cells run record by record, every method on a record
+before the next record, so a partial run compares methods on the same records.
+
+Before the first timed cell one short SpecSteer generation (``WARMUP_TOKENS``, not stored) runs
+all three streams once, so one-off start-up costs are not charged to the first method.
+
+Summary (:func:`summarize`), one row per (method, alpha, beta):
+
+* ROUGE — the mean over records of each F-measure, on the 0–100 scale; ``rouge1`` / ``rougeL``
+  unstemmed (the LaMP protocol), ``rouge1_stemmed`` / ``rougeL_stemmed`` with the Porter stemmer.
+* ``tok_per_s`` — total new tokens / total generation seconds over the row's records (time
+  includes prompt prefill and, for speculative methods, every round).
+* ``acceptance`` — total accepted drafts / total drafted tokens (0–1); None for methods that
+  do not draft.
+* ``speedup`` — the row's tok_per_s divided by the ``llm`` row's, both recomputed over the
+  records the two rows share, measured in the same run. None when the run has no ``llm`` cells:
+  a stored constant would compare timings from another machine state.
+* ``decode_tok_per_s`` / ``decode_speedup`` — the same with every stream's first pass (prompt
+  processing) left out. On a runtime with prefix reuse (llama.cpp) the first method run on a record
+  pays for reading its prompts and the later ones mostly do not, so the decoding phase is the fair
+  comparison between methods there.
+* ``layout_copy``, ``preamble``, ``refusal`` — output hygiene (``specsteer.data.hygiene``): the share of
+  outputs that copy the prompt's item layout, open with a preamble, or refuse; given when the
+  summary has the run's prompts (the grid's own result, ``run_prompts`` for a stored run).
+* ``rounds``, ``new_tokens``, ``uplink_bytes``, ``downlink_bytes`` — means per generation.
+
+Noise (the paper's robustness study): ``noise = n`` appends to each record's Specialist context
+the n items least similar to its input (BM25) drawn from the profiles of *other* users' records in
+the same file (the first ``max(limit, NOISE_POOL_RECORDS)`` records).
+
+Command line (``python -m specsteer.evaluation.grid --help``). ``--data`` is a file, or ``shared`` (the
+real records, ``data.shared_data_path``) or ``sample`` (the bundled synthetic sample). Exit status:
+0 finished, 2 bad input (data, arguments, unknown pairing, a run name reused with another config),
+1 models that cannot be loaded, 130 cancelled (Ctrl-C or SIGTERM finish the run as cancelled).
+``--pairing tiny-test`` is a test-only hook: two random tiny models from ``specsteer.models.tiny`` (the
+numbers it gives mean nothing); it lets tests run this command line without real weights.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import signal
+import sys
+import threading
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from specsteer.data.datasets import EVALUATION_TASKS, DataError, Record, load_task_records, resolve_data_source
+from specsteer.data.facts import fact_shares, method_exposure
+from specsteer.data.history import HistoryItem
+from specsteer.data.hygiene import classify_output
+from specsteer.data.retrieval import low_similarity_items
+from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair
+from specsteer.engine.generate import DecodeConfig, Prepared, Request, collect, generate, prepare
+from specsteer.evaluation.metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
+from specsteer.method.catalog import BASELINES, METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
+from specsteer.models.registry import DEFAULT_PAIRING
+from specsteer.models.tiny import CROSS_PAIRING_ID, TEST_PAIRING_ID, shared_test_pair, shared_tiny_pair
+from specsteer.runtimes.base import RUNTIME_CHOICES, dtype_label
+from specsteer.service.stores import CellResult, GridPoint, RunStatus, RunStore, cell_key
+from specsteer.util.background import stop_signals_handled
+from specsteer.util.jsonable import to_jsonable
+
+if TYPE_CHECKING:
+    from specsteer.models.loading import LoadedPair
+
+WARMUP_TOKENS = 8
+NOISE_POOL_RECORDS = 64
+JSON_ROW_KEYS = (
+    "method",
+    "alpha",
+    "beta",
+    *ROUGE_KEYS,
+    "acceptance",
+    "tok_per_s",
+    "speedup",
+    "decode_tok_per_s",
+    "decode_speedup",
+    "layout_copy",
+    "preamble",
+    "refusal",
+)
+
+
+# --------------------------------------------------------------------------- the grid
+
+
+def grid_points(
+    methods: Sequence[str],
+    alphas: Sequence[float],
+    betas: Sequence[float],
+    extra_points: Sequence[tuple[float, float]] = (),
+) -> list[GridPoint]:
+    """Every distinct (method, alpha, beta) to run, in the order given."""
+    points: list[GridPoint] = []
+    for method in methods:
+        info = METHOD_INFO[method]
+        pairs = [(alpha, beta) for alpha in alphas for beta in betas]
+        if info.takes_alpha:
+            pairs += list(extra_points)
+        for alpha, beta in pairs:
+            point = GridPoint(
+                method, float(alpha) if info.takes_alpha else None, float(beta) if info.takes_beta else None
+            )
+            if point not in points:
+                points.append(point)
+    return points
+
+
+@dataclass(frozen=True)
+class EvalSpec:
+    """What to evaluate; everything except ``run_name`` is the run's stored config."""
+
+    data: str
+    task: str
+    methods: tuple[str, ...] = PRIVATE_METHODS  # llm+ (sends the private context) only when named
+    alphas: tuple[float, ...] = (1.0, 0.5, 0.1)
+    betas: tuple[float, ...] = (1.0,)
+    extra_points: tuple[tuple[float, float], ...] = ()
+    limit: int | None = None
+    pairing: str = DEFAULT_PAIRING
+    runtime: str = "auto"  # "auto" | "llama.cpp" | "transformers" (loading.choose_runtime); stored resolved
+    dtype: str | None = None  # transformers only; None: models.default_dtype()
+    max_new_tokens: int = 256
+    draft_len: int = 4
+    retrieval_k: int = 3
+    noise: int = 0
+    prompt_style: str = DEFAULT_PROMPT_STYLE  # "paper" (Table 13) or "clean" (no field labels to copy)
+    private_guard: int = 0  # the private-span guard's n for the methods whose Edge sends tokens; 0 = off
+    run_name: str | None = None  # None: a new run named after the task and the time
+
+    def points(self) -> list[GridPoint]:
+        return grid_points(self.methods, self.alphas, self.betas, self.extra_points)
+
+    def validate(self) -> EvalSpec:
+        problems = []
+        if self.task not in EVALUATION_TASKS:
+            problems.append(f"unknown task {self.task!r}; choose one of {', '.join(EVALUATION_TASKS)}")
+        unknown = [method for method in self.methods if method not in METHODS]
+        if not self.methods or unknown:
+            problems.append(f"methods must be some of {', '.join(METHODS)} (got {', '.join(self.methods) or 'none'})")
+        if not self.alphas or not self.betas:
+            problems.append("give at least one alpha and one beta")
+        grid_values = [*self.alphas, *self.betas, *(value for point in self.extra_points for value in point)]
+        if not all(math.isfinite(value) for value in grid_values):
+            # alpha = inf (reject every draft) is LightCoSteer, which the grid can run by name.
+            problems.append("alpha and beta values must be finite")
+        if self.limit is not None and self.limit < 1:
+            problems.append("limit must be at least 1")
+        if self.noise < 0 or self.retrieval_k < 0:
+            problems.append("noise and retrieval k must be >= 0")
+        if self.prompt_style not in PROMPT_STYLES:
+            problems.append(f"unknown prompt style {self.prompt_style!r}; choose one of {', '.join(PROMPT_STYLES)}")
+        if problems:
+            raise ValueError("; ".join(problems))
+        for point in self.points():  # alpha, beta, draft length and token budget ranges
+            decode_config(point, self).validate()
+        return self
+
+
+def decode_config(point: GridPoint, spec: EvalSpec) -> DecodeConfig:
+    used = {name: value for name, value in (("alpha", point.alpha), ("beta", point.beta)) if value is not None}
+    return DecodeConfig(
+        method=point.method,
+        draft_len=spec.draft_len,
+        max_new_tokens=spec.max_new_tokens,
+        private_guard=spec.private_guard,
+        **used,
+    )
+
+
+# --------------------------------------------------------------------------- requests
+
+
+def noise_items(record: Record, pool: Sequence[Record], n: int) -> list[HistoryItem]:
+    """The n items of other users' profiles in ``pool`` least similar to the record's input."""
+    if n <= 0:
+        return []
+    foreign: dict[tuple, HistoryItem] = {}
+    for other in pool:
+        if _same_user(other, record):
+            continue
+        for item in other.profile:
+            # Two records of one user repeat profile items; noise should not repeat them.
+            foreign.setdefault(tuple(sorted(item.fields.items())), item)
+    if not foreign:
+        raise DataError(f"record {record.id}: noise needs records of other users in the same file")
+    return low_similarity_items(record.task, record.input, list(foreign.values()), n)
+
+
+def _same_user(a: Record, b: Record) -> bool:
+    if a.user_id is None or b.user_id is None:
+        return a.id == b.id
+    return a.user_id == b.user_id
+
+
+def record_request(
+    record: Record, retrieval_k: int, noise: Sequence[HistoryItem] = (), prompt_style: str = DEFAULT_PROMPT_STYLE
+) -> Request:
+    return Request(
+        task=record.task,
+        input_text=record.input,
+        history=record.profile,
+        retrieval_k=retrieval_k,
+        noise_items=tuple(noise),
+        prompt_style=prompt_style,
+        profile=record.user_profile,
+    )
+
+
+def load_evaluation_records(spec: EvalSpec) -> tuple[list[Record], dict[str, Prepared]]:
+    """The first ``limit`` records of the file and each one's prepared prompts (noise included)."""
+    pool_limit = spec.limit if spec.limit is None or not spec.noise else max(spec.limit, NOISE_POOL_RECORDS)
+    pool = load_task_records(spec.data, spec.task, limit=pool_limit)
+    records = pool[: spec.limit]
+    seen: set[str] = set()
+    for record in records:
+        if record.id in seen:
+            raise DataError(f"{Path(spec.data).name}: record id {record.id!r} appears twice; ids name the stored cells")
+        seen.add(record.id)
+    prepared = {
+        record.id: prepare(
+            record_request(record, spec.retrieval_k, noise_items(record, pool, spec.noise), spec.prompt_style)
+        )
+        for record in records
+    }
+    return records, prepared
+
+
+# --------------------------------------------------------------------------- running
+
+
+@dataclass(frozen=True)
+class GridProgress:
+    """Where a run stands; ``done`` counts finished cells, including those finished by an earlier attempt."""
+
+    done: int
+    total: int
+    # "loading" (models) | "warmup" | "running" (a cell is about to run) | "cell-failed" | a final RunStatus
+    stage: str
+    point: GridPoint | None = None
+    record_id: str | None = None
+    error: str | None = None  # why the cell failed ("cell-failed")
+
+    def describe(self) -> str:
+        if self.stage == "running" and self.point is not None:
+            return f"[{self.done + 1}/{self.total}] {self.point.label} rec={self.record_id}"
+        if self.stage == "cell-failed" and self.point is not None:
+            return f"[{self.done}/{self.total}] failed: {self.point.label} rec={self.record_id}: {self.error}"
+        return f"[{self.done}/{self.total}] {self.stage}"
+
+
+@dataclass(frozen=True)
+class CellFailure:
+    """A cell whose generation failed: not stored (a resume runs it again), its message kept in the run."""
+
+    record_id: str
+    point: GridPoint
+    message: str
+
+    def describe(self) -> str:
+        return f"{self.point.label} rec={self.record_id}: {self.message}"
+
+
+_FAILURES_SHOWN = 5  # in the run's error text; the count says how many there were
+
+
+def failures_text(failures: Sequence[CellFailure]) -> str:
+    """The run's error text for failed cells: how many, how to retry them, the first few messages."""
+    shown = "; ".join(failure.describe()[:400] for failure in failures[:_FAILURES_SHOWN])
+    more = f"; and {len(failures) - _FAILURES_SHOWN} more" if len(failures) > _FAILURES_SHOWN else ""
+    return (
+        f"{len(failures)} cell(s) failed and are not stored (run again with the same run name to retry them): "
+        f"{shown}{more}"
+    )
+
+
+@dataclass
+class EvalResult:
+    """The last item of :func:`run_grid_events`."""
+
+    run_id: int
+    run_name: str
+    status: RunStatus  # "finished" | "cancelled" | "running" (this shard is done, others are not yet)
+    computed: int  # cells generated by this call (the others were already stored)
+    cells: list[CellResult] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    failures: list[CellFailure] = field(default_factory=list)  # cells of this call whose generation failed
+
+
+@dataclass(frozen=True)
+class _Cell:
+    record: Record
+    point: GridPoint
+
+    @property
+    def key(self) -> str:
+        return cell_key(self.record.id, self.point)
+
+
+def run_config(spec: EvalSpec, pairing_id: str, runtime: str, dtype: str | None, cells_total: int) -> dict[str, Any]:
+    """The stored config: the runtime as resolved here, so that a resume on another runtime is refused."""
+    config = asdict(spec)
+    del config["run_name"]
+    if not spec.private_guard:
+        del config["private_guard"]  # so that runs stored before the guard existed still resume
+    config.update(
+        data=str(Path(spec.data).resolve()), pairing=pairing_id, runtime=runtime, dtype=dtype, cells_total=cells_total
+    )
+    return config
+
+
+def run_grid_events(
+    spec: EvalSpec,
+    store: RunStore,
+    pair: LoadedPair | None = None,
+    cancel: threading.Event | None = None,
+    shard: tuple[int, int] = (0, 1),
+) -> Iterator[GridProgress | EvalResult]:
+    """Run (or resume) the grid of ``spec``, keeping every finished cell in ``store`` at once.
+
+    Yields a :class:`GridProgress` at each stage and before each cell, and ends with the
+    :class:`EvalResult`, the way ``engine.generate`` yields tokens and ends with ``Finished``.
+    ``pair``: a loaded pair to use (tests, the UI); by default ``spec.pairing`` is loaded, and only
+    if some cell is left to run. ``cancel`` stops the run between cells and the generation in flight
+    within a token; the interrupted cell is not stored, and the run is marked cancelled. An exception
+    (raised here, or thrown in by the consumer) marks it failed; a consumer that closes the generator
+    early leaves it cancelled, so either way the same run name resumes it.
+    ``shard = (i, n)``: this worker runs only the records i, i+n, i+2n, ... so that n workers (other
+    processes, other machines on one database) share a run without doing a cell twice. The run is
+    finished when every cell is stored; a worker done with its share while others are not yet done
+    leaves it running.
+    """
+    from specsteer.models.loading import choose_runtime, load_pair
+    from specsteer.models.registry import resolve_pairing
+    from specsteer.models.weights import resolve_dtype
+
+    spec.validate()
+    shard_index, shard_count = shard
+    if not 0 <= shard_index < shard_count:
+        raise ValueError(f"shard must be i/n with 0 <= i < n (got {shard_index}/{shard_count})")
+    cancel = cancel or threading.Event()
+    if pair is not None:  # refused before a run is opened in the store (a pair loaded here: once loaded)
+        _check_methods_run_on(pair, spec)
+    records, prepared = load_evaluation_records(spec)
+    pairing = None if pair is not None else resolve_pairing(spec.pairing)
+    runtime = pair.runtime if pair is not None else choose_runtime(pairing, spec.runtime)
+    if pair is not None:
+        dtype = pair.precision
+    else:
+        dtype = dtype_label(resolve_dtype(spec.dtype)) if runtime == "transformers" else None
+    cells = [_Cell(record, point) for record in records for point in spec.points()]
+    name = spec.run_name or f"{spec.task}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
+    config = run_config(spec, pair.pairing_id if pair is not None else pairing.id, runtime, dtype, len(cells))
+    run_id = store.open_run(name, config)
+    finished = store.finished_keys(run_id)
+    mine = {record.id for position, record in enumerate(records) if position % shard_count == shard_index}
+    pending = [cell for cell in cells if cell.key not in finished and cell.record.id in mine]
+    store.set_status(run_id, "running")
+    computed, failures = 0, []
+    try:
+        if pending:
+            yield GridProgress(len(cells) - len(pending), len(cells), "loading")
+            pair = pair if pair is not None else load_pair(pairing, dtype=spec.dtype, runtime=runtime)
+            _check_methods_run_on(pair, spec)
+            computed, failures = yield from _run_cells(pair, pending, prepared, spec, len(cells), cancel, run_id, store)
+    except BaseException as error:
+        # Exceptions are failures; KeyboardInterrupt, or a consumer closing the generator, a stop.
+        status: RunStatus = "failed" if isinstance(error, Exception) else "cancelled"
+        store.set_status(run_id, status, error=type(error).__name__ + (f": {error}" if str(error) else ""))
+        raise
+    stored = store.cells(run_id)
+    if computed + len(failures) < len(pending):
+        status = "cancelled"
+    elif failures:
+        status = "failed"  # resumable: the same run name runs the failed cells again
+    else:
+        status = "finished" if len(stored) == len(cells) else "running"  # other shards still at work
+    store.set_status(run_id, status, error=failures_text(failures) if failures else None)
+    yield GridProgress(len(stored), len(cells), status)
+    prompts = {record_id: item.prompts for record_id, item in prepared.items()}
+    facts = {record.id: record.private_facts for record in records}
+    summary = summarize(stored, spec.task, prompts, facts)
+    yield EvalResult(run_id, name, status, computed, stored, summary, failures)
+
+
+def grid_method_problem(pair: LoadedPair, spec: EvalSpec) -> str | None:
+    """Why the grid holds a method the pair cannot run (a cross-tokenizer pair runs only some), or None."""
+    from specsteer.engine.generate import cross_tokenizer_problem
+
+    for point in spec.points():
+        problem = cross_tokenizer_problem(pair, decode_config(point, spec))
+        if problem:
+            return problem
+    return None
+
+
+def _check_methods_run_on(pair: LoadedPair, spec: EvalSpec) -> None:
+    """Refuse, before any cell runs, a grid with a method the pair cannot run."""
+    problem = grid_method_problem(pair, spec)
+    if problem:
+        raise ValueError(problem)
+
+
+def run_grid(
+    spec: EvalSpec,
+    store: RunStore,
+    pair: LoadedPair | None = None,
+    cancel: threading.Event | None = None,
+    shard: tuple[int, int] = (0, 1),
+) -> EvalResult:
+    """:func:`run_grid_events` to its end, for callers that need no progress: the result."""
+    for event in run_grid_events(spec, store, pair=pair, cancel=cancel, shard=shard):
+        if isinstance(event, EvalResult):
+            return event
+    raise RuntimeError("the grid ended without a result")
+
+
+def _run_cells(
+    pair: LoadedPair,
+    pending: list[_Cell],
+    prepared: Mapping[str, Prepared],
+    spec: EvalSpec,
+    total: int,
+    cancel: threading.Event,
+    run_id: int,
+    store: RunStore,
+) -> Generator[GridProgress, None, tuple[int, list[CellFailure]]]:
+    """Generates and stores the pending cells in order; returns how many it stored and the cells that
+    failed. A cell's failure (the Cloud went away, a model pass failed) is kept in the run's error text
+    at once and the run goes on with the next cell."""
+    done = total - len(pending)
+    computed = 0
+    failures: list[CellFailure] = []
+    if pending:
+        yield GridProgress(done, total, "warmup")
+        warmup = DecodeConfig(method="specsteer", draft_len=spec.draft_len, max_new_tokens=WARMUP_TOKENS)
+        collect(generate(pair, prepared[pending[0].record.id], warmup, cancel))
+    for cell in pending:
+        if cancel.is_set():
+            break
+        yield GridProgress(done + computed, total, "running", cell.point, cell.record.id)
+        try:
+            _, result = collect(generate(pair, prepared[cell.record.id], decode_config(cell.point, spec), cancel))
+        except Exception as error:  # noqa: BLE001 -- one cell's failure, whatever it is, must not end the run
+            failures.append(CellFailure(cell.record.id, cell.point, f"{type(error).__name__}: {error}"))
+            store.set_status(run_id, "running", error=failures_text(failures))
+            yield GridProgress(done + computed, total, "cell-failed", cell.point, cell.record.id, failures[-1].message)
+            continue
+        if result.stats.stop_reason == "cancelled":
+            break  # a cut-short generation is not a result
+        store.save_cell(
+            run_id,
+            CellResult(
+                cell.record.id, cell.point, result.text, rouge_scores(result.text, cell.record.output), result.stats
+            ),
+        )
+        computed += 1
+    return computed, failures
+
+
+# --------------------------------------------------------------------------- summary
+
+
+def _row_order(point: GridPoint) -> tuple:
+    rank = METHODS.index(point.method) if point.method in METHODS else len(METHODS)
+    # Strict to permissive (alpha descending), as the paper's tables read.
+    alpha = point.alpha if point.alpha is not None else float("inf")
+    return rank, point.method, -alpha, point.beta if point.beta is not None else 0.0
+
+
+def _throughput(cells: Sequence[CellResult], decode_only: bool = False) -> float | None:
+    """Tokens per second over the cells; ``decode_only`` leaves every stream's first pass out.
+
+    The decoding phase is what compares fairly between the methods of one record: on a runtime
+    with prefix reuse the first method to read a prompt pays its processing, the later ones not.
+    """
+    seconds = sum(cell.stats.seconds - (cell.stats.prefill_seconds if decode_only else 0.0) for cell in cells)
+    tokens = sum(cell.stats.new_tokens for cell in cells)
+    return tokens / seconds if seconds > 0 else None
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _speedup(cells: Sequence[CellResult], reference: Sequence[CellResult], decode_only: bool = False) -> float | None:
+    shared = {cell.record_id for cell in cells} & {cell.record_id for cell in reference}
+    own = _throughput([cell for cell in cells if cell.record_id in shared], decode_only)
+    base = _throughput([cell for cell in reference if cell.record_id in shared], decode_only)
+    return own / base if own is not None and base else None
+
+
+def _hygiene(cells: Sequence[CellResult], task: str, prompts: Mapping[str, PromptPair]) -> dict[str, float]:
+    """Shares of the cells' outputs that copy the prompt's item layout, open with a preamble, or refuse."""
+    verdicts = [classify_output(cell.output, task, prompts[cell.record_id]) for cell in cells]
+    share = lambda flag: sum(getattr(v, flag) for v in verdicts) / len(verdicts) if verdicts else None  # noqa: E731
+    return {"layout_copy": share("layout_copy"), "preamble": share("preamble"), "refusal": share("refusal")}
+
+
+def _privacy(
+    cells: Sequence[CellResult], prompts: Mapping[str, PromptPair], facts: Mapping[str, Sequence[str]]
+) -> dict[str, float | None]:
+    """Shares of the cells' private facts sent to the cloud (all; those the task did not name), found
+    in the output, and sent only in rejected drafts (``specsteer.data.facts``)."""
+    shares = fact_shares(
+        [
+            method_exposure(
+                cell.point.method, facts[cell.record_id], prompts[cell.record_id], cell.stats.sent_text, cell.output
+            )
+            for cell in cells
+            if facts.get(cell.record_id)
+        ]
+    )
+    if shares is None:
+        return {}
+    return {
+        "facts_sent": shares.sent,
+        "facts_sent_beyond_task": shares.sent_beyond_task,
+        "facts_in_output": shares.in_output,
+        "facts_rejected_only": shares.rejected_only,
+    }
+
+
+def _summary_row(
+    point: GridPoint,
+    cells: Sequence[CellResult],
+    reference: Sequence[CellResult],
+    task: str | None,
+    prompts: Mapping[str, PromptPair] | None,
+    facts: Mapping[str, Sequence[str]] | None = None,
+) -> dict[str, Any]:
+    stats = [cell.stats for cell in cells]
+    drafted = sum(s.drafted for s in stats)
+    hygiene = _hygiene(cells, task, prompts) if task and prompts is not None else {}
+    privacy = _privacy(cells, prompts, facts) if facts and prompts is not None else {}
+    return {
+        "method": point.method,
+        "alpha": point.alpha,
+        "beta": point.beta,
+        "records": len(cells),
+        **corpus_rouge(cell.rouge for cell in cells),
+        "acceptance": sum(s.accepted for s in stats) / drafted if drafted else None,
+        "tok_per_s": _throughput(cells),
+        "speedup": _speedup(cells, reference) if reference else None,
+        "decode_tok_per_s": _throughput(cells, decode_only=True),
+        "decode_speedup": _speedup(cells, reference, decode_only=True) if reference else None,
+        **hygiene,
+        **privacy,
+        "rounds": _mean([s.rounds for s in stats]),
+        "new_tokens": _mean([s.new_tokens for s in stats]),
+        "uplink_bytes": _mean([s.uplink_bytes for s in stats]),
+        "downlink_bytes": _mean([s.downlink_bytes for s in stats]),
+    }
+
+
+def summarize(
+    cells: Sequence[CellResult],
+    task: str | None = None,
+    prompts: Mapping[str, PromptPair] | None = None,
+    facts: Mapping[str, Sequence[str]] | None = None,
+) -> list[dict[str, Any]]:
+    """One row per (method, alpha, beta) of a run's cells; see the module doc. With the run's task
+    and its prompts by record id (:func:`run_prompts`), rows also give the output hygiene shares;
+    with the records' private facts as well (:func:`run_facts`, CoGenesis), the privacy shares."""
+    groups: dict[GridPoint, list[CellResult]] = {}
+    for cell in cells:
+        groups.setdefault(cell.point, []).append(cell)
+    reference = groups.get(GridPoint(SPEED_REFERENCE), [])
+    return [
+        _summary_row(point, groups[point], reference, task, prompts, facts) for point in sorted(groups, key=_row_order)
+    ]
+
+
+@dataclass(frozen=True)
+class PairedDifference:
+    """Two grid points compared record by record on one ROUGE metric (0-100): the records both have,
+    how many ``ours`` won, the mean difference and its bootstrap interval over records."""
+
+    ours: GridPoint
+    theirs: GridPoint
+    metric: str
+    records: int
+    wins: int
+    mean: float
+    low: float
+    high: float
+    level: float = 0.95
+
+    def describe(self) -> str:
+        return f"{self.wins}/{self.records} better, {self.mean:+.2f} [{self.low:+.2f}, {self.high:+.2f}]"
+
+
+def paired_difference(
+    cells: Sequence[CellResult],
+    ours: GridPoint,
+    theirs: GridPoint,
+    metric: str = "rougeL",
+    draws: int = 10_000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> PairedDifference | None:
+    """``ours`` minus ``theirs`` on ``metric`` over the records both have, with a percentile bootstrap
+    interval (records resampled with replacement, ``draws`` times, a fixed seed); None without a shared
+    record or a score."""
+    import random
+
+    scores: dict[tuple[GridPoint, str], float] = {}
+    for cell in cells:
+        if cell.rouge.get(metric) is not None:
+            scores[(cell.point, cell.record_id)] = 100 * cell.rouge[metric]
+    records = sorted(
+        {record for point, record in scores if point == ours} & {record for point, record in scores if point == theirs}
+    )
+    if not records:
+        return None
+    differences = [scores[(ours, record)] - scores[(theirs, record)] for record in records]
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choices(differences, k=len(differences))) / len(differences) for _ in range(draws))
+    tail = (1 - level) / 2
+    return PairedDifference(
+        ours,
+        theirs,
+        metric,
+        len(records),
+        sum(d > 0 for d in differences),
+        sum(differences) / len(differences),
+        means[int(tail * draws)],
+        means[int((1 - tail) * draws) - 1],
+        level,
+    )
+
+
+def stronger_baseline(
+    cells: Sequence[CellResult], metric: str = "rougeL", baselines: Sequence[str] = BASELINES
+) -> GridPoint | None:
+    """Of the baselines (SLM+ and LLM) the run has, the one with the higher mean ``metric`` over the
+    records they share: what a personalized method has to beat."""
+    points = [GridPoint(name) for name in baselines]
+    scored = {
+        point: {cell.record_id: cell.rouge.get(metric) for cell in cells if cell.point == point} for point in points
+    }
+    present = [point for point in points if scored[point]]
+    if not present:
+        return None
+    shared = set.intersection(*(set(scored[point]) for point in present))
+    if not shared:
+        return None
+
+    def mean(point: GridPoint) -> float:
+        return sum(scored[point][record] or 0.0 for record in shared) / len(shared)
+
+    return max(present, key=mean)
+
+
+def spec_from_config(config: Mapping[str, Any], data_dir: Path | None = None) -> EvalSpec:
+    """The EvalSpec a stored run was made with (fields added since take their defaults). ``data_dir``:
+    where to look for the records file by name when its stored path is gone (a moved checkout)."""
+    known = {item.name for item in fields(EvalSpec)}
+    values = {key: value for key, value in config.items() if key in known}
+    for key in ("methods", "alphas", "betas"):
+        values[key] = tuple(values.get(key, ()))
+    values["extra_points"] = tuple(tuple(point) for point in values.get("extra_points", ()))
+    stored = Path(values["data"])
+    if not stored.is_file() and data_dir is not None and (data_dir / stored.name).is_file():
+        values["data"] = str(data_dir / stored.name)
+    return EvalSpec(**values)
+
+
+def run_prompts(config: Mapping[str, Any], data_dir: Path | None = None) -> dict[str, PromptPair]:
+    """The prompts of every record of a stored run, rebuilt as the run built them (retrieval, noise,
+    prompt style): what the hygiene measure needs besides the outputs. No model is loaded."""
+    spec = spec_from_config(config, data_dir)
+    if not Path(spec.data).is_file():
+        raise DataError(f"the run's records file {spec.data} is not here; pass the folder that holds it")
+    _, prepared = load_evaluation_records(spec)
+    return {record_id: item.prompts for record_id, item in prepared.items()}
+
+
+def run_facts(config: Mapping[str, Any], data_dir: Path | None = None) -> dict[str, tuple[str, ...]]:
+    """The private facts of every record of a stored run by record id (empty for tasks without them)."""
+    spec = spec_from_config(config, data_dir)
+    if not Path(spec.data).is_file():
+        raise DataError(f"the run's records file {spec.data} is not here; pass the folder that holds it")
+    return {record.id: record.private_facts for record in load_task_records(spec.data, spec.task, limit=spec.limit)}
+
+
+def json_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The command line's ``--json`` rows: exactly JSON_ROW_KEYS, non-finite numbers as null."""
+    return [to_jsonable({key: row.get(key) for key in JSON_ROW_KEYS}) for row in rows]
+
+
+# --------------------------------------------------------------------------- command line
+
+
+def _number_list(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(part) for part in text.split(",") if part.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
+    if not values or any(value != value for value in values):  # NaN is not a grid value
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    return values
+
+
+def _point_list(text: str) -> tuple[tuple[float, float], ...]:
+    points = []
+    for part in filter(None, (part.strip() for part in text.split(","))):
+        alpha, colon, beta = part.partition(":")
+        if not colon:
+            raise argparse.ArgumentTypeError(f"expected alpha:beta pairs such as 0.5:2, got {part!r}")
+        points.append((_number_list(alpha)[0], _number_list(beta)[0]))
+    return tuple(points)
+
+
+def _shard(text: str) -> tuple[int, int]:
+    index, slash, count = text.partition("/")
+    try:
+        shard = int(index), int(count)
+    except ValueError:
+        shard = None
+    if not slash or shard is None or not 0 <= shard[0] < shard[1]:
+        raise argparse.ArgumentTypeError(f"expected I/N with 0 <= I < N, got {text!r}")
+    return shard
+
+
+def _name_list(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())  # checked by EvalSpec.validate
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m specsteer.evaluation.grid",
+        description="Evaluate methods on LongLaMP records: ROUGE, speed, acceptance; results stored per cell.",
+    )
+    parser.add_argument(
+        "--data",
+        required=True,
+        help="records file (JSONL/JSON/parquet), or 'shared' (the real records: LongLaMP, or "
+        "CoGenesis's test split; 'shared:dev' its dev split) or 'sample'",
+    )
+    parser.add_argument("--task", required=True, choices=EVALUATION_TASKS)
+    parser.add_argument("--limit", type=int, default=None, help="first N records of the file")
+    parser.add_argument(
+        "--methods",
+        type=_name_list,
+        default=PRIVATE_METHODS,
+        help="comma-separated; default: all but llm+ (which sends the private context to the cloud)",
+    )
+    parser.add_argument("--alpha", type=_number_list, default=(1.0, 0.5, 0.1), help="alpha values (SpecSteer)")
+    parser.add_argument("--beta", type=_number_list, default=(1.0,), help="beta values (SpecSteer, LightCoSteer)")
+    parser.add_argument(
+        "--extra-grid",
+        type=_point_list,
+        default=(),
+        help="extra alpha:beta pairs for SpecSteer only, e.g. 0.5:0.5,0.5:2",
+    )
+    parser.add_argument(
+        "--pairing",
+        default=DEFAULT_PAIRING,
+        help=f"pairing id (default {DEFAULT_PAIRING}); '{TEST_PAIRING_ID}', '{CROSS_PAIRING_ID}' (two "
+        "tokenizers): random models, for tests only",
+    )
+    parser.add_argument(
+        "--runtime",
+        choices=RUNTIME_CHOICES,
+        default="auto",
+        help="llama.cpp (GGUF files, CPU), transformers, or auto: llama.cpp where it can run the pairing",
+    )
+    parser.add_argument(
+        "--dtype",
+        choices=("bf16", "fp32"),
+        default=None,
+        help="transformers runtime only; default: bf16 where this CPU computes it fast, else fp32",
+    )
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    parser.add_argument("--draft-len", type=int, default=4)
+    parser.add_argument("--retrieval-k", type=int, default=3, help="profile items retrieved by BM25")
+    parser.add_argument("--noise", type=int, default=0, help="low-similarity items of other users appended")
+    parser.add_argument(
+        "--prompt-style",
+        choices=PROMPT_STYLES,
+        default=DEFAULT_PROMPT_STYLE,
+        help="paper: the paper's Table 13 templates (default, comparable); clean: the retrieved "
+        "texts without their field labels, and an instruction to write only the text",
+    )
+    parser.add_argument(
+        "--private-guard",
+        type=int,
+        default=0,
+        metavar="N",
+        help="the Edge never sends a token completing N tokens copied from the private prompt "
+        "(recovered locally instead); 0 = off",
+    )
+    parser.add_argument("--run-name", default=None, help="name of the run; the same name resumes it")
+    parser.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
+    parser.add_argument(
+        "--shard",
+        type=_shard,
+        default=(0, 1),
+        metavar="I/N",
+        help="run only records I, I+N, ... of the run, so that N workers share it (0-based)",
+    )
+    parser.add_argument("--json", action="store_true", help='print {"rows": [...]} instead of a table')
+    parser.add_argument("--plot", default=None, help="write the figures as one standalone HTML file")
+    return parser
+
+
+def spec_from_args(args: argparse.Namespace) -> EvalSpec:
+    return EvalSpec(
+        data=resolve_data_source(args.data, args.task),
+        task=args.task,
+        methods=args.methods,
+        alphas=args.alpha,
+        betas=args.beta,
+        extra_points=args.extra_grid,
+        limit=args.limit,
+        pairing=args.pairing,
+        runtime=args.runtime,
+        dtype=args.dtype,
+        max_new_tokens=args.max_new_tokens,
+        draft_len=args.draft_len,
+        retrieval_k=args.retrieval_k,
+        noise=args.noise,
+        prompt_style=args.prompt_style,
+        private_guard=args.private_guard,
+        run_name=args.run_name,
+    )
+
+
+def _cancel_on_signals(cancel: threading.Event):
+    """Ctrl-C / SIGTERM end the run cleanly as cancelled; a second Ctrl-C aborts at once."""
+
+    def handle(signum, _frame) -> None:
+        if cancel.is_set() and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        cancel.set()
+        print("\ncancelling after the current token (Ctrl-C again to abort)", file=sys.stderr)
+
+    return stop_signals_handled(handle)
+
+
+def _print_progress(events: Iterator[GridProgress | EvalResult]) -> EvalResult:
+    """Prints each progress event on stderr; returns the result that ends the events."""
+    for event in events:
+        if isinstance(event, EvalResult):
+            return event
+        print(event.describe(), file=sys.stderr, flush=True)
+    raise RuntimeError("the grid ended without a result")
+
+
+def main(argv: list[str] | None = None) -> int:
+    # The composition root of the command: the one place in specsteer that imports storage, here
+    # and not at module level, so that the library itself never depends on a database.
+    from specsteer.models.weights import ModelLoadError
+    from storage import SqlRunStore
+
+    args = build_parser().parse_args(argv)
+    cancel = threading.Event()
+    try:
+        spec = spec_from_args(args)
+        if SPEED_REFERENCE not in spec.methods:
+            print(f"warning: {SPEED_REFERENCE} is not among the methods, so speedup is null", file=sys.stderr)
+        pair = shared_tiny_pair() if spec.pairing == TEST_PAIRING_ID else shared_test_pair(spec.pairing)
+        with _cancel_on_signals(cancel):
+            result = _print_progress(
+                run_grid_events(spec, SqlRunStore(args.database), pair=pair, cancel=cancel, shard=args.shard)
+            )
+    except ModelLoadError as error:
+        return _fail(str(error), 1)
+    except ValueError as error:  # bad data (DataError), arguments, unknown pairing, reused run name
+        return _fail(str(error), 2)
+    except KeyboardInterrupt:
+        return _fail("aborted; run again with the same --run-name to resume", 130)
+    except Exception as error:  # noqa: BLE001 -- a message, not a traceback; the stored cells survive
+        return _fail(f"{type(error).__name__}: {error} (run again with the same --run-name to resume)", 1)
+    _report(result, spec, args)
+    if result.failures:
+        print(f"error: {failures_text(result.failures)}", file=sys.stderr)
+        return 1
+    if result.status == "cancelled":
+        print(f"cancelled: run {result.run_name!r} is resumable with --run-name", file=sys.stderr)
+        return 130
+    if result.status == "running":
+        print(f"this shard is done; run {result.run_name!r} finishes when the other shards do", file=sys.stderr)
+    return 0
+
+
+def _fail(message: str, code: int) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
+def _report(result: EvalResult, spec: EvalSpec, args: argparse.Namespace) -> None:
+    from specsteer.evaluation import plots
+
+    if args.json:
+        print(json.dumps({"rows": json_rows(result.rows)}, ensure_ascii=False, allow_nan=False))
+    else:
+        print(plots.text_table(result.rows))
+    print(
+        f"run {result.run_name!r} (id {result.run_id}): {result.status}, {result.computed} cells computed, "
+        f"{len(result.cells)} stored",
+        file=sys.stderr,
+    )
+    if args.plot:
+        title = f"SpecSteer evaluation: {spec.task}, run {result.run_name}"
+        plots.write_html(args.plot, result.rows, title=title)
+        print(f"plot written to {args.plot}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,364 @@
+"""Figures of an evaluation run, shared by the command line's HTML report and the dashboard.
+
+Every function takes the summary rows of ``specsteer.evaluation.grid.summarize`` (ROUGE on 0–100,
+acceptance 0–1, tok_per_s, speedup) and returns a ``plotly.graph_objects.Figure`` or plain data,
+so the dashboard shows exactly what ``python -m specsteer.evaluation.grid --plot`` writes.
+
+* :func:`quality_speed_figure` — quality (any ROUGE key) against speed (tok/s or speedup), one
+  labelled point per (method, alpha, beta); SLM+ and LLM are reference points (star markers and
+  a dashed line at their quality), the two ends a personalized fast method should beat.
+* :func:`acceptance_figure` — acceptance against alpha, one line per (method, beta); methods that
+  draft without alpha (standard SD) are a dotted reference line.
+* :func:`display_rows` / :func:`table_figure` / :func:`text_table` — the per-row table.
+* :func:`write_html` — all of them as one standalone page with plotly.js inline (works offline).
+* :func:`plot_text` — user text (run names) made safe for plotly's labels.
+
+The deployment view takes the rows of ``deployment.projection_rows`` instead (one per (method, α, β)
+and RTT, with ``projected_tok_per_s``, ``measured_tok_per_s`` and ``projected_speedup``):
+
+* :func:`deployment_figure` — projected tokens/s against RTT under a profile, beside the speed the
+  same generations were measured at here; titled, labelled and captioned as a projection.
+* :func:`speedup_rows` — each SpecSteer point's projected speed and speedup over LLM at each RTT.
+"""
+
+from __future__ import annotations
+
+import html
+import textwrap
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import plotly.graph_objects as go
+from plotly.colors import qualitative
+from plotly.subplots import make_subplots
+
+from specsteer.evaluation.metrics import ROUGE_LABELS
+from specsteer.method.catalog import BASELINES, METHODS, method_label
+
+Row = Mapping[str, Any]
+
+METHOD_COLORS = dict(zip(METHODS, qualitative.Plotly))
+SPEED_LABELS = {"tok_per_s": "tokens / s", "speedup": "speedup over LLM (×, same records, same run)"}
+TABLE_NOTE = (
+    "ROUGE: F-measure × 100, mean over records; R-1 / R-L unstemmed (LaMP protocol), 'stem' with the "
+    "Porter stemmer. tok/s: total new tokens / total seconds. acceptance: accepted / drafted tokens. "
+    "speedup: tok/s over LLM's on the same records in the same run. rounds, bytes: mean per generation."
+)
+
+
+def plot_text(text: object) -> str:
+    """User text (a run name) for a plotly label: plotly reads ``<b>``, ``<br>``, ``<a href=…>`` and the
+    like in trace names and titles as markup and decodes HTML entities, so escaped text shows as written."""
+    return html.escape(str(text), quote=False)
+
+
+def point_label(row: Row) -> str:
+    """E.g. "SpecSteer α=0.1 β=1", "LightCoSteer β=1", "LLM"."""
+    parameters = [
+        f"{symbol}={row[key]:g}" for symbol, key in (("α", "alpha"), ("β", "beta")) if row.get(key) is not None
+    ]
+    return " ".join([method_label(row["method"]), *parameters])
+
+
+def _methods(rows: Sequence[Row]) -> list[str]:
+    return list(dict.fromkeys(row["method"] for row in rows))
+
+
+def _color(method: str) -> str | None:
+    return METHOD_COLORS.get(method)
+
+
+def quality_speed_figure(rows: Sequence[Row], quality: str = "rougeL", speed: str = "speedup") -> go.Figure:
+    """Quality against speed, one labelled point per row; rows missing either value are left out."""
+    if quality not in ROUGE_LABELS or speed not in SPEED_LABELS:
+        raise ValueError(f"quality must be one of {', '.join(ROUGE_LABELS)} and speed one of {', '.join(SPEED_LABELS)}")
+    plotted = [row for row in rows if row.get(quality) is not None and row.get(speed) is not None]
+    figure = go.Figure()
+    for method in _methods(plotted):
+        method_rows = [row for row in plotted if row["method"] == method]
+        reference = method in BASELINES
+        figure.add_trace(
+            go.Scatter(
+                x=[row[speed] for row in method_rows],
+                y=[row[quality] for row in method_rows],
+                mode="markers+text",
+                text=[point_label(row) for row in method_rows],
+                # Alternate above and below: the points of one method (α values) often lie close together.
+                textposition=["top center" if index % 2 == 0 else "bottom center" for index in range(len(method_rows))],
+                name=f"{method_label(method)} (reference)" if reference else method_label(method),
+                marker={
+                    "symbol": "star" if reference else "circle",
+                    "size": 16 if reference else 11,
+                    "color": _color(method),
+                },
+                hovertemplate="%{text}<br>" + f"{speed}: %{{x:.3g}}<br>{quality}: %{{y:.2f}}<extra></extra>",
+            )
+        )
+        if reference:
+            for row in method_rows:
+                figure.add_hline(y=row[quality], line_dash="dash", line_color=_color(method), opacity=0.6)
+    figure.update_layout(
+        title=f"{ROUGE_LABELS[quality]} against {'speedup' if speed == 'speedup' else 'speed'}",
+        xaxis_title=SPEED_LABELS[speed],
+        yaxis_title=f"{ROUGE_LABELS[quality]} (F1 × 100)",
+        template="plotly_white",
+    )
+    if speed == "speedup" and rows and not plotted:
+        figure.add_annotation(
+            text="no LLM cells in this run: speedup is unavailable",
+            showarrow=False,
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.5,
+        )
+    # Point labels near the plot's edge would otherwise be cut off at the axes.
+    return figure.update_traces(cliponaxis=False)
+
+
+def acceptance_figure(rows: Sequence[Row]) -> go.Figure:
+    """Acceptance (%) against alpha (log axis), one line per (method, beta)."""
+    figure = go.Figure()
+    with_alpha = [row for row in rows if row.get("alpha") is not None and row.get("acceptance") is not None]
+    for method in _methods(with_alpha):
+        method_rows = [row for row in with_alpha if row["method"] == method]
+        for beta in sorted({row.get("beta") for row in method_rows}, key=lambda value: (value is None, value)):
+            line = sorted((row for row in method_rows if row.get("beta") == beta), key=lambda row: row["alpha"])
+            figure.add_trace(
+                go.Scatter(
+                    x=[row["alpha"] for row in line],
+                    y=[100 * row["acceptance"] for row in line],
+                    mode="lines+markers",
+                    name=point_label({"method": method, "beta": beta}),
+                )
+            )
+    for row in rows:
+        if row.get("alpha") is None and row.get("acceptance") is not None:
+            figure.add_hline(
+                y=100 * row["acceptance"],
+                line_dash="dot",
+                line_color=_color(row["method"]),
+                annotation_text=f"{point_label(row)} (no α)",
+            )
+    figure.update_layout(
+        title="Draft acceptance against α",
+        xaxis={"title": "α (verification threshold, log scale)", "type": "log"},
+        yaxis={"title": "acceptance (%)", "range": [0, 105]},
+        template="plotly_white",
+    )
+    return figure
+
+
+def _number(value: Any, digits: int, suffix: str = "") -> str:
+    return "–" if value is None else f"{value:.{digits}f}{suffix}"
+
+
+def _parameter(value: Any) -> str:
+    return "–" if value is None else f"{value:g}"
+
+
+def display_rows(rows: Sequence[Row]) -> list[dict[str, str]]:
+    """The table as strings, one dict per row, keyed by column header (what the UI and CLI show).
+    Runs over records with private facts (CoGenesis) add the privacy audit's shares."""
+    with_privacy = any("facts_sent" in row for row in rows)
+    return [
+        {
+            "method": method_label(row["method"]),
+            "α": _parameter(row.get("alpha")),
+            "β": _parameter(row.get("beta")),
+            "n": str(row.get("records", "")),
+            "R-1": _number(row.get("rouge1"), 2),
+            "R-L": _number(row.get("rougeL"), 2),
+            "R-1 stem": _number(row.get("rouge1_stemmed"), 2),
+            "R-L stem": _number(row.get("rougeL_stemmed"), 2),
+            "acceptance": _number(None if row.get("acceptance") is None else 100 * row["acceptance"], 1, "%"),
+            "tok/s": _number(row.get("tok_per_s"), 2),
+            "speedup": _number(row.get("speedup"), 2, "×"),
+            "rounds": _number(row.get("rounds"), 1),
+            "up B": _number(row.get("uplink_bytes"), 0),
+            "down B": _number(row.get("downlink_bytes"), 0),
+            **(_privacy_columns(row) if with_privacy else {}),
+        }
+        for row in rows
+    ]
+
+
+def _privacy_columns(row: Row) -> dict[str, str]:
+    """Shares of the records' private facts: sent to the cloud (all; those the task did not name), in
+    the output, and sent only in rejected drafts (``specsteer.data.facts``)."""
+    share = lambda key: _number(None if row.get(key) is None else 100 * row[key], 0, "%")  # noqa: E731
+    return {
+        "facts → cloud": share("facts_sent"),
+        "→ cloud, not in task": share("facts_sent_beyond_task"),
+        "facts in output": share("facts_in_output"),
+        "only in rejected drafts": share("facts_rejected_only"),
+    }
+
+
+def table_figure(rows: Sequence[Row]) -> go.Figure:
+    shown = display_rows(rows)
+    headers = list(shown[0]) if shown else ["no results"]
+    figure = go.Figure(
+        go.Table(
+            header={"values": headers, "align": "left"},
+            cells={"values": [[row[header] for row in shown] for header in headers], "align": "left"},
+        )
+    )
+    figure.update_layout(title="Per-method results", height=120 + 28 * len(shown))
+    return figure
+
+
+def text_table(rows: Sequence[Row]) -> str:
+    """A fixed-width table for the terminal, with the note on what each column means."""
+    shown = display_rows(rows)
+    if not shown:
+        return "no results"
+    headers = list(shown[0])
+    widths = {header: max(len(header), *(len(row[header]) for row in shown)) for header in headers}
+    lines = ["  ".join(header.ljust(widths[header]) for header in headers)]
+    lines += ["  ".join(row[header].ljust(widths[header]) for header in headers) for row in shown]
+    return "\n".join([*lines, "", TABLE_NOTE])
+
+
+def write_html(path: str | Path, rows: Sequence[Row], title: str = "SpecSteer evaluation") -> Path:
+    """Every figure of the run in one self-contained HTML file (plotly.js inline, no network)."""
+    speed = "speedup" if any(row.get("speedup") is not None for row in rows) else "tok_per_s"
+    figures = [
+        quality_speed_figure(rows, "rouge1", speed),
+        quality_speed_figure(rows, "rougeL", speed),
+        acceptance_figure(rows),
+        table_figure(rows),
+    ]
+    # plotly.js goes in once, with the first figure; the others reuse it.
+    bodies = [figure.to_html(full_html=False, include_plotlyjs=index == 0) for index, figure in enumerate(figures)]
+    document = (
+        f'<!DOCTYPE html>\n<html><head><meta charset="utf-8"><title>{html.escape(title)}</title></head>\n'
+        f"<body><h1>{html.escape(title)}</h1>\n<p>{html.escape(TABLE_NOTE)}</p>\n"
+        + "\n".join(bodies)
+        + "\n</body></html>\n"
+    )
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(document, encoding="utf-8")
+    return target
+
+
+# --------------------------------------------------------------------------- deployment projection
+
+PROJECTION_CAPTION = (
+    "A projection, not a measurement: each generation's recorded forward passes and link messages are "
+    "replayed with the profile's step times and bandwidths at the round-trip time on the x axis. "
+    "Measured here: the same generations on this machine, both models in one process."
+)
+_DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
+
+
+def _groups(rows: Sequence[Row]) -> dict[tuple, list[Row]]:
+    """Rows by (method, α, β), in the order they first appear."""
+    groups: dict[tuple, list[Row]] = {}
+    for row in rows:
+        groups.setdefault((row["method"], row.get("alpha"), row.get("beta")), []).append(row)
+    return groups
+
+
+def deployment_figure(rows: Sequence[Row], profile_label: str, run_name: str = "") -> go.Figure:
+    """Projected tokens/s of each (method, α, β) against RTT (left), and what the same generations were
+    measured at here (right). ``profile_label`` and ``run_name`` are escaped for plotly."""
+    figure = make_subplots(
+        rows=1,
+        cols=2,
+        column_widths=[0.72, 0.28],
+        horizontal_spacing=0.09,
+        subplot_titles=("Projected under the profile", "Measured here (this machine, in process)"),
+    )
+    seen: dict[str, int] = {}
+    for (method, _, _), group in _groups(rows).items():
+        group = sorted(group, key=lambda row: row["rtt_ms"])
+        label = point_label(group[0])
+        variant = seen.get(method, 0)
+        seen[method] = variant + 1
+        style = {"color": _color(method), "dash": _DASHES[variant % len(_DASHES)]}
+        figure.add_trace(
+            go.Scatter(
+                x=[row["rtt_ms"] for row in group],
+                y=[row["projected_tok_per_s"] for row in group],
+                mode="lines+markers",
+                name=f"{label} (projected)",
+                legendgroup=label,
+                line=style,
+                marker={"size": 5, "color": _color(method)},
+                hovertemplate=f"{label}<br>RTT %{{x:g}} ms: %{{y:.2f}} tok/s projected<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
+        figure.add_trace(
+            go.Bar(
+                x=[label],
+                y=[group[0]["measured_tok_per_s"]],
+                name=f"{label} (measured here)",
+                legendgroup=label,
+                showlegend=False,
+                marker={"color": _color(method), "opacity": 0.75},
+                hovertemplate=f"{label}: %{{y:.2f}} tok/s measured here<extra></extra>",
+            ),
+            row=1,
+            col=2,
+        )
+    subtitle = " · ".join(
+        [f"profile: {plot_text(profile_label)}", *([f"run {plot_text(run_name)}"] if run_name else [])]
+    )
+    title = f"Projected tokens/s against round-trip time — a projection, not a measurement<br><sup>{subtitle}</sup>"
+    figure.update_layout(
+        title=title,
+        template="plotly_white",
+        height=600,
+        margin={"t": 110, "b": 170},
+        legend={"title": {"text": "projected"}},
+    )
+    figure.update_xaxes(title_text="round-trip time Edge ↔ Cloud (ms)", row=1, col=1)
+    figure.update_yaxes(title_text="projected tokens / s", rangemode="tozero", row=1, col=1)
+    figure.update_xaxes(tickangle=-30, row=1, col=2)
+    figure.update_yaxes(title_text="measured tokens / s (here)", rangemode="tozero", row=1, col=2)
+    figure.add_annotation(
+        text="<br>".join(textwrap.wrap(PROJECTION_CAPTION, 130)),
+        showarrow=False,
+        xref="paper",
+        yref="paper",
+        x=0,
+        y=0,
+        yshift=-105,
+        xanchor="left",
+        yanchor="top",
+        align="left",
+        font={"size": 11},
+    )
+    if not rows:
+        figure.add_annotation(text="nothing to project", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
+    return figure
+
+
+def speedup_rows(
+    rows: Sequence[Row], rtts_ms: Sequence[float], method: str = "specsteer", reference: str = "llm"
+) -> list[dict[str, str]]:
+    """One row per RTT: the reference's projected tokens/s, then each ``method`` point's projected tokens/s
+    and its speedup over the reference ("–" where the run has no reference)."""
+    groups = _groups(rows)
+    references = [group for (name, _, _), group in groups.items() if name == reference]
+    points = [group for (name, _, _), group in groups.items() if name == method]
+    table = []
+    for rtt in rtts_ms:
+        line = {"RTT (ms)": f"{rtt:g}"}
+        if references:
+            line[f"{method_label(reference)} (tok/s)"] = _number(_at_rtt(references[0], rtt, "projected_tok_per_s"), 2)
+        for group in points:
+            label = point_label(group[0])
+            line[f"{label} (tok/s)"] = _number(_at_rtt(group, rtt, "projected_tok_per_s"), 2)
+            line[f"{label} speedup"] = _number(_at_rtt(group, rtt, "projected_speedup"), 2, "×")
+        table.append(line)
+    return table
+
+
+def _at_rtt(group: Sequence[Row], rtt: float, key: str) -> Any:
+    return next((row.get(key) for row in group if row["rtt_ms"] == rtt), None)

@@ -1,0 +1,1 @@
+"""The method: sampling rules, streams, the method table, events, the reference statement, cross-tokenizer vocabularies, pass costs."""

@@ -1,0 +1,56 @@
+"""SpecSteer in one screen: the paper's algorithm (greedy), with no cache, no runtime and no link.
+
+``z_large``, ``z_private`` and ``z_generic`` each map a token sequence to the next token's logits [V]:
+the Generalist and the generic Specialist read the task alone (``plain``), the Specialist reads it
+with the user's history (``private``). Every call recomputes from the whole sequence. The engine
+(specsteer.engine.generate) does the same with KV caches, rollback, two processes and a wire format between
+them; tests/test_reference.py holds it to emitting exactly these tokens on tiny fp32 models.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection
+
+import torch
+
+Logits = Callable[[list[int]], torch.Tensor]  # token ids -> [V] logits of the next token
+
+
+def specsteer(
+    z_large: Logits,
+    z_private: Logits,
+    z_generic: Logits,
+    plain: list[int],
+    private: list[int],
+    alpha: float,
+    beta: float,
+    k: int,
+    max_new: int,
+    stop: Collection[int],
+    top_k: int = 0,
+) -> list[int]:
+    out: list[int] = []
+    while len(out) < max_new:
+        drafts: list[int] = []  # 1. draft: k greedy tokens from p_S+ (fewer at a stop token)
+        while len(drafts) < k and not (drafts and drafts[-1] in stop):
+            drafts.append(int(z_private(private + out + drafts).argmax()))
+        accepted = 0  # 2. verify (Eq. 7): accept y while p_L(y) >= alpha * p_S0(y)
+        for y in drafts:
+            prefix = plain + out + drafts[:accepted]
+            log_ratio = torch.log_softmax(z_large(prefix), -1)[y] - torch.log_softmax(z_generic(prefix), -1)[y]
+            if not float(log_ratio) >= (math.log(alpha) if alpha > 0 else -math.inf):
+                break
+            accepted += 1
+        out += drafts[:accepted]
+        if len(out) >= max_new or (out and out[-1] in stop):
+            break
+        # 3. recover after a rejection, or a bonus token after a fully accepted round (Eq. 8): the argmax of
+        # z_L + beta (z_S+ - z_S0) among the Generalist's top_k candidates (0: every token).
+        large, generic = z_large(plain + out), z_generic(plain + out)
+        steered = large - beta * generic + beta * z_private(private + out)
+        candidates = large.topk(top_k).indices if 0 < top_k < large.numel() else torch.arange(large.numel())
+        out.append(int(candidates[steered[candidates].argmax()]))
+        if out[-1] in stop:
+            break
+    return out[:max_new]

@@ -1,0 +1,1 @@
+"""Model pairings, weights, loading, chat formats, runtime calibration and the tiny test models."""

@@ -1,0 +1,466 @@
+"""Loading a pairing: its Specialist and Generalist as one :class:`LoadedPair`, on the runtime chosen for it.
+
+A pair shares one tokenizer (checked at load), or, for a cross-tokenizer pairing (``specsteer.method.crosstok``),
+each side keeps its own (:class:`GeneralistTokens`). :func:`load_pair` chooses the runtime
+(:func:`runtime_choice`: llama.cpp, or transformers, per this machine's calibration), loads both models
+through ``specsteer.models.weights`` (where each model's weights come from, verified, assembled and converted)
+and keeps the last pairs loaded for the next request.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from specsteer.models.calibration import RuntimeChoice
+from specsteer.models.chat import PLAIN_CHAT, ChatFormat
+from specsteer.models.registry import (
+    DEFAULT_PAIRING,
+    Pairing,
+    converted_cache_ready,
+    cross_tokenizer_message,
+    get_pairing,
+)
+from specsteer.models.weights import (
+    ModelLoadError,
+    Progress,
+    default_device,
+    gguf_path,
+    load_llamacpp,
+    load_model,
+    load_tokenizer,
+    quiet,
+    resolve_dtype,
+)
+from specsteer.runtimes import llamacpp
+from specsteer.runtimes.attention import use_packed_gqa
+from specsteer.runtimes.base import RUNTIME_CHOICES, RUNTIMES, ModelRuntime, TransformersModel
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+
+@dataclass(frozen=True, eq=False)
+class GeneralistTokens:
+    """What a cross-tokenizer pair adds (``specsteer.method.crosstok``): the Generalist's own tokenizer, chat
+    format, output rows and end ids, and both vocabularies as the common byte space sees them."""
+
+    tokenizer: PreTrainedTokenizerBase
+    chat: ChatFormat
+    vocab_size: int
+    eos_token_ids: frozenset[int]
+    vocabularies: Any  # crosstok.CrossVocabularies
+
+
+@dataclass
+class LoadedPair:
+    """Two loaded models and the tokenizer they share (the Specialist's; the Generalist's was checked
+    to have the same vocabulary and special tokens). Both models run on the same runtime.
+
+    ``chat`` is how every prompt of the pair is rendered (engine.chat_ids): the Specialist's
+    registry format joined with the Generalist's (ChatFormat.joined); its end tokens are in
+    ``eos_token_ids`` already."""
+
+    pairing_id: str
+    specialist: ModelRuntime
+    generalist: ModelRuntime | None  # None: loaded for an Edge whose Cloud runs elsewhere
+    tokenizer: PreTrainedTokenizerBase  # shared (compatibility checked at load)
+    vocab_size: int  # ids usable by both models (min of padded sizes, >= len(tokenizer))
+    eos_token_ids: frozenset[int]
+    chat: ChatFormat = PLAIN_CHAT
+    runtime_choice: str = ""  # why this runtime runs the request (loading.runtime_choice), for its statistics
+    # Set on a cross-tokenizer pair: then ``tokenizer``, ``vocab_size``, ``eos_token_ids`` and ``chat``
+    # are the Specialist's, and this holds the Generalist's side.
+    cross: GeneralistTokens | None = None
+
+    @property
+    def runtime(self) -> str:
+        return self.specialist.runtime
+
+    def clear_prefix_caches(self) -> None:
+        """Forget every idle cached prompt of both models (benchmarks time prompt processing)."""
+        for model in (self.specialist, self.generalist):
+            if model is not None:
+                model.prefix_cache.clear()
+
+    @property
+    def precision(self) -> str:
+        """What the weights compute in ("fp32", "bf16", "Q4_K_M"); "a / b" when the two differ."""
+        small = self.specialist.precision
+        large = self.generalist.precision if self.generalist is not None else small
+        return small if small == large else f"{small} / {large}"
+
+
+def check_tokenizers_match(
+    specialist: PreTrainedTokenizerBase, generalist: PreTrainedTokenizerBase, pairing_id: str
+) -> None:
+    """Refuse a pair whose tokenizers differ: verification compares probabilities id by id."""
+    small_vocab, large_vocab = specialist.get_vocab(), generalist.get_vocab()
+    if small_vocab != large_vocab:
+        differing = sorted(set(small_vocab.items()) ^ set(large_vocab.items()), key=lambda item: item[1])[:3]
+        raise ModelLoadError(
+            f"pairing {pairing_id!r}: the Specialist's and the Generalist's tokenizers differ "
+            f"({len(small_vocab)} vs {len(large_vocab)} tokens; e.g. {differing}). Cross-tokenizer pairings "
+            "are not supported yet: SpecSteer's verification compares p_L(y) with p_S0(y) for the same "
+            "token id y, so both models must share one vocabulary."
+        )
+    small_special, large_special = _special_tokens(specialist), _special_tokens(generalist)
+    if small_special != large_special:
+        differing = sorted(set(small_special.items()) ^ set(large_special.items()))[:3]
+        raise ModelLoadError(
+            f"pairing {pairing_id!r}: the two tokenizers mark different special tokens (e.g. {differing}); "
+            "cross-tokenizer pairings are not supported yet."
+        )
+
+
+def _special_tokens(tokenizer: PreTrainedTokenizerBase) -> dict[int, str]:
+    # Which roles (eos, pad) the special tokens play may differ between base and chat models of one
+    # family; that is harmless because the end ids of both are merged. The table itself must agree.
+    return {index: token.content for index, token in tokenizer.added_tokens_decoder.items() if token.special}
+
+
+def shared_vocab_size(
+    specialist: ModelRuntime, generalist: ModelRuntime | None, tokenizer: PreTrainedTokenizerBase
+) -> int:
+    """Ids both output layers have; padded rows beyond len(tokenizer) are allowed, too few rows are not.
+    Without the Generalist (an Edge alone) the Specialist's; the Cloud's vocabulary then caps it."""
+    size = min(model.output_rows for model in (specialist, generalist) if model is not None)
+    if size < len(tokenizer):
+        raise ModelLoadError(f"a model's output layer has {size} rows but the tokenizer has {len(tokenizer)} tokens")
+    return size
+
+
+def end_token_ids(
+    tokenizer: PreTrainedTokenizerBase, models: Iterable[ModelRuntime], vocab_size: int, end_tokens: Iterable[str] = ()
+) -> frozenset[int]:
+    """Every id that ends a generation: the tokenizer's eos, the models' own end ids (generation
+    config, or the GGUF's eos / eot), and the registry's ``end_tokens`` (ChatFormat.end_tokens, e.g.
+    Llama 3's <|eot_id|>) that the vocabulary has."""
+    ids: set[int] = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    for model in models:
+        ids.update(model.end_token_ids)
+    vocab = tokenizer.get_vocab()
+    ids.update(vocab[token] for token in end_tokens if token in vocab)
+    return frozenset(i for i in ids if 0 <= i < vocab_size)
+
+
+def assemble_pair(
+    pairing_id: str,
+    specialist: ModelRuntime | PreTrainedModel,
+    generalist: ModelRuntime | PreTrainedModel | None,
+    tokenizer: PreTrainedTokenizerBase,
+    chat: ChatFormat = PLAIN_CHAT,
+) -> LoadedPair:
+    """A LoadedPair from two loaded models that share ``tokenizer`` and render prompts with ``chat``
+    (also used by specsteer.models.tiny).
+
+    A transformers model may be given as is; it is wrapped in a TransformersModel. ``generalist``
+    None: the Specialist alone, for an Edge whose Cloud runs elsewhere.
+    """
+    small = as_runtime(specialist)
+    large = as_runtime(generalist) if generalist is not None else None
+    if large is not None and small.runtime != large.runtime:
+        raise ModelLoadError(
+            f"pairing {pairing_id!r}: both models must run on one runtime ({small.runtime} and {large.runtime} given)"
+        )
+    models = tuple(model for model in (small, large) if model is not None)
+    for runtime in models:
+        if isinstance(runtime, TransformersModel):
+            use_packed_gqa(runtime.model)
+    vocab_size = shared_vocab_size(small, large, tokenizer)
+    return LoadedPair(
+        pairing_id=pairing_id,
+        specialist=small,
+        generalist=large,
+        tokenizer=tokenizer,
+        vocab_size=vocab_size,
+        eos_token_ids=end_token_ids(tokenizer, models, vocab_size, chat.end_tokens),
+        chat=chat,
+    )
+
+
+def assemble_cross_pair(
+    pairing_id: str,
+    specialist: ModelRuntime | PreTrainedModel,
+    generalist: ModelRuntime | PreTrainedModel | None,
+    specialist_tokenizer: PreTrainedTokenizerBase,
+    generalist_tokenizer: PreTrainedTokenizerBase,
+    specialist_chat: ChatFormat = PLAIN_CHAT,
+    generalist_chat: ChatFormat = PLAIN_CHAT,
+) -> LoadedPair:
+    """A LoadedPair of two models with different tokenizers (cross-tokenizer SpecSteer).
+
+    Each side keeps its own tokenizer, chat format and end ids; ``generalist`` None loads the Edge
+    alone (its Generalist tokenizer still renders the plain prompt it sends). Raises ModelLoadError
+    when the Generalist's tokenizer cannot spell every byte (it re-encodes whatever the Specialist drafts)."""
+    from specsteer.method.crosstok import ByteVocabulary, CrossVocabularies
+
+    small = as_runtime(specialist)
+    large = as_runtime(generalist) if generalist is not None else None
+    if large is not None and small.runtime != large.runtime:
+        raise ModelLoadError(
+            f"pairing {pairing_id!r}: both models must run on one runtime ({small.runtime} and {large.runtime} given)"
+        )
+    for runtime in (small, large):
+        if isinstance(runtime, TransformersModel):
+            use_packed_gqa(runtime.model)
+    small_vocab = shared_vocab_size(small, None, specialist_tokenizer)
+    small_stops = end_token_ids(specialist_tokenizer, (small,), small_vocab, specialist_chat.end_tokens)
+    # An Edge alone does not have the Generalist's rows; it needs only the Generalist's tokenizer.
+    large_vocab = (
+        shared_vocab_size(large, None, generalist_tokenizer) if large is not None else len(generalist_tokenizer)
+    )
+    large_stops = end_token_ids(
+        generalist_tokenizer, (large,) if large is not None else (), large_vocab, generalist_chat.end_tokens
+    )
+    try:
+        # The Generalist re-encodes any text the Specialist drafts, so it alone must spell every byte.
+        vocabularies = CrossVocabularies(
+            ByteVocabulary.of(specialist_tokenizer, small_vocab, small_stops, every_byte=False),
+            ByteVocabulary.of(generalist_tokenizer, large_vocab, large_stops),
+        )
+    except ValueError as error:
+        raise ModelLoadError(f"pairing {pairing_id!r}: {error}") from error
+    return LoadedPair(
+        pairing_id=pairing_id,
+        specialist=small,
+        generalist=large,
+        tokenizer=specialist_tokenizer,
+        vocab_size=small_vocab,
+        eos_token_ids=small_stops,
+        chat=specialist_chat,
+        cross=GeneralistTokens(generalist_tokenizer, generalist_chat, large_vocab, large_stops, vocabularies),
+    )
+
+
+def cross_tokenizer_view(pair: LoadedPair) -> LoadedPair:
+    """The same two models driven through the cross-tokenizer path, each side with its own copy of
+    the one tokenizer: what the byte-space machinery costs, measured against the same-tokenizer method
+    on one pair (benchmarks). Any runtime: the path needs only each model's logits."""
+    if pair.cross is not None:
+        return pair
+    return assemble_cross_pair(
+        f"{pair.pairing_id}+cross-path",
+        pair.specialist,
+        pair.generalist,
+        pair.tokenizer,
+        pair.tokenizer,
+        pair.chat,
+        pair.chat,
+    )
+
+
+def as_runtime(model: ModelRuntime | PreTrainedModel) -> ModelRuntime:
+    return model if isinstance(model, ModelRuntime) else TransformersModel(model)
+
+
+_MAX_LOADED_PAIRS = 2  # two pairs of the default size already take ~10 GB in bf16
+_loaded: OrderedDict[tuple, LoadedPair] = OrderedDict()
+_loaded_lock = threading.Lock()
+_loading_lock = threading.Lock()  # one load at a time: loads are memory-bound, and callers may share one
+
+
+def load_pair(
+    pairing: str | Pairing = DEFAULT_PAIRING,
+    dtype: str | torch.dtype | None = None,
+    progress: Progress | None = None,
+    device: str | torch.device | None = None,
+    runtime: str = "auto",
+    edge_only: bool = False,
+    method: str = "specsteer",
+) -> LoadedPair:
+    """Load (or return the already loaded) Specialist/Generalist pair. Thread-safe.
+
+    ``edge_only``: the Specialist alone (its weights and tokenizer), for an Edge whose Cloud runs in
+    another process (``generate --cloud``): the Generalist's weights are never read.
+
+    ``runtime``: "llama.cpp" (GGUF files read directly; CPU), "transformers" (any model; ``dtype``
+    and ``device`` apply to it only, the dtype defaulting to what this machine computes fast), or
+    "auto" (see :func:`runtime_choice`: per ``method``, from this machine's calibration). Raises ModelLoadError with an actionable message; an
+    unknown pairing id raises registry.UnknownPairingError (a KeyError and a ValueError).
+    """
+    pairing = pairing if isinstance(pairing, Pairing) else get_pairing(pairing)
+    if pairing.cross_tokenizer:
+        raise ModelLoadError(cross_tokenizer_message(pairing))
+    report = progress or quiet
+    choice = runtime_choice(pairing, runtime, report, method)
+    chosen = choice.runtime
+    torch_dtype = resolve_dtype(dtype) if chosen == "transformers" else None
+    target_device = (
+        (torch.device(device) if device is not None else default_device()) if chosen == "transformers" else None
+    )
+    key = (pairing.id, pairing.specialist, pairing.generalist, chosen, torch_dtype, str(target_device), edge_only)
+    cached = _cached_pair(key)
+    if cached is not None:
+        cached.runtime_choice = choice.reason  # the latest request's reason (the pair itself is shared)
+        return cached
+    with _loading_lock:
+        cached = _cached_pair(key)  # another caller may have loaded it while this one waited
+        if cached is not None:
+            cached.runtime_choice = choice.reason
+            return cached
+        pair = _load_pair_uncached(pairing, chosen, torch_dtype, target_device, report, edge_only)
+        with _loaded_lock:
+            _loaded[key] = pair
+            while len(_loaded) > _MAX_LOADED_PAIRS:
+                _loaded.popitem(last=False)
+    pair.runtime_choice = choice.reason
+    report(f"ready: {pairing.label} ({pair.runtime}, {pair.precision}): {choice.reason}")
+    return pair
+
+
+def choose_runtime(
+    pairing: Pairing, requested: str = "auto", progress: Progress | None = None, method: str = "specsteer"
+) -> str:
+    """The runtime a pairing loads on (:func:`runtime_choice` without the reason)."""
+    return runtime_choice(pairing, requested, progress, method).runtime
+
+
+def runtime_choice(
+    pairing: Pairing, requested: str = "auto", progress: Progress | None = None, method: str = "specsteer"
+) -> RuntimeChoice:
+    """The runtime a pairing loads on for ``method``, and why.
+
+    "auto": transformers for models that are not GGUF files or where a GPU is present; otherwise the
+    runtime this machine's calibration (specsteer.models.calibration: each working runtime timed once, per CPU)
+    estimates fastest for ``method``; llama.cpp when there is no calibration yet, and transformers when
+    llama.cpp is missing or failed its check here (the progress callback says why). An explicit
+    "llama.cpp" that cannot be honoured raises ModelLoadError naming the fallback.
+    """
+    if requested not in RUNTIME_CHOICES:
+        raise ValueError(f"unknown runtime {requested!r}; choose one of {', '.join(RUNTIME_CHOICES)}")
+    if requested == "transformers":
+        return RuntimeChoice(requested, "transformers was asked for")
+    if pairing.separate_tokenizers:
+        if requested == "llama.cpp":
+            raise ModelLoadError(
+                f"pairing {pairing.id!r} uses two tokenizers: cross-tokenizer SpecSteer runs on the "
+                "transformers runtime only (choose auto or transformers)."
+            )
+        return RuntimeChoice(
+            "transformers",
+            "the two models have different tokenizers, and cross-tokenizer "
+            "SpecSteer runs on the transformers runtime only",
+        )
+    specs = (pairing.specialist, pairing.generalist)
+    not_gguf = [spec for spec in specs if spec.kind not in ("offline", "gguf")]
+    if requested == "llama.cpp":
+        if not_gguf:
+            gguf_path(not_gguf[0])  # raises the message that names the transformers runtime
+        available, reason = llamacpp.status()
+        if not available:
+            raise ModelLoadError(reason)
+        return RuntimeChoice(requested, "llama.cpp was asked for")
+    if not_gguf:
+        return RuntimeChoice("transformers", "these models are not GGUF files, and llama.cpp reads only those")
+    if torch.cuda.is_available():
+        return RuntimeChoice("transformers", "a GPU is present, and transformers runs the models on it")
+    available, reason = llamacpp.status()
+    if not available:
+        (progress or quiet)(f"{reason} Using the transformers runtime.")
+        return RuntimeChoice("transformers", reason)
+    from specsteer.models.calibration import choose, saved_calibration
+
+    calibration = saved_calibration(pairing.id)
+    choice = choose(calibration, method, RUNTIMES) if calibration is not None else None
+    if choice is None:
+        return RuntimeChoice(
+            "llama.cpp",
+            "both models are GGUF files and llama.cpp passed its check here "
+            "(no calibration of this pairing on this machine: `python -m specsteer.models.calibration`)",
+        )
+    if choice.runtime == "transformers" and not converted_ready(pairing):
+        # The first transformers load converts both GGUF files (about a minute each); say so, once.
+        (progress or quiet)(
+            "auto picks transformers here (measured faster for this method); its first load "
+            "converts the GGUF files once, about a minute per model"
+        )
+    return choice
+
+
+def converted_ready(pairing: Pairing) -> bool:
+    return all(
+        converted_cache_ready(spec) for spec in (pairing.specialist, pairing.generalist) if spec.kind == "offline"
+    )
+
+
+def _cached_pair(key: tuple) -> LoadedPair | None:
+    with _loaded_lock:
+        if key in _loaded:
+            _loaded.move_to_end(key)
+            return _loaded[key]
+    return None
+
+
+def _load_pair_uncached(
+    pairing: Pairing,
+    runtime: str,
+    dtype: torch.dtype | None,
+    device: torch.device | None,
+    progress: Progress,
+    edge_only: bool = False,
+) -> LoadedPair:
+    # Tokenizers first: they are small, and a mismatch must be found before a large download or load.
+    # An Edge alone cannot compare (the Generalist's tokenizer ships with its weights): its Cloud did.
+    tokenizer = load_tokenizer(pairing.specialist, progress)
+    if pairing.separate_tokenizers:
+        return _load_cross_pair(pairing, tokenizer, dtype, device, progress, edge_only)
+    if not edge_only:
+        check_tokenizers_match(tokenizer, load_tokenizer(pairing.generalist, progress), pairing.id)
+    chat = pair_chat_format(pairing, progress)
+    specs = (pairing.specialist,) if edge_only else (pairing.specialist, pairing.generalist)
+    if runtime == "llama.cpp":
+        models = [load_llamacpp(spec, progress) for spec in specs]
+    else:
+        models = [TransformersModel(load_model(spec, dtype, progress, device), spec.name) for spec in specs]
+    return assemble_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer, chat)
+
+
+def _load_cross_pair(
+    pairing: Pairing,
+    tokenizer: PreTrainedTokenizerBase,
+    dtype: torch.dtype | None,
+    device: torch.device | None,
+    progress: Progress,
+    edge_only: bool,
+) -> LoadedPair:
+    """A pairing of two tokenizers (transformers only). The Generalist's tokenizer is loaded even for an
+    Edge alone: the Edge renders the plain prompt in the Generalist's ids for the CrossOpen."""
+    large_tokenizer = load_tokenizer(pairing.generalist, progress)
+    specs = (pairing.specialist,) if edge_only else (pairing.specialist, pairing.generalist)
+    models = [TransformersModel(load_model(spec, dtype, progress, device), spec.name) for spec in specs]
+    return assemble_cross_pair(
+        pairing.id,
+        models[0],
+        models[1] if len(models) > 1 else None,
+        tokenizer,
+        large_tokenizer,
+        pairing.specialist.chat,
+        pairing.generalist.chat,
+    )
+
+
+def pair_chat_format(pairing: Pairing, progress: Progress | None = None) -> ChatFormat:
+    """The one chat format of a pairing's prompts: the Specialist's, completed by the Generalist's
+    (ChatFormat.joined). Options the two set differently are reported, not refused: one tokenizer
+    renders every prompt, so one value has to be chosen, and a custom pairing may mix variants."""
+    small, large = pairing.specialist.chat, pairing.generalist.chat
+    for name in small.disagreements(large):
+        (progress or quiet)(
+            f"chat template option {name!r}: the Specialist's {small.template_kwargs[name]!r} is used for every "
+            f"prompt, not the Generalist's {large.template_kwargs[name]!r} (both models share one tokenizer)"
+        )
+    return small.joined(large)
+
+
+def clear_loaded_pairs() -> None:
+    """Forget every loaded pair (their memory is freed once no caller holds them)."""
+    with _loaded_lock:
+        _loaded.clear()

@@ -1,0 +1,490 @@
+"""The device-cloud protocol (DESIGN §2, paper Appendix D): typed messages and their wire format.
+
+The Edge holds the Specialist and the user's private prompt; the Cloud holds
+the Generalist and a generic copy of the Specialist and never sees the
+history. They exchange only the messages below, each a frozen dataclass
+encoded to bytes by :func:`encode` and read back by :func:`decode`.
+
+Uplink (Edge -> Cloud), each naming its session (16 random bytes the Edge chose)
+  :class:`Open`   once: the plain prompt ids (the task input, not private), the
+                  decoding settings the Cloud needs and the ids that end a text.
+                  On a cross-tokenizer pair (``specsteer.method.crosstok``) a :class:`CrossOpen`
+                  instead, which adds the plain prompt in the Generalist's ids; there
+                  drafts and chosen tokens stay Specialist ids and a verdict's ``ids``
+                  name symbols of the common byte space (256 bytes and END).
+  :class:`Draft`  per round: ``keep`` (how many of the previous round's drafts the
+                  Edge kept, exact mode only), ``append`` (tokens the Edge chose since:
+                  the recovered or bonus token) and the new ``draft`` ids.
+Downlink (Cloud -> Edge), each answering the uplink message before it
+  :class:`Verdict` per round: the number of drafts accepted and, where a token must
+                  be chosen, the Cloud's share of the steered logits truncated to the
+                  top-k entries (ids + values). In exact mode: full rows instead, and
+                  the Edge decides.
+  :class:`Tokens`  the Generalist's own tokens (the ``llm`` baseline), streamed one
+                  message per token after an Open whose rule is ``generate``.
+
+Nothing computed from the private history crosses the link except the ids of
+tokens the Edge chose to emit (or proposes as drafts).
+
+Besides the messages, a Cloud reports instrumentation that is never part of a
+decision (:class:`CloudReport`: its forward passes, for the generation's trace,
+and the verification ratios shown in the UI) and describes itself
+(:class:`CloudInfo`). How those travel is the transport's business
+(``specsteer.protocol.link``, ``specsteer.cloud.client``); they are not counted as link bytes.
+
+The two ends that speak it live beside this module: ``specsteer.edge.session`` (the Specialist, with the
+history) and ``specsteer.cloud.verifier`` (the Generalist and the generic Specialist copy, without it).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import asdict, dataclass, field
+from typing import ClassVar
+
+import numpy as np
+
+# --------------------------------------------------------------------------- limits shared by both sides
+
+MAX_DRAFT_LEN = 16
+MAX_NEW_TOKENS = 4096
+# Tokens a stream may hold past its prompt and token budget: a round's drafts and the token chosen
+# after them are read before the budget check ends the generation.
+DRAFT_HEADROOM = MAX_DRAFT_LEN + 2
+
+# --------------------------------------------------------------------------- wire format
+#
+# Every frame: 1 byte protocol version, 1 byte kind, then the fields. Integers are little-endian;
+# token ids are uint32, counts uint32, logit values float32 (exact, so the Edge recovers the same
+# token an all-in-one implementation would). A list is its count followed by its items, so every
+# frame is self-delimiting: a stream of Tokens frames needs no other framing.
+#
+# Version 1 was the unversioned in-process format (no version byte, no session id, no end ids).
+
+PROTOCOL_VERSION = 2
+SESSION_BYTES = 16
+UPLINK, DOWNLINK = "uplink", "downlink"
+DIRECTIONS = (UPLINK, DOWNLINK)
+# Verification rules; "generate" is the Cloud decoding alone (the llm baseline) and streaming tokens.
+RULES = ("ratio", "match", "exact", "costeer", "generate")
+STREAMING_RULES = frozenset({"generate"})
+
+_HEADER = struct.Struct("<BB")
+_OPEN_SETTINGS = struct.Struct("<Bdddi?dqI")
+_KEEP = struct.Struct("<i")
+_COUNT = struct.Struct("<I")
+CROSS_LAYOUT = 1  # the layout of a CrossOpen's extension; bumped if it ever changes
+_CROSS_LAYOUT = struct.Struct("<B")
+
+
+class FrameError(ValueError):
+    """A frame that is not a well-formed message of this protocol version. ``code`` names the fault."""
+
+    code = "malformed"
+
+
+class TruncatedFrame(FrameError):
+    code = "truncated"
+
+
+class UnsupportedVersion(FrameError):
+    code = "version"
+
+    def __init__(self, version: int):
+        super().__init__(f"protocol version {version} is not supported (this side speaks version {PROTOCOL_VERSION})")
+        self.version = version
+
+
+def _ids(values) -> tuple[int, ...]:
+    return tuple(int(v) for v in values)
+
+
+def _floats(values) -> np.ndarray:
+    array = np.ascontiguousarray(values, dtype="<f4").reshape(-1)
+    array.setflags(write=False)
+    return array
+
+
+@dataclass(frozen=True)
+class Open:
+    """Uplink, once: start a session. ``prompt`` is the plain (history-free) prompt."""
+
+    kind: ClassVar[str] = "open"
+    code: ClassVar[int] = 1
+    direction: ClassVar[str] = UPLINK
+
+    session: bytes
+    rule: str
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    alpha: float = 0.1
+    beta: float = 1.0
+    temperature: float = 0.0  # 0: greedy
+    top_p: float = 1.0
+    top_k: int = 64
+    bonus: bool = True
+    seed: int = 0
+    stop_ids: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        _check_session(self.session)
+        if self.rule not in RULES:
+            raise FrameError(f"unknown verification rule {self.rule!r}")
+        object.__setattr__(self, "prompt", _ids(self.prompt))
+        object.__setattr__(self, "stop_ids", _ids(self.stop_ids))
+
+    @property
+    def streams(self) -> bool:
+        """Whether the Cloud answers with a stream of Tokens instead of waiting for drafts."""
+        return self.rule in STREAMING_RULES
+
+    def summary(self) -> dict:
+        return {
+            "rule": self.rule,
+            "alpha": self.alpha,
+            "beta": self.beta,
+            "temperature": self.temperature,
+            "top_k": self.top_k,
+            "bonus": self.bonus,
+            "top_p": self.top_p,
+            "seed": self.seed,
+            "max_new_tokens": self.max_new_tokens,
+            "stop_ids": list(self.stop_ids),
+            "prompt": list(self.prompt),
+        }
+
+
+@dataclass(frozen=True)
+class CrossOpen(Open):
+    """Uplink, once, on a cross-tokenizer pair (``specsteer.method.crosstok``): an Open whose ``prompt`` is the
+    plain prompt in the Specialist's ids (the generic copy reads it) and whose ``large_prompt`` is the
+    same plain prompt in the Generalist's ids. Drafts and chosen tokens stay Specialist ids; verdicts
+    name symbols of the common byte space instead of token ids. Its frame is an Open's followed by
+    the layout version of this extension (``CROSS_LAYOUT``) and ``large_prompt``: a Cloud that predates
+    it refuses the unknown kind rather than misreading it, and the Open frame itself is unchanged."""
+
+    kind: ClassVar[str] = "cross-open"
+    code: ClassVar[int] = 5
+
+    large_prompt: tuple[int, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        object.__setattr__(self, "large_prompt", _ids(self.large_prompt))
+
+    def summary(self) -> dict:
+        return {**super().summary(), "large_prompt": list(self.large_prompt)}
+
+
+@dataclass(frozen=True)
+class Draft:
+    """Uplink, per round: the tokens the Edge chose since the last round, and new drafts."""
+
+    kind: ClassVar[str] = "draft"
+    code: ClassVar[int] = 2
+    direction: ClassVar[str] = UPLINK
+
+    session: bytes
+    draft: tuple[int, ...]
+    append: tuple[int, ...] = ()
+    keep: int = -1  # exact mode: drafts of the previous round the Edge kept; -1 otherwise
+
+    def __post_init__(self) -> None:
+        _check_session(self.session)
+        object.__setattr__(self, "draft", _ids(self.draft))
+        object.__setattr__(self, "append", _ids(self.append))
+
+    def summary(self) -> dict:
+        return {"keep": self.keep, "append": list(self.append), "draft": list(self.draft)}
+
+
+@dataclass(frozen=True, eq=False)
+class Verdict:
+    """Downlink, per round: drafts accepted, and the Cloud's share of the logits where needed.
+
+    ``values`` are ``z_L - beta z_S0`` on ``ids`` (recovery or bonus); with no ``ids`` they are
+    full rows (exact mode), or empty. ``extra`` carries log p_S0 on ``ids`` (CoSteer).
+    """
+
+    kind: ClassVar[str] = "verdict"
+    code: ClassVar[int] = 3
+    direction: ClassVar[str] = DOWNLINK
+
+    accepted: int
+    ids: tuple[int, ...] = ()
+    values: np.ndarray = field(default_factory=lambda: _floats(()))
+    extra: np.ndarray = field(default_factory=lambda: _floats(()))
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ids", _ids(self.ids))
+        object.__setattr__(self, "values", _floats(self.values))
+        object.__setattr__(self, "extra", _floats(self.extra))
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, Verdict)
+            and self.accepted == other.accepted
+            and self.ids == other.ids
+            and np.array_equal(self.values, other.values)
+            and np.array_equal(self.extra, other.extra)
+        )
+
+    # Unhashable (it holds arrays): a class that defines __eq__ and no __hash__ gets __hash__ = None.
+
+    def summary(self) -> dict:
+        """What a transcript keeps: ids in full up to 256, long float arrays only by size."""
+        ids = list(self.ids) if len(self.ids) <= 256 else f"<{len(self.ids)} ids>"
+        return {"accepted": self.accepted, "ids": ids, "values": _shown(self.values), "extra": _shown(self.extra)}
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Downlink: tokens the Generalist chose by itself (the ``llm`` baseline)."""
+
+    kind: ClassVar[str] = "tokens"
+    code: ClassVar[int] = 4
+    direction: ClassVar[str] = DOWNLINK
+
+    ids: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ids", _ids(self.ids))
+
+    def summary(self) -> dict:
+        return {"ids": list(self.ids)}
+
+
+Message = Open | CrossOpen | Draft | Verdict | Tokens
+MESSAGE_TYPES: dict[int, type[Message]] = {kind.code: kind for kind in (Open, CrossOpen, Draft, Verdict, Tokens)}
+
+
+def _check_session(session: bytes) -> None:
+    if not isinstance(session, bytes) or len(session) != SESSION_BYTES:
+        raise FrameError(f"a session id is {SESSION_BYTES} bytes")
+
+
+def _shown(values: np.ndarray):
+    return values.tolist() if values.size <= 64 else f"<{values.size} float32>"
+
+
+def _pack_ids(values: tuple[int, ...]) -> bytes:
+    return _COUNT.pack(len(values)) + np.asarray(values, dtype="<u4").tobytes()
+
+
+def _pack_floats(values: np.ndarray) -> bytes:
+    return _COUNT.pack(values.size) + values.tobytes()
+
+
+def encode(message: Message) -> bytes:
+    """The frame of one message."""
+    head = _HEADER.pack(PROTOCOL_VERSION, message.code)
+    if isinstance(message, Open):
+        settings = _OPEN_SETTINGS.pack(
+            RULES.index(message.rule),
+            message.alpha,
+            message.beta,
+            message.temperature,
+            message.top_k,
+            message.bonus,
+            message.top_p,
+            message.seed,
+            message.max_new_tokens,
+        )
+        frame = head + message.session + settings + _pack_ids(message.stop_ids) + _pack_ids(message.prompt)
+        if isinstance(message, CrossOpen):
+            frame += _CROSS_LAYOUT.pack(CROSS_LAYOUT) + _pack_ids(message.large_prompt)
+        return frame
+    if isinstance(message, Draft):
+        return head + message.session + _KEEP.pack(message.keep) + _pack_ids(message.append) + _pack_ids(message.draft)
+    if isinstance(message, Verdict):
+        return (
+            head
+            + _COUNT.pack(message.accepted)
+            + _pack_ids(message.ids)
+            + _pack_floats(message.values)
+            + _pack_floats(message.extra)
+        )
+    if isinstance(message, Tokens):
+        return head + _pack_ids(message.ids)
+    raise TypeError(f"not a protocol message: {type(message).__name__}")
+
+
+class _Reader:
+    """Reads fields off a frame; running past its end is a TruncatedFrame."""
+
+    def __init__(self, data: bytes, offset: int = 0):
+        self.data = memoryview(data)
+        self.offset = offset
+
+    def take(self, layout: struct.Struct) -> tuple:
+        self._need(layout.size)
+        values = layout.unpack_from(self.data, self.offset)
+        self.offset += layout.size
+        return values
+
+    def raw(self, size: int) -> bytes:
+        self._need(size)
+        value = bytes(self.data[self.offset : self.offset + size])
+        self.offset += size
+        return value
+
+    def ids(self) -> tuple[int, ...]:
+        return tuple(self._array("<u4").tolist())
+
+    def floats(self) -> np.ndarray:
+        return self._array("<f4").copy()
+
+    def _array(self, dtype: str) -> np.ndarray:
+        (count,) = self.take(_COUNT)
+        self._need(4 * count)  # before allocating: a forged count must not reserve gigabytes
+        array = np.frombuffer(self.data, dtype=dtype, count=count, offset=self.offset)
+        self.offset += 4 * count
+        return array
+
+    def _need(self, size: int) -> None:
+        if self.offset + size > len(self.data):
+            raise TruncatedFrame(f"the frame ends {self.offset + size - len(self.data)} bytes early")
+
+
+def decode(data: bytes, direction: str | None = None) -> Message:
+    """The message of exactly one frame; ``direction`` (UPLINK / DOWNLINK) restricts the kinds accepted."""
+    message, end = decode_prefix(data, direction)
+    if end != len(data):
+        raise FrameError(f"{len(data) - end} bytes after the end of a {message.kind} message")
+    return message
+
+
+def decode_prefix(data: bytes, direction: str | None = None, offset: int = 0) -> tuple[Message, int]:
+    """The message of the frame starting at ``offset``, and where it ends (for streams of frames).
+
+    Raises TruncatedFrame when ``data`` ends inside the frame, UnsupportedVersion for another
+    protocol version, FrameError for anything else that is not a message.
+    """
+    reader = _Reader(data, offset)
+    version, code = reader.take(_HEADER)
+    message: Message
+    if version != PROTOCOL_VERSION:
+        raise UnsupportedVersion(version)
+    kind = MESSAGE_TYPES.get(code)
+    if kind is None:
+        raise FrameError(f"unknown message kind {code}")
+    if direction is not None and kind.direction != direction:
+        raise FrameError(f"a {kind.kind} message cannot travel {direction}")
+    if kind is Open or kind is CrossOpen:
+        session = reader.raw(SESSION_BYTES)
+        rule, alpha, beta, temperature, top_k, bonus, top_p, seed, max_new_tokens = reader.take(_OPEN_SETTINGS)
+        if rule >= len(RULES):
+            raise FrameError(f"unknown verification rule {rule}")
+        stop_ids = reader.ids()
+        fields = dict(
+            session=session,
+            rule=RULES[rule],
+            stop_ids=stop_ids,
+            prompt=reader.ids(),
+            max_new_tokens=max_new_tokens,
+            alpha=alpha,
+            beta=beta,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            bonus=bonus,
+            seed=seed,
+        )
+        if kind is CrossOpen:
+            (layout,) = reader.take(_CROSS_LAYOUT)
+            if layout != CROSS_LAYOUT:
+                raise FrameError(f"cross-tokenizer layout {layout} is not supported (this side reads {CROSS_LAYOUT})")
+            message = CrossOpen(**fields, large_prompt=reader.ids())
+        else:
+            message = Open(**fields)
+    elif kind is Draft:
+        session = reader.raw(SESSION_BYTES)
+        (keep,) = reader.take(_KEEP)
+        append = reader.ids()
+        message = Draft(session=session, keep=keep, append=append, draft=reader.ids())
+    elif kind is Verdict:
+        (accepted,) = reader.take(_COUNT)
+        message = Verdict(accepted, reader.ids(), reader.floats(), reader.floats())
+    else:
+        message = Tokens(reader.ids())
+    return message, reader.offset
+
+
+def decode_stream(data: bytes, direction: str | None = None) -> list[Message]:
+    """Every message of a concatenation of frames (a captured response body); raises on a partial frame."""
+    messages, offset = [], 0
+    while offset < len(data):
+        message, offset = decode_prefix(data, direction, offset)
+        messages.append(message)
+    return messages
+
+
+# --------------------------------------------------------------------------- what a Cloud says besides messages
+
+
+@dataclass(frozen=True)
+class CloudPass:
+    """One forward pass the Cloud ran: ``after`` counts the session's messages (both ways) before it."""
+
+    after: int
+    stream: str  # GENERALIST_STREAM | GENERIC_STREAM
+    tokens: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class CloudReport:
+    """Instrumentation from the Cloud, never used for a decision: its passes since the last report
+    (the generation's trace needs them), the ratios of the last verification (the UI shows them),
+    and how many prompt tokens each Cloud stream found in the prefix cache."""
+
+    passes: tuple[CloudPass, ...] = ()
+    ratios: tuple[float, ...] = ()
+    reused: tuple[tuple[str, int], ...] = ()
+
+    def to_json(self) -> dict:
+        return {
+            "passes": [[p.after, p.stream, p.tokens, p.seconds] for p in self.passes],
+            "ratios": list(self.ratios),
+            "reused": dict(self.reused),
+        }
+
+    @classmethod
+    def from_json(cls, data: dict) -> CloudReport:
+        try:
+            passes = tuple(CloudPass(int(a), str(s), int(t), float(sec)) for a, s, t, sec in data.get("passes", ()))
+            ratios = tuple(float(r) for r in data.get("ratios", ()))
+            reused = tuple((str(k), int(v)) for k, v in dict(data.get("reused", {})).items())
+        except (TypeError, ValueError) as error:
+            raise FrameError(f"unreadable Cloud report: {error}") from None
+        return cls(passes, ratios, reused)
+
+
+@dataclass(frozen=True)
+class CloudInfo:
+    """What a Cloud serves: the pairing (both sides must run the same Specialist), the vocabulary
+    its logits cover, the protocol version, its limits, and ``instance`` (changes when it restarts)."""
+
+    pairing: str
+    vocab_size: int
+    protocol: int = PROTOCOL_VERSION
+    instance: str = ""
+    runtime: str = ""
+    limits: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> CloudInfo:
+        try:
+            return cls(
+                str(data["pairing"]),
+                int(data["vocab_size"]),
+                int(data["protocol"]),
+                str(data.get("instance", "")),
+                str(data.get("runtime", "")),
+                dict(data.get("limits", {})),
+            )
+        except (KeyError, TypeError, ValueError) as error:
+            raise FrameError(f"unreadable Cloud description: {error!r}") from None

@@ -27,6 +27,9 @@ COMMANDS: dict[str, Command] = {
     "cloud": Command(
         "generate", "serve the Cloud (Generalist and generic Specialist) over HTTP for Edges elsewhere", True
     ),
+    "edge-key": Command(
+        "generate", "the key of one Edge on a Cloud with a secret (its own credential for admission)", True
+    ),
     "pairings": Command(
         "generate", "the model pairings, whether each can load here and which runtime auto picks", True
     ),

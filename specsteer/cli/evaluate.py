@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 from specsteer.data.datasets import EVALUATION_TASKS, resolve_data_source
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
-from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, json_rows, run_grid_events
+from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, failures_text, json_rows, run_grid_events
 from specsteer.method.catalog import PRIVATE_METHODS, SPEED_REFERENCE
 from specsteer.models.registry import DEFAULT_PAIRING
 from specsteer.models.tiny import CROSS_PAIRING_ID, TEST_PAIRING_ID, shared_test_pair, shared_tiny_pair
@@ -201,7 +201,12 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(str(error), 2)
     except KeyboardInterrupt:
         return _fail("aborted; run again with the same --run-name to resume", 130)
+    except Exception as error:  # noqa: BLE001 -- a message, not a traceback; the stored cells survive
+        return _fail(f"{type(error).__name__}: {error} (run again with the same --run-name to resume)", 1)
     _report(result, spec, args)
+    if result.failures:
+        print(f"error: {failures_text(result.failures)}", file=sys.stderr)
+        return 1
     if result.status == "cancelled":
         print(f"cancelled: run {result.run_name!r} is resumable with --run-name", file=sys.stderr)
         return 130

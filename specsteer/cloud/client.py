@@ -41,10 +41,19 @@ class RemoteCloud:
     One HTTP client (kept-alive connections, thread-safe) serves every generation that uses this
     object. ``timeout_s`` bounds one answer (a long prompt's first pass on a CPU takes a while);
     a Cloud that is not there fails at once (connection refused), and one that stops midway fails
-    its open request as soon as the connection breaks.
+    its open request as soon as the connection breaks. A Cloud without room now (503, only ever for
+    an Open) is asked again after its Retry-After, while the waits add up to at most ``busy_wait_s``:
+    a full Cloud gives an idle session's room within its ``reclaim_idle_s`` (specsteer.cloud.admission).
     """
 
-    def __init__(self, url: str, secret: str | None = None, timeout_s: float = 600.0, connect_timeout_s: float = 5.0):
+    def __init__(
+        self,
+        url: str,
+        secret: str | None = None,
+        timeout_s: float = 600.0,
+        connect_timeout_s: float = 5.0,
+        busy_wait_s: float = 45.0,
+    ):
         import httpx
 
         problem = secret_problem(secret, f"${CLOUD_SECRET_ENV}")
@@ -56,6 +65,7 @@ class RemoteCloud:
             base_url=self.url, headers=headers, timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s)
         )
         self.timeout_s = timeout_s
+        self.busy_wait_s = busy_wait_s
         self.instance: str | None = None  # the instance that answered last: a new one means it restarted
 
     def transport(self) -> "HttpTransport":
@@ -82,21 +92,27 @@ class RemoteCloud:
         """One HTTP request; an answer other than 200 or a broken connection raises the CloudError it means."""
         import httpx
 
-        try:
-            response = self.client.send(self.client.build_request(method, path, **kwargs), stream=stream)
-        except httpx.TimeoutException:
-            raise CloudUnreachable(
-                f"The Cloud at {self.url} did not answer within {self.timeout_s:g} s.", "timeout"
-            ) from None
-        except httpx.TransportError as error:
-            raise CloudUnreachable(
-                f"Lost the connection to the Cloud at {self.url} ({_reason(error)}).", "unreachable"
-            ) from None
-        if response.status_code != 200:
+        waited = 0.0
+        while True:
+            try:
+                response = self.client.send(self.client.build_request(method, path, **kwargs), stream=stream)
+            except httpx.TimeoutException:
+                raise CloudUnreachable(
+                    f"The Cloud at {self.url} did not answer within {self.timeout_s:g} s.", "timeout"
+                ) from None
+            except httpx.TransportError as error:
+                raise CloudUnreachable(
+                    f"Lost the connection to the Cloud at {self.url} ({_reason(error)}).", "unreachable"
+                ) from None
+            if response.status_code == 200:
+                return response
             response.read()
             response.close()
-            raise self._refusal(response)
-        return response
+            pause = _retry_after(response) if response.status_code == 503 else None
+            if pause is None or waited + pause > self.busy_wait_s:
+                raise self._refusal(response)
+            time.sleep(pause)
+            waited += pause
 
     def close(self) -> None:
         self.client.close()
@@ -219,6 +235,12 @@ def _read_chunks(response, chunks: queue.Queue, stop: threading.Event) -> None:
 
 
 _MESSAGE_CHARS = 400  # a Cloud's error message is a sentence or two; more is not one
+
+
+def _retry_after(response) -> float | None:
+    """The seconds of a Retry-After header (a whole number, as the Cloud sends), or None."""
+    value = response.headers.get("retry-after", "").strip()
+    return float(value) if value.isdigit() else None
 
 
 def _reason(error: BaseException) -> str:

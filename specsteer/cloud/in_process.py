@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
-from specsteer.cloud.service import CloudService, ServiceError
+from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
 from specsteer.protocol.link import Arrival, Reply, Transport, cloud_error
 from specsteer.protocol.wire import CloudInfo, CloudReport
 
@@ -50,10 +50,13 @@ class LocalTransport:
 
 
 class InProcessCloud:
-    """The default Cloud: a service over the pair's own Generalist and Specialist, one per generation."""
+    """The default Cloud: a service over the pair's own Generalist and Specialist, one per generation.
+
+    Its one session never expires for idleness nor age: the process that would wait for it is the
+    one that holds it, so a pause (a laptop asleep, a stopped process) must not cost the generation."""
 
     def __init__(self, pair) -> None:
         self.pair = pair
 
     def transport(self) -> Transport:
-        return LocalTransport(CloudService(self.pair))
+        return LocalTransport(CloudService(self.pair, ServiceLimits(idle_timeout_s=None, max_session_life_s=None)))

@@ -4,7 +4,12 @@
 Slow and broken clients: a connection gets ``HEADER_TIMEOUT_S`` to send a request's headers and
 ``BODY_TIMEOUT_S`` to send its body, else it is answered 408 and closed (a Content-Length larger
 than the body sent, or half-sent headers, held a connection open for minutes); a client that goes
-away mid-request or mid-stream costs one log line. A 503 (no room) carries ``Retry-After``.
+away mid-request costs one log line; one that goes away mid-stream ends its session at once (its
+room is free for the next Edge) and that is one log line too. A 503 (no room) carries ``Retry-After``.
+
+Who is asking is the credential the request carries (``specsteer.cloud.admission``: the shared secret, an
+Edge key, or anonymous on a Cloud without a secret), not its source address: the per-client caps
+count by it.
 
 An audit can capture every exchange's bodies as the socket carried them (:class:`BodyCapture`,
 ``--capture FILE``; :func:`read_capture` reads the file back).
@@ -14,7 +19,6 @@ An audit can capture every exchange's bodies as the socket carried them (:class:
 # imported inside create_app) as objects.
 import asyncio
 import contextlib
-import hmac
 import json
 import struct
 import sys
@@ -23,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from specsteer.cloud.admission import bearer_token, credential
 from specsteer.cloud.api import DEFAULT_PORT, EXCHANGE_PATH, OCTET_STREAM, REPORT_HEADER
 from specsteer.cloud.service import CloudService, ServiceError
 from specsteer.protocol.exposure import is_loopback, secret_problem
@@ -132,7 +137,9 @@ def create_app(
     """The ASGI application serving ``service`` (see the module docstring for the endpoints)."""
     from fastapi import Depends, FastAPI, Request
     from fastapi.concurrency import run_in_threadpool
-    from fastapi.responses import JSONResponse, Response, StreamingResponse
+    from fastapi.responses import JSONResponse, Response
+
+    session_stream = _session_stream_class()
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -152,13 +159,12 @@ def create_app(
 
     app = FastAPI(title="SpecSteer Cloud", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
 
-    def authorized(request: Request) -> None:
-        if secret is None:
-            return
-        given = request.headers.get("authorization", "")
-        scheme, _, token = given.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(token.encode(), secret.encode()):
+    def authorized(request: Request) -> str:
+        """The request's credential (what the per-client caps count); 401 without a valid one."""
+        who = credential(bearer_token(request.headers.get("authorization", "")), secret)
+        if who is None:
             raise ServiceError(401, "unauthorized", "The Cloud refused the request: missing or wrong shared secret.")
+        return who
 
     @app.exception_handler(ServiceError)
     async def refused(_request, error: ServiceError):
@@ -191,13 +197,13 @@ def create_app(
     def info():
         return service.info().to_json()
 
-    @app.post(EXCHANGE_PATH, dependencies=[Depends(authorized)])
-    async def exchange(request: Request):
+    @app.post(EXCHANGE_PATH)
+    async def exchange(request: Request, client: str = Depends(authorized)):
         frame = await _read_frame(request, service.frame_limit, body_timeout_s)
-        client = request.client.host if request.client else ""
         answer = await run_in_threadpool(service.handle, frame, client)
         if answer.report is None:  # a stream: each frame leaves as soon as it is computed
-            return StreamingResponse(answer.frames, media_type=OCTET_STREAM)
+            peer = request.client or ("?", 0)
+            return session_stream(service, answer, f"{peer[0]}:{peer[1]}")
         body = b"".join(answer.frames)
         return Response(
             body,
@@ -217,6 +223,44 @@ def create_app(
 
     app = QuietDisconnects(app)
     return BodyCapture(app, capture) if capture is not None else app
+
+
+def _session_stream_class():
+    from starlette.responses import StreamingResponse
+
+    class SessionStream(StreamingResponse):
+        """A session's token stream; a reader that goes away before its end ends the session at once
+        (its caches and its room), with one log line, instead of leaving it to the idle expiry."""
+
+        def __init__(self, service: CloudService, answer, peer: str):
+            self.service, self.session, self.peer = service, answer.session, peer
+            self.complete = False
+            super().__init__(self._frames(iter(answer.frames)), media_type=OCTET_STREAM)
+
+        async def _frames(self, frames):
+            from starlette.concurrency import run_in_threadpool
+
+            while (frame := await run_in_threadpool(next, frames, None)) is not None:
+                yield frame
+            self.complete = True
+
+        async def __call__(self, scope, receive, send):
+            try:
+                await super().__call__(scope, receive, send)
+            finally:
+                if not self.complete and self.session is not None:
+                    # Not awaited: a pass in flight finishes first, and a cancelled request cannot wait.
+                    asyncio.get_running_loop().run_in_executor(None, self._abandon)
+
+        def _abandon(self) -> None:
+            if self.service.abandon(self.session):
+                print(
+                    f"[cloud] {self.peer} went away mid-stream: ended its session {self.session.hex()[:8]}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+
+    return SessionStream
 
 
 async def _read_frame(request, limit: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes:
@@ -327,7 +371,8 @@ def header_timeout_protocol(timeout_s: float = HEADER_TIMEOUT_S):
 
 async def _expire_periodically(service: CloudService) -> None:
     """Free the caches of Edges that went away without closing, even when no request comes."""
-    period = min(30.0, service.limits.idle_timeout_s / 2)
+    limits = service.limits
+    period = min(30.0, *(value / 2 for value in (limits.idle_timeout_s, limits.max_session_life_s) if value))
     while True:
         await asyncio.sleep(period)
         await asyncio.to_thread(service.expire_idle)

@@ -23,12 +23,16 @@ A session's caches are the big cost: one context per Cloud stream, each sized fo
 token budget and the draft headroom (``ModelRuntime.sequence_bytes`` says what such a context may
 come to hold). An Open is admitted only when the sessions' reserved bytes plus its own fit
 ``memory_budget_bytes`` (``python -m specsteer cloud`` sets it from the machine's memory), when the
-client (``handle``'s ``client``: the HTTP peer's address) holds fewer than
-``max_sessions_per_client`` sessions and when ``max_sessions`` is not reached. An Open that does not
-fit first ends sessions that opened more than ``unstarted_timeout_s`` ago and never drafted (nor
-read a token); if it still does not fit it gets 503 with ``retry_after_s``, the time until the
-first session could expire. An admitted Open gives back the prefix caches' idle sequences when
-they and the sessions together would pass the budget, so what the caches hold stays under it.
+client (``handle``'s ``client``: the credential the request carried, ``specsteer.cloud.admission``, never
+its source address) holds fewer than ``max_sessions_per_client`` sessions and at most
+``max_client_share`` of the budget, and when ``max_sessions`` is not reached. An Open that does not
+fit takes the room of idle sessions, oldest-idle first and only as many as it needs: those without
+a message for ``reclaim_idle_s``, and those that opened ``unstarted_timeout_s`` ago and never drafted
+(nor read a token). If even that would not make room, nothing is ended and it gets 503 with
+``retry_after_s``, the time until a session could give its room. An admitted Open gives back the
+prefix caches' idle sequences when they and the sessions together would pass the budget, so what
+the caches hold stays under it. A session ends at ``max_session_life_s`` after its Open whatever
+it does, and a server whose client went away mid-stream ends it at once (:meth:`CloudService.abandon`).
 
 Every refusal is a :class:`ServiceError` with an HTTP status, a short code and a message meant for
 the person running the Edge; the service itself keeps serving. A failure inside a model pass drops
@@ -41,7 +45,6 @@ of several sessions (what a GPU server would do) is left for later.
 
 from __future__ import annotations
 
-import math
 import os
 import secrets
 import threading
@@ -53,6 +56,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from specsteer.cloud import admission
 from specsteer.cloud.verifier import CROSS_RULES, Cloud, CrossCloud, finite_settings_problem, needs_generic
 from specsteer.method.decoding import ForwardLog
 from specsteer.protocol.wire import (
@@ -86,12 +90,20 @@ class ServiceLimits:
     max_draft_len: int = MAX_DRAFT_LEN
     max_new_tokens: int = MAX_NEW_TOKENS
     max_stop_ids: int = 64
-    idle_timeout_s: float = 300.0
+    # None: a session never expires for idleness (a Cloud in process: its only Edge may be paused, a laptop asleep).
+    idle_timeout_s: float | None = 300.0
+    # Sessions one credential may hold at once, whatever its source addresses (specsteer.cloud.admission).
     max_sessions_per_client: int = 8
     # Sessions' caches together, in bytes; None: no budget (a Cloud in process serves one generation).
     memory_budget_bytes: int | None = None
     # A session that has not drafted (nor read a token) this long after its Open makes room for a new one.
     unstarted_timeout_s: float = 30.0
+    # A session idle this long gives its room to an Open that needs it, oldest-idle first.
+    reclaim_idle_s: float = 30.0
+    # A session's whole life, from its Open; None: unbounded (a Cloud in process).
+    max_session_life_s: float | None = 3600.0
+    # The share of the memory budget one credential's sessions may reserve together.
+    max_client_share: float = 1.0
 
     def __post_init__(self) -> None:
         for name in (
@@ -106,9 +118,15 @@ class ServiceLimits:
                 raise ValueError(f"{name} must be at least 1")
         if self.max_draft_len > MAX_DRAFT_LEN:
             raise ValueError(f"max_draft_len is at most {MAX_DRAFT_LEN}")
-        for name in ("idle_timeout_s", "unstarted_timeout_s"):
+        for name in ("unstarted_timeout_s", "reclaim_idle_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0")
+        for name in ("idle_timeout_s", "max_session_life_s"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be > 0 (or None: never)")
+        if not 0 < self.max_client_share <= 1:
+            raise ValueError("max_client_share must be in (0, 1]")
         if self.memory_budget_bytes is not None and self.memory_budget_bytes < 1:
             raise ValueError("memory_budget_bytes must be at least 1 (or None: no budget)")
 
@@ -163,6 +181,7 @@ class Answer:
 
     frames: Iterable[bytes]
     report: CloudReport | None
+    session: bytes | None = None  # a stream's session: what the server ends when its reader goes away
 
 
 @dataclass(eq=False)
@@ -172,7 +191,7 @@ class _Session:
     cloud: Cloud
     log: ForwardLog
     last_used: float
-    client: str = ""  # who opened it (the HTTP peer's address): the per-client cap counts these
+    client: str = ""  # who opened it (the credential, specsteer.cloud.admission): the per-client caps count these
     reserved: int = 0  # bytes of the budget its caches may come to hold
     started: bool = False  # it has drafted or read a token since its Open
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -184,6 +203,7 @@ class _Session:
     emitted: int = 0  # tokens streamed (generate rule)
     finished: bool = False  # the stream reached its budget or an end id
     closed: bool = False
+    opened_at: float = 0.0  # its life is bounded from here (ServiceLimits.max_session_life_s)
 
     def collect_passes(self) -> None:
         for step in self.log.trace[self.logged :]:
@@ -211,8 +231,10 @@ class CloudService:
         limits: ServiceLimits = ServiceLimits(),
         clock: Callable[[], float] = time.monotonic,
         reuse_prefixes: bool = True,
+        notice: Callable[[str], None] | None = None,
     ):
         self.pair = pair
+        self.notice = notice  # one line for the operator when a session is reclaimed or abandoned
         self.limits = limits
         self.reuse_prefixes = reuse_prefixes
         self.instance = secrets.token_hex(8)  # a restarted Cloud has another
@@ -235,8 +257,9 @@ class CloudService:
         )
 
     def handle(self, frame: bytes, client: str = "") -> Answer:
-        """Answer one uplink frame from ``client`` (who is asking: the per-client session cap counts by it);
-        raises ServiceError for anything the Cloud refuses."""
+        """Answer one uplink frame from ``client`` (who is asking: the credential the server saw,
+        ``specsteer.cloud.admission``; the per-client caps count by it); raises ServiceError for anything the
+        Cloud refuses."""
         message = self._decode(frame)
         self.expire_idle()
         if isinstance(message, Open):
@@ -279,17 +302,28 @@ class CloudService:
         return total
 
     def expire_idle(self) -> int:
-        """End the sessions idle for longer than the limit (a busy one is left alone); returns how many."""
-        return self._expire(
-            lambda session, now: session.last_used < now - self.limits.idle_timeout_s, "expired-session"
-        )
+        """End the sessions idle for longer than the limit, and those past their life (a busy one is left
+        alone); returns how many."""
+        idle, life = self.limits.idle_timeout_s, self.limits.max_session_life_s
+        expired = 0
+        if idle is not None:
+            expired += self._expire(lambda session, now: session.last_used < now - idle, "expired-session")
+        if life is not None:
+            expired += self._expire(lambda session, now: session.opened_at < now - life, "lifetime-session")
+        return expired
 
-    def _expire_unstarted(self) -> int:
-        """End the sessions that opened longer than ``unstarted_timeout_s`` ago and never drafted."""
-        return self._expire(
-            lambda session, now: not session.started and session.last_used < now - self.limits.unstarted_timeout_s,
-            "expired-session",
-        )
+    def abandon(self, session_id: bytes) -> bool:
+        """End a session whose Edge went away in the middle of its stream (waits for a pass in flight);
+        False when it had ended already."""
+        with self._table:
+            session = self._sessions.get(session_id)
+        if session is None:
+            return False
+        with session.lock:
+            if session.closed:
+                return False
+            self._end(session, "closed-session")
+        return True
 
     def _expire(self, due: Callable[[_Session, float], bool], reason: str) -> int:
         now = self._clock()
@@ -344,13 +378,10 @@ class CloudService:
         log = ForwardLog()
         cloud = self._new_cloud(log)
         session = _Session(message.session, message, cloud, log, self._clock(), client, self.session_bytes(message))
+        session.opened_at = session.last_used
         with session.lock:
             with self._admission:
-                refusal = self._no_room(session)
-                if refusal is not None and refusal.status == 503 and self._expire_unstarted():
-                    refusal = self._no_room(session)
-                if refusal is not None:
-                    raise refusal
+                self._make_room(session)
                 self._free_idle_caches(session.reserved)
                 with self._table:
                     self._sessions[message.session] = session
@@ -358,7 +389,7 @@ class CloudService:
             self._run(session, session.cloud.open, message)
             session.last_used = self._clock()
         if message.streams:
-            return Answer(self._stream(session), None)
+            return Answer(self._stream(session), None, message.session)
         return Answer((), session.report())
 
     def _new_cloud(self, log: ForwardLog):
@@ -380,6 +411,9 @@ class CloudService:
         with session.lock:
             if session.closed:
                 raise self._gone(message.session)
+            if self._past_life(session):
+                self._end(session, "lifetime-session")
+                raise self._gone(message.session)
             problem = self._draft_problem(message) or session.cloud.problem(message)
             if problem:
                 raise ServiceError(400, "invalid", problem)
@@ -400,6 +434,9 @@ class CloudService:
             with session.lock:
                 if session.closed or session.finished:
                     return
+                if self._past_life(session):  # the Edge is told by the stream's early end
+                    self._end(session, "lifetime-session")
+                    return
                 session.started = True
                 tokens = self._run(session, session.cloud.next_tokens, 1)
                 session.collect_passes()
@@ -411,40 +448,54 @@ class CloudService:
 
     # ----------------------------------------------------------------------- admission
 
-    def _no_room(self, session: _Session) -> ServiceError | None:
-        """Why ``session`` cannot be admitted now (409 for a known id, 503 for no room), or None."""
-        limits = self.limits
+    def _make_room(self, session: _Session) -> None:
+        """Admit ``session`` (specsteer.cloud.admission), ending the idle sessions whose room it takes; raises
+        409 for a known id and 503 (with Retry-After) when there is no room. The caller holds ``_admission``."""
         with self._table:
             if session.id in self._sessions or session.id in self._ended:
-                return ServiceError(409, "session-exists", "A session with this id already exists on the Cloud.")
-            sessions = list(self._sessions.values())
-        if len(sessions) >= limits.max_sessions:
-            return self._busy(sessions, f"The Cloud is serving its maximum of {limits.max_sessions} generations.")
-        if sum(1 for other in sessions if other.client == session.client) >= limits.max_sessions_per_client:
-            return self._busy(
-                sessions,
-                f"This client already holds {limits.max_sessions_per_client} session(s), "
-                "the most this Cloud gives one client.",
-            )
-        budget = limits.memory_budget_bytes
-        reserved = sum(other.reserved for other in sessions)
-        if budget is not None and reserved + session.reserved > budget:
-            need = "more than its whole budget" if session.reserved > budget else "more than is left"
-            return self._busy(
-                sessions,
-                f"This generation's caches need {_megabytes(session.reserved)}, {need} "
-                f"of the Cloud's {_megabytes(budget)} for all sessions.",
-            )
-        return None
+                raise ServiceError(409, "session-exists", "A session with this id already exists on the Cloud.")
+        candidate = admission.Holding(session.id, session.client, session.reserved, session.last_used, False)
+        for _ in range(3):  # a victim that became busy meanwhile is left alone, and the room decided again
+            now = self._clock()
+            with self._table:
+                holdings = [self._holding(other) for other in self._sessions.values()]
+            decision = admission.admit(candidate, holdings, self.limits, now)
+            if decision.refusal is not None:
+                retry = decision.retry_after_s
+                raise ServiceError(503, "busy", f"{decision.refusal} Try again in {retry} s.", retry_after_s=retry)
+            if all(self._reclaim(victim, session.client, now) for victim in decision.victims):
+                return
+        raise ServiceError(503, "busy", "The Cloud's sessions are all in use. Try again in 1 s.", retry_after_s=1)
 
-    def _busy(self, sessions: list[_Session], message: str) -> ServiceError:
-        """A 503 saying when to try again: when the first session could expire (at least 1 s)."""
-        now, limits = self._clock(), self.limits
-        waits = [
-            (s.last_used + (limits.idle_timeout_s if s.started else limits.unstarted_timeout_s)) - now for s in sessions
-        ]
-        retry = max(1, math.ceil(min(waits, default=1.0)))
-        return ServiceError(503, "busy", f"{message} Try again in {retry} s.", retry_after_s=retry)
+    @staticmethod
+    def _holding(session: _Session) -> admission.Holding:
+        busy = session.lock.locked()
+        return admission.Holding(session.id, session.client, session.reserved, session.last_used, session.started, busy)
+
+    def _reclaim(self, session_id: bytes, claimant: str, now: float) -> bool:
+        """End a session whose room an Open takes; False when it is being served now (then it stays)."""
+        with self._table:
+            session = self._sessions.get(session_id)
+        if session is None:
+            return True
+        if not session.lock.acquire(blocking=False):
+            return False
+        try:
+            if not session.closed:
+                # A session that never drafted ends as it did before reclaiming existed: expired.
+                self._end(session, "reclaimed-session" if session.started else "expired-session")
+                if self.notice is not None:
+                    self.notice(
+                        f"gave the room of session {session_id.hex()[:8]} ({session.client}, idle "
+                        f"{now - session.last_used:.0f} s, {admission.megabytes(session.reserved)}) to an Open of {claimant}"
+                    )
+        finally:
+            session.lock.release()
+        return True
+
+    def _past_life(self, session: _Session) -> bool:
+        life = self.limits.max_session_life_s
+        return life is not None and self._clock() - session.opened_at > life
 
     def _free_idle_caches(self, wanted: int) -> None:
         """Give back the prefix caches' idle sequences when the sessions and they would pass the budget."""
@@ -547,10 +598,24 @@ class CloudService:
         with self._table:
             reason = self._ended.get(session_id)
         if reason == "expired-session":
+            idle = self.limits.idle_timeout_s
+            idle = self.limits.unstarted_timeout_s if idle is None else idle
+            return ServiceError(
+                410, reason, f"The Cloud ended this generation's session after {idle:g} s without a message."
+            )
+        if reason == "reclaimed-session":
             return ServiceError(
                 410,
                 reason,
-                f"The Cloud ended this generation's session after {self.limits.idle_timeout_s:g} s without a message.",
+                "The Cloud gave this generation's session's room to a new one: it had been "
+                f"{self.limits.reclaim_idle_s:g} s or more without a message while the Cloud was full.",
+            )
+        if reason == "lifetime-session":
+            return ServiceError(
+                410,
+                reason,
+                f"The Cloud ended this generation's session at its limit of {self.limits.max_session_life_s:g} s "
+                "for one session.",
             )
         if reason == "closed-session":
             return ServiceError(410, reason, "This generation's session on the Cloud has already ended.")
@@ -575,10 +640,6 @@ class CloudService:
             if not self.reuse_prefixes:
                 for model in (self.pair.generalist, self.pair.specialist):
                     model.prefix_cache.clear()
-
-
-def _megabytes(count: int) -> str:
-    return f"{count / 2**20:,.0f} MB" if count >= 2**20 else f"{count / 2**10:,.1f} kB"
 
 
 def _out_of_vocabulary(ids: tuple[int, ...], vocab_size: int) -> bool:

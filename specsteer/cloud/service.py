@@ -53,8 +53,9 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from specsteer.cloud.verifier import CROSS_RULES, Cloud, CrossCloud, finite_settings_problem, needs_generic
+from specsteer.cloud.verifier import Cloud, CrossCloud, finite_settings_problem
 from specsteer.method.decoding import ForwardLog
+from specsteer.protocol.rules import CROSS_RULES, RULE_SPECS, Rule
 from specsteer.protocol.wire import (
     DRAFT_HEADROOM,
     MAX_DRAFT_LEN,
@@ -114,13 +115,13 @@ class ServiceLimits:
 
     @property
     def max_frame_bytes(self) -> int:
-        empty_open = Open(bytes(SESSION_BYTES), "ratio", (), 1)
+        empty_open = Open(bytes(SESSION_BYTES), Rule.RATIO, (), 1)
         return len(encode(empty_open)) + 4 * (self.max_prompt_tokens + self.max_stop_ids)
 
     @property
     def max_cross_frame_bytes(self) -> int:
         """A cross-tokenizer pair's largest legal Open: a CrossOpen carries the plain prompt twice."""
-        empty_open = CrossOpen(bytes(SESSION_BYTES), "ratio", (), 1)
+        empty_open = CrossOpen(bytes(SESSION_BYTES), Rule.RATIO, (), 1)
         return len(encode(empty_open)) + 4 * (2 * self.max_prompt_tokens + self.max_stop_ids)
 
     def to_json(self) -> dict:
@@ -169,7 +170,7 @@ class Answer:
 class _Session:
     id: bytes
     opened: Open
-    cloud: Cloud
+    cloud: Cloud | CrossCloud
     log: ForwardLog
     last_used: float
     client: str = ""  # who opened it (the HTTP peer's address): the per-client cap counts these
@@ -274,7 +275,7 @@ class CloudService:
         """What the caches of a session opened by ``message`` may come to hold (its reservation)."""
         capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
         total = self.pair.generalist.sequence_bytes(capacity)
-        if needs_generic(message.rule, message.beta):
+        if RULE_SPECS[message.rule].needs_generic(message.beta):
             total += self.pair.specialist.sequence_bytes(capacity)
         return total
 
@@ -343,6 +344,7 @@ class CloudService:
             raise ServiceError(400, "invalid", problem)
         log = ForwardLog()
         cross = self.pair.cross
+        cloud: Cloud | CrossCloud
         if cross is not None:
             cloud = CrossCloud(
                 self.pair.generalist,
@@ -490,9 +492,9 @@ class CloudService:
                 "This Cloud serves a cross-tokenizer pairing: open the session with the Generalist's prompt "
                 "too (a cross-open message)."
             )
-        if message.rule not in CROSS_RULES:
+        if not RULE_SPECS[message.rule].cross_tokenizer:
             return (
-                f"The {message.rule!r} rule is not available across tokenizers; this Cloud offers "
+                f"The {message.rule.value!r} rule is not available across tokenizers; this Cloud offers "
                 f"{', '.join(CROSS_RULES)}."
             )
         if not message.large_prompt:

@@ -127,7 +127,7 @@ class CompareView(NamedTuple):
             values[4 + MAX_SLOTS : 4 + 2 * MAX_SLOTS],
             values[4 + 2 * MAX_SLOTS :],
         )
-        return cls(*values[:4], tuple(slots), tuple(visible), tuple(ratings))
+        return cls(values[0], values[1], values[2], values[3], tuple(slots), tuple(visible), tuple(ratings))
 
 
 COMPARE_WIDTH = len(CompareView.unchanged().flat())
@@ -343,7 +343,7 @@ class CompareTab:
         input_text: str,
         methods: Sequence[str],
         blind: bool,
-        request: gr.Request = None,
+        request: gr.Request | None = None,
         **settings: object,
     ) -> Iterator[CompareView]:
         """Generate with every chosen method (streaming each into its slot), then save the comparison.
@@ -361,7 +361,7 @@ class CompareTab:
             yield CompareView.from_flat(frame)
 
     @staticmethod
-    def stop(request: gr.Request = None) -> CompareView:
+    def stop(request: gr.Request | None = None) -> CompareView:
         """The Stop button: end this page's comparison run (an incomplete comparison is not saved)."""
         run = RUNS.stop(request, "compare")
         if run is not None and run.done:
@@ -560,7 +560,7 @@ def build(service: AppService, controls: GenerateControls) -> PageRefresh:
     )
     reopen.click(flattened(tab.open_comparison), saved, outputs, api_name="open_comparison")
     refresh.click(lambda: gr.update(choices=tab.comparison_choices()), None, saved, **QUIET)
-    pairing = controls.settings["pairing"]  # the Generate tab's picker: Compare runs on its pairing
+    pairing = controls.pairing  # the Generate tab's picker: Compare runs on its pairing
     offer = partial(pairs.offer_methods, COMPARED_METHODS, method_label)
     pairing.change(offer, [pairing, methods], methods, **QUIET)
     submit.click(

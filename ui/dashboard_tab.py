@@ -18,10 +18,10 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 import gradio as gr
 import pandas as pd
@@ -65,12 +65,15 @@ SOURCES = {
 TABLE_HEADERS = list(plots.display_rows([{"method": "x"}])[0])
 
 
-class DashboardView(NamedTuple):
-    status: object
-    quality: object
-    acceptance: object
-    table: object
-    runs: object
+_V = TypeVar("_V")  # a view's fields: its components when an event is wired, their new values when it fires
+
+
+class DashboardView(NamedTuple, Generic[_V]):
+    status: _V
+    quality: _V
+    acceptance: _V
+    table: _V
+    runs: _V
 
 
 class DeploymentView(NamedTuple):
@@ -121,6 +124,14 @@ class GridForm:
     max_new_tokens: float
     draft_len: float
     run_name: str
+
+    @staticmethod
+    def widgets(**widgets: gr.components.Component) -> dict[str, gr.components.Component]:
+        """The grid's widgets by field name; a TypeError unless they name exactly the fields."""
+        names = [field.name for field in fields(GridForm)]
+        if sorted(widgets) != sorted(names):
+            raise TypeError(f"the grid's widgets {sorted(widgets)} are not the form's fields {sorted(names)}")
+        return widgets
 
     def spec(self, keep_upload: Callable[[str, str], Path]) -> EvalSpec:
         """The one EvalSpec these values name; ``keep_upload`` keeps an uploaded records file (the service's
@@ -239,7 +250,7 @@ def stored_rows(config: Mapping[str, object], cells: Sequence) -> list[dict]:
 def claim_notes(cells: Sequence) -> list[str]:
     """Each SpecSteer setting against the stronger of SLM+ and LLM, record by record on ROUGE-L and
     ROUGE-1, with 95 % bootstrap intervals (sentences for the status line)."""
-    notes = []
+    notes: list[str] = []
     for metric, name in (("rougeL", "R-L"), ("rouge1", "R-1")):
         baseline = stronger_baseline(cells, metric)
         if baseline is None:
@@ -286,18 +297,18 @@ def _progress_box(update: GridProgress) -> str:
     return render.progress_html(update.done, update.total, text or update.stage)
 
 
-def _fail(message: str) -> DashboardView:
+def _fail(message: str) -> DashboardView[object]:
     gr.Warning(render.esc(message))
     return _failed_view(message)
 
 
-def _failed_view(message: str) -> DashboardView:
+def _failed_view(message: str) -> DashboardView[object]:
     return DashboardView(render.message_box(message, "error"), gr.skip(), gr.skip(), gr.skip(), gr.skip())
 
 
 def evaluation_frames(
     events: Iterable[EvaluationEvent], run_choices: Callable[[], list[tuple[str, int]]]
-) -> Iterator[DashboardView | Toast]:
+) -> Iterator[DashboardView[object] | Toast]:
     """The service's events of one evaluation run as frames of this tab's outputs, with a toast for a failure;
     ``run_choices`` lists the stored runs afresh."""
     skip = gr.skip()
@@ -338,7 +349,7 @@ class DashboardTab:
         """Stored runs for the run picker, newest first."""
         return [(run_label(run), run.id) for run in self.service.stored_runs()]
 
-    def open_runs(self, run_ids: Sequence[int] | int | None) -> DashboardView:
+    def open_runs(self, run_ids: Sequence[int] | int | None) -> DashboardView[object]:
         """Reopen stored runs (one, or several to compare them)."""
         ids = chosen_run_ids(run_ids)
         if ids is None:
@@ -409,7 +420,7 @@ class DashboardTab:
             sources,
         )
 
-    def run_batch(self, request: gr.Request = None, **values: object) -> Iterator[DashboardView]:
+    def run_batch(self, request: gr.Request | None = None, **values: object) -> Iterator[DashboardView[object]]:
         """Run (or resume) an evaluation grid, streaming progress, then show its figures and table.
 
         ``values``: the grid's widgets, by :class:`GridForm` field name.
@@ -429,7 +440,7 @@ class DashboardTab:
         for frame in RUNS.start(request, "dashboard", produce, width=len(DashboardView._fields)).frames():
             yield DashboardView(*frame)
 
-    def cancel(self, request: gr.Request = None) -> DashboardView:
+    def cancel(self, request: gr.Request | None = None) -> DashboardView[object]:
         """The Cancel button: stop after the current token; finished cells stay stored (and resumable)."""
         skip = gr.skip()
         run = RUNS.stop(request, "dashboard", timeout=30.0)
@@ -537,9 +548,9 @@ def build(service: AppService) -> PageRefresh:
         with gr.Accordion("The profile's numbers and their sources", open=False, elem_id="deployment-sources"):
             profile_sources = gr.HTML(render.profile_html(PROFILES[DEFAULT_PROFILE]), elem_id="deployment-profile-note")
 
-    # The grid's widgets by GridForm field name (building the form checks the names): run_batch gets
-    # their values as keyword arguments, the /evaluate endpoint's parameters.
-    grid = GridForm(
+    # The grid's widgets by GridForm field name (checked here): run_batch gets their values as keyword
+    # arguments, the /evaluate endpoint's parameters.
+    grid = GridForm.widgets(
         source=source,
         upload=upload,
         task=task,
@@ -563,7 +574,7 @@ def build(service: AppService) -> PageRefresh:
         tab.run_batch,
         [],
         outputs,
-        inputs_kwargs=vars(grid),
+        inputs_kwargs=grid,
         api_name="evaluate",
         stop_work=tab.cancel,
         stop_api_name="cancel_evaluate",

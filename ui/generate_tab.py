@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 import gradio as gr
 
@@ -102,33 +102,36 @@ DEFAULTS = GenerationSettings(pairing="", prompt_style="clean")
 WAITING_FOR_TRANSCRIPT = "The transcript appears when the generation ends."
 
 
-class GenerateView(NamedTuple):
+_V = TypeVar("_V")  # a view's fields: its components when an event is wired, their new values when it fires
+
+
+class GenerateView(NamedTuple, Generic[_V]):
     """The outputs of a generation, in the order the event lists them."""
 
-    status: object
-    output: object
-    stats: object
-    retrieved: object
-    privacy: object
+    status: _V
+    output: _V
+    stats: _V
+    retrieved: _V
+    privacy: _V
 
 
-class SampleView(NamedTuple):
+class SampleView(NamedTuple, Generic[_V]):
     """What choosing a sample user updates."""
 
-    history: object
-    summary: object
-    task: object
-    input_text: object
-    upload: object  # cleared: the sample replaces an uploaded history
+    history: _V
+    summary: _V
+    task: _V
+    input_text: _V
+    upload: _V  # cleared: the sample replaces an uploaded history
 
 
-class UploadView(NamedTuple):
+class UploadView(NamedTuple, Generic[_V]):
     """What uploading a history updates."""
 
-    history: object
-    summary: object
-    task: object
-    sample: object  # cleared after a good file: no sample names the history any more
+    history: _V
+    summary: _V
+    task: _V
+    sample: _V  # cleared after a good file: no sample names the history any more
 
 
 def read_sample(sample: str) -> NamedHistory:
@@ -179,7 +182,7 @@ def history_summary(loaded: NamedHistory | None) -> str:
 # --------------------------------------------------------------------------- events -> frames
 
 
-def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateView | Toast]:
+def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateView[object] | Toast]:
     """The service's events of one generation as frames of this tab's outputs (unchanged ones skipped),
     with a toast for a failure."""
     skip = gr.skip()
@@ -196,7 +199,7 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
                 yield GenerateView(
                     status,
                     render.output_html(tokens.html),
-                    _final_stats(event.partial, settings),
+                    _final_stats(event.partial, _after_start(settings)),
                     skip,
                     render.privacy_html(event.partial.privacy),
                 )
@@ -216,12 +219,14 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
         elif isinstance(event, Loading):
             yield GenerateView(render.message_box(event.message, "busy"), skip, skip, skip, skip)
         elif isinstance(event, Generating):
+            started = _after_start(settings)
             live = LiveStats(
-                event.method, event.runtime, event.precision, cloud=settings.cloud, link=settings.link_conditions()
+                event.method, event.runtime, event.precision, cloud=started.cloud, link=started.link_conditions()
             )
             running = render.message_box(f"Generating with {method_label(event.method)}…", "busy")
             yield GenerateView(running, skip, render.stats_html(live.view("running")), skip, skip)
         elif isinstance(event, Token):
+            live = _after_start(live)
             live.add(event.event)
             tokens.add(event.event)
             if throttle.due():
@@ -233,10 +238,17 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
             yield GenerateView(
                 _done_status(result),
                 render.output_html(tokens.html),
-                _final_stats(result, settings),
+                _final_stats(result, _after_start(settings)),
                 skip,
                 render.privacy_html(result.privacy),
             )
+
+
+def _after_start(value: _V | None) -> _V:
+    """What the Started (settings) or Generating (live stats) event set: every later event follows it."""
+    if value is None:
+        raise RuntimeError("a generation's events came out of order")
+    return value
 
 
 def _final_stats(result: GenerationResult, settings: GenerationSettings) -> str:
@@ -265,7 +277,7 @@ class GenerateTab:
         self.service = service
         self.uploads = uploads  # which paths load_upload may read (build() passes Gradio's own uploads)
 
-    def load_sample(self, sample: str | None) -> SampleView:
+    def load_sample(self, sample: str | None) -> SampleView[object]:
         """Sample dropdown -> the sample's history, its summary, task and input; the upload box cleared."""
         if not sample or sample not in SAMPLES:
             return SampleView(*[gr.skip()] * len(SampleView._fields))
@@ -273,7 +285,7 @@ class GenerateTab:
         task = TASK_FOR_SCHEMA.get(loaded.history.schema, "free")
         return SampleView(loaded, history_summary(loaded), task, SAMPLES[sample][1], None)
 
-    def load_upload(self, path: str | None, current: NamedHistory | None) -> UploadView:
+    def load_upload(self, path: str | None, current: NamedHistory | None) -> UploadView[object]:
         """Uploaded file -> its history, summary and task, the sample dropdown cleared. A bad file keeps the
         current history (and the sample dropdown naming it)."""
         skip = gr.skip()
@@ -303,8 +315,13 @@ class GenerateTab:
             return render.message_box(sentence(str(error)), "error")
 
     def generate(
-        self, history: NamedHistory | None, task: str, input_text: str, request: gr.Request = None, **settings: object
-    ) -> Iterator[GenerateView]:
+        self,
+        history: NamedHistory | None,
+        task: str,
+        input_text: str,
+        request: gr.Request | None = None,
+        **settings: object,
+    ) -> Iterator[GenerateView[object]]:
         """Stream one generation: status, coloured tokens and live stats, then the privacy report.
 
         ``settings``: the values of the settings widgets, by GenerationSettings field name.
@@ -321,7 +338,7 @@ class GenerateTab:
         """The "Test connection" button: what the Cloud at that address serves, or what is wrong."""
         return render.cloud_check_html(self.service.check_cloud(cloud or "", pairing or None))
 
-    def stop(self, request: gr.Request = None) -> GenerateView:
+    def stop(self, request: gr.Request | None = None) -> GenerateView[object]:
         """The Stop button: end this page's generation and show where it ended (saved if it had begun)."""
         skip = gr.skip()
         run = RUNS.stop(request, "generate")
@@ -349,6 +366,7 @@ class GenerateControls:
     task: gr.Dropdown
     input_text: gr.Textbox
     settings: dict[str, gr.components.Component]  # GenerationSettings field name -> its widget
+    pairing: gr.Dropdown  # settings["pairing"]: the pairing picker
 
 
 def build(service: AppService) -> GenerateControls:
@@ -578,4 +596,4 @@ def build(service: AppService) -> GenerateControls:
         stop_work=tab.stop,
         stop_api_name="stop_generate",
     )
-    return GenerateControls(history_state, task, input_text, settings)
+    return GenerateControls(history_state, task, input_text, settings, picker.pairing)

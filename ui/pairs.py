@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 import gradio as gr
 
@@ -26,7 +26,7 @@ from specsteer.method.catalog import METHOD_INFO, METHODS
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS, Pairing
 from specsteer.models.tiny import CROSS_PAIRING_ID as TINY_CROSS_PAIRING_ID
 from specsteer.models.tiny import TEST_PAIRING_ID as TINY_PAIRING_ID
-from specsteer.models.tiny import shared_test_pair, shared_tiny_pair
+from specsteer.models.tiny import shared_tiny_pair
 from specsteer.runtimes.base import RUNTIME_CHOICES
 from specsteer.service.app_service import PairCatalog
 from ui.wiring import QUIET
@@ -46,7 +46,7 @@ def catalog() -> PairCatalog:
     if not test_pair_enabled():
         return PairCatalog()
     return PairCatalog(
-        {TINY_PAIRING_ID: shared_tiny_pair, TINY_CROSS_PAIRING_ID: partial(shared_test_pair, TINY_CROSS_PAIRING_ID)}
+        {TINY_PAIRING_ID: shared_tiny_pair, TINY_CROSS_PAIRING_ID: partial(shared_tiny_pair, TINY_CROSS_PAIRING_ID)}
     )
 
 
@@ -133,16 +133,19 @@ def cross_methods_note() -> str:
     )
 
 
-class PairingChoice(NamedTuple):
+_V = TypeVar("_V")  # a view's fields: its components when an event is wired, their new values when it fires
+
+
+class PairingChoice(NamedTuple, Generic[_V]):
     """What a pairing dropdown's choice updates."""
 
-    dropdown: object
-    note: object
-    runtime_note: object
-    remembered: object  # the pairing a later unavailable choice goes back to
+    dropdown: _V
+    note: _V
+    runtime_note: _V
+    remembered: _V  # the pairing a later unavailable choice goes back to
 
 
-def pairing_selected(pairs: PairCatalog, pairing_id: str, previous: str) -> PairingChoice:
+def pairing_selected(pairs: PairCatalog, pairing_id: str, previous: str) -> PairingChoice[object]:
     """A pairing dropdown's choice -> its dropdown, notes and remembered pairing.
 
     An unavailable pairing is refused with one warning, and the dropdown goes back to the pairing

@@ -215,8 +215,8 @@ def create_app(
             raise ServiceError(400, "malformed", f"A session id is {SESSION_BYTES} bytes written in hexadecimal.")
         return service.close(session).to_json()
 
-    app = QuietDisconnects(app)
-    return BodyCapture(app, capture) if capture is not None else app
+    quiet = QuietDisconnects(app)
+    return BodyCapture(quiet, capture) if capture is not None else quiet
 
 
 async def _read_frame(request, limit: int, timeout_s: float = BODY_TIMEOUT_S) -> bytes:
@@ -333,7 +333,7 @@ async def _expire_periodically(service: CloudService) -> None:
         await asyncio.to_thread(service.expire_idle)
 
 
-SHUTDOWN_GRACE_S = 5.0  # on SIGTERM / SIGINT, requests in flight get this long to finish
+SHUTDOWN_GRACE_S = 5  # seconds; on SIGTERM / SIGINT, requests in flight get this long to finish
 
 
 def serve(

@@ -116,3 +116,25 @@ def test_the_edge_is_configured_by_one_frozen_value():
     assert first is not second and first.temperature == 0.8 and first.top_p == 0.9
     assert first.uniform() == second.uniform()  # each sampler starts at the seed: the value holds no RNG state
     assert EdgeParams(Rule.MATCH, 0.0, frozenset()).sampler().greedy
+
+
+def test_an_edge_refuses_a_verdict_its_rule_does_not_read_before_changing_anything():
+    from specsteer.edge.session import Edge
+    from specsteer.method.decoding import ForwardLog
+    from specsteer.models.tiny import shared_tiny_pair
+
+    pair = shared_tiny_pair()
+    edge = Edge(pair.specialist, [5, 6, 7], pair.vocab_size, ForwardLog(), EdgeParams(Rule.RATIO, 1.0, frozenset()))
+    try:
+        drafts = edge.draft(2)
+        before = list(edge.stream.tokens)
+        rows = PublicRows(np.zeros((len(drafts) + 1) * pair.vocab_size, np.float32))
+        with pytest.raises(PayloadError, match="public-rows"):
+            edge.settle(Verdict.carrying(0, rows), drafts, may_extend=True)
+        with pytest.raises(PayloadError, match="no steered logits"):
+            edge.settle(Verdict(0), drafts, may_extend=True)
+        assert edge.stream.tokens == before
+        settled = edge.settle(Verdict.carrying(0, SteeredTopK((9, 4), np.array([0.0, 1.0], np.float32))), drafts, True)
+        assert settled.accepted == 0 and settled.chosen in (9, 4) and edge.stream.tokens == [5, 6, 7, settled.chosen]
+    finally:
+        edge.close()

@@ -50,9 +50,8 @@ class Edge:
         params: EdgeParams,
     ):
         self.params = params
-        self.guard = (
-            params.guard
-        )  # drafts and chosen tokens never complete a private n-gram (decoding.PrivateSpanGuard)
+        # Drafts and chosen tokens never complete a private n-gram (decoding.PrivateSpanGuard).
+        self.guard = params.guard
         self.stream = Stream(
             specialist,
             private_prompt,
@@ -102,15 +101,14 @@ class Edge:
         if isinstance(payload, CoSteerCandidates):
             return Settlement(0, self._costeer_token(payload), [])
         accepted = verdict.accepted
-        private_row: torch.Tensor | None
-        if accepted < len(drafts):
-            private_row = self._rewind(accepted)
-        elif payload is not None and may_extend:
-            private_row = self._private_row_after_drafts()
-        else:
+        refused = accepted < len(drafts)
+        if payload is None:  # every draft kept and no bonus asked for
+            if refused:
+                raise PayloadError("the Cloud refused a draft but sent no steered logits to recover from")
             return Settlement(accepted, None, [])
-        if payload is None:
-            raise PayloadError("the Cloud refused a draft but sent no steered logits to recover from")
+        if not (refused or may_extend):
+            return Settlement(accepted, None, [])
+        private_row = self._rewind(accepted) if refused else self._private_row_after_drafts()
         if self.guard is not None and private_row is not None:
             # The drafts' rows are masked already; a bonus row is masked here (the stream ends at the drafts).
             private_row = self.guard.mask(private_row, self.stream.tokens)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from specsteer.cloud.service import CloudService, ServiceError
+from specsteer.models.loading import LoadedPair
 from specsteer.protocol.link import Arrival, Reply, Transport, cloud_error
 from specsteer.protocol.wire import CloudInfo, CloudReport
 
@@ -15,7 +16,7 @@ class LocalTransport:
     """A Cloud service in this process: frames are handed over as bytes, errors raised as the remote
     transport would raise them."""
 
-    def __init__(self, service) -> None:
+    def __init__(self, service: CloudService) -> None:
         self.service = service
 
     def info(self) -> CloudInfo:
@@ -52,7 +53,7 @@ class LocalTransport:
 class InProcessCloud:
     """The default Cloud: a service over the pair's own Generalist and Specialist, one per generation."""
 
-    def __init__(self, pair) -> None:
+    def __init__(self, pair: LoadedPair) -> None:
         self.pair = pair
 
     def transport(self) -> Transport:

@@ -55,6 +55,7 @@ import torch
 
 from specsteer.cloud.verifier import Cloud, CrossCloud, finite_settings_problem
 from specsteer.method.decoding import ForwardLog
+from specsteer.models.loading import LoadedPair
 from specsteer.protocol.rules import CROSS_RULES, RULE_SPECS, Rule
 from specsteer.protocol.wire import (
     DRAFT_HEADROOM,
@@ -74,6 +75,7 @@ from specsteer.protocol.wire import (
     decode,
     encode,
 )
+from specsteer.runtimes.base import ModelRuntime
 
 _REMEMBERED_ENDED = 4096  # ended session ids kept to tell "expired" and "closed" apart from "unknown"
 
@@ -208,7 +210,7 @@ class CloudService:
 
     def __init__(
         self,
-        pair,
+        pair: LoadedPair,
         limits: ServiceLimits = ServiceLimits(),
         clock: Callable[[], float] = time.monotonic,
         reuse_prefixes: bool = True,
@@ -271,10 +273,16 @@ class CloudService:
         with self._table:
             return sum(session.reserved for session in self._sessions.values())
 
+    def _generalist(self) -> ModelRuntime:
+        """The pair's Generalist: a Cloud serves only a pair loaded with it."""
+        if self.pair.generalist is None:
+            raise ValueError("a Cloud needs the Generalist: this pair was loaded for the Edge only")
+        return self.pair.generalist
+
     def session_bytes(self, message: Open) -> int:
         """What the caches of a session opened by ``message`` may come to hold (its reservation)."""
         capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
-        total = self.pair.generalist.sequence_bytes(capacity)
+        total = self._generalist().sequence_bytes(capacity)
         if RULE_SPECS[message.rule].needs_generic(message.beta):
             total += self.pair.specialist.sequence_bytes(capacity)
         return total
@@ -572,8 +580,7 @@ class CloudService:
         with self._compute:
             session.cloud.close()
             if not self.reuse_prefixes:
-                for model in (self.pair.generalist, self.pair.specialist):
-                    model.prefix_cache.clear()
+                self.pair.clear_prefix_caches()
 
 
 def _megabytes(count: int) -> str:

@@ -128,7 +128,7 @@ def _rouge_columns(rouge: Mapping[str, float | None]) -> dict[str, float | None]
     unknown = set(rouge) - set(ROUGE_KEYS)
     if unknown:
         raise ValueError(f"unknown ROUGE key(s) {sorted(unknown)}; expected {ROUGE_KEYS}")
-    return {key: (None if rouge.get(key) is None else float(rouge[key])) for key in ROUGE_KEYS}
+    return {key: (None if (value := rouge.get(key)) is None else float(value)) for key in ROUGE_KEYS}
 
 
 def _insert_ignoring_duplicate(session: Session, values: dict[str, Any]) -> bool:

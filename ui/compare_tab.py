@@ -139,7 +139,7 @@ def build(service: AppService, controls: GenerateControls) -> PageRefresh:
     )
     reopen.click(flattened(tab.open_comparison), saved, outputs, api_name="open_comparison")
     refresh.click(lambda: gr.update(choices=tab.comparison_choices()), None, saved, **QUIET)
-    pairing = controls.settings["pairing"]  # the Generate tab's picker: Compare runs on its pairing
+    pairing = controls.pairing  # the Generate tab's picker: Compare runs on its pairing
     offer = partial(pairs.offer_methods, COMPARED_METHODS, method_label)
     pairing.change(offer, [pairing, methods], methods, **QUIET)
     submit.click(

@@ -149,9 +149,9 @@ def build(service: AppService) -> PageRefresh:
         with gr.Accordion("The profile's numbers and their sources", open=False, elem_id="deployment-sources"):
             profile_sources = gr.HTML(render.profile_html(PROFILES[DEFAULT_PROFILE]), elem_id="deployment-profile-note")
 
-    # The grid's widgets by GridForm field name (building the form checks the names): run_batch gets
-    # their values as keyword arguments, the /evaluate endpoint's parameters.
-    grid = GridForm(
+    # The grid's widgets by GridForm field name (checked here): run_batch gets their values as keyword
+    # arguments, the /evaluate endpoint's parameters.
+    grid = GridForm.widgets(
         source=source,
         upload=upload,
         task=task,
@@ -176,7 +176,7 @@ def build(service: AppService) -> PageRefresh:
         tab.run_batch,
         [],
         outputs,
-        inputs_kwargs=vars(grid),
+        inputs_kwargs=grid,
         api_name="evaluate",
         stop_work=tab.cancel,
         stop_api_name="cancel_evaluate",

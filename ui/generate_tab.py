@@ -287,4 +287,4 @@ def build(service: AppService) -> GenerateControls:
         stop_work=tab.stop,
         stop_api_name="stop_generate",
     )
-    return GenerateControls(history_state, task, input_text, settings)
+    return GenerateControls(history_state, task, input_text, settings, picker.pairing)

@@ -16,7 +16,7 @@ import html
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 import gradio as gr
 
@@ -101,16 +101,19 @@ def cross_methods_note() -> str:
     )
 
 
-class PairingChoice(NamedTuple):
+_V = TypeVar("_V")  # a view's fields: its components when an event is wired, their new values when it fires
+
+
+class PairingChoice(NamedTuple, Generic[_V]):
     """What a pairing dropdown's choice updates."""
 
-    dropdown: object
-    note: object
-    runtime_note: object
-    remembered: object  # the pairing a later unavailable choice goes back to
+    dropdown: _V
+    note: _V
+    runtime_note: _V
+    remembered: _V  # the pairing a later unavailable choice goes back to
 
 
-def pairing_selected(pairs: PairCatalog, pairing_id: str, previous: str) -> PairingChoice:
+def pairing_selected(pairs: PairCatalog, pairing_id: str, previous: str) -> PairingChoice[object]:
     """A pairing dropdown's choice -> its dropdown, notes and remembered pairing.
 
     An unavailable pairing is refused with one warning, and the dropdown goes back to the pairing

@@ -8,6 +8,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from typing import Any
 
 from specsteer.engine.generate import DecodeConfig
 from specsteer.evaluation.bench import (
@@ -21,7 +22,7 @@ from specsteer.evaluation.bench import (
     run_speed,
 )
 from specsteer.evaluation.deployment import DEFAULT_RTTS_MS, PROFILES, get_profile
-from specsteer.runtimes.base import RUNTIME_CHOICES
+from specsteer.runtimes.base import RUNTIME_CHOICES, TransformersModel
 from specsteer.runtimes.machine import machine_info
 from specsteer.util.jsonable import to_jsonable
 
@@ -175,9 +176,9 @@ def _speed(args) -> int:
         return 2
     if args.attention != "packed":
         for pair in pairs:
-            if pair.runtime == "transformers":
-                for model in (pair.specialist.model, pair.generalist.model):
-                    model.set_attn_implementation(args.attention)
+            for model in (pair.specialist, pair.generalist):
+                if isinstance(model, TransformersModel):  # the transformers runtime
+                    model.model.set_attn_implementation(args.attention)
     log(machine_info().describe())
     prompts = load_prompts(args.prompts, args.data, args.task)
     result = run_speed(pairs, prompts, cases, reference=not args.no_reference, progress=log)
@@ -228,7 +229,7 @@ def _link(args) -> int:
             )
     finally:
         child.stop()
-    result = {
+    result: dict[str, Any] = {
         "rows": link_rows(runs, args.uplink_kbps, args.downlink_kbps),
         "machine": machine_info().to_dict(),
         "settings": {

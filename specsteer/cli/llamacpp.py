@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from specsteer.runtimes.hardware import cpu_key
-from specsteer.runtimes.llamacpp import LlamaCppUnavailable, bindings, write_build_stamp
+from specsteer.runtimes.llamacpp import LlamaCppUnavailable, bindings, check, write_build_stamp
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -16,12 +16,12 @@ def main(argv: list[str] | None = None) -> int:
     stamp = commands.add_parser("stamp")
     stamp.add_argument("--native", action="store_true")
     commands.add_parser("built", help="exit 0 when the installed build imports and may run on this CPU")
-    check = commands.add_parser(
+    proof = commands.add_parser(
         "check",
         help="prove the build on this machine: the real decode path on each "
         "offline model, one configuration after another, each in a child process",
     )
-    check.add_argument("--saved", action="store_true", help="print the saved proof instead of running it again")
+    proof.add_argument("--saved", action="store_true", help="print the saved proof instead of running it again")
     args = parser.parse_args(argv)
     if args.command == "cpu-key":
         print(cpu_key())

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 
 from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
+from specsteer.models.loading import LoadedPair
 from specsteer.protocol.link import Arrival, Reply, Transport, cloud_error
 from specsteer.protocol.wire import CloudInfo, CloudReport
 
@@ -15,7 +16,7 @@ class LocalTransport:
     """A Cloud service in this process: frames are handed over as bytes, errors raised as the remote
     transport would raise them."""
 
-    def __init__(self, service) -> None:
+    def __init__(self, service: CloudService) -> None:
         self.service = service
 
     def info(self) -> CloudInfo:
@@ -55,7 +56,7 @@ class InProcessCloud:
     Its one session never expires for idleness nor age: the process that would wait for it is the
     one that holds it, so a pause (a laptop asleep, a stopped process) must not cost the generation."""
 
-    def __init__(self, pair) -> None:
+    def __init__(self, pair: LoadedPair) -> None:
         self.pair = pair
 
     def transport(self) -> Transport:

@@ -4,6 +4,7 @@
 check; the :class:`CloudProcess` it returns stops it gracefully (or kills it, to test a lost Cloud).
 """
 
+import subprocess
 import sys
 import time
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ def free_loopback_port() -> int:
 class CloudProcess:
     """``python -m specsteer cloud`` running as a child process on a loopback port (benchmarks, tests)."""
 
-    process: object  # subprocess.Popen
+    process: subprocess.Popen
     port: int
 
     @property
@@ -35,8 +36,6 @@ class CloudProcess:
 
     def stop(self, timeout_s: float = 15.0) -> None:
         """Ask it to stop (SIGTERM to its pid), then kill it if it has not within ``timeout_s``."""
-        import subprocess
-
         if self.process.poll() is None:
             self.process.terminate()
             try:
@@ -57,8 +56,6 @@ def start_cloud_process(
 ) -> CloudProcess:
     """Start a Cloud service on 127.0.0.1 (``arguments`` go to ``python -m specsteer cloud``) and wait
     until it answers; a child that exits or does not answer in time is stopped and reported."""
-    import subprocess
-
     import httpx
 
     port = port or free_loopback_port()

@@ -221,8 +221,8 @@ def create_app(
             raise ServiceError(400, "malformed", f"A session id is {SESSION_BYTES} bytes written in hexadecimal.")
         return service.close(session).to_json()
 
-    app = QuietDisconnects(app)
-    return BodyCapture(app, capture) if capture is not None else app
+    quiet = QuietDisconnects(app)
+    return BodyCapture(quiet, capture) if capture is not None else quiet
 
 
 def _session_stream_class():
@@ -378,7 +378,7 @@ async def _expire_periodically(service: CloudService) -> None:
         await asyncio.to_thread(service.expire_idle)
 
 
-SHUTDOWN_GRACE_S = 5.0  # on SIGTERM / SIGINT, requests in flight get this long to finish
+SHUTDOWN_GRACE_S = 5  # seconds; on SIGTERM / SIGINT, requests in flight get this long to finish
 
 
 def serve(

@@ -57,8 +57,10 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from specsteer.cloud import admission
-from specsteer.cloud.verifier import CROSS_RULES, Cloud, CrossCloud, finite_settings_problem, needs_generic
+from specsteer.cloud.verifier import Cloud, CrossCloud, finite_settings_problem
 from specsteer.method.decoding import ForwardLog
+from specsteer.models.loading import LoadedPair
+from specsteer.protocol.rules import CROSS_RULES, RULE_SPECS, Rule
 from specsteer.protocol.wire import (
     DRAFT_HEADROOM,
     MAX_DRAFT_LEN,
@@ -77,6 +79,7 @@ from specsteer.protocol.wire import (
     decode,
     encode,
 )
+from specsteer.runtimes.base import ModelRuntime
 
 _REMEMBERED_ENDED = 4096  # ended session ids kept to tell "expired" and "closed" apart from "unknown"
 
@@ -132,13 +135,13 @@ class ServiceLimits:
 
     @property
     def max_frame_bytes(self) -> int:
-        empty_open = Open(bytes(SESSION_BYTES), "ratio", (), 1)
+        empty_open = Open(bytes(SESSION_BYTES), Rule.RATIO, (), 1)
         return len(encode(empty_open)) + 4 * (self.max_prompt_tokens + self.max_stop_ids)
 
     @property
     def max_cross_frame_bytes(self) -> int:
         """A cross-tokenizer pair's largest legal Open: a CrossOpen carries the plain prompt twice."""
-        empty_open = CrossOpen(bytes(SESSION_BYTES), "ratio", (), 1)
+        empty_open = CrossOpen(bytes(SESSION_BYTES), Rule.RATIO, (), 1)
         return len(encode(empty_open)) + 4 * (2 * self.max_prompt_tokens + self.max_stop_ids)
 
     def to_json(self) -> dict:
@@ -188,7 +191,7 @@ class Answer:
 class _Session:
     id: bytes
     opened: Open
-    cloud: Cloud
+    cloud: Cloud | CrossCloud
     log: ForwardLog
     last_used: float
     client: str = ""  # who opened it (the credential, specsteer.cloud.admission): the per-client caps count these
@@ -227,7 +230,7 @@ class CloudService:
 
     def __init__(
         self,
-        pair,
+        pair: LoadedPair,
         limits: ServiceLimits = ServiceLimits(),
         clock: Callable[[], float] = time.monotonic,
         reuse_prefixes: bool = True,
@@ -293,11 +296,17 @@ class CloudService:
         with self._table:
             return sum(session.reserved for session in self._sessions.values())
 
+    def _generalist(self) -> ModelRuntime:
+        """The pair's Generalist: a Cloud serves only a pair loaded with it."""
+        if self.pair.generalist is None:
+            raise ValueError("a Cloud needs the Generalist: this pair was loaded for the Edge only")
+        return self.pair.generalist
+
     def session_bytes(self, message: Open) -> int:
         """What the caches of a session opened by ``message`` may come to hold (its reservation)."""
         capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
-        total = self.pair.generalist.sequence_bytes(capacity)
-        if needs_generic(message.rule, message.beta):
+        total = self._generalist().sequence_bytes(capacity)
+        if RULE_SPECS[message.rule].needs_generic(message.beta):
             total += self.pair.specialist.sequence_bytes(capacity)
         return total
 
@@ -544,9 +553,9 @@ class CloudService:
                 "This Cloud serves a cross-tokenizer pairing: open the session with the Generalist's prompt "
                 "too (a cross-open message)."
             )
-        if message.rule not in CROSS_RULES:
+        if not RULE_SPECS[message.rule].cross_tokenizer:
             return (
-                f"The {message.rule!r} rule is not available across tokenizers; this Cloud offers "
+                f"The {message.rule.value!r} rule is not available across tokenizers; this Cloud offers "
                 f"{', '.join(CROSS_RULES)}."
             )
         if not message.large_prompt:
@@ -638,8 +647,7 @@ class CloudService:
         with self._compute:
             session.cloud.close()
             if not self.reuse_prefixes:
-                for model in (self.pair.generalist, self.pair.specialist):
-                    model.prefix_cache.clear()
+                self.pair.clear_prefix_caches()
 
 
 def _out_of_vocabulary(ids: tuple[int, ...], vocab_size: int) -> bool:

@@ -17,6 +17,7 @@ import torch
 
 from specsteer.method.decoding import ForwardLog, Sampler, Stream, match_test, ratio_test, steering_entries
 from specsteer.method.events import GENERALIST_STREAM, GENERIC_STREAM
+from specsteer.protocol.rules import RULE_SPECS, CoSteerCandidates, PublicRows, Rule, SteeredTopK
 from specsteer.protocol.wire import DRAFT_HEADROOM, CrossOpen, Draft, Open, Tokens, Verdict
 
 
@@ -35,11 +36,6 @@ def finite_settings_problem(message: Open) -> str | None:
     return None
 
 
-def needs_generic(rule: str, beta: float) -> bool:
-    """Whether the generic Specialist copy must run: the ratio test and CoSteer always use it, steering only when beta != 0."""
-    return rule in ("ratio", "costeer") or (rule == "exact" and beta != 0)
-
-
 class _CloudStreams:
     """What every Cloud session has: the Generalist's stream, perhaps the generic copy's, and a sampler."""
 
@@ -55,7 +51,7 @@ class _CloudStreams:
 
     @staticmethod
     def _session_sampler(message: Open) -> Sampler:
-        if message.rule == "generate":
+        if message.streams:
             # The llm baseline samples with the Edge's own seed, as a Generalist alone would.
             return Sampler.make(message.temperature > 0, message.temperature, message.top_p, message.seed)
         if message.temperature > 0:
@@ -101,8 +97,8 @@ def _opened(settings: _Opening | None) -> _Opening:
     return settings
 
 
-def _needed(generic_rows: torch.Tensor | None, rule: str) -> torch.Tensor:
-    """The generic copy's rows, which ``rule`` always reads (``needs_generic`` opened its stream)."""
+def _needed(generic_rows: torch.Tensor | None, rule: Rule) -> torch.Tensor:
+    """The generic copy's rows, which ``rule`` always reads (``RuleSpec.needs_generic`` opened its stream)."""
     if generic_rows is None:
         raise RuntimeError(f"the {rule} rule reads the generic Specialist, but this session does not run it")
     return generic_rows
@@ -133,7 +129,7 @@ class Cloud(_CloudStreams):
             GENERALIST_STREAM,
             self.capacity,
         )
-        if needs_generic(message.rule, message.beta):
+        if RULE_SPECS[message.rule].needs_generic(message.beta):
             self.generic = Stream(
                 self._generic, list(message.prompt), self._vocab_size, self._forward_log, GENERIC_STREAM, self.capacity
             )
@@ -144,7 +140,7 @@ class Cloud(_CloudStreams):
         settings = self._settings
         if settings is None or settings.streams:
             return "this session does not take drafts"
-        if message.keep != -1 and settings.rule != "exact":
+        if message.keep != -1 and not RULE_SPECS[settings.rule].reports_kept:
             return "only exact mode reports kept drafts"
         drafted = self._rows[0].shape[0] - 1 if self._rows is not None else 0
         if not -1 <= message.keep <= drafted:
@@ -157,7 +153,8 @@ class Cloud(_CloudStreams):
     def verify(self, message: Draft) -> Verdict:
         """One round: score the drafts with both Cloud models in one pass each, then decide."""
         settings = _opened(self._settings)
-        if settings.rule == "exact":
+        spec = RULE_SPECS[settings.rule]
+        if spec.reports_kept:
             self._keep(message.keep)
         large = self._generalist_stream()
         streams = [s for s in (large, self.generic) if s is not None]
@@ -168,13 +165,13 @@ class Cloud(_CloudStreams):
         large_rows = large.predict(k + 1)  # [k+1, V]
         generic_rows = self.generic.predict(k + 1) if self.generic else None
 
-        if settings.rule in ("exact", "costeer"):
+        if spec.tests_drafts == "edge":
             return self._send_rows(large_rows, generic_rows)
 
         self.last_ratios = []
-        if settings.rule == "ratio":
+        if settings.rule is Rule.RATIO:
             accepted, self.last_ratios = ratio_test(
-                large_rows, _needed(generic_rows, "ratio"), drafts, settings.alpha, self._sampler
+                large_rows, _needed(generic_rows, settings.rule), drafts, settings.alpha, self._sampler
             )
         else:
             accepted = match_test(large_rows, drafts)
@@ -184,20 +181,20 @@ class Cloud(_CloudStreams):
         generic_row = generic_rows[accepted] if generic_rows is not None else None
         beta = settings.beta if generic_row is not None else 0.0
         ids, values = steering_entries(large_rows[accepted], generic_row, beta, settings.top_k)
-        return Verdict(accepted, tuple(ids.tolist()), values.numpy())
+        return Verdict.carrying(accepted, SteeredTopK(tuple(ids.tolist()), values.numpy()))
 
     def _send_rows(self, large_rows: torch.Tensor, generic_rows: torch.Tensor | None) -> Verdict:
         """Exact and CoSteer modes: the Edge decides, so it needs the Cloud's rows (no truncation for exact)."""
         self._rows = (large_rows, generic_rows)
         settings = _opened(self._settings)
-        if settings.rule == "costeer":
+        if settings.rule is Rule.COSTEER:
             # Candidates: the Generalist's top-k; both Cloud log-probs on them.
             log_large = torch.log_softmax(large_rows[-1], -1)
-            log_generic = torch.log_softmax(_needed(generic_rows, "costeer")[-1], -1)
+            log_generic = torch.log_softmax(_needed(generic_rows, settings.rule)[-1], -1)
             ids, values = steering_entries(log_large, None, 0.0, settings.top_k)  # log p_L on its top-k
-            return Verdict(0, tuple(ids.tolist()), values.numpy(), log_generic[ids].numpy())
+            return Verdict.carrying(0, CoSteerCandidates(tuple(ids.tolist()), values.numpy(), log_generic[ids].numpy()))
         public = large_rows - settings.beta * generic_rows if generic_rows is not None else large_rows
-        return Verdict(0, values=public.reshape(-1).numpy())
+        return Verdict.carrying(0, PublicRows(public.reshape(-1).numpy()))
 
     def _keep(self, kept: int) -> None:
         """Exact mode: the Edge reports how many of the last round's drafts it kept."""
@@ -220,7 +217,6 @@ class Cloud(_CloudStreams):
 # --------------------------------------------------------------------------- cross-tokenizer pairs (specsteer.method.crosstok)
 
 
-CROSS_RULES = ("ratio", "generate")  # SpecSteer (and LightCoSteer as rounds of no drafts), and the llm baseline
 # Generalist tokens a session may hold per Specialist token of its budget. Two BPE vocabularies cut
 # one text into about as many tokens, and a recovered byte is one token on each side, so 4 leaves
 # wide room; a text that needs more is refused (the runtimes size their caches from this).
@@ -270,7 +266,7 @@ class CrossCloud(_CloudStreams):
             self.large_capacity,
         )
         self._sampler = self._session_sampler(message)
-        if message.rule != "generate":
+        if not message.streams:
             self.generic = Stream(
                 self._generic,
                 list(message.prompt),
@@ -336,7 +332,7 @@ class CrossCloud(_CloudStreams):
             settings.beta,
             settings.top_k,
         )
-        return Verdict(small_kept, tuple(symbols.tolist()), values.numpy())
+        return Verdict.carrying(small_kept, SteeredTopK(tuple(symbols.tolist()), values.numpy()))
 
 
 def _log_probs_of(rows: torch.Tensor, ids: list[int], temperature: float) -> torch.Tensor:

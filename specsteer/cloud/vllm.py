@@ -66,9 +66,10 @@ from pathlib import Path
 import torch
 
 from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
-from specsteer.cloud.verifier import _CloudStreams, needs_generic
+from specsteer.cloud.verifier import _CloudStreams
 from specsteer.method.decoding import ForwardLog, Sampler, log_ratio_values, ratio_decisions
 from specsteer.method.events import GENERALIST_STREAM, GENERIC_STREAM
+from specsteer.protocol.rules import RULE_SPECS, Rule
 from specsteer.protocol.wire import DRAFT_HEADROOM, CloudInfo, Draft, Open, Tokens, Verdict
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -329,7 +330,7 @@ class VllmCloud:
         self._settings = message
         self.capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
         self.tokens = list(message.prompt)
-        self._generic = needs_generic(message.rule, message.beta)
+        self._generic = RULE_SPECS[Rule(message.rule)].needs_generic(message.beta)
         self._sampler = self._session_sampler(message)
         if message.streams:
             return  # the first next_tokens reads the prompt

@@ -396,7 +396,10 @@ def _read_parquet(file: Path) -> list[dict]:
         )
     import pandas
 
-    return [_plain_python(row) for row in pandas.read_parquet(file).to_dict("records")]
+    return [
+        {str(key): _plain_python(item) for key, item in row.items()}
+        for row in pandas.read_parquet(file).to_dict("records")
+    ]
 
 
 def _plain_python(value: object) -> object:
@@ -499,7 +502,9 @@ def _lamp_task(outputs: dict, outputs_name: str, task: str | None, first_questio
     if named is not None and named not in LAMP_TASK_NAMES:
         supported = ", ".join(LAMP_TASK_NAMES)
         raise DataError(f"{outputs_name}: field 'task' is {named!r}; supported LaMP tasks are {supported}")
-    found = LAMP_TASK_NAMES.get(named) or _detect_lamp_task(first_question, f"{questions_name} question 1")
+    found = (LAMP_TASK_NAMES.get(named) if named is not None else None) or _detect_lamp_task(
+        first_question, f"{questions_name} question 1"
+    )
     if task is not None and task != found:
         raise DataError(f"{outputs_name}: the data is {found}, but task={task!r} was asked for")
     return found

@@ -53,6 +53,7 @@ import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import PurePath
+from typing import TypeGuard
 
 from specsteer.data.json_limits import too_deep
 
@@ -226,6 +227,7 @@ def build_items(
                 "a history must use one schema"
             )
         items.append(_make_item(raw, chosen, place, enforce_limits))
+    assert chosen is not None  # raw_items is not empty: its first item chose the schema
     return chosen, tuple(items)
 
 
@@ -365,7 +367,7 @@ def _history_from_document(document: object) -> History:
     raise HistoryError("expected a JSON list of profile items, or an object with a 'profile' list")
 
 
-def _is_record(value: object) -> bool:
+def _is_record(value: object) -> TypeGuard[dict]:
     return isinstance(value, dict) and "profile" in value
 
 
@@ -433,8 +435,9 @@ def _history_from_values(values: Sequence[object], places: Sequence[str]) -> His
     for value, place in zip(values, places, strict=True):
         if _is_record(value) != first_is_record:
             raise HistoryError(f"{place} is {_describe(value)} but {places[0]} is {_describe(values[0])}")
-    if first_is_record:
-        return _history_from_record(values[0], places[0])
+    first = values[0]
+    if _is_record(first):
+        return _history_from_record(first, places[0])
     schema, items = build_items(values, places=places)
     return History(items=items, schema=schema, user_id=_shared_author(items))
 
@@ -514,7 +517,8 @@ def _parse_plain(text: str) -> History:
 
 def _paragraphs(text: str) -> Iterator[tuple[int, str]]:
     """Blank-line separated paragraphs with the line each starts on."""
-    start, lines = 0, []
+    start = 0
+    lines: list[str] = []
     for number, line in enumerate(text.split("\n"), start=1):
         if line.strip():
             if not lines:

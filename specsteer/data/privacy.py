@@ -160,7 +160,8 @@ def audit_wire(
             except FrameError as error:
                 problems.append(f"{direction} body {index} is not protocol frames: {error}")
                 continue
-            messages += [LinkMessage(direction, m.kind, m.summary(), len(encode(m))) for m in decoded]
+            # decode_stream read only messages of ``direction``: each names it as its own.
+            messages += [LinkMessage(m.direction, m.kind, m.summary(), len(encode(m))) for m in decoded]
     audit = audit_uplink(messages, plain_prompt_ids, events, plain_large_prompt_ids, private_prompt_ids)
     audit.problems[:0] = problems
     return audit

@@ -17,18 +17,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from specsteer.method.decoding import (
-    ForwardLog,
-    PrivateSpanGuard,
-    Sampler,
-    Stream,
-    costeer_refine,
-    draft,
-    recover,
-    residual_test,
-)
-from specsteer.method.events import EDGE_STREAM
+from specsteer.edge.params import EdgeParams
+from specsteer.method.crosstok import SYMBOLS, ByteVocabulary, allowed_ids, choose_symbol, complete_symbol
+from specsteer.method.decoding import ForwardLog, Stream, costeer_refine, draft, recover, residual_test
+from specsteer.protocol.rules import CoSteerCandidates, PayloadError, PublicRows, SteeredTopK
 from specsteer.protocol.wire import DRAFT_HEADROOM, Verdict
+from specsteer.runtimes.base import ModelRuntime
 
 
 @dataclass
@@ -41,39 +35,33 @@ class Settlement:
 
 
 class Edge:
-    """The Specialist reading the private prompt. The only holder of the user's history."""
+    """The Specialist reading the private prompt. The only holder of the user's history.
+
+    ``specialist`` reads ``private_prompt`` (ids below ``vocab_size``), its passes logged in ``forward_log``;
+    ``params`` says how it drafts and settles verdicts.
+    """
 
     def __init__(
         self,
-        specialist,
+        specialist: ModelRuntime,
         private_prompt: list[int],
         vocab_size: int,
         forward_log: ForwardLog,
-        sampler: Sampler,
-        stop_ids: frozenset[int],
-        rule: str,
-        beta: float,
-        costeer: tuple[int, float, float] = (20, 10.0, 2.0),
-        stream_name: str = EDGE_STREAM,
-        draft_confidence: float = 0.0,
-        max_new_tokens: int = 1024,
-        guard: PrivateSpanGuard | None = None,
+        params: EdgeParams,
     ):
-        self.costeer = costeer  # iterations, step, regularization
-        self.guard = guard  # drafts and chosen tokens never complete a private n-gram (decoding.PrivateSpanGuard)
-        self.draft_confidence = draft_confidence
+        self.params = params
+        # Drafts and chosen tokens never complete a private n-gram (decoding.PrivateSpanGuard).
+        self.guard = params.guard
         self.stream = Stream(
             specialist,
             private_prompt,
             vocab_size,
             forward_log,
-            stream_name,
-            len(private_prompt) + max_new_tokens + DRAFT_HEADROOM,
+            params.stream_name,
+            len(private_prompt) + params.max_new_tokens + DRAFT_HEADROOM,
         )
-        self.sampler = sampler
-        self.stop_ids = stop_ids
-        self.rule = rule
-        self.beta = beta
+        self.sampler = params.sampler()
+        self.beta = params.beta
         self.allowed: torch.Tensor | None = None  # [V] bool: the ids that may be drafted (all when None)
         self._draft_rows: list[torch.Tensor] = []
 
@@ -86,8 +74,8 @@ class Edge:
             self.stream,
             k,
             self.sampler,
-            self.stop_ids,
-            self.draft_confidence,
+            self.params.stop_ids,
+            self.params.draft_confidence,
             cancel,
             allowed=self.allowed,
             guard=self.guard,
@@ -104,30 +92,33 @@ class Edge:
         """Apply the Cloud's verdict; choose the recovered or bonus token.
 
         ``may_extend`` is False when nothing may follow the accepted drafts (token
-        budget spent, or the last draft ended the text), so no bonus is chosen.
+        budget spent, or the last draft ended the text), so no bonus is chosen. A verdict whose payload
+        the session's rule does not read is a PayloadError (a ValueError).
         """
-        if self.rule == "exact":
-            return self._settle_exact(verdict, drafts, may_extend)
-        if self.rule == "costeer":
-            return Settlement(0, self._costeer_token(verdict), [])
+        payload = verdict.payload_for(self.params.rule)
+        if isinstance(payload, PublicRows):
+            return self._settle_exact(payload, drafts, may_extend)
+        if isinstance(payload, CoSteerCandidates):
+            return Settlement(0, self._costeer_token(payload), [])
         accepted = verdict.accepted
-        private_row: torch.Tensor | None
-        if accepted < len(drafts):
-            private_row = self._rewind(accepted)
-        elif verdict.ids and may_extend:
-            private_row = self._private_row_after_drafts()
-        else:
+        refused = accepted < len(drafts)
+        if payload is None:  # every draft kept and no bonus asked for
+            if refused:
+                raise PayloadError("the Cloud refused a draft but sent no steered logits to recover from")
             return Settlement(accepted, None, [])
+        if not (refused or may_extend):
+            return Settlement(accepted, None, [])
+        private_row = self._rewind(accepted) if refused else self._private_row_after_drafts()
         if self.guard is not None and private_row is not None:
             # The drafts' rows are masked already; a bonus row is masked here (the stream ends at the drafts).
             private_row = self.guard.mask(private_row, self.stream.tokens)
-        chosen = self._choose(verdict, private_row)
+        chosen = self._choose(payload, private_row)
         self.stream.append([chosen])
         return Settlement(accepted, chosen, [])
 
-    def _choose(self, verdict: Verdict, private_row: torch.Tensor | None) -> int:
+    def _choose(self, steered: SteeredTopK, private_row: torch.Tensor | None) -> int:
         """The recovered or bonus token from the Cloud's share of the steered logits and the private row."""
-        return recover(torch.tensor(verdict.ids), _tensor(verdict.values), private_row, self.beta, self.sampler)
+        return recover(torch.tensor(steered.ids), _tensor(steered.values), private_row, self.beta, self.sampler)
 
     def _private_row_after_drafts(self) -> torch.Tensor | None:
         """The Specialist's logits after the last draft, for a bonus token.
@@ -145,8 +136,8 @@ class Edge:
         self.stream.truncate(rejected_at, private_row)
         return private_row
 
-    def _settle_exact(self, verdict: Verdict, drafts: list[int], may_extend: bool) -> Settlement:
-        public = _tensor(verdict.values).view(len(drafts) + 1, -1)  # [k+1, V]
+    def _settle_exact(self, rows: PublicRows, drafts: list[int], may_extend: bool) -> Settlement:
+        public = _tensor(rows.values).view(len(drafts) + 1, -1)  # [k+1, V]
         k = len(drafts)
         targets = public[:k] + self.beta * torch.stack(self._draft_rows) if k else public[:0]
         accepted, replacement, ratios = residual_test(targets, self._draft_rows, drafts, self.sampler)
@@ -161,10 +152,18 @@ class Edge:
         self.stream.append([chosen])
         return Settlement(accepted, chosen, ratios)
 
-    def _costeer_token(self, verdict: Verdict) -> int:
-        ids = torch.tensor(verdict.ids)
+    def _costeer_token(self, candidates: CoSteerCandidates) -> int:
+        ids = torch.tensor(candidates.ids)
         log_private = torch.log_softmax(self.stream.predict(1)[0], -1)[ids]
-        refined = costeer_refine(_tensor(verdict.values), _tensor(verdict.extra), log_private, *self.costeer)
+        costeer = self.params.costeer
+        refined = costeer_refine(
+            _tensor(candidates.log_large),
+            _tensor(candidates.log_generic),
+            log_private,
+            costeer.iterations,
+            costeer.step,
+            costeer.regularization,
+        )
         chosen = int(ids[self.sampler.choose(refined)])
         self.stream.append([chosen])
         return chosen
@@ -184,23 +183,27 @@ class CrossEdge(Edge):
 
     allowed: torch.Tensor  # never None here: the ids whose text the Generalist can read
 
-    def __init__(self, *args, vocabulary, **kwargs):
-        from specsteer.method.crosstok import allowed_ids
-
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self,
+        specialist: ModelRuntime,
+        private_prompt: list[int],
+        vocab_size: int,
+        forward_log: ForwardLog,
+        params: EdgeParams,
+        vocabulary: ByteVocabulary,
+    ):
+        super().__init__(specialist, private_prompt, vocab_size, forward_log, params)
         self.vocabulary = vocabulary
         self.allowed = allowed_ids(vocabulary)[: self.stream.vocab_size]
 
-    def _choose(self, verdict: Verdict, private_row: torch.Tensor | None) -> int:
-        from specsteer.method.crosstok import SYMBOLS, choose_symbol, complete_symbol
-
-        if any(s >= SYMBOLS for s in verdict.ids) or len(verdict.ids) != verdict.values.size:
+    def _choose(self, steered: SteeredTopK, private_row: torch.Tensor | None) -> int:
+        if any(s >= SYMBOLS for s in steered.ids):
             raise ValueError("the Cloud's verdict does not name symbols of the common byte space")
         if private_row is None:  # never: a cross pair reads its bonus row whatever beta (below)
             raise ValueError("a cross-tokenizer Edge completes a symbol from its own logits row")
         symbol = choose_symbol(
-            torch.tensor(verdict.ids),
-            _tensor(verdict.values),
+            torch.tensor(steered.ids),
+            _tensor(steered.values),
             private_row,
             self.vocabulary,
             self.beta,

@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from typing import TYPE_CHECKING
@@ -39,10 +39,11 @@ from typing import TYPE_CHECKING
 import torch
 
 from specsteer.cloud.in_process import InProcessCloud
+from specsteer.edge.params import CoSteerParams, EdgeParams
 from specsteer.edge.session import CrossEdge, Edge
 from specsteer.method.catalog import METHOD_INFO, METHODS
 from specsteer.method.costs import PassCost, PassSample, fit_pass_cost, flat_cost, speculative_bound
-from specsteer.method.decoding import Detokenizer, ForwardLog, PrivateSpanGuard, Sampler
+from specsteer.method.decoding import Detokenizer, ForwardLog, PrivateSpanGuard
 from specsteer.method.events import (
     EDGE_STREAM,
     GENERALIST_STREAM,
@@ -54,8 +55,10 @@ from specsteer.method.events import (
     TokenKind,
 )
 from specsteer.models.chat import PLAIN_CHAT, ChatFormat
+from specsteer.models.loading import LoadedPair
 from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.link import CloudEndpoint, CloudError, CloudRefused, CloudUnreachable, Link
+from specsteer.protocol.rules import RULE_SPECS, Rule
 from specsteer.protocol.wire import MAX_DRAFT_LEN, MAX_NEW_TOKENS, CrossOpen, Draft, Open
 
 if TYPE_CHECKING:  # tasks imports the retrieval stack, which prepare() loads only when it is called
@@ -172,7 +175,7 @@ def chat_ids(tokenizer, user_message: str, chat: ChatFormat = PLAIN_CHAT) -> lis
 
 
 def generate(
-    pair,
+    pair: LoadedPair,
     request: Request | Prepared,
     config: DecodeConfig,
     cancel: threading.Event | None = None,
@@ -212,7 +215,7 @@ def generate(
 
 
 def generate_ids(
-    pair,
+    pair: LoadedPair,
     plain_ids: list[int],
     private_ids: list[int],
     config: DecodeConfig,
@@ -237,7 +240,7 @@ def generate_ids(
     )
 
 
-def cross_tokenizer_problem(pair, config: DecodeConfig) -> str | None:
+def cross_tokenizer_problem(pair: LoadedPair, config: DecodeConfig) -> str | None:
     """Why ``config`` cannot run on ``pair`` because its two models use different tokenizers, or None."""
     if pair.cross is None:
         return None
@@ -341,7 +344,7 @@ class _Output:
 
 
 def _run(
-    pair,
+    pair: LoadedPair,
     pair_prompts: _Prompts,
     config: DecodeConfig,
     cancel: threading.Event,
@@ -390,7 +393,7 @@ def _run(
     yield _finished(pair, output, stats, link, started)
 
 
-def _finished(pair, output: _Output, stats: GenerationStats, link: Link, started: float) -> Finished:
+def _finished(pair: LoadedPair, output: _Output, stats: GenerationStats, link: Link, started: float) -> Finished:
     forward_log = link.forward_log
     seconds = time.perf_counter() - started
     new_tokens = len(output.detokenizer.ids)
@@ -424,7 +427,9 @@ class _Prompts:
     private_large: list[int] | None = None
 
 
-def _loop(pair, prompts: _Prompts, config, output, link, stats):
+def _loop(
+    pair: LoadedPair, prompts: _Prompts, config: DecodeConfig, output: _Output, link: Link, stats: GenerationStats
+) -> Iterator[TokenEvent]:
     if METHOD_INFO[config.method].device_only:
         return _device_only(pair, prompts.plain, prompts.private, config, link.forward_log, output)
     if METHOD_INFO[config.method].cloud_decodes:
@@ -432,24 +437,46 @@ def _loop(pair, prompts: _Prompts, config, output, link, stats):
     return _speculative(pair, prompts, config, output, link, stats)
 
 
-def _sampler(config: DecodeConfig) -> Sampler:
-    return Sampler.make(config.sample, config.temperature, config.top_p, config.seed)
+def _temperature(config: DecodeConfig) -> float:
+    """The sampling temperature both sides use: 0 (greedy) unless the config samples."""
+    return config.temperature if config.sample else 0.0
 
 
-def _device_only(pair, plain_ids, private_ids, config, forward_log, output):
-    personal = config.method == "slm+"
-    edge = Edge(
-        pair.specialist,
-        private_ids if personal else plain_ids,
-        pair.vocab_size,
-        forward_log,
-        _sampler(config),
-        pair.eos_token_ids,
-        rule="match",
-        beta=0.0,
-        stream_name=EDGE_STREAM if personal else GENERIC_STREAM,
+def _edge_params(
+    config: DecodeConfig,
+    pair: LoadedPair,
+    rule: Rule,
+    beta: float,
+    stream_name: str = EDGE_STREAM,
+    guard: PrivateSpanGuard | None = None,
+) -> EdgeParams:
+    """The Edge's settings for a session of ``rule`` under ``config``."""
+    return EdgeParams(
+        rule=rule,
+        beta=beta,
+        stop_ids=pair.eos_token_ids,
         max_new_tokens=config.max_new_tokens,
+        temperature=_temperature(config),
+        top_p=config.top_p,
+        seed=config.seed,
+        draft_confidence=config.draft_confidence,
+        costeer=CoSteerParams(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
+        stream_name=stream_name,
+        guard=guard,
     )
+
+
+def _device_only(
+    pair: LoadedPair,
+    plain_ids: list[int],
+    private_ids: list[int],
+    config: DecodeConfig,
+    forward_log: ForwardLog,
+    output: _Output,
+) -> Iterator[TokenEvent]:
+    personal = config.method == "slm+"
+    params = _edge_params(config, pair, Rule.MATCH, 0.0, EDGE_STREAM if personal else GENERIC_STREAM)
+    edge = Edge(pair.specialist, private_ids if personal else plain_ids, pair.vocab_size, forward_log, params)
     try:
         while output.keep_going():
             yield output.emit(edge.next_token(), "plain", 0)
@@ -458,31 +485,37 @@ def _device_only(pair, plain_ids, private_ids, config, forward_log, output):
 
 
 def _opening(
-    pair, link: Link, plain_ids, config: DecodeConfig, rule: str, beta: float, plain_large_ids: list[int] | None = None
+    pair: LoadedPair,
+    link: Link,
+    plain_ids: list[int],
+    config: DecodeConfig,
+    rule: Rule,
+    beta: float,
+    plain_large_ids: list[int] | None = None,
 ) -> Open:
     """The session's Open; a cross-tokenizer pair's carries the Generalist's prompt too (CrossOpen)."""
-    settings = dict(
+    opening = Open(
         session=link.session,
         rule=rule,
-        prompt=plain_ids,
+        prompt=tuple(plain_ids),
         max_new_tokens=config.max_new_tokens,
         alpha=min(config.alpha, 1e300),
         beta=beta,
-        temperature=config.temperature if config.sample else 0.0,
+        temperature=_temperature(config),
         top_p=config.top_p,
         top_k=config.downlink_top_k,
-        bonus=config.bonus or config.method in ("lightcosteer", "costeer"),
+        bonus=config.bonus or _every_token(config),
         seed=config.seed,
-        stop_ids=sorted(pair.eos_token_ids),
+        stop_ids=tuple(sorted(pair.eos_token_ids)),
     )
     if pair.cross is not None:
         if plain_large_ids is None:
             raise ValueError("a cross-tokenizer pair's Open needs the plain prompt in the Generalist's ids")
-        return CrossOpen(**settings, large_prompt=tuple(plain_large_ids))
-    return Open(**settings)
+        return CrossOpen.extending(opening, plain_large_ids)
+    return opening
 
 
-def _shared_vocabulary(pair, link: Link) -> int:
+def _shared_vocabulary(pair: LoadedPair, link: Link) -> int:
     """The ids both sides score. The Cloud must serve the Specialist the Edge runs (its generic copy)."""
     info = link.info()
     if info.pairing != pair.pairing_id:
@@ -494,14 +527,16 @@ def _shared_vocabulary(pair, link: Link) -> int:
     return min(pair.vocab_size, info.vocab_size)
 
 
-def _cloud_only(pair, prompts: _Prompts, config, output, link):
+def _cloud_only(
+    pair: LoadedPair, prompts: _Prompts, config: DecodeConfig, output: _Output, link: Link
+) -> Iterator[TokenEvent]:
     """The ``llm`` and ``llm+`` baselines: the Cloud decodes alone and streams its tokens down (no round
     trip per token). llm+ is the privacy-violating reference: the Cloud is opened on the private prompt."""
     _shared_vocabulary(pair, link)
     if METHOD_INFO[config.method].sends_private_context:
-        opening = _opening(pair, link, prompts.private, config, "generate", 0.0, prompts.private_large)
+        opening = _opening(pair, link, prompts.private, config, Rule.GENERATE, 0.0, prompts.private_large)
     else:
-        opening = _opening(pair, link, prompts.plain, config, "generate", 0.0, prompts.plain_large)
+        opening = _opening(pair, link, prompts.plain, config, Rule.GENERATE, 0.0, prompts.plain_large)
     stream = link.open(opening)
     try:
         for message in stream:
@@ -515,48 +550,43 @@ def _cloud_only(pair, prompts: _Prompts, config, output, link):
         raise CloudUnreachable("The Cloud's token stream ended before the generation did.", "stream-ended")
 
 
-def _rule_and_beta(config: DecodeConfig) -> tuple[str, float]:
+def _rule_and_beta(config: DecodeConfig) -> tuple[Rule, float]:
+    """The verification rule of a speculative method's session, and the steering strength it sends."""
     if config.method == "sd":
-        return ("exact" if config.sample else "match"), 0.0
+        return (Rule.EXACT if config.sample else Rule.MATCH), 0.0
     if config.method == "costeer":
-        return "costeer", config.beta
+        return Rule.COSTEER, config.beta
     if config.method == "specsteer" and config.exact:
-        return "exact", config.beta
-    return "ratio", config.beta
+        return Rule.EXACT, config.beta
+    return Rule.RATIO, config.beta
 
 
-def _speculative(pair, prompts: _Prompts, config, output, link, stats):
+def _every_token(config: DecodeConfig) -> bool:
+    """Rounds of draft length 0, a chosen token each (LightCoSteer, CoSteer): a Cloud method that does not draft."""
+    info = METHOD_INFO[config.method]
+    return not (info.speculative or info.device_only or info.cloud_decodes)
+
+
+def _speculative(
+    pair: LoadedPair, prompts: _Prompts, config: DecodeConfig, output: _Output, link: Link, stats: GenerationStats
+) -> Iterator[TokenEvent]:
     """The Edge of a speculative method and its session on the Cloud; the Edge's cache is given back at the end."""
     rule, beta = _rule_and_beta(config)
-    every_token = config.method in ("lightcosteer", "costeer")  # rounds of draft length 0
+    every_token = _every_token(config)  # rounds of draft length 0
     vocab_size = _shared_vocabulary(pair, link)
     link.open(_opening(pair, link, prompts.plain, config, rule, beta, prompts.plain_large))
     guard = PrivateSpanGuard(prompts.private, prompts.plain, config.private_guard) if config.private_guard else None
-    arguments = (
-        pair.specialist,
-        prompts.private,
-        vocab_size,
-        link.forward_log,
-        _sampler(config),
-        pair.eos_token_ids,
-        rule,
-        beta,
-    )
-    options = dict(
-        costeer=(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
-        draft_confidence=config.draft_confidence,
-        max_new_tokens=config.max_new_tokens,
-        guard=guard,
-    )
-    places = _no_segments
+    params = _edge_params(config, pair, rule, beta, guard=guard)
+    places: Callable[[list[int]], list[SegmentPlace | None]] = _no_segments
     edge: Edge
     if pair.cross is not None:
-        edge = CrossEdge(*arguments, vocabulary=pair.cross.vocabularies.small, **options)
+        small = pair.cross.vocabularies.small
+        edge = CrossEdge(pair.specialist, prompts.private, vocab_size, link.forward_log, params, small)
         places = partial(_segment_places, pair.cross.vocabularies)
     else:
-        edge = Edge(*arguments, **options)
+        edge = Edge(pair.specialist, prompts.private, vocab_size, link.forward_log, params)
     try:
-        yield from _rounds(edge, config, rule, every_token, output, link, stats, places)
+        yield from _rounds(edge, config, every_token, output, link, stats, places)
     finally:
         edge.close()
 
@@ -573,10 +603,18 @@ def _segment_places(vocabularies, drafts: list[int]) -> list[SegmentPlace | None
     return [SegmentPlace(position, segment.drafts) for segment in segments for position in range(segment.drafts)]
 
 
-def _rounds(edge, config, rule, every_token, output, link, stats, places=_no_segments):
+def _rounds(
+    edge: Edge,
+    config: DecodeConfig,
+    every_token: bool,
+    output: _Output,
+    link: Link,
+    stats: GenerationStats,
+    places: Callable[[list[int]], list[SegmentPlace | None]] = _no_segments,
+) -> Iterator[TokenEvent]:
     """Draft -> Verify -> Recover, one round per iteration. ``places``: each draft's segment place."""
     forward_log = link.forward_log
-    chosen_kind = "plain" if every_token else None
+    chosen_kind: TokenKind | None = "plain" if every_token else None
     append: list[int] = []
     keep = -1
     round_ = 0
@@ -610,7 +648,7 @@ def _rounds(edge, config, rule, every_token, output, link, stats, places=_no_seg
             kind = chosen_kind or ("recovered" if settled.accepted < len(drafts) else "bonus")
             yield output.emit(settled.chosen, kind, round_)
         append = [settled.chosen] if settled.chosen is not None else []
-        keep = settled.accepted if rule == "exact" else -1
+        keep = settled.accepted if RULE_SPECS[edge.params.rule].reports_kept else -1
 
 
 class DraftLength:

@@ -49,6 +49,7 @@ from specsteer.engine.generate import (
 )
 from specsteer.method.catalog import METHOD_INFO, SPEED_REFERENCE, method_info
 from specsteer.method.events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM
+from specsteer.runtimes.base import TransformersModel
 from specsteer.runtimes.machine import machine_info
 
 if TYPE_CHECKING:
@@ -152,12 +153,13 @@ class Tally:
         With an adaptive draft length, k is the mean draft length of its rounds.
         ``charge_device_steps``: T counts the Specialist steps per round that were really run.
         """
-        if not METHOD_INFO[self.config.method].speculative or not self.verified:
+        acceptance = self.token_acceptance  # None before any draft was verified
+        if not METHOD_INFO[self.config.method].speculative or acceptance is None:
             return None
         k = self.drafted / self.rounds
         steps = self.device_steps / self.rounds if charge_device_steps else None
         return speculative_bound(
-            self.token_acceptance,
+            acceptance,
             k,
             self.mean_step(EDGE_STREAM),
             self.mean_step(GENERALIST_STREAM),
@@ -221,8 +223,8 @@ def load_prompts(count: int, data: str | None, task: str | None = None) -> list[
             prepare(Request(task=r.task, input_text=r.input, history=r.profile, profile=r.user_profile))
             for r in records
         ]
-    sources = [data] if data else [shared_data_path("review"), shared_data_path("writing")]
-    sources = [s for s in sources if s] or [bundled_sample_path("review"), bundled_sample_path("writing")]
+    shared = [data] if data else [shared_data_path("review"), shared_data_path("writing")]
+    sources = [s for s in shared if s] or [bundled_sample_path("review"), bundled_sample_path("writing")]
     pools = [load_records(source) for source in sources]
     records = [pool[i] for i in range(max(map(len, pools))) for pool in pools if i < len(pool)][:count]
     return [prepare(Request(task=r.task, input_text=r.input, history=r.profile)) for r in records]
@@ -352,7 +354,7 @@ def auto_rows(rows: list[dict], picks: dict[str, str]) -> list[dict]:
 
 def _runtime_info(pair: LoadedPair) -> dict:
     info = {"precision": pair.precision, "attention": None}
-    if pair.runtime == "transformers":
+    if isinstance(pair.generalist, TransformersModel):  # the transformers runtime
         info["attention"] = pair.generalist.model.config._attn_implementation
     return info
 
@@ -366,7 +368,9 @@ def prefix_reuse(pair: LoadedPair, prepared: Prepared, config: DecodeConfig) -> 
         "method": config.method,
         "cold_ttft_s": cold.stats.ttft_s,
         "repeat_ttft_s": repeat.stats.ttft_s,
-        "ratio": repeat.stats.ttft_s / cold.stats.ttft_s if cold.stats.ttft_s else None,
+        "ratio": repeat.stats.ttft_s / cold.stats.ttft_s
+        if cold.stats.ttft_s and repeat.stats.ttft_s is not None
+        else None,
         "reused_tokens": repeat.stats.reused_tokens,
     }
 

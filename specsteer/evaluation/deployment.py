@@ -176,11 +176,14 @@ def profile_numbers(profile: DeploymentProfile) -> list[str]:
 
 
 class TracedRun(Protocol):
-    """What a projection needs of a generation (``GenerationStats`` has it)."""
+    """What a projection needs of a generation (``GenerationStats`` has it); read only."""
 
-    trace: Sequence[TraceStep]
-    seconds: float
-    new_tokens: int
+    @property
+    def trace(self) -> Sequence[TraceStep]: ...
+    @property
+    def seconds(self) -> float: ...
+    @property
+    def new_tokens(self) -> int: ...
 
 
 class MeasuredRun(NamedTuple):
@@ -294,9 +297,10 @@ class _Replay:
             self.edge.compute(seconds)
             return
         start = self.cloud.at
-        joins_round = self.cloud_round_start is not None and step.who not in self.cloud_round_streams
-        if self.profile.cloud_parallel and joins_round:
-            start = self.cloud_round_start  # side by side with the round's other model
+        round_start = self.cloud_round_start
+        joins_round = round_start is not None and step.who not in self.cloud_round_streams
+        if self.profile.cloud_parallel and round_start is not None and joins_round:
+            start = round_start  # side by side with the round's other model
         else:
             self.cloud_round_start, self.cloud_round_streams = start, set()
         self.cloud_round_streams.add(step.who)

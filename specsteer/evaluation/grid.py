@@ -67,7 +67,7 @@ from specsteer.data.facts import fact_shares, method_exposure
 from specsteer.data.history import HistoryItem
 from specsteer.data.hygiene import classify_output
 from specsteer.data.retrieval import low_similarity_items
-from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair
+from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair, as_prompt_style
 from specsteer.engine.generate import DecodeConfig, Prepared, Request, collect, generate, prepare
 from specsteer.evaluation.metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
 from specsteer.evaluation.run_store import CellResult, GridPoint, RunStatus, RunStore, cell_key
@@ -78,6 +78,7 @@ from specsteer.util.jsonable import to_jsonable
 
 if TYPE_CHECKING:
     from specsteer.models.loading import LoadedPair
+    from specsteer.models.registry import Pairing
 
 WARMUP_TOKENS = 8
 NOISE_POOL_RECORDS = 64
@@ -174,13 +175,13 @@ class EvalSpec:
 
 
 def decode_config(point: GridPoint, spec: EvalSpec) -> DecodeConfig:
-    used = {name: value for name, value in (("alpha", point.alpha), ("beta", point.beta)) if value is not None}
     return DecodeConfig(
         method=point.method,
+        alpha=DecodeConfig.alpha if point.alpha is None else point.alpha,
+        beta=DecodeConfig.beta if point.beta is None else point.beta,
         draft_len=spec.draft_len,
         max_new_tokens=spec.max_new_tokens,
         private_guard=spec.private_guard,
-        **used,
     )
 
 
@@ -218,7 +219,7 @@ def record_request(
         history=record.profile,
         retrieval_k=retrieval_k,
         noise_items=tuple(noise),
-        prompt_style=prompt_style,
+        prompt_style=as_prompt_style(prompt_style),
         profile=record.user_profile,
     )
 
@@ -361,15 +362,17 @@ def run_grid_events(
     if pair is not None:  # refused before a run is opened in the store (a pair loaded here: once loaded)
         _check_methods_run_on(pair, spec)
     records, prepared = load_evaluation_records(spec)
-    pairing = None if pair is not None else resolve_pairing(spec.pairing)
-    runtime = pair.runtime if pair is not None else choose_runtime(pairing, spec.runtime)
+    pairing: Pairing | None = None
+    dtype: str | None
     if pair is not None:
-        dtype = pair.precision
+        pairing_id, runtime, dtype = pair.pairing_id, pair.runtime, pair.precision
     else:
+        pairing = resolve_pairing(spec.pairing)
+        pairing_id, runtime = pairing.id, choose_runtime(pairing, spec.runtime)
         dtype = dtype_label(resolve_dtype(spec.dtype)) if runtime == "transformers" else None
     cells = [_Cell(record, point) for record in records for point in spec.points()]
     name = spec.run_name or f"{spec.task}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    config = run_config(spec, pair.pairing_id if pair is not None else pairing.id, runtime, dtype, len(cells))
+    config = run_config(spec, pairing_id, runtime, dtype, len(cells))
     run_id = store.open_run(name, config)
     finished = store.finished_keys(run_id)
     mine = {record.id for position, record in enumerate(records) if position % shard_count == shard_index}
@@ -379,7 +382,7 @@ def run_grid_events(
     try:
         if pending:
             yield GridProgress(len(cells) - len(pending), len(cells), "loading")
-            pair = pair if pair is not None else load_pair(pairing, dtype=spec.dtype, runtime=runtime)
+            pair = pair if pair is not None else load_pair(pairing or pairing_id, dtype=spec.dtype, runtime=runtime)
             _check_methods_run_on(pair, spec)
             computed, failures = yield from _run_cells(
                 pair, pending, prepared, spec, len(cells), cancel, run_id, store, turn
@@ -514,7 +517,7 @@ def _speedup(cells: Sequence[CellResult], reference: Sequence[CellResult], decod
     return own / base if own is not None and base else None
 
 
-def _hygiene(cells: Sequence[CellResult], task: str, prompts: Mapping[str, PromptPair]) -> dict[str, float]:
+def _hygiene(cells: Sequence[CellResult], task: str, prompts: Mapping[str, PromptPair]) -> dict[str, float | None]:
     """Shares of the cells' outputs that copy the prompt's item layout, open with a preamble, or refuse."""
     verdicts = [classify_output(cell.output, task, prompts[cell.record_id]) for cell in cells]
     share = lambda flag: sum(getattr(v, flag) for v in verdicts) / len(verdicts) if verdicts else None  # noqa: E731
@@ -630,8 +633,8 @@ def paired_difference(
 
     scores: dict[tuple[GridPoint, str], float] = {}
     for cell in cells:
-        if cell.rouge.get(metric) is not None:
-            scores[(cell.point, cell.record_id)] = 100 * cell.rouge[metric]
+        if (score := cell.rouge.get(metric)) is not None:
+            scores[(cell.point, cell.record_id)] = 100 * score
     records = sorted(
         {record for point, record in scores if point == ours} & {record for point, record in scores if point == theirs}
     )

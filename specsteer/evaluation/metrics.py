@@ -50,6 +50,6 @@ def corpus_rouge(per_record: Iterable[Mapping[str, float | None]]) -> dict[str, 
     records = list(per_record)
     means: dict[str, float | None] = {}
     for key in ROUGE_KEYS:
-        values = [record[key] for record in records if record.get(key) is not None]
+        values = [value for record in records if (value := record.get(key)) is not None]
         means[key] = 100.0 * sum(values) / len(values) if values else None
     return means

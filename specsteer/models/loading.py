@@ -111,9 +111,9 @@ def check_tokenizers_match(
         )
     small_special, large_special = _special_tokens(specialist), _special_tokens(generalist)
     if small_special != large_special:
-        differing = sorted(set(small_special.items()) ^ set(large_special.items()))[:3]
+        marked = sorted(set(small_special.items()) ^ set(large_special.items()))[:3]
         raise ModelLoadError(
-            f"pairing {pairing_id!r}: the two tokenizers mark different special tokens (e.g. {differing}); "
+            f"pairing {pairing_id!r}: the two tokenizers mark different special tokens (e.g. {marked}); "
             "cross-tokenizer pairings are not supported yet."
         )
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 import zlib
+from collections.abc import Callable, Sequence
 
 import torch
 
@@ -126,7 +127,9 @@ def learn_merges(text: str, count: int) -> list[tuple[str, str]]:
             counts[pair] = counts.get(pair, 0) + 1
         if not counts:
             break
-        best = max(counts, key=counts.get)  # dicts keep first-seen order, and max keeps the first maximum
+        best = max(
+            counts, key=lambda pair: counts[pair]
+        )  # dicts keep first-seen order, and max keeps the first maximum
         merges.append(best)
         joined, index = [], 0
         while index < len(symbols):
@@ -140,7 +143,7 @@ def learn_merges(text: str, count: int) -> list[tuple[str, str]]:
     return merges
 
 
-def _byte_level_tokenizer(special_tokens, chat_template: str, merges: list[tuple[str, str]] = (), **roles: str):
+def _byte_level_tokenizer(special_tokens, chat_template: str, merges: Sequence[tuple[str, str]] = (), **roles: str):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
     from transformers.convert_slow_tokenizer import bytes_to_unicode
@@ -391,7 +394,11 @@ def tiny_vllm_pair() -> LoadedPair:
     return assemble_pair(VLLM_PAIRING_ID, specialist, generalist, tiny_tokenizer(), CHATML_CHAT)
 
 
-TEST_PAIRS = {TEST_PAIRING_ID: tiny_pair, CROSS_PAIRING_ID: tiny_cross_pair, VLLM_PAIRING_ID: tiny_vllm_pair}
+TEST_PAIRS: dict[str, Callable[[], LoadedPair]] = {
+    TEST_PAIRING_ID: tiny_pair,
+    CROSS_PAIRING_ID: tiny_cross_pair,
+    VLLM_PAIRING_ID: tiny_vllm_pair,
+}
 _shared_lock = threading.Lock()
 _shared: dict[str, LoadedPair] = {}
 
@@ -407,6 +414,10 @@ def shared_test_pair(pairing_id: str) -> LoadedPair | None:
         return _shared[pairing_id]
 
 
-def shared_tiny_pair() -> LoadedPair:
-    """One process-wide ``tiny_pair()`` for the test hooks, built on first use."""
-    return shared_test_pair(TEST_PAIRING_ID)
+def shared_tiny_pair(pairing_id: str = TEST_PAIRING_ID) -> LoadedPair:
+    """One process-wide ``tiny_pair()`` (or the other test pair ``pairing_id`` names) for the test hooks,
+    built on first use."""
+    pair = shared_test_pair(pairing_id)
+    if pair is None:
+        raise ValueError(f"{pairing_id!r} is not a test pairing ({', '.join(TEST_PAIRS)})")
+    return pair

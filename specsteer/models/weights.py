@@ -320,17 +320,18 @@ def _drop_gguf_quantization(model: PreTrainedModel) -> None:
     The weights are dense already; what is left is the loader's bookkeeping, which would make
     save_pretrained refuse ("not serializable") or write a quantization_config that later loads obey.
     """
-    model.hf_quantizer = None
+    # transformers declares neither attribute: torch's Module.__setattr__ stub types them Tensor | Module.
+    model.hf_quantizer = None  # type: ignore[assignment]
     if getattr(model.config, "quantization_config", None) is not None:
         del model.config.quantization_config
-    model.is_quantized = False
+    model.is_quantized = False  # type: ignore[assignment]
 
 
 def _save_converted(
     model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, directory: Path, spec: ModelSpec
 ) -> None:
     storage = CACHE_DTYPE if _fits_fp16(model) else torch.float32
-    model.to(storage)
+    model.to(storage)  # type: ignore[arg-type]  # transformers' decorator on .to hides its dtype signature
     model.save_pretrained(directory)
     tokenizer.save_pretrained(directory)
     marker = {"sha256": spec.sha256, "source": spec.ref, "storage_dtype": str(storage).removeprefix("torch.")}

@@ -25,9 +25,9 @@ before message ``n``.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Iterable, Iterator
+from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol
+from typing import NamedTuple, Protocol, TypeVar
 
 from specsteer.method.decoding import ForwardLog
 from specsteer.method.events import Finished, LinkMessage, TraceStep
@@ -45,6 +45,7 @@ from specsteer.protocol.wire import (
     Open,
     Tokens,
     UnsupportedVersion,
+    Uplink,
     Verdict,
     decode,
     encode,
@@ -153,6 +154,8 @@ class CloudEndpoint(Protocol):
 
 # --------------------------------------------------------------------------- the link
 
+_Answer = TypeVar("_Answer", Verdict, Tokens)  # a downlink message the Edge waits for
+
 
 @dataclass
 class Link:
@@ -192,7 +195,7 @@ class Link:
             self._info = self.transport.info()
         return self._info
 
-    def open(self, message: Open) -> Iterator[Tokens]:
+    def open(self, message: Open) -> Generator[Tokens, None, None]:
         """Start the session (sent now); iterate the result for a streaming rule's tokens."""
         if self._open:
             raise RuntimeError("a link carries one session")
@@ -222,7 +225,7 @@ class Link:
 
     # ----------------------------------------------------------------------- frames
 
-    def _send(self, message: Message) -> Reply:
+    def _send(self, message: Uplink) -> Reply:
         if message.session != self.session:
             raise ValueError("a message for another session")
         frame = encode(message)
@@ -232,7 +235,7 @@ class Link:
             self._absorb(reply.report, final=False)
         return reply
 
-    def _receive(self, reply: Reply, kind: type) -> Iterator:
+    def _receive(self, reply: Reply, kind: type[_Answer]) -> Generator[_Answer, None, None]:
         for arrival in reply.frames:
             try:
                 message = decode(arrival.frame, DOWNLINK)

@@ -39,10 +39,13 @@ history) and ``specsteer.cloud.verifier`` (the Generalist and the generic Specia
 from __future__ import annotations
 
 import struct
-from dataclasses import asdict, dataclass, field
-from typing import ClassVar
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import ClassVar, Final, Literal
 
 import numpy as np
+
+from specsteer.protocol.rules import RULE_SPECS, Payload, Rule, expected_payload, fields_of, payload_of
 
 # --------------------------------------------------------------------------- limits shared by both sides
 
@@ -63,11 +66,12 @@ DRAFT_HEADROOM = MAX_DRAFT_LEN + 2
 
 PROTOCOL_VERSION = 2
 SESSION_BYTES = 16
-UPLINK, DOWNLINK = "uplink", "downlink"
+Direction = Literal["uplink", "downlink"]
+UPLINK: Final = "uplink"
+DOWNLINK: Final = "downlink"
 DIRECTIONS = (UPLINK, DOWNLINK)
-# Verification rules; "generate" is the Cloud decoding alone (the llm baseline) and streaming tokens.
-RULES = ("ratio", "match", "exact", "costeer", "generate")
-STREAMING_RULES = frozenset({"generate"})
+# Verification rules (specsteer.protocol.rules: what each needs); an Open carries the index of its rule here.
+RULES: tuple[Rule, ...] = tuple(Rule)
 
 _HEADER = struct.Struct("<BB")
 _OPEN_SETTINGS = struct.Struct("<Bdddi?dqI")
@@ -111,10 +115,10 @@ class Open:
 
     kind: ClassVar[str] = "open"
     code: ClassVar[int] = 1
-    direction: ClassVar[str] = UPLINK
+    direction: ClassVar[Direction] = UPLINK
 
     session: bytes
-    rule: str
+    rule: Rule  # its name is accepted too, and read as the Rule
     prompt: tuple[int, ...]
     max_new_tokens: int
     alpha: float = 0.1
@@ -130,17 +134,18 @@ class Open:
         _check_session(self.session)
         if self.rule not in RULES:
             raise FrameError(f"unknown verification rule {self.rule!r}")
+        object.__setattr__(self, "rule", Rule(self.rule))
         object.__setattr__(self, "prompt", _ids(self.prompt))
         object.__setattr__(self, "stop_ids", _ids(self.stop_ids))
 
     @property
     def streams(self) -> bool:
         """Whether the Cloud answers with a stream of Tokens instead of waiting for drafts."""
-        return self.rule in STREAMING_RULES
+        return RULE_SPECS[self.rule].streams
 
     def summary(self) -> dict:
         return {
-            "rule": self.rule,
+            "rule": self.rule.value,
             "alpha": self.alpha,
             "beta": self.beta,
             "temperature": self.temperature,
@@ -172,6 +177,12 @@ class CrossOpen(Open):
         super().__post_init__()
         object.__setattr__(self, "large_prompt", _ids(self.large_prompt))
 
+    @classmethod
+    def extending(cls, opening: Open, large_prompt: Sequence[int]) -> CrossOpen:
+        """``opening``'s settings with the plain prompt in the Generalist's ids."""
+        settings = {name.name: getattr(opening, name.name) for name in fields(Open)}
+        return cls(**settings, large_prompt=tuple(large_prompt))
+
     def summary(self) -> dict:
         return {**super().summary(), "large_prompt": list(self.large_prompt)}
 
@@ -182,7 +193,7 @@ class Draft:
 
     kind: ClassVar[str] = "draft"
     code: ClassVar[int] = 2
-    direction: ClassVar[str] = UPLINK
+    direction: ClassVar[Direction] = UPLINK
 
     session: bytes
     draft: tuple[int, ...]
@@ -202,13 +213,16 @@ class Draft:
 class Verdict:
     """Downlink, per round: drafts accepted, and the Cloud's share of the logits where needed.
 
-    ``values`` are ``z_L - beta z_S0`` on ``ids`` (recovery or bonus); with no ``ids`` they are
-    full rows (exact mode), or empty. ``extra`` carries log p_S0 on ``ids`` (CoSteer).
+    The fields are the wire's; what they mean depends on their shapes, which :attr:`payload` reads as one
+    typed value (``specsteer.protocol.rules``): ``values`` are ``z_L - beta z_S0`` on ``ids`` (recovery or
+    bonus: SteeredTopK); with no ``ids`` they are full rows (exact mode: PublicRows), or empty; ``extra``
+    carries log p_S0 on ``ids``, ``values`` then being log p_L (CoSteer: CoSteerCandidates). Build one
+    with :meth:`carrying`.
     """
 
     kind: ClassVar[str] = "verdict"
     code: ClassVar[int] = 3
-    direction: ClassVar[str] = DOWNLINK
+    direction: ClassVar[Direction] = DOWNLINK
 
     accepted: int
     ids: tuple[int, ...] = ()
@@ -231,6 +245,20 @@ class Verdict:
 
     # Unhashable (it holds arrays): a class that defines __eq__ and no __hash__ gets __hash__ = None.
 
+    @classmethod
+    def carrying(cls, accepted: int, payload: Payload | None = None) -> Verdict:
+        """The verdict of ``accepted`` drafts that carries ``payload``."""
+        return cls(accepted, *fields_of(payload))
+
+    @property
+    def payload(self) -> Payload | None:
+        """What the fields carry, by kind; a PayloadError (a ValueError) when they fit none."""
+        return payload_of(self.ids, self.values, self.extra)
+
+    def payload_for(self, rule: Rule) -> Payload | None:
+        """The payload, checked to be one ``rule``'s verdicts carry (an Edge never reads another kind)."""
+        return expected_payload(rule, self.payload)
+
     def summary(self) -> dict:
         """What a transcript keeps: ids in full up to 256, long float arrays only by size."""
         ids = list(self.ids) if len(self.ids) <= 256 else f"<{len(self.ids)} ids>"
@@ -243,7 +271,7 @@ class Tokens:
 
     kind: ClassVar[str] = "tokens"
     code: ClassVar[int] = 4
-    direction: ClassVar[str] = DOWNLINK
+    direction: ClassVar[Direction] = DOWNLINK
 
     ids: tuple[int, ...]
 
@@ -255,6 +283,8 @@ class Tokens:
 
 
 Message = Open | CrossOpen | Draft | Verdict | Tokens
+Uplink = Open | Draft  # what the Edge sends (a CrossOpen is an Open)
+Downlink = Verdict | Tokens  # what the Cloud answers
 MESSAGE_TYPES: dict[int, type[Message]] = {kind.code: kind for kind in (Open, CrossOpen, Draft, Verdict, Tokens)}
 
 

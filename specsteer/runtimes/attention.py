@@ -11,10 +11,13 @@ Specialist step. Every other shape goes to transformers' own ``sdpa`` function u
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
 
-import torch
 import torch.nn.functional as F
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 IMPLEMENTATION = "sdpa_packed_gqa"
 _registered = threading.Lock()
@@ -51,7 +54,7 @@ def register() -> str:
     return IMPLEMENTATION
 
 
-def use_packed_gqa(model: torch.nn.Module) -> None:
+def use_packed_gqa(model: PreTrainedModel) -> None:
     """Switch a model that runs transformers' ``sdpa`` attention to this one; leave any other alone."""
     if getattr(model.config, "_attn_implementation", None) == "sdpa":
         model.set_attn_implementation(register())

@@ -180,6 +180,7 @@ def version() -> str | None:
 _BUFFER_LINE = re.compile(r"(\S+) model buffer size")
 _load_lock = threading.Lock()
 _seen_buffers: list[str] = []
+_log_callbacks: list[object] = []  # the C side keeps only a pointer: the Python objects are kept alive here
 
 
 def _silence_log(ll) -> None:
@@ -194,7 +195,7 @@ def _silence_log(ll) -> None:
         elif (found := _BUFFER_LINE.search(message)) and found.group(1) not in _seen_buffers:
             _seen_buffers.append(found.group(1))
 
-    _silence_log.callback = quiet  # the C side keeps only a pointer: keep the Python object alive
+    _log_callbacks[:] = [quiet]
     ll.llama_log_set(quiet, ctypes.c_void_p(0))
 
 

@@ -28,7 +28,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -123,11 +123,11 @@ def _signal_name(code: int) -> str:
         return f"signal {-code}"
 
 
-def child_command(config: LlamaConfig, paths: list[Path]) -> list[str]:
+def child_command(config: LlamaConfig, paths: Sequence[Path]) -> list[str]:
     return [sys.executable, "-m", "specsteer.runtimes.llamacpp_child", config.name, *map(str, paths)]
 
 
-def run_config(config: LlamaConfig, paths: list[Path], timeout: float = CHILD_TIMEOUT_S) -> ProbeOutcome:
+def run_config(config: LlamaConfig, paths: Sequence[Path], timeout: float = CHILD_TIMEOUT_S) -> ProbeOutcome:
     """One configuration, exercised on every model in a child process."""
     started = time.monotonic()
     command = child_command(config, paths)
@@ -211,7 +211,7 @@ _lock = threading.Lock()
 _decided: tuple[LlamaConfig | None, str] | None = None
 
 
-def proven_configuration(models: Sequence[Path] = ()) -> tuple[LlamaConfig | None, str]:
+def proven_configuration(models: Collection[Path] = ()) -> tuple[LlamaConfig | None, str]:
     """(the configuration this process uses, a sentence saying why) -- None when none works here.
     Reads the saved proof; when there is none yet, runs the probe (about 10-20 s, child processes) on the GGUF
     files ``models`` the caller is about to use (the decision is kept for the process either way)."""
@@ -229,7 +229,7 @@ def forget() -> None:
         _decided = None
 
 
-def _decide(models: Sequence[Path]) -> tuple[LlamaConfig | None, str]:
+def _decide(models: Collection[Path]) -> tuple[LlamaConfig | None, str]:
     forced = os.environ.get(ENV_FORCE, "").strip()
     if forced:
         config = config_named(forced)

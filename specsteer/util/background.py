@@ -76,7 +76,7 @@ class Background(Generic[Item, Result]):
             for item in produce(cancel):
                 emit(item)
 
-        return cls(work, name=name, merge=merge)
+        return Background(work, name=name, merge=merge)
 
     def _run(self, work: Callable[[Emit[Item], threading.Event], Result]) -> None:
         try:

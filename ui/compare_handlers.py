@@ -90,7 +90,7 @@ class CompareView(NamedTuple):
             values[4 + MAX_SLOTS : 4 + 2 * MAX_SLOTS],
             values[4 + 2 * MAX_SLOTS :],
         )
-        return cls(*values[:4], tuple(slots), tuple(visible), tuple(ratings))
+        return cls(values[0], values[1], values[2], values[3], tuple(slots), tuple(visible), tuple(ratings))
 
 
 COMPARE_WIDTH = len(CompareView.unchanged().flat())
@@ -242,7 +242,7 @@ class CompareTab:
         input_text: str,
         methods: Sequence[str],
         blind: bool,
-        request: gr.Request = None,
+        request: gr.Request | None = None,
         **settings: object,
     ) -> Iterator[CompareView]:
         """Generate with every chosen method (streaming each into its slot), then save the comparison.
@@ -260,7 +260,7 @@ class CompareTab:
             yield CompareView.from_flat(frame)
 
     @staticmethod
-    def stop(request: gr.Request = None) -> CompareView:
+    def stop(request: gr.Request | None = None) -> CompareView:
         """The Stop button: end this page's comparison run (an incomplete comparison is not saved)."""
         run = RUNS.stop(request, "compare")
         if run is None:

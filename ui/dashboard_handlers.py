@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 import gradio as gr
 import pandas as pd
@@ -22,20 +22,22 @@ from ui.dashboard_figures import compared_figures, figures, table_update
 from ui.streaming import NOT_YOURS, RUNS, Toast
 from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path
 
-
-class DashboardView(NamedTuple):
-    status: object
-    quality: object
-    acceptance: object
-    table: object
-    runs: object
+_V = TypeVar("_V")  # a view's fields: its components when an event is wired, their new values when it fires
 
 
-class DeploymentView(NamedTuple):
-    status: object
-    figure: object
-    table: object
-    profile: object  # the profile's label, link and sources
+class DashboardView(NamedTuple, Generic[_V]):
+    status: _V
+    quality: _V
+    acceptance: _V
+    table: _V
+    runs: _V
+
+
+class DeploymentView(NamedTuple, Generic[_V]):
+    status: _V
+    figure: _V
+    table: _V
+    profile: _V  # the profile's label, link and sources
 
 
 DEFAULT_PROFILE = "phone-4g"
@@ -176,7 +178,7 @@ class DashboardTab:
             sources,
         )
 
-    def run_batch(self, request: gr.Request = None, **values: object) -> Iterator[DashboardView]:
+    def run_batch(self, request: gr.Request | None = None, **values: object) -> Iterator[DashboardView]:
         """Run (or resume) an evaluation grid, streaming progress, then show its figures and table.
 
         ``values``: the grid's widgets, by :class:`GridForm` field name.
@@ -197,7 +199,7 @@ class DashboardTab:
         for frame in RUNS.start(request, "dashboard", produce, width=len(DashboardView._fields)).frames():
             yield DashboardView(*frame)
 
-    def cancel(self, request: gr.Request = None) -> DashboardView:
+    def cancel(self, request: gr.Request | None = None) -> DashboardView:
         """The Cancel button: stop after the current token; finished cells stay stored (and resumable)."""
         skip = gr.skip()
         run = RUNS.stop(request, "dashboard", timeout=30.0)

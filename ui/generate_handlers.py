@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import NamedTuple
+from typing import Generic, NamedTuple, TypeVar
 
 import gradio as gr
 
@@ -35,33 +35,36 @@ from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path
 WAITING_FOR_TRANSCRIPT = "The transcript appears when the generation ends."
 
 
-class GenerateView(NamedTuple):
+_V = TypeVar("_V")  # a view's fields: its components when an event is wired, their new values when it fires
+
+
+class GenerateView(NamedTuple, Generic[_V]):
     """The outputs of a generation, in the order the event lists them."""
 
-    status: object
-    output: object
-    stats: object
-    retrieved: object
-    privacy: object
+    status: _V
+    output: _V
+    stats: _V
+    retrieved: _V
+    privacy: _V
 
 
-class SampleView(NamedTuple):
+class SampleView(NamedTuple, Generic[_V]):
     """What choosing a sample user updates."""
 
-    history: object
-    summary: object
-    task: object
-    input_text: object
-    upload: object  # cleared: the sample replaces an uploaded history
+    history: _V
+    summary: _V
+    task: _V
+    input_text: _V
+    upload: _V  # cleared: the sample replaces an uploaded history
 
 
-class UploadView(NamedTuple):
+class UploadView(NamedTuple, Generic[_V]):
     """What uploading a history updates."""
 
-    history: object
-    summary: object
-    task: object
-    sample: object  # cleared after a good file: no sample names the history any more
+    history: _V
+    summary: _V
+    task: _V
+    sample: _V  # cleared after a good file: no sample names the history any more
 
 
 def cloud_widget(exposure: Exposure, address: str) -> gr.components.Component:
@@ -112,7 +115,7 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
                 yield GenerateView(
                     status,
                     render.output_html(tokens.html),
-                    _final_stats(event.partial, settings),
+                    _final_stats(event.partial, _after_start(settings)),
                     skip,
                     render.privacy_html(event.partial.privacy),
                 )
@@ -132,12 +135,14 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
         elif isinstance(event, Loading):
             yield GenerateView(render.message_box(event.message, "busy"), skip, skip, skip, skip)
         elif isinstance(event, Generating):
+            started = _after_start(settings)
             live = LiveStats(
-                event.method, event.runtime, event.precision, cloud=settings.cloud, link=settings.link_conditions()
+                event.method, event.runtime, event.precision, cloud=started.cloud, link=started.link_conditions()
             )
             running = render.message_box(f"Generating with {method_label(event.method)}…", "busy")
             yield GenerateView(running, skip, render.stats_html(live.view("running")), skip, skip)
         elif isinstance(event, Token):
+            live = _after_start(live)
             live.add(event.event)
             tokens.add(event.event)
             if throttle.due():
@@ -149,10 +154,17 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
             yield GenerateView(
                 _done_status(result),
                 render.output_html(tokens.html),
-                _final_stats(result, settings),
+                _final_stats(result, _after_start(settings)),
                 skip,
                 render.privacy_html(result.privacy),
             )
+
+
+def _after_start(value: _V | None) -> _V:
+    """What the Started (settings) or Generating (live stats) event set: every later event follows it."""
+    if value is None:
+        raise RuntimeError("a generation's events came out of order")
+    return value
 
 
 def _final_stats(result: GenerationResult, settings: GenerationSettings) -> str:
@@ -216,7 +228,12 @@ class GenerateTab:
             return render.message_box(sentence(str(error)), "error")
 
     def generate(
-        self, history: NamedHistory | None, task: str, input_text: str, request: gr.Request = None, **settings: object
+        self,
+        history: NamedHistory | None,
+        task: str,
+        input_text: str,
+        request: gr.Request | None = None,
+        **settings: object,
     ) -> Iterator[GenerateView]:
         """Stream one generation: status, coloured tokens and live stats, then the privacy report.
 
@@ -234,7 +251,7 @@ class GenerateTab:
         """The "Test connection" button: what the Cloud at that address serves, or what is wrong."""
         return render.cloud_check_html(self.service.check_cloud(cloud or "", pairing or None))
 
-    def stop(self, request: gr.Request = None) -> GenerateView:
+    def stop(self, request: gr.Request | None = None) -> GenerateView:
         """The Stop button: end this page's generation and show where it ended (saved if it had begun)."""
         skip = gr.skip()
         run = RUNS.stop(request, "generate")

@@ -71,3 +71,4 @@ class GenerateControls:
     task: gr.Dropdown
     input_text: gr.Textbox
     settings: dict[str, gr.components.Component]  # GenerationSettings field name -> its widget
+    pairing: gr.Dropdown  # settings["pairing"]: the pairing picker

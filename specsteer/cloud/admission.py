@@ -86,12 +86,18 @@ def bearer_token(authorization: str) -> str:
 class AdmissionLimits(Protocol):
     """What admission reads of ``cloud_service.ServiceLimits``."""
 
-    max_sessions: int
-    max_sessions_per_client: int
-    memory_budget_bytes: int | None
-    max_client_share: float
-    reclaim_idle_s: float
-    unstarted_timeout_s: float
+    @property
+    def max_sessions(self) -> int: ...
+    @property
+    def max_sessions_per_client(self) -> int: ...
+    @property
+    def memory_budget_bytes(self) -> int | None: ...
+    @property
+    def max_client_share(self) -> float: ...
+    @property
+    def reclaim_idle_s(self) -> float: ...
+    @property
+    def unstarted_timeout_s(self) -> float: ...
 
 
 @dataclass(frozen=True)

@@ -479,22 +479,24 @@ class VllmCloudService(CloudService):
     """A :class:`CloudService` whose sessions are verified by vLLM engines (see the module docstring)."""
 
     def __init__(self, pair: VllmPair, limits: ServiceLimits | None = None, **kwargs):
-        super().__init__(pair, limits or ServiceLimits(), reuse_prefixes=True, **kwargs)
+        # The engines hold the models; the base class reads only the pair's id and vocabulary of it.
+        super().__init__(pair, limits or ServiceLimits(), reuse_prefixes=True, **kwargs)  # type: ignore[arg-type]
+        self.engines = pair
 
     def info(self) -> CloudInfo:
         info = super().info()
         return CloudInfo(info.pairing, info.vocab_size, info.protocol, info.instance, ENGINE_NAME, info.limits)
 
     def engine_stats(self) -> EngineStats:
-        return self.pair.stats()
+        return self.engines.stats()
 
     def session_bytes(self, message: Open) -> int:
         # Both engines' keys and values for every token the session may hold (whatever its rule).
         capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
-        return capacity * self.pair.kv_bytes_per_token
+        return capacity * self.engines.kv_bytes_per_token
 
     def _new_cloud(self, log: ForwardLog):
-        return VllmCloud(self.pair, log)
+        return VllmCloud(self.engines, log)
 
     def _free_idle_caches(self, wanted: int) -> None:
         """The engines manage their own prefix caches (evicted least recently used when blocks run out)."""
@@ -517,10 +519,10 @@ class VllmCloudService(CloudService):
                 "A vLLM Cloud runs the ratio test at temperature 1 (or greedy) only: the engines give "
                 "log-probabilities at temperature 1."
             )
-        limit = self.pair.max_candidates
+        limit = self.engines.max_candidates
         if message.rule != "generate" and not 1 <= message.top_k <= limit:
             return f"A vLLM Cloud sends at most {limit} candidates per verdict: top_k must be between 1 and {limit}."
-        longest = self.pair.max_model_len
+        longest = self.engines.max_model_len
         capacity = len(message.prompt) + message.max_new_tokens + DRAFT_HEADROOM
         if longest is not None and capacity > longest:
             return f"The prompt and the token budget need {capacity} tokens; this Cloud's engines hold {longest}."

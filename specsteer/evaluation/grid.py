@@ -378,7 +378,7 @@ def run_grid_events(
     mine = {record.id for position, record in enumerate(records) if position % shard_count == shard_index}
     pending = [cell for cell in cells if cell.key not in finished and cell.record.id in mine]
     store.set_status(run_id, "running")
-    computed, failures = 0, []
+    computed, failures = 0, list[CellFailure]()
     try:
         if pending:
             yield GridProgress(len(cells) - len(pending), len(cells), "loading")

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import TypeVar
 
 from specsteer.data.datasets import LONGLAMP_TASKS, resolve_data_source, shared_cogenesis_path, shared_data_path
 from specsteer.evaluation import plots
@@ -52,6 +53,9 @@ def whole_number(value: object, what: str) -> int:
     return int(value)
 
 
+W = TypeVar("W")  # GridForm.widgets: whatever a caller names the fields with (the page: its components)
+
+
 @dataclass(frozen=True)
 class GridForm:
     """The grid's widgets' values, by the /evaluate endpoint's parameter names."""
@@ -69,6 +73,14 @@ class GridForm:
     draft_len: float
     run_name: str
     operator_token: str = ""  # public: a grid beyond a visitor's cap needs the operator's token
+
+    @staticmethod
+    def widgets(**widgets: W) -> dict[str, W]:
+        """The grid's widgets by field name; a TypeError unless they name exactly the fields."""
+        names = [field.name for field in fields(GridForm)]
+        if sorted(widgets) != sorted(names):
+            raise TypeError(f"the grid's widgets {sorted(widgets)} are not the form's fields {sorted(names)}")
+        return widgets
 
     def spec(self, keep_upload: Callable[[str, str], Path]) -> EvalSpec:
         """The one EvalSpec these values name; ``keep_upload`` keeps an uploaded records file (the service's
@@ -113,7 +125,7 @@ def stored_rows(config: Mapping[str, object], cells: Sequence) -> list[dict]:
 def claim_notes(cells: Sequence) -> list[str]:
     """Each SpecSteer setting against the stronger of SLM+ and LLM, record by record on ROUGE-L and
     ROUGE-1, with 95 % bootstrap intervals (sentences for the status line)."""
-    notes = []
+    notes: list[str] = []
     for metric, name in (("rougeL", "R-L"), ("rouge1", "R-1")):
         baseline = stronger_baseline(cells, metric)
         if baseline is None:

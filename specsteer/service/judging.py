@@ -4,17 +4,33 @@ is saved, the blind rule (which slot may name its method), and the summary's row
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Protocol
 
 from specsteer.method.catalog import PRIVATE_METHODS, method_label
 from specsteer.method.events import GenerationStats
-from specsteer.service.stores import RATING_CRITERIA, AnnotationSummary, NewAnnotation, StoredComparison, slot_label
+from specsteer.service.stores import (
+    RATING_CRITERIA,
+    AnnotationSummary,
+    NewAnnotation,
+    StoredComparison,
+    StoredOutput,
+    slot_label,
+)
 
 # Blind comparisons judge the methods that keep the private context on the device; llm+ (which sends it)
 # is offered by the Generate tab and the evaluation, where it is labelled as sending it.
 COMPARED_METHODS = PRIVATE_METHODS
 PREFERENCE_EXTRAS = [("Tie", "tie"), ("All bad", "all_bad")]
 SUMMARY_HEADERS = ["method", "shown", "wins", "win rate", "ties", "all bad", "personalization", "fluency"]
+
+
+class SavedOutputs(Protocol):
+    """A saved judgement's outputs in the order shown (the service's SavedAnnotation)."""
+
+    @property
+    def outputs(self) -> Sequence[StoredOutput]: ...
 
 
 @dataclass
@@ -33,7 +49,7 @@ class ComparisonView:
         """The blind rule: a slot names its method once the judgement is saved, or always when not blind."""
         return self.order[slot] if (self.revealed or not self.blind) else None
 
-    def revealed_with(self, saved: StoredComparison) -> ComparisonView:
+    def revealed_with(self, saved: SavedOutputs) -> ComparisonView:
         """This view after its judgement was saved: the methods revealed, with each output's statistics."""
         return replace(self, revealed=True, stats=[output.stats for output in saved.outputs])
 

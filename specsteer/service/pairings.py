@@ -12,7 +12,7 @@ from specsteer.method.catalog import METHODS
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS
 from specsteer.models.tiny import CROSS_PAIRING_ID as TINY_CROSS_PAIRING_ID
 from specsteer.models.tiny import TEST_PAIRING_ID as TINY_PAIRING_ID
-from specsteer.models.tiny import shared_test_pair, shared_tiny_pair
+from specsteer.models.tiny import shared_tiny_pair
 from specsteer.service.app_service import PairCatalog
 
 TEST_PAIR_ENV = "SPECSTEER_TEST_PAIR"
@@ -27,7 +27,7 @@ def catalog() -> PairCatalog:
     if not test_pair_enabled():
         return PairCatalog()
     return PairCatalog(
-        {TINY_PAIRING_ID: shared_tiny_pair, TINY_CROSS_PAIRING_ID: partial(shared_test_pair, TINY_CROSS_PAIRING_ID)}
+        {TINY_PAIRING_ID: shared_tiny_pair, TINY_CROSS_PAIRING_ID: partial(shared_tiny_pair, TINY_CROSS_PAIRING_ID)}
     )
 
 

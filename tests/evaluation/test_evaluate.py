@@ -305,7 +305,8 @@ def test_cli_json_contract_and_plot(tmp_path):
     command = [
         sys.executable,
         "-m",
-        "specsteer.evaluation.grid",
+        "specsteer",
+        "evaluate",
         "--data",
         SAMPLE,
         "--task",
@@ -350,7 +351,7 @@ def test_cli_json_contract_and_plot(tmp_path):
 
 
 def test_cli_without_llm_warns_and_prints_null_speedup(pair, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(evaluate, "shared_tiny_pair", lambda: pair)
+    monkeypatch.setattr(evaluate_cli, "shared_tiny_pair", lambda: pair)
     code = evaluate_cli.main(
         [
             "--data",

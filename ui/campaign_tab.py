@@ -153,7 +153,9 @@ def build(service: CampaignService) -> CampaignHandlers:
         create = gr.Button("Create and generate", variant="primary", elem_id="campaign-create-button")
         created = gr.HTML(elem_id="campaign-created")
     with gr.Row():
-        chosen = gr.Dropdown(choices=[ALL], value=ALL, label="Campaign", elem_id="campaign-pick", scale=3)
+        chosen = gr.Dropdown(
+            choices=[ALL], value=ALL, label="Campaign", elem_id="campaign-pick", scale=3, allow_custom_value=True
+        )
         refresh = gr.Button("Refresh", elem_id="campaign-refresh", scale=1)
         stop = gr.Button("Stop generating", variant="stop", elem_id="campaign-stop", scale=1)
     status = gr.HTML(elem_id="campaign-status")

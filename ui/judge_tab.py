@@ -38,7 +38,8 @@ SHORTCUTS_JS = """
     if (typing) { if (event.key === 'Enter' && event.ctrlKey) press('judge-save'); return; }
     if (event.ctrlKey) return;
     const pick = (value) => {
-      const input = root.querySelector('#judge-choice input[value="' + value + '"]');
+      const inputs = root.querySelectorAll('#judge-choice input[type=radio]');
+      const input = Array.from(inputs).find((candidate) => candidate.value === value);
       if (input) { event.preventDefault(); input.click(); }
     };
     const key = event.key.length === 1 ? event.key.toLowerCase() : event.key;

@@ -36,6 +36,7 @@ SHORTCUTS_JS = """
       (target.tagName === 'INPUT' && !['radio', 'checkbox', 'button'].includes(target.type)));
     const press = (id) => { const b = document.getElementById(id); if (b) { event.preventDefault(); b.click(); } };
     if (typing) { if (event.key === 'Enter' && event.ctrlKey) press('judge-save'); return; }
+    if (target && target.closest && target.closest('button') && (event.key === 'Enter' || event.key === ' ')) return;
     if (event.ctrlKey) return;
     const pick = (value) => {
       const inputs = root.querySelectorAll('#judge-choice input[type=radio]');
@@ -53,6 +54,9 @@ SHORTCUTS_JS = """
   });
 }
 """
+
+# After Start, the keys belong to the queue, not to the focused Start button.
+BLUR_JS = "() => { if (document.activeElement) document.activeElement.blur(); }"
 
 
 def _choices(count: int) -> list[tuple[str, str]]:
@@ -181,7 +185,9 @@ def build(service: CampaignService) -> JudgeHandlers:
                 save = gr.Button("Save and next (Enter)", variant="primary", elem_id="judge-save")
     seat_state, view_state = gr.State(None), gr.State(None)
     outputs = [seat_state, view_state, status, progress, shown_input, board, *slots, choice, *ratings, rationale]
-    start.click(handlers.start, [name, code, campaign, seat_state, view_state], outputs, api_name="judge_start")
+    start.click(handlers.start, [name, code, campaign, seat_state, view_state], outputs, api_name="judge_start").then(
+        None, None, None, js=BLUR_JS, **QUIET
+    )
     save.click(
         handlers.save,
         [seat_state, view_state, choice, rationale, *ratings],

@@ -92,7 +92,9 @@ def _service(url: str | None):  # type: ignore[no-untyped-def]
     from specsteer.service.app_service import AppService, PairCatalog
     from specsteer.service.campaigns import CampaignService
 
-    pairs = PairCatalog({TEST_PAIRING_ID: shared_tiny_pair, CROSS_PAIRING_ID: lambda: shared_test_pair(CROSS_PAIRING_ID)})
+    pairs = PairCatalog(
+        {TEST_PAIRING_ID: shared_tiny_pair, CROSS_PAIRING_ID: lambda: shared_test_pair(CROSS_PAIRING_ID)}
+    )
     app = AppService(store=storage.SqlGenerationStore(url), runs=storage.SqlRunStore(url), pairs=pairs)
     return CampaignService(app, storage.SqlCampaignStore(url))
 

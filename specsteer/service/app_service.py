@@ -794,6 +794,8 @@ class AppService:
     def reopen_comparison(self, comparison_id: int) -> StoredComparison:
         """A saved comparison for a new judgement: a blind one in a fresh random order, so that each
         annotator sees their own. ValueError, as a sentence, when there is none of that id."""
+        if isinstance(comparison_id, bool) or not isinstance(comparison_id, int) or not 0 < comparison_id < 2**63:
+            raise ValueError(f"Comparison #{str(comparison_id)[:24]} does not exist.")  # beyond any database id
         comparison = self.store.comparison(comparison_id)
         if comparison is None:
             raise ValueError(f"Comparison #{comparison_id} does not exist.")

@@ -97,6 +97,19 @@ def test_the_panel_shows_results_and_exports(served):
     assert "two methods" in refused[0]
 
 
+def test_the_panel_creates_and_generates_in_the_models_slot(served):
+    url, _codes = served
+    panel = client(url)
+    settings = [TEST_PAIRING_ID, "auto", 0.1, 1.0, 4, "", True, ""]
+    created = panel.predict(
+        "ui-made", "review", "sample", None, 1, ["llm", "specsteer"], *settings, api_name="/campaign_create"
+    )
+    assert "stored" in created[0]
+    status = panel.predict("ui-made", "", api_name="/campaign_generate")
+    assert "1 of 1 comparisons ready" in status and "open to anyone" in status
+    assert "no campaign" in panel.predict("nope", "", api_name="/campaign_generate")
+
+
 def test_the_shortcuts_cover_every_choice_and_save():
     for key in ("'t'", "'g'", "'x'", "'Enter'", "'ArrowRight'", "'ArrowLeft'", "judge-save", "judge-choice"):
         assert key in SHORTCUTS_JS

@@ -40,7 +40,7 @@ def shortcuts_html() -> str:
 
 def status_html(view: CampaignStatusView) -> str:
     campaign = view.campaign
-    state = "generating" if view.generating else campaign.status
+    state = campaign.status
     who = "open to anyone (names are not checked)" if campaign.open_to_anyone else "annotators with a join code"
     error = f'<div class="ss-box ss-box-error">{esc(campaign.error)}</div>' if campaign.error else ""
     return (

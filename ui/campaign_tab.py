@@ -6,19 +6,22 @@ the operator's token; reading results does not. Decisions are ``specsteer.servic
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import gradio as gr
 
 from specsteer.data.datasets import EVALUATION_TASKS
 from specsteer.method.catalog import PRIVATE_METHODS, method_label
-from specsteer.service.app_service import ExportRefused
+from specsteer.service.app_service import ExportRefused, Failed
 from specsteer.service.campaigns import CampaignError, CampaignRequest, CampaignService
 from ui import campaign_render, pairs
 from ui.render import esc, message_box
+from ui.streaming import MODELS_CONCURRENCY_ID
 from ui.wiring import QUIET
 
 ALL = "All campaigns"
+MODELS_SLOT: dict[str, Any] = {"concurrency_id": MODELS_CONCURRENCY_ID, "concurrency_limit": 1}
 DATA_CHOICES = [
     ("Bundled sample", "sample"),
     ("Shared records", "shared"),
@@ -55,7 +58,8 @@ class CampaignHandlers:
         annotators: str,
         open_to_anyone: bool,
         token: str,
-    ) -> tuple[str, Any]:
+    ) -> tuple[str, Any, str]:
+        """Store a campaign; its name for :meth:`generate_created` ("" when refused: nothing is generated)."""
         try:
             if data == "upload":
                 if not upload:
@@ -78,16 +82,16 @@ class CampaignHandlers:
                 open_to_anyone=bool(open_to_anyone),
             )
             created = self.service.create(request, token or "")
-            self.service.start(created.campaign.name, token or "")
         except (CampaignError, ExportRefused, ValueError) as error:
-            return message_box(str(error), "error"), gr.skip()
+            return message_box(str(error), "error"), gr.skip(), ""
         codes = "".join(f"<li>{esc(who)}: <code>{esc(code)}</code></li>" for who, code in created.codes.items())
         shown = f"<p>Join codes (shown once; hand each to its annotator):</p><ul>{codes}</ul>" if codes else ""
         note = message_box(
-            f"Campaign “{created.campaign.name}” stored: {created.campaign.planned} comparison(s) are being generated.",
+            f"Campaign “{created.campaign.name}” stored: its {created.campaign.planned} comparison(s) are generated "
+            "next, one by one (Stop ends it; Generate resumes it).",
             "ok",
         )
-        return note + shown, self.refresh_choices(created.campaign.name)
+        return note + shown, self.refresh_choices(created.campaign.name), created.campaign.name
 
     def show(self, name: str | None) -> tuple[str, str]:
         """The campaign's status line and its results (or every campaign's results)."""
@@ -98,12 +102,32 @@ class CampaignHandlers:
             return message_box(str(error), "error"), ""
         return status, campaign_render.results_html(report)
 
-    def stop(self, name: str | None, token: str) -> str:
+    def generate(self, name: str | None, token: str) -> Iterator[str]:
+        """Generate (or resume) the campaign's comparisons, its status line after each one. A queued event in
+        the models' slot: it never runs beside a visitor's generation; Stop or a closed page ends it."""
         try:
-            self.service.stop(name or "", token or "")
+            self.service.check_operator(token or "")
+            campaign = self.service.campaign(name or "")
         except (CampaignError, ExportRefused) as error:
-            return message_box(str(error), "error")
-        return message_box("Stopped: the comparisons done stay stored; create-and-start resumes it.", "info")
+            yield message_box(str(error), "error")
+            return
+        for event in self.service.generate(campaign.name):
+            if isinstance(event, Failed):
+                yield message_box(event.message, "error")
+                return
+            yield campaign_render.status_html(self.service.status(campaign.name))
+
+    def generate_created(self, name: str, token: str) -> Iterator[str]:
+        """After Create: generate the campaign just stored, nothing when it was refused."""
+        if name:
+            yield from self.generate(name, token)
+
+    def stopped(self, name: str | None) -> str:
+        note = message_box("Stopped: the comparisons done stay stored; Generate resumes the campaign.", "info")
+        try:
+            return campaign_render.status_html(self.service.status(name or "")) + note
+        except CampaignError:
+            return note
 
     def export(self, name: str | None, kind: str, token: str) -> tuple[Any, str]:
         hidden = gr.update(value=None, visible=False)
@@ -157,6 +181,7 @@ def build(service: CampaignService) -> CampaignHandlers:
             choices=[ALL], value=ALL, label="Campaign", elem_id="campaign-pick", scale=3, allow_custom_value=True
         )
         refresh = gr.Button("Refresh", elem_id="campaign-refresh", scale=1)
+        generate = gr.Button("Generate / resume", elem_id="campaign-generate", scale=1)
         stop = gr.Button("Stop generating", variant="stop", elem_id="campaign-stop", scale=1)
     status = gr.HTML(elem_id="campaign-status")
     results = gr.HTML(elem_id="campaign-results")
@@ -165,32 +190,23 @@ def build(service: CampaignService) -> CampaignHandlers:
         export = gr.Button("Export judgements", elem_id="campaign-export")
     exported = gr.File(label="Export", visible=False, elem_id="campaign-export-file")
     export_note = gr.HTML()
-    create.click(
+    just_created = gr.State("")
+    created_event = create.click(
         handlers.create,
-        [
-            name,
-            task,
-            data,
-            upload,
-            limit,
-            methods,
-            picker.pairing,
-            picker.runtime,
-            alpha,
-            beta,
-            max_new_tokens,
-            annotators,
-            open_to_anyone,
-            token,
-        ],
-        [created, chosen],
+        [name, task, data, upload, limit, methods, picker.pairing, picker.runtime]
+        + [alpha, beta, max_new_tokens, annotators, open_to_anyone, token],
+        [created, chosen, just_created],
         api_name="campaign_create",
-    ).then(handlers.show, chosen, [status, results], **QUIET)
+    )
+    generating = [
+        created_event.then(handlers.generate_created, [just_created, token], status, **MODELS_SLOT, api_name=False),
+        generate.click(handlers.generate, [chosen, token], status, **MODELS_SLOT, api_name="campaign_generate"),
+    ]
     chosen.change(handlers.show, chosen, [status, results], **QUIET)
     refresh.click(handlers.refresh_choices, chosen, chosen, **QUIET).then(
         handlers.show, chosen, [status, results], **QUIET
     )
-    stop.click(handlers.stop, [chosen, token], status, api_name="campaign_stop")
+    stop.click(handlers.stopped, chosen, status, cancels=generating, queue=False, api_name="campaign_stop")
     export.click(handlers.export, [chosen, kind, token], [exported, export_note], api_name="campaign_export")
     handlers.refresh_outputs = [chosen]  # type: ignore[attr-defined]
     return handlers

@@ -8,7 +8,8 @@
 * **Generate** (:meth:`CampaignService.generate`): each record through ``AppService.compare``, its
   comparison linked to the campaign as soon as it is saved; records already done are skipped, so a
   stopped campaign resumes without duplicates, and ``shard=(i, n)`` lets n workers share it.
-  :meth:`CampaignService.start` runs it in the background for the app.
+  The app's panel runs it as a queued event in the models' one slot, so it never overlaps a visitor's
+  generation; a closed page or Stop ends it, and generating again resumes it.
 * **Judge**: :meth:`join` once per browser session gives a :class:`Seat`; :meth:`view` shows position i
   of the annotator's own blind order (the comparisons and the slots shuffled by a hash of campaign,
   annotator and comparison: deterministic, different per annotator); :meth:`save` checks everything
@@ -33,7 +34,7 @@ import threading
 import time
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -54,7 +55,6 @@ from specsteer.service.campaign_store import (
 )
 from specsteer.service.preference import CampaignJudgement, PreferenceReport, preference_report
 from specsteer.service.stores import RATING_CRITERIA, NamedHistory, StoredComparison, StoredOutput, slot_label
-from specsteer.util.background import Background
 from specsteer.util.jsonable import to_jsonable
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,6 @@ class JudgeView:
 @dataclass(frozen=True)
 class CampaignStatusView:
     campaign: StoredCampaign
-    generating: bool  # a generation runs in this process
     annotators: int
     judgements: int
 
@@ -165,12 +164,6 @@ class CampaignReport:
     campaigns: tuple[str, ...]
     open_to_anyone: bool  # any of them lets anyone join by name
     report: PreferenceReport
-
-
-@dataclass
-class _Running:
-    work: Background[CampaignEvent, None]
-    last: list[CampaignEvent] = field(default_factory=list)
 
 
 # --------------------------------------------------------------------------- checks
@@ -260,8 +253,6 @@ class CampaignService:
     def __init__(self, app: AppService, store: CampaignStore) -> None:
         self.app = app
         self.store = store
-        self._lock = threading.Lock()
-        self._running: dict[int, _Running] = {}
 
     # ----------------------------------------------------------------------- the operator
 
@@ -402,46 +393,15 @@ class CampaignService:
         self.store.set_status(campaign.id, status)  # type: ignore[arg-type]
         yield CampaignGenerated(campaign.name, status, ready, campaign.planned, generated)
 
-    def start(self, name: str, token: str = "") -> StoredCampaign:
-        """Generate in the background (the app's panel); a second start of a running campaign is a no-op."""
+    def check_operator(self, token: str = "") -> None:
+        """ExportRefused unless this caller may create, generate or export (anyone locally; in public, the
+        holder of the operator's token)."""
         self._operator(token, "Generating a campaign")
-        campaign = self.campaign(name)
-        with self._lock:
-            running = self._running.get(campaign.id)
-            if running is not None and not running.work.done:
-                return campaign
-            holder: _Running
-
-            def work(emit, cancel: threading.Event) -> None:  # type: ignore[no-untyped-def]
-                for event in self.generate(campaign.name, cancel):
-                    holder.last[:] = [event]
-
-            holder = _Running(Background(work, name=f"specsteer-campaign-{campaign.id}"))
-            self._running[campaign.id] = holder
-        return campaign
-
-    def stop(self, name: str, token: str = "") -> None:
-        self._operator(token, "Stopping a campaign")
-        campaign = self.campaign(name)
-        with self._lock:
-            running = self._running.get(campaign.id)
-        if running is not None:
-            running.work.stop(timeout=30)
 
     def status(self, name: str) -> CampaignStatusView:
         campaign = self.campaign(name)
-        with self._lock:
-            running = self._running.get(campaign.id)
         judgements = self.store.judgements(campaign.id)
-        last = running.last[0] if running is not None and running.last else None
-        if isinstance(last, Failed) and campaign.error is None:
-            campaign = self.campaign(name)
-        return CampaignStatusView(
-            campaign,
-            running is not None and not running.work.done,
-            len({judgement.annotator for judgement in judgements}),
-            len(judgements),
-        )
+        return CampaignStatusView(campaign, len({judgement.annotator for judgement in judgements}), len(judgements))
 
     # ----------------------------------------------------------------------- the annotators
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from specsteer.service.campaign_store import NewCampaignJudgement, StoredCampaignJudgement
 from specsteer.util.jsonable import to_jsonable
@@ -22,7 +23,7 @@ def _update(row: CampaignJudgementRow, judgement: NewCampaignJudgement) -> None:
     row.seconds = judgement.seconds
 
 
-def _existing(session, judgement: NewCampaignJudgement) -> CampaignJudgementRow | None:  # type: ignore[no-untyped-def]
+def _existing(session: Session, judgement: NewCampaignJudgement) -> CampaignJudgementRow | None:
     return session.scalar(
         select(CampaignJudgementRow).where(
             CampaignJudgementRow.annotator_id == judgement.annotator_id,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
 from specsteer.service.campaign_store import (
     Annotator,
@@ -38,7 +39,7 @@ def _stored(row: Campaign, ready: int) -> StoredCampaign:
     )
 
 
-def _ready(session, campaign_id: int) -> int:  # type: ignore[no-untyped-def]
+def _ready(session: Session, campaign_id: int) -> int:
     return int(session.scalar(select(func.count()).where(CampaignItem.campaign_id == campaign_id)) or 0)
 
 

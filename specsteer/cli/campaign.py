@@ -12,13 +12,16 @@ import argparse
 import json
 import sys
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specsteer.data.datasets import EVALUATION_TASKS
 from specsteer.method.catalog import PRIVATE_METHODS
 from specsteer.models.registry import DEFAULT_PAIRING
 from specsteer.runtimes.base import RUNTIME_CHOICES
 from specsteer.util.jsonable import to_jsonable
+
+if TYPE_CHECKING:
+    from specsteer.service.campaigns import CampaignReport, CampaignService, CampaignStatusView
 
 COMMANDS = ("create", "generate", "status", "leaderboard", "export")
 
@@ -85,21 +88,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _service(url: str | None):  # type: ignore[no-untyped-def]
+def _service(url: str | None) -> CampaignService:
     # The composition root: storage is imported here, not at module level (the library never needs it).
     import storage
-    from specsteer.models.tiny import CROSS_PAIRING_ID, TEST_PAIRING_ID, shared_test_pair, shared_tiny_pair
+    from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
     from specsteer.service.app_service import AppService, PairCatalog
     from specsteer.service.campaigns import CampaignService
 
-    pairs = PairCatalog(
-        {TEST_PAIRING_ID: shared_tiny_pair, CROSS_PAIRING_ID: lambda: shared_test_pair(CROSS_PAIRING_ID)}
-    )
+    pairs = PairCatalog({TEST_PAIRING_ID: shared_tiny_pair})  # the tiny pair for tests, beside the registry's
     app = AppService(store=storage.SqlGenerationStore(url), runs=storage.SqlRunStore(url), pairs=pairs)
     return CampaignService(app, storage.SqlCampaignStore(url))
 
 
-def status_json(view) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def status_json(view: CampaignStatusView) -> dict[str, Any]:
     campaign = view.campaign
     return {
         "name": campaign.name,
@@ -116,7 +117,7 @@ def status_json(view) -> dict[str, Any]:  # type: ignore[no-untyped-def]
     }
 
 
-def _generate(service, name: str, shard: tuple[int, int], as_json: bool) -> int:  # type: ignore[no-untyped-def]
+def _generate(service: CampaignService, name: str, shard: tuple[int, int]) -> int:
     from specsteer.service.app_service import Failed
     from specsteer.service.campaigns import CampaignGenerated, CampaignProgress
     from specsteer.util.background import stop_signals_handled
@@ -159,14 +160,14 @@ def main(argv: list[str] | None = None) -> int:
             )
             created = service.create(request)
             if created.codes:
-                for annotator, code in created.codes.items():
-                    print(f"join code for {annotator}: {code}", file=sys.stderr)
-            code = 0 if args.no_generate else _generate(service, created.campaign.name, args.shard, args.json)
+                for annotator, join_code in created.codes.items():
+                    print(f"join code for {annotator}: {join_code}", file=sys.stderr)
+            code = 0 if args.no_generate else _generate(service, created.campaign.name, args.shard)
             result = {**status_json(service.status(created.campaign.name)), "codes": dict(created.codes)}
             _print(result, args.json)
             return code
         if args.command == "generate":
-            code = _generate(service, args.name, args.shard, args.json)
+            code = _generate(service, args.name, args.shard)
             _print(status_json(service.status(args.name)), args.json)
             return code
         if args.command == "status":
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def report_json(report) -> dict[str, Any]:  # type: ignore[no-untyped-def]
+def report_json(report: CampaignReport) -> dict[str, Any]:
     data = to_jsonable(report.report)
     return {"campaigns": list(report.campaigns), "open_to_anyone": report.open_to_anyone, **data}
 

@@ -20,6 +20,7 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Pyt
 pytestmark = pytest.mark.browser
 
 WAIT_MS = 60_000
+SCREENSHOTS = Path(__file__).resolve().parents[1] / "test-artifacts" / "screenshots"
 CAMPAIGN = "browser-study"
 
 
@@ -106,6 +107,8 @@ def test_two_annotators_judge_from_the_keyboard_and_the_results_and_export_show_
         join_by_keyboard(first, "ann", codes["ann"])
         expect(first.locator("#judge-shortcuts")).to_contain_text("save and next")
         expect(first.locator("#judge-progress")).to_contain_text("1 of 2")
+        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+        first.screenshot(path=str(SCREENSHOTS / "campaign-judge.png"), full_page=True)
         judge(first, "1", 1)  # output A
         judge(first, "t", 2)  # tie
         expect(first.locator("#judge-status")).to_contain_text("every comparison")
@@ -133,6 +136,7 @@ def test_two_annotators_judge_from_the_keyboard_and_the_results_and_export_show_
         median = re.search(r"Median time per judgement: ([\d.]+) s", annotators.inner_text())
         assert median and float(median.group(1)) >= 1.0
 
+        panel.screenshot(path=str(SCREENSHOTS / "campaign-results.png"), full_page=True)
         panel.click("#campaign-export")
         link = panel.locator("#campaign-export-file a").first
         expect(link).to_be_visible(timeout=WAIT_MS)

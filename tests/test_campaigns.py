@@ -249,3 +249,18 @@ def test_cli_create_status_leaderboard_export(tmp_path, capsys, fresh_engines):
     output = tmp_path / "out.csv"
     assert main(["campaign", "export", "c1", "--format", "csv", "--output", str(output), "--database", database]) == 0
     assert "written: 0" in capsys.readouterr().out
+
+
+def test_a_campaigns_leaderboard_beside_a_run_of_the_same_records(service, db):
+    from specsteer.data.datasets import bundled_sample_path
+    from ui.campaign_beside_run import beside_html
+
+    sample = str(bundled_sample_path("review").resolve())
+    same = storage.create_run("same-records", {"data": sample, "task": "review", "limit": 2}, url=db[0])
+    other = storage.create_run("other-records", {"data": sample, "task": "writing"}, url=db[0])
+    assert [report.campaigns for report in service.beside_run(same)] == [("study",)]
+    assert service.beside_run(other) == []
+    with pytest.raises(CampaignError, match="no stored run"):
+        service.beside_run(10**20)
+    assert "Leaderboard · study" in beside_html(service, [same])
+    assert "No annotation campaign" in beside_html(service, [other])

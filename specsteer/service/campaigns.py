@@ -530,6 +530,22 @@ class CampaignService:
             preference_report(judgements, methods, resamples=resamples, seed=seed),
         )
 
+    def beside_run(self, run_id: int) -> list[CampaignReport]:
+        """The campaigns over the same records (file and task) as stored evaluation run ``run_id``, each with
+        its report: ROUGE and human preference on the same records, read together (the Dashboard)."""
+        run = self.app.stored_run(run_id) if isinstance(run_id, int) and 0 < run_id < 2**63 else None
+        if run is None:
+            raise CampaignError(f"There is no stored run #{str(run_id)[:24]}.")
+        data, task = run.config.get("data"), run.config.get("task")
+        if not isinstance(data, str):
+            return []
+        same = [
+            campaign
+            for campaign in self.store.campaigns()
+            if campaign.task == task and Path(str(campaign.data.get("path", ""))).resolve() == Path(data).resolve()
+        ]
+        return [self.report(campaign.name) for campaign in same]
+
     def export_rows(self, name: str | None = None, token: str = "") -> list[dict[str, Any]]:
         """Every judgement as a flat row (every field; the outputs' texts by slot)."""
         self._operator(token, "Exporting a campaign's judgements")

@@ -33,7 +33,7 @@ def beside_html(campaigns: CampaignService, chosen: Any) -> str:
     return "".join(campaign_render.leaderboard_html(report) for report in reports)
 
 
-def build(campaigns: CampaignService, run_ids: gr.components.Component) -> gr.HTML:
+def build(campaigns: CampaignService, run_ids: gr.Dropdown) -> gr.HTML:
     panel = gr.HTML(elem_id="campaign-beside-run")
     run_ids.change(lambda chosen: beside_html(campaigns, chosen), run_ids, panel, **QUIET)
     return panel

@@ -49,6 +49,9 @@ class SqlCampaignStore:
     def annotator(self, campaign_id: int, name: str) -> Annotator | None:
         return campaigns.get_annotator(campaign_id, name, url=self.url)
 
+    def annotator_count(self, campaign_id: int) -> int:
+        return campaigns.annotator_count(campaign_id, url=self.url)
+
     def add_annotator(self, campaign_id: int, name: str, code_sha256: str | None) -> Annotator:
         return campaigns.add_annotator(campaign_id, name, code_sha256, url=self.url)
 

@@ -144,6 +144,11 @@ def get_annotator(campaign_id: int, name: str, *, url: str | None = None) -> Ann
         return _annotator(row) if row is not None else None
 
 
+def annotator_count(campaign_id: int, *, url: str | None = None) -> int:
+    with session_scope(url) as session:
+        return int(session.scalar(select(func.count()).where(CampaignAnnotator.campaign_id == campaign_id)) or 0)
+
+
 @retry_on_locked()
 def add_annotator(campaign_id: int, name: str, code_sha256: str | None, *, url: str | None = None) -> Annotator:
     """A new annotator, or the one of that name already there (two tabs joining at once store one)."""

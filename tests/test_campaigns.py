@@ -264,3 +264,17 @@ def test_a_campaigns_leaderboard_beside_a_run_of_the_same_records(service, db):
         service.beside_run(10**20)
     assert "Leaderboard · study" in beside_html(service, [same])
     assert "No annotation campaign" in beside_html(service, [other])
+
+
+def test_an_open_campaign_takes_names_up_to_its_bound(url, monkeypatch):
+    from specsteer.service import campaigns
+
+    service = make_service(url)
+    service.create(CampaignRequest("open", "review", "sample", ("llm", "slm+"), SETTINGS, limit=1))
+    list(service.generate("open"))
+    monkeypatch.setattr(campaigns, "MAX_OPEN_ANNOTATORS", 2)
+    first, second = service.join("open", "x1"), service.join("open", "x2")
+    assert service.join("open", "x1") == first and first != second  # the same name is the same seat
+    with pytest.raises(CampaignError, match="no more"):
+        service.join("open", "x3")
+    assert service.report("open").open_to_anyone

@@ -61,7 +61,8 @@ log = logging.getLogger(__name__)
 
 MAX_NAME_CHARS = 64
 MAX_RECORDS = 500  # comparisons per campaign: what one operator's click may start
-MAX_ANNOTATORS = 100
+MAX_ANNOTATORS = 100  # named by the operator
+MAX_OPEN_ANNOTATORS = 1000  # joined by name alone: bounds the rows one visitor's script can add
 MAX_RATIONALE_CHARS = 2000
 MAX_SECONDS = 24 * 3600.0  # a display older than a day is not a judgement time
 RATING_RANGE = (1, 5)
@@ -416,6 +417,8 @@ class CampaignService:
         elif found is None:
             if not campaign.open_to_anyone:
                 raise CampaignError("This campaign is for the annotators its operator named: ask for your join code.")
+            if self.store.annotator_count(campaign.id) >= MAX_OPEN_ANNOTATORS:
+                raise CampaignError(f"This campaign has {MAX_OPEN_ANNOTATORS} annotators already; it takes no more.")
             found = self.store.add_annotator(campaign.id, name, None)
         return Seat(campaign.id, campaign.name, found.id, found.name)
 

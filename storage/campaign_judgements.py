@@ -4,41 +4,36 @@ the first), and the flat rows of its export. Short sessions; typed values of
 
 from __future__ import annotations
 
-from sqlalchemy import select
+from typing import Any
+
+from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from specsteer.service.campaign_store import NewCampaignJudgement, StoredCampaignJudgement
 from specsteer.util.jsonable import to_jsonable
 from storage.db import retry_on_locked, session_scope
-from storage.models import CampaignAnnotator, CampaignItem, CampaignJudgementRow
+from storage.models import CampaignAnnotator, CampaignItem, CampaignJudgementRow, utc_now
 
 
-def _update(row: CampaignJudgementRow, judgement: NewCampaignJudgement) -> None:
-    row.slots = list(judgement.slots)
-    row.preference = judgement.preference
-    row.preferred_method = judgement.preferred_method
-    row.ratings = to_jsonable({method: dict(scores) for method, scores in judgement.ratings.items()})
-    row.rationale = judgement.rationale
-    row.seconds = judgement.seconds
-
-
-def _existing(session: Session, judgement: NewCampaignJudgement) -> CampaignJudgementRow | None:
-    return session.scalar(
-        select(CampaignJudgementRow).where(
-            CampaignJudgementRow.annotator_id == judgement.annotator_id,
-            CampaignJudgementRow.comparison_id == judgement.comparison_id,
-        )
-    )
+def _fields(judgement: NewCampaignJudgement) -> dict[str, Any]:
+    return {
+        "slots": list(judgement.slots),
+        "preference": judgement.preference,
+        "preferred_method": judgement.preferred_method,
+        "ratings": to_jsonable({method: dict(scores) for method, scores in judgement.ratings.items()}),
+        "rationale": judgement.rationale,
+        "seconds": judgement.seconds,
+    }
 
 
 @retry_on_locked()
 def save_campaign_judgement(judgement: NewCampaignJudgement, *, url: str | None = None) -> int:
     """Insert the judgement, or replace the annotator's earlier one of the same comparison; its row id.
 
-    Two saves at once (a double click, two tabs) meet the unique constraint: the loser updates the
-    winner's row instead, so one row remains whatever the timing."""
-    for _attempt in range(2):
+    The replacement is one UPDATE (``saves = saves + 1`` included), so saves at the same moment (a double
+    click, two tabs) neither lose a count nor leave two rows: an insert that loses the race to another
+    meets the unique constraint and becomes an update."""
+    for _attempt in range(3):
         try:
             with session_scope(url) as session:
                 item = session.scalar(
@@ -50,22 +45,31 @@ def save_campaign_judgement(judgement: NewCampaignJudgement, *, url: str | None 
                 annotator = session.get(CampaignAnnotator, judgement.annotator_id)
                 if item is None or annotator is None or annotator.campaign_id != judgement.campaign_id:
                     raise ValueError("the comparison or the annotator is not part of this campaign")
-                row = _existing(session, judgement)
-                if row is None:
-                    row = CampaignJudgementRow(
-                        campaign_id=judgement.campaign_id,
-                        comparison_id=judgement.comparison_id,
-                        annotator_id=judgement.annotator_id,
-                        saves=1,
-                    )
-                    session.add(row)
-                else:
-                    row.saves += 1
-                _update(row, judgement)
+                mine = (
+                    CampaignJudgementRow.annotator_id == judgement.annotator_id,
+                    CampaignJudgementRow.comparison_id == judgement.comparison_id,
+                )
+                replaced = session.execute(
+                    update(CampaignJudgementRow)
+                    .where(*mine)
+                    .values(**_fields(judgement), saves=CampaignJudgementRow.saves + 1, updated_at=utc_now())
+                )
+                if replaced.rowcount:  # type: ignore[attr-defined]
+                    found = session.scalar(select(CampaignJudgementRow.id).where(*mine))
+                    if found is not None:
+                        return int(found)
+                row = CampaignJudgementRow(
+                    campaign_id=judgement.campaign_id,
+                    comparison_id=judgement.comparison_id,
+                    annotator_id=judgement.annotator_id,
+                    saves=1,
+                    **_fields(judgement),
+                )
+                session.add(row)
                 session.flush()
                 return row.id
         except IntegrityError:
-            continue  # another save of the same judgement won the insert: update it on the next try
+            continue  # another save of the same judgement inserted first: update it on the next try
     raise RuntimeError("the judgement could not be saved")
 
 

@@ -278,3 +278,26 @@ def test_an_open_campaign_takes_names_up_to_its_bound(url, monkeypatch):
     with pytest.raises(CampaignError, match="no more"):
         service.join("open", "x3")
     assert service.report("open").open_to_anyone
+
+
+def test_two_saves_at_once_store_one_judgement(service, db):
+    """Two tabs (or a double click) saving the same judgement at the same moment: one row, both saves counted."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    bob = seat(service, db[1], "bob")
+    view = service.view(bob, 1)
+    before = service.store.judgements(bob.campaign_id, bob.annotator_id)
+    start = threading.Barrier(4)
+
+    def save(choice):
+        start.wait()
+        return service.save(bob, view, choice, {}, "").id
+
+    with ThreadPoolExecutor(4) as pool:
+        ids = set(pool.map(save, ["A", "B", "tie", "A"]))
+    after = service.store.judgements(bob.campaign_id, bob.annotator_id)
+    mine = [j for j in after if j.comparison_id == view.comparison_id]
+    assert len(ids) == 1 and len(mine) == 1
+    assert len(after) == len(before) + (0 if any(j.comparison_id == view.comparison_id for j in before) else 1)
+    previous = next((j.saves for j in before if j.comparison_id == view.comparison_id), 0)
+    assert mine[0].saves == previous + 4

@@ -301,3 +301,27 @@ def test_two_saves_at_once_store_one_judgement(service, db):
     assert len(after) == len(before) + (0 if any(j.comparison_id == view.comparison_id for j in before) else 1)
     previous = next((j.saves for j in before if j.comparison_id == view.comparison_id), 0)
     assert mine[0].saves == previous + 4
+
+
+@pytest.mark.parametrize("limit, tokens", [(float("inf"), 4), (2, float("nan")), ("many", 4), (1.5, 4), (10**30, 4)])
+def test_the_panel_refuses_numbers_that_are_not_whole(service, limit, tokens):
+    from ui.campaign_tab import CampaignHandlers
+
+    shown, _choices, created = CampaignHandlers(service).create(
+        "numbers",
+        "review",
+        "sample",
+        None,
+        limit,
+        ["llm", "specsteer"],
+        TEST_PAIRING_ID,
+        "auto",
+        0.1,
+        1.0,
+        tokens,
+        "",
+        False,
+        "",
+    )
+    assert "ss-box-error" in shown and created == ""
+    assert "numbers" not in [campaign.name for campaign in service.campaigns()]

@@ -6,6 +6,7 @@ the operator's token; reading results does not. Decisions are ``specsteer.servic
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator
 from typing import Any
 
@@ -28,6 +29,19 @@ DATA_CHOICES = [
     ("CoGenesis dev", "shared:dev"),
     ("Uploaded file", "upload"),
 ]
+
+
+def _whole(value: object, what: str) -> int | None:
+    """A number box's value as a whole number (None when empty); CampaignError for text, NaN, ∞ or a fraction."""
+    if value is None or value == "":
+        return None
+    try:
+        number = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        raise CampaignError(f"{what} must be a number.") from None
+    if not math.isfinite(number) or number != int(number):
+        raise CampaignError(f"{what} must be a whole number.")
+    return int(number)
 
 
 class CampaignHandlers:
@@ -75,9 +89,9 @@ class CampaignHandlers:
                     "runtime": runtime,
                     "alpha": alpha,
                     "beta": beta,
-                    "max_new_tokens": int(max_new_tokens or 0),
+                    "max_new_tokens": _whole(max_new_tokens, "Max new tokens") or 0,
                 },
-                limit=int(limit) if limit else None,
+                limit=_whole(limit, "The number of records"),
                 annotators=tuple(part.strip() for part in (annotators or "").split(",") if part.strip()),
                 open_to_anyone=bool(open_to_anyone),
             )

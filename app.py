@@ -42,14 +42,11 @@ from specsteer.cloud.api import CLOUD_SECRET_ENV  # noqa: E402
 from specsteer.protocol.exposure import Exposure, secret_problem  # noqa: E402
 from specsteer.service import pairings  # noqa: E402
 from specsteer.service.app_service import AppService  # noqa: E402
+from specsteer.service.campaigns import CampaignService  # noqa: E402
 from specsteer.service.limits import VisitorLimits, limits_for  # noqa: E402
 from specsteer.util import background  # noqa: E402
 from storage.db import data_dir  # noqa: E402
-from ui import (  # noqa: E402
-    compare_tab,
-    dashboard_tab,
-    generate_tab,  # noqa: E402
-)
+from ui import campaign_tab, compare_tab, dashboard_tab, generate_tab, judge_tab  # noqa: E402
 from ui.http_limits import server_options  # noqa: E402
 from ui.safe_inputs import guard_inputs  # noqa: E402
 
@@ -109,9 +106,10 @@ def build_service() -> AppService:
     )
 
 
-def build_app(service: AppService | None = None) -> gr.Blocks:
+def build_app(service: AppService | None = None, campaigns: CampaignService | None = None) -> gr.Blocks:
     storage.init_db()  # create the tables now, so the first request does not pay for it
     service = service or build_service()
+    campaigns = campaigns or CampaignService(service, storage.SqlCampaignStore(getattr(service.store, "url", None)))
     with gr.Blocks(
         title="SpecSteer", analytics_enabled=False, delete_cache=(TEMP_FILES_CHECK_S, TEMP_FILES_MAX_AGE_S)
     ) as demo:
@@ -122,11 +120,17 @@ def build_app(service: AppService | None = None) -> gr.Blocks:
             with gr.Tab("Compare & annotate", id="compare"):
                 comparisons = compare_tab.build(service, controls)
             with gr.Tab("Dashboard", id="dashboard"):
-                runs = dashboard_tab.build(service)
+                runs = dashboard_tab.build(service, campaigns)
+            with gr.Tab("Judge", id="judge"):
+                judging = judge_tab.build(campaigns)
+            with gr.Tab("Campaigns", id="campaigns"):
+                panel = campaign_tab.build(campaigns)
         # Other users (or an earlier run of the app) may have stored comparisons and runs since
         # the page was built: list them afresh whenever a page opens.
         for stored in (comparisons, runs):
             stored.on_load(demo)
+        judge_tab.on_load(judging, demo)
+        campaign_tab.on_load(panel, demo)
     demo.queue(default_concurrency_limit=4, max_size=QUEUE_MAX_SIZE)
     # A value an endpoint's component cannot read gets a message naming the input (ui/safe_inputs.py).
     return guard_inputs(demo)

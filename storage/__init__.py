@@ -15,6 +15,7 @@ This package may import ``specsteer``'s light modules (the store protocols and t
 that cross them); the decoding library never imports this package.
 """
 
+from storage.campaign_store import SqlCampaignStore
 from storage.comparisons import (
     annotation_summary,
     annotations_export_rows,
@@ -48,6 +49,7 @@ __all__ = [
     "ROUGE_KEYS",
     "RUN_STATUSES",
     "SPECIAL_PREFERENCES",
+    "SqlCampaignStore",
     "SqlGenerationStore",
     "SqlRunStore",
     "StoredRun",

@@ -214,3 +214,88 @@ class EvalCell(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
     run: Mapped[EvalRun] = relationship(back_populates="cells")
+
+
+# --------------------------------------------------------------------------- annotation campaigns
+
+CAMPAIGN_STATUSES = ("preparing", "ready", "stopped", "failed")
+
+
+class Campaign(Base):
+    """An annotation study: records run through the same methods, one comparison per record, judged by
+    its annotators (those with a join code, or anyone when ``open_to_anyone``)."""
+
+    __tablename__ = "campaigns"
+    __table_args__ = (
+        CheckConstraint(
+            "status IN (" + ", ".join(f"'{status}'" for status in CAMPAIGN_STATUSES) + ")", name="ck_campaign_status"
+        ),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    task: Mapped[str] = mapped_column(String(64))
+    methods: Mapped[list[str]] = mapped_column(JSON)
+    pairing: Mapped[str] = mapped_column(String(128))
+    # The shared GenerationSettings (its method unused: each output's is in ``methods``).
+    settings: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # Where the records come from: {"source": "sample" | "shared" | "upload", "path": ..., "limit": ...}.
+    data: Mapped[dict[str, Any]] = mapped_column(JSON)
+    planned: Mapped[int] = mapped_column(Integer)
+    open_to_anyone: Mapped[bool] = mapped_column(Boolean, default=False)
+    status: Mapped[str] = mapped_column(String(16), default="preparing")
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, onupdate=utc_now)
+
+
+class CampaignItem(Base):
+    """One record of a campaign and the comparison generated for it (stored as soon as it is done)."""
+
+    __tablename__ = "campaign_items"
+    __table_args__ = (
+        UniqueConstraint("campaign_id", "record_key", name="uq_campaign_item_record"),
+        UniqueConstraint("campaign_id", "comparison_id", name="uq_campaign_item_comparison"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"), index=True)
+    position: Mapped[int] = mapped_column(Integer)  # the record's place in the records file
+    record_key: Mapped[str] = mapped_column(String(255))
+    comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class CampaignAnnotator(Base):
+    """Someone who judges a campaign: named by the operator with a join code (its hash is kept), or
+    named by themself in a campaign open to anyone (no code)."""
+
+    __tablename__ = "campaign_annotators"
+    __table_args__ = (UniqueConstraint("campaign_id", "name", name="uq_campaign_annotator_name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(64))
+    code_sha256: Mapped[str | None] = mapped_column(String(64))
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class CampaignJudgementRow(Base):
+    """One annotator's judgement of one comparison of a campaign; a second save replaces the first."""
+
+    __tablename__ = "campaign_judgements"
+    __table_args__ = (UniqueConstraint("annotator_id", "comparison_id", name="uq_campaign_judgement_once"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"), index=True)
+    comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), index=True)
+    annotator_id: Mapped[int] = mapped_column(ForeignKey("campaign_annotators.id", ondelete="CASCADE"), index=True)
+    slots: Mapped[list[str]] = mapped_column(JSON)  # methods in the order this annotator saw them (slot 0 = A)
+    preference: Mapped[str] = mapped_column(String(16))  # a label ("B"), "tie", "all_good" or "all_bad"
+    preferred_method: Mapped[str] = mapped_column(String(64))  # the label resolved to its method
+    ratings: Mapped[dict[str, dict[str, int]]] = mapped_column(JSON)  # method -> criterion -> 1-5
+    rationale: Mapped[str] = mapped_column(Text, default="")
+    seconds: Mapped[float | None] = mapped_column(Float)  # from display to save
+    saves: Mapped[int] = mapped_column(Integer, default=1)  # how often it was saved (the last one counts)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, onupdate=utc_now)

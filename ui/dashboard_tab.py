@@ -25,8 +25,9 @@ from specsteer.evaluation import plots
 from specsteer.evaluation.deployment import PROFILES
 from specsteer.method.catalog import CORE_METHODS, METHODS, method_label
 from specsteer.service.app_service import AppService
+from specsteer.service.campaigns import CampaignService
 from specsteer.service.evaluation_runs import GridForm, source_choices
-from ui import pairs, render
+from ui import campaign_beside_run, pairs, render
 from ui.dashboard_figures import TABLE_HEADERS
 from ui.dashboard_handlers import DEFAULT_PROFILE, PROFILE_CHOICES, DashboardTab, DashboardView
 from ui.streaming import GRID_CONCURRENCY_ID
@@ -48,7 +49,7 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------- layout
 
 
-def build(service: AppService) -> PageRefresh:
+def build(service: AppService, campaigns: CampaignService | None = None) -> PageRefresh:
     """Builds the tab; returns what a page that opens reads afresh (the stored runs)."""
     tab = DashboardTab(service, gradio_uploads())
     gr.Markdown(
@@ -114,6 +115,8 @@ def build(service: AppService) -> PageRefresh:
             acceptance = gr.Plot(label="Acceptance against α", elem_id="acceptance-plot")
     # The table spans the page: next to the settings its 14 columns (15 when runs are compared)
     # had a few dozen pixels each, and the speed, round and byte columns scrolled out of sight.
+    if campaigns is not None:  # the human judgement of the same records, beside the run's ROUGE
+        campaign_beside_run.build(campaigns, runs)
     table = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, label="Results", elem_id="results-table", wrap=True)
     gr.Markdown(plots.TABLE_NOTE, elem_classes="ss-note")
 

@@ -123,6 +123,9 @@ def grid_points(
     return points
 
 
+MAX_RUN_NAME_CHARS = 128  # shown in every visitor's run picker
+
+
 @dataclass(frozen=True)
 class EvalSpec:
     """What to evaluate; everything except ``run_name`` is the run's stored config."""
@@ -165,6 +168,10 @@ class EvalSpec:
             problems.append("limit must be at least 1")
         if self.noise < 0 or self.retrieval_k < 0:
             problems.append("noise and retrieval k must be >= 0")
+        if self.run_name is not None and not 0 < len(self.run_name) <= MAX_RUN_NAME_CHARS:
+            problems.append(f"a run name is 1 to {MAX_RUN_NAME_CHARS} characters (got {len(self.run_name)})")
+        elif self.run_name is not None and any(ord(char) < 32 or ord(char) == 127 for char in self.run_name):
+            problems.append("a run name holds no control characters")
         if self.prompt_style not in PROMPT_STYLES:
             problems.append(f"unknown prompt style {self.prompt_style!r}; choose one of {', '.join(PROMPT_STYLES)}")
         if problems:

@@ -1,0 +1,219 @@
+"""``specsteer campaign create|generate|status|leaderboard|export``: annotation campaigns from the command line.
+
+The command's composition root: it picks the SQL stores (``storage``) for one database (``--database`` or
+``DATABASE_URL``) and hands them to ``specsteer.service.campaigns.CampaignService``. ``create`` stores the
+campaign and generates its comparisons (``--no-generate`` to leave that to ``generate --shard I/N``
+workers); ``generate`` resumes a stopped one without duplicates. ``--json`` prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from typing import TYPE_CHECKING, Any
+
+from specsteer.data.datasets import EVALUATION_TASKS
+from specsteer.method.catalog import PRIVATE_METHODS
+from specsteer.models.registry import DEFAULT_PAIRING
+from specsteer.runtimes.base import RUNTIME_CHOICES
+from specsteer.util.jsonable import to_jsonable
+
+if TYPE_CHECKING:
+    from specsteer.service.campaigns import CampaignReport, CampaignService, CampaignStatusView
+
+COMMANDS = ("create", "generate", "status", "leaderboard", "export")
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _shard(text: str) -> tuple[int, int]:
+    from specsteer.cli.evaluate import _shard as parse
+
+    return parse(text)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specsteer campaign", description="Annotation campaigns.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    def common(sub: argparse.ArgumentParser) -> None:
+        sub.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
+        sub.add_argument("--json", action="store_true", help="print one JSON object")
+
+    create = commands.add_parser("create", help="store a campaign and generate its comparisons")
+    create.add_argument("--name", required=True)
+    create.add_argument("--task", required=True, choices=EVALUATION_TASKS)
+    create.add_argument("--data", required=True, help="'sample', 'shared', 'shared:dev' (CoGenesis) or a records file")
+    create.add_argument("--limit", type=int, default=None, help="first N records")
+    create.add_argument("--methods", type=_names, default=PRIVATE_METHODS, help="comma-separated, 2 or more")
+    create.add_argument("--pairing", default=DEFAULT_PAIRING)
+    create.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
+    create.add_argument("--alpha", type=float, default=0.1, help="SpecSteer's alpha")
+    create.add_argument("--beta", type=float, default=1.0, help="SpecSteer's / LightCoSteer's beta")
+    create.add_argument("--draft-len", type=int, default=4)
+    create.add_argument("--max-new-tokens", type=int, default=96)
+    create.add_argument("--decoding", choices=("greedy", "sample"), default="greedy")
+    create.add_argument("--seed", type=int, default=0)
+    create.add_argument("--retrieval-k", type=int, default=3)
+    create.add_argument("--annotators", type=_names, default=(), help="names; each gets a join code (printed once)")
+    create.add_argument("--open", action="store_true", help="anyone may join by name (the default without names)")
+    create.add_argument("--no-generate", action="store_true", help="store it only; run `generate` workers after")
+    create.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N")
+    common(create)
+
+    generate = commands.add_parser("generate", help="generate (or resume) a campaign's comparisons")
+    generate.add_argument("name")
+    generate.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N", help="records I, I+N, ... only")
+    common(generate)
+
+    status = commands.add_parser("status", help="comparisons ready, annotators, judgements")
+    status.add_argument("name")
+    common(status)
+
+    board = commands.add_parser("leaderboard", help="Bradley-Terry strengths, intervals, bias, agreement")
+    board.add_argument("name", nargs="?", default=None, help="a campaign (default: every campaign)")
+    board.add_argument("--resamples", type=int, default=1000)
+    board.add_argument("--seed", type=int, default=0)
+    common(board)
+
+    export = commands.add_parser("export", help="every judgement with every field, as CSV or JSON lines")
+    export.add_argument("name", nargs="?", default=None, help="a campaign (default: every campaign)")
+    export.add_argument("--format", choices=("csv", "jsonl"), default="jsonl")
+    export.add_argument("--output", required=True, help="file to write")
+    common(export)
+    return parser
+
+
+def _service(url: str | None) -> CampaignService:
+    # The composition root: storage is imported here, not at module level (the library never needs it).
+    import storage
+    from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
+    from specsteer.service.app_service import AppService, PairCatalog
+    from specsteer.service.campaigns import CampaignService
+
+    pairs = PairCatalog({TEST_PAIRING_ID: shared_tiny_pair})  # the tiny pair for tests, beside the registry's
+    app = AppService(store=storage.SqlGenerationStore(url), runs=storage.SqlRunStore(url), pairs=pairs)
+    return CampaignService(app, storage.SqlCampaignStore(url))
+
+
+def status_json(view: CampaignStatusView) -> dict[str, Any]:
+    campaign = view.campaign
+    return {
+        "name": campaign.name,
+        "status": campaign.status,
+        "ready": campaign.ready,
+        "planned": campaign.planned,
+        "task": campaign.task,
+        "methods": list(campaign.methods),
+        "pairing": campaign.pairing,
+        "open_to_anyone": campaign.open_to_anyone,
+        "annotators": view.annotators,
+        "judgements": view.judgements,
+        "error": campaign.error,
+    }
+
+
+def _generate(service: CampaignService, name: str, shard: tuple[int, int]) -> int:
+    from specsteer.service.app_service import Failed
+    from specsteer.service.campaigns import CampaignGenerated, CampaignProgress
+    from specsteer.util.background import stop_signals_handled
+
+    cancel = threading.Event()
+    with stop_signals_handled(lambda _signum, _frame: cancel.set()):
+        for event in service.generate(name, cancel, shard):
+            if isinstance(event, CampaignProgress):
+                print(f"{event.campaign}: {event.ready} of {event.planned} ready ({event.record_key})", file=sys.stderr)
+            elif isinstance(event, Failed):
+                print(f"error: {event.message}", file=sys.stderr)
+                return 1
+            elif isinstance(event, CampaignGenerated) and event.status == "stopped":
+                print(f"stopped: `specsteer campaign generate {name}` resumes it", file=sys.stderr)
+                return 130
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    from specsteer.service.app_service import ExportRefused
+    from specsteer.service.campaigns import CampaignError, CampaignRequest
+
+    args = build_parser().parse_args(argv)
+    service = _service(args.database)
+    try:
+        if args.command == "create":
+            settings = dict(
+                pairing=args.pairing,
+                runtime=args.runtime,
+                alpha=args.alpha,
+                beta=args.beta,
+                draft_len=args.draft_len,
+                max_new_tokens=args.max_new_tokens,
+                decoding=args.decoding,
+                seed=args.seed,
+                retrieval_k=args.retrieval_k,
+            )
+            request = CampaignRequest(
+                args.name, args.task, args.data, args.methods, settings, args.limit, args.annotators, args.open
+            )
+            created = service.create(request)
+            if created.codes:
+                for annotator, join_code in created.codes.items():
+                    print(f"join code for {annotator}: {join_code}", file=sys.stderr)
+            code = 0 if args.no_generate else _generate(service, created.campaign.name, args.shard)
+            result = {**status_json(service.status(created.campaign.name)), "codes": dict(created.codes)}
+            _print(result, args.json)
+            return code
+        if args.command == "generate":
+            code = _generate(service, args.name, args.shard)
+            _print(status_json(service.status(args.name)), args.json)
+            return code
+        if args.command == "status":
+            _print(status_json(service.status(args.name)), args.json)
+            return 0
+        if args.command == "leaderboard":
+            report = service.report(args.name, resamples=args.resamples, seed=args.seed)
+            result = report_json(report)
+            if args.json:
+                print(json.dumps(result, ensure_ascii=False, allow_nan=False))
+            else:
+                print(leaderboard_text(result))
+            return 0
+        exported = service.export(args.format, args.name)
+        if exported.path is None:
+            _print({"written": 0, "output": None}, args.json)
+            return 0
+        import shutil
+
+        shutil.move(str(exported.path), args.output)
+        _print({"written": exported.count, "output": args.output}, args.json)
+        return 0
+    except (CampaignError, ExportRefused, ValueError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+
+
+def report_json(report: CampaignReport) -> dict[str, Any]:
+    data = to_jsonable(report.report)
+    return {"campaigns": list(report.campaigns), "open_to_anyone": report.open_to_anyone, **data}
+
+
+def leaderboard_text(result: dict[str, Any]) -> str:
+    lines = [f"{'rank':>4}  {'method':<12} {'strength':>9}  {'95% interval':<18} judgements"]
+    for row in result["leaderboard"]["rows"]:
+        strength = "-" if row["strength"] is None else f"{row['strength']:+.3f}"
+        interval = "-" if row["lower"] is None else f"[{row['lower']:+.2f}, {row['upper']:+.2f}]"
+        rank = "-" if row["rank"] is None else str(row["rank"])
+        lines.append(f"{rank:>4}  {row['method']:<12} {strength:>9}  {interval:<18} {row['judgements']}")
+    lines.append(f"{result['judgements']} judgement(s) of {result['comparisons']} comparison(s)")
+    return "\n".join(lines)
+
+
+def _print(result: dict[str, Any], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(to_jsonable(result), ensure_ascii=False, allow_nan=False))
+    else:
+        for key, value in result.items():
+            print(f"{key}: {value}")

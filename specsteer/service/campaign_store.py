@@ -1,0 +1,146 @@
+"""What annotation campaigns need from wherever they are kept: typed values and a small protocol.
+
+``storage.SqlCampaignStore`` implements it; ``specsteer.service.campaigns`` uses it. Like
+``specsteer.service.stores``, this module imports nothing heavy, so ``storage`` can implement it
+without loading the decoding library. Repositories check what they store (a unique campaign name,
+one judgement per annotator and comparison); the service checks everything a person typed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Literal, Protocol
+
+CampaignStatus = Literal["preparing", "ready", "stopped", "failed"]
+SPECIAL_CHOICES = ("tie", "all_good", "all_bad")  # besides a slot's label
+
+
+class DuplicateCampaign(ValueError):
+    """A campaign of that name exists already."""
+
+
+@dataclass(frozen=True)
+class NewCampaign:
+    """A campaign as its operator defines it (checked by the service before it is stored)."""
+
+    name: str
+    task: str
+    methods: tuple[str, ...]
+    pairing: str
+    settings: Mapping[str, Any]  # GenerationSettings as JSON
+    data: Mapping[str, Any]  # {"source": ..., "path": ..., "limit": ...}
+    planned: int  # records to compare
+    open_to_anyone: bool
+    annotators: Mapping[str, str]  # name -> sha256 of the join code issued to them
+
+
+@dataclass(frozen=True)
+class StoredCampaign:
+    id: int
+    name: str
+    task: str
+    methods: tuple[str, ...]
+    pairing: str
+    settings: Mapping[str, Any]
+    data: Mapping[str, Any]
+    planned: int
+    ready: int  # comparisons generated and stored so far
+    open_to_anyone: bool
+    status: CampaignStatus
+    error: str | None
+    created_at: datetime | None = None
+
+
+@dataclass(frozen=True)
+class CampaignItemRef:
+    """A record of a campaign and the comparison stored for it."""
+
+    position: int
+    record_key: str
+    comparison_id: int
+
+
+@dataclass(frozen=True)
+class Annotator:
+    id: int
+    campaign_id: int
+    name: str
+    code_sha256: str | None  # None: joined an open campaign by name alone
+
+
+@dataclass(frozen=True)
+class NewCampaignJudgement:
+    """A checked judgement: ``slots`` the methods in the order the annotator saw them, ``preference`` a
+    label ("B") or a special choice, ``preferred_method`` it resolved, ``ratings`` keyed by method."""
+
+    campaign_id: int
+    comparison_id: int
+    annotator_id: int
+    slots: tuple[str, ...]
+    preference: str
+    preferred_method: str
+    ratings: Mapping[str, Mapping[str, int]]
+    rationale: str
+    seconds: float | None
+
+
+@dataclass(frozen=True)
+class StoredCampaignJudgement:
+    id: int
+    campaign_id: int
+    comparison_id: int
+    annotator: str
+    slots: tuple[str, ...]
+    preference: str
+    preferred_method: str
+    ratings: Mapping[str, Mapping[str, int]]
+    rationale: str
+    seconds: float | None
+    saves: int
+    created_at: datetime | None = None
+    updated_at: datetime | None = None
+
+
+class CampaignStore(Protocol):
+    def create_campaign(self, campaign: NewCampaign) -> StoredCampaign:
+        """DuplicateCampaign when the name is taken."""
+        ...
+
+    def campaign(self, name: str) -> StoredCampaign | None: ...
+
+    def campaign_by_id(self, campaign_id: int) -> StoredCampaign | None: ...
+
+    def campaigns(self) -> list[StoredCampaign]:
+        """Newest first."""
+        ...
+
+    def set_status(self, campaign_id: int, status: CampaignStatus, error: str | None = None) -> None: ...
+
+    def items(self, campaign_id: int) -> list[CampaignItemRef]:
+        """In record order."""
+        ...
+
+    def add_item(self, campaign_id: int, position: int, record_key: str, comparison_id: int) -> bool:
+        """False (and nothing stored) when the record already has its comparison."""
+        ...
+
+    def annotator(self, campaign_id: int, name: str) -> Annotator | None: ...
+
+    def annotator_count(self, campaign_id: int) -> int: ...
+
+    def add_annotator(self, campaign_id: int, name: str, code_sha256: str | None) -> Annotator:
+        """The existing one when the name is taken."""
+        ...
+
+    def save_judgement(self, judgement: NewCampaignJudgement) -> int:
+        """Inserts, or replaces the annotator's earlier judgement of the comparison; the row's id."""
+        ...
+
+    def judgements(self, campaign_id: int | None, annotator_id: int | None = None) -> list[StoredCampaignJudgement]:
+        """Oldest first; of one campaign (None: every campaign), optionally of one annotator."""
+        ...
+
+    def write_export(self, kind: Literal["csv", "jsonl"], rows: Sequence[Mapping[str, Any]], target: Path) -> int: ...

@@ -1,0 +1,624 @@
+"""Annotation campaigns: an operator prepares a batch of comparisons, annotators judge them one after another.
+
+* **Create** (:meth:`CampaignService.create`): records (the bundled samples, the shared LongLaMP or
+  CoGenesis files, or an uploaded file the app kept), a task, the methods, the pairing and decoding
+  settings (SpecSteer's α, β among them) and a name; annotators named with a join code each (issued
+  here, shown once, only its hash kept), or the campaign open to anyone. On a public app only the
+  holder of the operator's token may create one (its generation costs the host) or export.
+* **Generate** (:meth:`CampaignService.generate`): each record through ``AppService.compare``, its
+  comparison linked to the campaign as soon as it is saved; records already done are skipped, so a
+  stopped campaign resumes without duplicates, and ``shard=(i, n)`` lets n workers share it.
+  The app's panel runs it as a queued event in the models' one slot, so it never overlaps a visitor's
+  generation; a closed page or Stop ends it, and generating again resumes it.
+* **Judge**: :meth:`join` once per browser session gives a :class:`Seat`; :meth:`view` shows position i
+  of the annotator's own blind order (the comparisons and the slots shuffled by a hash of campaign,
+  annotator and comparison: deterministic, different per annotator); :meth:`save` checks everything
+  and stores the judgement with the seconds from display to save (one per annotator and comparison: a
+  second save replaces the first).
+* **Results** (:meth:`report`, :meth:`export_rows`): ``specsteer.service.preference`` over the latest
+  judgements: Bradley–Terry leaderboard with bootstrap intervals, win matrix, position bias, Fleiss' κ,
+  Krippendorff's α, per-annotator counts and median times.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import random
+import re
+import secrets
+import shutil
+import tempfile
+import threading
+import time
+import unicodedata
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from specsteer.data.datasets import COGENESIS_TASK, EVALUATION_TASKS, DataError, load_task_records, resolve_data_source
+from specsteer.data.history import History
+from specsteer.engine.settings import GenerationSettings, sentence
+from specsteer.method.catalog import PRIVATE_METHODS, method_label
+from specsteer.protocol.exposure import ADMIN_TOKEN_ENV
+from specsteer.service.app_service import AnnotationExport, AppService, ComparisonSaved, ExportRefused, Failed, Stopped
+from specsteer.service.campaign_store import (
+    SPECIAL_CHOICES,
+    Annotator,
+    CampaignStore,
+    NewCampaign,
+    NewCampaignJudgement,
+    StoredCampaign,
+    StoredCampaignJudgement,
+)
+from specsteer.service.preference import CampaignJudgement, PreferenceReport, preference_report
+from specsteer.service.stores import RATING_CRITERIA, NamedHistory, StoredComparison, StoredOutput, slot_label
+from specsteer.util.jsonable import to_jsonable
+
+log = logging.getLogger(__name__)
+
+MAX_NAME_CHARS = 64
+MAX_RECORDS = 500  # comparisons per campaign: what one operator's click may start
+MAX_ANNOTATORS = 100  # named by the operator
+MAX_OPEN_ANNOTATORS = 1000  # joined by name alone: bounds the rows one visitor's script can add
+MAX_RATIONALE_CHARS = 2000
+MAX_SECONDS = 24 * 3600.0  # a display older than a day is not a judgement time
+RATING_RANGE = (1, 5)
+_NAME = re.compile(r"^[\w][\w .@+-]*$")  # letters, digits, space and . @ + - _ ; no markup, no control characters
+_MARKUP = re.compile(r"<\s*[A-Za-z/!?]|&#?\w+;|javascript:", re.IGNORECASE)
+DATA_SOURCES = ("sample", "shared", "shared:dev", "upload")
+
+
+class CampaignError(ValueError):
+    """A request about a campaign that cannot be done; the message says why, as a sentence."""
+
+
+# --------------------------------------------------------------------------- values
+
+
+@dataclass(frozen=True)
+class CampaignRequest:
+    """What an operator asks for. ``data``: "sample", "shared", "shared:dev" or a kept upload's path."""
+
+    name: str
+    task: str
+    data: str
+    methods: tuple[str, ...]
+    settings: Mapping[str, object]  # GenerationSettings' fields (pairing, α, β, max_new_tokens, …)
+    limit: int | None = None
+    annotators: tuple[str, ...] = ()  # each gets a join code; none: the campaign is open to anyone
+    open_to_anyone: bool = False
+
+
+@dataclass(frozen=True)
+class CreatedCampaign:
+    campaign: StoredCampaign
+    codes: Mapping[str, str]  # annotator -> join code, shown once
+
+
+@dataclass(frozen=True)
+class CampaignProgress:
+    campaign: str
+    ready: int
+    planned: int
+    record_key: str  # the record just stored
+
+
+@dataclass(frozen=True)
+class CampaignGenerated:
+    campaign: str
+    status: str  # "ready", "stopped", "preparing" (this shard done, others not yet)
+    ready: int
+    planned: int
+    generated: int  # by this call
+
+
+CampaignEvent = CampaignProgress | CampaignGenerated | Failed
+
+
+@dataclass(frozen=True)
+class Seat:
+    """An annotator who joined a campaign (held by their browser session; never shown to others)."""
+
+    campaign_id: int
+    campaign: str
+    annotator_id: int
+    annotator: str
+
+
+@dataclass(frozen=True)
+class JudgeView:
+    """Position ``position`` (0-based) of ``total`` in the annotator's order; ``slots`` the outputs in the
+    order this annotator sees them (label A first); ``previous`` their saved judgement, if any."""
+
+    campaign: str
+    position: int
+    total: int
+    judged: int  # comparisons this annotator has judged
+    comparison_id: int
+    task: str
+    input_text: str
+    slots: tuple[StoredOutput, ...]
+    shown_at: float  # time.time() when shown: the save's timer starts here
+    previous: StoredCampaignJudgement | None = None
+
+    @property
+    def labels(self) -> tuple[str, ...]:
+        return tuple(slot_label(slot) for slot in range(len(self.slots)))
+
+    @property
+    def progress(self) -> str:
+        return f"{self.position + 1} of {self.total} · judged {self.judged}"
+
+
+@dataclass(frozen=True)
+class CampaignStatusView:
+    campaign: StoredCampaign
+    annotators: int
+    judgements: int
+
+
+@dataclass(frozen=True)
+class CampaignReport:
+    campaigns: tuple[str, ...]
+    open_to_anyone: bool  # any of them lets anyone join by name
+    report: PreferenceReport
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def clean_name(value: object, what: str) -> str:
+    """A campaign's or an annotator's name: 1-64 letters, digits, spaces and . @ + - _ ; CampaignError else."""
+    if not isinstance(value, str):
+        raise CampaignError(f"The {what} must be text.")
+    text = unicodedata.normalize("NFKC", value).strip()
+    if not text:
+        raise CampaignError(f"Enter the {what}.")
+    if len(text) > MAX_NAME_CHARS:
+        raise CampaignError(f"The {what} is {len(text)} characters long; the limit is {MAX_NAME_CHARS}.")
+    if not _NAME.match(text):
+        raise CampaignError(f"The {what} may hold letters, digits, spaces and . @ + - _ only.")
+    return text
+
+
+def code_hash(code: str) -> str:
+    return hashlib.sha256(code.encode("utf-8")).hexdigest()
+
+
+def blind_key(campaign_id: int, annotator: str, comparison_id: int, what: str) -> int:
+    digest = hashlib.sha256(f"{campaign_id}\x00{annotator}\x00{comparison_id}\x00{what}".encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def annotator_order(campaign_id: int, annotator: str, comparison_ids: Sequence[int]) -> list[int]:
+    """The comparisons in this annotator's own order (deterministic, different per annotator)."""
+    return sorted(comparison_ids, key=lambda cid: (blind_key(campaign_id, annotator, cid, "order"), cid))
+
+
+def slot_order(campaign_id: int, annotator: str, comparison_id: int, count: int) -> list[int]:
+    """Which stored output sits in each slot for this annotator (a deterministic shuffle)."""
+    order = list(range(count))
+    random.Random(blind_key(campaign_id, annotator, comparison_id, "slots")).shuffle(order)
+    return order
+
+
+def _ratings(
+    ratings: Mapping[str, Mapping[str, object]] | None, label_to_method: Mapping[str, str]
+) -> dict[str, dict[str, int]]:
+    result: dict[str, dict[str, int]] = {}
+    for label, scores in (ratings or {}).items():
+        if label not in label_to_method:
+            raise CampaignError(f"There is no output {str(label)[:8]!r} to rate here.")
+        if not isinstance(scores, Mapping):
+            raise CampaignError("Ratings map each output to its scores.")
+        kept: dict[str, int] = {}
+        for criterion, value in scores.items():
+            if criterion not in RATING_CRITERIA:
+                raise CampaignError(f"Unknown rating {str(criterion)[:40]!r}: rate {', '.join(RATING_CRITERIA)}.")
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, int | float) or float(value) != int(value):
+                raise CampaignError(f"A rating is a whole number from {RATING_RANGE[0]} to {RATING_RANGE[1]}.")
+            if not RATING_RANGE[0] <= int(value) <= RATING_RANGE[1]:
+                raise CampaignError(f"A rating is a whole number from {RATING_RANGE[0]} to {RATING_RANGE[1]}.")
+            kept[criterion] = int(value)
+        if kept:
+            result[label_to_method[label]] = kept
+    return result
+
+
+def _rationale(text: object) -> str:
+    if text is None:
+        return ""
+    if not isinstance(text, str):
+        raise CampaignError("The rationale must be text.")
+    text = text.strip()
+    if len(text) > MAX_RATIONALE_CHARS:
+        raise CampaignError(
+            f"The rationale is {len(text)} characters long; the limit is {MAX_RATIONALE_CHARS}. Nothing was saved."
+        )
+    if _MARKUP.search(text) or any(unicodedata.category(ch) == "Cc" and ch not in "\n\t" for ch in text):
+        raise CampaignError("Write the rationale as plain text (no markup, no control characters). Nothing was saved.")
+    return text
+
+
+# --------------------------------------------------------------------------- the service
+
+
+class CampaignService:
+    """Campaigns over the application service's comparisons; thread-safe (the store is)."""
+
+    def __init__(self, app: AppService, store: CampaignStore) -> None:
+        self.app = app
+        self.store = store
+
+    # ----------------------------------------------------------------------- the operator
+
+    def _operator(self, token: str, what: str) -> None:
+        if not self.app.exposure.may_export_all(token):
+            configured = (
+                "" if self.app.exposure.admin_token else f" No token is configured (${ADMIN_TOKEN_ENV}), so none is."
+            )
+            raise ExportRefused(f"{what} needs the operator's token on this public app.{configured}")
+
+    def campaign(self, name: str) -> StoredCampaign:
+        if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS * 4:
+            raise CampaignError("Choose a campaign.")
+        found = self.store.campaign(unicodedata.normalize("NFKC", name).strip())
+        if found is None:
+            raise CampaignError(f"There is no campaign named {name.strip()[:MAX_NAME_CHARS]!r}.")
+        return found
+
+    def campaigns(self) -> list[StoredCampaign]:
+        return self.store.campaigns()
+
+    def create(self, request: CampaignRequest, token: str = "") -> CreatedCampaign:
+        """Check and store a campaign (nothing generated yet: :meth:`generate` / :meth:`start`)."""
+        self._operator(token, "Creating a campaign")
+        name = clean_name(request.name, "campaign name")
+        if request.task not in EVALUATION_TASKS:
+            raise CampaignError(f"Choose a task ({', '.join(EVALUATION_TASKS)}).")
+        methods = tuple(dict.fromkeys(str(method) for method in request.methods))
+        refused = [method[:40] for method in methods if method not in PRIVATE_METHODS]
+        if refused:
+            offered = ", ".join(PRIVATE_METHODS)
+            raise CampaignError(
+                f"A campaign compares methods that keep the private context on the device ({offered}); not {', '.join(refused)}."
+            )
+        if len(methods) < 2:
+            raise CampaignError("Choose at least two methods to compare.")
+        limit = request.limit
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RECORDS
+        ):
+            raise CampaignError(f"The number of records is 1 to {MAX_RECORDS}.")
+        try:
+            settings = self.app._valid({**dict(request.settings), "method": methods[0]})
+            self.app.pairs.check(settings.pairing, edge_only=settings.remote)
+        except ValueError as error:
+            raise CampaignError(sentence(str(error))) from None
+        source, path = self._data(request.data, request.task)
+        try:
+            records = load_task_records(path, request.task, limit=limit or MAX_RECORDS)
+        except (DataError, ValueError, OSError, RecursionError) as error:
+            raise CampaignError(sentence(f"The records do not read: {error}")) from None
+        if not records:
+            raise CampaignError("The records file holds no record for this task.")
+        names = tuple(dict.fromkeys(clean_name(annotator, "annotator's name") for annotator in request.annotators))
+        if len(names) > MAX_ANNOTATORS:
+            raise CampaignError(f"A campaign has at most {MAX_ANNOTATORS} named annotators.")
+        open_to_anyone = bool(request.open_to_anyone) or not names
+        codes = {annotator: secrets.token_urlsafe(6) for annotator in names}
+        stored = self.store.create_campaign(
+            NewCampaign(
+                name=name,
+                task=request.task,
+                methods=methods,
+                pairing=settings.pairing,
+                settings=to_jsonable(settings),
+                data={"source": source, "path": path, "limit": limit},
+                planned=len(records),
+                open_to_anyone=open_to_anyone,
+                annotators={annotator: code_hash(code) for annotator, code in codes.items()},
+            )
+        )
+        return CreatedCampaign(stored, codes)
+
+    @staticmethod
+    def _data(data: str, task: str) -> tuple[str, str]:
+        if not isinstance(data, str) or not data.strip():
+            raise CampaignError("Choose the records: the bundled sample, the shared records or an uploaded file.")
+        if data in ("sample", "shared", "shared:dev"):
+            if data == "shared:dev" and task != COGENESIS_TASK:
+                raise CampaignError("Only CoGenesis has a dev split; choose the shared records.")
+            try:
+                return data, resolve_data_source(data, task)
+            except (DataError, ValueError) as error:
+                raise CampaignError(sentence(str(error))) from None
+        if not Path(data).is_file():  # an uploaded file, kept by AppService.keep_records
+            raise CampaignError("The uploaded records file is gone; upload it again.")
+        return "upload", str(Path(data))
+
+    def generate(
+        self, name: str, cancel: threading.Event | None = None, shard: tuple[int, int] = (0, 1)
+    ) -> Iterator[CampaignEvent]:
+        """Generate the campaign's missing comparisons (records ``i, i+n, …`` for ``shard=(i, n)``), each
+        stored as soon as it is done; resumable (records done are skipped); a set ``cancel`` stops it."""
+        cancel = cancel or threading.Event()
+        try:
+            campaign = self.campaign(name)
+            index, count = shard
+            if not 0 <= index < count:
+                raise CampaignError(f"A shard is i/n with 0 <= i < n, not {index}/{count}.")
+            records = load_task_records(campaign.data["path"], campaign.task, limit=campaign.planned)
+        except (CampaignError, DataError, ValueError, OSError) as error:
+            yield Failed(sentence(str(error)))
+            return
+        done = {item.record_key for item in self.store.items(campaign.id)}
+        settings = GenerationSettings.from_values(dict(campaign.settings))
+        self.store.set_status(campaign.id, "preparing")
+        generated = 0
+        for position, record in enumerate(records):
+            if position % count != index or record.id in done:
+                continue
+            if cancel.is_set():
+                break
+            history = NamedHistory(
+                History(record.profile, campaign.task, record.user_id, record.user_profile), f"record {record.id}"
+            )
+            saved = None
+            for event in self.app.compare(
+                history, campaign.task, record.input, settings, campaign.methods, True, cancel
+            ):
+                if isinstance(event, ComparisonSaved):
+                    saved = event.comparison
+                elif isinstance(event, Failed):
+                    self.store.set_status(campaign.id, "failed", event.message)
+                    yield Failed(f"Record {record.id}: {event.message}")
+                    return
+                elif isinstance(event, Stopped):
+                    break
+            if saved is None:
+                break
+            if self.store.add_item(campaign.id, position, record.id, saved.comparison_id):
+                generated += 1
+                done.add(record.id)
+            yield CampaignProgress(campaign.name, len(done), campaign.planned, record.id)
+        ready = len(self.store.items(campaign.id))
+        status = "ready" if ready >= campaign.planned else ("stopped" if cancel.is_set() else "preparing")
+        if status == "preparing" and count == 1:
+            status = "stopped"
+        self.store.set_status(campaign.id, status)  # type: ignore[arg-type]
+        yield CampaignGenerated(campaign.name, status, ready, campaign.planned, generated)
+
+    def check_operator(self, token: str = "") -> None:
+        """ExportRefused unless this caller may create, generate or export (anyone locally; in public, the
+        holder of the operator's token)."""
+        self._operator(token, "Generating a campaign")
+
+    def status(self, name: str) -> CampaignStatusView:
+        campaign = self.campaign(name)
+        judgements = self.store.judgements(campaign.id)
+        return CampaignStatusView(campaign, len({judgement.annotator for judgement in judgements}), len(judgements))
+
+    # ----------------------------------------------------------------------- the annotators
+
+    def join(self, campaign_name: str, annotator: str, code: str = "") -> Seat:
+        """An annotator's seat at a campaign: by name and join code, or by name alone where it is open."""
+        campaign = self.campaign(campaign_name)
+        name = clean_name(annotator, "annotator's name")
+        found = self.store.annotator(campaign.id, name)
+        if found is not None and found.code_sha256 is not None:
+            if not isinstance(code, str) or not hmac.compare_digest(code_hash(code.strip()), found.code_sha256):
+                raise CampaignError("That join code is not the one issued to this name.")
+        elif found is None:
+            if not campaign.open_to_anyone:
+                raise CampaignError("This campaign is for the annotators its operator named: ask for your join code.")
+            if self.store.annotator_count(campaign.id) >= MAX_OPEN_ANNOTATORS:
+                raise CampaignError(f"This campaign has {MAX_OPEN_ANNOTATORS} annotators already; it takes no more.")
+            found = self.store.add_annotator(campaign.id, name, None)
+        return Seat(campaign.id, campaign.name, found.id, found.name)
+
+    def _queue(self, seat: Seat) -> list[int]:
+        items = self.store.items(seat.campaign_id)
+        return annotator_order(seat.campaign_id, seat.annotator, [item.comparison_id for item in items])
+
+    def _own(self, seat: Seat) -> dict[int, StoredCampaignJudgement]:
+        return {j.comparison_id: j for j in self.store.judgements(seat.campaign_id, seat.annotator_id)}
+
+    def first_open(self, seat: Seat, after: int = -1) -> int:
+        """The position of the next comparison this annotator has not judged after ``after`` (wrapping
+        round); ``after + 1`` (the end, clamped) when every one is judged."""
+        queue = self._queue(seat)
+        own = self._own(seat)
+        for step in range(1, len(queue) + 1):
+            position = (after + step) % len(queue)
+            if queue[position] not in own:
+                return position
+        return max(0, min(after + 1, len(queue) - 1))
+
+    def _shown(self, seat: Seat, comparison_id: int) -> tuple[StoredComparison, tuple[StoredOutput, ...]]:
+        """A comparison and its outputs in the order this annotator sees them (a shuffle of method order)."""
+        stored = self.app.store.comparison(comparison_id)
+        if stored is None:
+            raise CampaignError(f"Comparison #{comparison_id} is gone.")
+        canonical = sorted(stored.outputs, key=lambda output: output.method)
+        order = slot_order(seat.campaign_id, seat.annotator, comparison_id, len(canonical))
+        return stored, tuple(canonical[slot] for slot in order)
+
+    def view(self, seat: Seat, position: int) -> JudgeView:
+        queue = self._queue(seat)
+        if not queue:
+            raise CampaignError("This campaign has no comparison ready yet; try again in a moment.")
+        if isinstance(position, bool) or not isinstance(position, int):
+            raise CampaignError("Unknown position.")
+        position = max(0, min(position, len(queue) - 1))
+        comparison_id = queue[position]
+        stored, shown = self._shown(seat, comparison_id)
+        own = self._own(seat)
+        return JudgeView(
+            seat.campaign,
+            position,
+            len(queue),
+            len(own),
+            comparison_id,
+            stored.task,
+            stored.input_text,
+            shown,
+            time.time(),
+            own.get(comparison_id),
+        )
+
+    def save(
+        self,
+        seat: Seat,
+        view: JudgeView,
+        preference: str,
+        ratings: Mapping[str, Mapping[str, object]] | None = None,
+        rationale: str | None = "",
+        now: float | None = None,
+    ) -> StoredCampaignJudgement:
+        """Check and store a judgement of what ``view`` showed (its slots, its time); CampaignError, with
+        nothing saved, for an unknown campaign, comparison or choice, a rating out of range, or a
+        rationale that is too long or holds markup. The same judgement saved twice is stored once."""
+        if view.campaign != seat.campaign:
+            raise CampaignError("This comparison belongs to another campaign.")
+        if view.comparison_id not in set(self._queue(seat)):
+            raise CampaignError(f"Comparison #{view.comparison_id} is not part of this campaign.")
+        _stored, shown = self._shown(seat, view.comparison_id)
+        if [output.method for output in shown] != [output.method for output in view.slots]:
+            raise CampaignError("This comparison is not shown to you in this order; reload it.")
+        labels = {slot_label(slot): output.method for slot, output in enumerate(view.slots)}
+        if not isinstance(preference, str) or not (preference in labels or preference in SPECIAL_CHOICES):
+            options = ", ".join([*labels, *SPECIAL_CHOICES])
+            raise CampaignError(f"Choose the preferred output ({options}). Nothing was saved.")
+        checked_ratings = _ratings(ratings, labels)
+        text = _rationale(rationale)
+        elapsed = (time.time() if now is None else now) - view.shown_at
+        seconds = round(elapsed, 3) if 0 <= elapsed <= MAX_SECONDS else None
+        judgement_id = self.store.save_judgement(
+            NewCampaignJudgement(
+                campaign_id=seat.campaign_id,
+                comparison_id=view.comparison_id,
+                annotator_id=seat.annotator_id,
+                slots=tuple(labels.values()),
+                preference=preference,
+                preferred_method=labels.get(preference, preference),
+                ratings=checked_ratings,
+                rationale=text,
+                seconds=seconds,
+            )
+        )
+        return next(j for j in self.store.judgements(seat.campaign_id, seat.annotator_id) if j.id == judgement_id)
+
+    # ----------------------------------------------------------------------- results
+
+    def _chosen(self, name: str | None) -> list[StoredCampaign]:
+        return [self.campaign(name)] if name else self.store.campaigns()
+
+    def report(self, name: str | None = None, resamples: int = 1000, seed: int = 0) -> CampaignReport:
+        """The leaderboard and its reliability over one campaign's judgements (None: every campaign's)."""
+        chosen = self._chosen(name)
+        judgements: list[CampaignJudgement] = []
+        methods: list[str] = []
+        for campaign in chosen:
+            methods.extend(method for method in campaign.methods if method not in methods)
+            judgements.extend(as_campaign_judgement(j) for j in self.store.judgements(campaign.id))
+        return CampaignReport(
+            tuple(campaign.name for campaign in chosen),
+            any(campaign.open_to_anyone for campaign in chosen),
+            preference_report(judgements, methods, resamples=resamples, seed=seed),
+        )
+
+    def beside_run(self, run_id: int) -> list[CampaignReport]:
+        """The campaigns over the same records (file and task) as stored evaluation run ``run_id``, each with
+        its report: ROUGE and human preference on the same records, read together (the Dashboard)."""
+        run = self.app.stored_run(run_id) if isinstance(run_id, int) and 0 < run_id < 2**63 else None
+        if run is None:
+            raise CampaignError(f"There is no stored run #{str(run_id)[:24]}.")
+        data, task = run.config.get("data"), run.config.get("task")
+        if not isinstance(data, str):
+            return []
+        same = [
+            campaign
+            for campaign in self.store.campaigns()
+            if campaign.task == task and Path(str(campaign.data.get("path", ""))).resolve() == Path(data).resolve()
+        ]
+        return [self.report(campaign.name) for campaign in same]
+
+    def export_rows(self, name: str | None = None, token: str = "") -> list[dict[str, Any]]:
+        """Every judgement as a flat row (every field; the outputs' texts by slot)."""
+        self._operator(token, "Exporting a campaign's judgements")
+        rows: list[dict[str, Any]] = []
+        for campaign in self._chosen(name):
+            for judgement in self.store.judgements(campaign.id):
+                stored = self.app.store.comparison(judgement.comparison_id)
+                texts = {output.method: output.text for output in stored.outputs} if stored else {}
+                row: dict[str, Any] = {
+                    "campaign": campaign.name,
+                    "open_to_anyone": campaign.open_to_anyone,
+                    "judgement_id": judgement.id,
+                    "comparison_id": judgement.comparison_id,
+                    "annotator": judgement.annotator,
+                    "task": campaign.task,
+                    "pairing": campaign.pairing,
+                    "input_text": stored.input_text if stored else "",
+                    "slot_order": ";".join(f"{slot_label(i)}={m}" for i, m in enumerate(judgement.slots)),
+                    "preference": judgement.preference,
+                    "preferred_method": judgement.preferred_method,
+                    "rationale": judgement.rationale,
+                    "seconds": judgement.seconds,
+                    "saves": judgement.saves,
+                    "created_at": judgement.created_at.isoformat() if judgement.created_at else None,
+                    "updated_at": judgement.updated_at.isoformat() if judgement.updated_at else None,
+                }
+                for slot, method in enumerate(judgement.slots):
+                    row[f"output:{slot_label(slot)}"] = texts.get(method, "")
+                for method in judgement.slots:
+                    for criterion in RATING_CRITERIA:
+                        row[f"rating:{method}:{criterion}"] = judgement.ratings.get(method, {}).get(criterion)
+                rows.append(row)
+        return rows
+
+    def export(self, kind: Literal["csv", "jsonl"], name: str | None = None, token: str = "") -> AnnotationExport:
+        """A fresh CSV (formula cells neutralised) or JSON-lines file of :meth:`export_rows`."""
+        if kind not in ("csv", "jsonl"):
+            raise CampaignError(f"Unknown export format {str(kind)[:20]!r}: choose csv or jsonl.")
+        rows = self.export_rows(name, token)
+        if not rows:
+            return AnnotationExport(None, 0)
+        folder = Path(tempfile.mkdtemp(prefix="specsteer-campaign-"))
+        label = re.sub(r"[^\w.-]", "_", name or "all-campaigns")
+        path = folder / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}.{kind}"
+        try:
+            count = self.store.write_export(kind, rows, path)
+        except Exception:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        return AnnotationExport(path, count)
+
+
+def as_campaign_judgement(judgement: StoredCampaignJudgement) -> CampaignJudgement:
+    """A stored judgement as the statistics read it (slot index or special choice, ratings per slot)."""
+    slots = tuple(judgement.slots)
+    preference: Any = judgement.preference
+    if preference not in SPECIAL_CHOICES:
+        preference = ord(preference) - ord("A")
+    return CampaignJudgement(
+        comparison_id=judgement.comparison_id,
+        annotator=judgement.annotator,
+        slots=slots,
+        preference=preference,
+        ratings=tuple(dict(judgement.ratings.get(method, {})) for method in slots),
+        seconds=judgement.seconds,
+    )
+
+
+def method_names(methods: Sequence[str]) -> str:
+    return ", ".join(method_label(method) for method in methods)
+
+
+__all__ = ["Annotator", "CampaignError", "CampaignRequest", "CampaignService", "JudgeView", "Seat"]

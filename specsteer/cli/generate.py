@@ -1,5 +1,6 @@
 """``python -m specsteer generate``: personalized generation from the command line;
-``python -m specsteer cloud``: the Cloud as an HTTP service for Edges elsewhere.
+``python -m specsteer cloud``: the Cloud as an HTTP service for Edges elsewhere;
+``python -m specsteer edge-key NAME``: the key of one Edge on a Cloud with a secret (specsteer.cloud.admission).
 
 ``generate --cloud URL`` (or $SPECSTEER_CLOUD_URL) runs only the Edge here -- the Specialist and
 the history -- against a Cloud service; without it both run in this process. ``--rtt-ms``,
@@ -35,6 +36,7 @@ def _float(text: str) -> float:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from specsteer.cloud.admission import CLOUD_CLIENT_SHARE
     from specsteer.cloud.api import CLOUD_SECRET_ENV, DEFAULT_PORT
     from specsteer.cloud.server import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
     from specsteer.cloud.service import ServiceLimits
@@ -149,7 +151,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-sessions-per-client",
         type=int,
         default=limits.max_sessions_per_client,
-        help="sessions one client address may hold at once",
+        help="sessions one client (credential: the shared secret, an Edge key) may hold at once, whatever its address",
+    )
+    cloud.add_argument(
+        "--max-client-share",
+        type=_float,
+        default=CLOUD_CLIENT_SHARE,
+        help="share of the memory budget one client's sessions may reserve together (default: %(default)s)",
+    )
+    cloud.add_argument(
+        "--reclaim-idle-s",
+        type=_float,
+        default=limits.reclaim_idle_s,
+        help="a session this long without a message gives its room to an Open that needs it, oldest-idle first",
+    )
+    cloud.add_argument(
+        "--max-session-life-s",
+        type=_float,
+        default=limits.max_session_life_s,
+        help="end a session this long after it opened, whatever it does",
     )
     cloud.add_argument(
         "--unstarted-timeout-s",
@@ -190,6 +210,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="append every exchanged body to FILE: what this Cloud received, for privacy audits",
     )
+    key = commands.add_parser("edge-key", help="print the key of one Edge on a Cloud with a secret")
+    key.add_argument("name", help="the Edge's name: 1 to 64 letters, digits, '-' or '_'")
+    key.add_argument(
+        "--secret-env",
+        default=CLOUD_SECRET_ENV,
+        metavar="NAME",
+        help="environment variable holding the Cloud's secret (default: %(default)s)",
+    )
     return parser
 
 
@@ -205,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
         return _list_pairings()
     if args.command == "cloud":
         return _serve_cloud(args)
+    if args.command == "edge-key":
+        return _edge_key(args)
     return _generate(args)
 
 
@@ -362,6 +392,9 @@ def _serve_cloud(args) -> int:
             max_sessions_per_client=args.max_sessions_per_client,
             unstarted_timeout_s=args.unstarted_timeout_s,
             memory_budget_bytes=budget,
+            reclaim_idle_s=args.reclaim_idle_s,
+            max_session_life_s=args.max_session_life_s,
+            max_client_share=args.max_client_share,
         )
     except ValueError as error:
         return _fail(str(error), 2)
@@ -374,7 +407,12 @@ def _serve_cloud(args) -> int:
         return pair
     if budget is None:  # measured now, with the models in memory
         limits = replace(limits, memory_budget_bytes=default_memory_budget())
-    service = CloudService(pair, limits, reuse_prefixes=not args.no_prefix_reuse)
+    service = CloudService(
+        pair,
+        limits,
+        reuse_prefixes=not args.no_prefix_reuse,
+        notice=lambda line: print(f"[cloud] {line}", file=sys.stderr, flush=True),
+    )
     serve(
         service,
         args.host,
@@ -385,6 +423,16 @@ def _serve_cloud(args) -> int:
         header_timeout_s=args.header_timeout_s,
         body_timeout_s=args.body_timeout_s,
     )
+    return 0
+
+
+def _edge_key(args) -> int:
+    from specsteer.cloud.admission import edge_key
+
+    try:
+        print(edge_key(os.environ.get(args.secret_env, ""), args.name))
+    except ValueError as error:
+        return _fail(f"{error} (${args.secret_env})", 2)
     return 0
 
 

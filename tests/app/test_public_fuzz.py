@@ -47,11 +47,11 @@ def public_app(tmp_path_factory):
     """(base url, the named endpoints' parameters) of the public app."""
     import storage
     from conftest import _free_port
-    from ui import pairs
+    from specsteer.service import pairings
 
     data = tmp_path_factory.mktemp("fuzz-data")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(pairs.TEST_PAIR_ENV, "tiny")
+        patch.setenv(pairings.TEST_PAIR_ENV, "tiny")
         patch.setenv("SPECSTEER_DATA_DIR", str(data))
         patch.setenv("SPECSTEER_PUBLIC", "1")
         patch.setenv("GRADIO_TEMP_DIR", str(tmp_path_factory.mktemp("fuzz-temp")))

@@ -32,12 +32,12 @@ def server(tmp_path_factory):
     """(port, Gradio's temporary folder) of a public app with LIMITS."""
     import storage
     from conftest import _free_port
-    from ui import pairs
+    from specsteer.service import pairings
 
     data = tmp_path_factory.mktemp("data")
     temp = tmp_path_factory.mktemp("gradio-temp")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(pairs.TEST_PAIR_ENV, "tiny")
+        patch.setenv(pairings.TEST_PAIR_ENV, "tiny")
         patch.setenv("SPECSTEER_DATA_DIR", str(data))
         patch.setenv("SPECSTEER_PUBLIC", "1")
         patch.setenv("GRADIO_TEMP_DIR", str(temp))

@@ -279,7 +279,7 @@ def test_the_evaluate_cli_prints_failed_cells_not_a_traceback(pair, tmp_path, mo
         raise SessionGone("The Cloud ended this generation's session after 300 s without a message.")
         yield  # a generator, as generate is
 
-    monkeypatch.setattr(evaluate, "shared_tiny_pair", lambda: pair)
+    monkeypatch.setattr(evaluate_cli, "shared_tiny_pair", lambda: pair)
     real = evaluate.generate
     monkeypatch.setattr(
         evaluate,

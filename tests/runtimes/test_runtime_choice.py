@@ -180,7 +180,7 @@ def test_the_estimate_charges_what_each_method_reads_and_decodes():
 
 
 def test_auto_uses_the_saved_calibration(cache, monkeypatch):
-    monkeypatch.setattr(llamacpp, "status", lambda: (True, "llama-cpp-python (test)"))
+    monkeypatch.setattr(llamacpp, "status", lambda models=(): (True, "llama-cpp-python (test)"))
     monkeypatch.setattr("specsteer.models.loading.converted_ready", lambda pairing: True)
     pairing = PAIRINGS[DEFAULT_PAIRING]
     assert runtime_choice(pairing, method="specsteer").runtime == "llama.cpp"  # nothing measured yet

@@ -120,7 +120,10 @@ def summary_rows(summary: AnnotationSummary) -> tuple[list[list], str]:
         )
     else:
         text = "**Agreement**: no comparison has been judged by two annotators yet."
-    text = f"{summary.judgements} judgement(s) by {summary.annotators} annotator(s). " + text
+    text = f"{summary.judgements} judgement(s) by {summary.annotators} annotator name(s). " + text
+    # Names here are whatever a page typed: one person can pose as many. A study that needs annotators who
+    # mean something runs as a campaign, whose annotators join with a code (the Judge tab).
+    text += " Annotator names on this tab are not verified; for a study, use a campaign with join codes."
     return rows, text
 
 

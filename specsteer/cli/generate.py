@@ -22,10 +22,6 @@ from pathlib import Path
 from specsteer.method.events import Finished, TokenEvent
 from specsteer.protocol.emulation import LinkConditions
 
-# ANSI styles per token kind; rejected drafts are struck through.
-_STYLES = {"accepted": "\033[32m", "rejected": "\033[9;31m", "recovered": "\033[33m", "bonus": "\033[36m", "plain": ""}
-_RESET = "\033[0m"
-
 
 def _float(text: str) -> float:
     value = float(text)
@@ -405,7 +401,8 @@ def _print_json(events) -> int:
     try:
         for event in events:
             if isinstance(event, TokenEvent):
-                tokens.append({"id": event.id, "text": event.text, "kind": event.kind})
+                if not event.pending:  # the document lists settled tokens; a draft's verdict follows it
+                    tokens.append({"id": event.id, "text": event.text, "kind": event.kind})
                 continue
             print(json.dumps(_document(event, tokens), ensure_ascii=False))
     except CloudError as error:  # the document of what was generated, and why it stopped
@@ -429,17 +426,17 @@ def _document(finished: Finished, tokens: list[dict]) -> dict:
 
 
 def _print_coloured(events, colour: bool) -> int:
+    from specsteer.cli.terminal import TerminalStream
+
     out = sys.stdout
+    stream = TerminalStream(out, colour)
     for event in events:
         if isinstance(event, Finished):
+            stream.end()
             out.write("\n")
             print(format_stats(event), file=out)
             break
-        style = _STYLES[event.kind] if colour else ""
-        text = event.text if event.kind != "rejected" or colour else ""
-        if text:
-            out.write(f"{style}{text}{_RESET}" if style else text)
-            out.flush()
+        stream.add(event)
     return 0
 
 
@@ -447,8 +444,10 @@ def format_stats(finished: Finished) -> str:
     s = finished.stats
     acceptance = f"{s.acceptance_rate:.0%}" if s.acceptance_rate is not None else "n/a"
     first = f"{s.ttft_s:.2f}s" if s.ttft_s is not None else "n/a"
+    visible = f"{s.first_visible_s:.2f}s" if s.first_visible_s is not None else "n/a"
     return (
-        f"[{s.method}] {s.new_tokens} tokens in {s.seconds:.1f}s ({s.tok_per_s:.2f} tok/s, first token after {first}), "
+        f"[{s.method}] {s.new_tokens} tokens in {s.seconds:.1f}s ({s.tok_per_s:.2f} tok/s, "
+        f"first visible after {visible}, first verified token after {first}), "
         f"rounds {s.rounds}, acceptance {acceptance} ({s.accepted}/{s.drafted}), "
         f"uplink {s.uplink_bytes} B, downlink {s.downlink_bytes} B, stop: {s.stop_reason}, "
         f"runtime {s.runtime} ({s.precision})"

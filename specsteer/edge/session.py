@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -23,7 +24,7 @@ from specsteer.method.decoding import (
     Sampler,
     Stream,
     costeer_refine,
-    draft,
+    drafting,
     recover,
     residual_test,
 )
@@ -82,7 +83,12 @@ class Edge:
 
     def draft(self, k: int, cancel: threading.Event | None = None) -> list[int]:
         """Up to ``k`` drafts; fewer when ``cancel`` is set meanwhile (the caller must not send them then)."""
-        ids, self._draft_rows = draft(
+        return list(self.drafts(k, cancel))
+
+    def drafts(self, k: int, cancel: threading.Event | None = None) -> Iterator[int]:
+        """:meth:`draft` one id at a time, each as soon as it is drafted (read it to the end before settling)."""
+        self._draft_rows = []
+        for token, row in drafting(
             self.stream,
             k,
             self.sampler,
@@ -91,8 +97,9 @@ class Edge:
             cancel,
             allowed=self.allowed,
             guard=self.guard,
-        )
-        return ids
+        ):
+            self._draft_rows.append(row)
+            yield token
 
     def next_token(self) -> int:
         """Plain decoding on the device (the ``slm`` and ``slm+`` baselines)."""

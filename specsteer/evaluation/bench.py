@@ -91,6 +91,7 @@ class Tally:
     tokens: int = 0
     seconds: float = 0.0
     ttft_seconds: list[float] = field(default_factory=list)
+    first_visible_seconds: list[float] = field(default_factory=list)
     prefill_seconds: float = 0.0
     forward_seconds: float = 0.0
     device_steps: int = 0  # Specialist passes after its prefill
@@ -105,6 +106,8 @@ class Tally:
     def add(self, stats) -> None:
         if stats.ttft_s is not None:
             self.ttft_seconds.append(stats.ttft_s)
+        if stats.first_visible_s is not None:
+            self.first_visible_seconds.append(stats.first_visible_s)
         self.tokens += stats.new_tokens
         self.seconds += stats.seconds
         self.prefill_seconds += stats.prefill_seconds
@@ -169,6 +172,12 @@ class Tally:
     def ttft_s(self) -> float | None:
         """Mean time to the first token (prompt processing included)."""
         return sum(self.ttft_seconds) / len(self.ttft_seconds) if self.ttft_seconds else None
+
+    @property
+    def first_visible_s(self) -> float | None:
+        """Mean time to the first token on screen (a pending draft, or a single model's first token)."""
+        seen = self.first_visible_seconds
+        return sum(seen) / len(seen) if seen else None
 
     @property
     def forward_share(self) -> float | None:
@@ -316,6 +325,7 @@ def _rows(tallies: list[Tally]) -> list[dict]:
                 "tok_per_s": tally.tok_per_s,
                 "speedup": speedup(tally.tok_per_s),
                 "ttft_s": tally.ttft_s,
+                "first_visible_s": tally.first_visible_s,
                 "acceptance": tally.acceptance,
                 "token_acceptance": tally.token_acceptance,
                 "bound_tok_per_s": bound,
@@ -426,6 +436,7 @@ def format_table(result: dict) -> str:
     columns = [
         ("tok/s", "tok_per_s", "{:7.2f}"),
         ("vs llm", "speedup", "{:6.2f}x"),
+        ("visible s", "first_visible_s", "{:6.2f}"),
         ("ttft s", "ttft_s", "{:6.2f}"),
         ("decode vs llm", "decode_speedup", "{:12.2f}x"),
         ("accept", "acceptance", "{:7.0%}"),

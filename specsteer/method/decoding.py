@@ -293,9 +293,27 @@ def draft(
     """
     ids: list[int] = []
     rows: list[torch.Tensor] = []
+    for token, row in drafting(stream, k, sampler, stop_ids, min_confidence, cancel, allowed, guard):
+        ids.append(token)
+        rows.append(row)
+    return ids, rows
+
+
+def drafting(
+    stream: Stream,
+    k: int,
+    sampler: Sampler,
+    stop_ids: frozenset[int],
+    min_confidence: float = 0.0,
+    cancel: threading.Event | None = None,
+    allowed: torch.Tensor | None = None,
+    guard: PrivateSpanGuard | None = None,
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """:func:`draft` one token at a time: each ``(id, row)`` as soon as it is drafted (a display shows it
+    at once). Read it to the end: the stopping rules are :func:`draft`'s."""
     for _ in range(k):
         if cancel is not None and cancel.is_set():
-            break
+            return
         row = stream.predict(1)[0]  # [V]
         if allowed is not None:
             row = row.masked_fill(~allowed, -math.inf)
@@ -303,11 +321,9 @@ def draft(
             row = guard.mask(row, stream.tokens)
         token = sampler.choose(row)
         stream.append([token])
-        ids.append(token)
-        rows.append(row)
+        yield token, row
         if token in stop_ids or (min_confidence > 0 and _probability(row, token) < min_confidence):
-            break
-    return ids, rows
+            return
 
 
 def _probability(row: torch.Tensor, token: int) -> float:

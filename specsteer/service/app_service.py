@@ -176,6 +176,17 @@ class Generating:
 
 @dataclass(frozen=True)
 class Token:
+    """A settled token (kept, saved, audited)."""
+
+    event: TokenEvent
+    slot: int = 0
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A draft on screen before its verdict (``event.kind`` "pending"): the Token events of the same
+    round and position settle it; one still pending when the output ends was never sent."""
+
     event: TokenEvent
     slot: int = 0
 
@@ -278,8 +289,10 @@ MAX_RECORDS_UPLOAD_BYTES = 10 * MAX_UPLOAD_BYTES  # an evaluation's records file
 DEPLOYMENT_RTTS_MS: tuple[float, ...] = tuple(float(rtt) for rtt in range(0, 201, 10))
 
 
-GenerationEvent = Started | Loading | Generating | Token | Done | Failed
-ComparisonEvent = ComparisonStarted | Loading | Generating | Token | OutputDone | ComparisonSaved | Stopped | Failed
+GenerationEvent = Started | Loading | Generating | Token | Pending | Done | Failed
+ComparisonEvent = (
+    ComparisonStarted | Loading | Generating | Token | Pending | OutputDone | ComparisonSaved | Stopped | Failed
+)
 EvaluationEvent = Status | Loading | GridProgress | EvalResult | Failed
 
 
@@ -961,15 +974,19 @@ class AppService:
         tokens: list[TokenEvent],
         slot: int,
         cloud: CloudEndpoint | None = None,
-    ) -> Generator[Token, None, Finished]:
-        """For ``finished = yield from ...``: one method's tokens as events (kept in ``tokens``). A remote
-        Cloud that fails raises its CloudError, with what was emitted before in ``partial``."""
+    ) -> Generator[Token | Pending, None, Finished]:
+        """For ``finished = yield from ...``: one method's tokens as events (the settled ones kept in
+        ``tokens``; drafts awaiting their verdict as Pending). A remote Cloud that fails raises its
+        CloudError, with what was emitted before in ``partial``."""
         events = generate(
             pair, prepared, settings.decode_config(), cancel=cancel, cloud=cloud, conditions=settings.link_conditions()
         )
         for event in events:
             if isinstance(event, Finished):
                 return event
+            if event.pending:
+                yield Pending(event, slot)
+                continue
             tokens.append(event)
             yield Token(event, slot)
         raise RuntimeError("the generation ended without its statistics")

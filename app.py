@@ -7,7 +7,8 @@ pairings may load (``ui.pairs.catalog``), and hands them to the service the tabs
 file is the Hugging Face Spaces entry point and the Docker command; host and port come from
 GRADIO_SERVER_NAME / GRADIO_SERVER_PORT.
 
-Models load on first use, not at start-up, so the page opens at once. Every event that runs a
+The default pairing loads in the background at start-up, and the default sample's prompts are read
+once (``ui.warmup``), so the page opens at once and its first Generate is as fast as the second. Every event that runs a
 model shares one queue slot (concurrency id "models"): a second user waits with a visible queue
 position instead of doubling the memory in use.
 
@@ -37,7 +38,7 @@ from specsteer.protocol.exposure import Exposure, secret_problem  # noqa: E402
 from specsteer.service.app_service import AppService  # noqa: E402
 from specsteer.util import background  # noqa: E402
 from storage.db import data_dir  # noqa: E402
-from ui import compare_tab, dashboard_tab, generate_tab, pairs  # noqa: E402
+from ui import compare_tab, dashboard_tab, generate_tab, pairs, warmup  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 CSS_PATH = ASSETS / "style.css"
@@ -93,6 +94,7 @@ def build_app(service: AppService | None = None) -> gr.Blocks:
     service = service or build_service()
     with gr.Blocks(title="SpecSteer", analytics_enabled=False) as demo:
         gr.HTML(HEADER)
+        warmup.build(demo, service)
         with gr.Tabs():
             with gr.Tab("Generate", id="generate"):
                 controls = generate_tab.build(service)
@@ -160,7 +162,9 @@ def shut_down(demo: gr.Blocks, grace_s: float = SHUTDOWN_GRACE_S) -> tuple[str, 
 
 def main() -> None:
     stop = StopSignal()
-    demo = build_app()
+    service = build_service()
+    warmup.start(service)  # the default pairing loads, and the default sample's prompts are read, meanwhile
+    demo = build_app(service)
     demo.launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),

@@ -40,6 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from specsteer.cloud.client import RemoteCloud
@@ -72,6 +73,7 @@ from specsteer.service.stores import (
     StoredComparison,
     StoredOutput,
 )
+from specsteer.service.warmup import Phase, WarmUp, WarmUpState
 from specsteer.util.background import Background
 
 log = logging.getLogger(__name__)
@@ -471,6 +473,7 @@ class AppService:
         # from the environment. A public service never connects to an address its operator did not list,
         # so the secret goes only there.
         self.exposure = exposure or Exposure()
+        self._warm_up: WarmUp | None = None  # the start-up warm-up (warm_up), while one was asked for
 
     # ----------------------------------------------------------------------- preview
 
@@ -926,13 +929,72 @@ class AppService:
             )
         )
 
+    # ----------------------------------------------------------------------- warming up at start
+
+    def warm_up(
+        self,
+        history: NamedHistory | None,
+        task: str,
+        input_text: str,
+        settings: GenerationSettings | Mapping[str, object],
+    ) -> WarmUp:
+        """Load ``settings``' pairing in the background and read this request's prompts once (one token,
+        nothing saved), so that the first generation of the same request finds every prompt in the
+        prefix caches. The app calls it at start with its default request; no visitor can start one.
+        Invalid settings or request raise here (SettingsError, a ValueError). A click meanwhile waits for it
+        (``_load``)."""
+        valid = self._valid(settings)
+        prepared = self._prepare(history, task, input_text, valid)
+        self.pairs.check(valid.pairing, edge_only=valid.remote)
+        self._warm_up = WarmUp(partial(self._warm, valid, prepared), name="specsteer-warm-up")
+        return self._warm_up
+
+    def warm_up_state(self) -> WarmUpState | None:
+        """How the start-up warm-up stands; None when none was started."""
+        return self._warm_up.state if self._warm_up is not None else None
+
+    def _warm(
+        self,
+        settings: GenerationSettings,
+        prepared: Prepared,
+        say: Callable[[Phase, str], None],
+        cancel: threading.Event,
+    ) -> str:
+        started = time.monotonic()
+        pair = self.pairs.load(
+            settings.pairing,
+            settings.runtime,
+            lambda line: say("loading", f"Loading the models: {line}"),
+            edge_only=settings.remote,
+            method=settings.method,
+        )
+        loaded = time.monotonic() - started
+        if settings.remote or cancel.is_set():  # a remote Cloud reads its own prompts; only the Edge is here
+            return f"Models ready ({loaded:.0f} s)."
+        say("reading", f"Models loaded in {loaded:.0f} s; reading the default sample's prompts…")
+        config = replace(settings.decode_config(), max_new_tokens=1)
+        for event in generate(pair, prepared, config, cancel=cancel):
+            if isinstance(event, Finished):
+                break
+        return f"Models ready ({time.monotonic() - started:.0f} s), the default sample's prompts read."
+
     def _load(
         self, pairing_id: str, runtime: str, edge_only: bool = False, method: str = "specsteer"
     ) -> Generator[Loading, None, LoadedPair]:
         """For ``pair = yield from ...``: loads in a worker thread, reporting the loader's progress.
 
         A pair already loaded comes back at once without a word. Every failure is a ModelLoadError.
+        While the start-up warm-up runs, it waits for it first (saying so): it uses the same cores.
         """
+        warm = self._warm_up
+        if warm is not None and not warm.wait(self.loading_quiet_s):
+            while True:
+                state = warm.state
+                yield Loading(
+                    f"Waiting for the start-up warm-up ({state.seconds:.0f} s since the app started): {state.message}"
+                )
+                if warm.wait(1.0):
+                    break
         loading: Background[str, LoadedPair] = Background(
             lambda emit, _cancel: self.pairs.load(pairing_id, runtime, emit, edge_only=edge_only, method=method),
             name="specsteer-load-pair",

@@ -287,7 +287,11 @@ def _generate(args) -> int:
         unavailable = cross_tokenizer_problem(pair, config)
         if unavailable:
             return _fail(unavailable, 2)
-        events = generate(pair, prepared, config, threading.Event(), cloud=cloud, conditions=conditions)
+        from specsteer.cloud.in_process import InProcessCloud
+
+        # In process the Cloud reads its prompts while the Edge reads its own, as on two machines.
+        endpoint = cloud or InProcessCloud(pair, read_ahead=True)
+        events = generate(pair, prepared, config, threading.Event(), cloud=endpoint, conditions=conditions)
         if args.json:
             return _print_json(events)
         return _print_coloured(events, colour=not (args.no_color or os.environ.get("NO_COLOR")))
@@ -363,7 +367,8 @@ def _serve_cloud(args) -> int:
         return pair
     if budget is None:  # measured now, with the models in memory
         limits = replace(limits, memory_budget_bytes=default_memory_budget())
-    service = CloudService(pair, limits, reuse_prefixes=not args.no_prefix_reuse)
+    # An Open starts reading its prompts at once, while the Edge reads its own.
+    service = CloudService(pair, limits, reuse_prefixes=not args.no_prefix_reuse, read_ahead=True)
     serve(
         service,
         args.host,

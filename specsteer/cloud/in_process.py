@@ -50,10 +50,13 @@ class LocalTransport:
 
 
 class InProcessCloud:
-    """The default Cloud: a service over the pair's own Generalist and Specialist, one per generation."""
+    """The default Cloud: a service over the pair's own Generalist and Specialist, one per generation.
+    ``read_ahead``: the Cloud reads its prompts in a thread of its own while the Edge reads its private
+    prompt, as on two machines (``CloudService``; llama.cpp and torch release the GIL while they compute)."""
 
-    def __init__(self, pair) -> None:
+    def __init__(self, pair, read_ahead: bool = False) -> None:
         self.pair = pair
+        self.read_ahead = read_ahead
 
     def transport(self) -> Transport:
-        return LocalTransport(CloudService(self.pair))
+        return LocalTransport(CloudService(self.pair, read_ahead=self.read_ahead))

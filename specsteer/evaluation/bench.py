@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from specsteer.cloud.in_process import InProcessCloud
 from specsteer.data.tasks import PromptPair
 from specsteer.engine.generate import (
     MAX_DRAFT_LEN,
@@ -243,11 +244,13 @@ def run_speed(
     cases: list[BenchCase],
     reference: bool = True,
     progress=lambda line: None,
+    read_ahead: bool = True,
 ) -> dict:
     """Every case on every pair (one pair per runtime), prompt by prompt; rows per (runtime, case).
 
     ``reference``: transformers' own assisted generation on each transformers pair, as a row of
-    its own. Speedups are against ``llm`` on the same runtime.
+    its own. Speedups are against ``llm`` on the same runtime. ``read_ahead``: the in-process Cloud
+    reads its prompts while the Edge reads its own (as the app runs); False reads them in turn.
     """
     for pair in pairs:
         _warm_up(pair, prompts[0], [case.config for case in cases])
@@ -262,7 +265,8 @@ def run_speed(
         for pair in pairs:
             for tally in tallies[pair.runtime]:
                 pair.clear_prefix_caches()  # no case is timed on a prompt another case already read
-                _, finished = collect(generate(pair, tally.case.prompts_for(prepared), tally.config))
+                cloud = InProcessCloud(pair, read_ahead=read_ahead)
+                _, finished = collect(generate(pair, tally.case.prompts_for(prepared), tally.config, cloud=cloud))
                 tally.add(finished.stats)
                 progress(
                     f"prompt {index + 1}/{len(prompts)} [{pair.runtime}] {_label(tally.case)}: "
@@ -284,6 +288,7 @@ def run_speed(
         "runtimes": {pair.runtime: _runtime_info(pair) for pair in pairs},
         "machine": machine_info().to_dict(),
         "threads": torch.get_num_threads(),
+        "read_ahead": read_ahead,
         # The fields of the single-runtime report, kept: the first pair's.
         "attention": _runtime_info(pairs[0])["attention"],
         "dtype": pairs[0].precision,

@@ -189,6 +189,21 @@ class Stream:
             rows.append(fresh)
         return torch.cat(rows) if len(rows) > 1 else rows[0]
 
+    def read_ahead(self) -> None:
+        """Read every token but the last now, in one pass, before anything asks for logits (a Cloud reads its
+        prompt while the Edge reads its own). The stream is then as a prefix-cache hit leaves it: the last
+        prompt token is read with whatever follows it by the next pass, so every row after is the same."""
+        if self.pending <= 1:
+            return
+        started = time.perf_counter()
+        fresh = self.tokens[self.fed : -1]
+        self._consistent = False
+        self.sequence.extend(fresh, 1)
+        self._consistent = True
+        self.fed = len(self.tokens) - 1
+        self._log.record(self._name, time.perf_counter() - started, len(fresh))
+        self.last_logits = None
+
     def truncate(self, length: int, last_logits: torch.Tensor | None = None) -> None:
         """Forget every token from ``length`` on; drop their keys and values from the cache.
 

@@ -44,6 +44,7 @@ from functools import partial
 from pathlib import Path
 
 from specsteer.cloud.client import RemoteCloud
+from specsteer.cloud.in_process import InProcessCloud
 from specsteer.data.datasets import DataError, load_records
 from specsteer.data.facts import FactExposure, method_exposure, split_private_facts
 from specsteer.data.history import MAX_UPLOAD_BYTES, HistoryError, parse_history
@@ -973,7 +974,7 @@ class AppService:
             return f"Models ready ({loaded:.0f} s)."
         say("reading", f"Models loaded in {loaded:.0f} s; reading the default sample's prompts…")
         config = replace(settings.decode_config(), max_new_tokens=1)
-        for event in generate(pair, prepared, config, cancel=cancel):
+        for event in generate(pair, prepared, config, cancel=cancel, cloud=InProcessCloud(pair, read_ahead=True)):
             if isinstance(event, Finished):
                 break
         return f"Models ready ({time.monotonic() - started:.0f} s), the default sample's prompts read."
@@ -1041,7 +1042,13 @@ class AppService:
         ``tokens``; drafts awaiting their verdict as Pending). A remote Cloud that fails raises its
         CloudError, with what was emitted before in ``partial``."""
         events = generate(
-            pair, prepared, settings.decode_config(), cancel=cancel, cloud=cloud, conditions=settings.link_conditions()
+            pair,
+            prepared,
+            settings.decode_config(),
+            cancel=cancel,
+            # In process the Cloud reads its prompts while the Edge reads its own, as on two machines.
+            cloud=cloud or InProcessCloud(pair, read_ahead=True),
+            conditions=settings.link_conditions(),
         )
         for event in events:
             if isinstance(event, Finished):

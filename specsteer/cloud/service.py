@@ -376,6 +376,9 @@ class CloudService:
             session.messages = 1
             self._run(session, session.cloud.open, message)
             session.last_used = self._clock()
+            # The Open's own report is taken before the read-ahead starts: its passes always come with
+            # the first Draft's answer, placed before that Draft (in process and over HTTP alike).
+            report = None if message.streams else session.report()
             if self.read_ahead:
                 session.reading = threading.Thread(
                     target=self._read_ahead, args=(session,), name="specsteer-cloud-read-ahead", daemon=True
@@ -383,7 +386,7 @@ class CloudService:
                 session.reading.start()
         if message.streams:
             return Answer(self._stream(session), None)
-        return Answer((), session.report())
+        return Answer((), report)
 
     def _verify(self, message: Draft) -> Answer:
         session = self._find(message.session)

@@ -262,6 +262,7 @@ def test_the_cloud_has_no_way_to_receive_the_history():
         "limits",
         "clock",
         "reuse_prefixes",
+        "read_ahead",  # a bool: whether an Open's prompts are read at once
     }
     uplink_fields = {f.name for kind in (Open, Draft) for f in dataclasses.fields(kind)}
     assert uplink_fields == {

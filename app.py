@@ -7,11 +7,12 @@ pairings may load (``specsteer.service.pairings.catalog``), and hands them to th
 file is the Hugging Face Spaces entry point and the Docker command; host and port come from
 GRADIO_SERVER_NAME / GRADIO_SERVER_PORT.
 
-Models load on first use, not at start-up, so the page opens at once. Every interactive event that
-runs a model shares one queue slot (concurrency id "models"): a second user waits with a visible
-queue position instead of doubling the memory in use. An evaluation grid has its own slot ("grid")
-and takes the models one cell at a time, after any waiting generation (specsteer/util/turns.py), so one
-visitor's grid never keeps another's generation waiting for more than a cell.
+The default pairing loads in the background at start-up, and the default sample's prompts are read
+once (``ui.warmup``), so the page opens at once and its first Generate is as fast as the second. Every
+interactive event that runs a model shares one queue slot (concurrency id "models"): a second user waits
+with a visible queue position instead of doubling the memory in use. An evaluation grid has its own slot
+("grid") and takes the models one cell at a time, after any waiting generation (specsteer/util/turns.py), so
+one visitor's grid never keeps another's generation waiting for more than a cell.
 
 What one visitor may ask for (grid sizes, tokens, text lengths, request sizes, the server's read
 timeouts) is ``specsteer.service.limits.VisitorLimits``: the public or local defaults by where the app runs
@@ -46,7 +47,7 @@ from specsteer.service.campaigns import CampaignService  # noqa: E402
 from specsteer.service.limits import VisitorLimits, limits_for  # noqa: E402
 from specsteer.util import background  # noqa: E402
 from storage.db import data_dir  # noqa: E402
-from ui import campaign_tab, compare_tab, dashboard_tab, generate_tab, judge_tab  # noqa: E402
+from ui import campaign_tab, compare_tab, dashboard_tab, generate_tab, judge_tab, warmup  # noqa: E402
 from ui.http_limits import server_options  # noqa: E402
 from ui.safe_inputs import guard_inputs  # noqa: E402
 
@@ -114,6 +115,7 @@ def build_app(service: AppService | None = None, campaigns: CampaignService | No
         title="SpecSteer", analytics_enabled=False, delete_cache=(TEMP_FILES_CHECK_S, TEMP_FILES_MAX_AGE_S)
     ) as demo:
         gr.HTML(HEADER)
+        warmup.build(demo, service)
         with gr.Tabs():
             with gr.Tab("Generate", id="generate"):
                 controls = generate_tab.build(service)
@@ -188,7 +190,9 @@ def shut_down(demo: gr.Blocks, grace_s: float = SHUTDOWN_GRACE_S) -> tuple[str, 
 
 def main() -> None:
     stop = StopSignal()
-    demo = build_app()
+    service = build_service()
+    warmup.start(service)  # the default pairing loads, and the default sample's prompts are read, meanwhile
+    demo = build_app(service)
     demo.launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),
         server_port=int(os.environ.get("GRADIO_SERVER_PORT", "7860")),

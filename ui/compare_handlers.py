@@ -21,6 +21,7 @@ from specsteer.service.app_service import (
     Generating,
     Loading,
     OutputDone,
+    Pending,
     Stopped,
     Token,
 )
@@ -164,6 +165,7 @@ def comparison_frames(
     pieces: list[str] = []
     throttle = Throttle()
     unchanged = CompareView.unchanged()
+    drafts: list[str] = []  # the slot's drafts awaiting their verdict (shown only when the methods are named)
     for event in events:
         if isinstance(event, Failed):
             yield Toast(render.esc(event.message))
@@ -181,23 +183,33 @@ def comparison_frames(
         elif isinstance(event, Loading):
             yield CompareView.message(event.message, "busy")
         elif isinstance(event, Generating):
-            pieces = []
+            pieces, drafts = [], []
             yield CompareView.message(
                 f"Generating output {slot_label(event.slot)} ({event.slot + 1} of {event.of})…", "busy"
             )
-        elif isinstance(event, Token):
-            if event.event.emitted:
+        elif isinstance(event, (Token, Pending)):
+            # A blind judgement shows no drafts: they would tell a drafting method from the others.
+            if isinstance(event, Pending) and blind:
+                continue
+            if isinstance(event, Pending):
+                drafts.append(event.event.text)
+            else:
+                drafts.clear()  # the verdict settles the round's drafts
+                if not event.event.emitted:
+                    continue
                 pieces.append(event.event.text)
-                if throttle.due():
-                    yield unchanged.with_slot(
-                        event.slot,
-                        render.comparison_slot_html(
-                            slot_label(event.slot),
-                            "".join(pieces),
-                            None if blind else order[event.slot],
-                            state="generating…",
-                        ),
-                    )
+            # Every draft is published: the last one of a round may be on screen for a whole verification.
+            if isinstance(event, Pending) or throttle.due():
+                yield unchanged.with_slot(
+                    event.slot,
+                    render.comparison_slot_html(
+                        slot_label(event.slot),
+                        "".join(pieces),
+                        None if blind else order[event.slot],
+                        state="generating…",
+                        pending="".join(drafts),
+                    ),
+                )
         elif isinstance(event, OutputDone):
             yield unchanged.with_slot(
                 event.slot,

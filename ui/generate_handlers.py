@@ -23,6 +23,7 @@ from specsteer.service.app_service import (
     GenerationEvent,
     GenerationResult,
     Loading,
+    Pending,
     Started,
     Token,
 )
@@ -109,6 +110,7 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
     running = skip
     for event in events:
         if isinstance(event, Failed):
+            tokens.end()
             yield Toast(render.esc(event.message))
             status = render.message_box(event.message, "error")
             if event.partial is not None:  # the Cloud failed midway: what it had emitted is kept
@@ -141,16 +143,18 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
             )
             running = render.message_box(f"Generating with {method_label(event.method)}…", "busy")
             yield GenerateView(running, skip, render.stats_html(live.view("running")), skip, skip)
-        elif isinstance(event, Token):
+        elif isinstance(event, (Token, Pending)):
             live = _after_start(live)
             live.add(event.event)
             tokens.add(event.event)
-            if throttle.due():
+            # Every draft is published: the last one of a round may be on screen for a whole verification.
+            if isinstance(event, Pending) or throttle.due():
                 yield GenerateView(
                     running, render.output_html(tokens.html), render.stats_html(live.view("running")), skip, skip
                 )
         elif isinstance(event, Done):
             result = event.result
+            tokens.end()
             yield GenerateView(
                 _done_status(result),
                 render.output_html(tokens.html),

@@ -203,7 +203,8 @@ def build(service: AppService) -> GenerateControls:
                 run = gr.Button("Generate", variant="primary", elem_id="generate-button")
                 stop = gr.Button("Stop", variant="stop", elem_id="stop-button")
             status = gr.HTML(
-                render.message_box("Ready. The models load on first use.", "info"), elem_id="generate-status"
+                render.message_box("Ready. The models load when the app starts (see above), or on first use.", "info"),
+                elem_id="generate-status",
             )
             gr.HTML(render.legend_html())
             output = gr.HTML(render.output_html(""), elem_id="generate-output")

@@ -33,6 +33,7 @@ KIND_LABELS = {
     "recovered": "recovered",
     "bonus": "bonus",
     "plain": "single model",
+    "pending": "pending draft",
 }
 KIND_EXPLANATIONS = {
     "accepted": "proposed by the on-device Specialist and accepted by the cloud",
@@ -40,6 +41,7 @@ KIND_EXPLANATIONS = {
     "recovered": "chosen on the device from the steered logits after a rejection",
     "bonus": "extra steered token after a fully accepted round",
     "plain": "token of a method without drafting",
+    "pending": "drafted on the device and shown at once; recoloured when the cloud's verdict arrives",
 }
 
 # C0 control characters (other than newline and tab) and DEL are invisible or break the layout;
@@ -90,7 +92,8 @@ def token_span(event: TokenEvent) -> str:
     if event.ratio is not None and math.isfinite(event.ratio):
         title += f" · ratio {event.ratio:.3g}"
     tag = "del" if event.kind == "rejected" else "span"
-    return f'<{tag} class="ss-tok ss-tok-{esc(event.kind)}" title="{esc(title)}">{esc(text)}</{tag}>'
+    place = "" if event.position is None else f' data-round="{event.round}" data-position="{event.position}"'
+    return f'<{tag} class="ss-tok ss-tok-{esc(event.kind)}"{place} title="{esc(title)}">{esc(text)}</{tag}>'
 
 
 def segment_title(event: TokenEvent) -> str:
@@ -130,11 +133,13 @@ def _segment_piece(event: TokenEvent) -> str:
 
 
 class TokenHtml:
-    """The token stream as HTML that only ever grows at its end.
+    """The token stream as HTML that only ever grows at its end, but for the pending drafts.
 
     Appending keeps each update a pure extension of the previous value, so re-rendering stays
     proportional to what is new on the Python side, and Gradio's diff of a streamed string value
-    is an append.
+    is an append. Pending drafts (shown before the Cloud's verdict) are a tail after the settled
+    tokens: a round's settled events replace the whole tail, and :meth:`end` drops what is left
+    (drafts never sent).
 
     On a cross-tokenizer pair a draft's event names its segment (``TokenEvent.segment``): the
     segment is one coloured element, opened at its first token and closed after its last, holding
@@ -147,8 +152,13 @@ class TokenHtml:
         self._html = ""
         self._closing = ""  # the open segment's closing tag, "" when none is open
         self._expected: tuple[int, str, int] | None = None  # (round, kind, position) that continues it
+        self._pending: list[str] = []  # the current round's drafts awaiting their verdict
 
     def add(self, event: TokenEvent) -> None:
+        if event.pending:
+            self._pending.append(token_span(event))
+            return
+        self._pending.clear()  # the verdict is back: its settled events take the drafts' place
         segment = event.segment
         continues = segment is not None and self._expected == (event.round, event.kind, segment.position)
         if self._closing and not continues:
@@ -169,15 +179,19 @@ class TokenHtml:
         self._closing = ""
         self._expected = None
 
+    def end(self) -> None:
+        """The output is over: drafts still pending were never sent."""
+        self._pending.clear()
+
     @property
     def html(self) -> str:
         if self._parts:
             self._html += "".join(self._parts)
             self._parts.clear()
-        return self._html
+        return self._html + "".join(self._pending) if self._pending else self._html
 
 
-def legend_html(kinds: Sequence[str] = ("accepted", "rejected", "recovered", "bonus", "plain")) -> str:
+def legend_html(kinds: Sequence[str] = ("pending", "accepted", "rejected", "recovered", "bonus", "plain")) -> str:
     items = "".join(
         f'<span class="ss-legend-item" title="{esc(KIND_EXPLANATIONS[kind])}">'
         f'<span class="ss-tok ss-tok-{kind}">{"abc" if kind != "rejected" else "xyz"}</span> '
@@ -230,7 +244,8 @@ class StatsView:
     runtime: str = ""  # "llama.cpp" | "transformers"; "" before the pair is loaded
     precision: str = ""
     runtime_choice: str = ""  # why that runtime ran it (auto picks per machine and method)
-    ttft_s: float | None = None  # seconds to the first emitted token
+    ttft_s: float | None = None  # seconds to the first emitted (verified) token
+    first_visible_s: float | None = None  # seconds to the first token on screen (a pending draft counts)
     reused_tokens: Mapping[str, int] | None = None  # prompt tokens served from the prefix cache, per stream
     cloud: str = ""  # GenerationSettings.cloud: "" in process, else the Cloud service's address
     link: LinkConditions | None = None  # the emulated network, None when none was emulated
@@ -253,6 +268,7 @@ class StatsView:
             precision=stats.precision,
             runtime_choice=stats.runtime_choice,
             ttft_s=stats.ttft_s,
+            first_visible_s=stats.first_visible_s,
             reused_tokens=dict(stats.reused_tokens),
             cloud=cloud,
             link=link,
@@ -319,9 +335,14 @@ def stats_html(view: StatsView) -> str:
         ("tokens", f"{view.tokens}", ""),
         ("speed", f"{speed:.1f} tok/s", ""),
         (
+            "first visible",
+            "–" if view.first_visible_s is None else f"{view.first_visible_s:.2f} s",
+            "time from the request to the first token on screen (a draft awaiting the cloud's verdict counts)",
+        ),
+        (
             "first token",
             "–" if view.ttft_s is None else f"{view.ttft_s:.2f} s",
-            "time from the request to the first token",
+            "time from the request to the first verified token",
         ),
         ("acceptance", f"{_fmt_rate(acceptance)}" + (f" ({view.accepted}/{view.drafted})" if view.drafted else ""), ""),
         ("rounds", f"{view.rounds}" if view.rounds else "–", ""),
@@ -503,9 +524,15 @@ def facts_html(exposure: FactExposure | None) -> str:
 
 
 def comparison_slot_html(
-    label: str, text: str | None, method: str | None = None, stats: GenerationStats | None = None, state: str = ""
+    label: str,
+    text: str | None,
+    method: str | None = None,
+    stats: GenerationStats | None = None,
+    state: str = "",
+    pending: str = "",
 ) -> str:
-    """One output of a comparison; ``method`` is None while the judgement is blind."""
+    """One output of a comparison; ``method`` is None while the judgement is blind. ``pending``: drafts
+    after ``text`` awaiting the cloud's verdict, in the pending look."""
     title = f"Output {esc(label)}"
     if method:
         title += f' <span class="ss-method">— {esc(method_label(method))}</span>'
@@ -520,7 +547,9 @@ def comparison_slot_html(
     if text is None:
         body = '<div class="ss-output ss-output-empty">waiting…</div>'
     else:
-        shown = esc(text) or '<span class="ss-muted">(empty output)</span>'
+        shown = esc(text) or ("" if pending else '<span class="ss-muted">(empty output)</span>')
+        if pending:
+            shown += f'<span class="ss-tok ss-tok-pending" title="{esc(KIND_LABELS["pending"])}">{esc(pending)}</span>'
         body = f'<div class="ss-output">{shown}</div>'
     return f'<div class="ss-slot"><div class="ss-slot-title">{title}</div>{body}{footer}</div>'
 

@@ -239,6 +239,7 @@ class LiveStats:
     rejected: int = 0
     rounds: int = 0
     first_token_s: float | None = None
+    first_visible_s: float | None = None  # the first token on screen, a pending draft included
     # Link bytes so far, where the engine's events carry running totals (``uplink_bytes`` /
     # ``downlink_bytes``); otherwise they are known only from the Finished statistics.
     uplink_bytes: int | None = None
@@ -247,6 +248,10 @@ class LiveStats:
     link: LinkConditions | None = None  # the emulated network, if any
 
     def add(self, event: TokenEvent) -> None:
+        if self.first_visible_s is None:
+            self.first_visible_s = self.seconds
+        if event.pending:  # counted when its verdict settles it
+            return
         if event.emitted:
             self.emitted += 1
             if self.first_token_s is None:
@@ -278,6 +283,7 @@ class LiveStats:
             runtime=self.runtime,
             precision=self.precision,
             ttft_s=self.first_token_s,
+            first_visible_s=self.first_visible_s,
             cloud=self.cloud,
             link=self.link,
         )

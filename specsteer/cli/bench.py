@@ -85,6 +85,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     speed.add_argument("--no-reference", action="store_true", help="skip transformers' assisted generation")
     speed.add_argument(
+        "--no-read-ahead",
+        action="store_true",
+        help="the in-process Cloud reads its prompts after the Edge's (by default it reads them meanwhile)",
+    )
+    speed.add_argument(
         "--no-prefix-reuse", action="store_true", help="skip the measurement of a repeated request's first token"
     )
     speed.add_argument(
@@ -181,7 +186,9 @@ def _speed(args) -> int:
                     model.model.set_attn_implementation(args.attention)
     log(machine_info().describe())
     prompts = load_prompts(args.prompts, args.data, args.task)
-    result = run_speed(pairs, prompts, cases, reference=not args.no_reference, progress=log)
+    result = run_speed(
+        pairs, prompts, cases, reference=not args.no_reference, progress=log, read_ahead=not args.no_read_ahead
+    )
     result["rows"].extend(auto_rows(result["rows"], auto_picks))
     if not args.no_prefix_reuse:
         config = DecodeConfig(method="specsteer", alpha=0.1, max_new_tokens=8)

@@ -23,10 +23,6 @@ from pathlib import Path
 from specsteer.method.events import Finished, TokenEvent
 from specsteer.protocol.emulation import LinkConditions
 
-# ANSI styles per token kind; rejected drafts are struck through.
-_STYLES = {"accepted": "\033[32m", "rejected": "\033[9;31m", "recovered": "\033[33m", "bonus": "\033[36m", "plain": ""}
-_RESET = "\033[0m"
-
 
 def _float(text: str) -> float:
     value = float(text)
@@ -324,7 +320,11 @@ def _generate(args) -> int:
         unavailable = cross_tokenizer_problem(pair, config)
         if unavailable:
             return _fail(unavailable, 2)
-        events = generate(pair, prepared, config, threading.Event(), cloud=cloud, conditions=conditions)
+        from specsteer.cloud.in_process import InProcessCloud
+
+        # In process the Cloud reads its prompts while the Edge reads its own, as on two machines.
+        endpoint = cloud or InProcessCloud(pair, read_ahead=True)
+        events = generate(pair, prepared, config, threading.Event(), cloud=endpoint, conditions=conditions)
         if args.json:
             return _print_json(events)
         return _print_coloured(events, colour=not (args.no_color or os.environ.get("NO_COLOR")))
@@ -407,11 +407,13 @@ def _serve_cloud(args) -> int:
         return pair
     if budget is None:  # measured now, with the models in memory
         limits = replace(limits, memory_budget_bytes=default_memory_budget())
+    # An Open starts reading its prompts at once, while the Edge reads its own.
     service = CloudService(
         pair,
         limits,
         reuse_prefixes=not args.no_prefix_reuse,
         notice=lambda line: print(f"[cloud] {line}", file=sys.stderr, flush=True),
+        read_ahead=True,
     )
     serve(
         service,
@@ -460,7 +462,8 @@ def _print_json(events) -> int:
     try:
         for event in events:
             if isinstance(event, TokenEvent):
-                tokens.append({"id": event.id, "text": event.text, "kind": event.kind})
+                if not event.pending:  # the document lists settled tokens; a draft's verdict follows it
+                    tokens.append({"id": event.id, "text": event.text, "kind": event.kind})
                 continue
             print(json.dumps(_document(event, tokens), ensure_ascii=False))
     except CloudError as error:  # the document of what was generated, and why it stopped
@@ -484,17 +487,17 @@ def _document(finished: Finished, tokens: list[dict]) -> dict:
 
 
 def _print_coloured(events, colour: bool) -> int:
+    from specsteer.cli.terminal import TerminalStream
+
     out = sys.stdout
+    stream = TerminalStream(out, colour)
     for event in events:
         if isinstance(event, Finished):
+            stream.end()
             out.write("\n")
             print(format_stats(event), file=out)
             break
-        style = _STYLES[event.kind] if colour else ""
-        text = event.text if event.kind != "rejected" or colour else ""
-        if text:
-            out.write(f"{style}{text}{_RESET}" if style else text)
-            out.flush()
+        stream.add(event)
     return 0
 
 
@@ -502,8 +505,10 @@ def format_stats(finished: Finished) -> str:
     s = finished.stats
     acceptance = f"{s.acceptance_rate:.0%}" if s.acceptance_rate is not None else "n/a"
     first = f"{s.ttft_s:.2f}s" if s.ttft_s is not None else "n/a"
+    visible = f"{s.first_visible_s:.2f}s" if s.first_visible_s is not None else "n/a"
     return (
-        f"[{s.method}] {s.new_tokens} tokens in {s.seconds:.1f}s ({s.tok_per_s:.2f} tok/s, first token after {first}), "
+        f"[{s.method}] {s.new_tokens} tokens in {s.seconds:.1f}s ({s.tok_per_s:.2f} tok/s, "
+        f"first visible after {visible}, first verified token after {first}), "
         f"rounds {s.rounds}, acceptance {acceptance} ({s.accepted}/{s.drafted}), "
         f"uplink {s.uplink_bytes} B, downlink {s.downlink_bytes} B, stop: {s.stop_reason}, "
         f"runtime {s.runtime} ({s.precision})"

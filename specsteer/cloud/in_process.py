@@ -54,10 +54,14 @@ class InProcessCloud:
     """The default Cloud: a service over the pair's own Generalist and Specialist, one per generation.
 
     Its one session never expires for idleness nor age: the process that would wait for it is the
-    one that holds it, so a pause (a laptop asleep, a stopped process) must not cost the generation."""
+    one that holds it, so a pause (a laptop asleep, a stopped process) must not cost the generation.
+    ``read_ahead``: the Cloud reads its prompts in a thread of its own while the Edge reads its private
+    prompt, as on two machines (``CloudService``; llama.cpp and torch release the GIL while they compute)."""
 
-    def __init__(self, pair: LoadedPair) -> None:
+    def __init__(self, pair: LoadedPair, read_ahead: bool = False) -> None:
         self.pair = pair
+        self.read_ahead = read_ahead
 
     def transport(self) -> Transport:
-        return LocalTransport(CloudService(self.pair, ServiceLimits(idle_timeout_s=None, max_session_life_s=None)))
+        limits = ServiceLimits(idle_timeout_s=None, max_session_life_s=None)
+        return LocalTransport(CloudService(self.pair, limits, read_ahead=self.read_ahead))

@@ -207,6 +207,8 @@ class _Session:
     finished: bool = False  # the stream reached its budget or an end id
     closed: bool = False
     opened_at: float = 0.0  # its life is bounded from here (ServiceLimits.max_session_life_s)
+    reading: threading.Thread | None = None  # the read-ahead of its prompts (CloudService.read_ahead)
+    read_error: BaseException | None = None
 
     def collect_passes(self) -> None:
         for step in self.log.trace[self.logged :]:
@@ -226,6 +228,9 @@ class CloudService:
 
     ``clock`` is injectable so that expiry can be tested without waiting; ``reuse_prefixes=False``
     forgets every cached prompt when a session closes (benchmarks time each method's prompt reading).
+    ``read_ahead``: an Open starts reading the session's prompts at once, in a thread of their own, so the
+    Cloud reads them while the Edge reads its private prompt (as two machines do); the first Draft waits
+    for it. Off, a session reads its prompts with its first Draft (one pass fewer per stream).
     """
 
     def __init__(
@@ -235,11 +240,13 @@ class CloudService:
         clock: Callable[[], float] = time.monotonic,
         reuse_prefixes: bool = True,
         notice: Callable[[str], None] | None = None,
+        read_ahead: bool = False,
     ):
         self.pair = pair
         self.notice = notice  # one line for the operator when a session is reclaimed or abandoned
         self.limits = limits
         self.reuse_prefixes = reuse_prefixes
+        self.read_ahead = read_ahead
         self.instance = secrets.token_hex(8)  # a restarted Cloud has another
         self._clock = clock
         self._sessions: dict[bytes, _Session] = {}
@@ -272,6 +279,7 @@ class CloudService:
     def close(self, session_id: bytes) -> CloudReport:
         """End a session; returns what its report has not said yet."""
         session = self._find(session_id)
+        self._await_reading(session)
         with session.lock:
             if session.closed:
                 raise self._gone(session_id)
@@ -397,9 +405,17 @@ class CloudService:
             session.messages = 1
             self._run(session, session.cloud.open, message)
             session.last_used = self._clock()
+            # The Open's own report is taken before the read-ahead starts: its passes always come with
+            # the first Draft's answer, placed before that Draft (in process and over HTTP alike).
+            report = None if message.streams else session.report()
+            if self.read_ahead:
+                session.reading = threading.Thread(
+                    target=self._read_ahead, args=(session,), name="specsteer-cloud-read-ahead", daemon=True
+                )
+                session.reading.start()
         if message.streams:
             return Answer(self._stream(session), None, message.session)
-        return Answer((), session.report())
+        return Answer((), report)
 
     def _new_cloud(self, log: ForwardLog):
         """A new session's Cloud (a serving engine's Cloud service gives its own kind)."""
@@ -417,6 +433,7 @@ class CloudService:
 
     def _verify(self, message: Draft) -> Answer:
         session = self._find(message.session)
+        self._await_reading(session)
         with session.lock:
             if session.closed:
                 raise self._gone(message.session)
@@ -439,6 +456,7 @@ class CloudService:
         # A cross-tokenizer Generalist decodes in its own ids (the Open's end ids are the Specialist's).
         cross = self.pair.cross
         stop_ids = cross.eos_token_ids if cross is not None else frozenset(session.opened.stop_ids)
+        self._await_reading(session)
         while True:
             with session.lock:
                 if session.closed or session.finished:
@@ -580,6 +598,29 @@ class CloudService:
         return None
 
     # ----------------------------------------------------------------------- sessions
+
+    def _read_ahead(self, session: _Session) -> None:
+        """A session's prompts read in their own thread (``read_ahead``); its passes join the session's
+        report placed before its first Draft, where they ran. A failure ends the session."""
+        try:
+            with self._computing():
+                if not session.closed:
+                    session.cloud.read_ahead()
+        except BaseException as error:
+            session.read_error = error
+            with session.lock:
+                if not session.closed:
+                    self._end(session, "closed-session")
+            return
+        with session.lock:
+            session.collect_passes()
+
+    def _await_reading(self, session: _Session) -> None:
+        reading = session.reading
+        if reading is not None and reading is not threading.current_thread():
+            reading.join()
+            if session.read_error is not None:
+                raise ServiceError(500, "error", f"The Cloud failed to read the prompt: {session.read_error}")
 
     def _run(self, session: _Session, step, *args):
         """One model step of a session, alone on the models; a failure ends the session (its caches

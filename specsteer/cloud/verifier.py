@@ -64,6 +64,12 @@ class _CloudStreams:
             if stream is not None:
                 stream.close()
 
+    def read_ahead(self) -> None:
+        """Read the session's prompts now (all but their last token), before the first Draft comes."""
+        for stream in (self.large, self.generic):
+            if stream is not None:
+                stream.read_ahead()
+
     def next_tokens(self, count: int = 1) -> Tokens:
         """The ``generate`` rule (the ``llm`` baseline): the Generalist decodes alone, in its own ids."""
         large = self._generalist_stream()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +20,7 @@ import torch
 
 from specsteer.edge.params import EdgeParams
 from specsteer.method.crosstok import SYMBOLS, ByteVocabulary, allowed_ids, choose_symbol, complete_symbol
-from specsteer.method.decoding import ForwardLog, Stream, costeer_refine, draft, recover, residual_test
+from specsteer.method.decoding import ForwardLog, Stream, costeer_refine, drafting, recover, residual_test
 from specsteer.protocol.rules import CoSteerCandidates, PayloadError, PublicRows, SteeredTopK
 from specsteer.protocol.wire import DRAFT_HEADROOM, Verdict
 from specsteer.runtimes.base import ModelRuntime
@@ -70,7 +71,12 @@ class Edge:
 
     def draft(self, k: int, cancel: threading.Event | None = None) -> list[int]:
         """Up to ``k`` drafts; fewer when ``cancel`` is set meanwhile (the caller must not send them then)."""
-        ids, self._draft_rows = draft(
+        return list(self.drafts(k, cancel))
+
+    def drafts(self, k: int, cancel: threading.Event | None = None) -> Iterator[int]:
+        """:meth:`draft` one id at a time, each as soon as it is drafted (read it to the end before settling)."""
+        self._draft_rows = []
+        for token, row in drafting(
             self.stream,
             k,
             self.sampler,
@@ -79,8 +85,9 @@ class Edge:
             cancel,
             allowed=self.allowed,
             guard=self.guard,
-        )
-        return ids
+        ):
+            self._draft_rows.append(row)
+            yield token
 
     def next_token(self) -> int:
         """Plain decoding on the device (the ``slm`` and ``slm+`` baselines)."""

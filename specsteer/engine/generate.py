@@ -260,11 +260,13 @@ def cross_tokenizer_problem(pair: LoadedPair, config: DecodeConfig) -> str | Non
 
 
 def collect(events: Iterable[TokenEvent | Finished]) -> tuple[list[TokenEvent], Finished]:
+    """The settled tokens (pending drafts left out: their verdict's events follow) and the Finished."""
     tokens: list[TokenEvent] = []
     for event in events:
         if isinstance(event, Finished):
             return tokens, event
-        tokens.append(event)
+        if not event.pending:
+            tokens.append(event)
     raise RuntimeError("generation ended without a Finished event")
 
 
@@ -306,9 +308,18 @@ class _Output:
         round_: int,
         ratio: float | None,
         segment: SegmentPlace | None = None,
+        position: int | None = None,
     ) -> TokenEvent:
         return TokenEvent(
-            token, text, kind, round_, ratio, self.link.totals["uplink"], self.link.totals["downlink"], segment
+            token,
+            text,
+            kind,
+            round_,
+            ratio,
+            self.link.totals["uplink"],
+            self.link.totals["downlink"],
+            segment,
+            position,
         )
 
     @property
@@ -316,7 +327,13 @@ class _Output:
         return self.max_new_tokens - len(self.detokenizer.ids)
 
     def emit(
-        self, token: int, kind: TokenKind, round_: int, ratio: float | None = None, segment: SegmentPlace | None = None
+        self,
+        token: int,
+        kind: TokenKind,
+        round_: int,
+        ratio: float | None = None,
+        segment: SegmentPlace | None = None,
+        position: int | None = None,
     ) -> TokenEvent:
         is_end = token in self.stop_ids
         last = is_end or self.remaining == 1
@@ -324,18 +341,34 @@ class _Output:
         self.pieces.append(piece)
         if last:
             self.stop_reason = "eos" if is_end else "length"
-        return self._event(token, piece, kind, round_, ratio, segment)
+        return self._event(token, piece, kind, round_, ratio, segment, position)
+
+    def pending(self, drafts: list[int], round_: int) -> TokenEvent:
+        """The round's latest draft, shown before its verdict, with the text it would add after the
+        drafts before it."""
+        shown = self.detokenizer.peek(drafts[:-1]) if len(drafts) > 1 else ""
+        text = self.detokenizer.peek(drafts)
+        piece = text[len(shown) :] if text.startswith(shown) else text
+        return self._event(drafts[-1], piece, "pending", round_, None, None, len(drafts) - 1)
 
     def rejected(
-        self, drafts: list[int], round_: int, ratio: float | None, segments: Sequence[SegmentPlace | None]
+        self,
+        drafts: list[int],
+        round_: int,
+        ratio: float | None,
+        segments: Sequence[SegmentPlace | None],
+        first_position: int = 0,
     ) -> list[TokenEvent]:
-        """The refused draft and the unverified drafts after it, each with the text it would have added."""
+        """The refused draft and the unverified drafts after it, each with the text it would have added;
+        ``first_position``: the refused draft's index in its round."""
         events = []
         shown = ""
         for i, (token, segment) in enumerate(zip(drafts, segments)):
             text = self.detokenizer.peek(drafts[: i + 1])
             piece = text[len(shown) :] if text.startswith(shown) else text
-            events.append(self._event(token, piece, "rejected", round_, ratio if i == 0 else None, segment))
+            events.append(
+                self._event(token, piece, "rejected", round_, ratio if i == 0 else None, segment, first_position + i)
+            )
             shown = text
         return events
 
@@ -376,8 +409,13 @@ def _run(
     try:
         with torch.inference_mode():
             for event in _loop(pair, pair_prompts, config, output, link, stats):
+                if stats.first_visible_s is None:
+                    stats.first_visible_s = time.perf_counter() - started
                 if stats.ttft_s is None and event.emitted:
                     stats.ttft_s = time.perf_counter() - started
+                if event.pending:  # shown, not yet sent: its settled event follows the verdict
+                    yield event
+                    continue
                 if edge_sends:
                     sent.append(event.text)
                 yield event
@@ -622,7 +660,10 @@ def _rounds(
     while output.keep_going():
         round_ += 1
         k = 0 if every_token else draft_length.choose(stats, forward_log)
-        drafts = edge.draft(min(k, output.remaining), output.cancel)
+        drafts: list[int] = []
+        for token in edge.drafts(min(k, output.remaining), output.cancel):
+            drafts.append(token)
+            yield output.pending(drafts, round_)  # on screen now; the verdict settles it below
         if not output.keep_going():  # stopped while drafting: these drafts never cross the link
             return
         verdict = link.verify(Draft(session=link.session, keep=keep, append=tuple(append), draft=tuple(drafts)))
@@ -637,16 +678,21 @@ def _rounds(
         stats.verified += min(settled.accepted + 1, len(drafts))
         segments = places(drafts) if drafts else []
         for position, token in enumerate(drafts[: settled.accepted]):
-            yield output.emit(token, "accepted", round_, _at(ratios, position), segments[position])
+            yield output.emit(token, "accepted", round_, _at(ratios, position), segments[position], position)
             if output.done:
                 return
         if settled.accepted < len(drafts):
             yield from output.rejected(
-                drafts[settled.accepted :], round_, _at(ratios, settled.accepted), segments[settled.accepted :]
+                drafts[settled.accepted :],
+                round_,
+                _at(ratios, settled.accepted),
+                segments[settled.accepted :],
+                settled.accepted,
             )
         if settled.chosen is not None:
             kind = chosen_kind or ("recovered" if settled.accepted < len(drafts) else "bonus")
-            yield output.emit(settled.chosen, kind, round_)
+            # A recovered token takes the refused draft's place; a bonus the one after the last draft.
+            yield output.emit(settled.chosen, kind, round_, position=settled.accepted)
         append = [settled.chosen] if settled.chosen is not None else []
         keep = settled.accepted if RULE_SPECS[edge.params.rule].reports_kept else -1
 

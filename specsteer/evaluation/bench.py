@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from specsteer.cloud.in_process import InProcessCloud
 from specsteer.data.tasks import PromptPair
 from specsteer.engine.generate import (
     MAX_DRAFT_LEN,
@@ -92,6 +93,7 @@ class Tally:
     tokens: int = 0
     seconds: float = 0.0
     ttft_seconds: list[float] = field(default_factory=list)
+    first_visible_seconds: list[float] = field(default_factory=list)
     prefill_seconds: float = 0.0
     forward_seconds: float = 0.0
     device_steps: int = 0  # Specialist passes after its prefill
@@ -106,6 +108,8 @@ class Tally:
     def add(self, stats) -> None:
         if stats.ttft_s is not None:
             self.ttft_seconds.append(stats.ttft_s)
+        if stats.first_visible_s is not None:
+            self.first_visible_seconds.append(stats.first_visible_s)
         self.tokens += stats.new_tokens
         self.seconds += stats.seconds
         self.prefill_seconds += stats.prefill_seconds
@@ -173,6 +177,12 @@ class Tally:
         return sum(self.ttft_seconds) / len(self.ttft_seconds) if self.ttft_seconds else None
 
     @property
+    def first_visible_s(self) -> float | None:
+        """Mean time to the first token on screen (a pending draft, or a single model's first token)."""
+        seen = self.first_visible_seconds
+        return sum(seen) / len(seen) if seen else None
+
+    @property
     def forward_share(self) -> float | None:
         return self.forward_seconds / self.seconds if self.seconds else None
 
@@ -236,11 +246,13 @@ def run_speed(
     cases: list[BenchCase],
     reference: bool = True,
     progress=lambda line: None,
+    read_ahead: bool = True,
 ) -> dict:
     """Every case on every pair (one pair per runtime), prompt by prompt; rows per (runtime, case).
 
     ``reference``: transformers' own assisted generation on each transformers pair, as a row of
-    its own. Speedups are against ``llm`` on the same runtime.
+    its own. Speedups are against ``llm`` on the same runtime. ``read_ahead``: the in-process Cloud
+    reads its prompts while the Edge reads its own (as the app runs); False reads them in turn.
     """
     for pair in pairs:
         _warm_up(pair, prompts[0], [case.config for case in cases])
@@ -255,7 +267,8 @@ def run_speed(
         for pair in pairs:
             for tally in tallies[pair.runtime]:
                 pair.clear_prefix_caches()  # no case is timed on a prompt another case already read
-                _, finished = collect(generate(pair, tally.case.prompts_for(prepared), tally.config))
+                cloud = InProcessCloud(pair, read_ahead=read_ahead)
+                _, finished = collect(generate(pair, tally.case.prompts_for(prepared), tally.config, cloud=cloud))
                 tally.add(finished.stats)
                 progress(
                     f"prompt {index + 1}/{len(prompts)} [{pair.runtime}] {_label(tally.case)}: "
@@ -277,6 +290,7 @@ def run_speed(
         "runtimes": {pair.runtime: _runtime_info(pair) for pair in pairs},
         "machine": machine_info().to_dict(),
         "threads": torch.get_num_threads(),
+        "read_ahead": read_ahead,
         # The fields of the single-runtime report, kept: the first pair's.
         "attention": _runtime_info(pairs[0])["attention"],
         "dtype": pairs[0].precision,
@@ -318,6 +332,7 @@ def _rows(tallies: list[Tally]) -> list[dict]:
                 "tok_per_s": tally.tok_per_s,
                 "speedup": speedup(tally.tok_per_s),
                 "ttft_s": tally.ttft_s,
+                "first_visible_s": tally.first_visible_s,
                 "acceptance": tally.acceptance,
                 "token_acceptance": tally.token_acceptance,
                 "bound_tok_per_s": bound,
@@ -430,6 +445,7 @@ def format_table(result: dict) -> str:
     columns = [
         ("tok/s", "tok_per_s", "{:7.2f}"),
         ("vs llm", "speedup", "{:6.2f}x"),
+        ("visible s", "first_visible_s", "{:6.2f}"),
         ("ttft s", "ttft_s", "{:6.2f}"),
         ("decode vs llm", "decode_speedup", "{:12.2f}x"),
         ("accept", "acceptance", "{:7.0%}"),

@@ -189,6 +189,21 @@ class Stream:
             rows.append(fresh)
         return torch.cat(rows) if len(rows) > 1 else rows[0]
 
+    def read_ahead(self) -> None:
+        """Read every token but the last now, in one pass, before anything asks for logits (a Cloud reads its
+        prompt while the Edge reads its own). The stream is then as a prefix-cache hit leaves it: the last
+        prompt token is read with whatever follows it by the next pass, so every row after is the same."""
+        if self.pending <= 1:
+            return
+        started = time.perf_counter()
+        fresh = self.tokens[self.fed : -1]
+        self._consistent = False
+        self.sequence.extend(fresh, 1)
+        self._consistent = True
+        self.fed = len(self.tokens) - 1
+        self._log.record(self._name, time.perf_counter() - started, len(fresh))
+        self.last_logits = None
+
     def truncate(self, length: int, last_logits: torch.Tensor | None = None) -> None:
         """Forget every token from ``length`` on; drop their keys and values from the cache.
 
@@ -293,9 +308,27 @@ def draft(
     """
     ids: list[int] = []
     rows: list[torch.Tensor] = []
+    for token, row in drafting(stream, k, sampler, stop_ids, min_confidence, cancel, allowed, guard):
+        ids.append(token)
+        rows.append(row)
+    return ids, rows
+
+
+def drafting(
+    stream: Stream,
+    k: int,
+    sampler: Sampler,
+    stop_ids: frozenset[int],
+    min_confidence: float = 0.0,
+    cancel: threading.Event | None = None,
+    allowed: torch.Tensor | None = None,
+    guard: PrivateSpanGuard | None = None,
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """:func:`draft` one token at a time: each ``(id, row)`` as soon as it is drafted (a display shows it
+    at once). Read it to the end: the stopping rules are :func:`draft`'s."""
     for _ in range(k):
         if cancel is not None and cancel.is_set():
-            break
+            return
         row = stream.predict(1)[0]  # [V]
         if allowed is not None:
             row = row.masked_fill(~allowed, -math.inf)
@@ -303,11 +336,9 @@ def draft(
             row = guard.mask(row, stream.tokens)
         token = sampler.choose(row)
         stream.append([token])
-        ids.append(token)
-        rows.append(row)
+        yield token, row
         if token in stop_ids or (min_confidence > 0 and _probability(row, token) < min_confidence):
-            break
-    return ids, rows
+            return
 
 
 def _probability(row: torch.Tensor, token: int) -> float:

@@ -11,9 +11,13 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, NamedTuple
 
-TokenKind = Literal["accepted", "rejected", "recovered", "bonus", "plain"]
+TokenKind = Literal["accepted", "rejected", "recovered", "bonus", "plain", "pending"]
 TOKEN_KINDS: tuple[TokenKind, ...] = ("accepted", "rejected", "recovered", "bonus", "plain")
 EMITTED_KINDS = frozenset({"accepted", "recovered", "bonus", "plain"})
+# A draft shown the moment the Edge drafted it, before the Cloud's verdict: not part of the output and
+# not a settled token. The verdict settles the same (round, position) as accepted or rejected; a recovered
+# token takes the place of the first rejected draft, a bonus the place after the last draft.
+PENDING = "pending"
 
 # The model streams a generation runs, as a TraceStep's ``who`` and a GenerationStats key names them:
 # the Specialist reading the private prompt (the Edge), its generic copy and the Generalist (the Cloud).
@@ -55,6 +59,12 @@ class TokenEvent:
     was computed. ``uplink_bytes`` / ``downlink_bytes`` are the link's running
     totals when the token was shown, for live displays. ``segment``: on a cross-tokenizer pair, a
     draft's place in the segment the Cloud tested (None for every other token).
+
+    A ``pending`` event is a draft shown before its verdict (the stream's only unsettled kind): the
+    round's settled events follow once the verdict is back, naming the same ``round`` and ``position``
+    (the draft's index in its round; a recovered token has the first rejected draft's, a bonus the one
+    after the last draft). Drafts still pending when the generation ends (a stop while drafting) were
+    never sent and are not part of anything. ``position`` is None for tokens outside a drafted round.
     """
 
     id: int
@@ -65,10 +75,16 @@ class TokenEvent:
     uplink_bytes: int = 0
     downlink_bytes: int = 0
     segment: SegmentPlace | None = None
+    position: int | None = None
 
     @property
     def emitted(self) -> bool:
         return self.kind in EMITTED_KINDS
+
+    @property
+    def pending(self) -> bool:
+        """Shown before the verdict: consumers of settled tokens (storage, audits, counts) skip it."""
+        return self.kind == PENDING
 
     def to_dict(self) -> dict:
         """The token as stored and exported; the live byte totals are display-only. A cross pair's
@@ -116,7 +132,10 @@ class GenerationStats:
     runtime: str = ""  # "llama.cpp" | "transformers"
     precision: str = ""  # what the weights compute in: "fp32", "bf16", "Q4_K_M", ...
     runtime_choice: str = ""  # why that runtime ran it ("auto" picks per machine and method)
-    ttft_s: float | None = None  # seconds from the request to the first emitted token
+    ttft_s: float | None = None  # seconds from the request to the first emitted (verified) token
+    # seconds from the request to the first token on screen: the first pending draft of a speculative
+    # method, the first token of a single-model one
+    first_visible_s: float | None = None
     reused_tokens: dict[str, int] = field(default_factory=dict)  # prompt tokens read from the prefix cache, per stream
     trace: list[TraceStep] = field(default_factory=list)  # every forward pass and message, in order
     # The text of every token id the Edge sent, in the order sent: drafts (accepted or rejected) and the

@@ -40,9 +40,11 @@ import threading
 import time
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from specsteer.cloud.client import RemoteCloud
+from specsteer.cloud.in_process import InProcessCloud
 from specsteer.data.datasets import DataError, load_records
 from specsteer.data.facts import FactExposure, method_exposure, split_private_facts
 from specsteer.data.history import MAX_UPLOAD_BYTES, HistoryError, parse_history
@@ -74,6 +76,7 @@ from specsteer.service.stores import (
     StoredComparison,
     StoredOutput,
 )
+from specsteer.service.warmup import Phase, WarmUp, WarmUpState
 from specsteer.util.background import Background
 from specsteer.util.turns import ModelTurns
 
@@ -179,6 +182,17 @@ class Generating:
 
 @dataclass(frozen=True)
 class Token:
+    """A settled token (kept, saved, audited)."""
+
+    event: TokenEvent
+    slot: int = 0
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A draft on screen before its verdict (``event.kind`` "pending"): the Token events of the same
+    round and position settle it; one still pending when the output ends was never sent."""
+
     event: TokenEvent
     slot: int = 0
 
@@ -282,8 +296,10 @@ MAX_RECORDS_UPLOAD_ITEMS = 100_000  # records in an uploaded file (a grid reads 
 DEPLOYMENT_RTTS_MS: tuple[float, ...] = tuple(float(rtt) for rtt in range(0, 201, 10))
 
 
-GenerationEvent = Started | Loading | Generating | Token | Done | Failed
-ComparisonEvent = ComparisonStarted | Loading | Generating | Token | OutputDone | ComparisonSaved | Stopped | Failed
+GenerationEvent = Started | Loading | Generating | Token | Pending | Done | Failed
+ComparisonEvent = (
+    ComparisonStarted | Loading | Generating | Token | Pending | OutputDone | ComparisonSaved | Stopped | Failed
+)
 EvaluationEvent = Status | Loading | GridProgress | EvalResult | Failed
 
 
@@ -468,6 +484,7 @@ class AppService:
         self.limits = limits or limits_for(self.exposure.public)
         # One model computation at a time; a waiting generation goes before an evaluation grid's next cell.
         self.turns = turns or ModelTurns()
+        self._warm_up: WarmUp | None = None  # the start-up warm-up (warm_up), while one was asked for
 
     # ----------------------------------------------------------------------- preview
 
@@ -957,13 +974,72 @@ class AppService:
             )
         )
 
+    # ----------------------------------------------------------------------- warming up at start
+
+    def warm_up(
+        self,
+        history: NamedHistory | None,
+        task: str,
+        input_text: str,
+        settings: GenerationSettings | Mapping[str, object],
+    ) -> WarmUp:
+        """Load ``settings``' pairing in the background and read this request's prompts once (one token,
+        nothing saved), so that the first generation of the same request finds every prompt in the
+        prefix caches. The app calls it at start with its default request; no visitor can start one.
+        Invalid settings or request raise here (SettingsError, a ValueError). A click meanwhile waits for it
+        (``_load``)."""
+        valid = self._valid(settings)
+        prepared = self._prepare(history, task, input_text, valid)
+        self.pairs.check(valid.pairing, edge_only=valid.remote)
+        self._warm_up = WarmUp(partial(self._warm, valid, prepared), name="specsteer-warm-up")
+        return self._warm_up
+
+    def warm_up_state(self) -> WarmUpState | None:
+        """How the start-up warm-up stands; None when none was started."""
+        return self._warm_up.state if self._warm_up is not None else None
+
+    def _warm(
+        self,
+        settings: GenerationSettings,
+        prepared: Prepared,
+        say: Callable[[Phase, str], None],
+        cancel: threading.Event,
+    ) -> str:
+        started = time.monotonic()
+        pair = self.pairs.load(
+            settings.pairing,
+            settings.runtime,
+            lambda line: say("loading", f"Loading the models: {line}"),
+            edge_only=settings.remote,
+            method=settings.method,
+        )
+        loaded = time.monotonic() - started
+        if settings.remote or cancel.is_set():  # a remote Cloud reads its own prompts; only the Edge is here
+            return f"Models ready ({loaded:.0f} s)."
+        say("reading", f"Models loaded in {loaded:.0f} s; reading the default sample's prompts…")
+        config = replace(settings.decode_config(), max_new_tokens=1)
+        for event in generate(pair, prepared, config, cancel=cancel, cloud=InProcessCloud(pair, read_ahead=True)):
+            if isinstance(event, Finished):
+                break
+        return f"Models ready ({time.monotonic() - started:.0f} s), the default sample's prompts read."
+
     def _load(
         self, pairing_id: str, runtime: str, edge_only: bool = False, method: str = "specsteer"
     ) -> Generator[Loading, None, LoadedPair]:
         """For ``pair = yield from ...``: loads in a worker thread, reporting the loader's progress.
 
         A pair already loaded comes back at once without a word. Every failure is a ModelLoadError.
+        While the start-up warm-up runs, it waits for it first (saying so): it uses the same cores.
         """
+        warm = self._warm_up
+        if warm is not None and not warm.wait(self.loading_quiet_s):
+            while True:
+                state = warm.state
+                yield Loading(
+                    f"Waiting for the start-up warm-up ({state.seconds:.0f} s since the app started): {state.message}"
+                )
+                if warm.wait(1.0):
+                    break
         loading: Background[str, LoadedPair] = Background(
             lambda emit, _cancel: self.pairs.load(pairing_id, runtime, emit, edge_only=edge_only, method=method),
             name="specsteer-load-pair",
@@ -1005,16 +1081,26 @@ class AppService:
         tokens: list[TokenEvent],
         slot: int,
         cloud: CloudEndpoint | None = None,
-    ) -> Generator[Token, None, Finished]:
-        """For ``finished = yield from ...``: one method's tokens as events (kept in ``tokens``). A remote
-        Cloud that fails raises its CloudError, with what was emitted before in ``partial``."""
+    ) -> Generator[Token | Pending, None, Finished]:
+        """For ``finished = yield from ...``: one method's tokens as events (the settled ones kept in
+        ``tokens``; drafts awaiting their verdict as Pending). A remote Cloud that fails raises its
+        CloudError, with what was emitted before in ``partial``."""
         events = generate(
-            pair, prepared, settings.decode_config(), cancel=cancel, cloud=cloud, conditions=settings.link_conditions()
+            pair,
+            prepared,
+            settings.decode_config(),
+            cancel=cancel,
+            # In process the Cloud reads its prompts while the Edge reads its own, as on two machines.
+            cloud=cloud or InProcessCloud(pair, read_ahead=True),
+            conditions=settings.link_conditions(),
         )
         with self.turns.interactive():  # before an evaluation grid's next cell (specsteer.util.turns)
             for event in events:
                 if isinstance(event, Finished):
                     return event
+                if event.pending:
+                    yield Pending(event, slot)
+                    continue
                 tokens.append(event)
                 yield Token(event, slot)
         raise RuntimeError("the generation ended without its statistics")

@@ -35,6 +35,7 @@ from specsteer.service.app_service import (
     Loading,
     OutputDone,
     PairCatalog,
+    Pending,
     Started,
     Status,
     Stopped,
@@ -152,7 +153,7 @@ def test_a_generation_streams_typed_events_and_saves_a_typed_row(service, store,
     ]  # the first test to use the tiny pair builds it
     kinds = [type(event) for event in events]
     assert kinds[0] is Started and kinds[1] is Generating and kinds[-1] is Done
-    assert set(kinds[2:-1]) == {Token}
+    assert set(kinds[2:-1]) == {Token, Pending}  # drafts on screen before their verdict, then settled
     started, generating, done = events[0], events[1], events[-1]
     assert started.preview.total == len(history.history) and len(started.preview.items) == 3
     assert started.preview == service.preview(history, "review", INPUT, 3)  # built from the generation's own request

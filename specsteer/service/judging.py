@@ -135,8 +135,10 @@ def comparison_id(chosen: int | str | None) -> int:
     """The comparison a caller names ("12", "#12", 12) as an id; ValueError with what to do for anything else
     (a number too large to be an id included: the database would overflow on it)."""
     text = str(chosen).strip().lstrip("#") if chosen is not None else ""
-    if not text.isdigit() or len(text) > 18:
+    if not text.isdigit():
         raise ValueError("Choose a saved comparison to open.")
+    if len(text) > 18:  # beyond any database id
+        raise ValueError(f"Comparison #{text[:24]} does not exist.")
     return int(text)
 
 

@@ -8,7 +8,7 @@ from specsteer.engine.settings import GenerationSettings
 from specsteer.method.events import GenerationStats, TokenEvent
 from specsteer.service.app_service import ComparisonStarted, Generating, Pending, Token
 from ui import render
-from ui.compare_tab import comparison_frames
+from ui.compare_handlers import comparison_frames
 
 
 def event(kind: str, text: str, position: int | None, round_: int = 1, token: int = 7) -> TokenEvent:

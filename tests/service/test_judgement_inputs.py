@@ -9,14 +9,14 @@ import pytest
 import app
 from specsteer.data.datasets import bundled_sample_path
 from specsteer.evaluation.grid import MAX_RUN_NAME_CHARS, EvalSpec
-from ui import compare_tab
+from ui import compare_handlers
 
 pytestmark = pytest.mark.usefixtures("tiny_app")
 
 
 @pytest.mark.parametrize("chosen", ["99999999999999999999", "#18446744073709551616", "0"])
 def test_an_out_of_range_comparison_id_is_a_message_not_a_500(chosen, warnings):
-    view = compare_tab.CompareTab(app.build_service()).open_comparison(chosen)
+    view = compare_handlers.CompareTab(app.build_service()).open_comparison(chosen)
     assert "does not exist" in view.status and warnings
 
 

@@ -22,8 +22,9 @@ from this run's own measured step times and acceptance:
 
 and two measures of where the rest goes: the same bound with T charged for the Specialist
 steps each round really took (``device_bound``: SpecSteer's steered bonus token needs one
-more), and the share of wall time spent inside model forward passes (``forward_share``; the
-rest is Python, sampling, the wire format).
+more), and the model-forward seconds per wall-clock second (``forward_share``; below 1 the rest is
+Python, sampling, the wire format; it can pass 1, up to 2, where the in-process Cloud reads its prompts in
+its own thread while the Edge reads its private one: ``read_ahead``).
 """
 
 from __future__ import annotations

@@ -129,7 +129,8 @@ def test_speed_report_shape_on_tiny_models():
     specsteer = rows[("specsteer", "3")]
     assert specsteer["bound_tok_per_s"] > 0
     assert specsteer["device_bound_tok_per_s"] > 0
-    assert all(0 < r["forward_share"] <= 1 for r in result["rows"])
+    # Forward seconds per wall second: two sides may compute at once (the Cloud reads ahead), never more.
+    assert all(0 < r["forward_share"] <= 2 for r in result["rows"])
     assert all(r["runtime"] == "transformers" and r["ttft_s"] > 0 for r in result["rows"])
     assert result["machine"]["cpu"] and result["machine"]["threads"] >= 1
     assert result["reference"]["method"] == "transformers-assisted"

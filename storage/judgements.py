@@ -54,29 +54,7 @@ def _method_judgements(judgements: Sequence[Judgement]) -> dict[str, MethodJudge
 
 
 def _agreement(judgements: Sequence[Judgement]) -> Agreement:
-    by_comparison: dict[int, Counter[str]] = defaultdict(Counter)
-    for judgement in judgements:
-        by_comparison[judgement.comparison_id][judgement.preferred_method] += 1
-    items = [counts for counts in by_comparison.values() if sum(counts.values()) >= 2]
-    rated = sum(sum(counts.values()) for counts in items)
-    if not items:
-        return Agreement(0, 0, None, None, None)
-    per_item = []
-    for counts in items:
-        raters = sum(counts.values())
-        per_item.append(sum(n * (n - 1) for n in counts.values()) / (raters * (raters - 1)))
-    observed = sum(per_item) / len(items)
-    totals: Counter[str] = Counter()
-    for counts in items:
-        totals.update(counts)
-    expected = sum((n / rated) ** 2 for n in totals.values())
-    return Agreement(
-        comparisons=len(items),
-        judgements=rated,
-        percent_agreement=observed,
-        unanimous=sum(1 for counts in items if len(counts) == 1) / len(items),
-        fleiss_kappa=(observed - expected) / (1 - expected) if expected < 1 else None,
-    )
+    return Agreement.of((judgement.comparison_id, judgement.preferred_method) for judgement in judgements)
 
 
 def summarize_annotations(judgements: Iterable[Judgement]) -> AnnotationSummary:

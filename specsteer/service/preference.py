@@ -679,28 +679,7 @@ def preference_agreement(judgements: Iterable[CampaignJudgement]) -> Agreement:
     The definition of ``storage.judgements`` (see :class:`specsteer.service.stores.Agreement`): Fleiss' κ for a
     varying number of raters per comparison, the categories being the method preferred (whatever slot it
     sat in) and "tie", "all_good", "all_bad"."""
-    by_comparison: dict[int, Counter[str]] = defaultdict(Counter)
-    for judgement in _checked(judgements):
-        by_comparison[judgement.comparison_id][judgement.category] += 1
-    items = [counts for counts in by_comparison.values() if sum(counts.values()) >= 2]
-    if not items:
-        return Agreement(0, 0, None, None, None)
-    rated = sum(sum(counts.values()) for counts in items)
-    observed = sum(
-        sum(n * (n - 1) for n in counts.values()) / (sum(counts.values()) * (sum(counts.values()) - 1))
-        for counts in items
-    ) / len(items)
-    totals: Counter[str] = Counter()
-    for counts in items:
-        totals.update(counts)
-    expected = sum((n / rated) ** 2 for n in totals.values())
-    return Agreement(
-        comparisons=len(items),
-        judgements=rated,
-        percent_agreement=observed,
-        unanimous=sum(1 for counts in items if len(counts) == 1) / len(items),
-        fleiss_kappa=(observed - expected) / (1 - expected) if expected < 1 else None,
-    )
+    return Agreement.of((judgement.comparison_id, judgement.category) for judgement in _checked(judgements))
 
 
 def krippendorff_alpha_interval(units: Iterable[Sequence[float]]) -> float | None:

@@ -15,7 +15,8 @@ protocol without loading the decoding library.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -163,6 +164,32 @@ class Agreement:
     percent_agreement: float | None
     unanimous: float | None
     fleiss_kappa: float | None
+
+    @classmethod
+    def of(cls, categories: Iterable[tuple[object, str]]) -> Agreement:
+        """The agreement of (comparison, category chosen) pairs, one per judgement."""
+        by_comparison: dict[object, Counter[str]] = defaultdict(Counter)
+        for comparison, category in categories:
+            by_comparison[comparison][category] += 1
+        items = [counts for counts in by_comparison.values() if sum(counts.values()) >= 2]
+        if not items:
+            return cls(0, 0, None, None, None)
+        rated = sum(sum(counts.values()) for counts in items)
+        observed = sum(
+            sum(n * (n - 1) for n in counts.values()) / (sum(counts.values()) * (sum(counts.values()) - 1))
+            for counts in items
+        ) / len(items)
+        totals: Counter[str] = Counter()
+        for counts in items:
+            totals.update(counts)
+        expected = sum((n / rated) ** 2 for n in totals.values())
+        return cls(
+            comparisons=len(items),
+            judgements=rated,
+            percent_agreement=observed,
+            unanimous=sum(1 for counts in items if len(counts) == 1) / len(items),
+            fleiss_kappa=(observed - expected) / (1 - expected) if expected < 1 else None,
+        )
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from typing import Protocol
 
 from specsteer.method.catalog import PRIVATE_METHODS, method_label
 from specsteer.method.events import GenerationStats
+from specsteer.service.limits import stored_id
 from specsteer.service.stores import (
     RATING_CRITERIA,
     AnnotationSummary,
@@ -137,7 +138,7 @@ def comparison_id(chosen: int | str | None) -> int:
     text = str(chosen).strip().lstrip("#") if chosen is not None else ""
     if not text.isdigit():
         raise ValueError("Choose a saved comparison to open.")
-    if len(text) > 18:  # beyond any database id
+    if len(text) > 19 or not stored_id(int(text)):  # beyond any database id (int() refuses huge strings)
         raise ValueError(f"Comparison #{text[:24]} does not exist.")
     return int(text)
 

@@ -63,6 +63,7 @@ class Flood:
         self.prompt, self.period_s = prompt, period_s
         self.opened: Counter[int] = Counter()
         self.drafts: Counter[int] = Counter()
+        self.rounds = 0  # keep-alive rounds finished
         self.admitted: list[tuple[httpx.Client, bytes]] = []
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._keep_alive, daemon=True)
@@ -85,6 +86,14 @@ class Flood:
         while not self.stop.wait(self.period_s):
             for client, session in self.admitted:
                 self._draft(client, session)
+            self.rounds += 1
+
+    def wait_for_rounds(self, rounds: int, timeout_s: float) -> None:
+        """Waits until ``rounds`` keep-alive rounds have run: a fast machine finishes the Edge's
+        generation before the first one, and the test is about a flood that keeps drafting."""
+        deadline = time.monotonic() + timeout_s
+        while self.rounds < rounds and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def close(self) -> None:
         self.stop.set()
@@ -135,7 +144,8 @@ def test_a_real_edge_gets_its_generation_under_the_flood(
             remote = collect(generate_ids(pair, plain, private, config, cloud=cloud))[1]
         assert remote.token_ids == collect(generate_ids(pair, plain, private, config))[1].token_ids
         assert remote.stats.stop_reason in ("length", "eos")
-        assert sum(flood.drafts.values()) > len(flood.admitted)  # the flood was kept alive all along
+        flood.wait_for_rounds(1, timeout_s=10 * keep_alive_s)
+        assert flood.rounds >= 1 and sum(flood.drafts.values()) > len(flood.admitted)  # it kept drafting
     finally:
         flood.close()
         child.stop()

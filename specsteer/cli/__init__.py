@@ -42,6 +42,7 @@ COMMANDS: dict[str, Command] = {
     "models": Command("models", "prepare: make an offline pairing ready to load (verify, assemble, convert)"),
     "llamacpp": Command("llamacpp", "cpu-key | stamp | built | check: set-up's helpers for the llama.cpp runtime"),
     "campaign": Command("campaign", "create | generate | status | leaderboard | export: annotation campaigns"),
+    "lora": Command("lora", "train | show: a LoRA Specialist taught a history, on the device (--specialist-lora)"),
     "calibrate": Command("calibrate", "time each runtime here once per CPU and build (what --runtime auto reads)"),
 }
 

@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from specsteer.cli.generate import add_lora_argument, specialist_lora_arg
 from specsteer.engine.generate import DecodeConfig
 from specsteer.evaluation.bench import (
     DEFAULT_METHODS,
@@ -84,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         help="longlamp: review and writing records alternately; cogenesis: CoGenesis test records",
     )
     speed.add_argument("--no-reference", action="store_true", help="skip transformers' assisted generation")
+    add_lora_argument(speed)
     speed.add_argument(
         "--no-read-ahead",
         action="store_true",
@@ -116,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     link.add_argument("--pairing", default=None, help="pairing id ('tiny-test': random tiny models, for tests)")
     link.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
     link.add_argument("--dtype", choices=("bf16", "fp32"), default=None)
+    add_lora_argument(link)
     link.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
     link.add_argument(
         "--task",
@@ -140,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _speed(args) -> int:
     from specsteer.engine.generate import cross_tokenizer_problem
-    from specsteer.models.loading import choose_runtime, load_pair
+    from specsteer.models.loading import choose_runtime, load_pair, lora_runtime_choice, with_specialist_lora
     from specsteer.models.registry import DEFAULT_PAIRING, get_pairing
     from specsteer.models.tiny import shared_test_pair
     from specsteer.models.weights import ModelLoadError
@@ -155,11 +158,20 @@ def _speed(args) -> int:
         )
         pairing = args.pairing or DEFAULT_PAIRING
         test_pair = shared_test_pair(pairing)  # random tiny models (tests): transformers, one row per case
+        lora = specialist_lora_arg(args)  # only transformers serves one: llama.cpp refused, auto picks transformers
+        if lora is not None:
+            for runtime in args.runtime:
+                lora_runtime_choice(runtime)
+            test_pair = with_specialist_lora(test_pair, lora) if test_pair is not None else None
         # "auto" is a row of its own: for each method, the row of the runtime auto picks for it (both are
         # measured in this run, so the auto row is a measurement, not an estimate).
         auto_picks = (
             {
-                case.config.method: choose_runtime(get_pairing(pairing), "auto", log, method=case.config.method)
+                case.config.method: (
+                    choose_runtime(get_pairing(pairing), "auto", log, method=case.config.method)
+                    if lora is None
+                    else "transformers"
+                )
                 for case in cases
             }
             if "auto" in args.runtime and test_pair is None
@@ -168,7 +180,7 @@ def _speed(args) -> int:
         pairs = [test_pair] if test_pair is not None else []
         runtimes = [*(r for r in args.runtime if r != "auto"), *auto_picks.values()] if test_pair is None else []
         for runtime in dict.fromkeys(runtimes):
-            pair = load_pair(pairing, dtype=args.dtype, progress=log, runtime=runtime)
+            pair = load_pair(pairing, dtype=args.dtype, progress=log, runtime=runtime, specialist_lora=lora)
             if pair.runtime not in {p.runtime for p in pairs}:
                 pairs.append(pair)
         unavailable = next(
@@ -202,7 +214,7 @@ def _link(args) -> int:
     from specsteer.cloud.client import RemoteCloud
     from specsteer.cloud.process import start_cloud_process
     from specsteer.evaluation.bench_link import link_rows, run_link_bench
-    from specsteer.models.loading import load_pair
+    from specsteer.models.loading import load_pair, lora_runtime_choice, with_specialist_lora
     from specsteer.models.registry import DEFAULT_PAIRING
     from specsteer.models.tiny import shared_test_pair
     from specsteer.models.weights import ModelLoadError
@@ -215,10 +227,18 @@ def _link(args) -> int:
             ).validate()
             for method in args.methods.split(",")
         ]
-        # The Edge alone here: the Generalist's weights are read by the Cloud process only.
-        edge = shared_test_pair(pairing) or load_pair(
-            pairing, dtype=args.dtype, progress=_log, runtime=args.runtime, edge_only=True
-        )
+        # The Edge alone here: the Generalist's weights are read by the Cloud process only (and the
+        # Cloud is started without the Edge's adapter: its generic copy is the base Specialist).
+        lora = specialist_lora_arg(args)
+        if lora is not None:
+            lora_runtime_choice(args.runtime)
+        test_pair = shared_test_pair(pairing)
+        if test_pair is not None:
+            edge = test_pair if lora is None else with_specialist_lora(test_pair, lora)
+        else:
+            edge = load_pair(
+                pairing, dtype=args.dtype, progress=_log, runtime=args.runtime, edge_only=True, specialist_lora=lora
+            )
     except (ValueError, KeyError, ModelLoadError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
+from specsteer.cli.generate import add_lora_argument
 from specsteer.data.datasets import EVALUATION_TASKS, resolve_data_source
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, failures_text, json_rows, run_grid_events
@@ -121,6 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="the Edge never sends a token completing N tokens copied from the private prompt "
         "(recovered locally instead); 0 = off",
     )
+    add_lora_argument(parser)
     parser.add_argument("--run-name", default=None, help="name of the run; the same name resumes it")
     parser.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
     parser.add_argument(
@@ -153,6 +155,7 @@ def spec_from_args(args: argparse.Namespace) -> EvalSpec:
         noise=args.noise,
         prompt_style=args.prompt_style,
         private_guard=args.private_guard,
+        specialist_lora=args.specialist_lora or "",
         run_name=args.run_name,
     )
 
@@ -181,6 +184,7 @@ def _print_progress(events: Iterator[GridProgress | EvalResult]) -> EvalResult:
 def main(argv: list[str] | None = None) -> int:
     # The composition root of the command: the one place in specsteer that imports storage, here
     # and not at module level, so that the library itself never depends on a database.
+    from specsteer.models.lora import LoraError
     from specsteer.models.weights import ModelLoadError
     from storage import SqlRunStore
 
@@ -195,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
             result = _print_progress(
                 run_grid_events(spec, SqlRunStore(args.database), pair=pair, cancel=cancel, shard=args.shard)
             )
+    except LoraError as error:  # the adapter given is bad input
+        return _fail(str(error), 2)
     except ModelLoadError as error:
         return _fail(str(error), 1)
     except ValueError as error:  # bad data (DataError), arguments, unknown pairing, reused run name

@@ -57,6 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--specialist", default=None, help="override the Specialist: local dir, .gguf file or hub id")
     gen.add_argument("--generalist", default=None, help="override the Generalist: local dir, .gguf file or hub id")
     gen.add_argument("--method", default="specsteer", choices=METHODS)
+    add_lora_argument(gen)
     gen.add_argument(
         "--alpha", type=_float, default=0.1, help="verification threshold (0 accepts all, inf rejects all)"
     )
@@ -217,6 +218,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def add_lora_argument(parser: argparse.ArgumentParser) -> None:
+    """``--specialist-lora DIR`` (generate, evaluate, bench)."""
+    parser.add_argument(
+        "--specialist-lora",
+        default=None,
+        metavar="DIR",
+        help="the Edge's Specialist with this LoRA adapter (specsteer lora train) merged in; transformers "
+        "runtime only (auto picks it). The Cloud's generic copy stays the base model",
+    )
+
+
 def _link_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rtt-ms", type=_float, default=None, help="emulate a link with this round-trip time")
     parser.add_argument("--uplink-kbps", type=_float, default=None, help="emulated uplink bandwidth (kbit/s)")
@@ -346,6 +358,7 @@ def _cloud_failed(error, as_json: bool) -> int:
 
 def _load(args, edge_only: bool = False):
     from specsteer.models.loading import load_pair
+    from specsteer.models.lora import LoraError
     from specsteer.models.registry import resolve_pairing
     from specsteer.models.weights import ModelLoadError
 
@@ -359,9 +372,12 @@ def _load(args, edge_only: bool = False):
             runtime=args.runtime,
             edge_only=edge_only,
             method=getattr(args, "method", "specsteer"),
+            specialist_lora=specialist_lora_arg(args),
         )
     except (KeyError, ValueError) as error:
         return _fail(str(error.args[0]) if error.args else str(error), 2)
+    except LoraError as error:  # the adapter given is bad input, not a model that failed to load
+        return _fail(str(error), 2)
     except ModelLoadError as error:
         return _fail(str(error), 1)
 
@@ -450,9 +466,29 @@ def _test_pair_or_load(args, edge_only: bool = False):
     from specsteer.models.tiny import shared_test_pair
 
     test_pair = shared_test_pair(args.pairing)
-    if test_pair is not None:
-        return test_pair
-    return _load(args, edge_only=edge_only)
+    if test_pair is None:
+        return _load(args, edge_only=edge_only)
+    from specsteer.models.loading import lora_runtime_choice, with_specialist_lora
+    from specsteer.models.weights import ModelLoadError
+
+    try:
+        lora = specialist_lora_arg(args)
+        if lora is None:
+            return test_pair
+        choice = lora_runtime_choice(getattr(args, "runtime", "auto"))
+        adapted = with_specialist_lora(test_pair, lora)
+        adapted.runtime_choice = choice.reason
+        return adapted
+    except ModelLoadError as error:
+        return _fail(str(error), 2)
+
+
+def specialist_lora_arg(args):
+    """The adapter ``--specialist-lora`` names, read and checked (a LoraError, a ModelLoadError, if not)."""
+    from specsteer.models.lora import read_lora
+
+    directory = getattr(args, "specialist_lora", None)
+    return read_lora(directory) if directory else None
 
 
 def _print_json(events) -> int:

@@ -242,7 +242,7 @@ class CloudService:
         notice: Callable[[str], None] | None = None,
         read_ahead: bool = False,
     ):
-        self.pair = pair
+        self.pair = pair.cloud_side()  # the base Specialist as the generic copy: an Edge's LoRA adapter stays there
         self.notice = notice  # one line for the operator when a session is reclaimed or abandoned
         self.limits = limits
         self.reuse_prefixes = reuse_prefixes

@@ -54,7 +54,7 @@ from specsteer.method.events import (
     TokenEvent,
     TokenKind,
 )
-from specsteer.models.chat import PLAIN_CHAT, ChatFormat
+from specsteer.models.chat import PLAIN_CHAT, ChatFormat, prompt_ids
 from specsteer.models.loading import LoadedPair
 from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.link import CloudEndpoint, CloudError, CloudRefused, CloudUnreachable, Link
@@ -163,15 +163,7 @@ def chat_ids(tokenizer, user_message: str, chat: ChatFormat = PLAIN_CHAT) -> lis
     """The ids of a one-turn chat prompt that leaves the assistant to reply: the one place a prompt
     becomes ids. ``chat`` is the pair's format (``pair.chat``): its template options (Qwen3's
     ``enable_thinking=False``) apply to every stream's prompt alike."""
-    encoded = tokenizer.apply_chat_template(
-        [{"role": "user", "content": user_message}],
-        add_generation_prompt=True,
-        tokenize=True,
-        chat_template=chat.template_for(tokenizer),
-        **chat.template_kwargs,
-    )
-    ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
-    return list(ids)
+    return prompt_ids(tokenizer, user_message, chat)
 
 
 def generate(
@@ -450,6 +442,7 @@ def _finished(pair: LoadedPair, output: _Output, stats: GenerationStats, link: L
     stats.runtime = pair.runtime
     stats.precision = pair.precision
     stats.runtime_choice = getattr(pair, "runtime_choice", "")
+    stats.specialist_lora = pair.lora.label if pair.lora is not None else ""
     stats.reused_tokens = dict(forward_log.reused)
     return Finished("".join(output.pieces), list(output.detokenizer.ids), stats, list(link.transcript))
 

@@ -146,6 +146,9 @@ class EvalSpec:
     noise: int = 0
     prompt_style: str = DEFAULT_PROMPT_STYLE  # "paper" (Table 13) or "clean" (no field labels to copy)
     private_guard: int = 0  # the private-span guard's n for the methods whose Edge sends tokens; 0 = off
+    # A LoRA adapter directory for the Edge's Specialist (specsteer.models.lora; one for every record, so
+    # records of one user); "" for none. Stored as the adapter's label (its name and manifest hash).
+    specialist_lora: str = ""
     run_name: str | None = None  # None: a new run named after the task and the time
 
     def points(self) -> list[GridPoint]:
@@ -321,12 +324,18 @@ class _Cell:
         return cell_key(self.record.id, self.point)
 
 
-def run_config(spec: EvalSpec, pairing_id: str, runtime: str, dtype: str | None, cells_total: int) -> dict[str, Any]:
-    """The stored config: the runtime as resolved here, so that a resume on another runtime is refused."""
+def run_config(
+    spec: EvalSpec, pairing_id: str, runtime: str, dtype: str | None, cells_total: int, lora_label: str = ""
+) -> dict[str, Any]:
+    """The stored config: the runtime as resolved here, so that a resume on another runtime is refused
+    (and the adapter's label, so that a resume with another adapter is)."""
     config = asdict(spec)
     del config["run_name"]
     if not spec.private_guard:
         del config["private_guard"]  # so that runs stored before the guard existed still resume
+    del config["specialist_lora"]
+    if lora_label:
+        config["specialist_lora"] = lora_label
     config.update(
         data=str(Path(spec.data).resolve()), pairing=pairing_id, runtime=runtime, dtype=dtype, cells_total=cells_total
     )
@@ -357,7 +366,8 @@ def run_grid_events(
     ``turn``: a fresh context manager held around each generation (``turns.ModelTurns.batch``: the app
     gives the models to a waiting interactive generation between cells).
     """
-    from specsteer.models.loading import choose_runtime, load_pair
+    from specsteer.models.loading import choose_runtime, load_pair, lora_runtime_choice, with_specialist_lora
+    from specsteer.models.lora import read_lora
     from specsteer.models.registry import resolve_pairing
     from specsteer.runtimes.hardware import resolve_dtype
 
@@ -369,17 +379,24 @@ def run_grid_events(
     if pair is not None:  # refused before a run is opened in the store (a pair loaded here: once loaded)
         _check_methods_run_on(pair, spec)
     records, prepared = load_evaluation_records(spec)
+    lora = read_lora(spec.specialist_lora) if spec.specialist_lora else None
+    if lora is not None:
+        lora_runtime_choice(spec.runtime)  # a refusal on llama.cpp, before a run is opened
+        if pair is not None:
+            pair = with_specialist_lora(pair, lora)
     pairing: Pairing | None = None
     dtype: str | None
     if pair is not None:
         pairing_id, runtime, dtype = pair.pairing_id, pair.runtime, pair.precision
     else:
         pairing = resolve_pairing(spec.pairing)
-        pairing_id, runtime = pairing.id, choose_runtime(pairing, spec.runtime)
+        pairing_id = pairing.id
+        runtime = lora_runtime_choice(spec.runtime).runtime if lora else choose_runtime(pairing, spec.runtime)
         dtype = dtype_label(resolve_dtype(spec.dtype)) if runtime == "transformers" else None
     cells = [_Cell(record, point) for record in records for point in spec.points()]
     name = spec.run_name or f"{spec.task}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
-    config = run_config(spec, pairing_id, runtime, dtype, len(cells))
+    label = lora.label if lora is not None else (pair.lora.label if pair is not None and pair.lora else "")
+    config = run_config(spec, pairing_id, runtime, dtype, len(cells), label)
     run_id = store.open_run(name, config)
     finished = store.finished_keys(run_id)
     mine = {record.id for position, record in enumerate(records) if position % shard_count == shard_index}
@@ -389,7 +406,8 @@ def run_grid_events(
     try:
         if pending:
             yield GridProgress(len(cells) - len(pending), len(cells), "loading")
-            pair = pair if pair is not None else load_pair(pairing or pairing_id, dtype=spec.dtype, runtime=runtime)
+            if pair is None:
+                pair = load_pair(pairing or pairing_id, dtype=spec.dtype, runtime=runtime, specialist_lora=lora)
             _check_methods_run_on(pair, spec)
             computed, failures = yield from _run_cells(
                 pair, pending, prepared, spec, len(cells), cancel, run_id, store, turn

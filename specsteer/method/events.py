@@ -132,6 +132,7 @@ class GenerationStats:
     runtime: str = ""  # "llama.cpp" | "transformers"
     precision: str = ""  # what the weights compute in: "fp32", "bf16", "Q4_K_M", ...
     runtime_choice: str = ""  # why that runtime ran it ("auto" picks per machine and method)
+    specialist_lora: str = ""  # the Edge's LoRA adapter (directory name @ manifest hash), "" for none
     ttft_s: float | None = None  # seconds from the request to the first emitted (verified) token
     # seconds from the request to the first token on screen: the first pending draft of a speculative
     # method, the first token of a single-model one

@@ -85,6 +85,20 @@ class ChatFormat:
         return tuple(name for name, value in self.template_options if name in theirs and theirs[name] != value)
 
 
+def prompt_ids(tokenizer, user_message: str, chat: ChatFormat) -> list[int]:
+    """The ids of a one-turn chat prompt that leaves the assistant to reply, rendered with ``chat``'s options
+    (every prompt of a pair, and every LoRA training example, is rendered this one way)."""
+    encoded = tokenizer.apply_chat_template(
+        [{"role": "user", "content": user_message}],
+        add_generation_prompt=True,
+        tokenize=True,
+        chat_template=chat.template_for(tokenizer),
+        **chat.template_kwargs,
+    )
+    ids = encoded["input_ids"] if hasattr(encoded, "keys") else encoded
+    return list(ids)
+
+
 # --------------------------------------------------------------------------- families
 
 PLAIN_CHAT = ChatFormat()  # the template as it is; the tokenizer's and the model's own end tokens

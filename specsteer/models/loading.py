@@ -12,13 +12,14 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
 
 from specsteer.models.calibration import RuntimeChoice
 from specsteer.models.chat import PLAIN_CHAT, ChatFormat
+from specsteer.models.lora import LORA_RUNTIME_MESSAGE, LORA_RUNTIME_REASON, LoraError, SpecialistLora
 from specsteer.models.registry import (
     DEFAULT_PAIRING,
     Pairing,
@@ -77,14 +78,25 @@ class LoadedPair:
     # Set on a cross-tokenizer pair: then ``tokenizer``, ``vocab_size``, ``eos_token_ids`` and ``chat``
     # are the Specialist's, and this holds the Generalist's side.
     cross: GeneralistTokens | None = None
+    # A LoRA Specialist (specsteer.models.lora, :func:`with_specialist_lora`): ``specialist`` is then the
+    # Edge's copy with the adapter merged in, and ``generic_specialist`` the base model the Cloud's generic
+    # copy runs (:meth:`cloud_side`). The adapter never leaves the Edge.
+    lora: SpecialistLora | None = None
+    generic_specialist: ModelRuntime | None = None
 
     @property
     def runtime(self) -> str:
         return self.specialist.runtime
 
+    def cloud_side(self) -> LoadedPair:
+        """The pair a Cloud serves: the base Specialist as its generic copy, never the Edge's adapter."""
+        if self.generic_specialist is None:
+            return self
+        return replace(self, specialist=self.generic_specialist, generic_specialist=None, lora=None)
+
     def clear_prefix_caches(self) -> None:
         """Forget every idle cached prompt of both models (benchmarks time prompt processing)."""
-        for model in (self.specialist, self.generalist):
+        for model in (self.specialist, self.generalist, self.generic_specialist):
             if model is not None:
                 model.prefix_cache.clear()
 
@@ -275,8 +287,12 @@ def load_pair(
     runtime: str = "auto",
     edge_only: bool = False,
     method: str = "specsteer",
+    specialist_lora: SpecialistLora | None = None,
 ) -> LoadedPair:
     """Load (or return the already loaded) Specialist/Generalist pair. Thread-safe.
+
+    ``specialist_lora``: the Edge's Specialist with that adapter merged in (:func:`with_specialist_lora`);
+    only the transformers runtime serves one, so "auto" picks it and "llama.cpp" is refused.
 
     ``edge_only``: the Specialist alone (its weights and tokenizer), for an Edge whose Cloud runs in
     another process (``generate --cloud``): the Generalist's weights are never read.
@@ -290,7 +306,10 @@ def load_pair(
     if pairing.cross_tokenizer:
         raise ModelLoadError(cross_tokenizer_message(pairing))
     report = progress or quiet
-    choice = runtime_choice(pairing, runtime, report, method)
+    if specialist_lora is not None:
+        choice = lora_runtime_choice(runtime)
+    else:
+        choice = runtime_choice(pairing, runtime, report, method)
     chosen = choice.runtime
     torch_dtype = resolve_dtype(dtype) if chosen == "transformers" else None
     target_device = (
@@ -298,22 +317,61 @@ def load_pair(
     )
     key = (pairing.id, pairing.specialist, pairing.generalist, chosen, torch_dtype, str(target_device), edge_only)
     cached = _cached_pair(key)
-    if cached is not None:
-        cached.runtime_choice = choice.reason  # the latest request's reason (the pair itself is shared)
-        return cached
-    with _loading_lock:
-        cached = _cached_pair(key)  # another caller may have loaded it while this one waited
-        if cached is not None:
-            cached.runtime_choice = choice.reason
-            return cached
-        pair = _load_pair_uncached(pairing, chosen, torch_dtype, target_device, report, edge_only)
-        with _loaded_lock:
-            _loaded[key] = pair
-            while len(_loaded) > _MAX_LOADED_PAIRS:
-                _loaded.popitem(last=False)
-    pair.runtime_choice = choice.reason
-    report(f"ready: {pairing.label} ({pair.runtime}, {pair.precision}): {choice.reason}")
+    if cached is None:
+        with _loading_lock:
+            cached = _cached_pair(key)  # another caller may have loaded it while this one waited
+            if cached is None:
+                cached = _load_pair_uncached(pairing, chosen, torch_dtype, target_device, report, edge_only)
+                with _loaded_lock:
+                    _loaded[key] = cached
+                    while len(_loaded) > _MAX_LOADED_PAIRS:
+                        _loaded.popitem(last=False)
+                report(f"ready: {pairing.label} ({cached.runtime}, {cached.precision}): {choice.reason}")
+    pair = cached if specialist_lora is None else with_specialist_lora(cached, specialist_lora, report)
+    pair.runtime_choice = choice.reason  # the latest request's reason (the pair itself is shared)
     return pair
+
+
+def lora_runtime_choice(requested: str) -> RuntimeChoice:
+    """The runtime of a pair whose Specialist carries a LoRA adapter: transformers, or a refusal."""
+    if requested not in RUNTIME_CHOICES:
+        raise ValueError(f"unknown runtime {requested!r}; choose one of {', '.join(RUNTIME_CHOICES)}")
+    if requested == "llama.cpp":
+        raise LoraError(LORA_RUNTIME_MESSAGE)
+    return RuntimeChoice("transformers", LORA_RUNTIME_REASON)
+
+
+_MAX_ADAPTED_PAIRS = 2  # each holds a merged copy of its Specialist beside the base pair's
+_adapted: OrderedDict[tuple, tuple[LoadedPair, LoadedPair]] = OrderedDict()
+
+
+def with_specialist_lora(pair: LoadedPair, lora: SpecialistLora, progress: Progress | None = None) -> LoadedPair:
+    """``pair`` with its Edge's Specialist replaced by a copy that has ``lora`` merged in (kept for the next
+    request); the base Specialist stays the Cloud's generic copy (:meth:`LoadedPair.cloud_side`). Raises
+    LoraError (a ModelLoadError) for another runtime, a cross-tokenizer pair or another base model."""
+    from specsteer.models.lora import check_base, merged_specialist
+
+    if pair.lora is not None:
+        pair = pair.cloud_side()
+    if not isinstance(pair.specialist, TransformersModel):
+        raise LoraError(LORA_RUNTIME_MESSAGE)
+    key = (id(pair), lora.path, lora.digest)
+    with _loaded_lock:
+        found = _adapted.get(key)
+        if found is not None and found[0] is pair:
+            _adapted.move_to_end(key)
+            return found[1]
+    base = pair.specialist
+    check_base(lora, base.model, base.name)
+    (progress or quiet)(f"merging the LoRA adapter {lora.label} into a copy of the Specialist…")
+    merged = TransformersModel(merged_specialist(base.model, lora), f"{base.name}+{lora.label}")
+    use_packed_gqa(merged.model)
+    adapted = replace(pair, specialist=merged, generic_specialist=base, lora=lora)
+    with _loaded_lock:
+        _adapted[key] = (pair, adapted)
+        while len(_adapted) > _MAX_ADAPTED_PAIRS:
+            _adapted.popitem(last=False)
+    return adapted
 
 
 def choose_runtime(
@@ -464,3 +522,4 @@ def clear_loaded_pairs() -> None:
     """Forget every loaded pair (their memory is freed once no caller holds them)."""
     with _loaded_lock:
         _loaded.clear()
+        _adapted.clear()

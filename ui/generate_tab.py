@@ -23,7 +23,7 @@ from specsteer.engine.settings import MAX_RTT_MS, GenerationSettings
 from specsteer.method.catalog import METHOD_INFO, METHODS
 from specsteer.service.app_service import AppService
 from specsteer.service.page import environment_cloud, read_sample
-from ui import pairs, render
+from ui import lora_teach, pairs, render
 from ui.generate_handlers import (
     WAITING_FOR_TRANSCRIPT,
     GenerateTab,
@@ -96,6 +96,7 @@ def build(service: AppService) -> GenerateControls:
 
             gr.Markdown("### 3 · Models and decoding", elem_classes="ss-step")
             picker = pairs.pairing_picker(service.pairs, "Pairing (Specialist → Generalist)", runtime=DEFAULTS.runtime)
+            taught = lora_teach.build(service, history_state, task, picker.pairing, picker.runtime)
             method = gr.Dropdown(
                 choices=METHOD_CHOICES,
                 value=DEFAULTS.method,
@@ -245,6 +246,7 @@ def build(service: AppService) -> GenerateControls:
         "rtt_ms": rtt_ms,
         "uplink_kbps": uplink_kbps,
         "downlink_kbps": downlink_kbps,
+        "specialist_lora": taught.label,
     }
     preview_inputs = [history_state, task, input_text, retrieval_k, prompt_style]
     sample.input(

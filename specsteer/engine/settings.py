@@ -50,6 +50,7 @@ SETTING_NAMES = {
     "rtt_ms": "Round-trip time",
     "uplink_kbps": "Uplink bandwidth",
     "downlink_kbps": "Downlink bandwidth",
+    "specialist_lora": "Taught Specialist",
 }
 MAX_RTT_MS = 2000.0  # an emulated round trip longer than this is a mistake, not a network
 
@@ -103,6 +104,9 @@ class GenerationSettings:
     rtt_ms: float = 0.0
     uplink_kbps: float = 0.0
     downlink_kbps: float = 0.0
+    # The Edge's Specialist taught the history (a LoRA adapter the app's service trained, by its label:
+    # service.lora_teaching); "" for the base model. Never a path: only the service's own adapters are named.
+    specialist_lora: str = ""
 
     @classmethod
     def from_values(cls, values: Mapping[str, object]) -> GenerationSettings:
@@ -150,6 +154,8 @@ class GenerationSettings:
                 )
         if self.retrieval_k < 0:
             problems.append(f"{SETTING_NAMES['retrieval_k']} must be 0 or more.")
+        if len(self.specialist_lora) > 64:
+            problems.append(f"{SETTING_NAMES['specialist_lora']} must be a label the app gave (at most 64 characters).")
         if not problems:  # the ranges the engine enforces, in its own words
             try:
                 self.decode_config().validate()

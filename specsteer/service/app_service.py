@@ -58,13 +58,14 @@ from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, grid_m
 from specsteer.evaluation.run_store import CellResult, RunStore, StoredRun
 from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS, method_label
 from specsteer.method.events import Finished, LinkMessage, TokenEvent
-from specsteer.models.loading import LoadedPair, choose_runtime, load_pair
+from specsteer.models.loading import LoadedPair, choose_runtime, load_pair, lora_runtime_choice, with_specialist_lora
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status
 from specsteer.models.weights import ModelLoadError
 from specsteer.protocol.exposure import ADMIN_TOKEN_ENV, Exposure, cloud_address
 from specsteer.protocol.link import CloudEndpoint, CloudError, CloudRefused
 from specsteer.protocol.wire import CloudInfo
 from specsteer.service.limits import VisitorLimits, limits_for, stored_id, text_problem
+from specsteer.service.lora_teaching import LoraTeacher, TeachEvent
 from specsteer.service.stores import (
     AnnotationSummary,
     ExportFormat,
@@ -485,6 +486,8 @@ class AppService:
         # One model computation at a time; a waiting generation goes before an evaluation grid's next cell.
         self.turns = turns or ModelTurns()
         self._warm_up: WarmUp | None = None  # the start-up warm-up (warm_up), while one was asked for
+        # "Teach the Specialist my history": LoRA adapters trained for pages, named by label in settings.
+        self.teacher = LoraTeacher(max_steps=self.limits.max_lora_steps)
 
     # ----------------------------------------------------------------------- preview
 
@@ -566,9 +569,7 @@ class AppService:
         cancel: threading.Event,
     ) -> Iterator[GenerationEvent]:
         try:
-            pair = yield from self._load(
-                settings.pairing, settings.runtime, edge_only=settings.remote, method=settings.method
-            )
+            pair = yield from self._settings_pair(settings, settings.method)
         except ModelLoadError as error:
             yield Failed(sentence(str(error)))
             return
@@ -690,7 +691,7 @@ class AppService:
         cancel: threading.Event,
     ) -> Iterator[ComparisonEvent]:
         try:
-            pair = yield from self._load(settings.pairing, settings.runtime, edge_only=settings.remote)
+            pair = yield from self._settings_pair(settings)
         except ModelLoadError as error:
             yield Failed(sentence(str(error)))
             return
@@ -1055,6 +1056,42 @@ class AppService:
             raise
         except (ValueError, KeyError, OSError) as error:
             raise ModelLoadError(str(error.args[0]) if error.args else str(error)) from error
+
+    def _settings_pair(
+        self, settings: GenerationSettings, method: str = "specsteer"
+    ) -> Generator[Loading, None, LoadedPair]:
+        """For ``pair = yield from ...``: the pair ``settings`` run on, with the page's taught Specialist merged
+        in when they name one (transformers only: "auto" loads it there, llama.cpp is refused; the Cloud's
+        generic copy stays the base). Every failure is a ModelLoadError."""
+        lora = self.teacher.adapter(settings.specialist_lora) if settings.specialist_lora else None
+        runtime = lora_runtime_choice(settings.runtime).runtime if lora is not None else settings.runtime
+        pair = yield from self._load(settings.pairing, runtime, edge_only=settings.remote, method=method)
+        if lora is None:
+            return pair
+        adapted = with_specialist_lora(pair, lora)
+        adapted.runtime_choice = lora_runtime_choice(settings.runtime).reason
+        return adapted
+
+    def teach_specialist(
+        self,
+        session: str,
+        history: NamedHistory | None,
+        task: str,
+        pairing_id: str,
+        runtime: str,
+        cancel: threading.Event | None = None,
+    ) -> Iterator[TeachEvent]:
+        """Train a LoRA adapter on ``history`` for the pairing's Specialist (service.lora_teaching): one per
+        ``session`` at a time, capped by the visitor limits; its label goes back in ``specialist_lora``."""
+        return self.teacher.teach(
+            session,
+            history,
+            task,
+            pairing_id,
+            runtime,
+            lambda pairing, progress: self.pairs.load(pairing, "transformers", progress),
+            cancel,
+        )
 
     def _connect(self, settings: GenerationSettings, methods: Sequence[str]) -> RemoteCloud | None:
         """The Cloud service the settings name, checked to answer and to serve their pairing before any

@@ -49,6 +49,8 @@ class VisitorLimits:
     header_timeout_s: float  # from a connection's first byte (or the end of the last response) to a whole header
     body_idle_timeout_s: float  # the longest pause while a request body arrives
     body_timeout_s: float  # the longest a whole request body may take
+    # Teaching the Specialist a history (a LoRA adapter, service.lora_teaching): the most training steps; 0 = no cap.
+    max_lora_steps: int = 0
 
     def grid_problem(
         self, methods: Sequence[str], alphas: Sequence[float], betas: Sequence[float], records: int, operator: bool
@@ -114,6 +116,7 @@ PUBLIC_LIMITS = VisitorLimits(
     header_timeout_s=10.0,
     body_idle_timeout_s=15.0,
     body_timeout_s=120.0,
+    max_lora_steps=16,  # about two epochs of a sample user's 8 items; minutes on a 2-core CPU
 )
 
 # Locally the user is the operator: no token, larger grids and files; text and request caps still hold

@@ -202,6 +202,7 @@ def _speed(args) -> int:
         pairs, prompts, cases, reference=not args.no_reference, progress=log, read_ahead=not args.no_read_ahead
     )
     result["rows"].extend(auto_rows(result["rows"], auto_picks))
+    result["specialist_lora"] = lora.label if lora is not None else None  # the Edge's adapter, if any
     if not args.no_prefix_reuse:
         config = DecodeConfig(method="specsteer", alpha=0.1, max_new_tokens=8)
         result["prefix_reuse"] = {pair.runtime: prefix_reuse(pair, prompts[0], config) for pair in pairs}
@@ -269,6 +270,7 @@ def _link(args) -> int:
             "alpha": args.alpha,
             "uplink_kbps": args.uplink_kbps,
             "downlink_kbps": args.downlink_kbps,
+            "specialist_lora": lora.label if lora is not None else None,
         },
         "runs": [run.to_json() for run in runs],
     }

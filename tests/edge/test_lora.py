@@ -213,3 +213,24 @@ def test_cli_trains_then_generates_with_the_adapter(tmp_path, capsys):
     assert LORA_RUNTIME_MESSAGE in capsys.readouterr().err
     assert main(["generate", *arguments[1:4], str(tmp_path / "none"), *arguments[5:]]) == 2
     assert "no LoRA adapter" in capsys.readouterr().err
+
+
+def test_evaluate_and_bench_take_the_adapter(pair, trained, url, capsys):
+    import storage
+    from specsteer.cli import main
+
+    adapter = str(trained[0].lora.path)
+    grid = ["evaluate", "--data", "sample", "--task", "review", "--limit", "1", "--methods", "slm+",
+            "--pairing", "tiny-test", "--max-new-tokens", "2", "--json", "--database", url]  # fmt: skip
+    assert main([*grid, "--specialist-lora", adapter]) == 0
+    (run,) = storage.SqlRunStore(url).runs()
+    assert run.config["specialist_lora"] == trained[0].lora.label
+    assert main([*grid, "--specialist-lora", adapter, "--runtime", "llama.cpp", "--run-name", "other"]) == 2
+    assert LORA_RUNTIME_MESSAGE in capsys.readouterr().err
+    bench = ["bench", "speed", "--pairing", "tiny-test", "--specialist-lora", adapter, "--prompts", "1",
+             "--max-new-tokens", "2", "--methods", "slm+", "--draft-len", "4", "--no-reference",
+             "--no-prefix-reuse", "--json"]  # fmt: skip
+    assert main(bench) == 0
+    assert json.loads(capsys.readouterr().out)["specialist_lora"] == trained[0].lora.label
+    assert main([*bench, "--runtime", "llama.cpp"]) == 2
+    assert LORA_RUNTIME_MESSAGE in capsys.readouterr().err

@@ -155,8 +155,9 @@ class LoraTeacher:
             lora.label,
             f"The Specialist learned {details['items_used']} items of {history.name} in {details['steps']} steps "
             f"({details['training_seconds']:.0f} s; loss {details['losses'][0]:.2f} → {details['losses'][-1]:.2f}). "
-            "SpecSteer, SLM+ and the other methods that run the Specialist on this page now use it; the cloud "
-            "keeps the base model and never receives the adapter.",
+            "SpecSteer, SLM+ and the other methods that run the Specialist on this page now use it, on the "
+            "transformers runtime (auto picks it for a taught Specialist); the cloud keeps the base model and "
+            "never receives the adapter.",
         )
 
     def _train(

@@ -74,15 +74,19 @@ def file_sha256(path: Path) -> str:
 
 def base_fingerprint(model: PreTrainedModel) -> str:
     """A short hash that tells base weights apart, whatever dtype they were loaded in: each tensor's name,
-    shape and leading values rounded to bf16 (an fp32 and a bf16 load of one checkpoint agree)."""
+    shape, leading values and values sampled evenly across it, rounded to bf16 (an fp32 and a bf16 load of
+    one checkpoint agree). A sample, not every weight: two checkpoints that differ in a few values only
+    may share it."""
     digest = hashlib.sha256(type(model).__name__.encode())
     with torch.no_grad():
         for name, tensor in model.state_dict().items():
             if "lora_" in name:
                 continue
             digest.update(f"{name}:{tuple(tensor.shape)}".encode())
-            head = tensor.detach().reshape(-1)[:_FINGERPRINT_VALUES].to(torch.bfloat16).to(torch.float32)
-            digest.update(head.cpu().numpy().tobytes())
+            flat = tensor.detach().reshape(-1)
+            spread = torch.linspace(0, flat.numel() - 1, _FINGERPRINT_VALUES).long()
+            sample = torch.cat([flat[:_FINGERPRINT_VALUES], flat[spread]]).to(torch.bfloat16).to(torch.float32)
+            digest.update(sample.cpu().numpy().tobytes())
     return digest.hexdigest()[:32]
 
 

@@ -547,5 +547,5 @@ def format_stats(finished: Finished) -> str:
         f"first visible after {visible}, first verified token after {first}), "
         f"rounds {s.rounds}, acceptance {acceptance} ({s.accepted}/{s.drafted}), "
         f"uplink {s.uplink_bytes} B, downlink {s.downlink_bytes} B, stop: {s.stop_reason}, "
-        f"runtime {s.runtime} ({s.precision})"
+        f"runtime {s.runtime} ({s.precision})" + (f", Specialist LoRA {s.specialist_lora}" if s.specialist_lora else "")
     )

@@ -6,7 +6,7 @@ the adapter's label, which the page sends back as the ``specialist_lora`` settin
 adapters this process trained can be named that way (a label is never a path): :meth:`LoraTeacher.adapter`
 refuses any other. Bounds: one training per page session at a time, one on the machine at a time (training
 uses every core), and at most ``VisitorLimits.max_lora_steps`` steps where the limits set one (public mode).
-Adapters live in a private temporary directory and go with the process.
+Adapters live in a private temporary directory and go with the process; at most MAX_ADAPTERS are kept.
 """
 
 from __future__ import annotations
@@ -52,6 +52,7 @@ class TeachFailed:
 
 
 TeachEvent = TeachProgress | TeachDone | TeachFailed
+MAX_ADAPTERS = 32  # adapters kept at once (tens of MB each for a 0.5B Specialist); the oldest goes first
 LoadSpecialist = Callable[
     [str, Callable[[str], None]], LoadedPair
 ]  # (pairing id, progress) -> the pair on transformers
@@ -150,6 +151,9 @@ class LoraTeacher:
             self._machine.release()
         with self._lock:
             self._adapters[lora.label] = lora
+            while len(self._adapters) > MAX_ADAPTERS:  # the oldest page's adapter goes (its files too)
+                oldest = self._adapters.pop(next(iter(self._adapters)))
+                shutil.rmtree(oldest.path, ignore_errors=True)
         details = lora.details()
         yield TeachDone(
             lora.label,

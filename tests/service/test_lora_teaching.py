@@ -72,3 +72,15 @@ def test_one_training_per_page_at_a_time_and_a_history_is_needed(service, histor
     busy = _teach(service, history)
     assert isinstance(busy[-1], TeachFailed) and "already teaching" in busy[-1].message
     assert isinstance(_teach(service, None, session="page-2")[-1], TeachFailed)
+
+
+def test_the_oldest_adapter_goes_when_too_many_are_kept(service, history, monkeypatch):
+    from specsteer.models.lora import LoraError
+    from specsteer.service import lora_teaching
+
+    monkeypatch.setattr(lora_teaching, "MAX_ADAPTERS", 1)
+    first = _teach(service, history, session="page-1")[-1].label
+    second = _teach(service, history, session="page-2")[-1].label
+    assert service.teacher.adapter(second).path.is_dir()
+    with pytest.raises(LoraError, match="not known here"):
+        service.teacher.adapter(first)

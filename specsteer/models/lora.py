@@ -84,7 +84,8 @@ def base_fingerprint(model: PreTrainedModel) -> str:
                 continue
             digest.update(f"{name}:{tuple(tensor.shape)}".encode())
             flat = tensor.detach().reshape(-1)
-            spread = torch.linspace(0, flat.numel() - 1, _FINGERPRINT_VALUES).long()
+            # Whole-number positions: a float linspace rounds past the end of a tensor of 100M+ values.
+            spread = torch.arange(_FINGERPRINT_VALUES) * (flat.numel() - 1) // (_FINGERPRINT_VALUES - 1)
             sample = torch.cat([flat[:_FINGERPRINT_VALUES], flat[spread]]).to(torch.bfloat16).to(torch.float32)
             digest.update(sample.cpu().numpy().tobytes())
     return digest.hexdigest()[:32]

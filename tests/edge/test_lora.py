@@ -234,3 +234,15 @@ def test_evaluate_and_bench_take_the_adapter(pair, trained, url, capsys):
     assert json.loads(capsys.readouterr().out)["specialist_lora"] == trained[0].lora.label
     assert main([*bench, "--runtime", "llama.cpp"]) == 2
     assert LORA_RUNTIME_MESSAGE in capsys.readouterr().err
+
+
+def test_the_fingerprint_reads_across_each_tensor_and_ignores_the_dtype():
+    from specsteer.models.lora import base_fingerprint
+    from specsteer.models.tiny import tiny_model
+
+    model = tiny_model(0)
+    before = base_fingerprint(model)
+    assert base_fingerprint(tiny_model(0).to(torch.bfloat16)) == before  # a bf16 load of the same weights
+    with torch.no_grad():
+        model.lm_head.weight[-1, -1] += 1.0  # the last value of a tensor
+    assert base_fingerprint(model) != before

@@ -58,7 +58,7 @@ from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, grid_m
 from specsteer.evaluation.run_store import CellResult, RunStore, StoredRun
 from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS, method_label
 from specsteer.method.events import Finished, LinkMessage, TokenEvent
-from specsteer.models.loading import LoadedPair, choose_runtime, load_pair
+from specsteer.models.loading import LoadedPair, load_pair, runtime_plan
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status
 from specsteer.models.weights import ModelLoadError
 from specsteer.protocol.exposure import ADMIN_TOKEN_ENV, Exposure, cloud_address
@@ -351,13 +351,21 @@ class PairCatalog:
         if pairing is None:
             return "Choose a pairing to see which runtime auto picks."
         reasons: list[str] = []
-        chosen = choose_runtime(pairing, "auto", progress=reasons.append)  # for SpecSteer, the app's method
+        plan = runtime_plan(pairing, "auto", progress=reasons.append)  # for SpecSteer, the app's method
+        chosen = plan.runtime
+        if plan.mixed:
+            return sentence(
+                f"Auto splits the streams here: the Specialist and its generic copy on {plan.specialist.runtime} "
+                f"(one runtime and weights file for both, or their ratio would carry quantization noise), the "
+                f"Generalist on {plan.generalist.runtime}. The Specialist pair {plan.specialist.reason}; the "
+                f"Generalist {plan.generalist.reason}"
+            )
         measured = _measured_choice(pairing)
         if chosen == "llama.cpp":
             return (
                 "Auto picks llama.cpp here: both models are GGUF files, there is no GPU and llama.cpp works on "
                 "this machine, so it runs the 4-bit files as they are (transformers would run a dequantized "
-                f"copy).{measured}"
+                f"copy).{measured or f' ({plan.reason})'}"
             )
         if reasons:  # llama.cpp was wanted, but is not installed or does not work here
             return sentence(f"Auto picks transformers here: {reasons[0]}")

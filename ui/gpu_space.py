@@ -12,16 +12,17 @@ Three cases, told apart by :func:`detect` when ``app.py`` starts, before anythin
   and every streamed frame cross a pipe, pickled). So ``spaces`` is imported first (it must be, before
   CUDA is initialised: it makes torch report a GPU and records what is moved to "cuda" outside a GPU
   task), the default pairing is loaded on the main thread before the server starts (:func:`preload`:
-  the weights are handed to the GPU at each task's start), and the three handlers that run models
-  (Generate, Compare, an evaluation grid: everything ``ui.wiring.wire_run`` wires) are decorated with
-  ``spaces.GPU(duration=...)``, the duration read from each request (:class:`GpuBudget`). What needs the
-  GPU outside those handlers is not available there; docs/SPACES.md lists it.
+  the weights are handed to the GPU at each task's start), and the handlers that run models (Generate,
+  Compare and an evaluation grid, which ``ui.wiring.wire_run`` wires, and a campaign's generation) are
+  decorated with ``spaces.GPU(duration=...)``, the duration read from each request (:class:`GpuBudget`).
+  What the app cannot do there is listed in docs/SPACES.md.
 
-The decoration happens once, where the handlers are wired, so the tabs stay as they are.
+The decoration happens where the handlers are wired (``ui.wiring``, ``ui.campaign_tab``); the handlers stay as they are.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 import math
@@ -138,6 +139,7 @@ def budgets(public: bool | None = None) -> dict[str, GpuBudget]:
     (default: as the environment says) or a local app."""
     from specsteer.method.catalog import PRIVATE_METHODS
     from specsteer.protocol.exposure import Exposure
+    from specsteer.service.campaigns import MAX_RECORDS
     from specsteer.service.limits import limits_for
 
     limits = limits_for(Exposure.from_environment().public if public is None else public)
@@ -150,6 +152,9 @@ def budgets(public: bool | None = None) -> dict[str, GpuBudget]:
             len(PRIVATE_METHODS), tokens, ceiling_s=one.ceiling_s * len(PRIVATE_METHODS), methods_arg=3
         ),
         "evaluate": GpuBudget(limits.open_grid_cells, tokens, ceiling_s=GRID_CEILING_S),
+        # An operator's campaign: up to MAX_RECORDS comparisons; one cut at the ceiling keeps the comparisons
+        # it stored, and Generate resumes it.
+        "campaign_generate": GpuBudget(MAX_RECORDS * len(PRIVATE_METHODS), tokens, ceiling_s=GRID_CEILING_S),
     }
 
 
@@ -162,6 +167,37 @@ def on_gpu(work: Callable, api_name: str, environ: Mapping[str, str] | None = No
     if budget is None:
         raise ValueError(f"no GPU budget for the handler {api_name!r}; add one to ui.gpu_space.budgets")
     return import_spaces().GPU(duration=budget)(work)
+
+
+GPU_TASK_STOPPED = (
+    "Stopped. On ZeroGPU a run is a GPU task in a process of its own: it ends at its next step, and this page "
+    "keeps what it had streamed."
+)
+
+
+def stop_on_gpu(stop_work: Callable, environ: Mapping[str, str] | None = None) -> Callable:
+    """A Stop handler as the event should run it. On ZeroGPU the run lives in its GPU task's process, so this
+    process's Stop handler never finds it (``ui.streaming.RUNS``) and would say that nothing of the page's is
+    running; Gradio's cancel still ends the task (``spaces`` stops the handler at its next frame), so that
+    message is replaced by one that says so. Anywhere else unchanged."""
+    if not zero_gpu_requested(environ):
+        return stop_work
+    from ui import render
+    from ui.streaming import NOT_YOURS
+
+    not_found = render.message_box(NOT_YOURS, "warning")
+    stopped = render.message_box(GPU_TASK_STOPPED, "warning")
+
+    @functools.wraps(stop_work)
+    def stop(*args: object, **kwargs: object) -> object:
+        view = stop_work(*args, **kwargs)
+        if not isinstance(view, tuple) or not view or view[0] != not_found:
+            return view
+        if hasattr(view, "_replace"):  # a named view: its first field is the status
+            return view._replace(**{view._fields[0]: stopped})  # type: ignore[attr-defined]
+        return (stopped, *view[1:])
+
+    return stop
 
 
 def preload(service: AppService, pairing_id: str) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 import gradio as gr
 
 from ui import render
-from ui.gpu_space import on_gpu
+from ui.gpu_space import on_gpu, stop_on_gpu
 from ui.streaming import MODELS_CONCURRENCY_ID
 
 # Events of the page's own bookkeeping: not part of the public API, no spinner over their outputs.
@@ -49,7 +49,7 @@ def wire_run(
         concurrency_id=concurrency_id,
         concurrency_limit=1,
     )
-    stop.click(stop_work, None, list(outputs), cancels=[started], api_name=stop_api_name, queue=False)
+    stop.click(stop_on_gpu(stop_work), None, list(outputs), cancels=[started], api_name=stop_api_name, queue=False)
     return started
 
 

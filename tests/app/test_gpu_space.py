@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import inspect
 import math
+import pickle
 import sys
 import types
 
@@ -23,14 +24,20 @@ from specsteer.service import page
 from specsteer.service.limits import PUBLIC_LIMITS
 from ui import gpu_space, pairs
 
-MODEL_HANDLERS = ("generate", "compare", "evaluate")
+MODEL_HANDLERS = ("generate", "compare", "evaluate", "campaign_generate")
 
 pytestmark = pytest.mark.usefixtures("tiny_app")
 
 
+def piped(value):
+    """``value`` after crossing a pipe between processes, as ZeroGPU sends arguments and frames."""
+    return pickle.loads(pickle.dumps(value))
+
+
 class FakeSpaces(types.ModuleType):
     """What the app uses of ``spaces``: ``GPU(duration=...)`` returning a decorator. Each call is recorded;
-    the decorated function runs as it is (a generator stays a generator, as with the real one)."""
+    the decorated function runs in this process, its arguments and what it yields or returns pickled and
+    unpickled on the way, as ZeroGPU's forked task sends them (a generator stays a generator)."""
 
     def __init__(self) -> None:
         super().__init__("spaces")
@@ -43,11 +50,13 @@ class FakeSpaces(types.ModuleType):
 
                 @functools.wraps(function)
                 def streamed(*args, **kwargs):
-                    yield from function(*args, **kwargs)
+                    args, kwargs = piped((args, kwargs))
+                    for frame in function(*args, **kwargs):
+                        yield piped(frame)
 
                 wrapper = streamed
             else:
-                wrapper = functools.wraps(function)(lambda *args, **kwargs: function(*args, **kwargs))
+                wrapper = functools.wraps(function)(lambda *args, **kwargs: piped(function(*piped(args), **kwargs)))
             wrapper.zerogpu_duration = duration  # type: ignore[attr-defined]
             return wrapper
 
@@ -114,6 +123,7 @@ def test_the_budgets_follow_the_request_and_the_visitor_limits():
     assert compare.seconds(64) == 30 + math.ceil(6.4 * len(PRIVATE_METHODS))  # every method a comparison may run
     assert budgets["evaluate"]() == gpu_space.GRID_CEILING_S
     assert budgets["evaluate"](max_new_tokens=8) < gpu_space.GRID_CEILING_S
+    assert budgets["campaign_generate"]("a-campaign", "token") == gpu_space.GRID_CEILING_S
     with pytest.raises(ValueError, match="no GPU budget"):
         gpu_space.on_gpu(lambda: None, "unknown", {gpu_space.ZERO_GPU_ENV: "1"})
 
@@ -121,7 +131,9 @@ def test_the_budgets_follow_the_request_and_the_visitor_limits():
 def test_on_zero_gpu_the_model_handlers_are_decorated_and_still_work(zero_gpu):
     demo = app.build_app(app.build_service())
     built = handlers(demo)
-    assert len(zero_gpu.decorated) == len(MODEL_HANDLERS)
+    # Generate, Compare, a grid, and a campaign's generation (its button and the one after Create).
+    assert len(zero_gpu.decorated) == len(MODEL_HANDLERS) + 1
+    assert {budget.ceiling_s for _, budget in zero_gpu.decorated} >= {gpu_space.GRID_CEILING_S}
     assert all(isinstance(fn.zerogpu_duration, gpu_space.GpuBudget) for fn in built.values())
     assert all(inspect.isgeneratorfunction(fn) for fn in built.values())
     assert built["generate"].zerogpu_duration(max_new_tokens=24) == 30 + 3
@@ -141,3 +153,32 @@ def test_on_zero_gpu_the_model_handlers_are_decorated_and_still_work(zero_gpu):
 def test_a_gpu_space_builds_its_catalog_on_cuda(monkeypatch):
     monkeypatch.setattr(app, "SPACE_HARDWARE", gpu_space.SpaceHardware("gpu", Placement("cuda", "bf16")))
     assert app.build_service().pairs.placement == Placement("cuda", "bf16")
+
+
+def test_on_zero_gpu_a_stop_says_the_gpu_task_ends(zero_gpu):
+    from types import SimpleNamespace
+
+    demo = app.build_app(app.build_service())
+    stops = {
+        fn.api_name: fn.fn for fn in demo.fns.values() if fn.api_name and fn.api_name.startswith(("stop", "cancel"))
+    }
+    assert set(stops) == {"stop_generate", "stop_compare", "cancel_evaluate"}
+    page_request = SimpleNamespace(session_hash="a-page-with-nothing-running-here")
+    for stop in stops.values():
+        view = stop(request=page_request)
+        assert gpu_space.GPU_TASK_STOPPED in view[0] and "Nothing of yours" not in view[0]
+
+
+def test_on_a_cpu_a_stop_is_as_before(monkeypatch):
+    monkeypatch.delenv(gpu_space.ZERO_GPU_ENV, raising=False)
+
+    def stop():
+        return ("status",)
+
+    assert gpu_space.stop_on_gpu(stop) is stop
+
+
+def test_zero_gpu_preloads_the_default_pairing_on_the_main_thread(zero_gpu):
+    service = app.build_service()
+    assert gpu_space.preload(service, pairs.TINY_PAIRING_ID) == f"{pairs.TINY_PAIRING_ID} loaded (transformers, fp32)"
+    assert gpu_space.preload(service, "no-such-pairing").startswith("preload of no-such-pairing failed")

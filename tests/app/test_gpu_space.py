@@ -148,6 +148,12 @@ def test_on_zero_gpu_the_model_handlers_are_decorated_and_still_work(zero_gpu):
         )
     )
     assert "saved as generation" in frames[-1][0]
+    # A comparison streams flat frames through the same pipe (positional methods and blind, as Gradio sends them).
+    task_input = ("review", "Write a review of a power bank with great battery life")
+    settings = widget_settings(pairs.TINY_PAIRING_ID, 6)
+    assert built["compare"].zerogpu_duration(None, *task_input, ["slm", "specsteer"], True, **settings) == 30 + 2
+    flat = list(built["compare"](page.read_sample("review"), *task_input, ["slm", "specsteer"], False, **settings))
+    assert "Saved as comparison #" in flat[-1][0]
 
 
 def test_a_gpu_space_builds_its_catalog_on_cuda(monkeypatch):

@@ -49,12 +49,15 @@ def test_the_test_pairs_stay_on_the_cpu_in_fp32_on_a_gpu(monkeypatch):
     assert pair.precision == "fp32" and pair.specialist.model.device.type == "cpu"
 
 
-def test_on_a_cpu_auto_and_the_note_are_as_before(monkeypatch):
+@pytest.mark.parametrize("pairing_id", [DEFAULT_PAIRING, "qwen3-0.6b__qwen3-32b"])
+def test_on_a_cpu_auto_and_the_note_are_as_before(monkeypatch, pairing_id):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    detected = PairCatalog(placement=Placement.detect())
+    assert detected.placement == Placement()
+    assert detected.runtime_note(pairing_id) == PairCatalog().runtime_note(pairing_id)
+    assert "GPU (" not in detected.runtime_note(pairing_id)
     monkeypatch.setattr(service_module, "choose_runtime", lambda pairing, requested, progress: "llama.cpp")
-    before = PairCatalog().runtime_note(DEFAULT_PAIRING)
-    assert before.startswith("Auto picks llama.cpp here")
-    assert PairCatalog(placement=Placement.detect()).runtime_note(DEFAULT_PAIRING) == before
+    assert detected.runtime_note(DEFAULT_PAIRING).startswith("Auto picks llama.cpp here")
 
 
 def test_on_a_gpu_auto_picks_transformers_and_the_note_names_the_device(monkeypatch):

@@ -64,6 +64,7 @@ from specsteer.models.weights import ModelLoadError
 from specsteer.protocol.exposure import ADMIN_TOKEN_ENV, Exposure, cloud_address
 from specsteer.protocol.link import CloudEndpoint, CloudError, CloudRefused
 from specsteer.protocol.wire import CloudInfo
+from specsteer.runtimes.placement import Placement
 from specsteer.service.limits import VisitorLimits, limits_for, stored_id, text_problem
 from specsteer.service.stores import (
     AnnotationSummary,
@@ -313,9 +314,12 @@ class PairingUnavailable(ValueError):
 @dataclass(frozen=True)
 class PairCatalog:
     """The pairings the service may load: the registry's, plus ``test_pairs`` (id -> builder) that
-    tests and the app's test mode add; those run on transformers only."""
+    tests and the app's test mode add; those run on transformers only. ``placement``: where the
+    transformers runtime puts the registry's models (the CPU unless the app found a GPU: ``Placement.detect``);
+    the test pairs stay fp32 on the CPU."""
 
     test_pairs: Mapping[str, Callable[[], LoadedPair]] = field(default_factory=dict)
+    placement: Placement = Placement()
 
     def status(self, pairing_id: str, edge_only: bool = False) -> tuple[bool, str]:
         """(can load here, why or why not); ``edge_only``: only the Specialist is needed (a remote Cloud)."""
@@ -360,6 +364,11 @@ class PairCatalog:
                 f"Generalist on {plan.generalist.runtime}. The Specialist pair {plan.specialist.reason}; the "
                 f"Generalist {plan.generalist.reason}"
             )
+        if chosen == "transformers" and self.placement.on_gpu:
+            return (
+                f"Auto picks transformers here: it runs the models on {self.placement.describe()}; this app's "
+                "llama.cpp is the CPU build, so it is not used while a GPU is present."
+            )
         measured = _measured_choice(pairing)
         if chosen == "llama.cpp":
             return (
@@ -387,7 +396,15 @@ class PairCatalog:
         built whole either way: they are tiny)."""
         build = self.test_pairs.get(pairing_id)
         if build is None:
-            return load_pair(pairing_id, progress=progress, runtime=runtime, edge_only=edge_only, method=method)
+            return load_pair(
+                pairing_id,
+                progress=progress,
+                runtime=runtime,
+                edge_only=edge_only,
+                method=method,
+                device=self.placement.device,
+                dtype=self.placement.dtype,
+            )
         if runtime == "llama.cpp":
             raise ModelLoadError("The test pair runs on transformers only; choose auto or transformers.")
         return build()

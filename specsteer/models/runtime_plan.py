@@ -183,7 +183,7 @@ def plan_streams(calibration: Calibration, method: str, usable: tuple[str, ...])
         f"{best.first_visible_s:.1f} + {best.end_to_end_s:.1f} s, against {others}"
     )
     if not best.mixed:
-        return RuntimePlan.uniform(RuntimeChoice(best.specialist, f"{best.specialist} is {estimate_text}"))
+        return RuntimePlan.uniform(RuntimeChoice(best.specialist, f"{best.specialist} is {estimate_text}", True))
     small = calibration.timing(best.specialist)
     large = calibration.timing(best.generalist)
     assert small is not None and large is not None
@@ -195,12 +195,14 @@ def plan_streams(calibration: Calibration, method: str, usable: tuple[str, ...])
             best.specialist,
             f"reads the {PRIVATE_PROMPT_TOKENS}-token private prompt at {small.specialist.prompt_tok_s:.0f} tok/s "
             f"against {slow_small.specialist.prompt_tok_s:.0f} on {best.generalist}; the split plan is {estimate_text}",
+            True,
         ),
         RuntimeChoice(
             best.generalist,
             f"verifies {large.generalist.verify_s * 1000:.0f} ms a pass, steps {large.generalist.step_s * 1000:.0f} "
             f"ms, against {slow_large.generalist.verify_s * 1000:.0f} / {slow_large.generalist.step_s * 1000:.0f} "
             f"ms on {best.specialist}",
+            True,
         ),
     )
 

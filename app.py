@@ -36,6 +36,12 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 from pathlib import Path  # noqa: E402
 
+# First of the project's modules: on a ZeroGPU Space it imports `spaces`, which must come before anything
+# initialises CUDA; on a GPU it places the transformers runtime there; on a CPU it changes nothing.
+from ui import gpu_space  # noqa: E402
+
+SPACE_HARDWARE = gpu_space.detect()
+
 import gradio as gr  # noqa: E402
 
 import storage  # noqa: E402
@@ -100,7 +106,7 @@ def build_service() -> AppService:
     return AppService(
         store=storage.SqlGenerationStore(),
         runs=storage.SqlRunStore(),
-        pairs=pairings.catalog(),
+        pairs=pairings.catalog(SPACE_HARDWARE.placement),
         cloud_secret=secret,
         exposure=Exposure.from_environment(),
         uploads=data_dir() / "uploads",
@@ -191,7 +197,11 @@ def shut_down(demo: gr.Blocks, grace_s: float = SHUTDOWN_GRACE_S) -> tuple[str, 
 def main() -> None:
     stop = StopSignal()
     service = build_service()
-    warmup.start(service)  # the default pairing loads, and the default sample's prompts are read, meanwhile
+    if SPACE_HARDWARE.zero_gpu:
+        # No GPU outside a GPU task: the default pairing loads here, on the main thread, and no prompt is read.
+        print(gpu_space.preload(service, pairings.default_pairing_id(service.pairs)), file=sys.stderr, flush=True)
+    else:
+        warmup.start(service)  # the default pairing loads, and the default sample's prompts are read, meanwhile
     demo = build_app(service)
     demo.launch(
         server_name=os.environ.get("GRADIO_SERVER_NAME", "127.0.0.1"),

@@ -26,15 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import storage  # noqa: E402
 from specsteer.evaluation import grid as evaluate  # noqa: E402
 from specsteer.evaluation.run_store import CellResult, GridPoint  # noqa: E402
+from specsteer.evaluation.sweep import complete_records  # noqa: E402
 from specsteer.method.catalog import BASELINES, method_label  # noqa: E402
-
-
-def complete_records(cells: list[CellResult]) -> list[str]:
-    points = {cell.point for cell in cells}
-    by_record: dict[str, set[GridPoint]] = {}
-    for cell in cells:
-        by_record.setdefault(cell.record_id, set()).add(cell.point)
-    return sorted((record for record, done in by_record.items() if done == points), key=lambda r: (len(r), r))
 
 
 def _value(value, fmt: str) -> str:

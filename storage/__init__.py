@@ -25,7 +25,7 @@ from storage.comparisons import (
     save_annotation,
     save_comparison,
 )
-from storage.db import database_url, get_engine, init_db, reset_engines, session_scope
+from storage.db import database_url, get_engine, init_db, missing_sqlite_file, reset_engines, session_scope
 from storage.exports import write_annotations_csv, write_annotations_jsonl
 from storage.generation_store import SqlGenerationStore
 from storage.generations import get_generation, list_generations, save_generation
@@ -57,6 +57,7 @@ __all__ = [
     "annotations_export_rows",
     "create_run",
     "database_url",
+    "missing_sqlite_file",
     "finished_cell_keys",
     "get_comparison",
     "get_engine",

@@ -81,6 +81,16 @@ def _is_memory_sqlite(url: URL) -> bool:
     return url.database in (None, "", ":memory:") or (url.query.get("mode") == "memory")
 
 
+def missing_sqlite_file(url: str | None = None) -> str | None:
+    """The file a SQLite ``url`` (default :func:`database_url`) names when it is not there (a reader that
+    connected would create it empty), or None: a read-only command refuses it instead."""
+    parsed = make_url(_engine_key(url))
+    if parsed.get_backend_name() != "sqlite" or _is_memory_sqlite(parsed):
+        return None
+    database = Path(parsed.database or "").expanduser()
+    return None if database.is_file() else str(database)
+
+
 # ------------------------------------------------------------------------ engines
 
 

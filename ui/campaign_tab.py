@@ -17,6 +17,7 @@ from specsteer.method.catalog import PRIVATE_METHODS, method_label
 from specsteer.service.app_service import ExportRefused, Failed
 from specsteer.service.campaigns import CampaignError, CampaignRequest, CampaignService
 from ui import campaign_render, pairs
+from ui.gpu_space import on_gpu
 from ui.render import esc, message_box
 from ui.streaming import MODELS_CONCURRENCY_ID
 from ui.wiring import QUIET
@@ -213,8 +214,21 @@ def build(service: CampaignService) -> CampaignHandlers:
         api_name="campaign_create",
     )
     generating = [
-        created_event.then(handlers.generate_created, [just_created, token], status, **MODELS_SLOT, api_name=False),
-        generate.click(handlers.generate, [chosen, token], status, **MODELS_SLOT, api_name="campaign_generate"),
+        # On ZeroGPU both are GPU tasks (ui.gpu_space.on_gpu); anywhere else the handlers as they are.
+        created_event.then(
+            on_gpu(handlers.generate_created, "campaign_generate"),
+            [just_created, token],
+            status,
+            **MODELS_SLOT,
+            api_name=False,
+        ),
+        generate.click(
+            on_gpu(handlers.generate, "campaign_generate"),
+            [chosen, token],
+            status,
+            **MODELS_SLOT,
+            api_name="campaign_generate",
+        ),
     ]
     chosen.change(handlers.show, chosen, [status, results], **QUIET)
     refresh.click(handlers.refresh_choices, chosen, chosen, **QUIET).then(

@@ -27,7 +27,7 @@ from specsteer.method.catalog import CORE_METHODS, METHODS, method_label
 from specsteer.service.app_service import AppService
 from specsteer.service.campaigns import CampaignService
 from specsteer.service.evaluation_runs import GridForm, source_choices
-from ui import campaign_beside_run, pairs, render
+from ui import campaign_beside_run, pairs, render, sweep_view
 from ui.dashboard_figures import TABLE_HEADERS
 from ui.dashboard_handlers import DEFAULT_PROFILE, PROFILE_CHOICES, DashboardTab, DashboardView
 from ui.streaming import GRID_CONCURRENCY_ID
@@ -119,6 +119,7 @@ def build(service: AppService, campaigns: CampaignService | None = None) -> Page
         campaign_beside_run.build(campaigns, runs)
     table = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, label="Results", elem_id="results-table", wrap=True)
     gr.Markdown(plots.TABLE_NOTE, elem_classes="ss-note")
+    sweep_view.build(service, runs, show)  # the α × β view of the chosen run
 
     with gr.Accordion("Deployment: projected speed on a device and a cloud GPU", open=True, elem_id="deployment-view"):
         gr.Markdown(

@@ -15,6 +15,7 @@ from typing import Any
 import gradio as gr
 
 from ui import render
+from ui.gpu_space import on_gpu, stop_on_gpu
 from ui.streaming import MODELS_CONCURRENCY_ID
 
 # Events of the page's own bookkeeping: not part of the public API, no spinner over their outputs.
@@ -36,10 +37,11 @@ def wire_run(
     concurrency_id: str = MODELS_CONCURRENCY_ID,
 ) -> gr.events.Dependency:
     """Run → queued status → ``work`` (the long handler, in the ``concurrency_id`` queue slot: the models'
-    by default); Stop → ``stop_work``, which cancels it. Both write ``outputs``; ``status`` is the one the queued message goes to."""
+    by default; on ZeroGPU a GPU task, ``ui.gpu_space.on_gpu``); Stop → ``stop_work``, which cancels it. Both
+    write ``outputs``; ``status`` is the one the queued message goes to."""
     queued = run.click(render.queued_status, None, status, queue=False, **QUIET)
     started = queued.then(
-        work,
+        on_gpu(work, api_name),
         list(inputs),
         list(outputs),
         inputs_kwargs=inputs_kwargs,
@@ -47,7 +49,7 @@ def wire_run(
         concurrency_id=concurrency_id,
         concurrency_limit=1,
     )
-    stop.click(stop_work, None, list(outputs), cancels=[started], api_name=stop_api_name, queue=False)
+    stop.click(stop_on_gpu(stop_work), None, list(outputs), cancels=[started], api_name=stop_api_name, queue=False)
     return started
 
 

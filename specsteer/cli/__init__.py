@@ -34,6 +34,7 @@ COMMANDS: dict[str, Command] = {
         "generate", "the model pairings, whether each can load here and which runtime auto picks", True
     ),
     "evaluate": Command("evaluate", "a grid of methods and settings over records: ROUGE, speed, privacy; resumable"),
+    "sweep": Command("sweep", "a stored run's α × β sweep: intervals, Pareto front, docs/SWEEP_PLAN.md's choice"),
     "bench": Command("bench", "speed | link | project: tokens/s, the link's self-check, deployment projections"),
     "gpu-profile": Command(
         "gpu_profile",

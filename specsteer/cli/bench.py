@@ -23,16 +23,24 @@ from specsteer.evaluation.bench import (
     run_speed,
 )
 from specsteer.evaluation.deployment import DEFAULT_RTTS_MS, PROFILES, get_profile
-from specsteer.runtimes.base import RUNTIME_CHOICES, TransformersModel
+from specsteer.runtimes.base import RUNTIME_CHOICES, RUNTIMES, TransformersModel
 from specsteer.runtimes.machine import machine_info
 from specsteer.util.jsonable import to_jsonable
 
 
 def _runtimes(text: str) -> list[str]:
     names = [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in RUNTIME_CHOICES]
+    # "transformers/llama.cpp": a split plan (the Specialist pair on the first, the Generalist on the second)
+    unknown = [
+        name
+        for name in names
+        if name not in RUNTIME_CHOICES and not (name.count("/") == 1 and set(name.split("/")) <= set(RUNTIMES))
+    ]
     if not names or unknown:
-        raise argparse.ArgumentTypeError(f"runtimes must be some of {', '.join(RUNTIME_CHOICES)}, comma-separated")
+        raise argparse.ArgumentTypeError(
+            f"runtimes must be some of {', '.join(RUNTIME_CHOICES)}, or a split such as transformers/llama.cpp "
+            "(the Specialist pair's runtime, then the Generalist's), comma-separated"
+        )
     return names
 
 
@@ -69,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         type=_runtimes,
         default=["auto"],
         help="comma-separated runtimes, each benchmarked on the same prompts in this run "
-        "(llama.cpp, transformers, auto)",
+        "(llama.cpp, transformers, auto, or a split: transformers/llama.cpp runs the Specialist and its "
+        "generic copy on transformers and the Generalist on llama.cpp)",
     )
     speed.add_argument(
         "--dtype",

@@ -228,11 +228,18 @@ def _fail(message: str, code: int) -> int:
 
 def _report(result: EvalResult, spec: EvalSpec, args: argparse.Namespace) -> None:
     from specsteer.evaluation import plots
+    from specsteer.evaluation.claims import claim_sentences
 
+    # What the run's own intervals show against SLM+ and LLM: after the table, or on stderr beside --json.
+    claims = claim_sentences(result.cells)
     if args.json:
         print(json.dumps({"rows": json_rows(result.rows)}, ensure_ascii=False, allow_nan=False))
+        if claims:
+            print("\n".join(claims), file=sys.stderr)
     else:
         print(plots.text_table(result.rows))
+        if claims:
+            print("\n" + "\n".join(claims))
     print(
         f"run {result.run_name!r} (id {result.run_id}): {result.status}, {result.computed} cells computed, "
         f"{len(result.cells)} stored",
@@ -240,5 +247,10 @@ def _report(result: EvalResult, spec: EvalSpec, args: argparse.Namespace) -> Non
     )
     if args.plot:
         title = f"SpecSteer evaluation: {spec.task}, run {result.run_name}"
-        plots.write_html(args.plot, result.rows, title=title)
+        from specsteer.evaluation.sweep import sweep_report
+
+        sweep = (
+            sweep_report(result.cells, spec.points()) if any(p.method == "specsteer" for p in spec.points()) else None
+        )
+        plots.write_html(args.plot, result.rows, title=title, sweep=sweep)
         print(f"plot written to {args.plot}", file=sys.stderr)

@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _list_pairings() -> int:
-    from specsteer.models.loading import runtime_choice
+    from specsteer.models.loading import runtime_plan
     from specsteer.models.registry import PAIRINGS, pairing_status
     from specsteer.models.weights import ModelLoadError
 
@@ -256,9 +256,11 @@ def _list_pairings() -> int:
         runtime = ""
         if ok:
             try:
-                picks = {method: runtime_choice(pairing, method=method) for method in ("specsteer", "llm")}
-                runtime = f" [runtime: {picks['specsteer'].runtime}]"
-                why = f"auto: {picks['specsteer'].reason}"
+                picks = {method: runtime_plan(pairing, method=method) for method in ("specsteer", "llm")}
+                plan = picks["specsteer"]
+                streams = f"Specialist pair {plan.specialist.runtime}, Generalist {plan.generalist.runtime}"
+                runtime = f" [runtime: {plan.runtime}{f'; {streams}' if plan.mixed else ''}]"
+                why = f"auto: {plan.reason}"
                 if picks["llm"].runtime != picks["specsteer"].runtime:
                     why += f"; for llm alone: {picks['llm'].runtime}"
             except ModelLoadError:

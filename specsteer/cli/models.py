@@ -32,14 +32,15 @@ def _prepare_command(pairing_id: str, runtime: str) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 1
     print(f"preparing {pairing.id} for the {chosen} runtime", flush=True)
-    for spec in (pairing.specialist, pairing.generalist):
+    small, _, large = chosen.partition("/")  # a split plan: the Specialist's runtime, then the Generalist's
+    for spec, runtime_of_spec in ((pairing.specialist, small), (pairing.generalist, large or small)):
         if spec.kind != "offline":
             print(f"{spec.name}: a {spec.kind} model, nothing to prepare")
             continue
         started = time.perf_counter()
         try:
             load_tokenizer(spec, say)
-            path = offline_gguf(spec, say) if chosen == "llama.cpp" else prepare_offline(spec, say)
+            path = offline_gguf(spec, say) if runtime_of_spec == "llama.cpp" else prepare_offline(spec, say)
         except ModelLoadError as error:
             print(f"error: {error}", file=sys.stderr)
             return 1

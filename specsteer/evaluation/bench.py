@@ -369,7 +369,9 @@ def auto_rows(rows: list[dict], picks: dict[str, str]) -> list[dict]:
 
 
 def _runtime_info(pair: LoadedPair) -> dict:
-    info = {"precision": pair.precision, "attention": None}
+    info: dict[str, object] = {"precision": pair.precision, "attention": None, "streams": pair.stream_runtimes()}
+    if pair.runtime_plan is not None:
+        info["plan"] = pair.runtime_plan.to_dict()
     if isinstance(pair.generalist, TransformersModel):  # the transformers runtime
         info["attention"] = pair.generalist.model.config._attn_implementation
     return info

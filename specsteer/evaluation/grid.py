@@ -69,7 +69,7 @@ from specsteer.data.hygiene import classify_output
 from specsteer.data.retrieval import low_similarity_items
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair, as_prompt_style
 from specsteer.engine.generate import DecodeConfig, Prepared, Request, collect, generate, prepare
-from specsteer.evaluation.metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
+from specsteer.evaluation.metrics import ROUGE_KEYS, bootstrap_interval, corpus_rouge, rouge_scores
 from specsteer.evaluation.run_store import CellResult, GridPoint, RunStatus, RunStore, cell_key
 from specsteer.method.catalog import BASELINES, METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
 from specsteer.models.registry import DEFAULT_PAIRING
@@ -96,6 +96,10 @@ JSON_ROW_KEYS = (
     "preamble",
     "refusal",
 )
+# The privacy audit's shares (``specsteer.data.facts``), in the rows of a run over records with private
+# facts (CoGenesis): sent to the cloud, sent though the task did not name them, in the output, sent only in
+# rejected drafts. ``--json`` rows carry them after JSON_ROW_KEYS when the run's rows have them.
+PRIVACY_ROW_KEYS = ("facts_sent", "facts_sent_beyond_task", "facts_in_output", "facts_rejected_only")
 
 
 # --------------------------------------------------------------------------- the grid
@@ -565,12 +569,8 @@ def _privacy(
     )
     if shares is None:
         return {}
-    return {
-        "facts_sent": shares.sent,
-        "facts_sent_beyond_task": shares.sent_beyond_task,
-        "facts_in_output": shares.in_output,
-        "facts_rejected_only": shares.rejected_only,
-    }
+    values = (shares.sent, shares.sent_beyond_task, shares.in_output, shares.rejected_only)
+    return dict(zip(PRIVACY_ROW_KEYS, values, strict=True))
 
 
 def _summary_row(
@@ -654,8 +654,6 @@ def paired_difference(
     """``ours`` minus ``theirs`` on ``metric`` over the records both have, with a percentile bootstrap
     interval (records resampled with replacement, ``draws`` times, a fixed seed); None without a shared
     record or a score."""
-    import random
-
     scores: dict[tuple[GridPoint, str], float] = {}
     for cell in cells:
         if (score := cell.rouge.get(metric)) is not None:
@@ -666,9 +664,7 @@ def paired_difference(
     if not records:
         return None
     differences = [scores[(ours, record)] - scores[(theirs, record)] for record in records]
-    rng = random.Random(seed)
-    means = sorted(sum(rng.choices(differences, k=len(differences))) / len(differences) for _ in range(draws))
-    tail = (1 - level) / 2
+    low, high = bootstrap_interval(differences, draws, seed, level)
     return PairedDifference(
         ours,
         theirs,
@@ -676,8 +672,8 @@ def paired_difference(
         len(records),
         sum(d > 0 for d in differences),
         sum(differences) / len(differences),
-        means[int(tail * draws)],
-        means[int((1 - tail) * draws) - 1],
+        low,
+        high,
         level,
     )
 
@@ -737,8 +733,11 @@ def run_facts(config: Mapping[str, Any], data_dir: Path | None = None) -> dict[s
 
 
 def json_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The command line's ``--json`` rows: exactly JSON_ROW_KEYS, non-finite numbers as null."""
-    return [to_jsonable({key: row.get(key) for key in JSON_ROW_KEYS}) for row in rows]
+    """The command line's ``--json`` rows: exactly JSON_ROW_KEYS, then PRIVACY_ROW_KEYS when any row has the
+    privacy audit's shares (a CoGenesis run: the same shares the summary table and the Dashboard show, null
+    for a row without them), non-finite numbers as null."""
+    keys = JSON_ROW_KEYS + (PRIVACY_ROW_KEYS if any(PRIVACY_ROW_KEYS[0] in row for row in rows) else ())
+    return [to_jsonable({key: row.get(key) for key in keys}) for row in rows]
 
 
 # --------------------------------------------------------------------------- command line

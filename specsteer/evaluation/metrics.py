@@ -14,7 +14,8 @@ in the database. Corpus figures are the mean over records; :func:`corpus_rouge` 
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Mapping
+import random
+from collections.abc import Iterable, Mapping, Sequence
 
 from rouge_score import rouge_scorer
 
@@ -53,3 +54,17 @@ def corpus_rouge(per_record: Iterable[Mapping[str, float | None]]) -> dict[str, 
         values = [value for record in records if (value := record.get(key)) is not None]
         means[key] = 100.0 * sum(values) / len(values) if values else None
     return means
+
+
+def bootstrap_interval(
+    values: Sequence[float], draws: int = 10_000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
+    """The percentile bootstrap interval of the mean of ``values`` (one value per record, resampled with
+    replacement ``draws`` times from ``random.Random(seed)``): (low, high) at ``level``. ValueError when
+    ``values`` is empty."""
+    if not values:
+        raise ValueError("a bootstrap interval needs at least one value")
+    rng = random.Random(seed)
+    means = sorted(sum(rng.choices(values, k=len(values))) / len(values) for _ in range(draws))
+    tail = (1 - level) / 2
+    return means[int(tail * draws)], means[int((1 - tail) * draws) - 1]

@@ -10,6 +10,9 @@ so the dashboard shows exactly what ``python -m specsteer evaluate --plot`` writ
 * :func:`acceptance_figure` — acceptance against alpha, one line per (method, beta); methods that
   draft without alpha (standard SD) are a dotted reference line.
 * :func:`display_rows` / :func:`table_figure` / :func:`text_table` — the per-row table.
+* :func:`sweep_figure` — the α × β view of a ``sweep.SweepReport``: mean ROUGE-L of each SpecSteer setting
+  against its tokens/s with bootstrap 95 % error bars, SLM+ and LLM as reference points and lines, the
+  Pareto front marked; with LLM cells, a second panel of the paired difference SpecSteer − LLM.
 * :func:`write_html` — all of them as one standalone page with plotly.js inline (works offline).
 * :func:`plot_text` — user text (run names) made safe for plotly's labels.
 
@@ -34,6 +37,7 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from specsteer.evaluation.metrics import ROUGE_LABELS
+from specsteer.evaluation.sweep import PointSummary, SweepReport
 from specsteer.method.catalog import BASELINES, METHODS, method_label
 
 Row = Mapping[str, Any]
@@ -221,12 +225,16 @@ def text_table(rows: Sequence[Row]) -> str:
     return "\n".join([*lines, "", TABLE_NOTE])
 
 
-def write_html(path: str | Path, rows: Sequence[Row], title: str = "SpecSteer evaluation") -> Path:
-    """Every figure of the run in one self-contained HTML file (plotly.js inline, no network)."""
+def write_html(
+    path: str | Path, rows: Sequence[Row], title: str = "SpecSteer evaluation", sweep: SweepReport | None = None
+) -> Path:
+    """Every figure of the run in one self-contained HTML file (plotly.js inline, no network); with the run's
+    ``sweep`` report, its α × β view too."""
     speed = "speedup" if any(row.get("speedup") is not None for row in rows) else "tok_per_s"
     figures = [
         quality_speed_figure(rows, "rouge1", speed),
         quality_speed_figure(rows, "rougeL", speed),
+        *([sweep_figure(sweep)] if sweep is not None and sweep.settings else []),
         acceptance_figure(rows),
         table_figure(rows),
     ]
@@ -242,6 +250,150 @@ def write_html(path: str | Path, rows: Sequence[Row], title: str = "SpecSteer ev
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(document, encoding="utf-8")
     return target
+
+
+# --------------------------------------------------------------------------- the α × β view
+
+SWEEP_CAPTION = (
+    "Each point: one setting over the records that have every cell of the run. Error bars: percentile "
+    "bootstrap 95 % intervals over records (10,000 resamples, seed 0). Ringed points: the Pareto front (no "
+    "other point is both at least as good and at least as fast). Lower panel: SpecSteer − LLM record by record."
+)
+
+
+def _error_bars(summaries: Sequence[PointSummary], paired: bool = False) -> dict[str, Any]:
+    if paired:
+        spans = [(s.vs_reference.mean, s.vs_reference.low, s.vs_reference.high) for s in summaries if s.vs_reference]
+    else:
+        spans = [(s.mean, s.low, s.high) for s in summaries]
+    return {
+        "type": "data",
+        "symmetric": False,
+        "array": [high - mean for mean, _, high in spans],
+        "arrayminus": [mean - low for mean, low, _ in spans],
+        "thickness": 1.2,
+    }
+
+
+def sweep_figure(report: SweepReport) -> go.Figure:
+    """The α × β view (see the module doc); the title says how many records every point covers."""
+    paired = [s for s in report.settings if s.vs_reference is not None and s.tok_per_s is not None]
+    two = bool(paired)
+    figure = make_subplots(
+        rows=2 if two else 1,
+        cols=1,
+        shared_xaxes=True,
+        vertical_spacing=0.1,
+        row_heights=[0.6, 0.4] if two else [1.0],
+        subplot_titles=(
+            (f"mean {ROUGE_LABELS[report.metric]}", f"SpecSteer − LLM, {ROUGE_LABELS[report.metric]}, record by record")
+            if two
+            else None
+        ),
+    )
+    timed = [s for s in report.settings if s.tok_per_s is not None]
+    labels = [f"α={s.point.alpha:g} β={s.point.beta:g}" for s in timed]
+    chosen = report.choice.chosen if report.choice is not None else None
+    figure.add_trace(
+        go.Scatter(
+            x=[s.tok_per_s for s in timed],
+            y=[s.mean for s in timed],
+            error_y=_error_bars(timed),
+            mode="markers+text",
+            text=labels,
+            textposition=["top center" if i % 2 == 0 else "bottom center" for i in range(len(timed))],
+            name="SpecSteer (α, β)",
+            marker={"size": 10, "color": _color("specsteer")},
+            hovertemplate="%{text}<br>%{x:.2f} tok/s<br>mean %{y:.2f}<extra></extra>",
+        ),
+        row=1,
+        col=1,
+    )
+    for summary in report.references:
+        if summary.tok_per_s is None:
+            continue
+        figure.add_trace(
+            go.Scatter(
+                x=[summary.tok_per_s],
+                y=[summary.mean],
+                error_y=_error_bars([summary]),
+                mode="markers+text",
+                text=[summary.label],
+                textposition="middle right",
+                name=f"{summary.label} (reference)",
+                marker={"symbol": "star", "size": 15, "color": _color(summary.point.method)},
+                hovertemplate="%{text}<br>%{x:.2f} tok/s<br>mean %{y:.2f}<extra></extra>",
+            ),
+            row=1,
+            col=1,
+        )
+        figure.add_hline(
+            y=summary.mean, line_dash="dash", line_color=_color(summary.point.method), opacity=0.5, row=1, col=1
+        )
+    front = sorted(
+        (s for s in [*report.settings, *report.references] if s.point in report.pareto and s.tok_per_s is not None),
+        key=lambda s: s.tok_per_s or 0.0,
+    )
+    if front:
+        figure.add_trace(
+            go.Scatter(
+                x=[s.tok_per_s for s in front],
+                y=[s.mean for s in front],
+                mode="lines+markers",
+                name="Pareto front",
+                line={"color": "#444", "dash": "dot", "width": 1},
+                marker={"symbol": "circle-open", "size": 20, "color": "#444", "line": {"width": 2}},
+                hoverinfo="skip",
+            ),
+            row=1,
+            col=1,
+        )
+    if two:
+        figure.add_trace(
+            go.Scatter(
+                x=[s.tok_per_s for s in paired],
+                y=[s.vs_reference.mean for s in paired if s.vs_reference],
+                error_y=_error_bars(paired, paired=True),
+                mode="markers",
+                text=[f"α={s.point.alpha:g} β={s.point.beta:g}" for s in paired],
+                name="SpecSteer − LLM",
+                marker={
+                    "size": [16 if s.point == chosen else 9 for s in paired],
+                    "symbol": ["diamond" if s.point == chosen else "circle" for s in paired],
+                    "color": _color("specsteer"),
+                },
+                hovertemplate="%{text}<br>%{x:.2f} tok/s<br>%{y:+.2f}<extra></extra>",
+            ),
+            row=2,
+            col=1,
+        )
+        figure.add_hline(y=0, line_color=_color("llm"), line_dash="dash", opacity=0.7, row=2, col=1)
+        figure.update_yaxes(title_text="difference (F1 × 100)", row=2, col=1)
+    subtitle = report.coverage()
+    if report.choice is not None:
+        subtitle += (
+            " "
+            + report.choice.statement().replace("chosen:", "The plan's rule chooses")
+            + (" (diamond)" if two else "")
+        )
+    figure.update_layout(
+        title=f"α × β: quality against speed<br><sup>{'<br>'.join(textwrap.wrap(plot_text(subtitle), 120))}</sup>",
+        template="plotly_white",
+        height=720 if two else 480,
+        margin={"t": 120},
+    )
+    figure.update_yaxes(title_text=f"{ROUGE_LABELS[report.metric]} (F1 × 100)", row=1, col=1)
+    figure.update_xaxes(title_text="tokens / s (same run, same records)", row=2 if two else 1, col=1)
+    if not timed:
+        figure.add_annotation(
+            text="no SpecSteer setting with a complete record yet",
+            showarrow=False,
+            xref="paper",
+            yref="paper",
+            x=0.5,
+            y=0.5,
+        )
+    return figure.update_traces(cliponaxis=False)
 
 
 # --------------------------------------------------------------------------- deployment projection

@@ -132,6 +132,9 @@ class GenerationStats:
     runtime: str = ""  # "llama.cpp" | "transformers"
     precision: str = ""  # what the weights compute in: "fp32", "bf16", "Q4_K_M", ...
     runtime_choice: str = ""  # why that runtime ran it ("auto" picks per machine and method)
+    # each stream's runtime and precision ("specialist+", "specialist0", "generalist": "llama.cpp Q4_K_M"):
+    # the Specialist and its generic copy always share one; the Generalist may differ (a split plan)
+    stream_runtimes: dict[str, str] = field(default_factory=dict)
     specialist_lora: str = ""  # the Edge's LoRA adapter (directory name @ manifest hash), "" for none
     ttft_s: float | None = None  # seconds from the request to the first emitted (verified) token
     # seconds from the request to the first token on screen: the first pending draft of a speculative

@@ -99,6 +99,7 @@ class Calibration:
 class RuntimeChoice:
     runtime: str
     reason: str  # one sentence for the runtime note, `pairings` and a generation's statistics
+    calibrated: bool = False  # chosen from this machine's measured costs (then a per-stream plan may refine it)
 
 
 # --------------------------------------------------------------------------- estimating
@@ -151,7 +152,7 @@ def choose(calibration: Calibration, method: str, usable: tuple[str, ...]) -> Ru
             f"{best} is estimated fastest for {method} on this machine from its measured costs: "
             f"{costs[best]:.1f} s for a reference request against {others}"
         )
-    return RuntimeChoice(best, reason)
+    return RuntimeChoice(best, reason, calibrated=True)
 
 
 # --------------------------------------------------------------------------- measuring

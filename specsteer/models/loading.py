@@ -27,6 +27,7 @@ from specsteer.models.registry import (
     cross_tokenizer_message,
     get_pairing,
 )
+from specsteer.models.runtime_plan import RuntimePlan, parse_split
 from specsteer.models.weights import (
     ModelLoadError,
     Progress,
@@ -61,7 +62,9 @@ class GeneralistTokens:
 @dataclass
 class LoadedPair:
     """Two loaded models and the tokenizer they share (the Specialist's; the Generalist's was checked
-    to have the same vocabulary and special tokens). Both models run on the same runtime.
+    to have the same vocabulary and special tokens). The Specialist (and the generic copy, which is the
+    same model) runs on one runtime; the Generalist on the same one or, in a split plan
+    (specsteer.models.runtime_plan), on another whose token ids were checked to agree.
 
     ``chat`` is how every prompt of the pair is rendered (engine.chat_ids): the Specialist's
     registry format joined with the Generalist's (ChatFormat.joined); its end tokens are in
@@ -75,6 +78,7 @@ class LoadedPair:
     eos_token_ids: frozenset[int]
     chat: ChatFormat = PLAIN_CHAT
     runtime_choice: str = ""  # why this runtime runs the request (loading.runtime_choice), for its statistics
+    runtime_plan: RuntimePlan | None = None  # each stream's runtime and why (the latest request's); None: built by hand
     # Set on a cross-tokenizer pair: then ``tokenizer``, ``vocab_size``, ``eos_token_ids`` and ``chat``
     # are the Specialist's, and this holds the Generalist's side.
     cross: GeneralistTokens | None = None
@@ -86,7 +90,20 @@ class LoadedPair:
 
     @property
     def runtime(self) -> str:
-        return self.specialist.runtime
+        """The runtime's name, or "Specialist's/Generalist's" ("transformers/llama.cpp") when they differ."""
+        large = self.generalist
+        if large is None or large.runtime == self.specialist.runtime:
+            return self.specialist.runtime
+        return f"{self.specialist.runtime}/{large.runtime}"
+
+    def stream_runtimes(self) -> dict[str, str]:
+        """Each stream's runtime and precision, by the stream names of the forward log: the Specialist with
+        the history ("specialist+"), its generic copy ("specialist0": the same model) and the Generalist."""
+        small = f"{self.specialist.runtime} {self.specialist.precision}"
+        streams = {"specialist+": small, "specialist0": small}
+        if self.generalist is not None:
+            streams["generalist"] = f"{self.generalist.runtime} {self.generalist.precision}"
+        return streams
 
     def cloud_side(self) -> LoadedPair:
         """The pair a Cloud serves: the base Specialist as its generic copy, never the Edge's adapter."""
@@ -179,9 +196,7 @@ def assemble_pair(
     small = as_runtime(specialist)
     large = as_runtime(generalist) if generalist is not None else None
     if large is not None and small.runtime != large.runtime:
-        raise ModelLoadError(
-            f"pairing {pairing_id!r}: both models must run on one runtime ({small.runtime} and {large.runtime} given)"
-        )
+        check_split_vocabulary(pairing_id, (small, large), tokenizer)
     models = tuple(model for model in (small, large) if model is not None)
     for runtime in models:
         if isinstance(runtime, TransformersModel):
@@ -269,6 +284,32 @@ def cross_tokenizer_view(pair: LoadedPair) -> LoadedPair:
     )
 
 
+class SplitVocabularyError(ModelLoadError):
+    """A split plan's runtimes would not read the same token ids the same way."""
+
+
+def check_split_vocabulary(pairing_id: str, models: Iterable[ModelRuntime], tokenizer: PreTrainedTokenizerBase) -> None:
+    """Refuse two runtimes whose token ids disagree: every id the shared (transformers) tokenizer spells must
+    be the same token in each GGUF's own vocabulary, or the Generalist would verify other tokens than
+    drafted. Transformers models read the tokenizer's ids as they are; a GGUF carries its vocabulary."""
+    expected = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    for model in models:
+        if not isinstance(model, llamacpp.LlamaCppModel):
+            continue
+        own = model.token_texts()
+        differing = [
+            (index, want, own[index] if index < len(own) else None)
+            for index, want in enumerate(expected)
+            if index >= len(own) or own[index] != want
+        ]
+        if differing:
+            raise SplitVocabularyError(
+                f"pairing {pairing_id!r}: {model.name}'s GGUF vocabulary and the tokenizer disagree on "
+                f"{len(differing)} of {len(expected)} ids (e.g. id, tokenizer, GGUF: {differing[:3]}), so its "
+                "stream cannot run on llama.cpp beside a transformers stream"
+            )
+
+
 def as_runtime(model: ModelRuntime | PreTrainedModel) -> ModelRuntime:
     return model if isinstance(model, ModelRuntime) else TransformersModel(model)
 
@@ -306,39 +347,63 @@ def load_pair(
     if pairing.cross_tokenizer:
         raise ModelLoadError(cross_tokenizer_message(pairing))
     report = progress or quiet
-    if specialist_lora is not None:
-        choice = lora_runtime_choice(runtime)
+    if specialist_lora is not None:  # transformers only, both streams (the generic copy shares its runtime)
+        plan = RuntimePlan.uniform(lora_runtime_choice(runtime))
     else:
-        choice = runtime_choice(pairing, runtime, report, method)
-    chosen = choice.runtime
-    torch_dtype = resolve_dtype(dtype) if chosen == "transformers" else None
-    target_device = (
-        (torch.device(device) if device is not None else default_device()) if chosen == "transformers" else None
-    )
-    key = (pairing.id, pairing.specialist, pairing.generalist, chosen, torch_dtype, str(target_device), edge_only)
+        plan = runtime_plan(pairing, runtime, report, method)
+    try:
+        pair = _load_planned(pairing, plan, dtype, device, report, edge_only)
+    except SplitVocabularyError as error:
+        if parse_split(runtime) is not None:
+            raise  # a split asked for by name is refused, not replaced
+        fallback = runtime_choice(pairing, runtime, report, method)
+        report(f"{error}; running both models on {fallback.runtime} instead")
+        plan = RuntimePlan.uniform(RuntimeChoice(fallback.runtime, f"{fallback.reason} (a split was refused: {error})"))
+        pair = _load_planned(pairing, plan, dtype, device, report, edge_only)
+    report(f"ready: {pairing.label} ({pair.runtime}, {pair.precision}): {plan.reason}")
+    if specialist_lora is None:
+        return pair
+    adapted = with_specialist_lora(pair, specialist_lora, report)
+    adapted.runtime_plan, adapted.runtime_choice = plan, plan.reason
+    return adapted
+
+
+def _load_planned(
+    pairing: Pairing,
+    plan: RuntimePlan,
+    dtype: str | torch.dtype | None,
+    device: str | torch.device | None,
+    report: Progress,
+    edge_only: bool,
+) -> LoadedPair:
+    runtimes = (plan.specialist.runtime,) if edge_only else (plan.specialist.runtime, plan.generalist.runtime)
+    on_torch = "transformers" in runtimes
+    torch_dtype = resolve_dtype(dtype) if on_torch else None
+    target_device = (torch.device(device) if device is not None else default_device()) if on_torch else None
+    key = (pairing.id, pairing.specialist, pairing.generalist, runtimes, torch_dtype, str(target_device), edge_only)
     cached = _cached_pair(key)
     if cached is None:
         with _loading_lock:
             cached = _cached_pair(key)  # another caller may have loaded it while this one waited
             if cached is None:
-                cached = _load_pair_uncached(pairing, chosen, torch_dtype, target_device, report, edge_only)
+                cached = _load_pair_uncached(pairing, runtimes, torch_dtype, target_device, report, edge_only)
                 with _loaded_lock:
                     _loaded[key] = cached
                     while len(_loaded) > _MAX_LOADED_PAIRS:
                         _loaded.popitem(last=False)
-                report(f"ready: {pairing.label} ({cached.runtime}, {cached.precision}): {choice.reason}")
-    pair = cached if specialist_lora is None else with_specialist_lora(cached, specialist_lora, report)
-    pair.runtime_choice = choice.reason  # the latest request's reason (the pair itself is shared)
-    return pair
+    # The latest request's choice and reason (the pair itself is shared).
+    cached.runtime_plan = plan
+    cached.runtime_choice = plan.reason
+    return cached
 
 
 def lora_runtime_choice(requested: str) -> RuntimeChoice:
     """The runtime of a pair whose Specialist carries a LoRA adapter: transformers, or a refusal."""
-    if requested not in RUNTIME_CHOICES:
-        raise ValueError(f"unknown runtime {requested!r}; choose one of {', '.join(RUNTIME_CHOICES)}")
-    if requested == "llama.cpp":
+    if requested in ("auto", "transformers"):
+        return RuntimeChoice("transformers", LORA_RUNTIME_REASON)
+    if requested == "llama.cpp" or parse_split(requested) is not None:
         raise LoraError(LORA_RUNTIME_MESSAGE)
-    return RuntimeChoice("transformers", LORA_RUNTIME_REASON)
+    raise ValueError(f"unknown runtime {requested!r}; choose one of {', '.join(RUNTIME_CHOICES)}")
 
 
 _MAX_ADAPTED_PAIRS = 2  # each holds a merged copy of its Specialist beside the base pair's
@@ -377,8 +442,43 @@ def with_specialist_lora(pair: LoadedPair, lora: SpecialistLora, progress: Progr
 def choose_runtime(
     pairing: Pairing, requested: str = "auto", progress: Progress | None = None, method: str = "specsteer"
 ) -> str:
-    """The runtime a pairing loads on (:func:`runtime_choice` without the reason)."""
-    return runtime_choice(pairing, requested, progress, method).runtime
+    """The runtime a pairing loads on (:func:`runtime_plan` without the reasons): one runtime's name, or
+    "transformers/llama.cpp" for a split (what ``load_pair(runtime=...)`` accepts back)."""
+    return runtime_plan(pairing, requested, progress, method).runtime
+
+
+def runtime_plan(
+    pairing: Pairing, requested: str = "auto", progress: Progress | None = None, method: str = "specsteer"
+) -> RuntimePlan:
+    """Each stream's runtime for ``method``, and why (specsteer.models.runtime_plan).
+
+    ``requested``: a runtime's name or "auto" (:func:`runtime_choice`), or an explicit split "A/B" (the
+    Specialist and its generic copy on A, the Generalist on B). "auto" splits only where this machine's
+    calibration measured both runtimes and the split is estimated cheaper; otherwise it is
+    :func:`runtime_choice`'s one runtime, with its reason (never a split assumed without a measurement).
+    """
+    split = parse_split(requested)
+    if split is not None:
+        if "auto" in split:
+            raise ValueError(f"a split runtime names two runtimes, e.g. transformers/llama.cpp ({requested!r} given)")
+        small, large = (runtime_choice(pairing, part, progress, method) for part in split)
+        return RuntimePlan(small, large)
+    choice = runtime_choice(pairing, requested, progress, method)
+    if requested != "auto" or not choice.calibrated:
+        return RuntimePlan.uniform(choice)
+    from specsteer.models.calibration import saved_calibration
+    from specsteer.models.runtime_plan import plan_streams
+
+    calibration = saved_calibration(pairing.id)
+    plan = plan_streams(calibration, method, RUNTIMES) if calibration is not None else None
+    if plan is None:
+        return RuntimePlan.uniform(choice)
+    if plan.specialist.runtime == "transformers" and choice.runtime != "transformers" and not converted_ready(pairing):
+        (progress or quiet)(
+            "auto runs the Specialist on transformers here (measured faster at reading its private prompt); "
+            "its first load converts the GGUF file once, about a minute"
+        )
+    return plan
 
 
 def runtime_choice(
@@ -429,11 +529,12 @@ def runtime_choice(
     calibration = saved_calibration(pairing.id)
     choice = choose(calibration, method, RUNTIMES) if calibration is not None else None
     if choice is None:
-        return RuntimeChoice(
-            "llama.cpp",
-            "both models are GGUF files and llama.cpp passed its check here "
-            "(no calibration of this pairing on this machine: `python -m specsteer calibrate`)",
+        missing = (
+            "; ".join(calibration.skipped)
+            if calibration is not None and calibration.skipped
+            else "no calibration; run `specsteer calibrate`"
         )
+        return RuntimeChoice("llama.cpp", f"both models are GGUF files and llama.cpp passed its check here ({missing})")
     if choice.runtime == "transformers" and not converted_ready(pairing):
         # The first transformers load converts both GGUF files (about a minute each); say so, once.
         (progress or quiet)(
@@ -459,7 +560,7 @@ def _cached_pair(key: tuple) -> LoadedPair | None:
 
 def _load_pair_uncached(
     pairing: Pairing,
-    runtime: str,
+    runtimes: tuple[str, ...],
     dtype: torch.dtype | None,
     device: torch.device | None,
     progress: Progress,
@@ -474,10 +575,12 @@ def _load_pair_uncached(
         check_tokenizers_match(tokenizer, load_tokenizer(pairing.generalist, progress), pairing.id)
     chat = pair_chat_format(pairing, progress)
     specs = (pairing.specialist,) if edge_only else (pairing.specialist, pairing.generalist)
-    if runtime == "llama.cpp":
-        models = [load_llamacpp(spec, progress) for spec in specs]
-    else:
-        models = [TransformersModel(load_model(spec, dtype, progress, device), spec.name) for spec in specs]
+    models = [
+        load_llamacpp(spec, progress)
+        if runtime == "llama.cpp"
+        else TransformersModel(load_model(spec, dtype, progress, device), spec.name)
+        for spec, runtime in zip(specs, runtimes)
+    ]
     return assemble_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer, chat)
 
 

@@ -61,10 +61,20 @@ def cpu_key() -> str:
 
 
 def default_dtype() -> str:
-    """ "bf16" where bf16 matmuls are fast (CUDA, or a CPU with AVX512-BF16 / AMX), else "fp32"."""
+    """ "bf16" where bf16 matmuls are fast (a GPU of compute capability 8 or more, or a CPU with
+    AVX512-BF16 / AMX), else "fp32"."""
     if torch.cuda.is_available():
-        return "bf16"
+        return cuda_dtype()
     return "bf16" if _cpu_has_fast_bf16() else "fp32"
+
+
+def cuda_dtype() -> str:
+    """The dtype the transformers runtime uses on this CUDA GPU: "bf16" from compute capability 8 (Ampere:
+    A100, A10G, L4, H100, H200 and the ZeroGPU slices) on, where its tensor cores compute it natively; "fp32"
+    on older cards (a T4), where bf16 is emulated and fp16 may overflow. Reads the capability only (no
+    CUDA context is made, which ZeroGPU forbids outside a GPU task)."""
+    major, _minor = torch.cuda.get_device_capability()
+    return "bf16" if major >= 8 else "fp32"
 
 
 def _cpu_has_fast_bf16() -> bool:

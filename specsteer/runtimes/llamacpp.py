@@ -275,6 +275,15 @@ class LlamaCppModel(ModelRuntime):
             found[key.value.decode("utf-8", "replace")] = value.value.decode("utf-8", "replace")
         return found
 
+    def token_texts(self) -> list[str]:
+        """Each id's token as the GGUF's vocabulary spells it (byte-level BPE's "Ġthe", a special token's
+        "<|im_end|>"): what a split plan compares with the transformers tokenizer's ids."""
+        ll = self._ll
+        vocab = ll.llama_model_get_vocab(self._model)
+        return [
+            (ll.llama_vocab_get_text(vocab, index) or b"").decode("utf-8", "replace") for index in range(self._rows)
+        ]
+
     @property
     def precision(self) -> str:
         return _quantization_label(self.description)

@@ -58,12 +58,13 @@ from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, grid_m
 from specsteer.evaluation.run_store import CellResult, RunStore, StoredRun
 from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS, method_label
 from specsteer.method.events import Finished, LinkMessage, TokenEvent
-from specsteer.models.loading import LoadedPair, choose_runtime, load_pair, lora_runtime_choice, with_specialist_lora
+from specsteer.models.loading import LoadedPair, load_pair, lora_runtime_choice, runtime_plan, with_specialist_lora
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status
 from specsteer.models.weights import ModelLoadError
 from specsteer.protocol.exposure import ADMIN_TOKEN_ENV, Exposure, cloud_address
 from specsteer.protocol.link import CloudEndpoint, CloudError, CloudRefused
 from specsteer.protocol.wire import CloudInfo
+from specsteer.runtimes.placement import Placement
 from specsteer.service.limits import VisitorLimits, limits_for, stored_id, text_problem
 from specsteer.service.lora_teaching import LoraTeacher, TeachEvent
 from specsteer.service.stores import (
@@ -314,9 +315,12 @@ class PairingUnavailable(ValueError):
 @dataclass(frozen=True)
 class PairCatalog:
     """The pairings the service may load: the registry's, plus ``test_pairs`` (id -> builder) that
-    tests and the app's test mode add; those run on transformers only."""
+    tests and the app's test mode add; those run on transformers only. ``placement``: where the
+    transformers runtime puts the registry's models (the CPU unless the app found a GPU: ``Placement.detect``);
+    the test pairs stay fp32 on the CPU."""
 
     test_pairs: Mapping[str, Callable[[], LoadedPair]] = field(default_factory=dict)
+    placement: Placement = Placement()
 
     def status(self, pairing_id: str, edge_only: bool = False) -> tuple[bool, str]:
         """(can load here, why or why not); ``edge_only``: only the Specialist is needed (a remote Cloud)."""
@@ -352,13 +356,26 @@ class PairCatalog:
         if pairing is None:
             return "Choose a pairing to see which runtime auto picks."
         reasons: list[str] = []
-        chosen = choose_runtime(pairing, "auto", progress=reasons.append)  # for SpecSteer, the app's method
+        plan = runtime_plan(pairing, "auto", progress=reasons.append)  # for SpecSteer, the app's method
+        chosen = plan.runtime
+        if plan.mixed:
+            return sentence(
+                f"Auto splits the streams here: the Specialist and its generic copy on {plan.specialist.runtime} "
+                f"(one runtime and weights file for both, or their ratio would carry quantization noise), the "
+                f"Generalist on {plan.generalist.runtime}. The Specialist pair {plan.specialist.reason}; the "
+                f"Generalist {plan.generalist.reason}"
+            )
+        if chosen == "transformers" and self.placement.on_gpu:
+            return (
+                f"Auto picks transformers here: it runs the models on {self.placement.describe()}; this app's "
+                "llama.cpp is the CPU build, so it is not used while a GPU is present."
+            )
         measured = _measured_choice(pairing)
         if chosen == "llama.cpp":
             return (
                 "Auto picks llama.cpp here: both models are GGUF files, there is no GPU and llama.cpp works on "
                 "this machine, so it runs the 4-bit files as they are (transformers would run a dequantized "
-                f"copy).{measured}"
+                f"copy).{measured or f' ({plan.reason})'}"
             )
         if reasons:  # llama.cpp was wanted, but is not installed or does not work here
             return sentence(f"Auto picks transformers here: {reasons[0]}")
@@ -380,7 +397,15 @@ class PairCatalog:
         built whole either way: they are tiny)."""
         build = self.test_pairs.get(pairing_id)
         if build is None:
-            return load_pair(pairing_id, progress=progress, runtime=runtime, edge_only=edge_only, method=method)
+            return load_pair(
+                pairing_id,
+                progress=progress,
+                runtime=runtime,
+                edge_only=edge_only,
+                method=method,
+                device=self.placement.device,
+                dtype=self.placement.dtype,
+            )
         if runtime == "llama.cpp":
             raise ModelLoadError("The test pair runs on transformers only; choose auto or transformers.")
         return build()

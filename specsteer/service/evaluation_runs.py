@@ -1,6 +1,6 @@
 """The Dashboard's decisions, GUI-free: the grid form's values as one EvalSpec (data sources, number lists,
 kept uploads), a stored run's summary rows (with the privacy shares of a CoGenesis run), the claim against
-the stronger baseline with bootstrap intervals, and how the run picker names runs."""
+SLM+ and LLM as the run's bootstrap intervals show it, and how the run picker names runs."""
 
 from __future__ import annotations
 
@@ -11,10 +11,11 @@ from pathlib import Path
 from typing import TypeVar
 
 from specsteer.data.datasets import LONGLAMP_TASKS, resolve_data_source, shared_cogenesis_path, shared_data_path
-from specsteer.evaluation import plots
-from specsteer.evaluation.grid import EvalSpec, paired_difference, run_facts, run_prompts, stronger_baseline, summarize
+from specsteer.evaluation.claims import claim_sentences
+from specsteer.evaluation.grid import EvalSpec, run_facts, run_prompts, summarize
 from specsteer.evaluation.run_store import StoredRun
-from specsteer.method.catalog import METHODS, method_label
+from specsteer.evaluation.sweep import SweepReport, config_points, run_record_count, sweep_report
+from specsteer.method.catalog import METHODS
 
 SOURCES = {
     "sample": "Bundled sample (synthetic, 3 records per task)",
@@ -123,25 +124,22 @@ def stored_rows(config: Mapping[str, object], cells: Sequence) -> list[dict]:
 
 
 def claim_notes(cells: Sequence) -> list[str]:
-    """Each SpecSteer setting against the stronger of SLM+ and LLM, record by record on ROUGE-L and
-    ROUGE-1, with 95 % bootstrap intervals (sentences for the status line)."""
-    notes: list[str] = []
-    for metric, name in (("rougeL", "R-L"), ("rouge1", "R-1")):
-        baseline = stronger_baseline(cells, metric)
-        if baseline is None:
-            return notes
-        steered = sorted(
-            {cell.point for cell in cells if cell.point.method == "specsteer"},
-            key=lambda point: (-(point.alpha or 0), point.beta or 0),
-        )
-        for point in steered:
-            difference = paired_difference(cells, point, baseline, metric)
-            if difference is not None:
-                notes.append(
-                    f"{plots.point_label(vars(point))} − {method_label(baseline.method)} (the stronger "
-                    f"baseline) on {name}: {difference.describe()} (95 % bootstrap)."
-                )
-    return notes
+    """Each SpecSteer setting against SLM+ and against LLM, record by record on ROUGE-L, with the run's own
+    95 % bootstrap intervals and what they show (``specsteer.evaluation.claims``), as sentences for the
+    status line: never more than an interval shows."""
+    return claim_sentences(cells)
+
+
+def run_sweep(config: Mapping[str, object], cells: Sequence) -> SweepReport | None:
+    """The α × β view's numbers for a stored run (``specsteer.evaluation.sweep``: the run's grid from its
+    config, only records with every cell), or None when the run has no SpecSteer setting."""
+    try:
+        points, total = config_points(config), run_record_count(config)
+    except (TypeError, ValueError, KeyError):  # a config this version cannot read: the points the cells have
+        points, total = list(dict.fromkeys(cell.point for cell in cells)), None
+    if not any(point.method == "specsteer" for point in points):
+        return None
+    return sweep_report(cells, points, records_total=total)
 
 
 def run_label(run: StoredRun) -> str:

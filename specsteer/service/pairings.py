@@ -13,6 +13,7 @@ from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS
 from specsteer.models.tiny import CROSS_PAIRING_ID as TINY_CROSS_PAIRING_ID
 from specsteer.models.tiny import TEST_PAIRING_ID as TINY_PAIRING_ID
 from specsteer.models.tiny import shared_tiny_pair
+from specsteer.runtimes.placement import Placement
 from specsteer.service.app_service import PairCatalog
 
 TEST_PAIR_ENV = "SPECSTEER_TEST_PAIR"
@@ -22,12 +23,15 @@ def test_pair_enabled() -> bool:
     return os.environ.get(TEST_PAIR_ENV, "").strip().lower() == "tiny"
 
 
-def catalog() -> PairCatalog:
-    """The pairings this app may load: the registry's, and the tiny pairs in test mode."""
+def catalog(placement: Placement | None = None) -> PairCatalog:
+    """The pairings this app may load: the registry's, and the tiny pairs in test mode; ``placement``: where
+    the transformers runtime puts the registry's models (default: the CPU)."""
+    placement = placement or Placement()
     if not test_pair_enabled():
-        return PairCatalog()
+        return PairCatalog(placement=placement)
     return PairCatalog(
-        {TINY_PAIRING_ID: shared_tiny_pair, TINY_CROSS_PAIRING_ID: partial(shared_tiny_pair, TINY_CROSS_PAIRING_ID)}
+        {TINY_PAIRING_ID: shared_tiny_pair, TINY_CROSS_PAIRING_ID: partial(shared_tiny_pair, TINY_CROSS_PAIRING_ID)},
+        placement,
     )
 
 

@@ -170,5 +170,6 @@ def test_an_evaluation_run_reports_private_facts_per_method_and_the_dashboard_re
         stored = {row["method"]: row for row in evaluation_runs.stored_rows(run.config, storage.run_cells(run.id))}
         notes = evaluation_runs.claim_notes(storage.run_cells(run.id))
     assert stored["llm+"]["facts_sent"] == 1.0 and stored["specsteer"]["facts_sent"] == rows["specsteer"]["facts_sent"]
-    # LLM is the only baseline in this run, so it is the stronger one: one note per metric.
-    assert len(notes) == 2 and all("− LLM (the stronger baseline)" in note and "/2 better" in note for note in notes)
+    # LLM is the only baseline in this run: a count line, then the one setting against it with its interval.
+    assert len(notes) == 2 and notes[0].startswith("SpecSteer − LLM on R-L")
+    assert notes[1].startswith("SpecSteer α=0.1 β=1 − LLM: R-L ") and "/2 better, 95 % bootstrap)" in notes[1]

@@ -21,6 +21,8 @@ from specsteer.engine.generate import Request, chat_ids, prepare
 from specsteer.engine.settings import GenerationSettings, SettingsError
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress
 from specsteer.method.catalog import METHOD_INFO
+from specsteer.models.calibration import RuntimeChoice
+from specsteer.models.runtime_plan import RuntimePlan
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
 from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.wire import PROTOCOL_VERSION
@@ -353,14 +355,15 @@ def test_the_runtime_note_says_what_auto_picks_and_why(monkeypatch):
     assert catalog.runtime_note("qwen3-0.6b__qwen3-32b") == (
         "Auto picks transformers: these models are not GGUF files, and llama.cpp reads only those."
     )
-    monkeypatch.setattr(service_module, "choose_runtime", lambda pairing, requested, progress: "llama.cpp")
+    llama = RuntimePlan.uniform(RuntimeChoice("llama.cpp", "no calibration; run `specsteer calibrate`"))
+    monkeypatch.setattr(service_module, "runtime_plan", lambda pairing, requested, progress: llama)
     assert catalog.runtime_note("offline-qwen2.5-coder").startswith("Auto picks llama.cpp here: both models are GGUF")
 
     def missing(pairing, requested, progress):
         progress("llama-cpp-python is not installed.")
-        return "transformers"
+        return RuntimePlan.uniform(RuntimeChoice("transformers", "llama-cpp-python is not installed."))
 
-    monkeypatch.setattr(service_module, "choose_runtime", missing)
+    monkeypatch.setattr(service_module, "runtime_plan", missing)
     assert catalog.runtime_note("offline-qwen2.5-coder") == (
         "Auto picks transformers here: llama-cpp-python is not installed."
     )

@@ -1,0 +1,211 @@
+"""Which runtime runs each stream of a pairing: the Specialist pair on one, the Generalist on one, and why.
+
+A generation has three model streams: the Edge's Specialist reading the private prompt, the Cloud's generic
+copy of the Specialist reading the task alone, and the Cloud's Generalist. On a CPU with AMX or AVX512-BF16
+torch's bf16 kernels read prompts several times faster than llama.cpp's 4-bit ones, while llama.cpp's
+4-bit steps are faster (specsteer.models.calibration), and the streams do not need the same thing: the
+Specialist's long private prompt decides the first visible token, the Generalist's steps and verification
+passes decide the throughput. So a pairing may run on two runtimes.
+
+**The Specialist and its generic copy never run apart.** SpecSteer's ratio test divides the Specialist's
+probability with the history by the generic copy's without it (p_S+(y) / p_S0(y)): that ratio is meant to
+carry the history's effect alone. With one stream on bf16 transformers weights and the other on the 4-bit
+GGUF, the ratio would also carry the quantization difference between two weight files -- noise of the
+same order as the effect, in every token. So the plan has one choice for the *Specialist pair* (both
+streams, one runtime, one weights file) and one for the *Generalist*, whose probabilities are compared
+only with the steered mixture it verifies, whatever computes it.
+
+The cost of a plan (runtime a for the Specialist pair, b for the Generalist), from the measured costs of
+each model on each runtime, for the calibration's reference request (825-token private prompt, 180-token
+task, 128 new tokens), is
+
+    cost(a, b) = first_visible(a, b) + end_to_end(a, b)
+
+* ``first_visible``: when the first token is on screen. A speculative method shows its first pending draft
+  once the Specialist has read the private prompt and taken one step; a single-model method its first
+  token after its model's prompt and a step; token-level steering needs all three streams' prompts and a
+  step of each.
+* ``end_to_end``: every prompt the method's streams read, then its decoding, per token (the DESIGN §6 bound
+  with the Specialist's steps on a and the Generalist's verification passes on b for speculative methods;
+  two Specialist steps and a Generalist step per token for token-level steering) --
+  :func:`specsteer.models.calibration.estimate` on the mixed timings.
+
+Counting both is what the user waits for: the first token, and the answer. A method that uses one model
+leaves the other stream where its own runs (one runtime, nothing gained by mixing). The plan with the fewest
+estimated seconds is taken; on a tie, one runtime. The estimate is the calibration's (a reference request,
+an assumed acceptance), so a choice by a few percent is a choice by the model's numbers, and its reason
+states them. Without a measurement of both runtimes nothing is chosen here (:func:`plan_streams` returns
+None) and the caller keeps its single-runtime choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import product
+
+from specsteer.method.catalog import method_info
+from specsteer.models.calibration import (
+    PLAIN_PROMPT_TOKENS,
+    PRIVATE_PROMPT_TOKENS,
+    Calibration,
+    ModelTiming,
+    RuntimeChoice,
+    RuntimeTiming,
+    estimate,
+)
+
+SPECIALIST_PAIR = "Specialist and its generic copy"
+
+
+@dataclass(frozen=True)
+class RuntimePlan:
+    """The runtime of each stream: ``specialist`` runs the Specialist and its generic copy (always together:
+    the ratio test), ``generalist`` the Generalist. Each choice carries its reason in words."""
+
+    specialist: RuntimeChoice
+    generalist: RuntimeChoice
+
+    @classmethod
+    def uniform(cls, choice: RuntimeChoice) -> RuntimePlan:
+        return cls(choice, choice)
+
+    @property
+    def mixed(self) -> bool:
+        return self.specialist.runtime != self.generalist.runtime
+
+    @property
+    def runtime(self) -> str:
+        """One runtime's name, or "Specialist pair's/Generalist's" ("transformers/llama.cpp") when split:
+        the spelling ``--runtime`` accepts for an explicit split."""
+        return self.specialist.runtime if not self.mixed else f"{self.specialist.runtime}/{self.generalist.runtime}"
+
+    @property
+    def reason(self) -> str:
+        if not self.mixed and self.specialist.reason == self.generalist.reason:
+            return self.specialist.reason
+        return (
+            f"{SPECIALIST_PAIR} on {self.specialist.runtime}: {self.specialist.reason}; "
+            f"the Generalist on {self.generalist.runtime}: {self.generalist.reason}"
+        )
+
+    def to_dict(self) -> dict[str, dict[str, str]]:
+        return {
+            "specialist_pair": {"runtime": self.specialist.runtime, "reason": self.specialist.reason},
+            "generalist": {"runtime": self.generalist.runtime, "reason": self.generalist.reason},
+        }
+
+
+def parse_split(requested: str) -> tuple[str, str] | None:
+    """ "transformers/llama.cpp" -> ("transformers", "llama.cpp"): an explicit split (the Specialist pair's
+    runtime, then the Generalist's); None for a single runtime's name."""
+    if "/" not in requested:
+        return None
+    small, _, large = requested.partition("/")
+    return small.strip(), large.strip()
+
+
+@dataclass(frozen=True)
+class PlanCost:
+    """The estimate of one plan for one method (seconds of the reference request)."""
+
+    specialist: str
+    generalist: str
+    first_visible_s: float
+    end_to_end_s: float
+
+    @property
+    def total(self) -> float:
+        return self.first_visible_s + self.end_to_end_s
+
+    @property
+    def mixed(self) -> bool:
+        return self.specialist != self.generalist
+
+
+def first_visible_s(small: ModelTiming, large: ModelTiming, method: str) -> float:
+    """Seconds until the first token is on screen, for the reference request (see the module's text)."""
+    info = method_info(method)
+    if info.models == "specialist":
+        prompt = PRIVATE_PROMPT_TOKENS if info.reads_history else PLAIN_PROMPT_TOKENS
+        return small.prompt_s(prompt) + small.step_s
+    if info.models == "generalist":
+        prompt = PRIVATE_PROMPT_TOKENS if info.reads_history else PLAIN_PROMPT_TOKENS
+        return large.prompt_s(prompt) + large.step_s
+    private = small.prompt_s(PRIVATE_PROMPT_TOKENS) + small.step_s
+    if info.speculative:
+        return private  # the first pending draft
+    return (
+        private
+        + small.prompt_s(PLAIN_PROMPT_TOKENS)
+        + large.prompt_s(PLAIN_PROMPT_TOKENS)
+        + small.step_s
+        + large.step_s
+    )
+
+
+def plan_cost(small: RuntimeTiming, large: RuntimeTiming, method: str) -> PlanCost:
+    """The cost of running the Specialist pair as ``small`` measured it and the Generalist as ``large`` did."""
+    mixed = RuntimeTiming(f"{small.runtime}/{large.runtime}", "", small.specialist, large.generalist)
+    return PlanCost(
+        small.runtime,
+        large.runtime,
+        first_visible_s(small.specialist, large.generalist, method),
+        estimate(mixed, method),
+    )
+
+
+def plan_costs(calibration: Calibration, method: str, usable: tuple[str, ...]) -> list[PlanCost]:
+    """Every plan over the measured runtimes among ``usable``, cheapest first (ties: single runtime first)."""
+    measured = [timing for timing in calibration.timings if timing.runtime in usable]
+    info = method_info(method)
+    costs = []
+    for small, large in product(measured, repeat=2):
+        cost = plan_cost(small, large, method)
+        # A method of one model gains nothing from the other stream's runtime: it stays beside the used one.
+        if cost.mixed and info.models != "both":
+            continue
+        costs.append(cost)
+    return sorted(costs, key=lambda cost: (cost.total, cost.mixed))
+
+
+def plan_streams(calibration: Calibration, method: str, usable: tuple[str, ...]) -> RuntimePlan | None:
+    """The plan with the fewest estimated seconds (first visible + end to end) for ``method``; None when fewer
+    than two runtimes were measured (nothing to choose between: the caller's single-runtime choice stands)."""
+    costs = plan_costs(calibration, method, usable)
+    if len({cost.specialist for cost in costs}) < 2:
+        return None
+    best = costs[0]
+    others = ", ".join(
+        f"{_label(cost)} {cost.first_visible_s:.1f} + {cost.end_to_end_s:.1f} s" for cost in costs if cost is not best
+    )
+    estimate_text = (
+        f"estimated for {method} from this machine's measured costs: first visible + end to end "
+        f"{best.first_visible_s:.1f} + {best.end_to_end_s:.1f} s, against {others}"
+    )
+    if not best.mixed:
+        return RuntimePlan.uniform(RuntimeChoice(best.specialist, f"{best.specialist} is {estimate_text}", True))
+    small = calibration.timing(best.specialist)
+    large = calibration.timing(best.generalist)
+    assert small is not None and large is not None
+    slow_small = calibration.timing(best.generalist)
+    slow_large = calibration.timing(best.specialist)
+    assert slow_small is not None and slow_large is not None
+    return RuntimePlan(
+        RuntimeChoice(
+            best.specialist,
+            f"reads the {PRIVATE_PROMPT_TOKENS}-token private prompt at {small.specialist.prompt_tok_s:.0f} tok/s "
+            f"against {slow_small.specialist.prompt_tok_s:.0f} on {best.generalist}; the split plan is {estimate_text}",
+            True,
+        ),
+        RuntimeChoice(
+            best.generalist,
+            f"verifies {large.generalist.verify_s * 1000:.0f} ms a pass, steps {large.generalist.step_s * 1000:.0f} "
+            f"ms, against {slow_large.generalist.verify_s * 1000:.0f} / {slow_large.generalist.step_s * 1000:.0f} "
+            f"ms on {best.specialist}",
+            True,
+        ),
+    )
+
+
+def _label(cost: PlanCost) -> str:
+    return cost.specialist if not cost.mixed else f"{cost.specialist}/{cost.generalist}"

@@ -1,0 +1,231 @@
+"""The per-stream runtime plan: the chooser as a pure function of measured costs, ``auto`` reading the saved
+calibration, a split pair of tiny models that generates, and the refusal of token ids that disagree."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import require_llamacpp
+from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.method.catalog import METHODS, method_info
+from specsteer.models import calibration as cal
+from specsteer.models import loading
+from specsteer.models.calibration import RuntimeChoice
+from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS
+from specsteer.models.runtime_plan import RuntimePlan, plan_costs, plan_streams
+from specsteer.models.tiny import tiny_pair, tiny_tokenizer, write_tiny_gguf
+from specsteer.runtimes import llamacpp
+from specsteer.runtimes import llamacpp_probe as probe
+from specsteer.runtimes.base import RUNTIMES, TransformersModel
+
+USABLE = tuple(RUNTIMES)
+
+
+def _timing(runtime: str, small: tuple[float, float, float], large: tuple[float, float, float]) -> cal.RuntimeTiming:
+    """Each model's (prompt tok/s, step s, 5-token pass s) on one runtime."""
+    return cal.RuntimeTiming(runtime, "x", cal.ModelTiming("small", *small), cal.ModelTiming("large", *large))
+
+
+def _calibration(*timings: cal.RuntimeTiming) -> cal.Calibration:
+    return cal.Calibration("k", "cpu", DEFAULT_PAIRING, timings, (), 10.0)
+
+
+# A CPU with AMX (issue 25's shape, made plainer): bf16 reads prompts 8x faster, 4-bit steps faster,
+# the Generalist's most (its steps and passes decide the throughput; the Specialist's prompt the first token).
+FAST_READ = ((1600.0, 0.05, 0.06), (640.0, 0.2, 0.25))
+FAST_STEP = ((200.0, 0.04, 0.06), (80.0, 0.06, 0.09))
+PROMPT_HEAVY = _calibration(_timing("llama.cpp", *FAST_STEP), _timing("transformers", *FAST_READ))
+# The reverse: llama.cpp reads prompts faster, transformers steps and verifies faster.
+DECODE_HEAVY_REVERSED = _calibration(_timing("llama.cpp", *FAST_READ), _timing("transformers", *FAST_STEP))
+# Prompts cheap on both, decoding much cheaper on llama.cpp: nothing to gain from a split.
+DECODE_BOUND = _calibration(
+    _timing("llama.cpp", (4000.0, 0.02, 0.03), (2000.0, 0.05, 0.07)),
+    _timing("transformers", (5000.0, 0.05, 0.06), (2600.0, 0.2, 0.3)),
+)
+
+
+def test_prompt_heavy_costs_put_the_specialist_pair_on_transformers_and_the_generalist_on_llamacpp():
+    plan = plan_streams(PROMPT_HEAVY, "specsteer", USABLE)
+    assert plan is not None and plan.mixed
+    assert (plan.specialist.runtime, plan.generalist.runtime) == ("transformers", "llama.cpp")
+    assert plan.runtime == "transformers/llama.cpp"
+    # The reason states the measured prompt speeds and the estimates of the plans it beat.
+    assert "1600 tok/s" in plan.specialist.reason and "against 200" in plan.specialist.reason
+    assert "llama.cpp " in plan.specialist.reason and "transformers " in plan.specialist.reason
+    assert "verifies" in plan.generalist.reason
+    assert "Specialist and its generic copy on transformers" in plan.reason
+    # The split is the cheapest of the four plans, first visible token and end to end both counted.
+    costs = plan_costs(PROMPT_HEAVY, "specsteer", USABLE)
+    assert (costs[0].specialist, costs[0].generalist) == ("transformers", "llama.cpp")
+    split = costs[0]
+    fixed = {cost.specialist: cost for cost in costs if not cost.mixed}
+    assert split.first_visible_s == pytest.approx(fixed["transformers"].first_visible_s)  # the Specialist's prompt
+    assert split.first_visible_s < fixed["llama.cpp"].first_visible_s
+    assert split.end_to_end_s < min(cost.end_to_end_s for cost in fixed.values())
+
+
+def test_the_reverse_costs_give_the_reverse_split():
+    plan = plan_streams(DECODE_HEAVY_REVERSED, "specsteer", USABLE)
+    assert plan is not None and (plan.specialist.runtime, plan.generalist.runtime) == ("llama.cpp", "transformers")
+
+
+def test_decode_bound_costs_keep_one_runtime():
+    plan = plan_streams(DECODE_BOUND, "specsteer", USABLE)
+    assert plan is not None and not plan.mixed and plan.runtime == "llama.cpp"
+    assert "first visible + end to end" in plan.reason
+
+
+def test_a_method_of_one_model_is_never_split_and_follows_its_model():
+    for method in METHODS:
+        plan = plan_streams(PROMPT_HEAVY, method, USABLE)
+        assert plan is not None
+        if method_info(method).models != "both":
+            assert not plan.mixed, method
+    # slm+ reads the private prompt: the faster reader; llm decodes from a short prompt: the faster stepper.
+    assert plan_streams(PROMPT_HEAVY, "slm+", USABLE).runtime == "transformers"
+    assert plan_streams(PROMPT_HEAVY, "llm", USABLE).runtime == "llama.cpp"
+
+
+def test_missing_measurements_choose_nothing():
+    one = _calibration(PROMPT_HEAVY.timings[0])
+    assert plan_streams(one, "specsteer", USABLE) is None
+    assert plan_streams(_calibration(), "specsteer", USABLE) is None
+    assert plan_streams(PROMPT_HEAVY, "specsteer", ("llama.cpp",)) is None  # transformers unusable here
+
+
+def test_a_tie_keeps_one_runtime():
+    same = _calibration(_timing("llama.cpp", *FAST_STEP), _timing("transformers", *FAST_STEP))
+    plan = plan_streams(same, "specsteer", USABLE)
+    assert plan is not None and not plan.mixed
+
+
+def test_the_specialist_pair_is_one_choice():
+    """The plan has no separate choice for the generic copy: the Specialist and its copy share a runtime."""
+    plan = RuntimePlan(RuntimeChoice("transformers", "a"), RuntimeChoice("llama.cpp", "b"))
+    assert set(plan.to_dict()) == {"specialist_pair", "generalist"}
+    pair = tiny_pair()
+    streams = pair.stream_runtimes()
+    assert streams["specialist+"] == streams["specialist0"] == "transformers fp32"
+
+
+# --------------------------------------------------------------------------- auto, from the saved calibration
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path))
+    monkeypatch.delenv(probe.ENV_FORCE, raising=False)
+    monkeypatch.setattr(llamacpp, "status", lambda models=(): (True, "llama-cpp-python (test)"))
+    monkeypatch.setattr(loading, "converted_ready", lambda pairing: True)
+    monkeypatch.setattr("torch.cuda.is_available", lambda: False)
+    yield tmp_path
+
+
+def _save(calibration: cal.Calibration) -> None:
+    target = cal.calibration_path(DEFAULT_PAIRING)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(calibration.to_json())
+
+
+def test_without_calibration_auto_keeps_one_runtime_and_says_so(cache):
+    pairing = PAIRINGS[DEFAULT_PAIRING]
+    plan = loading.runtime_plan(pairing, method="specsteer")
+    assert not plan.mixed and plan.runtime == "llama.cpp"
+    assert "no calibration; run `specsteer calibrate`" in plan.reason
+    # A calibration that timed nothing (a CPU without fast bf16) says why instead.
+    _save(cal.Calibration("k", "cpu", DEFAULT_PAIRING, (), ("nothing timed: no fast bf16",), 0.1))
+    plan = loading.runtime_plan(pairing, method="specsteer")
+    assert plan.runtime == "llama.cpp" and "nothing timed: no fast bf16" in plan.reason
+
+
+def test_auto_splits_where_the_calibration_measured_it(cache):
+    pairing = PAIRINGS[DEFAULT_PAIRING]
+    _save(PROMPT_HEAVY)
+    plan = loading.runtime_plan(pairing, method="specsteer")
+    assert plan.runtime == "transformers/llama.cpp"
+    assert loading.choose_runtime(pairing, method="specsteer") == "transformers/llama.cpp"
+    assert loading.runtime_plan(pairing, method="llm").runtime == "llama.cpp"
+    # Asked for by name: honoured as asked, a split included.
+    assert loading.runtime_plan(pairing, "llama.cpp", method="specsteer").runtime == "llama.cpp"
+    asked = loading.runtime_plan(pairing, "llama.cpp/transformers", method="specsteer")
+    assert (asked.specialist.runtime, asked.generalist.runtime) == ("llama.cpp", "transformers")
+    with pytest.raises(ValueError, match="two runtimes"):
+        loading.runtime_plan(pairing, "auto/llama.cpp")
+
+
+def test_a_refused_split_falls_back_to_one_runtime(cache, monkeypatch):
+    """auto's split whose token ids disagree loads on one runtime, saying why; a split asked for is refused."""
+    split = RuntimePlan(RuntimeChoice("transformers", "reads faster"), RuntimeChoice("llama.cpp", "steps faster"))
+    monkeypatch.setattr(loading, "runtime_plan", lambda *args, **kwargs: split)
+    monkeypatch.setattr(loading, "runtime_choice", lambda *args, **kwargs: RuntimeChoice("llama.cpp", "today's"))
+    loaded: list[tuple[str, ...]] = []
+
+    def fake_load(pairing, runtimes, *args, **kwargs):
+        loaded.append(runtimes)
+        if len(set(runtimes)) > 1:
+            raise loading.SplitVocabularyError("ids disagree")
+        return tiny_pair()
+
+    monkeypatch.setattr(loading, "_load_pair_uncached", fake_load)
+    loading.clear_loaded_pairs()
+    said: list[str] = []
+    pair = loading.load_pair(DEFAULT_PAIRING, runtime="auto", progress=said.append)
+    assert loaded == [("transformers", "llama.cpp"), ("llama.cpp", "llama.cpp")]
+    assert pair.runtime_plan is not None and not pair.runtime_plan.mixed
+    assert "a split was refused: ids disagree" in pair.runtime_choice
+    assert any("running both models on llama.cpp instead" in line for line in said)
+    with pytest.raises(loading.SplitVocabularyError):
+        loading.load_pair(DEFAULT_PAIRING, runtime="transformers/llama.cpp")
+    loading.clear_loaded_pairs()
+
+
+# --------------------------------------------------------------------------- a split pair of tiny models
+
+
+@pytest.fixture(scope="module")
+def gguf_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("gguf")
+
+
+def _split_pair(gguf_dir):
+    require_llamacpp()
+    from specsteer.runtimes.llamacpp import LlamaCppModel
+
+    specialist = TransformersModel(write_tiny_gguf(gguf_dir / "small.gguf", 8), "tiny-8")
+    write_tiny_gguf(gguf_dir / "large.gguf", 9)
+    generalist = LlamaCppModel(gguf_dir / "large.gguf", name="tiny-9", threads=1)
+    return loading.assemble_pair("split", specialist, generalist, tiny_tokenizer()), generalist
+
+
+def test_a_split_pair_generates_and_its_stats_name_both_runtimes(gguf_dir):
+    pair, _ = _split_pair(gguf_dir)
+    assert pair.runtime == "transformers/llama.cpp" and pair.precision == "fp32 / F32"
+    ids = tiny_tokenizer().encode("Rivers carry water to the sea.")
+    config = DecodeConfig(method="specsteer", alpha=0.3, max_new_tokens=24)
+    _, finished = collect(generate_ids(pair, ids, ids, config))
+    stats = finished.stats
+    assert finished.token_ids and stats.rounds >= 1 and stats.runtime == "transformers/llama.cpp"
+    assert stats.stream_runtimes == {
+        "specialist+": "transformers fp32",
+        "specialist0": "transformers fp32",
+        "generalist": "llama.cpp F32",
+    }
+    assert stats.to_dict()["stream_runtimes"]["generalist"] == "llama.cpp F32"  # what --json prints
+    # The same weights on llama.cpp alone (the same end ids: the GGUF's) give the same tokens: the two
+    # runtimes agree within 0.007 on these weights (tests/runtimes/test_runtime.py).
+    from specsteer.runtimes.llamacpp import LlamaCppModel
+
+    one = [LlamaCppModel(gguf_dir / f"{name}.gguf", threads=1) for name in ("small", "large")]
+    uniform = loading.assemble_pair("one", one[0], one[1], tiny_tokenizer())
+    assert uniform.runtime == "llama.cpp"
+    assert collect(generate_ids(uniform, ids, ids, config))[1].token_ids == finished.token_ids
+
+
+def test_a_split_whose_token_ids_disagree_is_refused(gguf_dir, monkeypatch):
+    pair, generalist = _split_pair(gguf_dir)
+    texts = generalist.token_texts()
+    assert texts[: len(tiny_tokenizer())] == tiny_tokenizer().convert_ids_to_tokens(list(range(len(tiny_tokenizer()))))
+    swapped = [texts[1], texts[0], *texts[2:]]
+    monkeypatch.setattr(generalist, "token_texts", lambda: swapped)
+    with pytest.raises(loading.SplitVocabularyError, match="disagree on 2 of 259 ids"):
+        loading.assemble_pair("split", pair.specialist, generalist, tiny_tokenizer())

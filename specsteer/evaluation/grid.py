@@ -72,6 +72,7 @@ from specsteer.engine.generate import DecodeConfig, Prepared, Request, collect, 
 from specsteer.evaluation.metrics import ROUGE_KEYS, corpus_rouge, rouge_scores
 from specsteer.evaluation.run_store import CellResult, GridPoint, RunStatus, RunStore, cell_key
 from specsteer.method.catalog import BASELINES, METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
+from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU, P3Params
 from specsteer.models.registry import DEFAULT_PAIRING
 from specsteer.runtimes.base import dtype_label
 from specsteer.util.jsonable import to_jsonable
@@ -146,6 +147,8 @@ class EvalSpec:
     noise: int = 0
     prompt_style: str = DEFAULT_PROMPT_STYLE  # "paper" (Table 13) or "clean" (no field labels to copy)
     private_guard: int = 0  # the private-span guard's n for the methods whose Edge sends tokens; 0 = off
+    p3_draft_len: int = DEFAULT_DRAFT_LEN  # P³'s Cloud draft length (method p3; specsteer.method.p3)
+    p3_tau: float = DEFAULT_TAU  # P³'s threshold
     run_name: str | None = None  # None: a new run named after the task and the time
 
     def points(self) -> list[GridPoint]:
@@ -189,6 +192,7 @@ def decode_config(point: GridPoint, spec: EvalSpec) -> DecodeConfig:
         draft_len=spec.draft_len,
         max_new_tokens=spec.max_new_tokens,
         private_guard=spec.private_guard,
+        p3=P3Params(spec.p3_draft_len, spec.p3_tau),
     )
 
 
@@ -327,6 +331,8 @@ def run_config(spec: EvalSpec, pairing_id: str, runtime: str, dtype: str | None,
     del config["run_name"]
     if not spec.private_guard:
         del config["private_guard"]  # so that runs stored before the guard existed still resume
+    if (spec.p3_draft_len, spec.p3_tau) == (DEFAULT_DRAFT_LEN, DEFAULT_TAU):
+        del config["p3_draft_len"], config["p3_tau"]  # likewise for runs stored before P³
     config.update(
         data=str(Path(spec.data).resolve()), pairing=pairing_id, runtime=runtime, dtype=dtype, cells_total=cells_total
     )

@@ -541,4 +541,9 @@ def format_stats(finished: Finished) -> str:
         f"rounds {s.rounds}, acceptance {acceptance} ({s.accepted}/{s.drafted}), "
         f"uplink {s.uplink_bytes} B, downlink {s.downlink_bytes} B, stop: {s.stop_reason}, "
         f"runtime {s.runtime} ({s.precision})"
+        + (
+            f", chosen on the device {s.device_chosen}/{s.new_tokens} ({s.device_share:.0%})"
+            if s.device_share is not None
+            else ""
+        )
     )

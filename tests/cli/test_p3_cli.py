@@ -53,3 +53,9 @@ def test_generate_p3_json_shows_tokens_rounds_and_the_transcript(capsys):
 def test_out_of_range_p3_settings_exit_2(capsys):
     code, _, err = _generate(capsys, "--p3-tau", "1.5")
     assert code == 2 and "tau" in err
+
+
+def test_the_terminal_stats_line_names_the_share_chosen_on_the_device(capsys):
+    code, out, _ = _generate(capsys, "--no-color", "--p3-draft-len", "3", "--p3-tau", "0.01")
+    assert code == 0
+    assert "[p3] 12 tokens" in out and "chosen on the device " in out and "/12 (" in out

@@ -59,3 +59,21 @@ def test_the_terminal_stats_line_names_the_share_chosen_on_the_device(capsys):
     code, out, _ = _generate(capsys, "--no-color", "--p3-draft-len", "3", "--p3-tau", "0.01")
     assert code == 0
     assert "[p3] 12 tokens" in out and "chosen on the device " in out and "/12 (" in out
+
+
+def test_evaluate_and_bench_take_p3s_settings():
+    from specsteer.cli import evaluate
+    from specsteer.evaluation.bench import bench_cases
+    from specsteer.evaluation.grid import GridPoint, decode_config, run_config
+    from specsteer.method.p3 import P3Params
+
+    data = ["--data", str(SAMPLE.parent / "longlamp_sample_review.jsonl"), "--task", "review"]
+    args = evaluate.build_parser().parse_args([*data, "--methods", "p3", "--p3-draft-len", "4"])
+    args.p3_tau = 0.2
+    spec = evaluate.spec_from_args(args)
+    assert decode_config(GridPoint("p3", None, None), spec).p3 == P3Params(4, 0.2)
+    assert run_config(spec, "tiny-test", "transformers", None, 1)["p3_tau"] == 0.2
+    default = evaluate.spec_from_args(evaluate.build_parser().parse_args(data))
+    assert "p3_tau" not in run_config(default, "tiny-test", "transformers", None, 1)  # older runs still resume
+    (case,) = bench_cases(["p3"], [0.1], ["4"], 8, P3Params(2, 0.5))
+    assert case.config.p3 == P3Params(2, 0.5)

@@ -665,8 +665,8 @@ def _p3(
             output.sent.extend(block_text)  # sent now (an answer that never comes does not unsend it)
             drafts = list(link.cloud_drafts(Draft(session=link.session, append=tuple(block), draft=())).ids)
             drafts = drafts[: output.remaining]
-            if not drafts:
-                raise CloudRefused("The Cloud answered a P³ round with no drafts.", "malformed")
+            if not drafts or max(drafts) >= vocab_size:
+                raise CloudRefused("The Cloud answered a P³ round with no drafts or an unknown token id.", "malformed")
             for position in range(len(drafts)):
                 yield output.pending(drafts[: position + 1], round_)
             decision = edge.check(drafts)

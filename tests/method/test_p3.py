@@ -205,3 +205,13 @@ def test_a_cross_tokenizer_pairing_is_refused():
     assert cross is not None
     problem = cross_tokenizer_problem(cross, DecodeConfig(method="p3"))
     assert problem is not None and "P³ is not available on a cross-tokenizer pairing" in problem
+
+
+def test_drafts_a_cloud_should_not_send_end_the_generation_with_a_clear_error(pair, prompts, monkeypatch):
+    from specsteer.protocol.link import CloudRefused, Link
+    from specsteer.protocol.wire import Tokens
+
+    plain, private = prompts
+    monkeypatch.setattr(Link, "cloud_drafts", lambda self, draft: Tokens((pair.vocab_size + 5,)))
+    with pytest.raises(CloudRefused, match="unknown token id"):
+        collect(generate_ids(pair, plain, private, DecodeConfig(method="p3", max_new_tokens=4)))

@@ -85,9 +85,11 @@ def log_ratios(rows: torch.Tensor, drafts: list[int]) -> torch.Tensor:
     """``log p(y_i) - log max_v p(v)`` at each draft: rows ``[m, V]`` (row i scores draft i), ``[m]``.
 
     At temperature 1 the normaliser cancels, so this is ``z_i[y_i] - max_v z_i[v]`` (<= 0)."""
+    import torch  # here: this module is read by the light settings at import
+
     if not drafts:
         return rows.new_zeros(0)
-    index = rows.new_tensor(drafts).long()[:, None]  # [m, 1]
+    index = torch.tensor(drafts, dtype=torch.long, device=rows.device)[:, None]  # [m, 1]
     return rows.gather(-1, index)[:, 0] - rows.max(-1).values  # [m]
 
 

@@ -33,6 +33,7 @@ from ui.generate_handlers import (
     cloud_widget,
     history_summary,
 )
+from ui.p3_settings import p3_widgets
 from ui.uploads import gradio_uploads
 from ui.wiring import QUIET, GenerateControls, wire_run
 
@@ -157,6 +158,7 @@ def build(service: AppService) -> GenerateControls:
                         label="Adaptive draft length",
                         info="Each round drafts the k (at most the slider's) that the measured speed favours",
                     )
+                p3 = p3_widgets(DEFAULTS)
                 address, address_problem = environment_cloud()
                 with gr.Row(equal_height=False, elem_classes="ss-bottom-row"):
                     cloud = cloud_widget(service.exposure, address)
@@ -242,6 +244,7 @@ def build(service: AppService) -> GenerateControls:
         "exact": exact,
         "prompt_style": prompt_style,
         "private_guard": private_guard,
+        **p3,
         "cloud": cloud,
         "rtt_ms": rtt_ms,
         "uplink_kbps": uplink_kbps,

@@ -36,9 +36,11 @@ KIND_LABELS = {
     "pending": "pending draft",
 }
 KIND_EXPLANATIONS = {
-    "accepted": "proposed by the on-device Specialist and accepted by the cloud",
-    "rejected": "proposed by the Specialist, refused by the cloud (not part of the output)",
-    "recovered": "chosen on the device from the steered logits after a rejection",
+    "accepted": "proposed by the on-device Specialist and accepted by the cloud (P³: the cloud's draft, kept by "
+    "the device)",
+    "rejected": "proposed by the Specialist, refused by the cloud, not part of the output (P³: a cloud draft the "
+    "device refused)",
+    "recovered": "chosen on the device from the steered logits after a rejection (P³: the device's correction)",
     "bonus": "extra steered token after a fully accepted round",
     "plain": "token of a method without drafting",
     "pending": "drafted on the device and shown at once; recoloured when the cloud's verdict arrives",

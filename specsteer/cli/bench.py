@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specsteer.cli.generate import add_lora_argument, specialist_lora_arg
+from specsteer.cli.generate import add_lora_argument, p3_arguments, p3_params, specialist_lora_arg
 from specsteer.engine.generate import DecodeConfig
 from specsteer.evaluation.bench import (
     DEFAULT_METHODS,
@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
         "'auto:N' (adapts k up to N), each with '@C' to stop drafting after a draft of probability < C "
         "(e.g. 12@0.4)",
     )
+    p3_arguments(speed)
     speed.add_argument("--pairing", default=None)
     speed.add_argument(
         "--runtime",
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     link.add_argument("--methods", default="llm,lightcosteer,specsteer")
     link.add_argument("--alpha", type=float, default=0.1, help="specsteer's alpha")
     link.add_argument("--draft-len", type=int, default=4)
+    p3_arguments(link)
     link.add_argument("--prompts", type=int, default=3)
     link.add_argument("--max-new-tokens", type=int, default=64)
     link.add_argument("--uplink-kbps", type=float, default=math.inf)
@@ -164,6 +166,7 @@ def _speed(args) -> int:
             [float(a) for a in args.alpha.split(",")],
             args.draft_len.split(","),
             args.max_new_tokens,
+            p3_params(args),
         )
         pairing = args.pairing or DEFAULT_PAIRING
         test_pair = shared_test_pair(pairing)  # random tiny models (tests): transformers, one row per case
@@ -233,7 +236,11 @@ def _link(args) -> int:
     try:
         configs = [
             DecodeConfig(
-                method=method, alpha=args.alpha, draft_len=args.draft_len, max_new_tokens=args.max_new_tokens
+                method=method,
+                alpha=args.alpha,
+                draft_len=args.draft_len,
+                max_new_tokens=args.max_new_tokens,
+                p3=p3_params(args),
             ).validate()
             for method in args.methods.split(",")
         ]

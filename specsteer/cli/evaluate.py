@@ -12,7 +12,7 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from specsteer.cli.generate import add_lora_argument
+from specsteer.cli.generate import add_lora_argument, p3_arguments
 from specsteer.data.datasets import EVALUATION_TASKS, resolve_data_source
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, failures_text, json_rows, run_grid_events
@@ -105,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--draft-len", type=int, default=4)
+    p3_arguments(parser)
     parser.add_argument("--retrieval-k", type=int, default=3, help="profile items retrieved by BM25")
     parser.add_argument("--noise", type=int, default=0, help="low-similarity items of other users appended")
     parser.add_argument(
@@ -156,6 +157,8 @@ def spec_from_args(args: argparse.Namespace) -> EvalSpec:
         prompt_style=args.prompt_style,
         private_guard=args.private_guard,
         specialist_lora=args.specialist_lora or "",
+        p3_draft_len=args.p3_draft_len,
+        p3_tau=args.p3_tau,
         run_name=args.run_name,
     )
 

@@ -75,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="end a round's drafting after a draft the Specialist gave less than this probability (0 = off)",
     )
     gen.add_argument("--top-k", type=int, default=64, help="downlink top-k entries on recovery (0 = whole vocabulary)")
+    p3_arguments(gen)
     gen.add_argument("--no-bonus", action="store_true", help="no steered bonus token after a fully accepted round")
     gen.add_argument("--exact", action="store_true", help="exact-target sampling variant of SpecSteer")
     gen.add_argument("--retrieval-k", type=int, default=3, help="history items retrieved by BM25")
@@ -271,6 +272,33 @@ def _list_pairings() -> int:
     return 0
 
 
+def p3_arguments(parser: argparse.ArgumentParser) -> None:
+    """P³'s two settings (method p3; specsteer.method.p3), for generate, evaluate and bench alike."""
+    from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU
+
+    parser.add_argument(
+        "--p3-draft-len",
+        type=int,
+        default=DEFAULT_DRAFT_LEN,
+        metavar="K",
+        help="P³: tokens the Cloud drafts per round (default: %(default)s, the public code's)",
+    )
+    parser.add_argument(
+        "--p3-tau",
+        type=_float,
+        default=DEFAULT_TAU,
+        metavar="TAU",
+        help="P³: the Edge keeps a Cloud draft while p(draft) / max p >= TAU, in [0, 1] (default: %(default)s)",
+    )
+
+
+def p3_params(args):
+    """The P3Params of ``p3_arguments``' values."""
+    from specsteer.method.p3 import P3Params
+
+    return P3Params(args.p3_draft_len, args.p3_tau)
+
+
 def _fail(message: str, code: int) -> int:
     print(f"error: {message}", file=sys.stderr)
     return code
@@ -296,6 +324,7 @@ def _generate(args) -> int:
         seed=args.seed,
         exact=args.exact,
         private_guard=args.private_guard,
+        p3=p3_params(args),
     )
     try:
         config.validate()
@@ -549,5 +578,11 @@ def format_stats(finished: Finished) -> str:
         f"first visible after {visible}, first verified token after {first}), "
         f"rounds {s.rounds}, acceptance {acceptance} ({s.accepted}/{s.drafted}), "
         f"uplink {s.uplink_bytes} B, downlink {s.downlink_bytes} B, stop: {s.stop_reason}, "
-        f"runtime {s.runtime} ({s.precision})" + (f", Specialist LoRA {s.specialist_lora}" if s.specialist_lora else "")
+        f"runtime {s.runtime} ({s.precision})"
+        + (f", Specialist LoRA {s.specialist_lora}" if s.specialist_lora else "")
+        + (
+            f", chosen on the device {s.device_chosen}/{s.new_tokens} ({s.device_share:.0%})"
+            if s.device_share is not None
+            else ""
+        )
     )

@@ -553,6 +553,8 @@ class CloudService:
         cross_problem = self._cross_problem(message)
         if cross_problem:
             return cross_problem
+        if RULE_SPECS[message.rule].cloud_drafts and message.top_k > limits.max_draft_len:
+            return f"The Cloud drafts at most {limits.max_draft_len} tokens a round here; ask for fewer."
         settings = finite_settings_problem(message)
         return f"Invalid decoding settings: {settings}." if settings else None
 

@@ -15,10 +15,10 @@ from typing import TypeVar
 
 import torch
 
-from specsteer.method.decoding import ForwardLog, Sampler, Stream, match_test, ratio_test, steering_entries
+from specsteer.method.decoding import ForwardLog, Sampler, Stream, draft, match_test, ratio_test, steering_entries
 from specsteer.method.events import GENERALIST_STREAM, GENERIC_STREAM
 from specsteer.protocol.rules import RULE_SPECS, CoSteerCandidates, PublicRows, Rule, SteeredTopK
-from specsteer.protocol.wire import DRAFT_HEADROOM, CrossOpen, Draft, Open, Tokens, Verdict
+from specsteer.protocol.wire import DRAFT_HEADROOM, MAX_DRAFT_LEN, CrossOpen, Draft, Open, Tokens, Verdict
 
 
 def finite_settings_problem(message: Open) -> str | None:
@@ -33,6 +33,8 @@ def finite_settings_problem(message: Open) -> str | None:
         return "top_p must be in (0, 1]"
     if message.top_k < 0:
         return "top_k must be >= 0"
+    if RULE_SPECS[message.rule].cloud_drafts and not 1 <= message.top_k <= MAX_DRAFT_LEN:
+        return f"the Cloud's draft length (top_k) must be between 1 and {MAX_DRAFT_LEN}"
     return None
 
 
@@ -123,6 +125,8 @@ class Cloud(_CloudStreams):
         self._vocab_size = vocab_size
         self._settings: Open | None = None
         self._rows: tuple[torch.Tensor, torch.Tensor | None] | None = None  # last verify rows, exact mode
+        # P³: the last round's Cloud drafts and the Generalist's row before each ([m, V]), to take them back
+        self._drafted: tuple[list[int], list[torch.Tensor]] = ([], [])
 
     def open(self, message: Open) -> None:
         self._settings = message
@@ -148,6 +152,8 @@ class Cloud(_CloudStreams):
             return "this session does not take drafts"
         if message.keep != -1 and not RULE_SPECS[settings.rule].reports_kept:
             return "only exact mode reports kept drafts"
+        if RULE_SPECS[settings.rule].cloud_drafts:
+            return self._cloud_draft_problem(message, settings)
         drafted = self._rows[0].shape[0] - 1 if self._rows is not None else 0
         if not -1 <= message.keep <= drafted:
             return f"keep must be between -1 and {drafted}"
@@ -156,10 +162,13 @@ class Cloud(_CloudStreams):
             return "the drafts run past the token budget the session was opened with"
         return None
 
-    def verify(self, message: Draft) -> Verdict:
-        """One round: score the drafts with both Cloud models in one pass each, then decide."""
+    def verify(self, message: Draft) -> Verdict | Tokens:
+        """One round: score the drafts with both Cloud models in one pass each, then decide. Under P³'s
+        rule (``cloud-draft``) the Cloud drafts instead, and answers with its drafts as Tokens."""
         settings = _opened(self._settings)
         spec = RULE_SPECS[settings.rule]
+        if spec.cloud_drafts:
+            return self._cloud_drafts(message, settings)
         if spec.reports_kept:
             self._keep(message.keep)
         large = self._generalist_stream()
@@ -188,6 +197,31 @@ class Cloud(_CloudStreams):
         beta = settings.beta if generic_row is not None else 0.0
         ids, values = steering_entries(large_rows[accepted], generic_row, beta, settings.top_k)
         return Verdict.carrying(accepted, SteeredTopK(tuple(ids.tolist()), values.numpy()))
+
+    def _cloud_draft_problem(self, message: Draft, settings: Open) -> str | None:
+        """P³: a Draft carries no drafts, only the tokens the Edge kept or chose, and must leave room for ``k``."""
+        if message.draft:
+            return "under the cloud-draft rule the Cloud drafts: the Edge sends only the tokens it kept or chose"
+        before = len(self._generalist_stream()) - len(self._drafted[0])
+        if before + len(message.append) + settings.top_k > self.capacity:
+            return "the tokens run past the token budget the session was opened with"
+        return None
+
+    def _cloud_drafts(self, message: Draft, settings: Open) -> Tokens:
+        """P³ (specsteer.method.p3): take the last round's drafts back after the ones the Edge kept (the first
+        ids of ``append`` that equal them), read the rest of ``append`` (its correction), then draft
+        ``top_k`` tokens from the Generalist (fewer at an end id)."""
+        large = self._generalist_stream()
+        drafted, rows = self._drafted
+        kept = 0
+        while kept < min(len(drafted), len(message.append)) and message.append[kept] == drafted[kept]:
+            kept += 1
+        if kept < len(drafted):
+            large.truncate(len(large) - (len(drafted) - kept), rows[kept])
+        large.append(list(message.append[kept:]))
+        ids, new_rows = draft(large, settings.top_k, self._sampler, frozenset(settings.stop_ids))
+        self._drafted = (ids, new_rows)
+        return Tokens(tuple(ids))
 
     def _send_rows(self, large_rows: torch.Tensor, generic_rows: torch.Tensor | None) -> Verdict:
         """Exact and CoSteer modes: the Edge decides, so it needs the Cloud's rows (no truncation for exact)."""

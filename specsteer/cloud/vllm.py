@@ -509,6 +509,8 @@ class VllmCloudService(CloudService):
         problem = super()._open_problem(message)
         if problem:
             return problem
+        if RULE_SPECS[message.rule].cloud_drafts:
+            return f"A vLLM Cloud does not draft for P³ (the cloud-draft rule); it offers {', '.join(VLLM_RULES)}."
         if message.rule not in VLLM_RULES:
             return (
                 f"The {message.rule!r} rule needs full logit rows, which a vLLM Cloud does not send; "

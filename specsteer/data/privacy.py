@@ -4,6 +4,10 @@ The rule (DESIGN §2): the uplink may carry the plain prompt once, and after
 that only ids of tokens the Specialist proposed (drafts, shown as accepted or
 rejected) or chose (recovered and bonus tokens). Anything else is a leak.
 
+Under P³ (the ``cloud-draft`` rule: the Cloud drafts, the Edge checks) the Edge drafts nothing: after the
+plain prompt it sends only the output's tokens, the Cloud drafts it kept and its corrections, in order
+(the last round's are never sent: the generation ends before another round).
+
 A method that declares it sends the private context (``llm+``, the privacy-violating reference)
 passes the private prompt's ids as ``private_prompt_ids``: its prompt is then checked against those,
 and the summary says that the whole private prompt crossed.
@@ -30,6 +34,9 @@ class UplinkAudit:
     chosen_tokens: int = 0
     unanswered_tokens: int = 0  # drafted ids of a last draft that got no verdict (among draft_tokens)
     private_prompt_sent: bool = False  # the prompt sent was the Specialist's private one (llm+)
+    cloud_drafted: bool = (
+        False  # P³: the Cloud drafted; the chosen tokens are the Cloud drafts the Edge kept and its corrections
+    )
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -60,6 +67,19 @@ class UplinkAudit:
             f"the plain prompt ({self.prompt_tokens} token ids of your input, without the history), "
             f"{self.draft_tokens} drafted token ids and {self.chosen_tokens} chosen token ids."
         )
+        if self.cloud_drafted:
+            crossed = (
+                f"{self.messages} uplink message{'s' if self.messages != 1 else ''} ({self.bytes:,} bytes): "
+                f"the plain prompt ({self.prompt_tokens} token ids of your input, without the history) and "
+                f"{self.chosen_tokens} token ids of the output: the cloud's drafts the device kept and its "
+                "corrections, which the cloud drafts on from."
+            )
+            if not self.ok:
+                return f"{crossed} LEAK: {'; '.join(self.problems)}."
+            return (
+                f"{crossed} No raw history text left the device. The corrections are chosen with your history, "
+                "by design; the cloud's own drafts that the device refused were never sent back."
+            )
         if self.unanswered_tokens:
             crossed += (
                 f" The last {self.unanswered_tokens} drafted ids were sent but never answered (the generation "
@@ -92,6 +112,10 @@ def audit_uplink(
     if not uplink:  # a device-only method: nothing crossed the link at all
         return audit
     audit.bytes = sum(m.bytes for m in uplink)
+    opening = uplink[0].payload if uplink[0].kind in ("open", "cross-open") else {}
+    audit.cloud_drafted = opening.get("rule") == "cloud-draft"
+    if audit.cloud_drafted:
+        return _audit_cloud_drafted(audit, uplink, list(plain_prompt_ids), events, int(opening.get("top_k", 0)))
     drafted = [e.id for e in events if e.kind in ("accepted", "rejected")]
     # Every emitted token that is not an accepted draft was chosen on the Edge:
     # recovered and bonus tokens, and each token of the draft-free methods.
@@ -135,6 +159,31 @@ def audit_uplink(
     # The last chosen token may never be sent (generation ended before another round).
     if sent_chosen != chosen[: len(sent_chosen)] or len(chosen) - len(sent_chosen) > 1:
         audit.problems.append("chosen ids sent differ from the tokens the Edge chose")
+    return audit
+
+
+def _audit_cloud_drafted(
+    audit: UplinkAudit, uplink: Sequence[LinkMessage], plain_prompt_ids: list[int], events: Sequence[TokenEvent], k: int
+) -> UplinkAudit:
+    """P³: the plain prompt once, then rounds that carry no drafts and append the output's tokens in order; at
+    most one round's kept drafts and correction (k + 1 tokens) at the end go unsent."""
+    emitted = [e.id for e in events if e.emitted]
+    sent: list[int] = []
+    for index, message in enumerate(uplink):
+        payload = message.payload
+        if index == 0:
+            audit.prompt_tokens = len(payload["prompt"])
+            if list(payload["prompt"]) != plain_prompt_ids:
+                audit.problems.append(f"message {index}: the prompt sent differs from the plain (history-free) prompt")
+        elif message.kind == "draft":
+            if payload["draft"]:
+                audit.problems.append(f"message {index}: drafts sent under a rule where the Cloud drafts")
+            sent.extend(payload["append"])
+        else:
+            audit.problems.append(f"message {index}: unexpected uplink message kind {message.kind!r}")
+    audit.chosen_tokens = len(sent)
+    if sent != emitted[: len(sent)] or len(emitted) - len(sent) > k + 1:
+        audit.problems.append("token ids sent differ from the output's tokens the Edge kept or chose")
     return audit
 
 

@@ -14,6 +14,7 @@ specsteer +exact  k      Edge-side residual sampling towards Q (Eq. 4), full row
 sd            k          greedy: draft == argmax z_L; sampling: exact towards p_L
 lightcosteer  0          every token from the steered logits (a bonus-only round)
 costeer       0          every token from CoSteer's iterative refinement
+p3            k (Cloud)  roles reversed: the Generalist drafts, the Specialist keeps p/max p >= tau (method.p3)
 slm, slm+     --         Specialist alone, prompt only / with retrieved history
 llm           --         Generalist alone (the speed reference)
 llm+          --         Generalist given the private prompt (sends the private context: a reference)
@@ -32,13 +33,14 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING
 
 import torch
 
 from specsteer.cloud.in_process import InProcessCloud
+from specsteer.edge.p3 import P3Edge
 from specsteer.edge.params import CoSteerParams, EdgeParams
 from specsteer.edge.session import CrossEdge, Edge
 from specsteer.method.catalog import METHOD_INFO, METHODS
@@ -54,6 +56,7 @@ from specsteer.method.events import (
     TokenEvent,
     TokenKind,
 )
+from specsteer.method.p3 import P3Params
 from specsteer.models.chat import PLAIN_CHAT, ChatFormat, prompt_ids
 from specsteer.models.loading import LoadedPair
 from specsteer.protocol.emulation import LinkConditions
@@ -73,6 +76,7 @@ _ONE_VOCABULARY_ONLY = {
     "sd": "its test asks whether the Generalist would choose the very token id drafted (or, sampling, resamples "
     "from p_L's residual), which needs one vocabulary",
     "costeer": "its iterative refinement runs on the three models' distributions over one shared vocabulary",
+    "p3": "the Specialist tests the Generalist's very token ids, which needs one vocabulary",
 }
 
 
@@ -98,6 +102,7 @@ class DecodeConfig:
     # The private-span guard (beyond the paper): no token the Edge sends completes a run of this many
     # token ids found in the private prompt and not in the plain one (decoding.PrivateSpanGuard); 0 = off.
     private_guard: int = 0
+    p3: P3Params = P3Params()  # P³'s Cloud draft length and threshold (method p3 only)
 
     def validate(self) -> DecodeConfig:
         problems = []
@@ -123,6 +128,8 @@ class DecodeConfig:
             problems.append("the private-span guard's n must be between 2 and 64 tokens (0 switches it off)")
         if self.private_guard and self.exact:
             problems.append("the private-span guard does not cover the exact-target variant (its residual draw)")
+        if self.method == "p3":
+            problems += self.p3.problems(MAX_DRAFT_LEN)
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -276,6 +283,7 @@ class _Output:
         self.cancel = cancel
         self.pieces: list[str] = []
         self.stop_reason: str | None = None
+        self.sent: list[str] = []  # the text of every id the Edge sent, in order (GenerationStats.sent_text)
 
     @property
     def done(self) -> bool:
@@ -396,8 +404,10 @@ def _run(
     else:
         output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids, link, cancel)
     stats = GenerationStats(method=config.method)
-    edge_sends = METHOD_INFO[config.method].edge_sends_tokens
-    sent: list[str] = []  # the text of every id the Edge sent, rejected drafts included (privacy audits)
+    # What the Edge sent, rejected drafts included (privacy audits); P³'s loop records its own (the Edge sends
+    # the Cloud drafts it kept and its corrections, each round's at the next round's start).
+    edge_sends = METHOD_INFO[config.method].edge_sends_tokens and not METHOD_INFO[config.method].cloud_drafts
+    sent = output.sent
     try:
         with torch.inference_mode():
             for event in _loop(pair, pair_prompts, config, output, link, stats):
@@ -466,6 +476,8 @@ def _loop(
         return _device_only(pair, prompts.plain, prompts.private, config, link.forward_log, output)
     if METHOD_INFO[config.method].cloud_decodes:
         return _cloud_only(pair, prompts, config, output, link)
+    if METHOD_INFO[config.method].cloud_drafts:
+        return _p3(pair, prompts, config, output, link, stats)
     return _speculative(pair, prompts, config, output, link, stats)
 
 
@@ -596,7 +608,7 @@ def _rule_and_beta(config: DecodeConfig) -> tuple[Rule, float]:
 def _every_token(config: DecodeConfig) -> bool:
     """Rounds of draft length 0, a chosen token each (LightCoSteer, CoSteer): a Cloud method that does not draft."""
     info = METHOD_INFO[config.method]
-    return not (info.speculative or info.device_only or info.cloud_decodes)
+    return not (info.speculative or info.device_only or info.cloud_decodes or info.cloud_drafts)
 
 
 def _speculative(
@@ -619,6 +631,62 @@ def _speculative(
         edge = Edge(pair.specialist, prompts.private, vocab_size, link.forward_log, params)
     try:
         yield from _rounds(edge, config, every_token, output, link, stats, places)
+    finally:
+        edge.close()
+
+
+def _p3(
+    pair: LoadedPair, prompts: _Prompts, config: DecodeConfig, output: _Output, link: Link, stats: GenerationStats
+) -> Iterator[TokenEvent]:
+    """P³ (specsteer.method.p3): each round the Cloud drafts k tokens from the plain prompt and what the Edge
+    sent; the Edge keeps them while p/max p >= tau and corrects the first one below. Events name them as
+    SpecSteer's do (a kept Cloud draft accepted, a refused one rejected, the correction recovered); the
+    kept drafts and the correction cross the uplink at the next round's start."""
+    vocab_size = _shared_vocabulary(pair, link)
+    opening = _opening(pair, link, prompts.plain, config, Rule.CLOUD_DRAFT, 0.0)
+    link.open(replace(opening, top_k=config.p3.draft_len, bonus=False))
+    guard = PrivateSpanGuard(prompts.private, prompts.plain, config.private_guard) if config.private_guard else None
+    edge = P3Edge(
+        pair.specialist, prompts.private, vocab_size, link.forward_log, config.p3.tau, config.max_new_tokens, guard
+    )
+    stats.device_chosen = 0
+    block: list[int] = []  # the tokens the Edge kept or chose since the last round: the next round sends them
+    block_text: list[str] = []  # their pieces of the output
+    round_ = 0
+    try:
+        while output.keep_going():
+            round_ += 1
+            output.sent.extend(block_text)  # sent now (an answer that never comes does not unsend it)
+            drafts = list(link.cloud_drafts(Draft(session=link.session, append=tuple(block), draft=())).ids)
+            drafts = drafts[: output.remaining]
+            if not drafts or max(drafts) >= vocab_size:
+                raise CloudRefused("The Cloud answered a P³ round with no drafts or an unknown token id.", "malformed")
+            for position in range(len(drafts)):
+                yield output.pending(drafts[: position + 1], round_)
+            decision = edge.check(drafts)
+            stats.rounds += 1
+            stats.drafted += len(drafts)
+            stats.accepted += decision.accepted
+            stats.verified += min(decision.accepted + 1, len(drafts))
+            block, block_text = [], []
+            for position, token in enumerate(drafts[: decision.accepted]):
+                event = output.emit(token, "accepted", round_, decision.ratios[position], position=position)
+                block.append(token)
+                block_text.append(event.text)
+                yield event
+                if output.done:
+                    return
+            if decision.correction is None:
+                continue
+            refused = drafts[decision.accepted :]
+            yield from output.rejected(
+                refused, round_, decision.ratios[decision.accepted], _no_segments(refused), decision.accepted
+            )
+            event = output.emit(decision.correction, "recovered", round_, position=decision.accepted)
+            block.append(decision.correction)
+            block_text.append(event.text)
+            stats.device_chosen += 1
+            yield event
     finally:
         edge.close()
 

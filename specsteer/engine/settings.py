@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Literal, get_args
 
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptStyle
 from specsteer.method.catalog import METHODS, method_info
+from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU, P3Params
 from specsteer.protocol.exposure import IN_PROCESS, cloud_address
 
 if TYPE_CHECKING:
@@ -46,6 +47,8 @@ SETTING_NAMES = {
     "exact": "Exact-target sampling",
     "prompt_style": "Prompt style",
     "private_guard": "Private-span guard",
+    "p3_draft_len": "P³ draft length",
+    "p3_tau": "P³ τ",
     "cloud": "Cloud",
     "rtt_ms": "Round-trip time",
     "uplink_kbps": "Uplink bandwidth",
@@ -97,6 +100,9 @@ class GenerationSettings:
     prompt_style: PromptStyle = DEFAULT_PROMPT_STYLE
     # The private-span guard's n in tokens (engine.DecodeConfig.private_guard); 0 = off.
     private_guard: int = 0
+    # P³'s Cloud draft length k and threshold tau (method.p3.P3Params; the public code's defaults)
+    p3_draft_len: int = DEFAULT_DRAFT_LEN
+    p3_tau: float = DEFAULT_TAU
     # Where the Cloud runs: IN_PROCESS, or a Cloud service's address as cloud_address() writes it
     # (scheme, host and port only: never a credential, so it is stored with the output as it is).
     cloud: str = IN_PROCESS
@@ -203,6 +209,7 @@ class GenerationSettings:
             downlink_top_k=self.downlink_top_k,
             exact=self.exact and self.sample,
             private_guard=self.private_guard,
+            p3=P3Params(self.p3_draft_len, self.p3_tau),
         )
 
 

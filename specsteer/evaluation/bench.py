@@ -51,6 +51,7 @@ from specsteer.engine.generate import (
 )
 from specsteer.method.catalog import METHOD_INFO, SPEED_REFERENCE, method_info
 from specsteer.method.events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM
+from specsteer.method.p3 import P3Params
 from specsteer.runtimes.base import TransformersModel
 from specsteer.runtimes.machine import machine_info
 
@@ -188,12 +189,15 @@ class Tally:
         return self.forward_seconds / self.seconds if self.seconds else None
 
 
-def bench_cases(methods: list[str], alphas: list[float], draft_lens: list[str], max_new_tokens: int) -> list[BenchCase]:
+def bench_cases(
+    methods: list[str], alphas: list[float], draft_lens: list[str], max_new_tokens: int, p3: P3Params | None = None
+) -> list[BenchCase]:
     """One case per method, per alpha (specsteer) and per draft length (speculative methods).
 
     A method is an engine method or ``sd-plain``; a draft length is a number or ``auto``
     (adaptive, at most MAX_AUTO_DRAFT; ``auto:N`` at most N), optionally followed by ``@c``: stop
     drafting after a draft the Specialist gave less than probability c (``12@0.4``, ``auto:12@0.4``).
+    ``p3``: P³'s settings (its own draft length and tau).
     """
     cases = []
     for name in methods:
@@ -211,6 +215,7 @@ def bench_cases(methods: list[str], alphas: list[float], draft_lens: list[str], 
                     draft_len=int(cap) if cap else MAX_AUTO_DRAFT,
                     adaptive_draft=adaptive,
                     draft_confidence=float(confidence or 0),
+                    p3=p3 or P3Params(),
                 ).validate()
                 cases.append(BenchCase(config, drafter_history=name == method))
     return cases
@@ -439,6 +444,8 @@ def _label(case: BenchCase) -> str:
     config = case.config
     info = METHOD_INFO[config.method]
     name = f"{case.name} a={config.alpha:g}" if info.takes_alpha else case.name
+    if info.cloud_drafts:
+        return f"{name} k={config.p3.draft_len} tau={config.p3.tau:g}"
     return f"{name} k={_draft_label(config)}" if info.speculative else name
 
 

@@ -72,6 +72,7 @@ from specsteer.engine.generate import DecodeConfig, Prepared, Request, collect, 
 from specsteer.evaluation.metrics import ROUGE_KEYS, bootstrap_interval, corpus_rouge, rouge_scores
 from specsteer.evaluation.run_store import CellResult, GridPoint, RunStatus, RunStore, cell_key
 from specsteer.method.catalog import BASELINES, METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
+from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU, P3Params
 from specsteer.models.registry import DEFAULT_PAIRING
 from specsteer.runtimes.base import dtype_label
 from specsteer.util.jsonable import to_jsonable
@@ -153,6 +154,8 @@ class EvalSpec:
     # A LoRA adapter directory for the Edge's Specialist (specsteer.models.lora; one for every record, so
     # records of one user); "" for none. Stored as the adapter's label (its name and manifest hash).
     specialist_lora: str = ""
+    p3_draft_len: int = DEFAULT_DRAFT_LEN  # P³'s Cloud draft length (method p3; specsteer.method.p3)
+    p3_tau: float = DEFAULT_TAU  # P³'s threshold
     run_name: str | None = None  # None: a new run named after the task and the time
 
     def points(self) -> list[GridPoint]:
@@ -196,6 +199,7 @@ def decode_config(point: GridPoint, spec: EvalSpec) -> DecodeConfig:
         draft_len=spec.draft_len,
         max_new_tokens=spec.max_new_tokens,
         private_guard=spec.private_guard,
+        p3=P3Params(spec.p3_draft_len, spec.p3_tau),
     )
 
 
@@ -340,6 +344,8 @@ def run_config(
     del config["specialist_lora"]
     if lora_label:
         config["specialist_lora"] = lora_label
+    if (spec.p3_draft_len, spec.p3_tau) == (DEFAULT_DRAFT_LEN, DEFAULT_TAU):
+        del config["p3_draft_len"], config["p3_tau"]  # likewise for runs stored before P³
     config.update(
         data=str(Path(spec.data).resolve()), pairing=pairing_id, runtime=runtime, dtype=dtype, cells_total=cells_total
     )

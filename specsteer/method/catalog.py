@@ -28,6 +28,9 @@ class MethodInfo:
     # sends the Specialist's private prompt (profile and history) to the cloud: the privacy-violating reference
     sends_private_context: bool = False
     cloud_decodes: bool = False  # the cloud chooses every token and streams them down (the edge sends none)
+    # the roles reversed (P³): the cloud drafts k tokens, the device keeps or corrects them and sends back the
+    # tokens it kept and its corrections (reads P³'s own draft length and tau, not α or the draft length)
+    cloud_drafts: bool = False
 
     @property
     def edge_sends_tokens(self) -> bool:
@@ -121,6 +124,18 @@ _TABLE = (
         takes_beta=False,
         speculative=False,
         device_only=False,
+    ),
+    MethodInfo(
+        "p3",
+        "P³",
+        "cloud drafts, device corrects",
+        "The reverse protocol (Salemi & Zamani): the cloud drafts from your input alone; the device, with "
+        "your history, keeps each draft it finds likely enough (p / max p >= τ) and corrects the first it does not.",
+        takes_alpha=False,
+        takes_beta=False,
+        speculative=False,
+        device_only=False,
+        cloud_drafts=True,
     ),
     MethodInfo(
         "specsteer",

@@ -145,6 +145,16 @@ class GenerationStats:
     # The text of every token id the Edge sent, in the order sent: drafts (accepted or rejected) and the
     # tokens it chose; "" where the Edge sends none (device-only methods, llm, llm+). Privacy audits read it.
     sent_text: str = ""
+    # P³ (the Cloud drafts): the tokens the Edge chose in place of a Cloud draft, its corrections; None for the
+    # methods where the Edge drafts or decodes (device_share then says nothing about them).
+    device_chosen: int | None = None
+
+    @property
+    def device_share(self) -> float | None:
+        """P³: the share of the output's tokens the Edge chose rather than took from the Cloud."""
+        if self.device_chosen is None or not self.new_tokens:
+            return None
+        return self.device_chosen / self.new_tokens
 
     def to_dict(self) -> dict:
         return asdict(self)

@@ -54,3 +54,32 @@ def specsteer(
         if out[-1] in stop:
             break
     return out[:max_new]
+
+
+def p3(
+    z_large: Logits,
+    z_private: Logits,
+    plain: list[int],
+    private: list[int],
+    k: int,
+    tau: float,
+    max_new: int,
+    stop: Collection[int],
+) -> list[int]:
+    """P³ (specsteer.method.p3) in one screen, greedy: the Generalist drafts k tokens from the plain prompt;
+    the Specialist keeps each while p_S+(y) / max p_S+ >= tau and replaces the first one below by its argmax."""
+    out: list[int] = []
+    while len(out) < max_new and not (out and out[-1] in stop):
+        drafts: list[int] = []  # 1. the Cloud drafts k greedy tokens from p_L (fewer at a stop token)
+        while len(drafts) < k and not (drafts and drafts[-1] in stop):
+            drafts.append(int(z_large(plain + out + drafts).argmax()))
+        for y in drafts:  # 2. the Edge checks them in order
+            if len(out) >= max_new:
+                break
+            p = torch.softmax(z_private(private + out), -1)
+            if float(p[y] / p.max()) >= tau:
+                out.append(y)
+                continue
+            out.append(int(p.argmax()))  # 3. the correction; the drafts after it are dropped
+            break
+    return out[:max_new]

@@ -210,6 +210,15 @@ class Link:
             raise CloudRefused(f"the Cloud answered a draft with {len(verdicts)} verdicts instead of one", "malformed")
         return verdicts[0]
 
+    def cloud_drafts(self, draft: Draft) -> Tokens:
+        """One P³ round trip (the ``cloud-draft`` rule): the tokens the Edge kept or chose up, the Cloud's
+        next drafts down."""
+        reply = self._send(draft)
+        answers = list(self._receive(reply, Tokens))
+        if len(answers) != 1:
+            raise CloudRefused(f"the Cloud answered with {len(answers)} sets of drafts instead of one", "malformed")
+        return answers[0]
+
     def close(self) -> bool:
         """End the session; merges the Cloud's last report. Never raises a CloudError: False when the
         Cloud could not be told (its idle expiry then frees the session)."""

@@ -38,6 +38,10 @@ class Rule(StrEnum):
     EXACT = "exact"  # the Edge tests the drafts against Q (residual sampling) from the Cloud's whole rows
     COSTEER = "costeer"  # no drafts: the Edge refines the Generalist's top-k by CoSteer's iterations
     GENERATE = "generate"  # no drafts: the Cloud decodes alone and streams its tokens (the llm baselines)
+    # P³ (specsteer.method.p3), the roles reversed: each Draft carries no drafts, only the tokens the Edge kept
+    # or chose since the last round (``append``); the Cloud answers with Tokens, the Generalist's next
+    # ``Open.top_k`` greedy (or sampled) drafts, which the Edge checks.
+    CLOUD_DRAFT = "cloud-draft"
 
 
 class PayloadKind(StrEnum):
@@ -60,6 +64,7 @@ class RuleSpec:
     payload: PayloadKind  # what its verdicts carry
     reports_kept: bool  # the Edge tells the Cloud how many of the last round's drafts it kept (Draft.keep)
     cross_tokenizer: bool  # offered on a cross-tokenizer pair (specsteer.method.crosstok)
+    cloud_drafts: bool = False  # the Cloud drafts (answers each Draft with Tokens) and the Edge tests (P³)
 
     @property
     def streams(self) -> bool:
@@ -80,6 +85,7 @@ RULE_SPECS: dict[Rule, RuleSpec] = {
         RuleSpec(Rule.EXACT, "steering", "edge", PayloadKind.PUBLIC_ROWS, True, False),
         RuleSpec(Rule.COSTEER, "always", "edge", PayloadKind.COSTEER_CANDIDATES, False, False),
         RuleSpec(Rule.GENERATE, "never", "none", PayloadKind.NONE, False, True),
+        RuleSpec(Rule.CLOUD_DRAFT, "never", "edge", PayloadKind.NONE, False, False, cloud_drafts=True),
     )
 }
 # SpecSteer (and LightCoSteer as rounds of no drafts), and the llm baselines.

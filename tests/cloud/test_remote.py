@@ -24,6 +24,7 @@ from specsteer.cloud.server import bind_problem, read_capture
 from specsteer.data.history import HistoryItem
 from specsteer.data.privacy import audit_wire
 from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, generate_ids, prepare
+from specsteer.method.p3 import P3Params
 from specsteer.models.tiny import tiny_pair
 from specsteer.protocol import wire
 from specsteer.protocol.link import CloudRefused, CloudUnreachable, Link, SessionGone, VersionMismatch
@@ -98,6 +99,7 @@ CONFIGS = [
     DecodeConfig(method="llm", max_new_tokens=24),
     DecodeConfig(method="llm", max_new_tokens=16, sample=True, seed=2),
     DecodeConfig(method="slm+", max_new_tokens=8),
+    DecodeConfig(method="p3", max_new_tokens=24, p3=P3Params(3, 0.01)),
 ]
 
 
@@ -145,7 +147,7 @@ def test_socket_bytes_equal_the_transcript_and_carry_no_history(pair, server, re
     plain_ids = chat_ids(pair.tokenizer, prepared.prompts.plain)
     canary_ids = pair.tokenizer.encode(CANARY)
     canary_as_wire_ids = struct.pack(f"<{len(canary_ids)}I", *canary_ids)
-    for method in ("specsteer", "sd", "lightcosteer", "costeer", "llm"):
+    for method in ("specsteer", "sd", "lightcosteer", "costeer", "llm", "p3"):
         before = len(read_capture(server.capture))
         tokens, finished = collect(
             generate(pair, prepared, DecodeConfig(method=method, max_new_tokens=20, alpha=0.5), cloud=remote)

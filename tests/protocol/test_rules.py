@@ -27,7 +27,8 @@ SESSION = bytes(range(16))
 
 def test_every_rule_has_one_spec_and_the_wire_order_is_unchanged():
     assert set(RULE_SPECS) == set(Rule)
-    assert [r.value for r in RULES] == ["ratio", "match", "exact", "costeer", "generate"]  # an Open's rule byte
+    # an Open's rule byte: P³'s rule came last, so the others kept their bytes
+    assert [r.value for r in RULES] == ["ratio", "match", "exact", "costeer", "generate", "cloud-draft"]
     assert CROSS_RULES == (Rule.RATIO, Rule.GENERATE)
 
 
@@ -45,6 +46,8 @@ def test_what_each_rule_needs():
         (Rule.COSTEER, 1.0): True,
         (Rule.GENERATE, 0.0): False,
         (Rule.GENERATE, 1.0): False,
+        (Rule.CLOUD_DRAFT, 0.0): False,
+        (Rule.CLOUD_DRAFT, 1.0): False,
     }
     assert [rule for rule in Rule if RULE_SPECS[rule].reports_kept] == [Rule.EXACT]
     assert [rule for rule in Rule if RULE_SPECS[rule].streams] == [Rule.GENERATE]
@@ -54,7 +57,9 @@ def test_what_each_rule_needs():
         Rule.EXACT: PayloadKind.PUBLIC_ROWS,
         Rule.COSTEER: PayloadKind.COSTEER_CANDIDATES,
         Rule.GENERATE: PayloadKind.NONE,
+        Rule.CLOUD_DRAFT: PayloadKind.NONE,  # its answers are Tokens, not verdicts
     }
+    assert [rule for rule in Rule if RULE_SPECS[rule].cloud_drafts] == [Rule.CLOUD_DRAFT]
 
 
 def test_an_open_reads_a_rule_name_as_the_rule_and_keeps_its_frame():

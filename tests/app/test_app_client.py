@@ -21,6 +21,8 @@ from gradio_client.utils import Status  # noqa: E402
 
 import storage  # noqa: E402
 from conftest import API_GENERATE  # noqa: E402
+from specsteer.service.stores import RATING_CRITERIA  # noqa: E402
+from ui.compare_handlers import MAX_SLOTS  # noqa: E402
 
 GENERATE = API_GENERATE
 
@@ -125,7 +127,8 @@ def test_compare_annotate_and_export(server, tmp_path):
     assert all("Output" in slot for slot in slots[:3])
     assert not any("SpecSteer" in slot for slot in slots[:3])  # blind until judged
 
-    ratings = [5, 4, 3, 3, 2, 2] + [None] * 8
+    rating_inputs = len(RATING_CRITERIA) * MAX_SLOTS  # one slot per method Compare can judge
+    ratings = [5, 4, 3, 3, 2, 2] + [None] * (rating_inputs - 6)
     status, *revealed = client.predict("annotator-1", "A", "first judgement", *ratings, api_name="/annotate")
     assert "Saved annotation" in status
     assert sum(name in " ".join(map(str, revealed[:3])) for name in ("SpecSteer", "SLM+", "LLM")) == 3
@@ -135,7 +138,7 @@ def test_compare_annotate_and_export(server, tmp_path):
     comparison_id = storage.list_comparisons()[0]["id"]
     reopened = other.predict(comparison_id, api_name="/open_comparison")
     assert f"Opened comparison #{comparison_id}" in reopened[0]
-    status, *_ = other.predict("annotator-2", "tie", "", *([None] * 14), api_name="/annotate")
+    status, *_ = other.predict("annotator-2", "tie", "", *([None] * rating_inputs), api_name="/annotate")
     assert "Saved annotation" in status
 
     csv_file, message = client.predict(api_name="/export_csv")

@@ -278,6 +278,11 @@ class VllmPair:
     def submit(self, call: Callable, *args, **kwargs) -> Future:
         return self._pool.submit(call, *args, **kwargs)
 
+    def cloud_side(self) -> VllmPair:
+        """Itself: the engines serve the base models, so there is no Edge adapter to keep out (as
+        :meth:`LoadedPair.cloud_side` does for an in-process pair)."""
+        return self
+
     def count(self, role: str, replies: Sequence[Completion], round_done: bool = False) -> None:
         with self._lock:
             self._counts[("prompt", role)] = self._counts.get(("prompt", role), 0) + sum(

@@ -92,7 +92,7 @@ class LoraTeacher:
         cancel: threading.Event | None = None,
     ) -> Iterator[TeachEvent]:
         """Train on ``history`` for ``pairing_id``'s Specialist; progress events, then TeachDone or TeachFailed."""
-        problem = self._problem(history, task, runtime)
+        problem = self._problem(history, task, pairing_id, runtime)
         if problem:
             yield TeachFailed(problem)
             return
@@ -108,7 +108,9 @@ class LoraTeacher:
             with self._lock:
                 self._busy.discard(session)
 
-    def _problem(self, history: NamedHistory | None, task: str, runtime: str) -> str | None:
+    def _problem(self, history: NamedHistory | None, task: str, pairing_id: str, runtime: str) -> str | None:
+        if not all(isinstance(value, str) for value in (task, pairing_id, runtime)):  # a public caller sends anything
+            return "The task, the pairing and the runtime must each be one of the names the page offers."
         if history is None or not history.history.items:
             return "Choose a sample user or upload a history first: the Specialist learns from its items."
         if task not in ITEM_INPUTS:

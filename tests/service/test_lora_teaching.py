@@ -84,3 +84,11 @@ def test_the_oldest_adapter_goes_when_too_many_are_kept(service, history, monkey
     assert service.teacher.adapter(second).path.is_dir()
     with pytest.raises(LoraError, match="not known here"):
         service.teacher.adapter(first)
+
+
+@pytest.mark.parametrize(
+    "task, pairing, runtime", [([], TEST_PAIRING_ID, "auto"), ("review", ["x"], "auto"), ("review", TEST_PAIRING_ID, 3)]
+)
+def test_values_a_public_caller_sends_of_the_wrong_type_get_a_message(service, history, task, pairing, runtime):
+    events = list(service.teach_specialist("page-1", history, task, pairing, runtime))
+    assert len(events) == 1 and isinstance(events[0], TeachFailed) and "names the page offers" in events[0].message

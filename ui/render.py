@@ -251,6 +251,7 @@ class StatsView:
     reused_tokens: Mapping[str, int] | None = None  # prompt tokens served from the prefix cache, per stream
     cloud: str = ""  # GenerationSettings.cloud: "" in process, else the Cloud service's address
     link: LinkConditions | None = None  # the emulated network, None when none was emulated
+    specialist_lora: str = ""  # the taught Specialist's label (GenerationStats.specialist_lora), "" for the base model
 
     @classmethod
     def final(
@@ -274,7 +275,15 @@ class StatsView:
             reused_tokens=dict(stats.reused_tokens),
             cloud=cloud,
             link=link,
+            specialist_lora=stats.specialist_lora,
         )
+
+
+def _specialist_cells(view: StatsView) -> list[tuple[str, str, str]]:
+    """A taught Specialist is named once the generation ends (the live strip does not know it yet)."""
+    if not view.specialist_lora:
+        return []
+    return [("Specialist", "taught (LoRA)", f"the Edge's Specialist with the adapter {view.specialist_lora}")]
 
 
 def _fmt_reused(reused: Mapping[str, int] | None) -> tuple[str, str]:
@@ -356,6 +365,7 @@ def stats_html(view: StatsView) -> str:
             view.runtime_choice or "the runtime that computed the logits, and the precision of its weights",
         ),
         ("prefix cache", reused, reused_detail),
+        *_specialist_cells(view),
         *_cloud_cells(view),
         ("state", view.state, ""),
     ]

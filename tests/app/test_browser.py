@@ -502,3 +502,29 @@ def test_deployment_view_projects_a_stored_run(page):
     page.locator("#deployment-view").evaluate("node => node.scrollIntoView()")
     shot(page, "tab-dashboard-deployment", full_page=False)
     shot(page, "11-dashboard-deployment")
+
+
+def test_teaching_the_specialist_then_generating_with_it(page):
+    """The Generate tab's "Teach the Specialist my history" (issue 27): progress while the adapter trains on
+    the device, then a generation whose statistics name the taught Specialist; another history forgets it."""
+    expect = sync_api.expect
+    page.locator("#sample-user input").click()
+    page.get_by_role("option", name=re.compile("Gadget reviewer")).click()
+    expect(page.locator("#history-summary")).to_contain_text("Gadget reviewer", timeout=WAIT_MS)
+    page.locator("#lora-teach").get_by_text("Teach the Specialist my history (LoRA, on the device)").click()
+    status = page.locator("#lora-teach-status")
+    expect(status).to_contain_text("the cloud never receives it", timeout=WAIT_MS)
+    page.click("#lora-teach-button")
+    expect(status).to_contain_text("The Specialist learned", timeout=3 * WAIT_MS)
+    expect(status).to_contain_text("never receives the adapter")
+    set_number(page, "#max-new-tokens", "8")
+    page.click("#generate-button")
+    expect(page.locator("#generate-status")).to_contain_text("saved as generation", timeout=WAIT_MS)
+    expect(page.locator("#generate-stats")).to_contain_text("taught (LoRA)", timeout=WAIT_MS)
+    shot(page, "11-taught-specialist")
+    page.locator("#sample-user input").click()
+    page.get_by_role("option", name=re.compile("Home baker")).click()
+    expect(status).to_contain_text("The Specialist is the base model", timeout=WAIT_MS)
+    page.click("#generate-button")
+    expect(page.locator("#generate-status")).to_contain_text("saved as generation", timeout=WAIT_MS)
+    expect(page.locator("#generate-stats")).not_to_contain_text("taught (LoRA)")

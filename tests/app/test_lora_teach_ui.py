@@ -30,3 +30,16 @@ def test_the_panel_shows_progress_then_hands_the_label_to_the_page(url, history)
     assert len(refused) == 1 and "ss-box-error" in refused[0][0]
     note, cleared = TeachPanel.forget()
     assert cleared == "" and "base model" in note and BASE_NOTE[:20] in note
+
+
+def test_the_statistics_name_a_taught_specialist_and_only_then():
+    from specsteer.method.events import GenerationStats
+    from ui.render import StatsView, stats_html
+
+    base = GenerationStats(method="specsteer")
+    assert "taught (LoRA)" not in stats_html(StatsView.final(base))
+    base.specialist_lora = "review_user@0123abcd"
+    strip = stats_html(StatsView.final(base))
+    assert "taught (LoRA)" in strip and "review_user@0123abcd" in strip
+    base.specialist_lora = '<img src=x onerror="alert(1)">@1'  # a label is the service's, but escape anyway
+    assert "<img" not in stats_html(StatsView.final(base))

@@ -239,7 +239,8 @@ class Campaign(Base):
     pairing: Mapped[str] = mapped_column(String(128))
     # The shared GenerationSettings (its method unused: each output's is in ``methods``).
     settings: Mapped[dict[str, Any]] = mapped_column(JSON)
-    # Where the records come from: {"source": "sample" | "shared" | "upload", "path": ..., "limit": ...}.
+    # Where the records come from: {"source": "sample" | "shared" | "upload", "path": ..., "limit": ...}, or
+    # {"source": "run", ..., "run", "run_id", "alpha", "beta"} for the outputs of a stored run (RunSource).
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
     planned: Mapped[int] = mapped_column(Integer)
     open_to_anyone: Mapped[bool] = mapped_column(Boolean, default=False)

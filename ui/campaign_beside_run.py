@@ -1,7 +1,8 @@
 """A campaign's leaderboard beside an evaluation run of the same records, for the Dashboard: ROUGE and human
 preference read together. ``build(campaigns, run_ids)`` adds a panel under the run picker ``run_ids`` (a
 component whose value is a run id or a list of them) and returns it; the decision of which campaigns match a
-run (same records file and task) is the service's (``CampaignService.beside_run``).
+run (one made from that run's stored outputs, or one over the same records file and task) is the service's
+(``CampaignService.beside_run``).
 
 Hook (one line in ``ui/dashboard_tab.py`` where the run picker is built, once the Dashboard receives the
 campaign service): ``campaign_beside_run.build(campaigns, run_picker)``.

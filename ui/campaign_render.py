@@ -47,8 +47,14 @@ def status_html(view: CampaignStatusView) -> str:
         f'<div class="ss-campaign-status" id="campaign-status-line"><b>{esc(campaign.name)}</b>: '
         f"{campaign.ready} of {campaign.planned} comparisons ready ({esc(state)}) · {esc(campaign.task)} · "
         f"{esc(', '.join(method_label(m) for m in campaign.methods))} · {esc(who)} · "
-        f"{view.annotators} annotator(s), {view.judgements} judgement(s)</div>{error}"
+        f"{view.annotators} annotator(s), {view.judgements} judgement(s)</div>{error}{_sources_html((view.source,))}"
     )
+
+
+def _sources_html(sources: Sequence[str | None]) -> str:
+    """Where a campaign's outputs came from, for one made from a stored evaluation run."""
+    lines = "".join(f"<p>{esc(source)}</p>" for source in sources if source)
+    return f'<div class="ss-muted ss-campaign-source">{lines}</div>' if lines else ""
 
 
 def leaderboard_html(result: CampaignReport) -> str:
@@ -78,7 +84,8 @@ def leaderboard_html(result: CampaignReport) -> str:
     scope = "every campaign" if len(result.campaigns) != 1 else result.campaigns[0]
     opened = " Open to anyone: annotators are names typed in, not checked." if result.open_to_anyone else ""
     title = f"<h4>Leaderboard · {esc(scope)}</h4><p>{report.judgements} judgement(s) of {report.comparisons} comparison(s).{esc(opened)}</p>"
-    return f'<div id="campaign-leaderboard">{title}{_table(headers, rows, "ss-leaderboard")}{note}</div>'
+    sources = _sources_html(result.sources)
+    return f'<div id="campaign-leaderboard">{title}{sources}{_table(headers, rows, "ss-leaderboard")}{note}</div>'
 
 
 def win_matrix_html(result: CampaignReport) -> str:

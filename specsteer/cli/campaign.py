@@ -3,7 +3,9 @@
 The command's composition root: it picks the SQL stores (``storage``) for one database (``--database`` or
 ``DATABASE_URL``) and hands them to ``specsteer.service.campaigns.CampaignService``. ``create`` stores the
 campaign and generates its comparisons (``--no-generate`` to leave that to ``generate --shard I/N``
-workers); ``generate`` resumes a stopped one without duplicates. ``--json`` prints one JSON object.
+workers); ``generate`` resumes a stopped one without duplicates. ``create --from-run RUN`` instead takes
+the comparisons from a stored ``evaluate`` run's outputs (``specsteer.service.campaign_import``): nothing
+is generated, the campaign is ready at once. ``--json`` prints one JSON object.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import argparse
 import json
 import sys
 import threading
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from specsteer.data.datasets import EVALUATION_TASKS
@@ -24,6 +27,22 @@ if TYPE_CHECKING:
     from specsteer.service.campaigns import CampaignReport, CampaignService, CampaignStatusView
 
 COMMANDS = ("create", "generate", "status", "leaderboard", "export")
+# ``create``'s generation settings when it generates (left None by the parser, so that --from-run can tell
+# which were given: the run's own settings are the ones its outputs were made with).
+GENERATION_DEFAULTS: dict[str, Any] = {
+    "pairing": DEFAULT_PAIRING,
+    "runtime": "auto",
+    "alpha": 0.1,
+    "beta": 1.0,
+    "draft_len": 4,
+    "max_new_tokens": 96,
+    "decoding": "greedy",
+    "seed": 0,
+    "retrieval_k": 3,
+}
+# What only a generating ``create`` reads (with --from-run, --alpha and --beta pick the run's grid point).
+GENERATION_ONLY: tuple[str, ...] = ("task", "data", "pairing", "runtime", "draft_len", "max_new_tokens", "decoding")
+GENERATION_ONLY += ("seed", "retrieval_k", "shard", "no_generate")
 
 
 def _names(text: str) -> tuple[str, ...]:
@@ -46,23 +65,42 @@ def build_parser() -> argparse.ArgumentParser:
 
     create = commands.add_parser("create", help="store a campaign and generate its comparisons")
     create.add_argument("--name", required=True)
-    create.add_argument("--task", required=True, choices=EVALUATION_TASKS)
-    create.add_argument("--data", required=True, help="'sample', 'shared', 'shared:dev' (CoGenesis) or a records file")
-    create.add_argument("--limit", type=int, default=None, help="first N records")
-    create.add_argument("--methods", type=_names, default=PRIVATE_METHODS, help="comma-separated, 2 or more")
-    create.add_argument("--pairing", default=DEFAULT_PAIRING)
-    create.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
-    create.add_argument("--alpha", type=float, default=0.1, help="SpecSteer's alpha")
-    create.add_argument("--beta", type=float, default=1.0, help="SpecSteer's / LightCoSteer's beta")
-    create.add_argument("--draft-len", type=int, default=4)
-    create.add_argument("--max-new-tokens", type=int, default=96)
-    create.add_argument("--decoding", choices=("greedy", "sample"), default="greedy")
-    create.add_argument("--seed", type=int, default=0)
-    create.add_argument("--retrieval-k", type=int, default=3)
+    create.add_argument(
+        "--from-run",
+        default=None,
+        metavar="RUN",
+        help="compare the outputs stored evaluation run RUN computed (no generation; its records and settings)",
+    )
+    create.add_argument("--task", default=None, choices=EVALUATION_TASKS, help="required unless --from-run")
+    create.add_argument(
+        "--data", help="'sample', 'shared', 'shared:dev' (CoGenesis) or a records file; required unless --from-run"
+    )
+    create.add_argument(
+        "--limit", type=int, default=None, help="first N records (--from-run: the first N complete ones)"
+    )
+    create.add_argument(
+        "--methods",
+        type=_names,
+        default=None,
+        help="comma-separated, 2 or more (default: every private one; --from-run: the run's)",
+    )
+    create.add_argument("--pairing", default=None, help=f"default {DEFAULT_PAIRING}")
+    create.add_argument("--runtime", choices=RUNTIME_CHOICES, default=None, help="default auto")
+    create.add_argument(
+        "--alpha", type=float, default=None, help="SpecSteer's alpha (default 0.1; --from-run: picks the run's)"
+    )
+    create.add_argument(
+        "--beta", type=float, default=None, help="SpecSteer's / LightCoSteer's beta (default 1; likewise)"
+    )
+    create.add_argument("--draft-len", type=int, default=None, help="default 4")
+    create.add_argument("--max-new-tokens", type=int, default=None, help="default 96")
+    create.add_argument("--decoding", choices=("greedy", "sample"), default=None, help="default greedy")
+    create.add_argument("--seed", type=int, default=None, help="default 0")
+    create.add_argument("--retrieval-k", type=int, default=None, help="default 3")
     create.add_argument("--annotators", type=_names, default=(), help="names; each gets a join code (printed once)")
     create.add_argument("--open", action="store_true", help="anyone may join by name (the default without names)")
     create.add_argument("--no-generate", action="store_true", help="store it only; run `generate` workers after")
-    create.add_argument("--shard", type=_shard, default=(0, 1), metavar="I/N")
+    create.add_argument("--shard", type=_shard, default=None, metavar="I/N", help="default 0/1")
     common(create)
 
     generate = commands.add_parser("generate", help="generate (or resume) a campaign's comparisons")
@@ -111,6 +149,7 @@ def status_json(view: CampaignStatusView) -> dict[str, Any]:
         "methods": list(campaign.methods),
         "pairing": campaign.pairing,
         "open_to_anyone": campaign.open_to_anyone,
+        "source": view.source,
         "annotators": view.annotators,
         "judgements": view.judgements,
         "error": campaign.error,
@@ -143,26 +182,30 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     service = _service(args.database)
     try:
+        if args.command == "create" and args.from_run is not None:
+            return _create_from_run(service, args)
         if args.command == "create":
-            settings = dict(
-                pairing=args.pairing,
-                runtime=args.runtime,
-                alpha=args.alpha,
-                beta=args.beta,
-                draft_len=args.draft_len,
-                max_new_tokens=args.max_new_tokens,
-                decoding=args.decoding,
-                seed=args.seed,
-                retrieval_k=args.retrieval_k,
-            )
+            missing = [f"--{name}" for name in ("task", "data") if getattr(args, name) is None]
+            if missing:
+                print(f"error: campaign create needs {' and '.join(missing)} (or --from-run RUN)", file=sys.stderr)
+                return 2
+            settings = {
+                key: default if getattr(args, key) is None else getattr(args, key)
+                for key, default in GENERATION_DEFAULTS.items()
+            }
             request = CampaignRequest(
-                args.name, args.task, args.data, args.methods, settings, args.limit, args.annotators, args.open
+                args.name,
+                args.task,
+                args.data,
+                args.methods or PRIVATE_METHODS,
+                settings,
+                args.limit,
+                args.annotators,
+                args.open,
             )
             created = service.create(request)
-            if created.codes:
-                for annotator, join_code in created.codes.items():
-                    print(f"join code for {annotator}: {join_code}", file=sys.stderr)
-            code = 0 if args.no_generate else _generate(service, created.campaign.name, args.shard)
+            _print_codes(created.codes)
+            code = 0 if args.no_generate else _generate(service, created.campaign.name, args.shard or (0, 1))
             result = {**status_json(service.status(created.campaign.name)), "codes": dict(created.codes)}
             _print(result, args.json)
             return code
@@ -195,9 +238,39 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
+def _print_codes(codes: Mapping[str, str]) -> None:
+    for annotator, join_code in codes.items():
+        print(f"join code for {annotator}: {join_code}", file=sys.stderr)
+
+
+def _create_from_run(service: CampaignService, args: argparse.Namespace) -> int:
+    """``create --from-run``: the run's stored outputs, no generation (its records and settings are the run's)."""
+    from specsteer.service.campaign_import import RunCampaignRequest, create_from_run
+
+    given = [f"--{name.replace('_', '-')}" for name in GENERATION_ONLY if getattr(args, name) not in (None, False)]
+    if given:
+        print(
+            f"error: --from-run takes the run's records and settings and generates nothing; leave out {', '.join(given)}",
+            file=sys.stderr,
+        )
+        return 2
+    request = RunCampaignRequest(
+        args.name, args.from_run, args.methods or (), args.alpha, args.beta, args.limit, args.annotators, args.open
+    )
+    created = create_from_run(service, request)
+    _print_codes(created.codes)
+    _print({**status_json(service.status(created.campaign.name)), "codes": dict(created.codes)}, args.json)
+    return 0
+
+
 def report_json(report: CampaignReport) -> dict[str, Any]:
     data = to_jsonable(report.report)
-    return {"campaigns": list(report.campaigns), "open_to_anyone": report.open_to_anyone, **data}
+    return {
+        "campaigns": list(report.campaigns),
+        "open_to_anyone": report.open_to_anyone,
+        "sources": list(report.sources),
+        **data,
+    }
 
 
 def leaderboard_text(result: dict[str, Any]) -> str:
@@ -208,6 +281,7 @@ def leaderboard_text(result: dict[str, Any]) -> str:
         rank = "-" if row["rank"] is None else str(row["rank"])
         lines.append(f"{rank:>4}  {row['method']:<12} {strength:>9}  {interval:<18} {row['judgements']}")
     lines.append(f"{result['judgements']} judgement(s) of {result['comparisons']} comparison(s)")
+    lines.extend(result.get("sources", ()))
     return "\n".join(lines)
 
 

@@ -9,7 +9,7 @@ one judgement per annotator and comparison); the service checks everything a per
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Protocol
@@ -18,8 +18,56 @@ CampaignStatus = Literal["preparing", "ready", "stopped", "failed"]
 SPECIAL_CHOICES = ("tie", "all_good", "all_bad")  # besides a slot's label
 
 
+RUN_SOURCE = "run"  # ``NewCampaign.data["source"]`` of a campaign made from an evaluation run's stored outputs
+
+
 class DuplicateCampaign(ValueError):
     """A campaign of that name exists already."""
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+@dataclass(frozen=True)
+class RunSource:
+    """Where a campaign made from a stored evaluation run (``specsteer.service.campaign_import``) took its
+    outputs: the run, by name and id, and the α and β of the grid point of the methods that read them (None
+    where no chosen method reads one). Kept in the campaign's ``data``; nothing was generated for it."""
+
+    run: str
+    run_id: int
+    alpha: float | None
+    beta: float | None
+
+    @classmethod
+    def of(cls, data: Mapping[str, Any]) -> RunSource | None:
+        """The source kept in a campaign's ``data``; None for a campaign that generated its outputs."""
+        if data.get("source") != RUN_SOURCE:
+            return None
+        return cls(
+            str(data.get("run", "")),
+            int(data.get("run_id") or 0),
+            _number(data.get("alpha")),
+            _number(data.get("beta")),
+        )
+
+    def data(self, path: str, limit: int) -> dict[str, Any]:
+        """The campaign's ``data``: the run's records file, how many records, and this source."""
+        return {"source": RUN_SOURCE, "path": path, "limit": limit, **asdict(self)}
+
+    @property
+    def setting(self) -> str:
+        values = [f"{name}={value:g}" for name, value in (("α", self.alpha), ("β", self.beta)) if value is not None]
+        return " ".join(values)
+
+    def describe(self) -> str:
+        """One sentence for the campaign's status and report."""
+        at = f" at {self.setting}" if self.setting else ""
+        return (
+            f"Outputs of evaluation run {self.run!r} (#{self.run_id}){at}, as the run stored them; "
+            "none was generated for this campaign."
+        )
 
 
 @dataclass(frozen=True)

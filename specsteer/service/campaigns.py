@@ -38,7 +38,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from specsteer.data.datasets import COGENESIS_TASK, EVALUATION_TASKS, DataError, load_task_records, resolve_data_source
+from specsteer.data.datasets import (
+    COGENESIS_TASK,
+    EVALUATION_TASKS,
+    DataError,
+    Record,
+    load_task_records,
+    resolve_data_source,
+)
 from specsteer.data.history import History
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.method.catalog import PRIVATE_METHODS, method_label
@@ -50,6 +57,7 @@ from specsteer.service.campaign_store import (
     CampaignStore,
     NewCampaign,
     NewCampaignJudgement,
+    RunSource,
     StoredCampaign,
     StoredCampaignJudgement,
 )
@@ -158,6 +166,7 @@ class CampaignStatusView:
     campaign: StoredCampaign
     annotators: int
     judgements: int
+    source: str | None = None  # where the outputs came from, for a campaign made from a stored run
 
 
 @dataclass(frozen=True)
@@ -165,6 +174,7 @@ class CampaignReport:
     campaigns: tuple[str, ...]
     open_to_anyone: bool  # any of them lets anyone join by name
     report: PreferenceReport
+    sources: tuple[str, ...] = ()  # where the outputs came from, for each of them made from a stored run
 
 
 # --------------------------------------------------------------------------- checks
@@ -182,6 +192,11 @@ def clean_name(value: object, what: str) -> str:
     if not _NAME.match(text):
         raise CampaignError(f"The {what} may hold letters, digits, spaces and . @ + - _ only.")
     return text
+
+
+def record_history(record: Record, task: str) -> NamedHistory:
+    """A record's history as a campaign's comparison keeps it (named after the record)."""
+    return NamedHistory(History(record.profile, task, record.user_id, record.user_profile), f"record {record.id}")
 
 
 def code_hash(code: str) -> str:
@@ -350,6 +365,10 @@ class CampaignService:
         cancel = cancel or threading.Event()
         try:
             campaign = self.campaign(name)
+            source = RunSource.of(campaign.data)
+            if source is not None:  # its outputs are the run's: nothing is generated, no model is loaded
+                yield self._imported(campaign, source)
+                return
             index, count = shard
             if not 0 <= index < count:
                 raise CampaignError(f"A shard is i/n with 0 <= i < n, not {index}/{count}.")
@@ -366,9 +385,7 @@ class CampaignService:
                 continue
             if cancel.is_set():
                 break
-            history = NamedHistory(
-                History(record.profile, campaign.task, record.user_id, record.user_profile), f"record {record.id}"
-            )
+            history = record_history(record, campaign.task)
             saved = None
             for event in self.app.compare(
                 history, campaign.task, record.input, settings, campaign.methods, True, cancel
@@ -394,6 +411,15 @@ class CampaignService:
         self.store.set_status(campaign.id, status)  # type: ignore[arg-type]
         yield CampaignGenerated(campaign.name, status, ready, campaign.planned, generated)
 
+    @staticmethod
+    def _imported(campaign: StoredCampaign, source: RunSource) -> CampaignGenerated | Failed:
+        if campaign.ready >= campaign.planned:
+            return CampaignGenerated(campaign.name, "ready", campaign.ready, campaign.planned, 0)
+        return Failed(
+            f"Campaign {campaign.name!r} takes its outputs from run {source.run!r} and generates none; its import "
+            f"stopped at {campaign.ready} of {campaign.planned} records. Create it again from the run under another name."
+        )
+
     def check_operator(self, token: str = "") -> None:
         """ExportRefused unless this caller may create, generate or export (anyone locally; in public, the
         holder of the operator's token)."""
@@ -402,7 +428,13 @@ class CampaignService:
     def status(self, name: str) -> CampaignStatusView:
         campaign = self.campaign(name)
         judgements = self.store.judgements(campaign.id)
-        return CampaignStatusView(campaign, len({judgement.annotator for judgement in judgements}), len(judgements))
+        source = RunSource.of(campaign.data)
+        return CampaignStatusView(
+            campaign,
+            len({judgement.annotator for judgement in judgements}),
+            len(judgements),
+            source.describe() if source is not None else None,
+        )
 
     # ----------------------------------------------------------------------- the annotators
 
@@ -527,27 +559,33 @@ class CampaignService:
         for campaign in chosen:
             methods.extend(method for method in campaign.methods if method not in methods)
             judgements.extend(as_campaign_judgement(j) for j in self.store.judgements(campaign.id))
+        sources = [(campaign.name, RunSource.of(campaign.data)) for campaign in chosen]
         return CampaignReport(
             tuple(campaign.name for campaign in chosen),
             any(campaign.open_to_anyone for campaign in chosen),
             preference_report(judgements, methods, resamples=resamples, seed=seed),
+            tuple(f"{name}: {source.describe()}" for name, source in sources if source is not None),
         )
 
     def beside_run(self, run_id: int) -> list[CampaignReport]:
-        """The campaigns over the same records (file and task) as stored evaluation run ``run_id``, each with
-        its report: ROUGE and human preference on the same records, read together (the Dashboard)."""
+        """The campaigns beside stored evaluation run ``run_id``, each with its report: ROUGE and human
+        preference on the same records, read together (the Dashboard). A campaign made from a stored run's
+        outputs belongs beside that run only (matched by the run it records); one that generated its own
+        outputs, beside every run over the same records (file and task). Those of the run itself first."""
         run = self.app.stored_run(run_id) if isinstance(run_id, int) and 0 < run_id < 2**63 else None
         if run is None:
             raise CampaignError(f"There is no stored run #{str(run_id)[:24]}.")
         data, task = run.config.get("data"), run.config.get("task")
-        if not isinstance(data, str):
-            return []
-        same = [
-            campaign
-            for campaign in self.store.campaigns()
-            if campaign.task == task and Path(str(campaign.data.get("path", ""))).resolve() == Path(data).resolve()
-        ]
-        return [self.report(campaign.name) for campaign in same]
+        own, same = [], []
+        for campaign in self.store.campaigns():
+            source = RunSource.of(campaign.data)
+            if source is not None:
+                if (source.run, source.run_id) == (run.name, run.id):
+                    own.append(campaign)
+            elif isinstance(data, str) and campaign.task == task:
+                if Path(str(campaign.data.get("path", ""))).resolve() == Path(data).resolve():
+                    same.append(campaign)
+        return [self.report(campaign.name) for campaign in [*own, *same]]
 
     def export_rows(self, name: str | None = None, token: str = "") -> list[dict[str, Any]]:
         """Every judgement as a flat row (every field; the outputs' texts by slot)."""

@@ -15,9 +15,10 @@ import json
 import sys
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 from specsteer.data.datasets import EVALUATION_TASKS
+from specsteer.engine.settings import Decoding
 from specsteer.method.catalog import PRIVATE_METHODS
 from specsteer.models.registry import DEFAULT_PAIRING
 from specsteer.runtimes.base import RUNTIME_CHOICES
@@ -94,7 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     create.add_argument("--draft-len", type=int, default=None, help="default 4")
     create.add_argument("--max-new-tokens", type=int, default=None, help="default 96")
-    create.add_argument("--decoding", choices=("greedy", "sample"), default=None, help="default greedy")
+    create.add_argument("--decoding", choices=get_args(Decoding), default=None, help="default greedy")
     create.add_argument("--seed", type=int, default=None, help="default 0")
     create.add_argument("--retrieval-k", type=int, default=None, help="default 3")
     create.add_argument("--annotators", type=_names, default=(), help="names; each gets a join code (printed once)")

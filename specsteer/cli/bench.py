@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specsteer.cli.generate import add_lora_argument, p3_arguments, p3_params, specialist_lora_arg
+from specsteer.cli.generate import add_lora_argument, p3_arguments, p3_params, runtime_argument, specialist_lora_arg
 from specsteer.engine.generate import DecodeConfig
 from specsteer.evaluation.bench import (
     DEFAULT_METHODS,
@@ -23,24 +23,16 @@ from specsteer.evaluation.bench import (
     run_speed,
 )
 from specsteer.evaluation.deployment import DEFAULT_RTTS_MS, PROFILES, get_profile
-from specsteer.runtimes.base import RUNTIME_CHOICES, RUNTIMES, TransformersModel
+from specsteer.runtimes.base import TransformersModel, parse_split
 from specsteer.runtimes.machine import machine_info
 from specsteer.util.jsonable import to_jsonable
 
 
 def _runtimes(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    # "transformers/llama.cpp": a split plan (the Specialist pair on the first, the Generalist on the second)
-    unknown = [
-        name
-        for name in names
-        if name not in RUNTIME_CHOICES and not (name.count("/") == 1 and set(name.split("/")) <= set(RUNTIMES))
-    ]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(
-            f"runtimes must be some of {', '.join(RUNTIME_CHOICES)}, or a split such as transformers/llama.cpp "
-            "(the Specialist pair's runtime, then the Generalist's), comma-separated"
-        )
+    """Comma-separated runtime requests, each as every command spells one (cli.generate.runtime_argument)."""
+    names = [runtime_argument(name) for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one runtime, comma-separated")
     return names
 
 
@@ -127,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     link.add_argument("--uplink-kbps", type=float, default=math.inf)
     link.add_argument("--downlink-kbps", type=float, default=math.inf)
     link.add_argument("--pairing", default=None, help="pairing id ('tiny-test': random tiny models, for tests)")
-    link.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
+    link.add_argument("--runtime", type=runtime_argument, default="auto")
     link.add_argument("--dtype", choices=("bf16", "fp32"), default=None)
     add_lora_argument(link)
     link.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
@@ -259,7 +251,9 @@ def _link(args) -> int:
     except (ValueError, KeyError, ModelLoadError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    cloud_arguments = ["--pairing", pairing, "--runtime", edge.runtime, "--no-prefix-reuse"]
+    # A split asked for is the Cloud's too (its generic copy on the first runtime, its Generalist on the second).
+    cloud_runtime = args.runtime if parse_split(args.runtime) is not None else edge.runtime
+    cloud_arguments = ["--pairing", pairing, "--runtime", cloud_runtime, "--no-prefix-reuse"]
     if args.dtype:
         cloud_arguments += ["--dtype", args.dtype]
     _log(machine_info().describe())

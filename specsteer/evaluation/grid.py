@@ -74,7 +74,7 @@ from specsteer.evaluation.run_store import CellResult, GridPoint, RunStatus, Run
 from specsteer.method.catalog import BASELINES, METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
 from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU, P3Params
 from specsteer.models.registry import DEFAULT_PAIRING
-from specsteer.runtimes.base import dtype_label
+from specsteer.runtimes.base import check_runtime, dtype_label
 from specsteer.util.jsonable import to_jsonable
 
 if TYPE_CHECKING:
@@ -182,6 +182,10 @@ class EvalSpec:
             problems.append(f"a run name is 1 to {MAX_RUN_NAME_CHARS} characters (got {len(self.run_name)})")
         elif self.run_name is not None and any(ord(char) < 32 or ord(char) == 127 for char in self.run_name):
             problems.append("a run name holds no control characters")
+        try:
+            check_runtime(self.runtime)
+        except ValueError as error:
+            problems.append(str(error))
         if self.prompt_style not in PROMPT_STYLES:
             problems.append(f"unknown prompt style {self.prompt_style!r}; choose one of {', '.join(PROMPT_STYLES)}")
         if problems:

@@ -95,15 +95,6 @@ class RuntimePlan:
         }
 
 
-def parse_split(requested: str) -> tuple[str, str] | None:
-    """ "transformers/llama.cpp" -> ("transformers", "llama.cpp"): an explicit split (the Specialist pair's
-    runtime, then the Generalist's); None for a single runtime's name."""
-    if "/" not in requested:
-        return None
-    small, _, large = requested.partition("/")
-    return small.strip(), large.strip()
-
-
 @dataclass(frozen=True)
 class PlanCost:
     """The estimate of one plan for one method (seconds of the reference request)."""

@@ -28,6 +28,7 @@ from specsteer.evaluation import grid as evaluate  # noqa: E402
 from specsteer.evaluation.run_store import CellResult, GridPoint  # noqa: E402
 from specsteer.evaluation.sweep import complete_records  # noqa: E402
 from specsteer.method.catalog import BASELINES, method_label  # noqa: E402
+from specsteer.models.runtime_plan import StoredPlan  # noqa: E402
 
 
 def _value(value, fmt: str) -> str:
@@ -122,13 +123,15 @@ def main(url: str, names: list[str], common: bool = False) -> None:
         kept = [cell for cell in cells if cell.record_id in records]
         facts = evaluate.run_facts(run.config) if run.config["task"] == "cogenesis" else None
         rows = evaluate.summarize(kept, run.config["task"], evaluate.run_prompts(run.config), facts)
-        runtime = run.config.get("runtime", "transformers")  # runs made before the runtime choice used transformers
-        precision = run.config.get("dtype") or ("Q4_K_M" if runtime == "llama.cpp" else "?")
+        plan = StoredPlan.read(run.config)  # runs made before the runtime choice used transformers
+        precision = run.config.get("dtype") or ("Q4_K_M" if plan.runtime == "llama.cpp" else "?")
         style = run.config.get("prompt_style", "paper")
         print(
-            f"**{name}** ({run.status}; {runtime}, {precision}, {style} prompts): {len(records)} records "
+            f"**{name}** ({run.status}; {plan.runtime}, {precision}, {style} prompts): {len(records)} records "
             f"complete, {len(cells)} cells stored\n"
         )
+        if plan.reason or plan.mixed:
+            print(f"Runtime: {plan.describe()}\n")
         print("\n".join(table(rows)) + "\n")
         if facts is not None:
             print("\n".join(privacy_table(rows)) + "\n")

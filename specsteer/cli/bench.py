@@ -146,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _speed(args) -> int:
     from specsteer.engine.generate import cross_tokenizer_problem
-    from specsteer.models.loading import choose_runtime, load_pair, lora_runtime_choice, with_specialist_lora
+    from specsteer.models.loading import load_pair, lora_runtime_choice, runtime_plan, with_specialist_lora
     from specsteer.models.registry import DEFAULT_PAIRING, get_pairing
+    from specsteer.models.runtime_plan import RuntimePlan
     from specsteer.models.tiny import shared_test_pair
     from specsteer.models.weights import ModelLoadError
 
@@ -169,18 +170,19 @@ def _speed(args) -> int:
             test_pair = with_specialist_lora(test_pair, lora) if test_pair is not None else None
         # "auto" is a row of its own: for each method, the row of the runtime auto picks for it (both are
         # measured in this run, so the auto row is a measurement, not an estimate).
-        auto_picks = (
+        auto_plans = (
             {
                 case.config.method: (
-                    choose_runtime(get_pairing(pairing), "auto", log, method=case.config.method)
+                    runtime_plan(get_pairing(pairing), "auto", log, method=case.config.method)
                     if lora is None
-                    else "transformers"
+                    else RuntimePlan.uniform(lora_runtime_choice("auto"))
                 )
                 for case in cases
             }
             if "auto" in args.runtime and test_pair is None
             else {}
         )
+        auto_picks = {method: plan.runtime for method, plan in auto_plans.items()}
         pairs = [test_pair] if test_pair is not None else []
         runtimes = [*(r for r in args.runtime if r != "auto"), *auto_picks.values()] if test_pair is None else []
         for runtime in dict.fromkeys(runtimes):
@@ -205,7 +207,7 @@ def _speed(args) -> int:
     result = run_speed(
         pairs, prompts, cases, reference=not args.no_reference, progress=log, read_ahead=not args.no_read_ahead
     )
-    result["rows"].extend(auto_rows(result["rows"], auto_picks))
+    result["rows"].extend(auto_rows(result["rows"], auto_picks, auto_plans))
     result["specialist_lora"] = lora.label if lora is not None else None  # the Edge's adapter, if any
     if not args.no_prefix_reuse:
         config = DecodeConfig(method="specsteer", alpha=0.1, max_new_tokens=8)
@@ -221,6 +223,7 @@ def _link(args) -> int:
     from specsteer.evaluation.bench_link import link_rows, run_link_bench
     from specsteer.models.loading import load_pair, lora_runtime_choice, with_specialist_lora
     from specsteer.models.registry import DEFAULT_PAIRING
+    from specsteer.models.runtime_plan import plan_record
     from specsteer.models.tiny import shared_test_pair
     from specsteer.models.weights import ModelLoadError
 
@@ -273,6 +276,7 @@ def _link(args) -> int:
         "settings": {
             "pairing": pairing,
             "runtime": edge.runtime,
+            "runtime_plan": plan_record(edge.runtime_plan) if edge.runtime_plan is not None else None,
             "precision": edge.precision,
             "prompts": len(prompts),
             "max_new_tokens": args.max_new_tokens,

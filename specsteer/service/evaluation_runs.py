@@ -16,6 +16,7 @@ from specsteer.evaluation.grid import EvalSpec, run_facts, run_prompts, summariz
 from specsteer.evaluation.run_store import StoredRun
 from specsteer.evaluation.sweep import SweepReport, config_points, run_record_count, sweep_report
 from specsteer.method.catalog import METHODS
+from specsteer.models.runtime_plan import StoredPlan
 
 SOURCES = {
     "sample": "Bundled sample (synthetic, 3 records per task)",
@@ -146,9 +147,15 @@ def run_label(run: StoredRun) -> str:
     """How the run picker names a stored run (rendered as text, not HTML)."""
     config = run.config or {}
     return (
-        f"#{run.id} {run.name} · {config.get('task', '?')} · {run.status} · "
+        f"#{run.id} {run.name} · {config.get('task', '?')} · {StoredPlan.read(config).runtime} · {run.status} · "
         f"{run.cell_count}/{config.get('cells_total', '?')} cells"
     )
+
+
+def runtime_note(config: Mapping[str, object]) -> str:
+    """A sentence for the status line: the runtime the run's cells ran on, each stream's when split, and the
+    plan's reason (runs stored before plans: the runtime's name alone; before the runtime choice: transformers)."""
+    return f"Runtime: {StoredPlan.read(config).describe()}."
 
 
 def chosen_run_ids(run_ids: Sequence[int] | int | None) -> list[int] | None:

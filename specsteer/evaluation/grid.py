@@ -72,7 +72,7 @@ from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair
 from specsteer.engine.generate import DecodeConfig, Prepared, Request, collect, generate, prepare
 from specsteer.evaluation.metrics import ROUGE_KEYS, bootstrap_interval, corpus_rouge, rouge_scores
 from specsteer.evaluation.run_store import CellResult, GridPoint, RunStatus, RunStore, cell_key
-from specsteer.method.catalog import BASELINES, METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
+from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
 from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU, P3Params
 from specsteer.models.registry import DEFAULT_PAIRING
 from specsteer.models.runtime_plan import PLAN_KEY, RuntimePlan, plan_record
@@ -745,28 +745,6 @@ def paired_difference(
         high,
         level,
     )
-
-
-def stronger_baseline(
-    cells: Sequence[CellResult], metric: str = "rougeL", baselines: Sequence[str] = BASELINES
-) -> GridPoint | None:
-    """Of the baselines (SLM+ and LLM) the run has, the one with the higher mean ``metric`` over the
-    records they share: what a personalized method has to beat."""
-    points = [GridPoint(name) for name in baselines]
-    scored = {
-        point: {cell.record_id: cell.rouge.get(metric) for cell in cells if cell.point == point} for point in points
-    }
-    present = [point for point in points if scored[point]]
-    if not present:
-        return None
-    shared = set.intersection(*(set(scored[point]) for point in present))
-    if not shared:
-        return None
-
-    def mean(point: GridPoint) -> float:
-        return sum(scored[point][record] or 0.0 for record in shared) / len(shared)
-
-    return max(present, key=mean)
 
 
 def spec_from_config(config: Mapping[str, Any], data_dir: Path | None = None) -> EvalSpec:

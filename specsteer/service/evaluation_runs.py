@@ -16,6 +16,7 @@ from specsteer.evaluation.grid import EvalSpec, run_facts, run_prompts, summariz
 from specsteer.evaluation.run_store import StoredRun
 from specsteer.evaluation.sweep import SweepReport, config_points, run_record_count, sweep_report
 from specsteer.method.catalog import METHODS
+from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU
 from specsteer.models.runtime_plan import StoredPlan
 
 SOURCES = {
@@ -55,6 +56,13 @@ def whole_number(value: object, what: str) -> int:
     return int(value)
 
 
+def number(value: object, what: str) -> float:
+    """A widget's number as a float; ValueError naming ``what`` for a value that is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{what} must be a number, not {_shown(str(value))!r}.")
+    return float(value)
+
+
 W = TypeVar("W")  # GridForm.widgets: whatever a caller names the fields with (the page: its components)
 
 
@@ -75,6 +83,8 @@ class GridForm:
     draft_len: float
     run_name: str
     operator_token: str = ""  # public: a grid beyond a visitor's cap needs the operator's token
+    p3_draft_len: float = DEFAULT_DRAFT_LEN  # P³'s Cloud draft length k (method p3; bounded by the engine)
+    p3_tau: float = DEFAULT_TAU  # P³'s threshold τ, 0 to 1
 
     @staticmethod
     def widgets(**widgets: W) -> dict[str, W]:
@@ -104,6 +114,8 @@ class GridForm:
             runtime=self.runtime,
             max_new_tokens=whole_number(self.max_new_tokens, "Max new tokens"),
             draft_len=whole_number(self.draft_len, "Draft length"),
+            p3_draft_len=whole_number(self.p3_draft_len, "P³ draft length"),
+            p3_tau=number(self.p3_tau, "P³ τ"),
             run_name=(self.run_name or "").strip() or None,
         )
 

@@ -53,6 +53,8 @@ def check_runtime(requested: str) -> str:
     """``requested`` as a runtime request every entry point accepts (``--runtime`` of generate, cloud,
     evaluate and bench): "auto", a runtime's name, or a split "A/B" of two runtimes' names (the one spelling
     :func:`specsteer.models.loading.runtime_plan` reads). ValueError saying what is accepted otherwise."""
+    if not isinstance(requested, str):  # what an API caller may send instead (None, a number, a list)
+        raise ValueError(f"unknown runtime {requested!r}; choose {RUNTIME_SPELLING}")
     name = requested.strip()
     split = parse_split(name)
     if name in RUNTIME_CHOICES or (split is not None and name.count("/") == 1 and set(split) <= set(RUNTIMES)):

@@ -29,7 +29,9 @@ def test_the_one_spelling_accepts_a_runtime_auto_and_a_split(name):
     assert check_runtime(name) == name
 
 
-@pytest.mark.parametrize("name", ["cuda", "auto/llama.cpp", "transformers/", "a/b", "transformers/llama.cpp/x", ""])
+@pytest.mark.parametrize(
+    "name", ["cuda", "auto/llama.cpp", "transformers/", "a/b", "transformers/llama.cpp/x", "", None, 3, ["auto"]]
+)
 def test_the_one_spelling_refuses_the_rest_saying_what_is_accepted(name):
     with pytest.raises(ValueError, match="or a split such as transformers/llama.cpp"):
         check_runtime(name)

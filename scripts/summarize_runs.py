@@ -10,8 +10,9 @@ the share of outputs copying the prompt's item layout, opening with a preamble, 
 (``specsteer.data.hygiene``; the prompts are rebuilt from the run's records, no model is loaded).
 Below each table, every SpecSteer setting is compared with SLM+ and LLM record by record on
 ROUGE-L: records won, the mean difference and its 95 % bootstrap interval [low, high] (a dozen
-records make a small sample), and against the stronger of the two (the one with the higher mean on
-the same records) on ROUGE-L and ROUGE-1. A CoGenesis run also gets the privacy table: per method,
+records make a small sample), then the claims those intervals support on ROUGE-L and ROUGE-1
+(``specsteer.evaluation.claims``, the sentences the Dashboard and ``specsteer evaluate`` print: higher,
+lower or not established on these records, against each baseline). A CoGenesis run also gets the privacy table: per method,
 the share of the records' private facts sent to the cloud (all of them, and those the task did not
 name), found in the output, and sent only in rejected drafts (``specsteer.data.facts``).
 """
@@ -25,9 +26,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import storage  # noqa: E402
 from specsteer.evaluation import grid as evaluate  # noqa: E402
-from specsteer.evaluation.run_store import CellResult, GridPoint  # noqa: E402
+from specsteer.evaluation.claims import claim_sentences, claims, steered_points  # noqa: E402
+from specsteer.evaluation.run_store import CellResult  # noqa: E402
 from specsteer.evaluation.sweep import complete_records  # noqa: E402
 from specsteer.method.catalog import BASELINES, method_label  # noqa: E402
+from specsteer.models.runtime_plan import StoredPlan  # noqa: E402
 
 
 def _value(value, fmt: str) -> str:
@@ -99,10 +102,22 @@ def privacy_table(rows: list[dict]) -> list[str]:
     return lines
 
 
-def paired(cells: list[CellResult], ours: GridPoint, theirs: GridPoint, metric: str = "rougeL") -> str:
-    """Record-by-record comparison of two grid points on one ROUGE metric (0-100)."""
-    difference = evaluate.paired_difference(cells, ours, theirs, metric)
-    return "–" if difference is None else difference.describe()
+def claims_table(cells: list[CellResult], baselines: list[str]) -> list[str]:
+    """Each SpecSteer setting against each baseline on ROUGE-L, record by record (claims.claims' numbers:
+    records won, the mean difference (0-100) and its 95 % bootstrap interval), and the verdict."""
+    found = {(claim.difference.ours, claim.difference.theirs.method): claim for claim in claims(cells)}
+    lines = [
+        "| SpecSteer R-L, record by record | " + " | ".join(f"vs {method_label(b)}" for b in baselines) + " |",
+        "|---|" + "---|" * len(baselines),
+    ]
+    for point in steered_points(cells):
+        found_here = [found.get((point, baseline)) for baseline in baselines]
+        lines.append(
+            f"| α={point.alpha:g} β={point.beta:g} | "
+            + " | ".join("–" if c is None else f"{c.difference.describe()}: {c.verdict}" for c in found_here)
+            + " |"
+        )
+    return lines
 
 
 def main(url: str, names: list[str], common: bool = False) -> None:
@@ -122,40 +137,24 @@ def main(url: str, names: list[str], common: bool = False) -> None:
         kept = [cell for cell in cells if cell.record_id in records]
         facts = evaluate.run_facts(run.config) if run.config["task"] == "cogenesis" else None
         rows = evaluate.summarize(kept, run.config["task"], evaluate.run_prompts(run.config), facts)
-        runtime = run.config.get("runtime", "transformers")  # runs made before the runtime choice used transformers
-        precision = run.config.get("dtype") or ("Q4_K_M" if runtime == "llama.cpp" else "?")
+        plan = StoredPlan.read(run.config)  # runs made before the runtime choice used transformers
+        precision = run.config.get("dtype") or ("Q4_K_M" if plan.runtime == "llama.cpp" else "?")
         style = run.config.get("prompt_style", "paper")
         print(
-            f"**{name}** ({run.status}; {runtime}, {precision}, {style} prompts): {len(records)} records "
+            f"**{name}** ({run.status}; {plan.runtime}, {precision}, {style} prompts): {len(records)} records "
             f"complete, {len(cells)} cells stored\n"
         )
+        if plan.reason or plan.mixed:
+            print(f"Runtime: {plan.describe()}\n")
         print("\n".join(table(rows)) + "\n")
         if facts is not None:
             print("\n".join(privacy_table(rows)) + "\n")
         baselines = [b for b in BASELINES if any(row["method"] == b for row in rows)]
-        steered = [row for row in rows if row["method"] == "specsteer"]
-        if not steered or not baselines:
+        if not steered_points(kept) or not baselines:
             continue
-        print("| SpecSteer R-L, record by record | " + " | ".join(f"vs {method_label(b)}" for b in baselines) + " |")
-        print("|---|" + "---|" * len(baselines))
-        for row in steered:
-            point = GridPoint("specsteer", row["alpha"], row["beta"])
-            print(
-                f"| α={row['alpha']:g} β={row['beta']:g} | "
-                + " | ".join(paired(kept, point, GridPoint(b)) for b in baselines)
-                + " |"
-            )
-        print()
-        for metric, label in (("rougeL", "R-L"), ("rouge1", "R-1")):
-            stronger = evaluate.stronger_baseline(kept, metric)
-            if stronger is None:
-                continue
-            for row in steered:
-                point = GridPoint("specsteer", row["alpha"], row["beta"])
-                print(
-                    f"- SpecSteer α={row['alpha']:g} β={row['beta']:g} − {method_label(stronger.method)} (the "
-                    f"stronger baseline on {label}): {paired(kept, point, stronger, metric)}"
-                )
+        print("\n".join(claims_table(kept, baselines)) + "\n")
+        for sentence in claim_sentences(kept, ("rougeL", "rouge1")):
+            print(f"- {sentence}")
         print()
 
 

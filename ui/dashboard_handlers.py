@@ -16,7 +16,14 @@ from specsteer.evaluation import plots
 from specsteer.evaluation.deployment import PROFILES
 from specsteer.evaluation.grid import EvalResult, GridProgress
 from specsteer.service.app_service import AppService, EvaluationEvent, Failed, Loading, Status
-from specsteer.service.evaluation_runs import GridForm, chosen_run_ids, claim_notes, run_label, stored_rows
+from specsteer.service.evaluation_runs import (
+    GridForm,
+    chosen_run_ids,
+    claim_notes,
+    run_label,
+    runtime_note,
+    stored_rows,
+)
 from ui import render
 from ui.dashboard_figures import compared_figures, figures, table_update
 from ui.streaming import NOT_YOURS, RUNS, Toast
@@ -126,7 +133,7 @@ class DashboardTab:
                 )
             run, cells = stored.run, stored.cells
             runs.append((f"#{run.id} {run.name}", stored_rows(run.config, cells)))
-            claims = claim_notes(cells) if len(ids) == 1 else []
+            claims = [runtime_note(run.config), *claim_notes(cells)] if len(ids) == 1 else []
         quality, acceptance, table = compared_figures(runs)
         names = ", ".join(name for name, _ in runs)
         status = render.message_box(" ".join([f"Showing {names}.", *claims]), "ok")

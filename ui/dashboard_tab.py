@@ -21,6 +21,7 @@ from functools import partial
 import gradio as gr
 
 from specsteer.data.datasets import EVALUATION_TASKS
+from specsteer.engine.settings import GenerationSettings
 from specsteer.evaluation import plots
 from specsteer.evaluation.deployment import PROFILES
 from specsteer.method.catalog import CORE_METHODS, METHODS, method_label
@@ -30,6 +31,7 @@ from specsteer.service.evaluation_runs import GridForm, source_choices
 from ui import campaign_beside_run, pairs, render, sweep_view
 from ui.dashboard_figures import TABLE_HEADERS
 from ui.dashboard_handlers import DEFAULT_PROFILE, PROFILE_CHOICES, DashboardTab, DashboardView
+from ui.p3_settings import p3_widgets
 from ui.streaming import GRID_CONCURRENCY_ID
 from ui.uploads import gradio_uploads
 from ui.wiring import QUIET, PageRefresh, wire_run
@@ -83,6 +85,7 @@ def build(service: AppService, campaigns: CampaignService | None = None) -> Page
                     1, 512, value=48, step=1, label="Max new tokens", elem_id="dashboard-max-new-tokens"
                 )
                 draft_len = gr.Slider(1, 16, value=4, step=1, label="Draft length k")
+            p3 = p3_widgets(GenerationSettings(pairing=""), elem_prefix="dashboard-")  # method p3's k and τ
             run_name = gr.Textbox(label="Run name (optional; the same name resumes)", elem_id="run-name")
             # Public: a grid beyond a visitor's cap needs the operator's token (hidden locally: no cap to lift).
             operator_token = gr.Textbox(
@@ -169,6 +172,7 @@ def build(service: AppService, campaigns: CampaignService | None = None) -> Page
         draft_len=draft_len,
         run_name=run_name,
         operator_token=operator_token,
+        **p3,
     )
     outputs = list(DashboardView(status, quality, acceptance, table, runs))
     offer = partial(pairs.offer_methods, METHODS, method_label)

@@ -8,8 +8,9 @@ from specsteer.engine.settings import GenerationSettings
 from specsteer.protocol.wire import MAX_DRAFT_LEN
 
 
-def p3_widgets(defaults: GenerationSettings) -> dict[str, gr.components.Component]:
-    """Two sliders in one row, keyed by their GenerationSettings field (built inside the caller's layout)."""
+def p3_widgets(defaults: GenerationSettings, elem_prefix: str = "") -> dict[str, gr.components.Component]:
+    """Two sliders in one row, keyed by their GenerationSettings field (built inside the caller's layout; the
+    Dashboard's grid builds its own under ``elem_prefix``, for EvalSpec's fields of the same names)."""
     with gr.Row():
         draft_len = gr.Slider(
             1,
@@ -17,7 +18,7 @@ def p3_widgets(defaults: GenerationSettings) -> dict[str, gr.components.Componen
             value=defaults.p3_draft_len,
             step=1,
             label="P³: Cloud draft length k",
-            elem_id="p3-draft-len",
+            elem_id=f"{elem_prefix}p3-draft-len",
             info="P³ only: tokens the cloud drafts per round",
         )
         tau = gr.Slider(
@@ -26,7 +27,7 @@ def p3_widgets(defaults: GenerationSettings) -> dict[str, gr.components.Componen
             value=defaults.p3_tau,
             step=0.01,
             label="P³: τ",
-            elem_id="p3-tau",
+            elem_id=f"{elem_prefix}p3-tau",
             info="P³ only: the device keeps a cloud draft while p / max p ≥ τ (0 keeps all, 1 only its own best)",
         )
     return {"p3_draft_len": draft_len, "p3_tau": tau}

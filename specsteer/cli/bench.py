@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specsteer.cli.generate import add_lora_argument, p3_arguments, p3_params, specialist_lora_arg
+from specsteer.cli.generate import add_lora_argument, p3_arguments, p3_params, runtime_argument, specialist_lora_arg
 from specsteer.engine.generate import DecodeConfig
 from specsteer.evaluation.bench import (
     DEFAULT_METHODS,
@@ -23,24 +23,16 @@ from specsteer.evaluation.bench import (
     run_speed,
 )
 from specsteer.evaluation.deployment import DEFAULT_RTTS_MS, PROFILES, get_profile
-from specsteer.runtimes.base import RUNTIME_CHOICES, RUNTIMES, TransformersModel
+from specsteer.runtimes.base import TransformersModel, parse_split
 from specsteer.runtimes.machine import machine_info
 from specsteer.util.jsonable import to_jsonable
 
 
 def _runtimes(text: str) -> list[str]:
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    # "transformers/llama.cpp": a split plan (the Specialist pair on the first, the Generalist on the second)
-    unknown = [
-        name
-        for name in names
-        if name not in RUNTIME_CHOICES and not (name.count("/") == 1 and set(name.split("/")) <= set(RUNTIMES))
-    ]
-    if not names or unknown:
-        raise argparse.ArgumentTypeError(
-            f"runtimes must be some of {', '.join(RUNTIME_CHOICES)}, or a split such as transformers/llama.cpp "
-            "(the Specialist pair's runtime, then the Generalist's), comma-separated"
-        )
+    """Comma-separated runtime requests, each as every command spells one (cli.generate.runtime_argument)."""
+    names = [runtime_argument(name) for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("name at least one runtime, comma-separated")
     return names
 
 
@@ -127,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     link.add_argument("--uplink-kbps", type=float, default=math.inf)
     link.add_argument("--downlink-kbps", type=float, default=math.inf)
     link.add_argument("--pairing", default=None, help="pairing id ('tiny-test': random tiny models, for tests)")
-    link.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
+    link.add_argument("--runtime", type=runtime_argument, default="auto")
     link.add_argument("--dtype", choices=("bf16", "fp32"), default=None)
     add_lora_argument(link)
     link.add_argument("--data", default=None, help="a LongLaMP file (default: the shared real records)")
@@ -154,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _speed(args) -> int:
     from specsteer.engine.generate import cross_tokenizer_problem
-    from specsteer.models.loading import choose_runtime, load_pair, lora_runtime_choice, with_specialist_lora
+    from specsteer.models.loading import load_pair, lora_runtime_choice, runtime_plan, with_specialist_lora
     from specsteer.models.registry import DEFAULT_PAIRING, get_pairing
+    from specsteer.models.runtime_plan import RuntimePlan
     from specsteer.models.tiny import shared_test_pair
     from specsteer.models.weights import ModelLoadError
 
@@ -177,18 +170,19 @@ def _speed(args) -> int:
             test_pair = with_specialist_lora(test_pair, lora) if test_pair is not None else None
         # "auto" is a row of its own: for each method, the row of the runtime auto picks for it (both are
         # measured in this run, so the auto row is a measurement, not an estimate).
-        auto_picks = (
+        auto_plans = (
             {
                 case.config.method: (
-                    choose_runtime(get_pairing(pairing), "auto", log, method=case.config.method)
+                    runtime_plan(get_pairing(pairing), "auto", log, method=case.config.method)
                     if lora is None
-                    else "transformers"
+                    else RuntimePlan.uniform(lora_runtime_choice("auto"))
                 )
                 for case in cases
             }
             if "auto" in args.runtime and test_pair is None
             else {}
         )
+        auto_picks = {method: plan.runtime for method, plan in auto_plans.items()}
         pairs = [test_pair] if test_pair is not None else []
         runtimes = [*(r for r in args.runtime if r != "auto"), *auto_picks.values()] if test_pair is None else []
         for runtime in dict.fromkeys(runtimes):
@@ -213,7 +207,7 @@ def _speed(args) -> int:
     result = run_speed(
         pairs, prompts, cases, reference=not args.no_reference, progress=log, read_ahead=not args.no_read_ahead
     )
-    result["rows"].extend(auto_rows(result["rows"], auto_picks))
+    result["rows"].extend(auto_rows(result["rows"], auto_picks, auto_plans))
     result["specialist_lora"] = lora.label if lora is not None else None  # the Edge's adapter, if any
     if not args.no_prefix_reuse:
         config = DecodeConfig(method="specsteer", alpha=0.1, max_new_tokens=8)
@@ -229,6 +223,7 @@ def _link(args) -> int:
     from specsteer.evaluation.bench_link import link_rows, run_link_bench
     from specsteer.models.loading import load_pair, lora_runtime_choice, with_specialist_lora
     from specsteer.models.registry import DEFAULT_PAIRING
+    from specsteer.models.runtime_plan import plan_record
     from specsteer.models.tiny import shared_test_pair
     from specsteer.models.weights import ModelLoadError
 
@@ -259,7 +254,9 @@ def _link(args) -> int:
     except (ValueError, KeyError, ModelLoadError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    cloud_arguments = ["--pairing", pairing, "--runtime", edge.runtime, "--no-prefix-reuse"]
+    # A split asked for is the Cloud's too (its generic copy on the first runtime, its Generalist on the second).
+    cloud_runtime = args.runtime if parse_split(args.runtime) is not None else edge.runtime
+    cloud_arguments = ["--pairing", pairing, "--runtime", cloud_runtime, "--no-prefix-reuse"]
     if args.dtype:
         cloud_arguments += ["--dtype", args.dtype]
     _log(machine_info().describe())
@@ -279,6 +276,7 @@ def _link(args) -> int:
         "settings": {
             "pairing": pairing,
             "runtime": edge.runtime,
+            "runtime_plan": plan_record(edge.runtime_plan) if edge.runtime_plan is not None else None,
             "precision": edge.precision,
             "prompts": len(prompts),
             "max_new_tokens": args.max_new_tokens,

@@ -12,14 +12,13 @@ import sys
 import threading
 from collections.abc import Iterator
 
-from specsteer.cli.generate import add_lora_argument, p3_arguments
+from specsteer.cli.generate import add_lora_argument, p3_arguments, runtime_argument
 from specsteer.data.datasets import EVALUATION_TASKS, resolve_data_source
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, failures_text, json_rows, run_grid_events
 from specsteer.method.catalog import PRIVATE_METHODS, SPEED_REFERENCE
 from specsteer.models.registry import DEFAULT_PAIRING
 from specsteer.models.tiny import CROSS_PAIRING_ID, TEST_PAIRING_ID, shared_test_pair, shared_tiny_pair
-from specsteer.runtimes.base import RUNTIME_CHOICES
 from specsteer.util.background import stop_signals_handled
 
 
@@ -93,9 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--runtime",
-        choices=RUNTIME_CHOICES,
+        type=runtime_argument,
         default="auto",
-        help="llama.cpp (GGUF files, CPU), transformers, or auto: llama.cpp where it can run the pairing",
+        help="llama.cpp (GGUF files, CPU), transformers, auto (from this machine's calibration), or a split "
+        "such as transformers/llama.cpp (the Specialist pair on the first, the Generalist on the second)",
     )
     parser.add_argument(
         "--dtype",

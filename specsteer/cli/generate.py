@@ -31,6 +31,17 @@ def _float(text: str) -> float:
     return value
 
 
+def runtime_argument(text: str) -> str:
+    """``--runtime``'s type wherever a command takes one: "auto", a runtime's name, or a split such as
+    transformers/llama.cpp (specsteer.runtimes.base.check_runtime, the one spelling)."""
+    from specsteer.runtimes.base import check_runtime
+
+    try:
+        return check_runtime(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
 def build_parser() -> argparse.ArgumentParser:
     from specsteer.cloud.admission import CLOUD_CLIENT_SHARE
     from specsteer.cloud.api import CLOUD_SECRET_ENV, DEFAULT_PORT
@@ -39,7 +50,6 @@ def build_parser() -> argparse.ArgumentParser:
     from specsteer.data.tasks import TASKS
     from specsteer.engine.generate import METHODS
     from specsteer.protocol.exposure import CLOUD_URL_ENV
-    from specsteer.runtimes.base import RUNTIME_CHOICES
 
     parser = argparse.ArgumentParser(
         prog="specsteer", description="SpecSteer: personalized device-cloud speculative decoding"
@@ -90,10 +100,11 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--max-new-tokens", type=int, default=256)
     gen.add_argument(
         "--runtime",
-        choices=RUNTIME_CHOICES,
+        type=runtime_argument,
         default="auto",
-        help="llama.cpp (GGUF files read directly, CPU), transformers, or auto (default): llama.cpp "
-        "where it can run the pairing",
+        help="llama.cpp (GGUF files read directly, CPU), transformers, auto (default: from this machine's "
+        "calibration, per stream), or a split such as transformers/llama.cpp (the Specialist and its generic "
+        "copy on the first, the Generalist on the second)",
     )
     gen.add_argument(
         "--dtype",
@@ -126,7 +137,13 @@ def build_parser() -> argparse.ArgumentParser:
     cloud.add_argument("--host", default="127.0.0.1", help="address to listen on (default: loopback only)")
     cloud.add_argument("--port", type=int, default=DEFAULT_PORT)
     cloud.add_argument("--pairing", default=None, help="pairing id (see `python -m specsteer pairings`)")
-    cloud.add_argument("--runtime", choices=RUNTIME_CHOICES, default="auto")
+    cloud.add_argument(
+        "--runtime",
+        type=runtime_argument,
+        default="auto",
+        help="llama.cpp, transformers, auto, or a split such as transformers/llama.cpp (the generic Specialist "
+        "on the first, the Generalist on the second)",
+    )
     cloud.add_argument("--dtype", choices=("bf16", "fp32"), default=None, help="transformers runtime only")
     cloud.add_argument(
         "--secret-env",

@@ -30,7 +30,7 @@ its own thread while the Edge reads its private one: ``read_ahead``).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -52,6 +52,7 @@ from specsteer.engine.generate import (
 from specsteer.method.catalog import METHOD_INFO, SPEED_REFERENCE, method_info
 from specsteer.method.events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM
 from specsteer.method.p3 import P3Params
+from specsteer.models.runtime_plan import PLAN_KEY, RuntimePlan, plan_record
 from specsteer.runtimes.base import TransformersModel
 from specsteer.runtimes.machine import machine_info
 
@@ -364,10 +365,17 @@ def _rows(tallies: list[Tally]) -> list[dict]:
     return rows
 
 
-def auto_rows(rows: list[dict], picks: dict[str, str]) -> list[dict]:
-    """Rows labelled "auto": each a copy of the measured row of the runtime auto picked for its method."""
+def auto_rows(rows: list[dict], picks: dict[str, str], plans: Mapping[str, RuntimePlan] | None = None) -> list[dict]:
+    """Rows labelled "auto": each a copy of the measured row of the runtime auto picked for its method, with
+    the plan auto made for it (``runtime_plan``: each stream's runtime and the reasons) where ``plans`` has it."""
+    plans = plans or {}
     return [
-        {**row, "runtime": "auto", "auto_picked": row["runtime"]}
+        {
+            **row,
+            "runtime": "auto",
+            "auto_picked": row["runtime"],
+            **({PLAN_KEY: plan_record(plans[row["method"]])} if row["method"] in plans else {}),
+        }
         for row in rows
         if picks.get(row["method"]) == row["runtime"]
     ]
@@ -376,7 +384,7 @@ def auto_rows(rows: list[dict], picks: dict[str, str]) -> list[dict]:
 def _runtime_info(pair: LoadedPair) -> dict:
     info: dict[str, object] = {"precision": pair.precision, "attention": None, "streams": pair.stream_runtimes()}
     if pair.runtime_plan is not None:
-        info["plan"] = pair.runtime_plan.to_dict()
+        info["plan"] = plan_record(pair.runtime_plan)
     if isinstance(pair.generalist, TransformersModel):  # the transformers runtime
         info["attention"] = pair.generalist.model.config._attn_implementation
     return info

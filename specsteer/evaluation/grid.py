@@ -53,6 +53,7 @@ numbers it gives mean nothing); it lets tests run this command line without real
 
 from __future__ import annotations
 
+import json
 import math
 import threading
 from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
@@ -71,10 +72,11 @@ from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair
 from specsteer.engine.generate import DecodeConfig, Prepared, Request, collect, generate, prepare
 from specsteer.evaluation.metrics import ROUGE_KEYS, bootstrap_interval, corpus_rouge, rouge_scores
 from specsteer.evaluation.run_store import CellResult, GridPoint, RunStatus, RunStore, cell_key
-from specsteer.method.catalog import BASELINES, METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
+from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
 from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU, P3Params
 from specsteer.models.registry import DEFAULT_PAIRING
-from specsteer.runtimes.base import dtype_label
+from specsteer.models.runtime_plan import PLAN_KEY, RuntimePlan, plan_record
+from specsteer.runtimes.base import check_runtime, dtype_label
 from specsteer.util.jsonable import to_jsonable
 
 if TYPE_CHECKING:
@@ -182,6 +184,10 @@ class EvalSpec:
             problems.append(f"a run name is 1 to {MAX_RUN_NAME_CHARS} characters (got {len(self.run_name)})")
         elif self.run_name is not None and any(ord(char) < 32 or ord(char) == 127 for char in self.run_name):
             problems.append("a run name holds no control characters")
+        try:
+            check_runtime(self.runtime)
+        except ValueError as error:
+            problems.append(str(error))
         if self.prompt_style not in PROMPT_STYLES:
             problems.append(f"unknown prompt style {self.prompt_style!r}; choose one of {', '.join(PROMPT_STYLES)}")
         if problems:
@@ -333,10 +339,17 @@ class _Cell:
 
 
 def run_config(
-    spec: EvalSpec, pairing_id: str, runtime: str, dtype: str | None, cells_total: int, lora_label: str = ""
+    spec: EvalSpec,
+    pairing_id: str,
+    runtime: str,
+    dtype: str | None,
+    cells_total: int,
+    lora_label: str = "",
+    plan: RuntimePlan | None = None,
 ) -> dict[str, Any]:
     """The stored config: the runtime as resolved here, so that a resume on another runtime is refused
-    (and the adapter's label, so that a resume with another adapter is)."""
+    (and the adapter's label, so that a resume with another adapter is); ``plan``, the plan loaded (each
+    stream's runtime and the reasons), under ``runtime_plan`` (read back by models.runtime_plan.StoredPlan)."""
     config = asdict(spec)
     del config["run_name"]
     if not spec.private_guard:
@@ -349,7 +362,51 @@ def run_config(
     config.update(
         data=str(Path(spec.data).resolve()), pairing=pairing_id, runtime=runtime, dtype=dtype, cells_total=cells_total
     )
+    if plan is not None:
+        config[PLAN_KEY] = plan_record(plan)
     return config
+
+
+def open_or_resume(store: RunStore, name: str, config: dict[str, Any]) -> int:
+    """``store.open_run`` of ``config``, or of the config of the stored run called ``name`` where the two
+    differ only in the plan's record (:func:`resumable_config`); the store's ValueError otherwise."""
+    try:
+        return store.open_run(name, config)
+    except ValueError:
+        resumed = resumable_config(store, name, config)
+        if resumed == config:
+            raise
+        return store.open_run(name, resumed)
+
+
+def resumable_config(store: RunStore, name: str, config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` as a resume of the run called ``name`` stores it. A plan's reasons are words about this
+    machine's measurements when the run started (and runs stored before plans have none), so a resume
+    compares the runtimes (``runtime``), not the reasons: the stored run's plan record is kept as it is."""
+    existing = next((run for run in store.runs() if run.name == name), None)
+    if existing is None:
+        return config
+    mine = {key: value for key, value in config.items() if key != PLAN_KEY}
+    theirs = {key: value for key, value in existing.config.items() if key != PLAN_KEY}
+    if _canonical(mine) != _canonical(theirs):
+        return config  # another config: the store refuses it, saying so
+    return {**mine, PLAN_KEY: existing.config[PLAN_KEY]} if PLAN_KEY in existing.config else mine
+
+
+def _canonical(config: Mapping[str, Any]) -> Any:
+    return json.loads(json.dumps(to_jsonable(dict(config)), sort_keys=True))
+
+
+def loaded_plan_problem(pair: LoadedPair, runtime: str) -> str | None:
+    """Why the pair loaded is not the plan the run stored (auto's split refused at load, each model then on
+    one runtime), or None: the run's cells must run on the runtime its config names."""
+    if pair.runtime == runtime:
+        return None
+    reason = pair.runtime_plan.reason if pair.runtime_plan is not None else ""
+    return (
+        f"the models loaded on {pair.runtime}, not on {runtime} as planned when the run was opened ({reason}); "
+        f"run it under a new name, or ask for --runtime {pair.runtime}"
+    )
 
 
 def run_grid_events(
@@ -376,7 +433,7 @@ def run_grid_events(
     ``turn``: a fresh context manager held around each generation (``turns.ModelTurns.batch``: the app
     gives the models to a waiting interactive generation between cells).
     """
-    from specsteer.models.loading import choose_runtime, load_pair, lora_runtime_choice, with_specialist_lora
+    from specsteer.models.loading import load_pair, lora_runtime_choice, runtime_plan, with_specialist_lora
     from specsteer.models.lora import read_lora
     from specsteer.models.registry import resolve_pairing
     from specsteer.runtimes.hardware import resolve_dtype
@@ -396,18 +453,21 @@ def run_grid_events(
             pair = with_specialist_lora(pair, lora)
     pairing: Pairing | None = None
     dtype: str | None
+    plan: RuntimePlan | None
     if pair is not None:
-        pairing_id, runtime, dtype = pair.pairing_id, pair.runtime, pair.precision
+        pairing_id, runtime, dtype, plan = pair.pairing_id, pair.runtime, pair.precision, pair.runtime_plan
     else:
         pairing = resolve_pairing(spec.pairing)
         pairing_id = pairing.id
-        runtime = lora_runtime_choice(spec.runtime).runtime if lora else choose_runtime(pairing, spec.runtime)
+        # The plan load_pair follows (each stream's runtime, and why), stored as the run's.
+        plan = RuntimePlan.uniform(lora_runtime_choice(spec.runtime)) if lora else runtime_plan(pairing, spec.runtime)
+        runtime = plan.runtime
         dtype = dtype_label(resolve_dtype(spec.dtype)) if runtime == "transformers" else None
     cells = [_Cell(record, point) for record in records for point in spec.points()]
     name = spec.run_name or f"{spec.task}-{datetime.now(UTC):%Y%m%d-%H%M%S}"
     label = lora.label if lora is not None else (pair.lora.label if pair is not None and pair.lora else "")
-    config = run_config(spec, pairing_id, runtime, dtype, len(cells), label)
-    run_id = store.open_run(name, config)
+    config = run_config(spec, pairing_id, runtime, dtype, len(cells), label, plan)
+    run_id = open_or_resume(store, name, config)
     finished = store.finished_keys(run_id)
     mine = {record.id for position, record in enumerate(records) if position % shard_count == shard_index}
     pending = [cell for cell in cells if cell.key not in finished and cell.record.id in mine]
@@ -417,7 +477,10 @@ def run_grid_events(
         if pending:
             yield GridProgress(len(cells) - len(pending), len(cells), "loading")
             if pair is None:
-                pair = load_pair(pairing or pairing_id, dtype=spec.dtype, runtime=runtime, specialist_lora=lora)
+                pair = load_pair(pairing or pairing_id, dtype=spec.dtype, runtime=spec.runtime, specialist_lora=lora)
+                problem = loaded_plan_problem(pair, runtime)
+                if problem:
+                    raise ValueError(problem)
             _check_methods_run_on(pair, spec)
             computed, failures = yield from _run_cells(
                 pair, pending, prepared, spec, len(cells), cancel, run_id, store, turn
@@ -682,28 +745,6 @@ def paired_difference(
         high,
         level,
     )
-
-
-def stronger_baseline(
-    cells: Sequence[CellResult], metric: str = "rougeL", baselines: Sequence[str] = BASELINES
-) -> GridPoint | None:
-    """Of the baselines (SLM+ and LLM) the run has, the one with the higher mean ``metric`` over the
-    records they share: what a personalized method has to beat."""
-    points = [GridPoint(name) for name in baselines]
-    scored = {
-        point: {cell.record_id: cell.rouge.get(metric) for cell in cells if cell.point == point} for point in points
-    }
-    present = [point for point in points if scored[point]]
-    if not present:
-        return None
-    shared = set.intersection(*(set(scored[point]) for point in present))
-    if not shared:
-        return None
-
-    def mean(point: GridPoint) -> float:
-        return sum(scored[point][record] or 0.0 for record in shared) / len(shared)
-
-    return max(present, key=mean)
 
 
 def spec_from_config(config: Mapping[str, Any], data_dir: Path | None = None) -> EvalSpec:

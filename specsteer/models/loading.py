@@ -27,7 +27,7 @@ from specsteer.models.registry import (
     cross_tokenizer_message,
     get_pairing,
 )
-from specsteer.models.runtime_plan import RuntimePlan, parse_split
+from specsteer.models.runtime_plan import RuntimePlan
 from specsteer.models.weights import (
     ModelLoadError,
     Progress,
@@ -40,7 +40,14 @@ from specsteer.models.weights import (
 )
 from specsteer.runtimes import llamacpp
 from specsteer.runtimes.attention import use_packed_gqa
-from specsteer.runtimes.base import RUNTIME_CHOICES, RUNTIMES, ModelRuntime, TransformersModel
+from specsteer.runtimes.base import (
+    RUNTIME_CHOICES,
+    RUNTIMES,
+    ModelRuntime,
+    TransformersModel,
+    check_runtime,
+    parse_split,
+)
 from specsteer.runtimes.hardware import default_device, resolve_dtype
 
 if TYPE_CHECKING:
@@ -461,6 +468,7 @@ def runtime_plan(
     if split is not None:
         if "auto" in split:
             raise ValueError(f"a split runtime names two runtimes, e.g. transformers/llama.cpp ({requested!r} given)")
+        check_runtime(requested)
         small, large = (runtime_choice(pairing, part, progress, method) for part in split)
         return RuntimePlan(small, large)
     choice = runtime_choice(pairing, requested, progress, method)

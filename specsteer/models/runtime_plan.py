@@ -40,6 +40,7 @@ None) and the caller keeps its single-runtime choice.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import product
 
@@ -53,6 +54,7 @@ from specsteer.models.calibration import (
     RuntimeTiming,
     estimate,
 )
+from specsteer.runtimes.base import parse_split
 
 SPECIALIST_PAIR = "Specialist and its generic copy"
 
@@ -93,15 +95,6 @@ class RuntimePlan:
             "specialist_pair": {"runtime": self.specialist.runtime, "reason": self.specialist.reason},
             "generalist": {"runtime": self.generalist.runtime, "reason": self.generalist.reason},
         }
-
-
-def parse_split(requested: str) -> tuple[str, str] | None:
-    """ "transformers/llama.cpp" -> ("transformers", "llama.cpp"): an explicit split (the Specialist pair's
-    runtime, then the Generalist's); None for a single runtime's name."""
-    if "/" not in requested:
-        return None
-    small, _, large = requested.partition("/")
-    return small.strip(), large.strip()
 
 
 @dataclass(frozen=True)
@@ -209,3 +202,59 @@ def plan_streams(calibration: Calibration, method: str, usable: tuple[str, ...])
 
 def _label(cost: PlanCost) -> str:
     return cost.specialist if not cost.mixed else f"{cost.specialist}/{cost.generalist}"
+
+
+PLAN_KEY = "runtime_plan"  # beside "runtime" in a run's stored config and a benchmark's record
+
+
+def plan_record(plan: RuntimePlan) -> dict[str, object]:
+    """What an evaluation run's config and a benchmark's record keep of the plan they loaded: its spelling
+    (what ``--runtime`` accepts back), each stream's runtime and reason, and the plan's reason."""
+    return {"runtime": plan.runtime, **plan.to_dict(), "reason": plan.reason}
+
+
+@dataclass(frozen=True)
+class StoredPlan:
+    """A stored plan read back: ``runtime`` as ``--runtime`` spells it, the Specialist pair's and the
+    Generalist's runtimes, and the reason ("" for records stored before plans were: a plain runtime)."""
+
+    runtime: str
+    specialist: str
+    generalist: str
+    reason: str = ""
+
+    @classmethod
+    def read(cls, stored: Mapping[str, object], default: str = "transformers") -> StoredPlan:
+        """From a config or record holding ``runtime`` (a name, a split, or -- defensively -- a plan record)
+        and maybe ``runtime_plan``; ``default`` where neither is there (runs made before the runtime choice
+        ran on transformers)."""
+        record = stored.get(PLAN_KEY)
+        runtime = stored.get("runtime")
+        if not isinstance(record, Mapping) and isinstance(runtime, Mapping):
+            record = runtime
+        if isinstance(record, Mapping):
+            name = str(record.get("runtime") or runtime or default)
+            small, large = parse_split(name) or (name, name)
+            return cls(
+                name,
+                _stream_runtime(record.get("specialist_pair"), small),
+                _stream_runtime(record.get("generalist"), large),
+                str(record.get("reason") or ""),
+            )
+        name = runtime if isinstance(runtime, str) and runtime else default
+        small, large = parse_split(name) or (name, name)
+        return cls(name, small, large)
+
+    def describe(self) -> str:
+        """One line: the runtime, each stream's when split, and the reason when stored."""
+        streams = f" (Specialist pair {self.specialist}, Generalist {self.generalist})" if self.mixed else ""
+        return f"{self.runtime}{streams}" + (f": {self.reason}" if self.reason else "")
+
+    @property
+    def mixed(self) -> bool:
+        return self.specialist != self.generalist
+
+
+def _stream_runtime(stream: object, fallback: str) -> str:
+    runtime = stream.get("runtime") if isinstance(stream, Mapping) else None
+    return str(runtime) if runtime else fallback

@@ -34,6 +34,33 @@ import torch
 
 RUNTIMES = ("llama.cpp", "transformers")
 RUNTIME_CHOICES = ("auto", *RUNTIMES)
+RUNTIME_SPELLING = (
+    f"one of {', '.join(RUNTIME_CHOICES)}, or a split such as transformers/llama.cpp "
+    "(the Specialist and its generic copy on the first, the Generalist on the second)"
+)
+
+
+def parse_split(requested: str) -> tuple[str, str] | None:
+    """ "transformers/llama.cpp" -> ("transformers", "llama.cpp"): an explicit split (the Specialist pair's
+    runtime, then the Generalist's); None for a single runtime's name."""
+    if "/" not in requested:
+        return None
+    small, _, large = requested.partition("/")
+    return small.strip(), large.strip()
+
+
+def check_runtime(requested: str) -> str:
+    """``requested`` as a runtime request every entry point accepts (``--runtime`` of generate, cloud,
+    evaluate and bench): "auto", a runtime's name, or a split "A/B" of two runtimes' names (the one spelling
+    :func:`specsteer.models.loading.runtime_plan` reads). ValueError saying what is accepted otherwise."""
+    if not isinstance(requested, str):  # what an API caller may send instead (None, a number, a list)
+        raise ValueError(f"unknown runtime {requested!r}; choose {RUNTIME_SPELLING}")
+    name = requested.strip()
+    split = parse_split(name)
+    if name in RUNTIME_CHOICES or (split is not None and name.count("/") == 1 and set(split) <= set(RUNTIMES)):
+        return name
+    raise ValueError(f"unknown runtime {requested!r}; choose {RUNTIME_SPELLING}")
+
 
 # Idle sequences a model keeps for reuse. A request opens at most two streams per model (the
 # Specialist reads the private and the plain prompt in SpecSteer), so four idle ones cover a

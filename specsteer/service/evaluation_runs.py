@@ -16,6 +16,8 @@ from specsteer.evaluation.grid import EvalSpec, run_facts, run_prompts, summariz
 from specsteer.evaluation.run_store import StoredRun
 from specsteer.evaluation.sweep import SweepReport, config_points, run_record_count, sweep_report
 from specsteer.method.catalog import METHODS
+from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU
+from specsteer.models.runtime_plan import StoredPlan
 
 SOURCES = {
     "sample": "Bundled sample (synthetic, 3 records per task)",
@@ -54,6 +56,13 @@ def whole_number(value: object, what: str) -> int:
     return int(value)
 
 
+def number(value: object, what: str) -> float:
+    """A widget's number as a float; ValueError naming ``what`` for a value that is not a finite number."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{what} must be a number, not {_shown(str(value))!r}.")
+    return float(value)
+
+
 W = TypeVar("W")  # GridForm.widgets: whatever a caller names the fields with (the page: its components)
 
 
@@ -74,6 +83,8 @@ class GridForm:
     draft_len: float
     run_name: str
     operator_token: str = ""  # public: a grid beyond a visitor's cap needs the operator's token
+    p3_draft_len: float = DEFAULT_DRAFT_LEN  # P³'s Cloud draft length k (method p3; bounded by the engine)
+    p3_tau: float = DEFAULT_TAU  # P³'s threshold τ, 0 to 1
 
     @staticmethod
     def widgets(**widgets: W) -> dict[str, W]:
@@ -103,6 +114,8 @@ class GridForm:
             runtime=self.runtime,
             max_new_tokens=whole_number(self.max_new_tokens, "Max new tokens"),
             draft_len=whole_number(self.draft_len, "Draft length"),
+            p3_draft_len=whole_number(self.p3_draft_len, "P³ draft length"),
+            p3_tau=number(self.p3_tau, "P³ τ"),
             run_name=(self.run_name or "").strip() or None,
         )
 
@@ -146,9 +159,15 @@ def run_label(run: StoredRun) -> str:
     """How the run picker names a stored run (rendered as text, not HTML)."""
     config = run.config or {}
     return (
-        f"#{run.id} {run.name} · {config.get('task', '?')} · {run.status} · "
+        f"#{run.id} {run.name} · {config.get('task', '?')} · {StoredPlan.read(config).runtime} · {run.status} · "
         f"{run.cell_count}/{config.get('cells_total', '?')} cells"
     )
+
+
+def runtime_note(config: Mapping[str, object]) -> str:
+    """A sentence for the status line: the runtime the run's cells ran on, each stream's when split, and the
+    plan's reason (runs stored before plans: the runtime's name alone; before the runtime choice: transformers)."""
+    return f"Runtime: {StoredPlan.read(config).describe()}."
 
 
 def chosen_run_ids(run_ids: Sequence[int] | int | None) -> list[int] | None:

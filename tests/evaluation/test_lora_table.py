@@ -7,10 +7,10 @@ import statistics
 from dataclasses import replace
 
 import pytest
-from evaluation.test_record_lora import FAST, cogenesis_record, write_records
+from evaluation.test_record_lora import cogenesis_record, lora_spec, write_records
 
 import storage
-from specsteer.evaluation.grid import EvalSpec, paired_difference, run_grid
+from specsteer.evaluation.grid import paired_difference, run_grid
 from specsteer.evaluation.lora_table import LORA_TAG, config_notes, lora_table, specsteer_point
 from specsteer.evaluation.metrics import bootstrap_interval
 from specsteer.evaluation.run_store import CellResult, GridPoint
@@ -24,28 +24,12 @@ pytestmark = pytest.mark.usefixtures("fresh_engines")
 def runs(tmp_path, url):
     """A base run (slm+, llm, specsteer) and a per-record-LoRA run (slm+, specsteer) over three records."""
     data = write_records(tmp_path, [cogenesis_record(n) for n in range(3)])
-    base = EvalSpec(
-        data=data,
-        task="cogenesis",
-        methods=("slm+", "llm", "specsteer"),
-        alphas=(0.1,),
-        max_new_tokens=6,
-        retrieval_k=2,
-        prompt_style="clean",
-        runtime="transformers",
-        run_name="a2-base",
-    )
+    lora = lora_spec(data, tmp_path / "adapters", max_new_tokens=6, runtime="transformers", run_name="a2-lora")
+    base = replace(lora, specialist_lora="", lora_settings=None, run_name="a2-base")
     pair = tiny_pair(seed=0, generalist_seed=1)
     store = storage.SqlRunStore(url)
     run_grid(base, store, pair=pair)
-    lora = replace(
-        base,
-        methods=("slm+", "specsteer"),
-        specialist_lora=f"per-record:{tmp_path / 'adapters'}",
-        lora_settings=FAST,
-        run_name="a2-lora",
-    )
-    run_grid(lora, store, pair=pair)
+    run_grid(replace(lora, methods=("slm+", "specsteer")), store, pair=pair)
     return url
 
 

@@ -569,16 +569,12 @@ def _run_cells(
             break
         cell_pair, adapter = pair, None
         if adapters is not None:
-            if cell.record.id not in adapted:
-                adapted.clear()
+            found = adapted.get(cell.record.id)  # (rebinding lets the previous record's merged copy go)
+            if found is None:
                 try:
-                    adapter = yield from _record_adapter(adapters, cell.record, cancel, done + computed, total)
-                    adapted[cell.record.id] = (adapters.pair_for(adapter), adapter)
+                    found = yield from _record_entry(adapters, adapted, cell.record, cancel, done + computed, total)
                 except TrainingStopped:
                     break
-                except Exception as error:  # noqa: BLE001 -- the record's cells fail; the run goes on
-                    adapted[cell.record.id] = f"its LoRA adapter: {type(error).__name__}: {error}"
-            found = adapted[cell.record.id]
             if isinstance(found, str):
                 failures.append(CellFailure(cell.record.id, cell.point, found))
                 store.set_status(run_id, "running", error=failures_text(failures))
@@ -610,6 +606,36 @@ def _run_cells(
         )
         computed += 1
     return computed, failures
+
+
+def _record_entry(
+    adapters: RecordAdapters,
+    adapted: dict[str, tuple[LoadedPair, RecordAdapter] | str],
+    record: Record,
+    cancel: threading.Event,
+    done: int,
+    total: int,
+) -> Generator[GridProgress, None, tuple[LoadedPair, RecordAdapter] | str]:
+    """The record's pair with its adapter merged in (trained or read back), or why there is none, kept in
+    ``adapted`` in place of the previous record's (whose merged copy is let go before the training)."""
+    _release(adapters, adapted)
+    entry: tuple[LoadedPair, RecordAdapter] | str
+    try:
+        adapter = yield from _record_adapter(adapters, record, cancel, done, total)
+        entry = (adapters.pair_for(adapter), adapter)
+    except TrainingStopped:
+        raise
+    except Exception as error:  # noqa: BLE001 -- the record's cells fail; the run goes on
+        entry = f"its LoRA adapter: {type(error).__name__}: {error}"
+    adapted[record.id] = entry
+    return entry
+
+
+def _release(adapters: RecordAdapters, adapted: dict[str, tuple[LoadedPair, RecordAdapter] | str]) -> None:
+    for entry in adapted.values():
+        if not isinstance(entry, str):
+            adapters.release(entry[0])
+    adapted.clear()
 
 
 def _record_adapter(

@@ -146,6 +146,12 @@ class RecordAdapters:
 
         return with_specialist_lora(self.pair, adapter.lora)
 
+    def release(self, adapted: Any) -> None:
+        """Let a record's merged Specialist go (before the next record's training and merge)."""
+        from specsteer.models.loading import release_specialist_lora
+
+        release_specialist_lora(adapted)
+
 
 def record_adapter_events(
     adapters: RecordAdapters, record: Record, cancel: threading.Event

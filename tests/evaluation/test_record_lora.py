@@ -3,9 +3,11 @@ its own texts only, once, read back on resume, merged into the Edge's Specialist
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import threading
+import weakref
 from dataclasses import replace
 
 import pytest
@@ -16,6 +18,7 @@ from specsteer.edge.lora import LoraSettings
 from specsteer.engine import generate as engine_generate
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, run_grid, run_grid_events
 from specsteer.evaluation.record_lora import PER_RECORD_LABEL, adapter_path, record_training_items
+from specsteer.models import loading
 from specsteer.models.lora import ADAPTER_WEIGHTS, LORA_RUNTIME_MESSAGE, read_lora
 from specsteer.models.tiny import tiny_pair
 
@@ -113,7 +116,14 @@ def test_shared_cogenesis_test_records_teach_four_texts_and_never_the_reference(
 
 def test_each_record_runs_with_its_own_adapter_and_its_cells_carry_the_training(pair, data, tmp_path, url):
     adapters = tmp_path / "adapters"
-    events = list(run_grid_events(lora_spec(data, adapters), storage.SqlRunStore(url), pair=pair))
+    events, merged = [], []
+    for event in run_grid_events(lora_spec(data, adapters), storage.SqlRunStore(url), pair=pair):
+        events.append(event)
+        if isinstance(event, GridProgress) and event.stage == "running" and event.record_id == "0_1" and not merged:
+            merged += [weakref.ref(kept.specialist.model) for base, kept in loading._adapted.values() if base is pair]
+        if isinstance(event, GridProgress) and event.stage == "training" and event.record_id == "1_1":
+            gc.collect()  # record 0's merged Specialist is gone before record 1's training takes memory
+            assert len(merged) == 1 and merged[0]() is None
     result = events[-1]
     assert isinstance(result, EvalResult) and result.status == "finished" and len(result.cells) == 9
     lines = training_lines(events)
@@ -132,6 +142,8 @@ def test_each_record_runs_with_its_own_adapter_and_its_cells_carry_the_training(
         assert cell.stats.lora_training_steps == 4
         labels[cell.record_id] = lora.label
     assert len(set(labels.values())) == 3  # an adapter per record
+    # Each record's merged copy is let go before the next record's: only the last one is still kept.
+    assert [kept.lora.label for base, kept in loading._adapted.values() if base is pair] == [labels["2_1"]]
     config = storage.get_run_by_name("per-record", url=url).config
     assert config["specialist_lora"] == PER_RECORD_LABEL and config["runtime"] == "transformers"
     assert config["lora_settings"]["epochs"] == 1 and config["lora_settings"]["max_length"] == 128

@@ -150,9 +150,11 @@ def _lora_training_arguments(parser: argparse.ArgumentParser) -> None:
     """The per-record adapters' training settings: ``lora train``'s defaults, three of them settable."""
     defaults = LoraSettings()
     group = parser.add_argument_group("per-record LoRA training (with --specialist-lora per-record:DIR)")
-    group.add_argument("--lora-epochs", type=int, default=None, help=f"default {defaults.epochs}")
-    group.add_argument("--lora-max-steps", type=int, default=None, help="stop after this many steps (default: none)")
-    group.add_argument("--lora-max-length", type=int, default=None, help=f"default {defaults.max_length}")
+    group.add_argument("--lora-epochs", type=int, default=None, metavar="N", help=f"default {defaults.epochs}")
+    group.add_argument(
+        "--lora-max-steps", type=int, default=None, metavar="N", help="stop after this many steps (default: none)"
+    )
+    group.add_argument("--lora-max-length", type=int, default=None, metavar="N", help=f"default {defaults.max_length}")
 
 
 def _lora_settings(args: argparse.Namespace) -> LoraSettings | None:

@@ -433,6 +433,8 @@ def run_grid_events(
         _check_methods_run_on(pair, spec)
     records, prepared = load_evaluation_records(spec)
     per_record = spec.per_record_lora()
+    if per_record is not None and per_record.exists() and not per_record.is_dir():
+        raise ValueError(f"{per_record} is a file; per-record LoRA adapters need a directory")
     lora = read_lora(spec.specialist_lora) if spec.specialist_lora and per_record is None else None
     if lora is not None or per_record is not None:
         lora_runtime_choice(spec.runtime)  # a refusal on llama.cpp, before a run is opened

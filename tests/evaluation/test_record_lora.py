@@ -11,6 +11,7 @@ import weakref
 from dataclasses import replace
 
 import pytest
+from evaluation.test_evaluate import MemoryStore
 
 import storage
 from specsteer.data.datasets import load_cogenesis, shared_cogenesis_path
@@ -249,7 +250,10 @@ def test_a_record_without_texts_to_learn_fails_its_cells_and_the_run_goes_on(pai
     assert "LoRA adapter" in result.failures[0].message and "no history item" in result.failures[0].message
 
 
-def test_per_record_specs_are_checked(data):
+def test_per_record_specs_are_checked(pair, data, tmp_path):
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match="is a file"):
+        run_grid(lora_spec(data, tmp_path / "file"), MemoryStore(), pair=pair)
     with pytest.raises(ValueError, match="needs the directory"):
         lora_spec(data, "").validate()
     with pytest.raises(ValueError, match="go with per-record"):

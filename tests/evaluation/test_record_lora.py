@@ -17,11 +17,20 @@ import storage
 from specsteer.data.datasets import load_cogenesis, shared_cogenesis_path
 from specsteer.edge.lora import LoraSettings
 from specsteer.engine import generate as engine_generate
-from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, run_grid, run_grid_events
+from specsteer.engine.generate import chat_ids
+from specsteer.evaluation.grid import (
+    EvalResult,
+    EvalSpec,
+    GridProgress,
+    load_evaluation_records,
+    run_grid,
+    run_grid_events,
+)
 from specsteer.evaluation.record_lora import PER_RECORD_LABEL, adapter_path, record_training_items
 from specsteer.models import loading
 from specsteer.models.lora import ADAPTER_WEIGHTS, LORA_RUNTIME_MESSAGE, read_lora
 from specsteer.models.tiny import tiny_pair
+from specsteer.protocol.wire import Open, decode_stream
 
 CANARY = "WOMBAT-canary-5521 teal accordion"
 REFERENCE = "Dear guests, you are warmly invited to our spring gala."
@@ -211,7 +220,12 @@ def test_the_cloud_gets_the_base_model_and_nothing_of_the_adapter_or_the_texts(p
     monkeypatch.setattr(engine_generate, "InProcessCloud", capturing)
     adapters = tmp_path / "adapters"
     store = storage.SqlRunStore(f"sqlite:///{tmp_path / 'cloud.db'}")
-    result = run_grid(lora_spec(data, adapters, methods=("specsteer", "llm"), max_new_tokens=8), store, pair=pair)
+    spec = lora_spec(data, adapters, methods=("specsteer", "llm"), max_new_tokens=8)
+    result = run_grid(spec, store, pair=pair)
+    plain = {
+        rid: chat_ids(pair.tokenizer, item.prompts.plain, pair.chat)
+        for rid, item in load_evaluation_records(spec)[1].items()
+    }
     assert result.status == "finished"
     adapted = [(edge, capture) for edge, capture in clouds if edge.lora is not None]
     assert len(adapted) == 6  # every cell ran with its record's adapter (the warm-up with the base pair)
@@ -225,7 +239,10 @@ def test_the_cloud_gets_the_base_model_and_nothing_of_the_adapter_or_the_texts(p
         assert edge.specialist is not pair.specialist
         sent = b"".join(capture.uplink)
         assert CANARY.encode() not in sent and b"walks by the river" not in sent
-        tensors = adapter_bytes[edge.lora.details()["record_id"]]
+        record_id = edge.lora.details()["record_id"]
+        opens = [m for frame in capture.uplink for m in decode_stream(frame, "uplink") if isinstance(m, Open)]
+        assert opens and all(list(m.prompt) == plain[record_id] for m in opens)  # the plain prompt, never more
+        tensors = adapter_bytes[record_id]
         windows = {tensors[i : i + 16] for i in range(0, len(tensors) - 16, 4)}
         assert not any(sent[i : i + 16] in windows for i in range(len(sent) - 15))
 

@@ -30,7 +30,9 @@ from typing import Any
 from specsteer.data.datasets import Record
 from specsteer.edge.lora import LoraSettings, TrainingProgress, TrainingResult, train_lora, training_items
 from specsteer.method.events import GenerationStats
-from specsteer.models.lora import MANIFEST, LoraError, SpecialistLora, base_fingerprint, read_lora
+from specsteer.models.loading import LoadedPair, release_specialist_lora, with_specialist_lora
+from specsteer.models.lora import LORA_RUNTIME_MESSAGE, MANIFEST, LoraError, SpecialistLora, base_fingerprint, read_lora
+from specsteer.runtimes.base import TransformersModel
 
 PER_RECORD_PREFIX = "per-record:"
 PER_RECORD_LABEL = "per-record"  # what a run's stored config says in place of one adapter's label
@@ -125,14 +127,17 @@ class RecordAdapters:
 
     root: Path
     settings: LoraSettings
-    pair: Any  # the base LoadedPair (its Specialist on transformers); Any keeps this module light to import
+    pair: LoadedPair  # the base pair (its Specialist on transformers)
     base_name: str = ""
     _fingerprint: str = field(default="", init=False, repr=False)
 
     @property
     def fingerprint(self) -> str:
         if not self._fingerprint:
-            self._fingerprint = base_fingerprint(self.pair.specialist.model)
+            specialist = self.pair.specialist
+            if not isinstance(specialist, TransformersModel):
+                raise LoraError(LORA_RUNTIME_MESSAGE)
+            self._fingerprint = base_fingerprint(specialist.model)
         return self._fingerprint
 
     def events(self, record: Record, cancel: threading.Event) -> Generator[TrainingProgress, None, RecordAdapter]:
@@ -140,16 +145,12 @@ class RecordAdapters:
         yielding each training step. TrainingStopped when ``cancel`` is set during training."""
         return record_adapter_events(self, record, cancel)
 
-    def pair_for(self, adapter: RecordAdapter) -> Any:
+    def pair_for(self, adapter: RecordAdapter) -> LoadedPair:
         """The base pair with the adapter merged into the Edge's Specialist (the Cloud's copy stays the base)."""
-        from specsteer.models.loading import with_specialist_lora
-
         return with_specialist_lora(self.pair, adapter.lora)
 
-    def release(self, adapted: Any) -> None:
+    def release(self, adapted: LoadedPair) -> None:
         """Let a record's merged Specialist go (before the next record's training and merge)."""
-        from specsteer.models.loading import release_specialist_lora
-
         release_specialist_lora(adapted)
 
 

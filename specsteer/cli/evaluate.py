@@ -11,11 +11,14 @@ import signal
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 
 from specsteer.cli.generate import add_lora_argument, p3_arguments, runtime_argument
 from specsteer.data.datasets import EVALUATION_TASKS, resolve_data_source
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
+from specsteer.edge.lora import LoraSettings
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, failures_text, json_rows, run_grid_events
+from specsteer.evaluation.record_lora import PER_RECORD_PREFIX
 from specsteer.method.catalog import PRIVATE_METHODS, SPEED_REFERENCE
 from specsteer.models.registry import DEFAULT_PAIRING
 from specsteer.models.tiny import CROSS_PAIRING_ID, TEST_PAIRING_ID, shared_test_pair, shared_tiny_pair
@@ -123,7 +126,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the Edge never sends a token completing N tokens copied from the private prompt "
         "(recovered locally instead); 0 = off",
     )
-    add_lora_argument(parser)
+    add_lora_argument(
+        parser,
+        per_record="; per-record:DIR: an adapter per record, trained on the record's own texts (never its "
+        "reference) before its cells, kept in DIR and read back on resume",
+    )
+    _lora_training_arguments(parser)
     parser.add_argument("--run-name", default=None, help="name of the run; the same name resumes it")
     parser.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
     parser.add_argument(
@@ -136,6 +144,29 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--json", action="store_true", help='print {"rows": [...]} instead of a table')
     parser.add_argument("--plot", default=None, help="write the figures as one standalone HTML file")
     return parser
+
+
+def _lora_training_arguments(parser: argparse.ArgumentParser) -> None:
+    """The per-record adapters' training settings: ``lora train``'s defaults, three of them settable."""
+    defaults = LoraSettings()
+    group = parser.add_argument_group("per-record LoRA training (with --specialist-lora per-record:DIR)")
+    group.add_argument("--lora-epochs", type=int, default=None, metavar="N", help=f"default {defaults.epochs}")
+    group.add_argument(
+        "--lora-max-steps", type=int, default=None, metavar="N", help="stop after this many steps (default: none)"
+    )
+    group.add_argument("--lora-max-length", type=int, default=None, metavar="N", help=f"default {defaults.max_length}")
+
+
+def _lora_settings(args: argparse.Namespace) -> LoraSettings | None:
+    given = {"epochs": args.lora_epochs, "max_steps": args.lora_max_steps, "max_length": args.lora_max_length}
+    chosen = {key: value for key, value in given.items() if value is not None}
+    if not (args.specialist_lora or "").startswith(PER_RECORD_PREFIX):
+        if chosen:
+            raise ValueError(
+                "--lora-epochs, --lora-max-steps and --lora-max-length go with --specialist-lora per-record:DIR"
+            )
+        return None
+    return replace(LoraSettings(), **chosen)
 
 
 def spec_from_args(args: argparse.Namespace) -> EvalSpec:
@@ -157,6 +188,7 @@ def spec_from_args(args: argparse.Namespace) -> EvalSpec:
         prompt_style=args.prompt_style,
         private_guard=args.private_guard,
         specialist_lora=args.specialist_lora or "",
+        lora_settings=_lora_settings(args),
         p3_draft_len=args.p3_draft_len,
         p3_tau=args.p3_tau,
         run_name=args.run_name,

@@ -236,14 +236,14 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def add_lora_argument(parser: argparse.ArgumentParser) -> None:
-    """``--specialist-lora DIR`` (generate, evaluate, bench)."""
+def add_lora_argument(parser: argparse.ArgumentParser, per_record: str = "") -> None:
+    """``--specialist-lora DIR`` (generate, evaluate, bench); ``per_record``: more help (evaluate's per-record)."""
     parser.add_argument(
         "--specialist-lora",
         default=None,
         metavar="DIR",
         help="the Edge's Specialist with this LoRA adapter (specsteer lora train) merged in; transformers "
-        "runtime only (auto picks it). The Cloud's generic copy stays the base model",
+        "runtime only (auto picks it). The Cloud's generic copy stays the base model" + per_record,
     )
 
 

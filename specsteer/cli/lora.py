@@ -1,5 +1,6 @@
 """``specsteer lora train``: teach the Edge's Specialist a history (a LoRA adapter, ``specsteer.edge.lora``);
-``specsteer lora show DIR``: an adapter's manifest.
+``specsteer lora show DIR``: an adapter's manifest; ``specsteer lora table --base RUN --lora RUN``: paper
+Appendix A.2's table from a base run and a per-record-LoRA run (``specsteer.evaluation.lora_table``).
 
 The adapter serves with ``generate``, ``evaluate`` and ``bench`` through ``--specialist-lora DIR`` (the
 transformers runtime). Progress goes to stderr, one line per step. Ctrl-C stops it: nothing is written (the
@@ -55,6 +56,17 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--quiet", action="store_true", help="no progress lines")
     show = commands.add_parser("show", help="print an adapter's manifest (JSON)")
     show.add_argument("directory")
+    table = commands.add_parser(
+        "table",
+        help="Appendix A.2's table: a base evaluate run (slm+, llm, specsteer) and a per-record-LoRA run "
+        "(slm+, specsteer; --specialist-lora per-record:DIR) over the same records",
+    )
+    table.add_argument("--base", required=True, help="the base run's name")
+    table.add_argument("--lora", required=True, help="the per-record-LoRA run's name")
+    table.add_argument("--alpha", type=float, default=None, help="SpecSteer's alpha (when the runs share several)")
+    table.add_argument("--beta", type=float, default=None, help="SpecSteer's beta (when the runs share several)")
+    table.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
+    table.add_argument("--json", action="store_true", help="print the table as one JSON document")
     return parser
 
 
@@ -62,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.action == "show":
         return _show(args.directory)
+    if args.action == "table":
+        return _table(args)
     return _train(args)
 
 
@@ -78,6 +92,45 @@ def _show(directory: str) -> int:
     except LoraError as error:
         return _fail(str(error), 2)
     print(json.dumps({"label": lora.label, **lora.details()}, indent=1))
+    return 0
+
+
+def _table(args) -> int:
+    """Read-only: the two runs' cells, their prompts and the records' facts rebuilt from the records file."""
+    import storage  # the composition root: the one place here that reads the SQL store
+    from specsteer.data.datasets import DataError
+    from specsteer.evaluation.grid import run_facts, run_prompts
+    from specsteer.evaluation.lora_table import lora_table, table_json, table_text
+
+    missing = storage.missing_sqlite_file(args.database)
+    if missing is not None:
+        return _fail(f"no database file at {missing}", 2)
+    runs = {name: storage.get_run_by_name(name, url=args.database) for name in (args.base, args.lora)}
+    absent = [name for name, run in runs.items() if run is None]
+    if absent:
+        return _fail(f"no run named {absent[0]!r} in this database", 2)
+    base, lora = runs[args.base], runs[args.lora]
+    assert base is not None and lora is not None
+    try:
+        table = lora_table(
+            storage.run_cells(base.id, url=args.database),
+            storage.run_cells(lora.id, url=args.database),
+            task=str(base.config.get("task", "")),
+            base_config=base.config,
+            lora_config=lora.config,
+            base_prompts=run_prompts(base.config),
+            lora_prompts=run_prompts(lora.config),
+            facts=run_facts(base.config),
+            alpha=args.alpha,
+            beta=args.beta,
+        )
+    except (DataError, ValueError) as error:
+        return _fail(str(error), 2)
+    if args.json:
+        print(json.dumps({"base": base.name, "lora": lora.name, **table_json(table)}, ensure_ascii=False))
+    else:
+        title = f"A.2: base run {base.name!r} ({base.status}), per-record-LoRA run {lora.name!r} ({lora.status})"
+        print(table_text(table, title))
     return 0
 
 

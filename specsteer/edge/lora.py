@@ -29,9 +29,10 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -215,12 +216,15 @@ def train_lora(
     base_sha256: str = "",
     progress: Callable[[TrainingProgress], None] | None = None,
     cancel: threading.Event | None = None,
+    notes: Mapping[str, Any] | None = None,
 ) -> TrainingResult:
     """Train an adapter for ``pair``'s Specialist on ``items`` and write it to ``out`` (replacing an adapter
     there). ``pair.specialist`` itself is not changed: a copy is trained.
 
     The directory is written whole or not at all: into a temporary sibling, renamed at the end. A set
     ``cancel`` (or Ctrl-C) stops after the current step and raises TrainingStopped; nothing is written then.
+    ``notes``: more fields for the manifest (what the caller needs to know the adapter again, such as the
+    record it was trained for).
     """
     from peft import LoraConfig, get_peft_model
     from transformers import get_cosine_schedule_with_warmup
@@ -290,6 +294,7 @@ def train_lora(
         "seconds_per_step": round(seconds / step, 4) if step else None,
         "peak_rss_mb": _peak_rss_mb(),
         "losses": [round(value, 5) for value in losses],
+        **(notes or {}),
     }
     _write(model, manifest, target)
     return TrainingResult(read_lora(target), losses, seconds)

@@ -39,6 +39,10 @@ Summary (:func:`summarize`), one row per (method, alpha, beta):
   summary has the run's prompts (the grid's own result, ``run_prompts`` for a stored run).
 * ``rounds``, ``new_tokens``, ``uplink_bytes``, ``downlink_bytes`` — means per generation.
 
+LoRA: ``specialist_lora`` names one adapter for every record, or ``"per-record:DIR"`` an adapter per record
+trained on the record's own texts before its cells (``specsteer.evaluation.record_lora``: kept in DIR and read
+back on resume; its training seconds and steps in each of the record's cells' stats).
+
 Noise (the paper's robustness study): ``noise = n`` appends to each record's Specialist context
 the n items least similar to its input (BM25) drawn from the profiles of *other* users' records in
 the same file (the first ``max(limit, NOISE_POOL_RECORDS)`` records).
@@ -69,8 +73,18 @@ from specsteer.data.history import HistoryItem
 from specsteer.data.hygiene import classify_output
 from specsteer.data.retrieval import low_similarity_items
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES, PromptPair, as_prompt_style
+from specsteer.edge.lora import LoraSettings, LoraTrainingError, TrainingStopped
 from specsteer.engine.generate import DecodeConfig, Prepared, Request, collect, generate, prepare
 from specsteer.evaluation.metrics import ROUGE_KEYS, bootstrap_interval, corpus_rouge, rouge_scores
+from specsteer.evaluation.record_lora import (
+    PER_RECORD_LABEL,
+    RecordAdapter,
+    RecordAdapters,
+    per_record_root,
+    settings_document,
+    settings_from_document,
+    with_training,
+)
 from specsteer.evaluation.run_store import CellResult, GridPoint, RunStatus, RunStore, cell_key
 from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
 from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU, P3Params
@@ -156,12 +170,34 @@ class EvalSpec:
     # A LoRA adapter directory for the Edge's Specialist (specsteer.models.lora; one for every record, so
     # records of one user); "" for none. Stored as the adapter's label (its name and manifest hash).
     specialist_lora: str = ""
+    # With ``specialist_lora = "per-record:DIR"`` (specsteer.evaluation.record_lora): an adapter per record,
+    # trained on the record's own texts into DIR with these settings (None: LoraSettings()'s defaults).
+    lora_settings: LoraSettings | None = None
     p3_draft_len: int = DEFAULT_DRAFT_LEN  # P³'s Cloud draft length (method p3; specsteer.method.p3)
     p3_tau: float = DEFAULT_TAU  # P³'s threshold
     run_name: str | None = None  # None: a new run named after the task and the time
 
     def points(self) -> list[GridPoint]:
         return grid_points(self.methods, self.alphas, self.betas, self.extra_points)
+
+    def per_record_lora(self) -> Path | None:
+        """The per-record adapters' directory (``specialist_lora = "per-record:DIR"``), or None."""
+        return per_record_root(self.specialist_lora)
+
+    def _lora_problems(self) -> list[str]:
+        try:
+            root = self.per_record_lora()
+        except ValueError as error:
+            return [str(error)]
+        if self.lora_settings is None:
+            return []
+        if root is None:
+            return ["LoRA training settings go with per-record adapters (--specialist-lora per-record:DIR)"]
+        try:
+            self.lora_settings.validate()
+        except LoraTrainingError as error:
+            return [f"LoRA training settings: {error}"]
+        return []
 
     def validate(self) -> EvalSpec:
         problems = []
@@ -190,6 +226,7 @@ class EvalSpec:
             problems.append(str(error))
         if self.prompt_style not in PROMPT_STYLES:
             problems.append(f"unknown prompt style {self.prompt_style!r}; choose one of {', '.join(PROMPT_STYLES)}")
+        problems += self._lora_problems()
         if problems:
             raise ValueError("; ".join(problems))
         for point in self.points():  # alpha, beta, draft length and token budget ranges
@@ -281,8 +318,11 @@ class GridProgress:
     point: GridPoint | None = None
     record_id: str | None = None
     error: str | None = None  # why the cell failed ("cell-failed")
+    detail: str | None = None  # "training": the record's LoRA adapter's training step
 
     def describe(self) -> str:
+        if self.stage == "training":
+            return f"[{self.done}/{self.total}] LoRA rec={self.record_id}: {self.detail}"
         if self.stage == "running" and self.point is not None:
             return f"[{self.done + 1}/{self.total}] {self.point.label} rec={self.record_id}"
         if self.stage == "cell-failed" and self.point is not None:
@@ -354,9 +394,12 @@ def run_config(
     del config["run_name"]
     if not spec.private_guard:
         del config["private_guard"]  # so that runs stored before the guard existed still resume
-    del config["specialist_lora"]
+    del config["specialist_lora"], config["lora_settings"]
     if lora_label:
         config["specialist_lora"] = lora_label
+    if spec.per_record_lora() is not None:  # per-record adapters: a distinct run, with their training settings
+        config["specialist_lora"] = PER_RECORD_LABEL
+        config["lora_settings"] = settings_document(spec.lora_settings or LoraSettings())
     if (spec.p3_draft_len, spec.p3_tau) == (DEFAULT_DRAFT_LEN, DEFAULT_TAU):
         del config["p3_draft_len"], config["p3_tau"]  # likewise for runs stored before P³
     config.update(
@@ -446,11 +489,16 @@ def run_grid_events(
     if pair is not None:  # refused before a run is opened in the store (a pair loaded here: once loaded)
         _check_methods_run_on(pair, spec)
     records, prepared = load_evaluation_records(spec)
-    lora = read_lora(spec.specialist_lora) if spec.specialist_lora else None
-    if lora is not None:
+    per_record = spec.per_record_lora()
+    if per_record is not None and per_record.exists() and not per_record.is_dir():
+        raise ValueError(f"{per_record} is a file; per-record LoRA adapters need a directory")
+    lora = read_lora(spec.specialist_lora) if spec.specialist_lora and per_record is None else None
+    if lora is not None or per_record is not None:
         lora_runtime_choice(spec.runtime)  # a refusal on llama.cpp, before a run is opened
-        if pair is not None:
-            pair = with_specialist_lora(pair, lora)
+    if lora is not None and pair is not None:
+        pair = with_specialist_lora(pair, lora)
+    if per_record is not None and pair is not None:
+        pair = _per_record_base(pair)
     pairing: Pairing | None = None
     dtype: str | None
     plan: RuntimePlan | None
@@ -459,8 +507,12 @@ def run_grid_events(
     else:
         pairing = resolve_pairing(spec.pairing)
         pairing_id = pairing.id
-        # The plan load_pair follows (each stream's runtime, and why), stored as the run's.
-        plan = RuntimePlan.uniform(lora_runtime_choice(spec.runtime)) if lora else runtime_plan(pairing, spec.runtime)
+        # The plan load_pair follows (each stream's runtime, and why), stored as the run's; an adapter (one for
+        # the run or one per record) runs on transformers only.
+        if lora or per_record:
+            plan = RuntimePlan.uniform(lora_runtime_choice(spec.runtime))
+        else:
+            plan = runtime_plan(pairing, spec.runtime)
         runtime = plan.runtime
         dtype = dtype_label(resolve_dtype(spec.dtype)) if runtime == "transformers" else None
     cells = [_Cell(record, point) for record in records for point in spec.points()]
@@ -477,13 +529,20 @@ def run_grid_events(
         if pending:
             yield GridProgress(len(cells) - len(pending), len(cells), "loading")
             if pair is None:
-                pair = load_pair(pairing or pairing_id, dtype=spec.dtype, runtime=spec.runtime, specialist_lora=lora)
+                # per-record adapters are merged later, into a base Specialist that must be on transformers already
+                asked = runtime if per_record is not None else spec.runtime
+                pair = load_pair(pairing or pairing_id, dtype=spec.dtype, runtime=asked, specialist_lora=lora)
                 problem = loaded_plan_problem(pair, runtime)
                 if problem:
                     raise ValueError(problem)
             _check_methods_run_on(pair, spec)
+            adapters = None
+            if per_record is not None:
+                pair = _per_record_base(pair)
+                base_name = pairing.specialist.name if pairing is not None else ""
+                adapters = RecordAdapters(per_record, spec.lora_settings or LoraSettings(), pair, base_name)
             computed, failures = yield from _run_cells(
-                pair, pending, prepared, spec, len(cells), cancel, run_id, store, turn
+                pair, pending, prepared, spec, len(cells), cancel, run_id, store, turn, adapters
             )
     except BaseException as error:
         # Exceptions are failures; KeyboardInterrupt, or a consumer closing the generator, a stop.
@@ -523,6 +582,17 @@ def _check_methods_run_on(pair: LoadedPair, spec: EvalSpec) -> None:
         raise ValueError(problem)
 
 
+def _per_record_base(pair: LoadedPair) -> LoadedPair:
+    """The pair per-record adapters are trained on and merged into: its base Specialist on transformers."""
+    from specsteer.models.lora import LORA_RUNTIME_MESSAGE, LoraError
+    from specsteer.runtimes.base import TransformersModel
+
+    base = pair.cloud_side() if pair.lora is not None else pair
+    if not isinstance(base.specialist, TransformersModel):
+        raise LoraError(LORA_RUNTIME_MESSAGE)
+    return base
+
+
 def run_grid(
     spec: EvalSpec,
     store: RunStore,
@@ -547,10 +617,13 @@ def _run_cells(
     run_id: int,
     store: RunStore,
     turn: Callable[[], AbstractContextManager[object]] = nullcontext,
+    adapters: RecordAdapters | None = None,
 ) -> Generator[GridProgress, None, tuple[int, list[CellFailure]]]:
     """Generates and stores the pending cells in order; returns how many it stored and the cells that
     failed. A cell's failure (the Cloud went away, a model pass failed) is kept in the run's error text
-    at once and the run goes on with the next cell."""
+    at once and the run goes on with the next cell. ``adapters``: before a record's first pending cell, its
+    adapter is trained (or read back) and the record's cells run with it; a failed training fails the
+    record's cells, a stopped one stops the run."""
     done = total - len(pending)
     computed = 0
     failures: list[CellFailure] = []
@@ -559,13 +632,30 @@ def _run_cells(
         warmup = DecodeConfig(method="specsteer", draft_len=spec.draft_len, max_new_tokens=WARMUP_TOKENS)
         with turn():
             collect(generate(pair, prepared[pending[0].record.id], warmup, cancel))
+    adapted: dict[str, tuple[LoadedPair, RecordAdapter] | str] = {}  # the current record's pair, or why not
     for cell in pending:
         if cancel.is_set():
             break
+        cell_pair, adapter = pair, None
+        if adapters is not None:
+            found = adapted.get(cell.record.id)  # (rebinding lets the previous record's merged copy go)
+            if found is None:
+                try:
+                    found = yield from _record_entry(adapters, adapted, cell.record, cancel, done + computed, total)
+                except TrainingStopped:
+                    break
+            if isinstance(found, str):
+                failures.append(CellFailure(cell.record.id, cell.point, found))
+                store.set_status(run_id, "running", error=failures_text(failures))
+                yield GridProgress(done + computed, total, "cell-failed", cell.point, cell.record.id, found)
+                continue
+            cell_pair, adapter = found
         yield GridProgress(done + computed, total, "running", cell.point, cell.record.id)
         try:
             with turn():
-                _, result = collect(generate(pair, prepared[cell.record.id], decode_config(cell.point, spec), cancel))
+                _, result = collect(
+                    generate(cell_pair, prepared[cell.record.id], decode_config(cell.point, spec), cancel)
+                )
         except Exception as error:  # noqa: BLE001 -- one cell's failure, whatever it is, must not end the run
             failures.append(CellFailure(cell.record.id, cell.point, f"{type(error).__name__}: {error}"))
             store.set_status(run_id, "running", error=failures_text(failures))
@@ -576,11 +666,70 @@ def _run_cells(
         store.save_cell(
             run_id,
             CellResult(
-                cell.record.id, cell.point, result.text, rouge_scores(result.text, cell.record.output), result.stats
+                cell.record.id,
+                cell.point,
+                result.text,
+                rouge_scores(result.text, cell.record.output),
+                with_training(result.stats, adapter),
             ),
         )
         computed += 1
     return computed, failures
+
+
+def _record_entry(
+    adapters: RecordAdapters,
+    adapted: dict[str, tuple[LoadedPair, RecordAdapter] | str],
+    record: Record,
+    cancel: threading.Event,
+    done: int,
+    total: int,
+) -> Generator[GridProgress, None, tuple[LoadedPair, RecordAdapter] | str]:
+    """The record's pair with its adapter merged in (trained or read back), or why there is none, kept in
+    ``adapted`` in place of the previous record's (whose merged copy is let go before the training)."""
+    _release(adapters, adapted)
+    entry: tuple[LoadedPair, RecordAdapter] | str
+    try:
+        adapter = yield from _record_adapter(adapters, record, cancel, done, total)
+        entry = (adapters.pair_for(adapter), adapter)
+    except TrainingStopped:
+        raise
+    except Exception as error:  # noqa: BLE001 -- the record's cells fail; the run goes on
+        entry = f"its LoRA adapter: {type(error).__name__}: {error}"
+    adapted[record.id] = entry
+    return entry
+
+
+def _release(adapters: RecordAdapters, adapted: dict[str, tuple[LoadedPair, RecordAdapter] | str]) -> None:
+    for entry in adapted.values():
+        if not isinstance(entry, str):
+            adapters.release(entry[0])
+    adapted.clear()
+
+
+def _record_adapter(
+    adapters: RecordAdapters, record: Record, cancel: threading.Event, done: int, total: int
+) -> Generator[GridProgress, None, RecordAdapter]:
+    """The record's adapter (:mod:`specsteer.evaluation.record_lora`), its training steps as progress."""
+    yield GridProgress(done, total, "training", record_id=record.id, detail="the record's adapter…")
+    steps = adapters.events(record, cancel)
+    try:
+        while True:
+            try:
+                step = next(steps)
+            except StopIteration as finished:
+                adapter: RecordAdapter = finished.value
+                break
+            detail = (
+                f"step {step.step}/{step.total_steps} (epoch {step.epoch}) loss {step.loss:.4f} {step.elapsed_s:.1f} s"
+            )
+            yield GridProgress(done, total, "training", record_id=record.id, detail=detail)
+    finally:
+        steps.close()  # a consumer that stops listening stops the training
+    how = "read back" if adapter.reused else "trained"
+    detail = f"{how}: {adapter.lora.label}, {adapter.steps} steps, {adapter.seconds:.1f} s of training"
+    yield GridProgress(done, total, "training", record_id=record.id, detail=detail)
+    return adapter
 
 
 # --------------------------------------------------------------------------- summary
@@ -755,6 +904,8 @@ def spec_from_config(config: Mapping[str, Any], data_dir: Path | None = None) ->
     for key in ("methods", "alphas", "betas"):
         values[key] = tuple(values.get(key, ()))
     values["extra_points"] = tuple(tuple(point) for point in values.get("extra_points", ()))
+    if isinstance(values.get("lora_settings"), Mapping):
+        values["lora_settings"] = settings_from_document(values["lora_settings"])
     stored = Path(values["data"])
     if not stored.is_file() and data_dir is not None and (data_dir / stored.name).is_file():
         values["data"] = str(data_dir / stored.name)

@@ -136,6 +136,9 @@ class GenerationStats:
     # the Specialist and its generic copy always share one; the Generalist may differ (a split plan)
     stream_runtimes: dict[str, str] = field(default_factory=dict)
     specialist_lora: str = ""  # the Edge's LoRA adapter (directory name @ manifest hash), "" for none
+    # evaluate with per-record adapters: the seconds and optimizer steps the record's adapter took to train
+    lora_training_seconds: float | None = None
+    lora_training_steps: int | None = None
     ttft_s: float | None = None  # seconds from the request to the first emitted (verified) token
     # seconds from the request to the first token on screen: the first pending draft of a speculative
     # method, the first token of a single-model one

@@ -446,6 +446,15 @@ def with_specialist_lora(pair: LoadedPair, lora: SpecialistLora, progress: Progr
     return adapted
 
 
+def release_specialist_lora(adapted: LoadedPair) -> None:
+    """Forget the merged copy :func:`with_specialist_lora` kept for ``adapted`` (per-record adapters: a record's
+    copy is never asked for again), so that its memory goes once no caller holds it."""
+    with _loaded_lock:
+        for key, (_, kept) in list(_adapted.items()):
+            if kept is adapted:
+                del _adapted[key]
+
+
 def choose_runtime(
     pairing: Pairing, requested: str = "auto", progress: Progress | None = None, method: str = "specsteer"
 ) -> str:

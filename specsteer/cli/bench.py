@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from specsteer.cli.generate import add_lora_argument, p3_arguments, p3_params, runtime_argument, specialist_lora_arg
+from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD, READ_AHEAD_MODES, ReadAhead, parse_read_ahead
 from specsteer.engine.generate import DecodeConfig
 from specsteer.evaluation.bench import (
     DEFAULT_METHODS,
@@ -34,6 +35,13 @@ def _runtimes(text: str) -> list[str]:
     if not names:
         raise argparse.ArgumentTypeError("name at least one runtime, comma-separated")
     return names
+
+
+def _read_ahead(text: str) -> list[ReadAhead]:
+    try:
+        return parse_read_ahead(text)
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
 
 
 def _log(line: str) -> None:
@@ -89,9 +97,18 @@ def main(argv: list[str] | None = None) -> int:
     speed.add_argument("--no-reference", action="store_true", help="skip transformers' assisted generation")
     add_lora_argument(speed)
     speed.add_argument(
+        "--read-ahead",
+        type=_read_ahead,
+        default=[DEFAULT_READ_AHEAD],
+        help="comma-separated: when the in-process Cloud reads its prompts, each a case of this run "
+        f"({', '.join(READ_AHEAD_MODES)}; default {DEFAULT_READ_AHEAD}, as the app)",
+    )
+    speed.add_argument(
         "--no-read-ahead",
-        action="store_true",
-        help="the in-process Cloud reads its prompts after the Edge's (by default it reads them meanwhile)",
+        action="store_const",
+        const=["off"],
+        dest="read_ahead",
+        help="the same as --read-ahead off: the in-process Cloud reads its prompts with the first Draft",
     )
     speed.add_argument(
         "--no-prefix-reuse", action="store_true", help="skip the measurement of a repeated request's first token"
@@ -204,9 +221,7 @@ def _speed(args) -> int:
                     model.model.set_attn_implementation(args.attention)
     log(machine_info().describe())
     prompts = load_prompts(args.prompts, args.data, args.task)
-    result = run_speed(
-        pairs, prompts, cases, reference=not args.no_reference, progress=log, read_ahead=not args.no_read_ahead
-    )
+    result = run_speed(pairs, prompts, cases, reference=not args.no_reference, progress=log, read_ahead=args.read_ahead)
     result["rows"].extend(auto_rows(result["rows"], auto_picks, auto_plans))
     result["specialist_lora"] = lora.label if lora is not None else None  # the Edge's adapter, if any
     if not args.no_prefix_reuse:

@@ -381,9 +381,10 @@ def _generate(args) -> int:
         if unavailable:
             return _fail(unavailable, 2)
         from specsteer.cloud.in_process import InProcessCloud
+        from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD
 
-        # In process the Cloud reads its prompts while the Edge reads its own, as on two machines.
-        endpoint = cloud or InProcessCloud(pair, read_ahead=True)
+        # In process the Cloud reads its prompts when DEFAULT_READ_AHEAD says (specsteer.cloud.read_ahead).
+        endpoint = cloud or InProcessCloud(pair, read_ahead=DEFAULT_READ_AHEAD)
         events = generate(pair, prepared, config, threading.Event(), cloud=endpoint, conditions=conditions)
         if args.json:
             return _print_json(events)
@@ -471,13 +472,13 @@ def _serve_cloud(args) -> int:
         return pair
     if budget is None:  # measured now, with the models in memory
         limits = replace(limits, memory_budget_bytes=default_memory_budget())
-    # An Open starts reading its prompts at once, while the Edge reads its own.
+    # An Open starts reading its prompts at once, while the Edge reads its own on its machine.
     service = CloudService(
         pair,
         limits,
         reuse_prefixes=not args.no_prefix_reuse,
         notice=lambda line: print(f"[cloud] {line}", file=sys.stderr, flush=True),
-        read_ahead=True,
+        read_ahead="concurrent",
     )
     serve(
         service,

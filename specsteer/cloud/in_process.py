@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from specsteer.cloud.read_ahead import ReadAhead, read_ahead_mode
 from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
 from specsteer.models.loading import LoadedPair
 from specsteer.protocol.link import Arrival, Reply, Transport, cloud_error
@@ -28,6 +29,10 @@ class LocalTransport:
 
     def close_session(self, session: bytes) -> CloudReport:
         return self._call(self.service.close, session)
+
+    def edge_ready(self, session: bytes) -> None:
+        """The Edge has drafted (``Link.edge_ready``): told to the service directly, no frame."""
+        self.service.edge_ready(session)
 
     def _frames(self, frames: Iterable[bytes]) -> Iterator[Arrival]:
         iterator = iter(frames)
@@ -55,12 +60,14 @@ class InProcessCloud:
 
     Its one session never expires for idleness nor age: the process that would wait for it is the
     one that holds it, so a pause (a laptop asleep, a stopped process) must not cost the generation.
-    ``read_ahead``: the Cloud reads its prompts in a thread of its own while the Edge reads its private
-    prompt, as on two machines (``CloudService``; llama.cpp and torch release the GIL while they compute)."""
+    ``read_ahead`` (specsteer.cloud.read_ahead): when the Cloud reads its prompts, in a thread of its own
+    (``CloudService``; llama.cpp and torch release the GIL while they compute): ``concurrent`` (or True)
+    while the Edge reads its private prompt, as on two machines; ``after-first-draft`` once the Edge has
+    drafted; ``off`` (or False) with the first Draft."""
 
-    def __init__(self, pair: LoadedPair, read_ahead: bool = False) -> None:
+    def __init__(self, pair: LoadedPair, read_ahead: ReadAhead | bool = False) -> None:
         self.pair = pair
-        self.read_ahead = read_ahead
+        self.read_ahead: ReadAhead = read_ahead_mode(read_ahead)
 
     def transport(self) -> Transport:
         limits = ServiceLimits(idle_timeout_s=None, max_session_life_s=None)

@@ -57,6 +57,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from specsteer.cloud import admission
+from specsteer.cloud.read_ahead import ReadAhead, read_ahead_mode
 from specsteer.cloud.verifier import Cloud, CrossCloud, finite_settings_problem
 from specsteer.method.decoding import ForwardLog
 from specsteer.models.loading import LoadedPair
@@ -209,6 +210,9 @@ class _Session:
     opened_at: float = 0.0  # its life is bounded from here (ServiceLimits.max_session_life_s)
     reading: threading.Thread | None = None  # the read-ahead of its prompts (CloudService.read_ahead)
     read_error: BaseException | None = None
+    # The read-ahead starts once this is set: at once, or (after-first-draft) when the Edge has drafted.
+    read_gate: threading.Event = field(default_factory=threading.Event)
+    skip_reading: bool = False  # closing before the read-ahead began: it reads nothing
 
     def collect_passes(self) -> None:
         for step in self.log.trace[self.logged :]:
@@ -228,9 +232,12 @@ class CloudService:
 
     ``clock`` is injectable so that expiry can be tested without waiting; ``reuse_prefixes=False``
     forgets every cached prompt when a session closes (benchmarks time each method's prompt reading).
-    ``read_ahead``: an Open starts reading the session's prompts at once, in a thread of their own, so the
-    Cloud reads them while the Edge reads its private prompt (as two machines do); the first Draft waits
-    for it. Off, a session reads its prompts with its first Draft (one pass fewer per stream).
+    ``read_ahead`` (specsteer.cloud.read_ahead; True is ``concurrent``, False ``off``): ``concurrent``, an Open
+    starts reading the session's prompts at once, in a thread of their own, so the Cloud reads them while
+    the Edge reads its private prompt (as two machines do); the first Draft waits for it.
+    ``after-first-draft``, that thread waits for :meth:`edge_ready` (or the first request that needs the
+    prompts, or the close). ``off``, a session reads its prompts with its first Draft (one pass fewer per
+    stream).
     """
 
     def __init__(
@@ -240,13 +247,13 @@ class CloudService:
         clock: Callable[[], float] = time.monotonic,
         reuse_prefixes: bool = True,
         notice: Callable[[str], None] | None = None,
-        read_ahead: bool = False,
+        read_ahead: ReadAhead | bool = False,
     ):
         self.pair = pair.cloud_side()  # the base Specialist as the generic copy: an Edge's LoRA adapter stays there
         self.notice = notice  # one line for the operator when a session is reclaimed or abandoned
         self.limits = limits
         self.reuse_prefixes = reuse_prefixes
-        self.read_ahead = read_ahead
+        self.read_ahead: ReadAhead = read_ahead_mode(read_ahead)
         self.instance = secrets.token_hex(8)  # a restarted Cloud has another
         self._clock = clock
         self._sessions: dict[bytes, _Session] = {}
@@ -279,6 +286,7 @@ class CloudService:
     def close(self, session_id: bytes) -> CloudReport:
         """End a session; returns what its report has not said yet."""
         session = self._find(session_id)
+        session.skip_reading = True  # a read-ahead that has not begun is needed by no request now
         self._await_reading(session)
         with session.lock:
             if session.closed:
@@ -286,6 +294,14 @@ class CloudService:
             report = session.report()
             self._end(session, "closed-session")
         return report
+
+    def edge_ready(self, session_id: bytes) -> None:
+        """The Edge has read its prompt and drafted (a hint from an Edge in this process; no frame): a
+        session reading ahead ``after-first-draft`` starts reading now. An unknown session is ignored."""
+        with self._table:
+            session = self._sessions.get(session_id)
+        if session is not None:
+            session.read_gate.set()
 
     @property
     def frame_limit(self) -> int:
@@ -408,7 +424,10 @@ class CloudService:
             # The Open's own report is taken before the read-ahead starts: its passes always come with
             # the first Draft's answer, placed before that Draft (in process and over HTTP alike).
             report = None if message.streams else session.report()
-            if self.read_ahead:
+            # Only a rule where the Edge drafts first has a first draft to wait for.
+            if self.read_ahead != "after-first-draft" or message.streams or RULE_SPECS[message.rule].cloud_drafts:
+                session.read_gate.set()
+            if self.read_ahead != "off":
                 session.reading = threading.Thread(
                     target=self._read_ahead, args=(session,), name="specsteer-cloud-read-ahead", daemon=True
                 )
@@ -602,11 +621,12 @@ class CloudService:
     # ----------------------------------------------------------------------- sessions
 
     def _read_ahead(self, session: _Session) -> None:
-        """A session's prompts read in their own thread (``read_ahead``); its passes join the session's
-        report placed before its first Draft, where they ran. A failure ends the session."""
+        """A session's prompts read in their own thread (``read_ahead``) once its gate opens; its passes join
+        the session's report placed before its first Draft, where they ran. A failure ends the session."""
+        session.read_gate.wait()
         try:
             with self._computing():
-                if not session.closed:
+                if not (session.closed or session.skip_reading):
                     session.cloud.read_ahead()
         except BaseException as error:
             session.read_error = error
@@ -618,6 +638,8 @@ class CloudService:
             session.collect_passes()
 
     def _await_reading(self, session: _Session) -> None:
+        """Wait for the read-ahead; a request that needs the prompts opens its gate first."""
+        session.read_gate.set()
         reading = session.reading
         if reading is not None and reading is not threading.current_thread():
             reading.join()
@@ -682,6 +704,7 @@ class CloudService:
     def _end(self, session: _Session, reason: str) -> None:
         """Forget a session and give its caches back (the caller holds the session's lock)."""
         session.closed = True
+        session.read_gate.set()  # a read-ahead still waiting ends without reading
         with self._table:
             self._sessions.pop(session.id, None)
             self._ended[session.id] = reason

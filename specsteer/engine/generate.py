@@ -413,6 +413,7 @@ def _run(
             for event in _loop(pair, pair_prompts, config, output, link, stats):
                 if stats.first_visible_s is None:
                     stats.first_visible_s = time.perf_counter() - started
+                    link.edge_ready()  # the Edge's prompt is read: an in-process Cloud may read its own now
                 if stats.ttft_s is None and event.emitted:
                     stats.ttft_s = time.perf_counter() - started
                 if event.pending:  # shown, not yet sent: its settled event follows the verdict

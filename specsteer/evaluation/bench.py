@@ -24,7 +24,10 @@ and two measures of where the rest goes: the same bound with T charged for the S
 steps each round really took (``device_bound``: SpecSteer's steered bonus token needs one
 more), and the model-forward seconds per wall-clock second (``forward_share``; below 1 the rest is
 Python, sampling, the wire format; it can pass 1, up to 2, where the in-process Cloud reads its prompts in
-its own thread while the Edge reads its private one: ``read_ahead``).
+its own thread while the Edge reads or drafts: ``read_ahead``).
+
+``read_ahead`` may name several policies (specsteer.cloud.read_ahead): each is then a case of the same run,
+its rows carrying it (``read_ahead``), and speedups are against ``llm`` under the same policy.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specsteer.cloud.in_process import InProcessCloud
+from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD, ReadAhead, read_ahead_mode
 from specsteer.data.tasks import PromptPair
 from specsteer.engine.generate import (
     MAX_DRAFT_LEN,
@@ -253,17 +257,20 @@ def run_speed(
     cases: list[BenchCase],
     reference: bool = True,
     progress=lambda line: None,
-    read_ahead: bool = True,
+    read_ahead: ReadAhead | bool | Sequence[ReadAhead | bool] = DEFAULT_READ_AHEAD,
 ) -> dict:
-    """Every case on every pair (one pair per runtime), prompt by prompt; rows per (runtime, case).
+    """Every case on every pair (one pair per runtime), prompt by prompt; rows per (runtime, read-ahead,
+    case).
 
     ``reference``: transformers' own assisted generation on each transformers pair, as a row of
-    its own. Speedups are against ``llm`` on the same runtime. ``read_ahead``: the in-process Cloud
-    reads its prompts while the Edge reads its own (as the app runs); False reads them in turn.
+    its own. Speedups are against ``llm`` on the same runtime and read-ahead. ``read_ahead``: when the
+    in-process Cloud reads its prompts (specsteer.cloud.read_ahead; True: ``concurrent``, False: ``off``),
+    or several such policies, each case run under each, one after the other, on the same prompt.
     """
+    modes = _read_ahead_modes(read_ahead)
     for pair in pairs:
         _warm_up(pair, prompts[0], [case.config for case in cases])
-    tallies = {pair.runtime: [Tally(case, pair.runtime) for case in cases] for pair in pairs}
+    tallies = {(pair.runtime, mode): [Tally(case, pair.runtime) for case in cases] for pair in pairs for mode in modes}
     assisted = {
         pair.runtime: Tally(BenchCase(DecodeConfig(method="llm")), pair.runtime)
         for pair in pairs
@@ -272,15 +279,19 @@ def run_speed(
     max_new_tokens = cases[0].config.max_new_tokens
     for index, prepared in enumerate(prompts):
         for pair in pairs:
-            for tally in tallies[pair.runtime]:
-                pair.clear_prefix_caches()  # no case is timed on a prompt another case already read
-                cloud = InProcessCloud(pair, read_ahead=read_ahead)
-                _, finished = collect(generate(pair, tally.case.prompts_for(prepared), tally.config, cloud=cloud))
-                tally.add(finished.stats)
-                progress(
-                    f"prompt {index + 1}/{len(prompts)} [{pair.runtime}] {_label(tally.case)}: "
-                    f"{finished.stats.tok_per_s:.2f} tok/s"
-                )
+            # A case's read-ahead policies one after the other: drift in the machine's load hits them alike.
+            for position in range(len(cases)):
+                for mode in modes:
+                    tally = tallies[(pair.runtime, mode)][position]
+                    pair.clear_prefix_caches()  # no case is timed on a prompt another case already read
+                    cloud = InProcessCloud(pair, read_ahead=mode)
+                    _, finished = collect(generate(pair, tally.case.prompts_for(prepared), tally.config, cloud=cloud))
+                    tally.add(finished.stats)
+                    shown = f" read-ahead={mode}" if len(modes) > 1 else ""
+                    progress(
+                        f"prompt {index + 1}/{len(prompts)} [{pair.runtime}] {_label(tally.case)}{shown}: "
+                        f"{finished.stats.tok_per_s:.2f} tok/s"
+                    )
             if pair.runtime in assisted:
                 tokens, seconds = transformers_assisted(pair, prepared, max_new_tokens)
                 assisted[pair.runtime].tokens += tokens
@@ -289,7 +300,9 @@ def run_speed(
                     f"prompt {index + 1}/{len(prompts)} [{pair.runtime}] transformers-assisted: "
                     f"{tokens / seconds:.2f} tok/s"
                 )
-    rows = [row for pair in pairs for row in _rows(tallies[pair.runtime])]
+    rows = [
+        {**row, "read_ahead": mode} for pair in pairs for mode in modes for row in _rows(tallies[(pair.runtime, mode)])
+    ]
     result = {
         "rows": rows,
         "prompts": len(prompts),
@@ -297,13 +310,13 @@ def run_speed(
         "runtimes": {pair.runtime: _runtime_info(pair) for pair in pairs},
         "machine": machine_info().to_dict(),
         "threads": torch.get_num_threads(),
-        "read_ahead": read_ahead,
+        "read_ahead": modes if len(modes) > 1 else modes[0],
         # The fields of the single-runtime report, kept: the first pair's.
         "attention": _runtime_info(pairs[0])["attention"],
         "dtype": pairs[0].precision,
     }
     if assisted:
-        llm = {row["runtime"]: row["tok_per_s"] for row in rows if row["method"] == "llm"}
+        llm = {r["runtime"]: r["tok_per_s"] for r in rows if r["method"] == "llm" and r["read_ahead"] == modes[0]}
         references = [
             {
                 "method": "transformers-assisted",
@@ -315,6 +328,14 @@ def run_speed(
         ]
         result["reference"] = references[0]
     return result
+
+
+def _read_ahead_modes(read_ahead: ReadAhead | bool | Sequence[ReadAhead | bool]) -> list[ReadAhead]:
+    """One policy or several, each once, in the order given."""
+    given = [read_ahead] if isinstance(read_ahead, (str, bool)) else list(read_ahead)
+    if not given:
+        raise ValueError("name at least one read-ahead mode")
+    return list(dict.fromkeys(read_ahead_mode(mode) for mode in given))
 
 
 def _rows(tallies: list[Tally]) -> list[dict]:
@@ -474,10 +495,13 @@ def format_table(result: dict) -> str:
         ("in forward", "forward_share", "{:10.0%}"),
     ]
     widths = [max(len(title), 7) for title, _, _ in columns]
+    several = isinstance(result.get("read_ahead"), list)  # each row names its read-ahead policy
+    name_width = 44 if several else 24
     lines = [
         f"machine: {result['machine']['cpu']}; flags {' '.join(result['machine']['flags']) or '-'}; "
         f"{result['threads']} threads",
-        f"{'runtime':12s} {'method':24s} " + " ".join(f"{title:>{w}s}" for (title, _, _), w in zip(columns, widths)),
+        f"{'runtime':12s} {'method':{name_width}s} "
+        + " ".join(f"{title:>{w}s}" for (title, _, _), w in zip(columns, widths)),
     ]
     rows = list(result["rows"])
     if "reference" in result:
@@ -487,12 +511,13 @@ def format_table(result: dict) -> str:
             f" {short}={row[key]:g}" for key, short in (("alpha", "a"), ("beta", "b")) if row.get(key) is not None
         )
         name += f" k={row['draft_len']}" if row.get("draft_len") else ""
+        name += f" {row['read_ahead']}" if several and row.get("read_ahead") else ""
         cells = [
             fmt.format(row[key]).rjust(w) if row.get(key) is not None else "-".rjust(w)
             for (_, key, fmt), w in zip(columns, widths)
         ]
         runtime = f"auto→{row['auto_picked']}" if row.get("auto_picked") else row.get("runtime", "")
-        lines.append(f"{runtime:12s} {name:24s} " + " ".join(cells))
+        lines.append(f"{runtime:12s} {name:{name_width}s} " + " ".join(cells))
     for runtime, reuse in result.get("prefix_reuse", {}).items():
         lines.append(
             f"prefix reuse [{runtime}] {reuse['method']}: first token {reuse['cold_ttft_s']:.2f} s, "

@@ -27,7 +27,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass, field
-from typing import NamedTuple, Protocol, TypeVar
+from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from specsteer.method.decoding import ForwardLog
 from specsteer.method.events import Finished, LinkMessage, TraceStep
@@ -146,6 +146,15 @@ class Transport(Protocol):
     def close_session(self, session: bytes) -> CloudReport: ...
 
 
+@runtime_checkable
+class EdgeReadyHint(Protocol):
+    """A transport whose Cloud can use the hint that the Edge has drafted its first token (an in-process
+    Cloud that reads its prompts ``after-first-draft``, specsteer.cloud.read_ahead). No frame carries it: a
+    Cloud on another machine is never told."""
+
+    def edge_ready(self, session: bytes) -> None: ...
+
+
 class CloudEndpoint(Protocol):
     """Where a generation's Cloud is: builds a transport for one generation."""
 
@@ -218,6 +227,13 @@ class Link:
         if len(answers) != 1:
             raise CloudRefused(f"the Cloud answered with {len(answers)} sets of drafts instead of one", "malformed")
         return answers[0]
+
+    def edge_ready(self) -> None:
+        """The Edge has read its prompt and drafted: a hint to a Cloud in this process that may start
+        reading its prompts now. Nothing crosses the link; without an open session, or over a transport
+        that takes no hint, it does nothing."""
+        if self._open and isinstance(self.transport, EdgeReadyHint):
+            self.transport.edge_ready(self.session)
 
     def close(self) -> bool:
         """End the session; merges the Cloud's last report. Never raises a CloudError: False when the

@@ -45,6 +45,7 @@ from pathlib import Path
 
 from specsteer.cloud.client import RemoteCloud
 from specsteer.cloud.in_process import InProcessCloud
+from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD
 from specsteer.data.datasets import DataError, load_records
 from specsteer.data.facts import FactExposure, method_exposure, split_private_facts
 from specsteer.data.history import MAX_UPLOAD_BYTES, HistoryError, parse_history
@@ -1044,7 +1045,9 @@ class AppService:
             return f"Models ready ({loaded:.0f} s)."
         say("reading", f"Models loaded in {loaded:.0f} s; reading the default sample's prompts…")
         config = replace(settings.decode_config(), max_new_tokens=1)
-        for event in generate(pair, prepared, config, cancel=cancel, cloud=InProcessCloud(pair, read_ahead=True)):
+        for event in generate(
+            pair, prepared, config, cancel=cancel, cloud=InProcessCloud(pair, read_ahead=DEFAULT_READ_AHEAD)
+        ):
             if isinstance(event, Finished):
                 break
         return f"Models ready ({time.monotonic() - started:.0f} s), the default sample's prompts read."
@@ -1152,8 +1155,8 @@ class AppService:
             prepared,
             settings.decode_config(),
             cancel=cancel,
-            # In process the Cloud reads its prompts while the Edge reads its own, as on two machines.
-            cloud=cloud or InProcessCloud(pair, read_ahead=True),
+            # In process the Cloud reads its prompts when DEFAULT_READ_AHEAD says (specsteer.cloud.read_ahead).
+            cloud=cloud or InProcessCloud(pair, read_ahead=DEFAULT_READ_AHEAD),
             conditions=settings.link_conditions(),
         )
         with self.turns.interactive():  # before an evaluation grid's next cell (specsteer.util.turns)

@@ -263,7 +263,7 @@ def test_the_cloud_has_no_way_to_receive_the_history():
         "clock",
         "reuse_prefixes",
         "notice",  # a log line per reclaimed session: the Cloud's own words, out to its operator
-        "read_ahead",  # a bool: whether an Open's prompts are read at once
+        "read_ahead",  # the policy (specsteer.cloud.read_ahead): when an Open's prompts are read
     }
     uplink_fields = {f.name for kind in (Open, Draft) for f in dataclasses.fields(kind)}
     assert uplink_fields == {

@@ -722,6 +722,36 @@ def save_pair(pair, directory: Path) -> tuple[Path, Path]:
     return written[0], written[1]
 
 
+def pairing_model_dirs(pairing_id: str) -> tuple[Path, Path] | str:
+    """The transformers directories launched engines serve for a listed pairing (Generalist, Specialist):
+    an offline model's converted cache (``specsteer models prepare --runtime transformers`` makes it), a
+    local model's own directory. A message saying why not where a model has none."""
+    from specsteer.models.registry import UnknownPairingError, converted_cache_ready, converted_model_dir, get_pairing
+
+    try:
+        pairing = get_pairing(pairing_id)
+    except UnknownPairingError as error:
+        return str(error)
+    dirs = []
+    for role, spec in (("Generalist", pairing.generalist), ("Specialist", pairing.specialist)):
+        if spec.kind == "offline" and converted_cache_ready(spec):
+            dirs.append(converted_model_dir(spec))
+        elif spec.kind == "local" and (Path(spec.ref) / "config.json").is_file():
+            dirs.append(Path(spec.ref))
+        elif spec.kind == "offline":
+            return (
+                f"the {role} of {pairing_id} ({spec.name}) has no converted weights yet: run "
+                f"`specsteer models prepare --pairing {pairing_id} --runtime transformers`, or give "
+                "--vllm-generalist-model and --vllm-specialist-model"
+            )
+        else:
+            return (
+                f"the {role} of {pairing_id} is a {spec.kind} model: give --vllm-generalist-model and "
+                "--vllm-specialist-model (model directories vLLM loads)"
+            )
+    return dirs[0], dirs[1]
+
+
 @dataclass
 class LaunchedCloud:
     """The engines a vLLM Cloud started, and the pair over them; ``stop`` ends both servers."""
@@ -878,7 +908,10 @@ def serve_from_arguments(args, limits: ServiceLimits, secret: str | None, header
         elif test_pair is not None:
             dirs = save_pair(test_pair, work / "models")
         else:
-            return fail("give --vllm-generalist-model and --vllm-specialist-model (model directories vLLM loads)")
+            found = pairing_model_dirs(pairing)
+            if isinstance(found, str):
+                return fail(found)
+            dirs = found
         vocab = min(json.loads((d / "config.json").read_text()).get("vocab_size", 0) for d in dirs)
         if test_pair is not None:
             vocab = test_pair.vocab_size

@@ -454,6 +454,7 @@ def _finished(pair: LoadedPair, output: _Output, stats: GenerationStats, link: L
     stats.precision = pair.precision
     stats.runtime_choice = getattr(pair, "runtime_choice", "")
     stats.stream_runtimes = pair.stream_runtimes()
+    stats.cloud_runtime = link.known_info.runtime if link.known_info is not None else ""
     stats.specialist_lora = pair.lora.label if pair.lora is not None else ""
     stats.reused_tokens = dict(forward_log.reused)
     return Finished("".join(output.pieces), list(output.detokenizer.ids), stats, list(link.transcript))

@@ -135,6 +135,8 @@ class GenerationStats:
     # each stream's runtime and precision ("specialist+", "specialist0", "generalist": "llama.cpp Q4_K_M"):
     # the Specialist and its generic copy always share one; the Generalist may differ (a split plan)
     stream_runtimes: dict[str, str] = field(default_factory=dict)
+    # what the Cloud says verifies (its /v1/info runtime: "vllm" for `specsteer cloud --engine vllm`); "" if not asked
+    cloud_runtime: str = ""
     specialist_lora: str = ""  # the Edge's LoRA adapter (directory name @ manifest hash), "" for none
     # evaluate with per-record adapters: the seconds and optimizer steps the record's adapter took to train
     lora_training_seconds: float | None = None

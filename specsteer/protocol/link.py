@@ -204,6 +204,11 @@ class Link:
             self._info = self.transport.info()
         return self._info
 
+    @property
+    def known_info(self) -> CloudInfo | None:
+        """The Cloud's description if this link has asked for it already (asks nothing)."""
+        return self._info
+
     def open(self, message: Open) -> Generator[Tokens, None, None]:
         """Start the session (sent now); iterate the result for a streaming rule's tokens."""
         if self._open:

@@ -213,6 +213,7 @@ def test_the_cloud_command_serves_edges_through_running_engines(pair, launched, 
                 _tokens, here = collect(generate_ids(pair, plain, private, config))
                 _tokens, there = collect(generate_ids(pair, plain, private, config, cloud=remote))
             assert there.token_ids == here.token_ids
+            assert there.stats.cloud_runtime == ENGINE_NAME  # the Edge's stats name the engine
         finally:
             child.stop(timeout_s=60)
     assert "engines computed" in (tmp_path / "cloud.log").read_text()

@@ -563,7 +563,8 @@ def run(args) -> dict:
     if args.device.startswith("cuda"):
         if not torch.cuda.is_available():
             raise SystemExit("error: --device cuda but torch sees no CUDA device")
-        torch.cuda.set_device(torch.device(args.device))  # the timing events live on the current device
+        # the timing events live on the current device; a bare 'cuda' means the first card
+        torch.cuda.set_device(torch.device(args.device if ":" in args.device else "cuda:0"))
     if args.threads:
         torch.set_num_threads(args.threads)
     settings = TINY if args.tiny else FULL

@@ -329,3 +329,15 @@ def test_the_real_shapes_build_the_published_models_on_the_meta_device():
         built = sum(p.numel() for p in model.parameters())
         assert built == shape.parameters(), name
         assert built == pytest.approx(published[name], rel=0.02), name
+
+
+def test_the_committed_h100_measurement_is_a_complete_gpu_figure_the_profile_reads():
+    """results/gpu_costs_h100.json came from the device machine; the profile takes its medians unchanged."""
+    path = REPO / "results" / "gpu_costs_h100.json"
+    data = json.loads(path.read_text())
+    assert data["complete"] and not data["dry_run"]
+    assert data["device"]["kind"] == "cuda" and "H100" in data["device"]["name"]
+    profile = gpu_profile.profile_from_file(path, "qwen3", "paper", context=1024)
+    verify = next(r for r in data["models"]["Qwen3-32B"]["verify"] if r["context"] == 1024 and r["k"] == 4)
+    assert profile.cost(GENERALIST).seconds(5, first=False) == verify["median_s"]
+    assert "DRY RUN" not in profile.source(f"{GENERALIST}.decode")

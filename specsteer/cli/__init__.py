@@ -35,6 +35,7 @@ COMMANDS: dict[str, Command] = {
     ),
     "evaluate": Command("evaluate", "a grid of methods and settings over records: ROUGE, speed, privacy; resumable"),
     "sweep": Command("sweep", "a stored run's α × β sweep: intervals, Pareto front, docs/SWEEP_PLAN.md's choice"),
+    "report": Command("report", "stored runs over the same records as one table: intervals, device share, facts"),
     "bench": Command("bench", "speed | link | project: tokens/s, the link's self-check, deployment projections"),
     "gpu-profile": Command(
         "gpu_profile",

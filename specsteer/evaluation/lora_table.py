@@ -22,8 +22,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from specsteer.data.tasks import PromptPair
-from specsteer.evaluation.claims import METRIC_NAMES, VERDICT_TEXT, verdict
-from specsteer.evaluation.grid import PRIVACY_ROW_KEYS, PairedDifference, paired_difference, summarize
+from specsteer.evaluation.claims import METRIC_NAMES
+from specsteer.evaluation.grid import paired_difference
+from specsteer.evaluation.joined import Difference, Interval, difference_json, facts_shares
 from specsteer.evaluation.metrics import bootstrap_interval
 from specsteer.evaluation.record_lora import PER_RECORD_LABEL
 from specsteer.evaluation.run_store import CellResult, GridPoint
@@ -46,16 +47,6 @@ _SAME_KEYS_IGNORED = {"methods", "alphas", "betas", "extra_points", "specialist_
 
 
 @dataclass(frozen=True)
-class Interval:
-    mean: float
-    low: float
-    high: float
-
-    def text(self) -> str:
-        return f"{self.mean:.2f} [{self.low:.2f}, {self.high:.2f}]"
-
-
-@dataclass(frozen=True)
 class TableRow:
     method: str
     lora: bool
@@ -68,21 +59,6 @@ class TableRow:
     def label(self) -> str:
         setting = " ".join(f"{s}={v:g}" for s, v in (("α", self.point.alpha), ("β", self.point.beta)) if v is not None)
         return " ".join(filter(None, [method_label(self.method), setting, "+ LoRA" if self.lora else ""]))
-
-
-@dataclass(frozen=True)
-class Difference:
-    ours: str  # row labels
-    theirs: str
-    paired: PairedDifference
-
-    def text(self) -> str:
-        d = self.paired
-        numbers = f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}]".replace("-", "−")
-        return (
-            f"{self.ours} − {self.theirs}: {METRIC_NAMES.get(d.metric, d.metric)} {numbers} "
-            f"({d.wins}/{d.records} better): {VERDICT_TEXT[verdict(d)]}"
-        )
 
 
 @dataclass(frozen=True)
@@ -146,18 +122,6 @@ def config_notes(base: Mapping[str, Any], lora: Mapping[str, Any]) -> list[str]:
         if base.get(key) != lora.get(key):
             notes.append(f"the runs differ in {key}: {base.get(key)!r} (base) and {lora.get(key)!r} (LoRA)")
     return notes
-
-
-def _facts(
-    cells: Sequence[CellResult],
-    task: str,
-    prompts: Mapping[str, PromptPair] | None,
-    facts: Mapping[str, Sequence[str]] | None,
-) -> dict[str, float | None]:
-    if not cells or prompts is None or not facts:
-        return {}
-    (row,) = summarize(cells, task, prompts, facts)
-    return {key: row[key] for key in PRIVACY_ROW_KEYS if key in row}
 
 
 def _training(cells: Sequence[CellResult], records: set[str]) -> Training | None:
@@ -234,7 +198,9 @@ def lora_table(
             low, high = bootstrap_interval(values, draws, seed, level)
             rouge[metric] = Interval(statistics.fmean(values), low, high)
         prompts = lora_prompts if key[1] else base_prompts
-        rows.append(TableRow(key[0], key[1], points[key[0]], len(kept), rouge, _facts(kept, task, prompts, facts)))
+        rows.append(
+            TableRow(key[0], key[1], points[key[0]], len(kept), rouge, facts_shares(kept, task, prompts, facts))
+        )
     labels = {(row.method, row.lora): row.label for row in rows}
     everything = [c for cells in tagged.values() for c in cells]
     differences = []
@@ -306,20 +272,7 @@ def table_json(table: LoraTable) -> dict[str, Any]:
             }
             for row in table.rows
         ],
-        "differences": [
-            {
-                "ours": d.ours,
-                "theirs": d.theirs,
-                "metric": d.paired.metric,
-                "records": d.paired.records,
-                "wins": d.paired.wins,
-                "mean": d.paired.mean,
-                "low": d.paired.low,
-                "high": d.paired.high,
-                "verdict": verdict(d.paired),
-            }
-            for d in table.differences
-        ],
+        "differences": [difference_json(d) for d in table.differences],
         "training": None
         if table.training is None
         else {

@@ -1,0 +1,69 @@
+"""``specsteer report --run A --run B ...``: stored evaluate runs over the same records read as one table.
+
+For a method added to records another run already holds (P³ beside issue 28's SLM+, LLM and SpecSteer run,
+``docs/P3_PLAN.md``): each row's ROUGE with its record bootstrap interval, tokens/s, the share of the output
+chosen on the device, the facts audit, and the paired differences of P³ and SpecSteer against every other
+row (``specsteer.evaluation.joined``). Read-only.
+
+Exit status: 0 shown, 2 bad input (no such run or database file, runs over other records, a method in two runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specsteer report",
+        description="Stored evaluate runs over the same records as one table: ROUGE with bootstrap intervals, "
+        "tokens/s, the share chosen on the device, the facts audit, paired differences.",
+    )
+    parser.add_argument(
+        "--run", action="append", required=True, metavar="NAME", help="an evaluate run's name; repeat for each run"
+    )
+    parser.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
+    parser.add_argument("--json", action="store_true", help="print the table as one JSON document")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    import storage  # the composition root: the one place here that reads the SQL store
+    from specsteer.data.datasets import DataError
+    from specsteer.evaluation.grid import run_facts, run_prompts
+    from specsteer.evaluation.joined import StoredRun, join_runs, table_json, table_text
+
+    args = build_parser().parse_args(argv)
+    missing = storage.missing_sqlite_file(args.database)
+    if missing is not None:
+        return _fail(f"no database file at {missing}")
+    if len(set(args.run)) != len(args.run):
+        return _fail("a run is named twice")
+    found = []
+    for name in args.run:
+        run = storage.get_run_by_name(name, url=args.database)
+        if run is None:
+            return _fail(f"no run named {name!r} in this database")
+        found.append(run)
+    try:
+        runs = [
+            StoredRun(run.name, run.config, storage.run_cells(run.id, url=args.database), run_prompts(run.config))
+            for run in found
+        ]
+        table = join_runs(runs, facts=run_facts(found[0].config))
+    except (DataError, ValueError) as error:
+        return _fail(str(error))
+    if args.json:
+        document = {"runs": [{"name": run.name, "status": run.status} for run in found], **table_json(table)}
+        print(json.dumps(document, ensure_ascii=False, allow_nan=False))
+    else:
+        names = ", ".join(f"{run.name!r} ({run.status})" for run in found)
+        print(table_text(table, f"runs {names}, task {found[0].config.get('task', '?')}"))
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"error: {message}", file=sys.stderr)
+    return 2

@@ -1,0 +1,201 @@
+"""Does reading the Specialist's prompt on transformers and decoding on llama.cpp beat either runtime alone here?
+
+Issue 25's AVX2 miss: transformers fp32 reads a long private prompt faster than llama.cpp Q4_K_M on this kind of
+CPU, and llama.cpp decodes several times faster. This probe measures a hand-off between them on the offline
+Specialist (Qwen2.5-Coder-0.5B, the Q4_K_M GGUF and its dequantized fp32 conversion):
+
+* ``llama.cpp``: llama.cpp reads the prompt and decodes ``--tokens`` greedy tokens;
+* ``transformers``: transformers reads the prompt and decodes them;
+* ``hand-off``: transformers reads the prompt (its last logits give the first token), its keys and values are
+  written into a llama.cpp context as a sequence state (llama.cpp's own ``llama_state_seq_set_data`` layout,
+  learnt from a state llama.cpp wrote itself), and llama.cpp decodes the rest.
+
+Per path: seconds to the first token, seconds to the last, and the greedy tokens; the hand-off's agreement with
+each runtime alone. An experiment, not a runtime: nothing in specsteer uses the hand-off.
+
+    python scripts/probe_prefill_handoff.py --prompts 2 --tokens 48 --out results/probe_prefill_handoff.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import struct
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch  # noqa: E402
+
+from specsteer.evaluation.bench import load_prompts  # noqa: E402
+from specsteer.runtimes.llamacpp import LlamaCppModel  # noqa: E402
+from specsteer.runtimes.machine import machine_info  # noqa: E402
+
+GGUF = Path.home() / ".cache/specsteer/gguf/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+CONVERTED = Path.home() / ".cache/specsteer/models/qwen2.5-coder-0.5b-instruct-q4_k_m"
+GGML_F16 = 1
+STATE_MAGIC = 0xAF143CD8  # llama_context's sequence state begins with it and the sequence id
+
+
+def state_layout(sequence) -> dict:
+    """The header fields of llama.cpp's sequence state, read from a state it wrote for a one-token sequence."""
+    ll, context = sequence._ll, sequence._context
+    size = ll.llama_state_seq_get_size(context, 0)
+    buffer = (ctypes.c_uint8 * size)()
+    written = ll.llama_state_seq_get_data(context, buffer, size, 0)
+    data = bytes(buffer[:written])
+    magic, _, n_stream, cell_count = struct.unpack_from("<IiII", data, 0)
+    assert magic == STATE_MAGIC, hex(magic)
+    offset = 16 + cell_count * 12  # pos i32, n_seq_id u32 (1), seq_id i32
+    v_trans, n_layer = struct.unpack_from("<II", data, offset)
+    k_type, k_row = struct.unpack_from("<iQ", data, offset + 8)
+    assert n_stream == 1 and cell_count == 1 and k_type == GGML_F16, (n_stream, cell_count, k_type)
+    return {"v_trans": v_trans, "n_layer": n_layer, "k_row_bytes": k_row}
+
+
+def state_blob(keys: list[np.ndarray], values: list[np.ndarray], layout: dict) -> bytes:
+    """A llama.cpp sequence state (sequence 0) holding ``keys[l]``, ``values[l]`` ([tokens, kv_heads * head_dim], f16)."""
+    tokens = keys[0].shape[0]
+    parts = [struct.pack("<IiII", STATE_MAGIC, 0, 1, tokens)]
+    parts += [struct.pack("<iIi", position, 1, 0) for position in range(tokens)]
+    parts.append(struct.pack("<II", layout["v_trans"], layout["n_layer"]))
+    for k in keys:
+        parts.append(struct.pack("<iQ", GGML_F16, k.shape[1] * 2))
+        parts.append(np.ascontiguousarray(k, dtype=np.float16).tobytes())
+    for v in values:
+        if layout["v_trans"]:
+            parts.append(struct.pack("<iII", GGML_F16, 2, v.shape[1]))
+            parts.append(np.ascontiguousarray(v.T, dtype=np.float16).tobytes())  # each dimension across the cells
+        else:
+            parts.append(struct.pack("<iQ", GGML_F16, v.shape[1] * 2))
+            parts.append(np.ascontiguousarray(v, dtype=np.float16).tobytes())
+    return b"".join(parts)
+
+
+def llama_decode(sequence, first: int, count: int) -> list[int]:
+    tokens = [first]
+    while len(tokens) < count:
+        logits = sequence.extend([tokens[-1]], 1)
+        tokens.append(int(logits[-1].argmax()))
+    return tokens
+
+
+def run_llama(model: LlamaCppModel, ids: list[int], count: int) -> dict:
+    sequence = model.new_sequence(4096)
+    start = time.perf_counter()
+    logits = sequence.extend(ids, 1)
+    first = time.perf_counter() - start
+    tokens = llama_decode(sequence, int(logits[-1].argmax()), count)
+    total = time.perf_counter() - start
+    sequence.close()
+    return {"first_s": first, "total_s": total, "tokens": tokens}
+
+
+def hf_prefill(hf, ids: list[int]):
+    with torch.inference_mode():
+        out = hf(torch.tensor([ids]), use_cache=True)
+    return out.logits[0, -1], out.past_key_values
+
+
+def run_transformers(hf, ids: list[int], count: int) -> dict:
+    start = time.perf_counter()
+    logits, cache = hf_prefill(hf, ids)
+    first = time.perf_counter() - start
+    tokens = [int(logits.argmax())]
+    with torch.inference_mode():
+        while len(tokens) < count:
+            out = hf(torch.tensor([[tokens[-1]]]), past_key_values=cache, use_cache=True)
+            cache = out.past_key_values
+            tokens.append(int(out.logits[0, -1].argmax()))
+    return {"first_s": first, "total_s": time.perf_counter() - start, "tokens": tokens}
+
+
+def run_handoff(hf, model: LlamaCppModel, layout: dict, ids: list[int], count: int) -> dict:
+    start = time.perf_counter()
+    logits, cache = hf_prefill(hf, ids)
+    first_token = int(logits.argmax())
+    first = time.perf_counter() - start
+    keys = [layer.keys[0].transpose(0, 1).reshape(len(ids), -1).numpy() for layer in cache.layers]
+    values = [layer.values[0].transpose(0, 1).reshape(len(ids), -1).numpy() for layer in cache.layers]
+    blob = state_blob(keys, values, layout)
+    sequence = model.new_sequence(4096)
+    sequence._grow(len(ids) + count + 1)
+    buffer = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
+    if not model._ll.llama_state_seq_set_data(sequence._context, buffer, len(blob), 0):
+        raise RuntimeError("llama.cpp refused the state")
+    sequence.tokens = list(ids)
+    handed = time.perf_counter() - start
+    tokens = llama_decode(sequence, first_token, count)
+    total = time.perf_counter() - start
+    sequence.close()
+    return {"first_s": first, "handed_over_s": handed, "total_s": total, "tokens": tokens, "state_bytes": len(blob)}
+
+
+def agreement(a: list[int], b: list[int]) -> int:
+    """Tokens equal from the start."""
+    same = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        same += 1
+    return same
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompts", type=int, default=2)
+    parser.add_argument("--tokens", type=int, default=48)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch.set_num_threads(args.threads)
+    tokenizer = AutoTokenizer.from_pretrained(CONVERTED)
+    hf = AutoModelForCausalLM.from_pretrained(CONVERTED, dtype=torch.float32).eval()
+    model = LlamaCppModel(GGUF, threads=args.threads)
+    probe = model.new_sequence(64)
+    probe.extend([tokenizer.eos_token_id], 1)
+    layout = state_layout(probe)
+    probe.close()
+    rows = []
+    for prepared in load_prompts(args.prompts + 1, None, "cogenesis"):
+        messages = [{"role": "user", "content": prepared.prompts.private}]
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        ids = list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        row = {"prompt_tokens": len(ids)}
+        for name, run in (
+            ("llama.cpp", lambda ids=ids: run_llama(model, ids, args.tokens)),
+            ("transformers", lambda ids=ids: run_transformers(hf, ids, args.tokens)),
+            ("hand-off", lambda ids=ids: run_handoff(hf, model, layout, ids, args.tokens)),
+        ):
+            row[name] = run()
+            print(f"{len(ids)} tokens, {name}: first {row[name]['first_s']:.2f} s, total {row[name]['total_s']:.2f} s",
+                  file=sys.stderr, flush=True)  # fmt: skip
+        row["hand-off agrees with llama.cpp"] = agreement(row["hand-off"]["tokens"], row["llama.cpp"]["tokens"])
+        row["hand-off agrees with transformers"] = agreement(row["hand-off"]["tokens"], row["transformers"]["tokens"])
+        row["llama.cpp agrees with transformers"] = agreement(row["llama.cpp"]["tokens"], row["transformers"]["tokens"])
+        rows.append(row)
+    warm, measured = rows[0], rows[1:]  # the first prompt warms both runtimes up
+    result = {
+        "machine": machine_info().describe(),
+        "threads": args.threads,
+        "tokens": args.tokens,
+        "layout": layout,
+        "warm_up_prompt_tokens": warm["prompt_tokens"],
+        "rows": measured,
+    }
+    text = json.dumps(result, indent=1)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

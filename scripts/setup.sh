@@ -80,5 +80,8 @@ if .venv/bin/python -m specsteer llamacpp built >/dev/null 2>&1; then
   .venv/bin/python -m specsteer llamacpp check --saved 2>&1 | sed 's/^/[setup] llama.cpp check: /' || true
   # What each runtime costs here (once per CPU and build, about a minute): `--runtime auto` picks from it.
   .venv/bin/python -m specsteer calibrate --saved 2>&1 | sed 's/^/[setup] calibration: /' || true
+  # What auto chose from it may need more than the GGUF files (the Specialist's fp32 conversion where it reads
+  # long prompts for llama.cpp); already-prepared files are reused.
+  .venv/bin/python -m specsteer models prepare 2>&1 | sed 's/^/[setup] models: /' || true
 fi
 echo "[setup] done"

@@ -199,12 +199,20 @@ def _speed(args) -> int:
             if "auto" in args.runtime and test_pair is None
             else {}
         )
-        auto_picks = {method: plan.runtime for method, plan in auto_plans.items()}
+        auto_picks = {method: plan.label for method, plan in auto_plans.items()}
         pairs = [test_pair] if test_pair is not None else []
-        runtimes = [*(r for r in args.runtime if r != "auto"), *auto_picks.values()] if test_pair is None else []
-        for runtime in dict.fromkeys(runtimes):
-            pair = load_pair(pairing, dtype=args.dtype, progress=log, runtime=runtime, specialist_lora=lora)
-            if pair.runtime not in {p.runtime for p in pairs}:
+        # (label, what load_pair is asked): each fixed runtime as named, then each plan auto made that no fixed
+        # runtime is (a hand-off to llama.cpp is llama.cpp's label with "+handoff": loaded by asking for auto)
+        requests = [(r, r, "specsteer") for r in args.runtime if r != "auto"] if test_pair is None else []
+        requests += [(plan.label, plan.runtime if plan.label == plan.runtime else "auto", method)
+                     for method, plan in auto_plans.items()]  # fmt: skip
+        for label, runtime, method in requests:
+            if label in {p.runtime_label for p in pairs}:
+                continue
+            pair = load_pair(
+                pairing, dtype=args.dtype, progress=log, runtime=runtime, specialist_lora=lora, method=method
+            )
+            if pair.runtime_label not in {p.runtime_label for p in pairs}:
                 pairs.append(pair)
         unavailable = next(
             filter(None, (cross_tokenizer_problem(pair, case.config) for pair in pairs for case in cases)), None
@@ -226,7 +234,7 @@ def _speed(args) -> int:
     result["specialist_lora"] = lora.label if lora is not None else None  # the Edge's adapter, if any
     if not args.no_prefix_reuse:
         config = DecodeConfig(method="specsteer", alpha=0.1, max_new_tokens=8)
-        result["prefix_reuse"] = {pair.runtime: prefix_reuse(pair, prompts[0], config) for pair in pairs}
+        result["prefix_reuse"] = {pair.runtime_label: prefix_reuse(pair, prompts[0], config) for pair in pairs}
     print(json.dumps(result) if args.json else format_table(result))
     return 0
 

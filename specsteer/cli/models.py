@@ -19,7 +19,7 @@ def _directory_size(path: Path) -> int:
 def _prepare_command(pairing_id: str, runtime: str) -> int:
     """Everything a pairing needs before its first load on ``runtime``: the verified GGUF files and
     tokenizers (llama.cpp), or the converted weights (transformers)."""
-    from specsteer.models.loading import choose_runtime  # the pair loader builds on this module
+    from specsteer.models.loading import runtime_plan  # the pair loader builds on this module
 
     pairing = get_pairing(pairing_id)
     if pairing.cross_tokenizer:
@@ -27,10 +27,11 @@ def _prepare_command(pairing_id: str, runtime: str) -> int:
         return 1
     say = lambda line: print(f"  {line}", flush=True)  # noqa: E731
     try:
-        chosen = choose_runtime(pairing, runtime, say)
+        plan = runtime_plan(pairing, runtime, say)
     except ModelLoadError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
+    chosen = plan.runtime
     print(f"preparing {pairing.id} for the {chosen} runtime", flush=True)
     small, _, large = chosen.partition("/")  # a split plan: the Specialist's runtime, then the Generalist's
     for spec, runtime_of_spec in ((pairing.specialist, small), (pairing.generalist, large or small)):
@@ -46,6 +47,17 @@ def _prepare_command(pairing_id: str, runtime: str) -> int:
             return 1
         size = path.stat().st_size if path.is_file() else _directory_size(path)
         print(f"{spec.name}: {path} ({size / 1e9:.2f} GB, {time.perf_counter() - started:.1f} s)", flush=True)
+    spec = pairing.specialist
+    if plan.specialist.prompt_reader and spec.kind == "offline":
+        # The calibration measured the Specialist's fp32 conversion reading prompts faster than llama.cpp here:
+        # auto hands its long prompts over, so the conversion is made now rather than at the first load.
+        started = time.perf_counter()
+        try:
+            path = prepare_offline(spec, say)
+        except ModelLoadError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return 1
+        print(f"{spec.name}: {path} (fp32 prompt reader, {time.perf_counter() - started:.1f} s)", flush=True)
     return 0
 
 

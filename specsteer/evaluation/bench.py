@@ -270,7 +270,12 @@ def run_speed(
     modes = _read_ahead_modes(read_ahead)
     for pair in pairs:
         _warm_up(pair, prompts[0], [case.config for case in cases])
-    tallies = {(pair.runtime, mode): [Tally(case, pair.runtime) for case in cases] for pair in pairs for mode in modes}
+    # A pair's label: its runtime, "+handoff" where the Specialist's long prompts are read by transformers.
+    tallies = {
+        (pair.runtime_label, mode): [Tally(case, pair.runtime_label) for case in cases]
+        for pair in pairs
+        for mode in modes
+    }
     assisted = {
         pair.runtime: Tally(BenchCase(DecodeConfig(method="llm")), pair.runtime)
         for pair in pairs
@@ -282,14 +287,14 @@ def run_speed(
             # A case's read-ahead policies one after the other: drift in the machine's load hits them alike.
             for position in range(len(cases)):
                 for mode in modes:
-                    tally = tallies[(pair.runtime, mode)][position]
+                    tally = tallies[(pair.runtime_label, mode)][position]
                     pair.clear_prefix_caches()  # no case is timed on a prompt another case already read
                     cloud = InProcessCloud(pair, read_ahead=mode)
                     _, finished = collect(generate(pair, tally.case.prompts_for(prepared), tally.config, cloud=cloud))
                     tally.add(finished.stats)
                     shown = f" read-ahead={mode}" if len(modes) > 1 else ""
                     progress(
-                        f"prompt {index + 1}/{len(prompts)} [{pair.runtime}] {_label(tally.case)}{shown}: "
+                        f"prompt {index + 1}/{len(prompts)} [{pair.runtime_label}] {_label(tally.case)}{shown}: "
                         f"{finished.stats.tok_per_s:.2f} tok/s"
                     )
             if pair.runtime in assisted:
@@ -301,13 +306,16 @@ def run_speed(
                     f"{tokens / seconds:.2f} tok/s"
                 )
     rows = [
-        {**row, "read_ahead": mode} for pair in pairs for mode in modes for row in _rows(tallies[(pair.runtime, mode)])
+        {**row, "read_ahead": mode}
+        for pair in pairs
+        for mode in modes
+        for row in _rows(tallies[(pair.runtime_label, mode)])
     ]
     result = {
         "rows": rows,
         "prompts": len(prompts),
         "max_new_tokens": max_new_tokens,
-        "runtimes": {pair.runtime: _runtime_info(pair) for pair in pairs},
+        "runtimes": {pair.runtime_label: _runtime_info(pair) for pair in pairs},
         "machine": machine_info().to_dict(),
         "threads": torch.get_num_threads(),
         "read_ahead": modes if len(modes) > 1 else modes[0],

@@ -18,6 +18,12 @@ calibration never waits for the one-time GGUF conversion. It is skipped where th
 (no AVX512-BF16, no AMX): transformers would run fp32 there, which measured 3.9x slower than llama.cpp
 end to end (docs/MEASUREMENTS.md), so nothing can be gained and a minute of set-up would be lost.
 
+Where it is skipped for lack of fast bf16, one thing is still timed (:class:`PromptReading`): the
+Specialist reading a long prompt on llama.cpp and on transformers fp32. Where transformers reads it at
+least HANDOFF_MARGIN times faster, ``auto`` keeps llama.cpp for every stream and has the Specialist's long
+prompts read by its fp32 conversion, handing the keys and values over (specsteer.runtimes.prompt_handoff):
+the first token at the faster reader's pace, the decoding at llama.cpp's.
+
 The numbers are kept per CPU, build and pairing. :func:`estimate` turns them into the seconds of a
 reference request for one method -- the DESIGN §6 bound for the speculative ones -- and
 :func:`choose` picks the runtime with the fewer seconds, with the reason in words.
@@ -64,6 +70,30 @@ class RuntimeTiming:
     detail: str = ""  # e.g. llama.cpp's configuration and buffer types
 
 
+HANDOFF_MARGIN = 1.15  # transformers must read prompts this much faster for the hand-off (2 GB more, a copy)
+HANDOFF_PROMPT_TOKENS = 512  # a long private prompt's share read in one timing (the reference is 825)
+
+
+@dataclass(frozen=True)
+class PromptReading:
+    """The Specialist reading one long prompt on each runtime, where the runtimes are not compared whole."""
+
+    tokens: int
+    llamacpp_tok_s: float
+    transformers_tok_s: float  # fp32: what the Specialist's conversion computes in on this CPU
+
+    @property
+    def handoff(self) -> bool:
+        return self.transformers_tok_s >= HANDOFF_MARGIN * self.llamacpp_tok_s
+
+    def reason(self) -> str:
+        verdict = "read by transformers fp32 and handed to llama.cpp" if self.handoff else "read by llama.cpp"
+        return (
+            f"the Specialist's long prompts are {verdict} (measured here: {self.transformers_tok_s:.0f} against "
+            f"{self.llamacpp_tok_s:.0f} tok/s over {self.tokens} tokens)"
+        )
+
+
 @dataclass(frozen=True)
 class Calibration:
     key: str
@@ -72,6 +102,7 @@ class Calibration:
     timings: tuple[RuntimeTiming, ...]
     skipped: tuple[str, ...]  # one sentence per runtime not measured, saying why
     seconds: float  # what the calibration itself took
+    prompt_reading: PromptReading | None = None  # timed where the runtimes are not compared whole
 
     def timing(self, runtime: str) -> RuntimeTiming | None:
         return next((t for t in self.timings if t.runtime == runtime), None)
@@ -92,7 +123,16 @@ class Calibration:
             )
             for t in raw["timings"]
         )
-        return cls(raw["key"], raw["cpu"], raw["pairing"], timings, tuple(raw["skipped"]), raw["seconds"])
+        reading = raw.get("prompt_reading")  # absent from calibrations saved before it was timed
+        return cls(
+            raw["key"],
+            raw["cpu"],
+            raw["pairing"],
+            timings,
+            tuple(raw["skipped"]),
+            raw["seconds"],
+            PromptReading(**reading) if reading else None,
+        )
 
 
 @dataclass(frozen=True)
@@ -100,6 +140,9 @@ class RuntimeChoice:
     runtime: str
     reason: str  # one sentence for the runtime note, `pairings` and a generation's statistics
     calibrated: bool = False  # chosen from this machine's measured costs (then a per-stream plan may refine it)
+    # "transformers": the Specialist's long prompts are read by its fp32 conversion and handed to llama.cpp
+    # (a llama.cpp choice only, where PromptReading measured it faster); "" for none
+    prompt_reader: str = ""
 
 
 # --------------------------------------------------------------------------- estimating
@@ -284,6 +327,44 @@ def _transformers_timing(pairing, dtype_name: str, shapes: list[dict[str, str]])
     return RuntimeTiming("transformers", dtype_name, timings[0], timings[1], "arbitrary weights of the same shapes")
 
 
+def _prompt_rate(model, tokens: int) -> float:
+    """Tokens per second of ``model`` reading a ``tokens``-token prompt into a fresh sequence (median of 2)."""
+    import numpy as np
+
+    ids = np.random.default_rng(1).integers(100, min(model.output_rows, 20_000), tokens).tolist()
+    warm = model.new_sequence(16)
+    warm.extend(ids[:8], 1)
+    warm.close()
+
+    def read() -> None:
+        sequence = model.new_sequence(tokens + 8)
+        try:
+            sequence.extend(ids, 1)
+        finally:
+            sequence.close()
+
+    return tokens / _median_seconds(read, repeats=2)
+
+
+def _prompt_reading(pairing) -> PromptReading:
+    """The Specialist's prompt reading on llama.cpp (its GGUF) and transformers fp32 (same shapes)."""
+    import torch
+
+    from specsteer.models.weights import gguf_path
+    from specsteer.runtimes import llamacpp
+    from specsteer.runtimes.base import TransformersModel
+
+    spec = pairing.specialist
+    model = llamacpp.LlamaCppModel(gguf_path(spec), name=spec.name)
+    try:
+        llamacpp_rate = _prompt_rate(model, HANDOFF_PROMPT_TOKENS)
+        shape = {**model.metadata(), "n_vocab": str(model.output_rows)}
+    finally:
+        model.close()
+    twin = TransformersModel(random_twin(shape, torch.float32), spec.name)
+    return PromptReading(HANDOFF_PROMPT_TOKENS, llamacpp_rate, _prompt_rate(twin, HANDOFF_PROMPT_TOKENS))
+
+
 def calibration_key(pairing_id: str) -> str:
     from importlib import metadata
 
@@ -322,7 +403,7 @@ def calibrate(pairing_id: str, say=print) -> Calibration:
 
     pairing = PAIRINGS[pairing_id]
     started = time.monotonic()
-    timings, skipped = [], []
+    timings, skipped, reading = [], [], None
     usable, reason = llamacpp.status(prepared_ggufs((pairing.specialist, pairing.generalist)))
     dtype = default_dtype()
     if not usable:
@@ -330,9 +411,12 @@ def calibrate(pairing_id: str, say=print) -> Calibration:
         skipped.append(f"llama.cpp is unavailable: {reason}")
     elif dtype != "bf16":
         skipped.append(
-            "nothing timed: this CPU has no fast bf16 (no AVX512-BF16, no AMX), so transformers would "
-            "run fp32, measured several times slower than llama.cpp on such CPUs; auto runs llama.cpp"
+            "runtimes not compared whole: this CPU has no fast bf16 (no AVX512-BF16, no AMX), so transformers "
+            "would run fp32, measured several times slower than llama.cpp at decoding on such CPUs; auto runs "
+            "llama.cpp"
         )
+        say("timing the Specialist's prompt reading on llama.cpp and transformers fp32…")
+        reading = _prompt_reading(pairing)
     else:
         say("timing llama.cpp…")
         timing, shapes = _llamacpp_timing(pairing)
@@ -346,6 +430,7 @@ def calibrate(pairing_id: str, say=print) -> Calibration:
         tuple(timings),
         tuple(skipped),
         time.monotonic() - started,
+        reading,
     )
     target = calibration_path(pairing_id)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -368,6 +453,8 @@ def describe(calibration: Calibration) -> str:
         if timing.detail:
             lines.append(f"  {timing.runtime:12s} {timing.detail}")
     lines.extend(f"  skipped: {line}" for line in calibration.skipped)
+    if calibration.prompt_reading is not None:
+        lines.append(f"  prompt reading: {calibration.prompt_reading.reason()}")
     usable = tuple(t.runtime for t in calibration.timings)
     for method in METHODS:
         choice = choose(calibration, method, usable)

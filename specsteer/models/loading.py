@@ -22,12 +22,13 @@ from specsteer.models.chat import PLAIN_CHAT, ChatFormat
 from specsteer.models.lora import LORA_RUNTIME_MESSAGE, LORA_RUNTIME_REASON, LoraError, SpecialistLora
 from specsteer.models.registry import (
     DEFAULT_PAIRING,
+    ModelSpec,
     Pairing,
     converted_cache_ready,
     cross_tokenizer_message,
     get_pairing,
 )
-from specsteer.models.runtime_plan import RuntimePlan
+from specsteer.models.runtime_plan import HANDOFF_LABEL, RuntimePlan
 from specsteer.models.weights import (
     ModelLoadError,
     Progress,
@@ -49,6 +50,7 @@ from specsteer.runtimes.base import (
     parse_split,
 )
 from specsteer.runtimes.hardware import default_device, resolve_dtype
+from specsteer.runtimes.prompt_handoff import HANDOFF_MIN_TOKENS
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -103,10 +105,19 @@ class LoadedPair:
             return self.specialist.runtime
         return f"{self.specialist.runtime}/{large.runtime}"
 
+    @property
+    def runtime_label(self) -> str:
+        """:attr:`runtime`, with "+handoff" where the Specialist's long prompts are read by another runtime
+        (benchmarks tell the two llama.cpp pairs apart by it)."""
+        return self.runtime + (HANDOFF_LABEL if getattr(self.specialist, "prompt_reader", None) else "")
+
     def stream_runtimes(self) -> dict[str, str]:
         """Each stream's runtime and precision, by the stream names of the forward log: the Specialist with
         the history ("specialist+"), its generic copy ("specialist0": the same model) and the Generalist."""
         small = f"{self.specialist.runtime} {self.specialist.precision}"
+        reader = getattr(self.specialist, "prompt_reader", None)
+        if reader is not None:  # both streams share the model, so both hand their long prompts over
+            small += f", prompts of {HANDOFF_MIN_TOKENS}+ tokens read by {reader.runtime} {reader.precision}"
         streams = {"specialist+": small, "specialist0": small}
         if self.generalist is not None:
             streams["generalist"] = f"{self.generalist.runtime} {self.generalist.precision}"
@@ -384,16 +395,26 @@ def _load_planned(
     edge_only: bool,
 ) -> LoadedPair:
     runtimes = (plan.specialist.runtime,) if edge_only else (plan.specialist.runtime, plan.generalist.runtime)
+    reader = plan.specialist.prompt_reader if plan.specialist.runtime == "llama.cpp" else ""
     on_torch = "transformers" in runtimes
     torch_dtype = resolve_dtype(dtype) if on_torch else None
     target_device = (torch.device(device) if device is not None else default_device()) if on_torch else None
-    key = (pairing.id, pairing.specialist, pairing.generalist, runtimes, torch_dtype, str(target_device), edge_only)
+    key = (
+        pairing.id,
+        pairing.specialist,
+        pairing.generalist,
+        runtimes,
+        reader,
+        torch_dtype,
+        str(target_device),
+        edge_only,
+    )
     cached = _cached_pair(key)
     if cached is None:
         with _loading_lock:
             cached = _cached_pair(key)  # another caller may have loaded it while this one waited
             if cached is None:
-                cached = _load_pair_uncached(pairing, runtimes, torch_dtype, target_device, report, edge_only)
+                cached = _load_pair_uncached(pairing, runtimes, torch_dtype, target_device, report, edge_only, reader)
                 with _loaded_lock:
                     _loaded[key] = cached
                     while len(_loaded) > _MAX_LOADED_PAIRS:
@@ -551,7 +572,11 @@ def runtime_choice(
             if calibration is not None and calibration.skipped
             else "no calibration; run `specsteer calibrate`"
         )
-        return RuntimeChoice("llama.cpp", f"both models are GGUF files and llama.cpp passed its check here ({missing})")
+        reason = f"both models are GGUF files and llama.cpp passed its check here ({missing})"
+        reading = calibration.prompt_reading if calibration is not None else None
+        if reading is not None and reading.handoff:
+            return RuntimeChoice("llama.cpp", f"{reason}; {reading.reason()}", prompt_reader="transformers")
+        return RuntimeChoice("llama.cpp", reason)
     if choice.runtime == "transformers" and not converted_ready(pairing):
         # The first transformers load converts both GGUF files (about a minute each); say so, once.
         (progress or quiet)(
@@ -582,6 +607,7 @@ def _load_pair_uncached(
     device: torch.device | None,
     progress: Progress,
     edge_only: bool = False,
+    prompt_reader: str = "",
 ) -> LoadedPair:
     # Tokenizers first: they are small, and a mismatch must be found before a large download or load.
     # An Edge alone cannot compare (the Generalist's tokenizer ships with its weights): its Cloud did.
@@ -598,7 +624,22 @@ def _load_pair_uncached(
         else TransformersModel(load_model(spec, dtype, progress, device), spec.name)
         for spec, runtime in zip(specs, runtimes)
     ]
+    if prompt_reader:
+        attach_prompt_reader(models[0], pairing.specialist, progress)
     return assemble_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer, chat)
+
+
+def attach_prompt_reader(model: ModelRuntime, spec: ModelSpec, progress: Progress) -> None:
+    """Have the Specialist's fp32 conversion read its long prompts for llama.cpp (runtimes.prompt_handoff).
+    Where that cannot be (no conversion can be made, another state layout), llama.cpp reads them itself
+    and the progress callback says why: a slower first token, never a failed load."""
+    from specsteer.runtimes.prompt_handoff import HandoffUnsupported
+
+    try:
+        reader = TransformersModel(load_model(spec, torch.float32, progress, "cpu"), f"{spec.name} fp32")
+        model.attach_prompt_reader(reader)  # type: ignore[attr-defined]
+    except (ModelLoadError, HandoffUnsupported) as error:
+        progress(f"the Specialist's prompts stay with llama.cpp: {error}")
 
 
 def _load_cross_pair(

@@ -57,6 +57,7 @@ from specsteer.models.calibration import (
 from specsteer.runtimes.base import parse_split
 
 SPECIALIST_PAIR = "Specialist and its generic copy"
+HANDOFF_LABEL = "+handoff"  # a plan's or pair's label where the Specialist's long prompts are read by transformers
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,11 @@ class RuntimePlan:
         return self.specialist.runtime if not self.mixed else f"{self.specialist.runtime}/{self.generalist.runtime}"
 
     @property
+    def label(self) -> str:
+        """:attr:`runtime`, with "+handoff" where the Specialist's long prompts are read by transformers."""
+        return self.runtime + (HANDOFF_LABEL if self.specialist.prompt_reader else "")
+
+    @property
     def reason(self) -> str:
         if not self.mixed and self.specialist.reason == self.generalist.reason:
             return self.specialist.reason
@@ -91,8 +97,11 @@ class RuntimePlan:
         )
 
     def to_dict(self) -> dict[str, dict[str, str]]:
+        specialist = {"runtime": self.specialist.runtime, "reason": self.specialist.reason}
+        if self.specialist.prompt_reader:
+            specialist["prompt_reader"] = self.specialist.prompt_reader
         return {
-            "specialist_pair": {"runtime": self.specialist.runtime, "reason": self.specialist.reason},
+            "specialist_pair": specialist,
             "generalist": {"runtime": self.generalist.runtime, "reason": self.generalist.reason},
         }
 

@@ -30,6 +30,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Sequence as Seq
 
+import numpy as np
 import torch
 
 RUNTIMES = ("llama.cpp", "transformers")
@@ -238,6 +239,19 @@ class TransformersSequence(Sequence):
         if length < len(self.tokens):
             self._cache.crop(length - len(self.tokens))  # transformers 5: a negative count of tokens to drop
             del self.tokens[length:]
+
+    def cached_rows(self) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Every layer's cached keys and values as [tokens, kv_heads * head_dim] fp32 arrays (a prompt
+        handed to llama.cpp, specsteer.runtimes.prompt_handoff)."""
+        keys: list[np.ndarray] = []
+        values: list[np.ndarray] = []
+        for layer in self._cache.layers:
+            for tensor, out in ((getattr(layer, "keys", None), keys), (getattr(layer, "values", None), values)):
+                if not isinstance(tensor, torch.Tensor):
+                    raise TypeError(f"a cache layer of type {type(layer).__name__} holds no keys and values")
+                heads, tokens, width = tensor.shape[1:]
+                out.append(tensor[0].transpose(0, 1).reshape(tokens, heads * width).float().cpu().numpy())
+        return keys, values
 
     @property
     def nbytes(self) -> int:

@@ -34,6 +34,14 @@ import numpy as np
 from specsteer.runtimes.base import ModelRuntime, Sequence, check_rows
 from specsteer.runtimes.hardware import cpu_threads, read_cpu
 from specsteer.runtimes.llamacpp_probe import proven_configuration
+from specsteer.runtimes.prompt_handoff import (
+    HANDOFF_MIN_TOKENS,
+    HandoffUnsupported,
+    StateLayout,
+    as_c_buffer,
+    read_layout,
+    sequence_state,
+)
 
 # llama.cpp's own name for the package, pinned in requirements.txt and built by scripts/setup.sh.
 PACKAGE = "llama-cpp-python"
@@ -256,7 +264,27 @@ class LlamaCppModel(ModelRuntime):
             2 * 2 * int(ll.llama_model_n_layer(model)) * head_dim * int(ll.llama_model_n_head_kv(model))
         )
         self._heads = int(ll.llama_model_n_head(model))
+        # A transformers model of the same weights that reads long prompts for this model's sequences
+        # (attach_prompt_reader, specsteer.runtimes.prompt_handoff); None: llama.cpp reads them itself.
+        self.prompt_reader: ModelRuntime | None = None
+        self._layout: StateLayout | None = None
         super().__init__(name or self.path.stem)
+
+    def attach_prompt_reader(self, reader: ModelRuntime) -> None:
+        """Have ``reader`` (a TransformersModel of the same weights) read every prompt of at least
+        HANDOFF_MIN_TOKENS that starts a sequence, handing its keys and values to llama.cpp. Refused with
+        HandoffUnsupported where this build's state layout is not the one written here."""
+        if reader.output_rows != self.output_rows:
+            raise HandoffUnsupported(
+                f"{reader.name} has {reader.output_rows} logits rows, {self.name} {self.output_rows}"
+            )
+        probe = LlamaCppSequence(self, self._context_size(16))
+        try:
+            probe.extend([0], 1)
+            self._layout = read_layout(probe.state())
+        finally:
+            probe.close()
+        self.prompt_reader = reader
 
     @property
     def output_rows(self) -> int:
@@ -407,6 +435,35 @@ class LlamaCppSequence(Sequence):
     def fits(self, length: int) -> bool:
         return length <= self.capacity
 
+    def state(self) -> bytes:
+        """The sequence's state as llama.cpp writes it (``llama_state_seq_get_data``)."""
+        ll = self._ll
+        buffer = (ctypes.c_uint8 * ll.llama_state_seq_get_size(self._context, _SEQ))()
+        written = ll.llama_state_seq_get_data(self._context, buffer, len(buffer), _SEQ)
+        return bytes(buffer[:written])
+
+    def _handed_over(self, ids: list[int], rows: int):
+        """The prompt read by the model's prompt reader and its cache written here: the reader's logits
+        rows, or None (llama.cpp reads it) for a short prompt, a sequence already started, or no reader."""
+        owner = self._owner
+        reader, layout = owner.prompt_reader, owner._layout
+        if reader is None or layout is None or self.tokens or len(ids) < HANDOFF_MIN_TOKENS:
+            return None
+        read = reader.new_sequence(len(ids))
+        try:
+            logits = read.extend(ids, rows)
+            keys, values = read.cached_rows()  # type: ignore[attr-defined]
+        finally:
+            read.close()
+        if len(ids) > self._size:
+            self._grow(len(ids))
+        state = sequence_state(keys, values, layout)
+        if not self._ll.llama_state_seq_set_data(self._context, as_c_buffer(state), len(state), _SEQ):
+            self._ll.llama_memory_seq_rm(self._memory, _SEQ, 0, -1)
+            raise RuntimeError(f"llama.cpp refused the {len(ids)}-token prompt read by {reader.name}")
+        self.tokens.extend(ids)
+        return logits
+
     def extend(self, ids: list[int], rows: int):
         import torch  # imported by whoever decodes; kept out of this module's import for registry.py
 
@@ -414,6 +471,9 @@ class LlamaCppSequence(Sequence):
         needed = len(self.tokens) + len(ids)
         if needed > self.capacity:
             raise ValueError(f"the sequence would exceed its {self.capacity}-token context")
+        handed = self._handed_over(ids, rows)
+        if handed is not None:
+            return handed
         if needed > self._size:
             self._grow(needed)
         first_kept = len(ids) - rows

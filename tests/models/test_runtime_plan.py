@@ -138,6 +138,35 @@ def test_without_calibration_auto_keeps_one_runtime_and_says_so(cache):
     assert plan.runtime == "llama.cpp" and "nothing timed: no fast bf16" in plan.reason
 
 
+def test_auto_hands_long_prompts_to_llama_cpp_where_the_calibration_measured_transformers_faster(cache):
+    """A CPU without fast bf16: the runtimes are not compared whole, only the Specialist's prompt reading."""
+    pairing = PAIRINGS[DEFAULT_PAIRING]
+    faster = cal.PromptReading(512, llamacpp_tok_s=100.0, transformers_tok_s=150.0)
+    _save(cal.Calibration("k", "cpu", DEFAULT_PAIRING, (), ("not compared: no fast bf16",), 0.1, faster))
+    assert cal.saved_calibration(DEFAULT_PAIRING).prompt_reading == faster  # read back from its JSON
+    plan = loading.runtime_plan(pairing, method="specsteer")
+    assert plan.runtime == "llama.cpp" and plan.specialist.prompt_reader == "transformers"
+    assert "read by transformers fp32 and handed to llama.cpp (measured here: 150 against 100 tok/s" in plan.reason
+    assert plan.to_dict()["specialist_pair"]["prompt_reader"] == "transformers"
+    # llama.cpp asked for by name is llama.cpp alone: the benchmarks' comparison.
+    assert loading.runtime_plan(pairing, "llama.cpp", method="specsteer").specialist.prompt_reader == ""
+    # Within the margin (2 GB more and a copy are not worth 10 %): llama.cpp reads its own prompts.
+    close = cal.PromptReading(512, llamacpp_tok_s=100.0, transformers_tok_s=110.0)
+    _save(cal.Calibration("k", "cpu", DEFAULT_PAIRING, (), ("not compared: no fast bf16",), 0.1, close))
+    plan = loading.runtime_plan(pairing, method="specsteer")
+    assert (
+        plan.specialist.prompt_reader == "" and "read by llama.cpp (measured here: 110 against 100" not in plan.reason
+    )
+    assert "prompt_reader" not in plan.to_dict()["specialist_pair"]
+
+
+def test_a_calibration_saved_before_prompt_reading_was_timed_still_reads(cache):
+    old = cal.Calibration("k", "cpu", DEFAULT_PAIRING, (), ("nothing timed",), 0.1)
+    text = old.to_json().replace(',\n "prompt_reading": null', "")
+    assert "prompt_reading" not in text
+    assert cal.Calibration.from_json(text) == old
+
+
 def test_auto_splits_where_the_calibration_measured_it(cache):
     pairing = PAIRINGS[DEFAULT_PAIRING]
     _save(PROMPT_HEAVY)

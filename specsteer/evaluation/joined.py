@@ -234,6 +234,33 @@ def _share(value: float | None) -> str:
     return "—" if value is None else f"{100 * value:.1f} %"
 
 
+FACTS_HEADER = f" {'facts sent':>11} {'beyond task':>12} {'in output':>10}"
+
+
+def facts_cells(facts: Mapping[str, float | None]) -> str:
+    """A row's facts audit under FACTS_HEADER."""
+    return (
+        f" {_share(facts.get('facts_sent')):>11} {_share(facts.get('facts_sent_beyond_task')):>12}"
+        f" {_share(facts.get('facts_in_output')):>10}"
+    )
+
+
+def differences_lines(differences: Sequence[Difference], level: str) -> list[str]:
+    if not differences:
+        return []
+    header = f"paired differences, record by record ({level} bootstrap over these records):"
+    return ["", header, *(difference.text() for difference in differences)]
+
+
+def rouge_fields(rouge: Mapping[str, Interval]) -> dict[str, float]:
+    """A row's ROUGE intervals as JSON fields: rouge1, rouge1_low, rouge1_high, rougeL, ..."""
+    return {
+        f"{metric}{suffix}": getattr(rouge[metric], part)
+        for metric in METRICS
+        for suffix, part in (("", "mean"), ("_low", "low"), ("_high", "high"))
+    }
+
+
 def table_text(table: JoinedTable, title: str = "") -> str:
     level = f"{100 * table.level:g} %"
     lines = [title] if title else []
@@ -242,7 +269,7 @@ def table_text(table: JoinedTable, title: str = "") -> str:
     width = max(len("method"), *(len(row.label) for row in table.rows))
     header = f"{'method':<{width}} {'R-1':>22} {'R-L':>22} {'tok/s':>6} {'on device':>9}"
     if has_facts:
-        header += f" {'facts sent':>11} {'beyond task':>12} {'in output':>10}"
+        header += FACTS_HEADER
     lines.append(header + "  run")
     for row in table.rows:
         speed = "—" if row.tok_per_s is None else f"{row.tok_per_s:.2f}"
@@ -251,14 +278,9 @@ def table_text(table: JoinedTable, title: str = "") -> str:
             f"{speed:>6} {_share(row.device_share):>9}"
         )
         if has_facts:
-            line += (
-                f" {_share(row.facts.get('facts_sent')):>11} {_share(row.facts.get('facts_sent_beyond_task')):>12}"
-                f" {_share(row.facts.get('facts_in_output')):>10}"
-            )
+            line += facts_cells(row.facts)
         lines.append(f"{line}  {row.run}")
-    if table.differences:
-        lines += ["", f"paired differences, record by record ({level} bootstrap over these records):"]
-        lines += [difference.text() for difference in table.differences]
+    lines += differences_lines(table.differences, level)
     lines += [f"note: {note}" for note in table.notes]
     return "\n".join(lines)
 
@@ -275,11 +297,7 @@ def table_json(table: JoinedTable) -> dict[str, Any]:
                 "beta": row.point.beta,
                 "label": row.label,
                 "records": row.records,
-                **{
-                    f"{metric}{suffix}": getattr(row.rouge[metric], part)
-                    for metric in METRICS
-                    for suffix, part in (("", "mean"), ("_low", "low"), ("_high", "high"))
-                },
+                **rouge_fields(row.rouge),
                 "tok_per_s": row.tok_per_s,
                 "device_share": row.device_share,
                 **row.facts,

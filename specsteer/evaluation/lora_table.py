@@ -24,7 +24,16 @@ from typing import Any
 from specsteer.data.tasks import PromptPair
 from specsteer.evaluation.claims import METRIC_NAMES
 from specsteer.evaluation.grid import paired_difference
-from specsteer.evaluation.joined import Difference, Interval, difference_json, facts_shares
+from specsteer.evaluation.joined import (
+    FACTS_HEADER,
+    Difference,
+    Interval,
+    difference_json,
+    differences_lines,
+    facts_cells,
+    facts_shares,
+    rouge_fields,
+)
 from specsteer.evaluation.metrics import bootstrap_interval
 from specsteer.evaluation.record_lora import PER_RECORD_LABEL
 from specsteer.evaluation.run_store import CellResult, GridPoint
@@ -222,10 +231,6 @@ def labels_of(key: tuple[str, bool]) -> str:
     return f"{method_label(key[0])}{' + LoRA' if key[1] else ''}"
 
 
-def _share(value: float | None) -> str:
-    return "—" if value is None else f"{100 * value:.1f} %"
-
-
 def table_text(table: LoraTable, title: str = "") -> str:
     level = f"{100 * table.level:g} %"
     lines = [title] if title else []
@@ -233,19 +238,14 @@ def table_text(table: LoraTable, title: str = "") -> str:
     has_facts = any(row.facts for row in table.rows)
     header = f"{'method':<28} {'R-1':>22} {'R-L':>22}"
     if has_facts:
-        header += f" {'facts sent':>11} {'beyond task':>12} {'in output':>10}"
+        header += FACTS_HEADER
     lines.append(header)
     for row in table.rows:
         line = f"{row.label:<28} {row.rouge['rouge1'].text():>22} {row.rouge['rougeL'].text():>22}"
         if has_facts:
-            line += (
-                f" {_share(row.facts.get('facts_sent')):>11} {_share(row.facts.get('facts_sent_beyond_task')):>12}"
-                f" {_share(row.facts.get('facts_in_output')):>10}"
-            )
+            line += facts_cells(row.facts)
         lines.append(line)
-    if table.differences:
-        lines += ["", f"paired differences, record by record ({level} bootstrap over these records):"]
-        lines += [difference.text() for difference in table.differences]
+    lines += differences_lines(table.differences, level)
     lines += ["", table.training.text() if table.training else "training per user: not recorded"]
     lines += [f"note: {note}" for note in table.notes]
     return "\n".join(lines)
@@ -263,11 +263,7 @@ def table_json(table: LoraTable) -> dict[str, Any]:
                 "beta": row.point.beta,
                 "label": row.label,
                 "records": row.records,
-                **{
-                    f"{metric}{suffix}": getattr(row.rouge[metric], part)
-                    for metric in METRICS
-                    for suffix, part in (("", "mean"), ("_low", "low"), ("_high", "high"))
-                },
+                **rouge_fields(row.rouge),
                 **row.facts,
             }
             for row in table.rows

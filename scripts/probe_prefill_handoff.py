@@ -7,11 +7,11 @@ Specialist (Qwen2.5-Coder-0.5B, the Q4_K_M GGUF and its dequantized fp32 convers
 * ``llama.cpp``: llama.cpp reads the prompt and decodes ``--tokens`` greedy tokens;
 * ``transformers``: transformers reads the prompt and decodes them;
 * ``hand-off``: transformers reads the prompt (its last logits give the first token), its keys and values are
-  written into a llama.cpp context as a sequence state (llama.cpp's own ``llama_state_seq_set_data`` layout,
+  written into a llama.cpp context as a sequence state (``specsteer.runtimes.prompt_handoff``, the layout
   learnt from a state llama.cpp wrote itself), and llama.cpp decodes the rest.
 
 Per path: seconds to the first token, seconds to the last, and the greedy tokens; the hand-off's agreement with
-each runtime alone. An experiment, not a runtime: nothing in specsteer uses the hand-off.
+each runtime alone. The probe that led to the runtime (`auto` now chooses the hand-off where measured faster).
 
     python scripts/probe_prefill_handoff.py --prompts 2 --tokens 48 --out results/probe_prefill_handoff.json
 """
@@ -19,14 +19,11 @@ each runtime alone. An experiment, not a runtime: nothing in specsteer uses the 
 from __future__ import annotations
 
 import argparse
-import ctypes
 import json
-import struct
 import sys
 import time
+from dataclasses import asdict
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -35,46 +32,10 @@ import torch  # noqa: E402
 from specsteer.evaluation.bench import load_prompts  # noqa: E402
 from specsteer.runtimes.llamacpp import LlamaCppModel  # noqa: E402
 from specsteer.runtimes.machine import machine_info  # noqa: E402
+from specsteer.runtimes.prompt_handoff import StateLayout, as_c_buffer, read_layout, sequence_state  # noqa: E402
 
 GGUF = Path.home() / ".cache/specsteer/gguf/qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
 CONVERTED = Path.home() / ".cache/specsteer/models/qwen2.5-coder-0.5b-instruct-q4_k_m"
-GGML_F16 = 1
-STATE_MAGIC = 0xAF143CD8  # llama_context's sequence state begins with it and the sequence id
-
-
-def state_layout(sequence) -> dict:
-    """The header fields of llama.cpp's sequence state, read from a state it wrote for a one-token sequence."""
-    ll, context = sequence._ll, sequence._context
-    size = ll.llama_state_seq_get_size(context, 0)
-    buffer = (ctypes.c_uint8 * size)()
-    written = ll.llama_state_seq_get_data(context, buffer, size, 0)
-    data = bytes(buffer[:written])
-    magic, _, n_stream, cell_count = struct.unpack_from("<IiII", data, 0)
-    assert magic == STATE_MAGIC, hex(magic)
-    offset = 16 + cell_count * 12  # pos i32, n_seq_id u32 (1), seq_id i32
-    v_trans, n_layer = struct.unpack_from("<II", data, offset)
-    k_type, k_row = struct.unpack_from("<iQ", data, offset + 8)
-    assert n_stream == 1 and cell_count == 1 and k_type == GGML_F16, (n_stream, cell_count, k_type)
-    return {"v_trans": v_trans, "n_layer": n_layer, "k_row_bytes": k_row}
-
-
-def state_blob(keys: list[np.ndarray], values: list[np.ndarray], layout: dict) -> bytes:
-    """A llama.cpp sequence state (sequence 0) holding ``keys[l]``, ``values[l]`` ([tokens, kv_heads * head_dim], f16)."""
-    tokens = keys[0].shape[0]
-    parts = [struct.pack("<IiII", STATE_MAGIC, 0, 1, tokens)]
-    parts += [struct.pack("<iIi", position, 1, 0) for position in range(tokens)]
-    parts.append(struct.pack("<II", layout["v_trans"], layout["n_layer"]))
-    for k in keys:
-        parts.append(struct.pack("<iQ", GGML_F16, k.shape[1] * 2))
-        parts.append(np.ascontiguousarray(k, dtype=np.float16).tobytes())
-    for v in values:
-        if layout["v_trans"]:
-            parts.append(struct.pack("<iII", GGML_F16, 2, v.shape[1]))
-            parts.append(np.ascontiguousarray(v.T, dtype=np.float16).tobytes())  # each dimension across the cells
-        else:
-            parts.append(struct.pack("<iQ", GGML_F16, v.shape[1] * 2))
-            parts.append(np.ascontiguousarray(v, dtype=np.float16).tobytes())
-    return b"".join(parts)
 
 
 def llama_decode(sequence, first: int, count: int) -> list[int]:
@@ -115,18 +76,17 @@ def run_transformers(hf, ids: list[int], count: int) -> dict:
     return {"first_s": first, "total_s": time.perf_counter() - start, "tokens": tokens}
 
 
-def run_handoff(hf, model: LlamaCppModel, layout: dict, ids: list[int], count: int) -> dict:
+def run_handoff(hf, model: LlamaCppModel, layout: StateLayout, ids: list[int], count: int) -> dict:
     start = time.perf_counter()
     logits, cache = hf_prefill(hf, ids)
     first_token = int(logits.argmax())
     first = time.perf_counter() - start
     keys = [layer.keys[0].transpose(0, 1).reshape(len(ids), -1).numpy() for layer in cache.layers]
     values = [layer.values[0].transpose(0, 1).reshape(len(ids), -1).numpy() for layer in cache.layers]
-    blob = state_blob(keys, values, layout)
+    blob = sequence_state(keys, values, layout)
     sequence = model.new_sequence(4096)
     sequence._grow(len(ids) + count + 1)
-    buffer = (ctypes.c_uint8 * len(blob)).from_buffer_copy(blob)
-    if not model._ll.llama_state_seq_set_data(sequence._context, buffer, len(blob), 0):
+    if not model._ll.llama_state_seq_set_data(sequence._context, as_c_buffer(blob), len(blob), 0):
         raise RuntimeError("llama.cpp refused the state")
     sequence.tokens = list(ids)
     handed = time.perf_counter() - start
@@ -161,7 +121,7 @@ def main() -> int:
     model = LlamaCppModel(GGUF, threads=args.threads)
     probe = model.new_sequence(64)
     probe.extend([tokenizer.eos_token_id], 1)
-    layout = state_layout(probe)
+    layout = read_layout(probe.state())
     probe.close()
     rows = []
     for prepared in load_prompts(args.prompts + 1, None, "cogenesis"):
@@ -186,7 +146,7 @@ def main() -> int:
         "machine": machine_info().describe(),
         "threads": args.threads,
         "tokens": args.tokens,
-        "layout": layout,
+        "layout": asdict(layout),
         "warm_up_prompt_tokens": warm["prompt_tokens"],
         "rows": measured,
     }

@@ -14,7 +14,7 @@ an engine itself, so the SQLite settings below hold for every connection:
   (never by two at the same time).
 
 PostgreSQL (or anything SQLAlchemy knows) works by setting ``DATABASE_URL``; its
-driver is imported only when such a URL is used.
+driver is imported only when such a URL is used. A bare path (no ``scheme://``) is a SQLite file.
 """
 
 from __future__ import annotations
@@ -74,6 +74,9 @@ def _normalise_url(url: str) -> str:
     # Hosting providers hand out "postgres://", which SQLAlchemy no longer accepts.
     if url.startswith("postgres://"):
         return "postgresql://" + url[len("postgres://") :]
+    if "://" not in url:
+        # A bare path ("results/test28.db") names a SQLite file, as people type it after --database.
+        return f"sqlite:///{Path(url).expanduser().resolve()}"
     return url
 
 

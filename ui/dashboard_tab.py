@@ -28,7 +28,7 @@ from specsteer.method.catalog import CORE_METHODS, METHODS, method_label
 from specsteer.service.app_service import AppService
 from specsteer.service.campaigns import CampaignService
 from specsteer.service.evaluation_runs import GridForm, source_choices
-from ui import campaign_beside_run, pairs, render, sweep_view
+from ui import campaign_beside_run, joined_view, pairs, render, sweep_view
 from ui.dashboard_figures import TABLE_HEADERS
 from ui.dashboard_handlers import DEFAULT_PROFILE, PROFILE_CHOICES, DashboardTab, DashboardView
 from ui.p3_settings import p3_widgets
@@ -123,6 +123,7 @@ def build(service: AppService, campaigns: CampaignService | None = None) -> Page
     table = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, label="Results", elem_id="results-table", wrap=True)
     gr.Markdown(plots.TABLE_NOTE, elem_classes="ss-note")
     sweep_view.build(service, runs, show)  # the α × β view of the chosen run
+    joined_view.build(service, runs)  # several runs over the same records as one table (specsteer report's)
 
     with gr.Accordion("Deployment: projected speed on a device and a cloud GPU", open=True, elem_id="deployment-view"):
         gr.Markdown(

@@ -11,6 +11,9 @@ import importlib
 import sys
 from typing import NamedTuple
 
+# Every command that reads or writes the store takes --database with this meaning (storage.db reads it).
+DATABASE_HELP = "database URL, or a SQLite file's path (default: DATABASE_URL or data/specsteer.db)"
+
 
 class Command(NamedTuple):
     module: str  # specsteer.cli.<module>, whose main(argv) runs the command

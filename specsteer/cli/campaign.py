@@ -17,6 +17,7 @@ import threading
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, get_args
 
+from specsteer.cli import DATABASE_HELP
 from specsteer.data.datasets import EVALUATION_TASKS
 from specsteer.engine.settings import Decoding
 from specsteer.method.catalog import PRIVATE_METHODS
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     def common(sub: argparse.ArgumentParser) -> None:
-        sub.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
+        sub.add_argument("--database", default=None, help=DATABASE_HELP)
         sub.add_argument("--json", action="store_true", help="print one JSON object")
 
     create = commands.add_parser("create", help="store a campaign and generate its comparisons")

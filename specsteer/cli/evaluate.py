@@ -13,6 +13,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import replace
 
+from specsteer.cli import DATABASE_HELP
 from specsteer.cli.generate import add_lora_argument, p3_arguments, runtime_argument
 from specsteer.data.datasets import EVALUATION_TASKS, resolve_data_source
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
@@ -133,7 +134,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     _lora_training_arguments(parser)
     parser.add_argument("--run-name", default=None, help="name of the run; the same name resumes it")
-    parser.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
+    parser.add_argument("--database", default=None, help=DATABASE_HELP)
     parser.add_argument(
         "--shard",
         type=_shard,

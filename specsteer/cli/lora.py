@@ -17,6 +17,8 @@ import json
 import sys
 from pathlib import Path
 
+from specsteer.cli import DATABASE_HELP
+
 
 def build_parser() -> argparse.ArgumentParser:
     from specsteer.edge.lora import ITEM_INPUTS, LoraSettings
@@ -65,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     table.add_argument("--lora", required=True, help="the per-record-LoRA run's name")
     table.add_argument("--alpha", type=float, default=None, help="SpecSteer's alpha (when the runs share several)")
     table.add_argument("--beta", type=float, default=None, help="SpecSteer's beta (when the runs share several)")
-    table.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
+    table.add_argument("--database", default=None, help=DATABASE_HELP)
     table.add_argument("--json", action="store_true", help="print the table as one JSON document")
     return parser
 

@@ -14,6 +14,8 @@ import argparse
 import json
 import sys
 
+from specsteer.cli import DATABASE_HELP
+
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
@@ -24,16 +26,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--run", action="append", required=True, metavar="NAME", help="an evaluate run's name; repeat for each run"
     )
-    parser.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
+    parser.add_argument("--database", default=None, help=DATABASE_HELP)
     parser.add_argument("--json", action="store_true", help="print the table as one JSON document")
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     import storage  # the composition root: the one place here that reads the SQL store
-    from specsteer.data.datasets import DataError
-    from specsteer.evaluation.grid import run_facts, run_prompts
-    from specsteer.evaluation.joined import StoredRun, join_runs, table_json, table_text
+    from specsteer.evaluation.joined import join_stored, table_json, table_text
 
     args = build_parser().parse_args(argv)
     missing = storage.missing_sqlite_file(args.database)
@@ -48,12 +48,8 @@ def main(argv: list[str] | None = None) -> int:
             return _fail(f"no run named {name!r} in this database")
         found.append(run)
     try:
-        runs = [
-            StoredRun(run.name, run.config, storage.run_cells(run.id, url=args.database), run_prompts(run.config))
-            for run in found
-        ]
-        table = join_runs(runs, facts=run_facts(found[0].config))
-    except (DataError, ValueError) as error:
+        table = join_stored([(run.name, run.config, storage.run_cells(run.id, url=args.database)) for run in found])
+    except ValueError as error:  # DataError too: the records file is not here
         return _fail(str(error))
     if args.json:
         document = {"runs": [{"name": run.name, "status": run.status} for run in found], **table_json(table)}

@@ -15,6 +15,7 @@ import json
 import sys
 from pathlib import Path
 
+from specsteer.cli import DATABASE_HELP
 from specsteer.evaluation import sweep
 
 
@@ -25,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         "intervals, the difference from LLM, the Pareto front and the setting docs/SWEEP_PLAN.md's rule chooses.",
     )
     parser.add_argument("--run-name", required=True, help="the evaluate run's name")
-    parser.add_argument("--database", default=None, help="database URL (default: DATABASE_URL or data/specsteer.db)")
+    parser.add_argument("--database", default=None, help=DATABASE_HELP)
     parser.add_argument("--json", action="store_true", help="print the report as one JSON document")
     parser.add_argument("--plot", default=None, help="write the α × β figure as a standalone HTML file")
     return parser

@@ -433,7 +433,29 @@ def resumable_config(store: RunStore, name: str, config: dict[str, Any]) -> dict
     theirs = {key: value for key, value in existing.config.items() if key != PLAN_KEY}
     if _canonical(mine) != _canonical(theirs):
         return config  # another config: the store refuses it, saying so
-    return {**mine, PLAN_KEY: existing.config[PLAN_KEY]} if PLAN_KEY in existing.config else mine
+    if PLAN_KEY not in existing.config:
+        return mine
+    # The runtime's spelling is the same, but who reads the Specialist's long prompts (the hand-off) follows
+    # this machine's calibration: a resume whose reader differs would mix two kinds of cells in one run.
+    stored, planned = _prompt_reader(existing.config), _prompt_reader(config)
+    if stored != planned:
+        advice = "or resume it with --runtime llama.cpp (llama.cpp alone, as it ran)" if not stored else ""
+        raise ValueError(
+            f"run {name!r} ran with {_reader_words(stored)}, and this machine's plan now runs "
+            f"{_reader_words(planned)} (the calibration changed): its cells would differ in more than the "
+            f"method. Run it under a new name{', ' + advice if advice else ''}"
+        )
+    return {**mine, PLAN_KEY: existing.config[PLAN_KEY]}
+
+
+def _prompt_reader(config: Mapping[str, Any]) -> str:
+    record = config.get(PLAN_KEY)
+    specialist = record.get("specialist_pair") if isinstance(record, Mapping) else None
+    return str(specialist.get("prompt_reader") or "") if isinstance(specialist, Mapping) else ""
+
+
+def _reader_words(reader: str) -> str:
+    return f"the Specialist's long prompts read by {reader} (the hand-off)" if reader else "no prompt hand-off"
 
 
 def _canonical(config: Mapping[str, Any]) -> Any:

@@ -26,7 +26,14 @@ from typing import Any
 
 from specsteer.data.tasks import PromptPair
 from specsteer.evaluation.claims import METRIC_NAMES, VERDICT_TEXT, verdict
-from specsteer.evaluation.grid import PRIVACY_ROW_KEYS, PairedDifference, paired_difference, summarize
+from specsteer.evaluation.grid import (
+    PRIVACY_ROW_KEYS,
+    PairedDifference,
+    paired_difference,
+    run_facts,
+    run_prompts,
+    summarize,
+)
 from specsteer.evaluation.metrics import bootstrap_interval
 from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.catalog import method_label
@@ -228,6 +235,26 @@ def join_runs(
         if (paired := paired_difference(everything, ours, theirs, metric, draws, seed, level)) is not None
     ]
     return JoinedTable(tuple(sorted(records)), tuple(rows), tuple(differences), tuple(notes), level)
+
+
+def join_stored(
+    runs: Sequence[tuple[str, Mapping[str, Any], Sequence[CellResult]]], *, max_rows: int | None = None
+) -> JoinedTable:
+    """Stored runs, as (name, config, cells), joined: their prompts and private facts rebuilt from the records
+    file the first run read (what ``specsteer report`` and the Dashboard's joined view both show).
+
+    ``max_rows`` bounds the work (each steering row is bootstrapped against every other row): more grid
+    points than that are refused before any interval is drawn. ValueError (``DataError`` where the records
+    file is not here) as a sentence."""
+    if max_rows is not None:
+        points = {cell.point for _, _, cells in runs for cell in cells}
+        if len(points) > max_rows:
+            raise ValueError(
+                f"the runs hold {len(points)} methods and settings; a joined table takes at most {max_rows}: "
+                "choose fewer runs"
+            )
+    stored = [StoredRun(name, config, cells, run_prompts(config)) for name, config, cells in runs]
+    return join_runs(stored, facts=run_facts(runs[0][1]) if runs else None)
 
 
 def _share(value: float | None) -> str:

@@ -210,15 +210,22 @@ def _median_seconds(action, repeats: int = REPEATS) -> float:
     return statistics.median(samples)
 
 
-def time_model(model, name: str) -> ModelTiming:
-    """Prompt, step and verification costs of one loaded ModelRuntime (its sequence interface)."""
+def _warmed_ids(model, count: int, seed: int) -> list[int]:
+    """``count`` random token ids for timing ``model``, after one short warm-up read: first-call costs
+    (thread pools, kernel selection) stay out of the numbers."""
     import numpy as np
 
-    rng = np.random.default_rng(0)
-    ids = rng.integers(100, min(model.output_rows, 20_000), PROMPT_TOKENS + 2 * (K + 1) + 8).tolist()
+    ids = np.random.default_rng(seed).integers(100, min(model.output_rows, 20_000), count).tolist()
     warm = model.new_sequence(16)
-    warm.extend(ids[:8], 1)  # first-call costs (thread pools, kernel selection) stay out of the numbers
+    warm.extend(ids[:8], 1)
     warm.close()
+    return ids
+
+
+def time_model(model, name: str) -> ModelTiming:
+    """Prompt, step and verification costs of one loaded ModelRuntime (its sequence interface)."""
+
+    ids = _warmed_ids(model, PROMPT_TOKENS + 2 * (K + 1) + 8, seed=0)
     sequence = model.new_sequence(len(ids) + 8)
     try:
         started = time.perf_counter()
@@ -329,12 +336,7 @@ def _transformers_timing(pairing, dtype_name: str, shapes: list[dict[str, str]])
 
 def _prompt_rate(model, tokens: int) -> float:
     """Tokens per second of ``model`` reading a ``tokens``-token prompt into a fresh sequence (median of 2)."""
-    import numpy as np
-
-    ids = np.random.default_rng(1).integers(100, min(model.output_rows, 20_000), tokens).tolist()
-    warm = model.new_sequence(16)
-    warm.extend(ids[:8], 1)
-    warm.close()
+    ids = _warmed_ids(model, tokens, seed=1)
 
     def read() -> None:
         sequence = model.new_sequence(tokens + 8)

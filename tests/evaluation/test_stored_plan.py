@@ -75,6 +75,23 @@ def test_a_run_stores_the_plan_of_the_pair_it_ran_on_and_resumes_a_run_stored_be
         open_or_resume(store, "old", other)
 
 
+def test_a_resume_whose_prompt_hand_off_differs_from_the_runs_is_refused_with_the_way_out(url):
+    store = storage.SqlRunStore(url)
+    spec = replace(FAST, run_name="handed")
+    alone = RuntimePlan.uniform(RuntimeChoice("llama.cpp", "measured"))
+    handed = RuntimePlan.uniform(RuntimeChoice("llama.cpp", "measured", prompt_reader="transformers"))
+    run_id = open_or_resume(store, "handed", run_config(spec, "p", "llama.cpp", None, 1, plan=handed))
+    # the same plan (other words for its reasons) resumes; the stored record is kept
+    reworded = RuntimePlan.uniform(RuntimeChoice("llama.cpp", "measured again", prompt_reader="transformers"))
+    assert open_or_resume(store, "handed", run_config(spec, "p", "llama.cpp", None, 1, plan=reworded)) == run_id
+    with pytest.raises(ValueError, match="read by transformers .the hand-off., and this machine's plan now runs no "):
+        open_or_resume(store, "handed", run_config(spec, "p", "llama.cpp", None, 1, plan=alone))
+    # the other way round, llama.cpp by name is the way to run as the stored run ran
+    open_or_resume(store, "alone", run_config(spec, "p", "llama.cpp", None, 1, plan=alone))
+    with pytest.raises(ValueError, match="--runtime llama.cpp"):
+        open_or_resume(store, "alone", run_config(spec, "p", "llama.cpp", None, 1, plan=handed))
+
+
 @pytest.fixture
 def loads(cache, gguf_dir, monkeypatch):  # noqa: F811 -- the imported fixtures
     """load_pair of the default pairing assembles tiny models: the split pair, or (``refuse``) a split whose

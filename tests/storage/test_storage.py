@@ -59,6 +59,18 @@ def test_database_url_env_wins_and_postgres_scheme_is_normalised(monkeypatch):
     assert db.engine_options(db.database_url()) == {"pool_pre_ping": True}
 
 
+def test_a_bare_path_names_a_sqlite_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    # What people type after --database: a path, not a URL (SQLAlchemy alone rejects it).
+    assert db.missing_sqlite_file("results/x.db") == str((tmp_path / "results" / "x.db").resolve())
+    (tmp_path / "results").mkdir()
+    history_id = storage.save_history(name="h", schema="plain", items=[{"text": "x"}], url="results/x.db")
+    assert (tmp_path / "results" / "x.db").is_file()
+    assert db.missing_sqlite_file("results/x.db") is None
+    same = f"sqlite:///{tmp_path / 'results' / 'x.db'}"
+    assert storage.get_history(history_id, url=same)["items"] == [{"text": "x"}]
+
+
 def test_env_database_url_is_used_by_the_repositories(tmp_path, monkeypatch):
     monkeypatch.setenv("DATABASE_URL", f"sqlite:///{tmp_path / 'env.db'}")
     history_id = storage.save_history(name="h", schema="plain", items=[{"text": "x"}])

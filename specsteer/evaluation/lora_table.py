@@ -52,7 +52,18 @@ DIFFERENCES = (
     (("specsteer", False), ("llm", False)),
 )
 LORA_TAG = "+lora"  # the method of a LoRA run's cells once both runs are in one list
-_SAME_KEYS_IGNORED = {"methods", "alphas", "betas", "extra_points", "specialist_lora", "lora_settings", "cells_total"}
+# The plan's record is compared through ``runtime`` (each stream's runtime, as --runtime spells it): its reasons
+# differ by construction (a LoRA run says the adapter chose transformers) and are no difference in what ran.
+_SAME_KEYS_IGNORED = {
+    "methods",
+    "alphas",
+    "betas",
+    "extra_points",
+    "specialist_lora",
+    "lora_settings",
+    "cells_total",
+    "runtime_plan",
+}
 
 
 @dataclass(frozen=True)

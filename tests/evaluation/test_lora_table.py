@@ -91,6 +91,14 @@ def test_the_setting_and_the_runs_must_match():
     assert config_notes(config, lora_config) == [
         "the runs differ in runtime: 'transformers' (base) and 'llama.cpp' (LoRA)"
     ]
+    # the plans' reasons always differ (the adapter chose transformers): no note where the runtimes agree
+    planned = {**config, "runtime_plan": {"runtime": "transformers", "reason": "asked for"}}
+    chosen = {
+        **planned,
+        "specialist_lora": "per-record",
+        "runtime_plan": {"runtime": "transformers", "reason": "a LoRA Specialist was given"},
+    }
+    assert config_notes(planned, chosen) == []
     with pytest.raises(ValueError, match="their data differs"):
         config_notes(config, {**lora_config, "data": "/other.json"})
     table = lora_table(base, lora, task="cogenesis", alpha=0.1)

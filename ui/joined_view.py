@@ -19,7 +19,7 @@ from typing import Any, NamedTuple
 import gradio as gr
 import pandas as pd
 
-from specsteer.evaluation.joined import JoinedTable, join_stored
+from specsteer.evaluation.joined import JoinedTable, join_stored, share_text
 from specsteer.service.app_service import AppService
 from specsteer.service.evaluation_runs import chosen_run_ids
 from ui import render
@@ -41,10 +41,6 @@ class JoinedView(NamedTuple):
     differences: Any
 
 
-def _share(value: float | None) -> str:
-    return "—" if value is None else f"{100 * value:.1f} %"
-
-
 def table_frame(table: JoinedTable) -> pd.DataFrame:
     """One line per row: the method and setting, its run, its intervals, speed, device share and facts."""
     has_facts = any(row.facts for row in table.rows)
@@ -57,12 +53,12 @@ def table_frame(table: JoinedTable) -> pd.DataFrame:
             "ROUGE-1 [95 %]": row.rouge["rouge1"].text(),
             "ROUGE-L [95 %]": row.rouge["rougeL"].text(),
             "tok/s": "—" if row.tok_per_s is None else f"{row.tok_per_s:.2f}",
-            "On device": _share(row.device_share),
+            "On device": share_text(row.device_share),
         }
         if has_facts:
-            line["Facts sent"] = _share(row.facts.get("facts_sent"))
-            line["Beyond the task"] = _share(row.facts.get("facts_sent_beyond_task"))
-            line["In the output"] = _share(row.facts.get("facts_in_output"))
+            line["Facts sent"] = share_text(row.facts.get("facts_sent"))
+            line["Beyond the task"] = share_text(row.facts.get("facts_sent_beyond_task"))
+            line["In the output"] = share_text(row.facts.get("facts_in_output"))
         lines.append(line)
     return pd.DataFrame(lines)
 

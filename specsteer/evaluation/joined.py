@@ -257,7 +257,8 @@ def join_stored(
     return join_runs(stored, facts=run_facts(runs[0][1]) if runs else None)
 
 
-def _share(value: float | None) -> str:
+def share_text(value: float | None) -> str:
+    """A share as the tables print it ("12.7 %", "—" for none)."""
     return "—" if value is None else f"{100 * value:.1f} %"
 
 
@@ -267,8 +268,8 @@ FACTS_HEADER = f" {'facts sent':>11} {'beyond task':>12} {'in output':>10}"
 def facts_cells(facts: Mapping[str, float | None]) -> str:
     """A row's facts audit under FACTS_HEADER."""
     return (
-        f" {_share(facts.get('facts_sent')):>11} {_share(facts.get('facts_sent_beyond_task')):>12}"
-        f" {_share(facts.get('facts_in_output')):>10}"
+        f" {share_text(facts.get('facts_sent')):>11} {share_text(facts.get('facts_sent_beyond_task')):>12}"
+        f" {share_text(facts.get('facts_in_output')):>10}"
     )
 
 
@@ -302,7 +303,7 @@ def table_text(table: JoinedTable, title: str = "") -> str:
         speed = "—" if row.tok_per_s is None else f"{row.tok_per_s:.2f}"
         line = (
             f"{row.label:<{width}} {row.rouge['rouge1'].text():>22} {row.rouge['rougeL'].text():>22} "
-            f"{speed:>6} {_share(row.device_share):>9}"
+            f"{speed:>6} {share_text(row.device_share):>9}"
         )
         if has_facts:
             line += facts_cells(row.facts)

@@ -1,6 +1,6 @@
 """The offline cross-tokenizer pairings beside the same-tokenizer pair, on CoGenesis test records.
 
-Every pairing runs on the transformers runtime (the cross path has no llama.cpp), all loaded at once, and
+Every pairing runs on the transformers runtime (the one both kinds of pairing share), all loaded at once, and
 the records are interleaved: each record is run on every pairing before the next, so a noisy machine
 weighs on all of them alike. Per pairing and record: the Generalist alone (``llm``, the speed reference
 of that pairing) and SpecSteer, both greedy. The Specialist's history is the record's four writing texts

@@ -332,6 +332,8 @@ def as_runtime(model: ModelRuntime | PreTrainedModel) -> ModelRuntime:
     return model if isinstance(model, ModelRuntime) else TransformersModel(model)
 
 
+CROSS_RUNTIME_NOTE = "a pair of two tokenizers runs both models on one runtime, chosen without calibration"
+
 _MAX_LOADED_PAIRS = 2  # two pairs of the default size already take ~10 GB in bf16
 _loaded: OrderedDict[tuple, LoadedPair] = OrderedDict()
 _loaded_lock = threading.Lock()
@@ -495,6 +497,11 @@ def runtime_plan(
     :func:`runtime_choice`'s one runtime, with its reason (never a split assumed without a measurement).
     """
     split = parse_split(requested)
+    if split is not None and pairing.separate_tokenizers:
+        raise ModelLoadError(
+            f"pairing {pairing.id!r} uses two tokenizers: {CROSS_RUNTIME_NOTE}; choose auto, llama.cpp or "
+            f"transformers ({requested!r} given)"
+        )
     if split is not None:
         if "auto" in split:
             raise ValueError(f"a split runtime names two runtimes, e.g. transformers/llama.cpp ({requested!r} given)")
@@ -534,17 +541,6 @@ def runtime_choice(
         raise ValueError(f"unknown runtime {requested!r}; choose one of {', '.join(RUNTIME_CHOICES)}")
     if requested == "transformers":
         return RuntimeChoice(requested, "transformers was asked for")
-    if pairing.separate_tokenizers:
-        if requested == "llama.cpp":
-            raise ModelLoadError(
-                f"pairing {pairing.id!r} uses two tokenizers: cross-tokenizer SpecSteer runs on the "
-                "transformers runtime only (choose auto or transformers)."
-            )
-        return RuntimeChoice(
-            "transformers",
-            "the two models have different tokenizers, and cross-tokenizer "
-            "SpecSteer runs on the transformers runtime only",
-        )
     specs = (pairing.specialist, pairing.generalist)
     not_gguf = [spec for spec in specs if spec.kind not in ("offline", "gguf")]
     if requested == "llama.cpp":
@@ -562,6 +558,12 @@ def runtime_choice(
     if not available:
         (progress or quiet)(f"{reason} Using the transformers runtime.")
         return RuntimeChoice("transformers", reason)
+    if pairing.separate_tokenizers:
+        # Calibration times one pair's runtimes for a shared vocabulary, and a split or a prompt hand-off
+        # passes token ids between runtimes: neither applies across tokenizers, so both models go on llama.cpp.
+        return RuntimeChoice(
+            "llama.cpp", f"both models are GGUF files and llama.cpp passed its check here ({CROSS_RUNTIME_NOTE})"
+        )
     from specsteer.models.calibration import choose, saved_calibration
 
     calibration = saved_calibration(pairing.id)
@@ -613,7 +615,7 @@ def _load_pair_uncached(
     # An Edge alone cannot compare (the Generalist's tokenizer ships with its weights): its Cloud did.
     tokenizer = load_tokenizer(pairing.specialist, progress)
     if pairing.separate_tokenizers:
-        return _load_cross_pair(pairing, tokenizer, dtype, device, progress, edge_only)
+        return _load_cross_pair(pairing, tokenizer, runtimes, dtype, device, progress, edge_only)
     if not edge_only:
         check_tokenizers_match(tokenizer, load_tokenizer(pairing.generalist, progress), pairing.id)
     chat = pair_chat_format(pairing, progress)
@@ -645,16 +647,22 @@ def attach_prompt_reader(model: ModelRuntime, spec: ModelSpec, progress: Progres
 def _load_cross_pair(
     pairing: Pairing,
     tokenizer: PreTrainedTokenizerBase,
+    runtimes: tuple[str, ...],
     dtype: torch.dtype | None,
     device: torch.device | None,
     progress: Progress,
     edge_only: bool,
 ) -> LoadedPair:
-    """A pairing of two tokenizers (transformers only). The Generalist's tokenizer is loaded even for an
+    """A pairing of two tokenizers. The Generalist's tokenizer is loaded even for an
     Edge alone: the Edge renders the plain prompt in the Generalist's ids for the CrossOpen."""
     large_tokenizer = load_tokenizer(pairing.generalist, progress)
     specs = (pairing.specialist,) if edge_only else (pairing.specialist, pairing.generalist)
-    models = [TransformersModel(load_model(spec, dtype, progress, device), spec.name) for spec in specs]
+    models = [
+        load_llamacpp(spec, progress)
+        if runtime == "llama.cpp"
+        else TransformersModel(load_model(spec, dtype, progress, device), spec.name)
+        for spec, runtime in zip(specs, runtimes)
+    ]
     return assemble_cross_pair(
         pairing.id,
         models[0],

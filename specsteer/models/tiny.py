@@ -311,15 +311,16 @@ def narrow_cross_pair() -> LoadedPair:
     return tiny_cross_pair(quiet_ids=tuple(i for i in range(TOKENIZER_SIZE) if i not in keep))
 
 
-def write_tiny_gguf(path, seed: int, vocab_size: int = 320, eos_bias: float = 0.0):
-    """Write ``tiny_model(seed)`` as an unquantized (fp32) qwen2 GGUF, in the layout llama.cpp reads and
-    with tiny_tokenizer()'s vocabulary; return the transformers model. The same weights then run on
-    both runtimes, which is what the runtime contract tests compare."""
+def write_tiny_gguf(path, seed: int, vocab_size: int = 320, eos_bias: float = 0.0, **model_options):
+    """Write ``tiny_model(seed, vocab_size, eos_bias=eos_bias, **model_options)`` as an unquantized (fp32) qwen2
+    GGUF, in the layout llama.cpp reads and with tiny_tokenizer()'s vocabulary (ids past it are padding
+    names: llama.cpp reads ids, and the tests tokenize with their own tokenizer); return the transformers
+    model. The same weights then run on both runtimes, which is what the runtime contract tests compare."""
     import gguf
     import numpy as np
     from transformers.convert_slow_tokenizer import bytes_to_unicode
 
-    model = tiny_model(seed, vocab_size, eos_bias=eos_bias)
+    model = tiny_model(seed, vocab_size, eos_bias=eos_bias, **model_options)
     config = model.config
     writer = gguf.GGUFWriter(str(path), "qwen2")
     writer.add_context_length(config.max_position_embeddings)

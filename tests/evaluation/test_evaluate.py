@@ -385,9 +385,9 @@ def test_cli_without_llm_warns_and_prints_null_speedup(pair, tmp_path, monkeypat
         (["--data", "missing.jsonl"], 2, "no such file"),
         (["--data", "sample", "--pairing", "no-such-pairing"], 2, "unknown pairing"),
         (
-            ["--data", "sample", "--pairing", "offline-smollm2__gemma3", "--runtime", "llama.cpp"],
+            ["--data", "sample", "--pairing", "offline-smollm2__gemma3", "--runtime", "transformers/llama.cpp"],
             1,
-            "transformers runtime only",
+            "one runtime",
         ),
     ],
 )

@@ -531,7 +531,7 @@ def test_a_cross_tokenizer_pairing_loads_each_tokenizer_and_generates_from_a_req
         assert finished.transcript[0].kind == "cross-open"
         edge = load_pair(pairing, dtype="fp32", edge_only=True)
         assert edge.generalist is None and edge.cross.tokenizer.encode(text) == pair.cross.tokenizer.encode(text)
-        with pytest.raises(ModelLoadError, match="transformers runtime only"):
+        with pytest.raises(ModelLoadError, match="llama.cpp runtime reads GGUF files"):
             load_pair(pairing, runtime="llama.cpp")
     finally:
         clear_loaded_pairs()

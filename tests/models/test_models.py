@@ -277,10 +277,17 @@ def test_prepare_command_skips_hub_models_and_refuses_cross_tokenizer_pairings(c
     assert "not supported yet" in capsys.readouterr().err
 
 
-def test_prepare_command_names_the_transformers_runtime_for_an_offline_cross_pairing(capsys):
-    # The offline cross-tokenizer pairings now load (cross-tokenizer SpecSteer), on transformers only.
-    assert models_cli.main(["prepare", "--pairing", "offline-smollm2__gemma3", "--runtime", "llama.cpp"]) == 1
-    assert "transformers runtime only" in capsys.readouterr().err
+def test_prepare_command_readies_the_gguf_files_of_an_offline_cross_pairing_for_llama_cpp(capsys, monkeypatch):
+    # Both models of a two-tokenizer pairing run on llama.cpp: prepare verifies both GGUF files, converts nothing.
+    monkeypatch.setattr(loading.llamacpp, "status", lambda paths: (True, "llama.cpp works here"))
+    monkeypatch.setattr(models_cli, "load_tokenizer", lambda spec, say: None)
+    monkeypatch.setattr(models_cli, "prepare_offline", _must_not_be_called)
+    ready = []
+    monkeypatch.setattr(models_cli, "offline_gguf", lambda spec, say: ready.append(spec.name) or Path(__file__))
+    assert models_cli.main(["prepare", "--pairing", "offline-smollm2__gemma3", "--runtime", "llama.cpp"]) == 0
+    pairing = PAIRINGS["offline-smollm2__gemma3"]
+    assert ready == [pairing.specialist.name, pairing.generalist.name]
+    assert "for the llama.cpp runtime" in capsys.readouterr().out
 
 
 # --------------------------------------------------------------------------- hub ids offline
@@ -383,14 +390,29 @@ def test_a_pairing_marked_cross_tokenizer_is_refused_without_touching_packages(m
     assert time.perf_counter() - started < 1.0
 
 
-def test_an_offline_cross_pairing_refuses_llama_cpp_without_touching_packages(monkeypatch):
+def test_an_offline_cross_pairing_refuses_a_split_without_touching_packages(monkeypatch):
+    # A split hands token ids from one runtime to the other: across two tokenizers there are none to hand.
     monkeypatch.setattr(models, "prepare_offline", _must_not_be_called)
     monkeypatch.setattr(models, "offline_gguf", _must_not_be_called)
     started = time.perf_counter()
     for pairing_id in ("offline-smollm2__gemma3", "offline-smollm2__qwen2.5-coder"):
-        with pytest.raises(ModelLoadError, match="transformers runtime only"):
-            load_pair(pairing_id, runtime="llama.cpp")
+        for split in ("transformers/llama.cpp", "llama.cpp/transformers"):
+            with pytest.raises(ModelLoadError, match="uses two tokenizers: .* one runtime"):
+                load_pair(pairing_id, runtime=split)
     assert time.perf_counter() - started < 1.0
+
+
+def test_auto_runs_an_offline_cross_pairing_on_llama_cpp_without_a_calibration(monkeypatch):
+    from specsteer.models import calibration
+
+    monkeypatch.setattr(loading.llamacpp, "status", lambda paths: (True, "llama.cpp works here"))
+    monkeypatch.setattr(calibration, "saved_calibration", _must_not_be_called)
+    monkeypatch.setattr(loading.torch.cuda, "is_available", lambda: False)
+    plan = loading.runtime_plan(PAIRINGS["offline-smollm2__qwen2.5-coder"], "auto")
+    assert plan.runtime == "llama.cpp" and not plan.specialist.prompt_reader
+    assert loading.CROSS_RUNTIME_NOTE in plan.reason
+    monkeypatch.setattr(loading.llamacpp, "status", lambda paths: (False, "llama.cpp failed its check here."))
+    assert loading.runtime_plan(PAIRINGS["offline-smollm2__qwen2.5-coder"], "auto").runtime == "transformers"
 
 
 def test_output_layer_smaller_than_the_tokenizer_is_refused():

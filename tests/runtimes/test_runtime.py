@@ -164,6 +164,57 @@ def test_both_runtimes_agree_on_the_same_weights(gguf_dir):
     assert outputs["transformers"] == outputs["llama.cpp"]
 
 
+def test_a_two_tokenizer_pair_agrees_on_both_runtimes(gguf_dir):
+    """Cross-tokenizer SpecSteer (a one-id-per-byte Specialist drafting for a merged-pairs Generalist) with
+    the same tiny fp32 weights on both runtimes: the same tokens, of the same kinds, over whole
+    generations in which drafts are refused and recovered."""
+    require_llamacpp()
+    from specsteer.engine.generate import chat_ids
+    from specsteer.models.chat import CHATML_CHAT
+    from specsteer.models.loading import assemble_cross_pair
+    from specsteer.models.tiny import CHAT_QUIET_IDS, tiny_merged_tokenizer
+    from specsteer.runtimes.llamacpp import LlamaCppModel
+
+    tokenizers = {"small": tiny_tokenizer(), "large": tiny_merged_tokenizer()}
+    shapes = {"small": (4, 320), "large": (5, 352)}  # seed, output rows
+
+    def model(runtime: str, role: str):
+        seed, rows = shapes[role]
+        options = {"tokenizer_size": len(tokenizers[role]), "quiet_ids": CHAT_QUIET_IDS}
+        if runtime == "transformers":
+            return TransformersModel(tiny_model(seed, rows, **options), role)
+        path = gguf_dir / f"cross-{role}.gguf"
+        if not path.exists():
+            write_tiny_gguf(path, seed, rows, **options)
+        return LlamaCppModel(path, name=role, threads=1)
+
+    task = "Write about the weather and the sea."
+    plain = chat_ids(tokenizers["small"], task, CHATML_CHAT)
+    private = chat_ids(tokenizers["small"], f"History: I love long walks and quiet mornings. {task}", CHATML_CHAT)
+    large = chat_ids(tokenizers["large"], task, CHATML_CHAT)
+    runs = {}
+    for runtime in RUNTIMES:
+        pair = assemble_cross_pair(
+            "cross-agree",
+            model(runtime, "small"),
+            model(runtime, "large"),
+            tokenizers["small"],
+            tokenizers["large"],
+            CHATML_CHAT,
+            CHATML_CHAT,
+        )
+        configs = [
+            DecodeConfig(method="specsteer", alpha=alpha, draft_len=3, max_new_tokens=32) for alpha in (0.3, 1.0)
+        ]
+        runs[runtime] = [
+            collect(generate_ids(pair, plain, private, config, plain_large_ids=large)) for config in configs
+        ]
+    for (expected, reference), (tokens, finished) in zip(runs["transformers"], runs["llama.cpp"]):
+        assert finished.token_ids == reference.token_ids
+        assert [(t.id, t.kind) for t in tokens] == [(t.id, t.kind) for t in expected]
+    assert {"accepted", "rejected", "recovered"} <= {t.kind for tokens, _ in runs["llama.cpp"] for t in tokens}
+
+
 # --------------------------------------------------------------------------- prefix reuse
 
 

@@ -89,7 +89,7 @@ from specsteer.evaluation.run_store import CellResult, GridPoint, RunStatus, Run
 from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
 from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU, P3Params
 from specsteer.models.registry import DEFAULT_PAIRING
-from specsteer.models.runtime_plan import PLAN_KEY, RuntimePlan, plan_record
+from specsteer.models.runtime_plan import PLAN_KEY, RuntimePlan, StoredPlan, plan_record
 from specsteer.runtimes.base import check_runtime, dtype_label
 from specsteer.util.jsonable import to_jsonable
 
@@ -437,7 +437,7 @@ def resumable_config(store: RunStore, name: str, config: dict[str, Any]) -> dict
         return mine
     # The runtime's spelling is the same, but who reads the Specialist's long prompts (the hand-off) follows
     # this machine's calibration: a resume whose reader differs would mix two kinds of cells in one run.
-    stored, planned = _prompt_reader(existing.config), _prompt_reader(config)
+    stored, planned = StoredPlan.read(existing.config).prompt_reader, StoredPlan.read(config).prompt_reader
     if stored != planned:
         advice = "or resume it with --runtime llama.cpp (llama.cpp alone, as it ran)" if not stored else ""
         raise ValueError(
@@ -446,12 +446,6 @@ def resumable_config(store: RunStore, name: str, config: dict[str, Any]) -> dict
             f"method. Run it under a new name{', ' + advice if advice else ''}"
         )
     return {**mine, PLAN_KEY: existing.config[PLAN_KEY]}
-
-
-def _prompt_reader(config: Mapping[str, Any]) -> str:
-    record = config.get(PLAN_KEY)
-    specialist = record.get("specialist_pair") if isinstance(record, Mapping) else None
-    return str(specialist.get("prompt_reader") or "") if isinstance(specialist, Mapping) else ""
 
 
 def _reader_words(reader: str) -> str:

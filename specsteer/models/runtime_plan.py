@@ -225,12 +225,14 @@ def plan_record(plan: RuntimePlan) -> dict[str, object]:
 @dataclass(frozen=True)
 class StoredPlan:
     """A stored plan read back: ``runtime`` as ``--runtime`` spells it, the Specialist pair's and the
-    Generalist's runtimes, and the reason ("" for records stored before plans were: a plain runtime)."""
+    Generalist's runtimes, the reason ("" for records stored before plans were: a plain runtime), and who
+    read the Specialist's long prompts ("" for llama.cpp itself, no hand-off)."""
 
     runtime: str
     specialist: str
     generalist: str
     reason: str = ""
+    prompt_reader: str = ""
 
     @classmethod
     def read(cls, stored: Mapping[str, object], default: str = "transformers") -> StoredPlan:
@@ -244,11 +246,13 @@ class StoredPlan:
         if isinstance(record, Mapping):
             name = str(record.get("runtime") or runtime or default)
             small, large = parse_split(name) or (name, name)
+            specialist_pair = record.get("specialist_pair")
             return cls(
                 name,
-                _stream_runtime(record.get("specialist_pair"), small),
+                _stream_runtime(specialist_pair, small),
                 _stream_runtime(record.get("generalist"), large),
                 str(record.get("reason") or ""),
+                str(specialist_pair.get("prompt_reader") or "") if isinstance(specialist_pair, Mapping) else "",
             )
         name = runtime if isinstance(runtime, str) and runtime else default
         small, large = parse_split(name) or (name, name)

@@ -38,6 +38,9 @@ def test_a_stored_plan_reads_back_from_every_shape_stored():
     assert old_split.mixed and old_split.generalist == "llama.cpp"
     assert StoredPlan.read({}).runtime == "transformers"  # before the runtime choice
     assert StoredPlan.read({"runtime": plan_record(SPLIT)}).generalist == "llama.cpp"  # a record as the value
+    assert new.prompt_reader == old.prompt_reader == ""
+    handed = RuntimePlan.uniform(RuntimeChoice("llama.cpp", "measured", prompt_reader="transformers"))
+    assert StoredPlan.read({"runtime": "llama.cpp", PLAN_KEY: plan_record(handed)}).prompt_reader == "transformers"
 
 
 def test_the_dashboard_names_the_runtime_of_old_and_new_runs():

@@ -620,15 +620,26 @@ def _load_pair_uncached(
         check_tokenizers_match(tokenizer, load_tokenizer(pairing.generalist, progress), pairing.id)
     chat = pair_chat_format(pairing, progress)
     specs = (pairing.specialist,) if edge_only else (pairing.specialist, pairing.generalist)
-    models = [
+    models = _load_models(specs, runtimes, dtype, device, progress)
+    if prompt_reader:
+        attach_prompt_reader(models[0], pairing.specialist, progress)
+    return assemble_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer, chat)
+
+
+def _load_models(
+    specs: tuple[ModelSpec, ...],
+    runtimes: tuple[str, ...],
+    dtype: torch.dtype | None,
+    device: torch.device | None,
+    progress: Progress,
+) -> list[ModelRuntime]:
+    """Each model on its runtime (``runtimes`` in the order of ``specs``)."""
+    return [
         load_llamacpp(spec, progress)
         if runtime == "llama.cpp"
         else TransformersModel(load_model(spec, dtype, progress, device), spec.name)
         for spec, runtime in zip(specs, runtimes)
     ]
-    if prompt_reader:
-        attach_prompt_reader(models[0], pairing.specialist, progress)
-    return assemble_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer, chat)
 
 
 def attach_prompt_reader(model: ModelRuntime, spec: ModelSpec, progress: Progress) -> None:
@@ -657,12 +668,7 @@ def _load_cross_pair(
     Edge alone: the Edge renders the plain prompt in the Generalist's ids for the CrossOpen."""
     large_tokenizer = load_tokenizer(pairing.generalist, progress)
     specs = (pairing.specialist,) if edge_only else (pairing.specialist, pairing.generalist)
-    models = [
-        load_llamacpp(spec, progress)
-        if runtime == "llama.cpp"
-        else TransformersModel(load_model(spec, dtype, progress, device), spec.name)
-        for spec, runtime in zip(specs, runtimes)
-    ]
+    models = _load_models(specs, runtimes, dtype, device, progress)
     return assemble_cross_pair(
         pairing.id,
         models[0],

@@ -499,8 +499,9 @@ def runtime_plan(
     split = parse_split(requested)
     if split is not None and pairing.separate_tokenizers:
         raise ModelLoadError(
-            f"pairing {pairing.id!r} uses two tokenizers: {CROSS_RUNTIME_NOTE}; choose auto, llama.cpp or "
-            f"transformers ({requested!r} given)"
+            f"pairing {pairing.id!r} uses two tokenizers: both models run on one runtime (a split passes token "
+            f"ids between runtimes, and the two vocabularies share none); choose auto, llama.cpp or transformers "
+            f"({requested!r} given)"
         )
     if split is not None:
         if "auto" in split:

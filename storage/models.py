@@ -268,8 +268,8 @@ class CampaignItem(Base):
 
 
 class CampaignAnnotator(Base):
-    """Someone who judges a campaign: named by the operator with a join code (its hash is kept), or
-    named by themself in a campaign open to anyone (no code)."""
+    """Someone who judges a campaign: named by the operator with a join code (a salted hash of it is kept:
+    ``specsteer.service.join_codes``), or named by themself in a campaign open to anyone (no code)."""
 
     __tablename__ = "campaign_annotators"
     __table_args__ = (UniqueConstraint("campaign_id", "name", name="uq_campaign_annotator_name"),)
@@ -277,7 +277,8 @@ class CampaignAnnotator(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(64))
-    code_sha256: Mapped[str | None] = mapped_column(String(64))
+    # The column keeps its first name; it holds "s1$salt$digest" (or, stored before salts, a bare SHA-256).
+    code_hash: Mapped[str | None] = mapped_column("code_sha256", String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
 

@@ -161,6 +161,23 @@ class Annotation(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
     comparison: Mapped[Comparison] = relationship(back_populates="annotations")
+    page_link: Mapped[AnnotationPage | None] = relationship(
+        lazy="joined", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class AnnotationPage(Base):
+    """The page session that saved a judgement on the Compare tab, as a keyed hash (never the session
+    itself). Unique per comparison: a page holds one judgement of each, and its next one replaces it.
+    A table of its own, so that a database made before it gains it (``create_all``) and keeps its
+    judgements, which have none."""
+
+    __tablename__ = "annotation_pages"
+    __table_args__ = (UniqueConstraint("comparison_id", "page", name="uq_annotation_page_once"),)
+
+    annotation_id: Mapped[int] = mapped_column(ForeignKey("annotations.id", ondelete="CASCADE"), primary_key=True)
+    comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), index=True)
+    page: Mapped[str] = mapped_column(String(64))
 
 
 class EvalRun(Base):

@@ -212,21 +212,10 @@ def test_in_public_a_wrong_token_refuses_the_create_before_the_upload_is_read(db
     monkeypatch.setattr(type(upload), "open", lambda path, *a, **k: touched.append(path) or real_open(path, *a, **k))
 
     def create(token, upload_path):
+        form = dict(name="from-upload", task="review", data="upload", limit=1, methods=["llm", "specsteer"])
+        settings = dict(pairing=TEST_PAIRING_ID, runtime="auto", alpha=0.1, beta=1.0, max_new_tokens=4)
         return CampaignHandlers(public).create(
-            "from-upload",
-            "review",
-            "upload",
-            str(upload_path),
-            1,
-            ["llm", "specsteer"],
-            TEST_PAIRING_ID,
-            "auto",
-            0.1,
-            1.0,
-            4,
-            "",
-            False,
-            token,
+            **form, **settings, upload=str(upload_path), annotators="", open_to_anyone=False, token=token
         )
 
     for token in ("", "wrong", "op-secret "):

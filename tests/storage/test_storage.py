@@ -10,6 +10,7 @@ import multiprocessing
 import sqlite3
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy import inspect, text
@@ -24,7 +25,16 @@ from storage.histories import history_sha256
 from storage.judgements import Judgement, summarize_annotations
 from storage.models import Comparison, ComparisonOutput, Generation
 
-TABLES = {"histories", "generations", "comparisons", "comparison_outputs", "annotations", "eval_runs", "eval_cells"}
+TABLES = {
+    "histories",
+    "generations",
+    "comparisons",
+    "comparison_outputs",
+    "annotations",
+    "annotation_pages",
+    "eval_runs",
+    "eval_cells",
+}
 
 
 pytestmark = pytest.mark.usefixtures("fresh_engines")
@@ -513,29 +523,31 @@ def test_judgements_saved_without_a_page_count_by_name_as_before(url):
     assert storage.annotations_export_rows(url=url)[0]["page"] == ""
 
 
+def test_a_database_from_before_pages_were_kept_gains_their_table_and_keeps_its_judgements(url):
+    comparison_id = _comparison(url)
+    storage.save_annotation(comparison_id=comparison_id, annotator="old", preferred="A", url=url)
+    with db.get_engine(url).begin() as connection:
+        connection.execute(text("DROP TABLE annotation_pages"))  # the schema of an earlier version
+    storage.reset_engines()  # the app restarts on the older database
+    [old] = storage.list_annotations(url=url)
+    assert (old.annotator, old.page) == ("old", None)
+    saved = storage.save_annotation(comparison_id=comparison_id, annotator="new", preferred="B", page="p", url=url)
+    assert not saved.replaced and storage.annotation_summary(url=url).judges == 2
+
+
 def test_one_page_saving_at_once_stores_one_judgement(url):
     """A double click (or a script) saving the same page's judgement from several threads: one row."""
     comparison_id = _comparison(url)
     start = threading.Barrier(6)
-    results: list[object] = []
 
-    def save(worker: int) -> None:
+    def save(worker: int):
         start.wait()
-        try:
-            results.append(
-                storage.save_annotation(
-                    comparison_id=comparison_id, annotator=f"n{worker}", preferred="A", page="one-page", url=url
-                )
-            )
-        except BaseException as error:  # reported below; a thread cannot fail the test itself
-            results.append(error)
+        return storage.save_annotation(
+            comparison_id=comparison_id, annotator=f"n{worker}", preferred="A", page="one-page", url=url
+        )
 
-    threads = [threading.Thread(target=save, args=(worker,)) for worker in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert all(not isinstance(result, BaseException) for result in results), results
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(save, range(6)))
     assert len(storage.list_annotations(url=url)) == 1 and len({result.id for result in results}) == 1
 
 

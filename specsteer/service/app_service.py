@@ -877,8 +877,9 @@ class AppService:
         return replace(comparison, outputs=tuple(outputs))
 
     def annotate(self, annotation: NewAnnotation) -> SavedAnnotation:
-        """Save one judgement; ValueError naming what is wrong (an unknown label, a score out of range, a name
-        or comment longer than ``self.limits`` allow)."""
+        """Save one judgement, in place of its page's earlier one of the comparison if any (``judging``); ValueError
+        naming what is wrong (an unknown label, a score out of range, a name or comment longer than ``self.limits``
+        allow)."""
         refused = text_problem("annotator's name", annotation.annotator, self.limits.max_name_chars) or text_problem(
             "comment", annotation.comment, self.limits.max_comment_chars
         )

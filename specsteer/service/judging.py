@@ -112,6 +112,14 @@ def comparison_label(comparison: StoredComparison) -> str:
     return f"#{comparison.id} · {comparison.task} · {blind}{len(comparison.outputs)} outputs · {snippet}"
 
 
+# Closes the summary's text: what its figures count, and where a study that counts people runs.
+UNVERIFIED_NOTE = (
+    "Each browser page counts once per comparison (its next judgement replaces the last), whatever names it "
+    "types; a reload, or an API caller, starts another page, so these figures count pages, not people. "
+    "A study that counts people is a campaign, whose annotators join with a code (the Campaigns and Judge tabs)."
+)
+
+
 def summary_rows(summary: AnnotationSummary) -> tuple[list[list], str]:
     """Win rates and mean ratings per method, and agreement between page sessions, labelled unverified."""
     rows = []
@@ -145,13 +153,6 @@ def summary_rows(summary: AnnotationSummary) -> tuple[list[list], str]:
     )
     return rows, counts + text + " " + UNVERIFIED_NOTE
 
-
-# Shown under the summary and on the tab: what its figures count, and where a study that counts people runs.
-UNVERIFIED_NOTE = (
-    "Each browser page counts once per comparison (its next judgement replaces the last), whatever names it "
-    "types; a reload, or an API caller, starts another page, so these figures count pages, not people. "
-    "A study that counts people is a campaign, whose annotators join with a code (the Campaigns and Judge tabs)."
-)
 
 # Keys a page session's hash for storage. Random per process: what is stored cannot be turned back into a
 # session's hash (which names the session's runs to Stop); sessions do not outlive the process anyway.

@@ -52,8 +52,11 @@ class SqlCampaignStore:
     def annotator_count(self, campaign_id: int) -> int:
         return campaigns.annotator_count(campaign_id, url=self.url)
 
-    def add_annotator(self, campaign_id: int, name: str, code_sha256: str | None) -> Annotator:
-        return campaigns.add_annotator(campaign_id, name, code_sha256, url=self.url)
+    def add_annotator(self, campaign_id: int, name: str, code_hash: str | None) -> Annotator:
+        return campaigns.add_annotator(campaign_id, name, code_hash, url=self.url)
+
+    def set_code_hash(self, annotator_id: int, code_hash: str) -> None:
+        campaigns.set_code_hash(annotator_id, code_hash, url=self.url)
 
     def save_judgement(self, judgement: NewCampaignJudgement) -> int:
         return campaign_judgements.save_campaign_judgement(judgement, url=self.url)

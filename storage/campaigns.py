@@ -63,7 +63,7 @@ def create_campaign(campaign: NewCampaign, *, url: str | None = None) -> StoredC
             session.add(row)
             session.flush()
             for annotator, code_hash in campaign.annotators.items():
-                session.add(CampaignAnnotator(campaign_id=row.id, name=annotator, code_sha256=code_hash))
+                session.add(CampaignAnnotator(campaign_id=row.id, name=annotator, code_hash=code_hash))
             session.flush()
             return _stored(row, 0)
     except IntegrityError:
@@ -131,7 +131,7 @@ def add_campaign_item(
 
 
 def _annotator(row: CampaignAnnotator) -> Annotator:
-    return Annotator(row.id, row.campaign_id, row.name, row.code_sha256)
+    return Annotator(row.id, row.campaign_id, row.name, row.code_hash)
 
 
 def get_annotator(campaign_id: int, name: str, *, url: str | None = None) -> Annotator | None:
@@ -150,12 +150,12 @@ def annotator_count(campaign_id: int, *, url: str | None = None) -> int:
 
 
 @retry_on_locked()
-def add_annotator(campaign_id: int, name: str, code_sha256: str | None, *, url: str | None = None) -> Annotator:
+def add_annotator(campaign_id: int, name: str, code_hash: str | None, *, url: str | None = None) -> Annotator:
     """A new annotator, or the one of that name already there (two tabs joining at once store one)."""
     name = require_text(name, "annotator")
     try:
         with session_scope(url) as session:
-            row = CampaignAnnotator(campaign_id=campaign_id, name=name, code_sha256=code_sha256)
+            row = CampaignAnnotator(campaign_id=campaign_id, name=name, code_hash=code_hash)
             session.add(row)
             session.flush()
             return _annotator(row)
@@ -164,3 +164,13 @@ def add_annotator(campaign_id: int, name: str, code_sha256: str | None, *, url: 
         if existing is None:
             raise
         return existing
+
+
+@retry_on_locked()
+def set_code_hash(annotator_id: int, code_hash: str, *, url: str | None = None) -> None:
+    """Store another form of the annotator's join code (an unsalted hash re-stored salted)."""
+    with session_scope(url) as session:
+        row = session.get(CampaignAnnotator, annotator_id)
+        if row is None:
+            raise ValueError(f"annotator {annotator_id} does not exist")
+        row.code_hash = code_hash

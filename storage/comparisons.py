@@ -2,20 +2,25 @@
 
 A comparison keeps its outputs in the order shown (labels A, B, C…); each annotator may have seen
 them in another order (blind mode reshuffles), so an annotation stores the order its annotator saw
-and is stored with labels resolved to method names. The vocabulary and the statistics over
-judgements are in the pure ``storage.judgements``; export files in ``storage.exports``.
+and is stored with labels resolved to method names. A judgement saved from a page keeps which
+page session saved it (``annotation_pages``): one per page and comparison, a re-submit replaces it.
+The vocabulary and the statistics over judgements are in the pure ``storage.judgements``; export
+files in ``storage.exports``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
 
-from specsteer.service.stores import MAX_COMPARISON_OUTPUTS, RATING_CRITERIA, slot_label
+from specsteer.service.stores import MAX_COMPARISON_OUTPUTS, RATING_CRITERIA, AnnotationSaved, slot_label
 from specsteer.util.jsonable import to_jsonable
 from storage.db import retry_on_locked, session_scope
 from storage.exports import display_order_text, rating_column
@@ -27,8 +32,10 @@ from storage.judgements import (
     Judgement,
     summarize_annotations,
 )
-from storage.models import Annotation, Comparison, ComparisonOutput, Generation
+from storage.models import Annotation, AnnotationPage, Comparison, ComparisonOutput, Generation, utc_now
 from storage.values import require_text
+
+PAGE_PREFIX = 16  # hex digits of a page's stored key in an export: enough to tell pages apart
 
 # -------------------------------------------------------------------- comparisons
 
@@ -185,8 +192,9 @@ def save_annotation(
     ratings: Mapping[str, Mapping[str, Any]] | None = None,
     comment: str = "",
     display_order: Sequence[str] | None = None,
+    page: str | None = None,
     url: str | None = None,
-) -> int:
+) -> AnnotationSaved:
     """Record one judgement; raises ValueError naming what is wrong.
 
     ``display_order`` is the list of method names in the order this annotator
@@ -194,9 +202,39 @@ def save_annotation(
     ``preferred`` and the keys of ``ratings`` may be labels or method names;
     ``preferred`` may also be "tie" or "all_bad". Scores are whole numbers 1-5
     per criterion in RATING_CRITERIA; a None score means "not rated".
+    ``page``: the page session that judged, as stored; its earlier judgement of
+    the comparison, if any, is replaced (and keeps its id).
     """
-    annotator = require_text(annotator, "annotator")
-    preferred = require_text(preferred, "preferred")
+    store = functools.partial(
+        _store_annotation,
+        comparison_id=comparison_id,
+        annotator=require_text(annotator, "annotator"),
+        preferred=require_text(preferred, "preferred"),
+        ratings=ratings,
+        comment=comment or "",
+        display_order=display_order,
+        page=page,
+        url=url,
+    )
+    try:
+        return store()
+    except IntegrityError:
+        if page is None:
+            raise
+        return store()  # the same page saved it at the same moment (a double click): replace that one
+
+
+def _store_annotation(
+    *,
+    comparison_id: int,
+    annotator: str,
+    preferred: str,
+    ratings: Mapping[str, Mapping[str, Any]] | None,
+    comment: str,
+    display_order: Sequence[str] | None,
+    page: str | None,
+    url: str | None,
+) -> AnnotationSaved:
     with session_scope(url) as session:
         comparison = session.get(Comparison, comparison_id)
         if comparison is None:
@@ -207,18 +245,36 @@ def save_annotation(
             preferred_method = preferred
         else:
             preferred_method = _resolve_choice(preferred, label_to_method, "preferred")
-        row = Annotation(
-            comparison_id=comparison_id,
-            annotator=annotator,
-            preferred=preferred,
-            preferred_method=preferred_method,
-            ratings=_validated_ratings(ratings, label_to_method),
-            comment=comment or "",
-            display_order=shown,
-        )
+        values = {
+            "annotator": annotator,
+            "preferred": preferred,
+            "preferred_method": preferred_method,
+            "ratings": _validated_ratings(ratings, label_to_method),
+            "comment": comment,
+            "display_order": shown,
+        }
+        earlier = _page_judgement(session, comparison_id, page)
+        if earlier is not None:
+            for field, value in values.items():
+                setattr(earlier, field, value)
+            earlier.created_at = utc_now()
+            return AnnotationSaved(earlier.id, replaced=True)
+        row = Annotation(comparison_id=comparison_id, **values)
+        if page is not None:
+            row.page_link = AnnotationPage(comparison_id=comparison_id, page=page)
         session.add(row)
         session.flush()
-        return row.id
+        return AnnotationSaved(row.id)
+
+
+def _page_judgement(session: Session, comparison_id: int, page: str | None) -> Annotation | None:
+    if page is None:
+        return None
+    return session.scalar(
+        select(Annotation)
+        .join(AnnotationPage, AnnotationPage.annotation_id == Annotation.id)
+        .where(AnnotationPage.comparison_id == comparison_id, AnnotationPage.page == page)
+    )
 
 
 def _judgement(row: Annotation) -> Judgement:
@@ -232,6 +288,7 @@ def _judgement(row: Annotation) -> Judgement:
         display_order=tuple(row.display_order),
         comment=row.comment,
         created_at=row.created_at,
+        page=row.page_link.page if row.page_link is not None else None,
     )
 
 
@@ -264,6 +321,9 @@ def _export_row(annotation: Annotation, comparison: Comparison) -> dict[str, Any
     row: dict[str, Any] = {
         "annotation_id": annotation.id,
         "annotator": annotation.annotator,
+        # The page session that judged (a prefix of its stored key; empty for judgements saved before
+        # pages were kept): judgements of one page are one judge's, whatever names they carry.
+        "page": annotation.page_link.page[:PAGE_PREFIX] if annotation.page_link is not None else "",
         "comparison_id": comparison.id,
         "task": comparison.task,
         "pairing": comparison.pairing,

@@ -13,6 +13,7 @@ from typing import Any
 
 from specsteer.method.events import GenerationStats
 from specsteer.service.stores import (
+    AnnotationSaved,
     AnnotationSummary,
     ExportFormat,
     NamedHistory,
@@ -86,7 +87,7 @@ class SqlGenerationStore:
         row = get_comparison(comparison_id, url=self.url)
         return _stored_comparison(row) if row is not None else None
 
-    def save_annotation(self, annotation: NewAnnotation) -> int:
+    def save_annotation(self, annotation: NewAnnotation) -> AnnotationSaved:
         return save_annotation(
             comparison_id=annotation.comparison_id,
             annotator=annotation.annotator,
@@ -94,6 +95,7 @@ class SqlGenerationStore:
             ratings=annotation.ratings,
             comment=annotation.comment,
             display_order=annotation.display_order,
+            page=annotation.page,
             url=self.url,
         )
 

@@ -21,10 +21,12 @@ SPECIAL_PREFERENCES = ("tie", "all_bad")
 
 
 def latest_judgements(judgements: Iterable[Judgement]) -> list[Judgement]:
-    """Each annotator's latest judgement per comparison (a re-judgement replaces the earlier one)."""
-    latest: dict[tuple[int, str], Judgement] = {}
+    """Each judge's latest judgement per comparison (a re-judgement replaces the earlier one). The judge is
+    the page session that saved it (:attr:`Judgement.judge`), not the name typed: one page that types
+    eight names is one judge."""
+    latest: dict[tuple[int, tuple[str, str]], Judgement] = {}
     for judgement in sorted(judgements, key=lambda j: j.id):
-        latest[(judgement.comparison_id, judgement.annotator)] = judgement
+        latest[(judgement.comparison_id, judgement.judge)] = judgement
     return list(latest.values())
 
 
@@ -58,14 +60,15 @@ def _agreement(judgements: Sequence[Judgement]) -> Agreement:
 
 
 def summarize_annotations(judgements: Iterable[Judgement]) -> AnnotationSummary:
-    """Win rates and mean ratings per method, and inter-annotator agreement.
+    """Win rates and mean ratings per method, and agreement between judges (page sessions).
 
-    Only each annotator's latest judgement of a comparison counts.
+    Only each judge's latest judgement of a comparison counts.
     """
     latest = latest_judgements(judgements)
     return AnnotationSummary(
         judgements=len(latest),
-        annotators=len({judgement.annotator for judgement in latest}),
+        judges=len({judgement.judge for judgement in latest}),
+        names=len({judgement.annotator for judgement in latest}),
         methods=_method_judgements(latest),
         agreement=_agreement(latest),
     )

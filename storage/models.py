@@ -161,6 +161,23 @@ class Annotation(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
     comparison: Mapped[Comparison] = relationship(back_populates="annotations")
+    page_link: Mapped[AnnotationPage | None] = relationship(
+        lazy="joined", cascade="all, delete-orphan", passive_deletes=True
+    )
+
+
+class AnnotationPage(Base):
+    """The page session that saved a judgement on the Compare tab, as a keyed hash (never the session
+    itself). Unique per comparison: a page holds one judgement of each, and its next one replaces it.
+    A table of its own, so that a database made before it gains it (``create_all``) and keeps its
+    judgements, which have none."""
+
+    __tablename__ = "annotation_pages"
+    __table_args__ = (UniqueConstraint("comparison_id", "page", name="uq_annotation_page_once"),)
+
+    annotation_id: Mapped[int] = mapped_column(ForeignKey("annotations.id", ondelete="CASCADE"), primary_key=True)
+    comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), index=True)
+    page: Mapped[str] = mapped_column(String(64))
 
 
 class EvalRun(Base):
@@ -268,8 +285,8 @@ class CampaignItem(Base):
 
 
 class CampaignAnnotator(Base):
-    """Someone who judges a campaign: named by the operator with a join code (its hash is kept), or
-    named by themself in a campaign open to anyone (no code)."""
+    """Someone who judges a campaign: named by the operator with a join code (a salted hash of it is kept:
+    ``specsteer.service.join_codes``), or named by themself in a campaign open to anyone (no code)."""
 
     __tablename__ = "campaign_annotators"
     __table_args__ = (UniqueConstraint("campaign_id", "name", name="uq_campaign_annotator_name"),)
@@ -277,7 +294,8 @@ class CampaignAnnotator(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"), index=True)
     name: Mapped[str] = mapped_column(String(64))
-    code_sha256: Mapped[str | None] = mapped_column(String(64))
+    # The column keeps its first name; it holds "s1$salt$digest" (or, stored before salts, a bare SHA-256).
+    code_hash: Mapped[str | None] = mapped_column("code_sha256", String(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
 

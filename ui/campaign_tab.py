@@ -74,8 +74,10 @@ class CampaignHandlers:
         open_to_anyone: bool,
         token: str,
     ) -> tuple[str, Any, str]:
-        """Store a campaign; its name for :meth:`generate_created` ("" when refused: nothing is generated)."""
+        """Store a campaign; its name for :meth:`generate_created` ("" when refused: nothing is generated).
+        In public, the operator's token is checked first: a refused call reads no upload (up to 16 MiB)."""
         try:
+            self.service.check_operator(token or "", "Creating a campaign")
             if data == "upload":
                 if not upload:
                     raise CampaignError("Upload a records file, or choose the bundled sample or the shared records.")

@@ -35,6 +35,7 @@ from specsteer.service.judging import (
 )
 from specsteer.service.stores import RATING_CRITERIA, NamedHistory, slot_label
 from ui import render
+from ui.callers import page_session
 from ui.streaming import NOT_YOURS, RUNS, Throttle, Toast
 
 MAX_SLOTS = len(COMPARED_METHODS)
@@ -299,22 +300,33 @@ class CompareTab:
         )
 
     def submit_annotation(
-        self, view: ComparisonView | None, annotator: str, preferred: str | None, comment: str, *ratings: int | None
+        self,
+        request: gr.Request | None,
+        view: ComparisonView | None,
+        annotator: str,
+        preferred: str | None,
+        comment: str,
+        *ratings: int | None,
     ) -> JudgedView:
         """The "Submit judgement" button (the /annotate endpoint: the name, the preference, the comment, then
-        the ratings of slot A's criteria, slot B's, …): see :meth:`judge`."""
-        return self.judge(view, JudgementForm(annotator or "", preferred, comment or "", tuple(ratings)))
+        the ratings of slot A's criteria, slot B's, …; Gradio passes the page's ``request``): see :meth:`judge`."""
+        form = JudgementForm(annotator or "", preferred, comment or "", tuple(ratings))
+        return self.judge(view, form, page_session(request))
 
-    def judge(self, view: ComparisonView | None, form: JudgementForm) -> JudgedView:
-        """Save one judgement, then reveal which method produced which output."""
+    def judge(self, view: ComparisonView | None, form: JudgementForm, session: str | None) -> JudgedView:
+        """Save the judgement of the page ``session`` (one per comparison: a re-submit replaces the page's
+        earlier one), then reveal which method produced which output."""
         try:
-            saved = self.service.annotate(judging.judgement(view, form))
+            saved = self.service.annotate(judging.judgement(view, form, session))
         except ValueError as error:
             return JudgedView.refused(str(error))
         assert view is not None  # judging.judgement refuses a missing view
         revealed = view.revealed_with(saved)
         table, agreement = self.summary_table()
-        status = render.message_box(f"Saved annotation #{saved.annotation_id}. The methods are now revealed.", "ok")
+        replaced = " It replaces this page's earlier judgement of the comparison." if saved.replaced else ""
+        status = render.message_box(
+            f"Saved annotation #{saved.annotation_id}.{replaced} The methods are now revealed.", "ok"
+        )
         return JudgedView(status, revealed, _slot_views(revealed), table, agreement)
 
     # ----------------------------------------------------------------------- summary and exports

@@ -3,7 +3,9 @@
 The history, input, pairing and decoding settings come from the Generate tab. Outputs are shown
 as A, B, C… (shuffled in blind mode); the methods behind the labels are revealed once the
 annotator's judgement is saved. Anyone can reopen a saved comparison and judge it again, in their
-own shuffled order (the service shuffles it), which is what the agreement statistics need.
+own shuffled order (the service shuffles it), which is what the agreement statistics need. A page
+holds one judgement per comparison (a re-submit replaces it) and the summary counts pages, not names,
+labelled unverified: a study that counts people is a campaign (``specsteer.service.judging``).
 
 Every saved comparison, judgement, summary and export comes from the service (``AppService``). The
 handlers return named views (:class:`CompareView`, :class:`JudgedView`); Gradio gets them flat, one
@@ -96,6 +98,13 @@ def build(service: AppService, controls: GenerateControls) -> PageRefresh:
             preferred = gr.Radio(preference_choices(0), label="Preferred output", scale=2, elem_id="preferred")
         comment = gr.Textbox(label="Comment (optional)", lines=2, elem_id="comment")
         submit = gr.Button("Submit judgement", variant="primary", elem_id="submit-judgement")
+        gr.Markdown(
+            "**Judgements on this tab are unverified**: one per browser page and comparison (a re-submit replaces "
+            "it), whatever name is typed. Verified studies are campaigns, whose annotators join with a code "
+            "(the Campaigns and Judge tabs).",
+            elem_classes="ss-note",
+            elem_id="compare-unverified",
+        )
 
     with gr.Accordion("Annotation summary and export", open=True):
         rows, agreement_text = tab.summary_table()

@@ -16,6 +16,7 @@ from specsteer.method.catalog import PRIVATE_METHODS
 from specsteer.service.campaigns import CampaignError, CampaignService, JudgeView, Seat
 from specsteer.service.stores import RATING_CRITERIA, slot_label
 from ui import campaign_render
+from ui.callers import client_address
 from ui.render import message_box
 from ui.wiring import QUIET
 
@@ -104,9 +105,18 @@ class JudgeHandlers:
             previous.rationale if previous is not None else "",
         ]
 
-    def start(self, name: str, code: str, campaign: str, _seat: Seat | None, _view: JudgeView | None) -> list[Any]:
+    def start(
+        self,
+        name: str,
+        code: str,
+        campaign: str,
+        _seat: Seat | None,
+        _view: JudgeView | None,
+        request: gr.Request | None = None,
+    ) -> list[Any]:
+        """Join the campaign (failed joins are counted per client address: ``specsteer.service.join_codes``)."""
         try:
-            seat = self.service.join(campaign or "", name or "", code or "")
+            seat = self.service.join(campaign or "", name or "", code or "", client_address(request))
             view = self.service.view(seat, self.service.first_open(seat))
         except CampaignError as error:
             return self._refused(str(error), None, None)

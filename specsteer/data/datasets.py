@@ -5,7 +5,8 @@
 (``reviewerId`` / ``name`` / ``author``). The CoSteer re-release in
 ``shared/data/longlamp/`` is this schema plus a ``bge_score`` per profile item
 (ignored). Files may be JSONL, a JSON list, or parquet (needs pyarrow or
-fastparquet). The task is the one given, or else detected from the first
+fastparquet); JSON and JSONL in UTF-8, UTF-16 or UTF-32, with or without a byte
+order mark, read as histories are (``specsteer.data.text_encoding``). The task is the one given, or else detected from the first
 profile item's keys; all records of a file must share it.
 
 ``split``: for a directory, the file ``{path}/{split}.jsonl`` (or ``.json`` /
@@ -36,6 +37,7 @@ from pathlib import Path
 from specsteer.data.facts import split_private_facts
 from specsteer.data.history import USER_KEYS, HistoryError, HistoryItem, build_items, persona_history
 from specsteer.data.json_limits import RECORDS_LIMITS, JsonLimits, too_deep
+from specsteer.data.text_encoding import SNIFF_BYTES, UTF8, TextEncodingError, decode_text, encoding_of, is_utf8, not_utf8
 
 LONGLAMP_TASKS = ("review", "abstract", "writing")
 COGENESIS_TASK = "cogenesis"
@@ -329,41 +331,57 @@ def _read_raw_records(file: Path, limits: JsonLimits = RECORDS_LIMITS) -> Iterat
 def _read_jsonl(file: Path, limits: JsonLimits = RECORDS_LIMITS) -> Iterator[tuple[str, object]]:
     _check_size(file, limits)
     count = 0
+    for number, line in _text_lines(file):
+        if not line.strip():
+            continue
+        count += 1
+        if limits.max_items is not None and count > limits.max_items:
+            raise DataError(f"{file.name}: more than {limits.max_items:,} records; the limit is {limits.max_items:,}")
+        if too_deep(line, limits.max_depth) is not None:
+            raise DataError(_too_deep(file, number, limits))
+        try:
+            yield f"line {number}", json.loads(line)
+        except json.JSONDecodeError as error:
+            raise DataError(f"{file.name} line {number}, column {error.colno}: malformed JSON ({error.msg})") from None
+
+
+def _text_lines(file: Path) -> Iterator[tuple[int, str]]:
+    """A text file's lines, numbered from 1, in the encoding ``specsteer.data.text_encoding`` finds. UTF-8
+    (shared records files are, and may be large) is read a line at a time; a UTF-16 or UTF-32 file (saved by
+    a Windows editor) is decoded whole, as its lines cannot be found in its bytes."""
     with file.open("rb") as handle:
+        wide = not is_utf8(encoding_of(handle.read(SNIFF_BYTES)))
+        handle.seek(0)
+        if wide:
+            yield from enumerate(_decoded(file, handle.read()).split("\n"), start=1)
+            return
+        offset = 0
         for number, raw_line in enumerate(handle, start=1):
             try:
-                line = raw_line.decode("utf-8")
-            except UnicodeDecodeError:
-                raise DataError(f"{file.name} line {number}: not valid UTF-8") from None
-            if not line.strip():
-                continue
-            count += 1
-            if limits.max_items is not None and count > limits.max_items:
-                raise DataError(
-                    f"{file.name}: more than {limits.max_items:,} records; the limit is {limits.max_items:,}"
-                )
-            if too_deep(line, limits.max_depth) is not None:
-                raise DataError(_too_deep(file, number, limits))
-            try:
-                yield f"line {number}", json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DataError(
-                    f"{file.name} line {number}, column {error.colno}: malformed JSON ({error.msg})"
-                ) from None
+                line = raw_line.decode(UTF8 if number == 1 else "utf-8")
+            except UnicodeDecodeError as error:
+                raise DataError(f"{file.name}: {not_utf8(number, offset + error.start)}") from None
+            offset += len(raw_line)
+            yield number, line
+
+
+def _decoded(file: Path, data: bytes) -> str:
+    try:
+        return decode_text(data)
+    except TextEncodingError as error:
+        raise DataError(f"{file.name}: {error}") from None
 
 
 def _load_json(file: Path, limits: JsonLimits = RECORDS_LIMITS) -> object:
     if not file.is_file():
         raise DataError(f"{file}: no such file")
     _check_size(file, limits)
+    text = _decoded(file, file.read_bytes())
     try:
-        text = file.read_bytes().decode("utf-8-sig")
         line = too_deep(text, limits.max_depth)
         if line is not None:
             raise DataError(_too_deep(file, line, limits))
         document = json.loads(text)
-    except UnicodeDecodeError as error:
-        raise DataError(f"{file.name}: not valid UTF-8 (byte {error.start})") from None
     except json.JSONDecodeError as error:
         raise DataError(
             f"{file.name} line {error.lineno}, column {error.colno}: malformed JSON ({error.msg})"

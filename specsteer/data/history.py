@@ -45,7 +45,6 @@ rejected so that the user knows what the Specialist will actually see.
 
 from __future__ import annotations
 
-import codecs
 import csv
 import io
 import json
@@ -56,6 +55,7 @@ from pathlib import PurePath
 from typing import TypeGuard
 
 from specsteer.data.json_limits import too_deep
+from specsteer.data.text_encoding import TextEncodingError, decode_text
 
 MAX_UPLOAD_BYTES = 5 * 1024 * 1024
 MAX_ITEMS = 2000
@@ -239,75 +239,10 @@ def _decode(data: bytes | str) -> str:
         return _normalise_newlines(data.removeprefix("\ufeff"))
     if len(data) > MAX_UPLOAD_BYTES:
         raise HistoryError(_too_large_message())
-    encoding = _encoding_of_bom(data) or _sniffed_wide_encoding(data)
     try:
-        return _normalise_newlines(data.decode(encoding))
-    except UnicodeDecodeError as error:
-        if encoding in _SNIFFED_NAMES:
-            raise HistoryError(
-                f"the file looks like {_SNIFFED_NAMES[encoding]} without a byte order mark but is not valid "
-                f"{_SNIFFED_NAMES[encoding]} (byte {error.start}); save it as UTF-8"
-            ) from None
-        if encoding != "utf-8-sig":
-            raise HistoryError(
-                f"the file starts as {encoding.upper()} but is not valid {encoding.upper()} (byte {error.start}); "
-                "save it as UTF-8"
-            ) from None
-        line = data.count(b"\n", 0, error.start) + 1
-        raise HistoryError(f"line {line}: the file is not valid UTF-8 (byte {error.start}); save it as UTF-8") from None
-
-
-# Windows editors (Notepad's "Unicode", Excel's "Unicode text") save UTF-16 with a byte order mark;
-# UTF-32's marks begin like UTF-16 LE's, so they are tried first.
-_BYTE_ORDER_MARKS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
-
-
-def _encoding_of_bom(data: bytes) -> str | None:
-    """The encoding a byte order mark announces ("utf-16" and "utf-32" read and drop the mark; "utf-8-sig"
-    drops UTF-8's), or None without a mark."""
-    if data.startswith(codecs.BOM_UTF8):
-        return "utf-8-sig"
-    for mark, encoding in _BYTE_ORDER_MARKS:
-        if data.startswith(mark):
-            return encoding
-    return None
-
-
-_SNIFFED_NAMES = {
-    "utf-32-le": "UTF-32 LE",
-    "utf-32-be": "UTF-32 BE",
-    "utf-16-le": "UTF-16 LE",
-    "utf-16-be": "UTF-16 BE",
-}
-_SNIFF_BYTES = 4096
-
-
-def _sniffed_wide_encoding(data: bytes) -> str:
-    """UTF-16 or UTF-32 saved without a byte order mark, told by where the zero bytes fall (text in any
-    Latin or most other scripts has a zero byte in each code unit's high half); UTF-8 otherwise.
-
-    UTF-8 text never holds a zero byte, so a file of mostly zero-laden units cannot be UTF-8."""
-    head = data[:_SNIFF_BYTES]
-    if head.count(0) * 4 < len(head):  # fewer than a quarter zeros: not a wide encoding's ASCII-heavy text
-        return "utf-8-sig"
-    for width, order in ((4, "le"), (4, "be"), (2, "le"), (2, "be")):
-        units = len(head) // width
-        if units == 0:
-            continue
-        zero_high = sum(1 for i in range(units) if _high_bytes_zero(head[i * width : (i + 1) * width], order))
-        if zero_high * 10 >= units * 9:  # nine units in ten have a zero high half
-            return f"utf-{width * 8}-{order}"
-    return "utf-8-sig"
-
-
-def _high_bytes_zero(unit: bytes, order: str) -> bool:
-    """Whether all but a code unit's low byte are zero (that byte holds a Latin character)."""
-    return not any(unit[1:] if order == "le" else unit[:-1])
+        return _normalise_newlines(decode_text(data))
+    except TextEncodingError as error:
+        raise HistoryError(str(error)) from None
 
 
 def _too_large_message() -> str:

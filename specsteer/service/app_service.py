@@ -269,6 +269,7 @@ class SavedAnnotation:
 
     annotation_id: int
     outputs: tuple[StoredOutput, ...]
+    replaced: bool = False  # it took the place of its page's earlier judgement of the comparison
 
 
 @dataclass(frozen=True)
@@ -876,8 +877,9 @@ class AppService:
         return replace(comparison, outputs=tuple(outputs))
 
     def annotate(self, annotation: NewAnnotation) -> SavedAnnotation:
-        """Save one judgement; ValueError naming what is wrong (an unknown label, a score out of range, a name
-        or comment longer than ``self.limits`` allow)."""
+        """Save one judgement, in place of its page's earlier one of the comparison if any (``judging``); ValueError
+        naming what is wrong (an unknown label, a score out of range, a name or comment longer than ``self.limits``
+        allow)."""
         refused = text_problem("annotator's name", annotation.annotator, self.limits.max_name_chars) or text_problem(
             "comment", annotation.comment, self.limits.max_comment_chars
         )
@@ -885,15 +887,18 @@ class AppService:
             raise ValueError(refused)
         if not stored_id(annotation.comparison_id):
             raise ValueError(f"Comparison #{annotation.comparison_id} does not exist.")
-        annotation_id = self.store.save_annotation(annotation)
+        stored = self.store.save_annotation(annotation)
         saved = self.store.comparison(annotation.comparison_id)
         by_method = {output.method: output for output in saved.outputs} if saved is not None else {}
         return SavedAnnotation(
-            annotation_id, tuple(by_method[method] for method in annotation.display_order if method in by_method)
+            stored.id,
+            tuple(by_method[method] for method in annotation.display_order if method in by_method),
+            stored.replaced,
         )
 
     def annotation_summary(self) -> AnnotationSummary:
-        """Win rates, mean ratings and agreement over every saved judgement."""
+        """Win rates, mean ratings and agreement over every saved judgement, one per page session and
+        comparison (unverified: ``specsteer.service.judging``)."""
         return self.store.annotation_summary()
 
     def export_annotations(self, kind: ExportFormat, token: str = "") -> AnnotationExport:

@@ -23,7 +23,6 @@ with the reason (``generate`` then says so: it never generates for such a campai
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,9 +41,9 @@ from specsteer.service.campaigns import (
     CampaignService,
     CreatedCampaign,
     clean_name,
-    code_hash,
     record_history,
 )
+from specsteer.service.join_codes import issue_codes
 from specsteer.service.stores import NewComparison, NewGeneration
 from specsteer.util.jsonable import to_jsonable
 
@@ -265,7 +264,7 @@ def create_from_run(campaigns: CampaignService, request: RunCampaignRequest, tok
     names = tuple(dict.fromkeys(clean_name(annotator, "annotator's name") for annotator in request.annotators))
     if len(names) > MAX_ANNOTATORS:
         raise CampaignError(f"A campaign has at most {MAX_ANNOTATORS} named annotators.")
-    codes = {annotator: secrets.token_urlsafe(6) for annotator in names}
+    codes, stored_codes = issue_codes(names)
     stored = campaigns.store.create_campaign(
         NewCampaign(
             name=name,
@@ -276,7 +275,7 @@ def create_from_run(campaigns: CampaignService, request: RunCampaignRequest, tok
             data=selection.source.data(selection.path, len(selection.records)),
             planned=len(selection.records),
             open_to_anyone=bool(request.open_to_anyone) or not names,
-            annotators={annotator: code_hash(code) for annotator, code in codes.items()},
+            annotators=stored_codes,
         )
     )
     try:

@@ -82,7 +82,7 @@ class NewCampaign:
     data: Mapping[str, Any]  # {"source": ..., "path": ..., "limit": ...}
     planned: int  # records to compare
     open_to_anyone: bool
-    annotators: Mapping[str, str]  # name -> sha256 of the join code issued to them
+    annotators: Mapping[str, str]  # name -> the stored form of the join code issued to them (join_codes)
 
 
 @dataclass(frozen=True)
@@ -116,7 +116,9 @@ class Annotator:
     id: int
     campaign_id: int
     name: str
-    code_sha256: str | None  # None: joined an open campaign by name alone
+    code_hash: (
+        str | None
+    )  # the join code's stored form (specsteer.service.join_codes); None: joined an open campaign by name alone
 
 
 @dataclass(frozen=True)
@@ -179,8 +181,12 @@ class CampaignStore(Protocol):
 
     def annotator_count(self, campaign_id: int) -> int: ...
 
-    def add_annotator(self, campaign_id: int, name: str, code_sha256: str | None) -> Annotator:
+    def add_annotator(self, campaign_id: int, name: str, code_hash: str | None) -> Annotator:
         """The existing one when the name is taken."""
+        ...
+
+    def set_code_hash(self, annotator_id: int, code_hash: str) -> None:
+        """Keep another stored form of the annotator's join code (the same code, hashed anew)."""
         ...
 
     def save_judgement(self, judgement: NewCampaignJudgement) -> int:

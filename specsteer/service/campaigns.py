@@ -3,7 +3,8 @@
 * **Create** (:meth:`CampaignService.create`): records (the bundled samples, the shared LongLaMP or
   CoGenesis files, or an uploaded file the app kept), a task, the methods, the pairing and decoding
   settings (SpecSteer's α, β among them) and a name; annotators named with a join code each (issued
-  here, shown once, only its hash kept), or the campaign open to anyone. On a public app only the
+  here, shown once, only a salted hash kept: ``specsteer.service.join_codes``, which also limits how
+  often one client may fail to join), or the campaign open to anyone. On a public app only the
   holder of the operator's token may create one (its generation costs the host) or export.
 * **Generate** (:meth:`CampaignService.generate`): each record through ``AppService.compare``, its
   comparison linked to the campaign as soon as it is saved; records already done are skipped, so a
@@ -23,11 +24,10 @@
 from __future__ import annotations
 
 import hashlib
-import hmac
 import logging
+import math
 import random
 import re
-import secrets
 import shutil
 import tempfile
 import threading
@@ -61,6 +61,7 @@ from specsteer.service.campaign_store import (
     StoredCampaign,
     StoredCampaignJudgement,
 )
+from specsteer.service.join_codes import JoinAttempts, check_code, issue_codes
 from specsteer.service.preference import CampaignJudgement, PreferenceReport, preference_report
 from specsteer.service.stores import RATING_CRITERIA, NamedHistory, StoredComparison, StoredOutput, slot_label
 from specsteer.util.jsonable import to_jsonable
@@ -199,10 +200,6 @@ def record_history(record: Record, task: str) -> NamedHistory:
     return NamedHistory(History(record.profile, task, record.user_id, record.user_profile), f"record {record.id}")
 
 
-def code_hash(code: str) -> str:
-    return hashlib.sha256(code.encode("utf-8")).hexdigest()
-
-
 def blind_key(campaign_id: int, annotator: str, comparison_id: int, what: str) -> int:
     digest = hashlib.sha256(f"{campaign_id}\x00{annotator}\x00{comparison_id}\x00{what}".encode()).digest()
     return int.from_bytes(digest[:8], "big")
@@ -269,6 +266,7 @@ class CampaignService:
     def __init__(self, app: AppService, store: CampaignStore) -> None:
         self.app = app
         self.store = store
+        self.attempts = JoinAttempts()  # failed joins per client (specsteer.service.join_codes)
 
     # ----------------------------------------------------------------------- the operator
 
@@ -326,7 +324,7 @@ class CampaignService:
         if len(names) > MAX_ANNOTATORS:
             raise CampaignError(f"A campaign has at most {MAX_ANNOTATORS} named annotators.")
         open_to_anyone = bool(request.open_to_anyone) or not names
-        codes = {annotator: secrets.token_urlsafe(6) for annotator in names}
+        codes, stored_codes = issue_codes(names)
         stored = self.store.create_campaign(
             NewCampaign(
                 name=name,
@@ -337,7 +335,7 @@ class CampaignService:
                 data={"source": source, "path": path, "limit": limit},
                 planned=len(records),
                 open_to_anyone=open_to_anyone,
-                annotators={annotator: code_hash(code) for annotator, code in codes.items()},
+                annotators=stored_codes,
             )
         )
         return CreatedCampaign(stored, codes)
@@ -420,10 +418,11 @@ class CampaignService:
             f"stopped at {campaign.ready} of {campaign.planned} records. Create it again from the run under another name."
         )
 
-    def check_operator(self, token: str = "") -> None:
+    def check_operator(self, token: str = "", what: str = "Generating a campaign") -> None:
         """ExportRefused unless this caller may create, generate or export (anyone locally; in public, the
-        holder of the operator's token)."""
-        self._operator(token, "Generating a campaign")
+        holder of the operator's token); ``what`` names the refused act. A caller checks it before reading
+        anything a visitor sent (an uploaded records file)."""
+        self._operator(token, what)
 
     def status(self, name: str) -> CampaignStatusView:
         campaign = self.campaign(name)
@@ -438,16 +437,30 @@ class CampaignService:
 
     # ----------------------------------------------------------------------- the annotators
 
-    def join(self, campaign_name: str, annotator: str, code: str = "") -> Seat:
-        """An annotator's seat at a campaign: by name and join code, or by name alone where it is open."""
+    def join(self, campaign_name: str, annotator: str, code: str = "", client: str = "") -> Seat:
+        """An annotator's seat at a campaign: by name and join code, or by name alone where it is open.
+
+        ``client``: who is asking (the connection's address), whose failed joins are counted and limited
+        (:class:`JoinAttempts`); a wrong code and an unknown name at a closed campaign are failures."""
         campaign = self.campaign(campaign_name)
+        wait = self.attempts.wait_s(client, campaign.id)
+        if wait is not None:
+            raise CampaignError(
+                f"Too many failed joins at this campaign from your address: try again in {math.ceil(wait / 60)} "
+                "minute(s), with the name and join code your operator gave you."
+            )
         name = clean_name(annotator, "annotator's name")
         found = self.store.annotator(campaign.id, name)
-        if found is not None and found.code_sha256 is not None:
-            if not isinstance(code, str) or not hmac.compare_digest(code_hash(code.strip()), found.code_sha256):
+        if found is not None and found.code_hash is not None:
+            check = check_code(code, found.code_hash)
+            if not check.matches:
+                self.attempts.failed(client, campaign.id)
                 raise CampaignError("That join code is not the one issued to this name.")
+            if check.rehash is not None:  # stored unsalted by an earlier version: kept salted from now on
+                self.store.set_code_hash(found.id, check.rehash)
         elif found is None:
             if not campaign.open_to_anyone:
+                self.attempts.failed(client, campaign.id)
                 raise CampaignError("This campaign is for the annotators its operator named: ask for your join code.")
             if self.store.annotator_count(campaign.id) >= MAX_OPEN_ANNOTATORS:
                 raise CampaignError(f"This campaign has {MAX_OPEN_ANNOTATORS} annotators already; it takes no more.")

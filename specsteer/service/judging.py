@@ -1,9 +1,27 @@
 """The Compare tab's decisions, GUI-free: what an annotator is looking at (a saved comparison in the order shown
 to them, blind or not, revealed once judged), what they filled in, the checks a judgement must pass before it
-is saved, the blind rule (which slot may name its method), and the summary's rows."""
+is saved, the blind rule (which slot may name its method), and the summary's rows.
+
+**Who judged.** A judgement here is tied to the page session that saved it (Gradio's session hash, stored
+as :func:`page_key`), and a page holds one judgement per comparison: its next one replaces it. The name an
+annotator types is kept, but it is not who judged: one page that types eight names is one judge, and the
+summary's counts, win rates and agreement are over judges. This was chosen over keeping these judgements
+out of every figure: a team that judges from several browsers still gets a quick agreement figure, and a
+page cannot inflate it by typing names.
+
+A session is not a person, though. A reload starts a new one, and an API caller sends whatever session
+hash it likes, so a caller that makes up sessions gains one more judgement per session: no more than by
+reloading the page, a call at a time (each also needs the comparison opened in that session first). It
+gains nothing beyond this tab: campaigns (the Judge tab) count annotators who joined with a code, and
+take nothing from here. So every figure on this tab is labelled unverified, and the page says that a study
+that counts people is a campaign.
+"""
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
@@ -94,8 +112,16 @@ def comparison_label(comparison: StoredComparison) -> str:
     return f"#{comparison.id} · {comparison.task} · {blind}{len(comparison.outputs)} outputs · {snippet}"
 
 
+# Closes the summary's text: what its figures count, and where a study that counts people runs.
+UNVERIFIED_NOTE = (
+    "Each browser page counts once per comparison (its next judgement replaces the last), whatever names it "
+    "types; a reload, or an API caller, starts another page, so these figures count pages, not people. "
+    "A study that counts people is a campaign, whose annotators join with a code (the Campaigns and Judge tabs)."
+)
+
+
 def summary_rows(summary: AnnotationSummary) -> tuple[list[list], str]:
-    """Win rates and mean ratings per method, and inter-annotator agreement (trusted numbers only)."""
+    """Win rates and mean ratings per method, and agreement between page sessions, labelled unverified."""
     rows = []
     for method, judged in summary.methods.items():
         means = judged.mean_ratings
@@ -115,17 +141,27 @@ def summary_rows(summary: AnnotationSummary) -> tuple[list[list], str]:
     if agreement.comparisons:
         kappa = agreement.fleiss_kappa
         text = (
-            f"**Agreement** over {agreement.comparisons} comparison(s) judged by two or more annotators "
-            f"({agreement.judgements} judgements): pairwise agreement {agreement.percent_agreement:.0%}, "
+            f"**Agreement** (unverified) over {agreement.comparisons} comparison(s) judged from two or more page "
+            f"sessions ({agreement.judgements} judgements): pairwise agreement {agreement.percent_agreement:.0%}, "
             f"unanimous {agreement.unanimous:.0%}, Fleiss' κ {'n/a' if kappa is None else f'{kappa:.2f}'}."
         )
     else:
-        text = "**Agreement**: no comparison has been judged by two annotators yet."
-    text = f"{summary.judgements} judgement(s) by {summary.annotators} annotator name(s). " + text
-    # Names here are whatever a page typed: one person can pose as many. A study that needs annotators who
-    # mean something runs as a campaign, whose annotators join with a code (the Judge tab).
-    text += " Annotator names on this tab are not verified; for a study, use a campaign with join codes."
-    return rows, text
+        text = "**Agreement**: no comparison has been judged from two page sessions yet."
+    counts = (
+        f"**Unverified**: {summary.judgements} judgement(s) from {summary.judges} page session(s), "
+        f"under {summary.names} name(s). "
+    )
+    return rows, counts + text + " " + UNVERIFIED_NOTE
+
+
+# Keys a page session's hash for storage. Random per process: what is stored cannot be turned back into a
+# session's hash (which names the session's runs to Stop); sessions do not outlive the process anyway.
+_PAGE_KEY_SECRET = secrets.token_bytes(32)
+
+
+def page_key(session: str) -> str:
+    """How a page session is stored with its judgements: an HMAC of Gradio's session hash (64 hex digits)."""
+    return hmac.new(_PAGE_KEY_SECRET, session.encode("utf-8"), hashlib.sha256).hexdigest()
 
 
 def _round(value: float | None) -> float | None:
@@ -143,13 +179,17 @@ def comparison_id(chosen: int | str | None) -> int:
     return int(text)
 
 
-def judgement(view: ComparisonView | None, form: JudgementForm) -> NewAnnotation:
-    """The annotation a judgement saves; ValueError saying what is missing, before anything is saved."""
+def judgement(view: ComparisonView | None, form: JudgementForm, session: str | None) -> NewAnnotation:
+    """The annotation a judgement of the page ``session`` (Gradio's session hash) saves; ValueError saying
+    what is missing, before anything is saved."""
+    if session is None:
+        raise ValueError("A judgement is saved from the page that shows the comparison; this call came from none.")
     if view is None:
         raise ValueError("Run a comparison or open a saved one first.")
     if view.revealed:
         raise ValueError(
-            "This judgement is already saved. Reopen the comparison to judge it again (as another annotator)."
+            "This judgement is already saved. Reopen the comparison to change it: this page holds one judgement "
+            "per comparison, and its next one replaces it."
         )
     if not form.annotator.strip():
         raise ValueError("Enter your name as annotator.")
@@ -162,4 +202,5 @@ def judgement(view: ComparisonView | None, form: JudgementForm) -> NewAnnotation
         ratings=form.scores(len(view.order)),
         comment=form.comment,
         display_order=tuple(view.order),
+        page=page_key(session),
     )

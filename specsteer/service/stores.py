@@ -107,7 +107,11 @@ class NewAnnotation:
     """One annotator's judgement of a comparison as they saw it (``display_order``: slot 0 is label A).
 
     ``preferred`` and the keys of ``ratings`` are labels ("B") or method names; ``preferred`` may also
-    be "tie" or "all_bad". A None score is "not rated"."""
+    be "tie" or "all_bad". A None score is "not rated".
+
+    ``page``: the page session that judged, as stored (``specsteer.service.judging.page_key``, never the
+    session itself): a page holds one judgement per comparison, so its next one replaces it. None: a
+    judgement of no page (stored beside every other)."""
 
     comparison_id: int
     annotator: str
@@ -115,6 +119,16 @@ class NewAnnotation:
     ratings: Mapping[str, Mapping[str, int | None]]  # label -> criterion -> score
     comment: str
     display_order: tuple[str, ...]
+    page: str | None = None
+
+
+@dataclass(frozen=True)
+class AnnotationSaved:
+    """A judgement stored: its row's id, and whether it replaced its page's earlier judgement of the
+    comparison (then the id is that judgement's)."""
+
+    id: int
+    replaced: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,6 +144,13 @@ class Judgement:
     display_order: tuple[str, ...]  # methods in the order this annotator saw them (slot 0 = A)
     comment: str = ""
     created_at: datetime | None = None
+    page: str | None = None  # the page session that judged, as stored; None for judgements saved before
+
+    @property
+    def judge(self) -> tuple[str, str]:
+        """Who judged, as far as the app can tell: the page session, or (judgements saved before pages
+        were kept) the name typed."""
+        return ("page", self.page) if self.page is not None else ("name", self.annotator)
 
 
 @dataclass(frozen=True)
@@ -194,8 +215,12 @@ class Agreement:
 
 @dataclass(frozen=True)
 class AnnotationSummary:
+    """The Compare tab's judgements summed up, one per judge and comparison (:attr:`Judgement.judge`). Unverified:
+    a judge is a page session, which a reload or an API caller makes anew, and a name is whatever was typed."""
+
     judgements: int
-    annotators: int
+    judges: int  # distinct page sessions (for judgements saved before pages were kept: distinct names)
+    names: int  # distinct annotator names typed
     methods: Mapping[str, MethodJudgements]  # in method-name order
     agreement: Agreement
 
@@ -222,8 +247,9 @@ class GenerationStore(Protocol):
 
     def comparison(self, comparison_id: int) -> StoredComparison | None: ...
 
-    def save_annotation(self, annotation: NewAnnotation) -> int:
-        """ValueError, naming what is wrong, for an unknown comparison, label or score."""
+    def save_annotation(self, annotation: NewAnnotation) -> AnnotationSaved:
+        """Stores it, or replaces its page's earlier judgement of the comparison; ValueError, naming what is
+        wrong, for an unknown comparison, label or score."""
         ...
 
     def annotation_summary(self) -> AnnotationSummary: ...

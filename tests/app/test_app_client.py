@@ -150,7 +150,7 @@ def test_compare_annotate_and_export(server, tmp_path):
     assert open(downloaded(jsonl_file), encoding="utf-8").read().count("\n") == len(rows)
     table, agreement = client.predict(api_name="/annotation_summary")
     assert table["headers"][0] == "method" and len(table["data"]) == 3
-    assert "judged by two or more annotators" in agreement
+    assert "judged from two or more page sessions" in agreement and "Unverified" in agreement
 
 
 def test_dashboard_one_record_run(server):

@@ -577,6 +577,9 @@ def test_script_in_history_and_input_is_escaped_everywhere(generate, tmp_path):
 # --------------------------------------------------------------------------- comparison and annotation
 
 
+PAGE, OTHER_PAGE = SimpleNamespace(session_hash="page-1"), SimpleNamespace(session_hash="page-2")
+
+
 def frame_of(view):
     """The compare handlers' outputs, by name (they return compare_handlers.CompareView)."""
     assert isinstance(view, compare_handlers.CompareView)
@@ -611,23 +614,24 @@ def test_comparison_annotation_reveal_export_and_agreement(compare):
 
     ratings = [4, 5, 2, 3, 3, 3] + [None] * (2 * compare_handlers.MAX_SLOTS - 6)
     status, revealed, slots, table, agreement = compare.submit_annotation(
-        view, "ann-1", "A", "A reads like the user", *ratings
+        PAGE, view, "ann-1", "A", "A reads like the user", *ratings
     )
     assert "Saved annotation" in status and revealed.revealed
     assert method_label(view.order[0]) in slots[0] and "tok/s" in slots[0]  # revealed after the judgement
     assert any(row[0] == method_label(view.order[0]) and row[2] == 1 for row in table)
-    assert "no comparison has been judged by two" in agreement
-    again = compare.submit_annotation(revealed, "ann-1", "B", "", *ratings)
+    assert "no comparison has been judged from two page sessions" in agreement and "Unverified" in agreement
+    again = compare.submit_annotation(PAGE, revealed, "ann-1", "B", "", *ratings)
     assert "already saved" in again[0]
 
     reopened = frame_of(compare.open_comparison(view.comparison_id))
     assert reopened.view.comparison_id == view.comparison_id and not reopened.view.revealed
     second = reopened.view
     preferred_label = "ABC"[second.order.index(view.order[0])]  # agrees with the first annotator
-    status, *_rest = compare.submit_annotation(second, "ann-2", preferred_label, "", *ratings)
+    status, *_rest = compare.submit_annotation(OTHER_PAGE, second, "ann-2", preferred_label, "", *ratings)
     assert "Saved annotation" in status
     rows, agreement = compare.summary_table()
-    assert "1 comparison(s) judged by two or more" in agreement and "pairwise agreement 100%" in agreement
+    assert "1 comparison(s) judged from two or more page sessions" in agreement
+    assert "pairwise agreement 100%" in agreement
 
     csv_file, message = compare.export_annotations("csv")
     assert "Exported 2" in message and csv_file["visible"]
@@ -641,6 +645,34 @@ def test_comparison_annotation_reveal_export_and_agreement(compare):
     assert stored["methods"] == view.order and "method" not in stored and stored["runtime"] == "auto"
 
 
+def test_one_page_judging_under_eight_names_counts_as_one_judge(compare):
+    """A page (one session) that judges one comparison eight times under eight names holds one judgement: each
+    re-submit replaces the last, and neither the counts nor the agreement count eight people."""
+    view = run_compare(compare)[-1].view
+    none = [None] * (2 * compare_handlers.MAX_SLOTS)
+    statuses = []
+    for number in range(8):
+        opened = frame_of(compare.open_comparison(view.comparison_id)).view
+        status, _revealed, _slots, table, agreement = compare.submit_annotation(
+            PAGE, opened, f"person-{number}", "ABC"[number % 3], "", *none
+        )
+        statuses.append(status)
+    assert "replaces this page" not in statuses[0] and all("replaces this page" in s for s in statuses[1:])
+    assert "1 judgement(s) from 1 page session(s), under 1 name(s)" in agreement
+    assert "no comparison has been judged from two page sessions" in agreement and "κ" not in agreement
+    assert sum(row[2] for row in table) == 1  # one judgement's win
+    assert {row[1] for row in table} == {1}  # each method shown once: one judgement
+    assert [j.annotator for j in storage.list_annotations()] == ["person-7"]
+    file, message = compare.export_annotations("csv")
+    assert "Exported 1" in message
+
+    opened = frame_of(compare.open_comparison(view.comparison_id)).view
+    compare.submit_annotation(OTHER_PAGE, opened, "person-7", "A", "", *none)
+    _rows, agreement = compare.summary_table()
+    assert "2 judgement(s) from 2 page session(s), under 1 name(s)" in agreement
+    assert "1 comparison(s) judged from two or more page sessions" in agreement
+
+
 def test_comparison_not_blind_shows_names_in_method_order(compare):
     final = run_compare(compare, methods=("specsteer", "slm"), blind=False)[-1]
     assert final.view.order == ["slm", "specsteer"]
@@ -650,9 +682,10 @@ def test_comparison_not_blind_shows_names_in_method_order(compare):
 def test_annotation_needs_name_and_choice_and_a_comparison(compare):
     final = run_compare(compare, methods=("slm",))[-1]
     none = [None] * (2 * compare_handlers.MAX_SLOTS)
-    assert "Enter your name" in compare.submit_annotation(final.view, " ", "A", "", *none)[0]
-    assert "Pick the output" in compare.submit_annotation(final.view, "x", None, "", *none)[0]
-    assert "Run a comparison" in compare.submit_annotation(None, "x", "A", "", *none)[0]
+    assert "Enter your name" in compare.submit_annotation(PAGE, final.view, " ", "A", "", *none)[0]
+    assert "Pick the output" in compare.submit_annotation(PAGE, final.view, "x", None, "", *none)[0]
+    assert "Run a comparison" in compare.submit_annotation(PAGE, None, "x", "A", "", *none)[0]
+    assert "came from none" in compare.submit_annotation(None, final.view, "x", "A", "", *none)[0]
     assert "Choose at least one method" in run_compare(compare, methods=())[-1].status
     assert "nothing to export" in compare.export_annotations("csv")[1]
 
@@ -920,7 +953,7 @@ def test_in_public_only_the_operators_token_exports_the_annotations(compare):
 
     final = run_compare(compare, methods=("slm",))[-1]
     none = [None] * (2 * compare_handlers.MAX_SLOTS)
-    assert "Saved annotation" in compare.submit_annotation(final.view, "visitor-7", "A", "private note", *none)[0]
+    assert "Saved annotation" in compare.submit_annotation(PAGE, final.view, "visitor-7", "A", "private note", *none)[0]
     compare.service.exposure = Exposure(public=True, admin_token="operator-token")  # the app, served in public
     for token in ("", "guess", "operator-token "):
         file, message = compare.export_annotations("csv", token)

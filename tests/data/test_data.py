@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import importlib.util
 import json
 from pathlib import Path
@@ -233,6 +234,59 @@ def test_malformed_and_undecodable_lines(tmp_path):
     path.write_bytes(json.dumps(review_record("U1", 0)).encode() + b"\n\xff\n")
     with pytest.raises(DataError, match="line 2: not valid UTF-8"):
         load_records(path)
+
+
+# Text as Windows editors save it: UTF-16 (Notepad's "Unicode") and UTF-32, with or without a byte order mark,
+# and UTF-8 with its mark; read as histories are (specsteer.data.text_encoding).
+ENCODINGS = [
+    ("utf-16-le", codecs.BOM_UTF16_LE),
+    ("utf-16-le", b""),
+    ("utf-16-be", codecs.BOM_UTF16_BE),
+    ("utf-16-be", b""),
+    ("utf-32-le", codecs.BOM_UTF32_LE),
+    ("utf-32-be", b""),
+    ("utf-8", codecs.BOM_UTF8),
+]
+
+
+@pytest.mark.parametrize(("encoding", "mark"), ENCODINGS)
+@pytest.mark.parametrize("suffix", [".jsonl", ".json"])
+def test_records_files_in_utf16_utf32_and_utf8_with_a_mark_are_read(tmp_path, encoding, mark, suffix):
+    rows = [review_record("U1", 0), review_record("U2", 1, input="Write about a crème brûlée ☕.")]
+    text = (
+        "".join(json.dumps(row, ensure_ascii=False) + "\r\n" for row in rows)
+        if suffix == ".jsonl"
+        else json.dumps(rows)
+    )
+    path = tmp_path / f"records{suffix}"
+    path.write_bytes(mark + text.encode(encoding))
+    records = load_records(path)
+    assert [record.user_id for record in records] == ["U1", "U2"]
+    assert records[1].input == "Write about a crème brûlée ☕."
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (
+            codecs.BOM_UTF16_LE + "[{}".encode("utf-16-le") + b"\x00\xd8",
+            r"r.json: the file starts as UTF-16 but is not valid UTF-16",
+        ),
+        (
+            '[{"input": "a record"}]'.encode("utf-16-le") + b"\x00\xd8",
+            r"r.json: the file looks like UTF-16 LE without a byte order mark but is not valid",
+        ),
+        (b'[{"a": "\xff"}]', r"r.json: line 1: not valid UTF-8 \(byte 8\)"),
+    ],
+)
+def test_a_records_file_that_does_not_decode_says_which_encoding_it_looked_like(tmp_path, raw, message):
+    path = tmp_path / "r.json"
+    path.write_bytes(raw)
+    with pytest.raises(DataError, match=message):
+        load_records(path)
+    (tmp_path / "r.jsonl").write_bytes(raw)
+    with pytest.raises(DataError, match=message.replace("json", "jsonl", 1)):
+        load_records(tmp_path / "r.jsonl")
 
 
 def test_file_level_errors(tmp_path):

@@ -6,6 +6,7 @@ through the service as several annotators and read the leaderboard, agreement an
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import threading
 from dataclasses import replace
@@ -25,6 +26,7 @@ from specsteer.service.campaigns import (
     CampaignService,
     annotator_order,
 )
+from specsteer.service.join_codes import FAILURES_PER_CAMPAIGN
 
 SETTINGS = {"pairing": TEST_PAIRING_ID, "max_new_tokens": 4, "alpha": 0.1}
 METHODS = ("slm+", "llm", "specsteer")
@@ -193,6 +195,74 @@ def test_public_app_needs_the_token_to_create_and_export_not_to_judge(db):
     ann = public.join("study", "ann", db[1]["ann"])
     view = public.view(ann, 1)
     assert public.save(ann, view, "all_good").preference == "all_good"
+
+
+def test_in_public_a_wrong_token_refuses_the_create_before_the_upload_is_read(db, tmp_path, monkeypatch):
+    """The panel's create checks the operator's token first: a refused call opens and parses nothing."""
+    from specsteer.service import app_service
+    from ui.campaign_tab import CampaignHandlers
+
+    public = make_service(db[0], Exposure(public=True, admin_token="op-secret"))
+    upload = tmp_path / "records.jsonl"
+    upload.write_bytes(b"x" * 1024)
+    touched: list[object] = []
+    monkeypatch.setattr(public.app, "keep_records", lambda *args: touched.append(args))
+    monkeypatch.setattr(app_service, "load_records", lambda *args, **kwargs: touched.append(args))
+    real_open = type(upload).open
+    monkeypatch.setattr(type(upload), "open", lambda path, *a, **k: touched.append(path) or real_open(path, *a, **k))
+
+    def create(token, upload_path):
+        form = dict(name="from-upload", task="review", data="upload", limit=1, methods=["llm", "specsteer"])
+        settings = dict(pairing=TEST_PAIRING_ID, runtime="auto", alpha=0.1, beta=1.0, max_new_tokens=4)
+        return CampaignHandlers(public).create(
+            **form, **settings, upload=str(upload_path), annotators="", open_to_anyone=False, token=token
+        )
+
+    for token in ("", "wrong", "op-secret "):
+        shown, _choices, created = create(token, upload)
+        assert "needs the operator" in shown and "Creating a campaign" in shown and created == ""
+    shown, _choices, created = create("wrong", tmp_path / "no-such-file.jsonl")  # not even its size is read
+    assert "needs the operator" in shown
+    assert touched == []
+    assert "from-upload" not in [campaign.name for campaign in public.campaigns()]
+
+
+def test_join_codes_are_128_bits_and_stored_salted(service, db):
+    codes = db[1]
+    study = service.campaign("study")
+    for name, code in codes.items():
+        assert len(code) >= 22  # token_urlsafe(16): 128 bits
+        stored = service.store.annotator(study.id, name).code_hash
+        assert stored.startswith("s1$") and len(stored) <= 64 and code not in stored
+        assert hashlib.sha256(code.encode()).hexdigest() != stored
+
+
+def test_a_code_stored_unsalted_still_joins_and_is_stored_salted_after(service, db):
+    """Codes issued by an earlier version (48 bits, a bare SHA-256) keep working; the first join re-stores them."""
+    study = service.campaign("study")
+    old_code = "Ab3_xY9z"  # what token_urlsafe(6) gave
+    dee = service.store.add_annotator(study.id, "dee", hashlib.sha256(old_code.encode()).hexdigest())
+    with pytest.raises(CampaignError, match="join code"):
+        service.join("study", "dee", "Ab3_xY9Z")
+    assert service.store.annotator(study.id, "dee").code_hash == hashlib.sha256(old_code.encode()).hexdigest()
+    assert service.join("study", "dee", f" {old_code} ").annotator_id == dee.id
+    restored = service.store.annotator(study.id, "dee").code_hash
+    assert restored.startswith("s1$") and old_code not in restored
+    assert service.join("study", "dee", old_code).annotator_id == dee.id
+
+
+def test_failed_joins_are_limited_per_client_and_campaign(service, db):
+    codes = db[1]
+    for _attempt in range(FAILURES_PER_CAMPAIGN):
+        with pytest.raises(CampaignError, match="not the one issued"):
+            service.join("study", "ann", "guess", client="203.0.113.7")
+    with pytest.raises(
+        CampaignError, match=r"Too many failed joins at this campaign from your address: try again in 15"
+    ):
+        service.join("study", "ann", codes["ann"], client="203.0.113.7")  # the right code too, while it lasts
+    with pytest.raises(CampaignError, match="Too many failed joins"):
+        service.join("study", "mallory", "", client="203.0.113.7")
+    assert service.join("study", "ann", codes["ann"], client="203.0.113.8").annotator == "ann"  # another client
 
 
 def test_create_refuses_bad_requests(service):

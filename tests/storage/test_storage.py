@@ -10,6 +10,7 @@ import multiprocessing
 import sqlite3
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from sqlalchemy import inspect, text
@@ -24,7 +25,16 @@ from storage.histories import history_sha256
 from storage.judgements import Judgement, summarize_annotations
 from storage.models import Comparison, ComparisonOutput, Generation
 
-TABLES = {"histories", "generations", "comparisons", "comparison_outputs", "annotations", "eval_runs", "eval_cells"}
+TABLES = {
+    "histories",
+    "generations",
+    "comparisons",
+    "comparison_outputs",
+    "annotations",
+    "annotation_pages",
+    "eval_runs",
+    "eval_cells",
+}
 
 
 pytestmark = pytest.mark.usefixtures("fresh_engines")
@@ -302,7 +312,7 @@ def test_annotation_roundtrip_resolves_labels_to_methods(url):
         ratings={"A": {"personalization": 5, "fluency": 4.0}, "llm": {"fluency": 3, "personalization": None}},
         comment="A sounds like me",
         url=url,
-    )
+    ).id
     [stored] = storage.list_annotations(url=url)
     assert isinstance(stored, Judgement)
     assert stored.id == annotation_id and stored.annotator == "ann1" and stored.comment == "A sounds like me"
@@ -433,7 +443,7 @@ def test_win_rates_and_agreement_on_a_hand_computed_example():
         _judgement(7, 3, "ann1", "slm+", two_b),  # re-judged: replaces annotation 6
     ]
     summary = summarize_annotations(annotations)
-    assert summary.judgements == 6 and summary.annotators == 3
+    assert summary.judgements == 6 and summary.judges == 3 and summary.names == 3
     methods = summary.methods
     assert list(methods) == ["llm", "slm+", "specsteer"]
     # specsteer shown 3+2+1 = 6 times, preferred twice, one tie where it was shown.
@@ -475,6 +485,70 @@ def test_annotation_summary_from_the_database(url):
     assert summary.methods["specsteer"].win_rate == 1 and summary.methods["llm"].win_rate == 0
     assert summary.agreement.percent_agreement == 1
     assert storage.annotation_summary(task="abstract", url=url).judgements == 0
+
+
+def test_a_page_holds_one_judgement_per_comparison_whatever_names_it_types(url):
+    """One page session that submits under eight names is one judge: each save replaces the last (same id),
+    the summary counts one judgement and no agreement; another page is a second judge."""
+    comparison_id = _comparison(url)
+    saved = [
+        storage.save_annotation(
+            comparison_id=comparison_id, annotator=f"name-{n}", preferred="ABC"[n % 3], page="page-1", url=url
+        )
+        for n in range(8)
+    ]
+    assert [s.replaced for s in saved] == [False] + [True] * 7 and len({s.id for s in saved}) == 1
+    [stored] = storage.list_annotations(url=url)
+    assert (stored.annotator, stored.preferred, stored.page) == ("name-7", "B", "page-1")
+    summary = storage.annotation_summary(url=url)
+    assert (summary.judgements, summary.judges, summary.names, summary.agreement.comparisons) == (1, 1, 1, 0)
+    other = storage.save_annotation(
+        comparison_id=comparison_id, annotator="name-7", preferred="B", page="page-2", url=url
+    )
+    assert not other.replaced and other.id != saved[0].id
+    summary = storage.annotation_summary(url=url)
+    assert (summary.judgements, summary.judges, summary.names) == (2, 2, 1)
+    assert summary.agreement.comparisons == 1 and summary.agreement.percent_agreement == 1
+    rows = storage.annotations_export_rows(url=url)
+    assert len(rows) == 2 and rows[0]["page"] != rows[1]["page"] and len(rows[0]["page"]) <= 16
+
+
+def test_judgements_saved_without_a_page_count_by_name_as_before(url):
+    comparison_id = _comparison(url)
+    for annotator in ("a", "b", "a"):
+        storage.save_annotation(comparison_id=comparison_id, annotator=annotator, preferred="A", url=url)
+    assert len(storage.list_annotations(url=url)) == 3  # stored apart: no page to replace
+    summary = storage.annotation_summary(url=url)
+    assert (summary.judgements, summary.judges) == (2, 2)  # each name's latest
+    assert storage.annotations_export_rows(url=url)[0]["page"] == ""
+
+
+def test_a_database_from_before_pages_were_kept_gains_their_table_and_keeps_its_judgements(url):
+    comparison_id = _comparison(url)
+    storage.save_annotation(comparison_id=comparison_id, annotator="old", preferred="A", url=url)
+    with db.get_engine(url).begin() as connection:
+        connection.execute(text("DROP TABLE annotation_pages"))  # the schema of an earlier version
+    storage.reset_engines()  # the app restarts on the older database
+    [old] = storage.list_annotations(url=url)
+    assert (old.annotator, old.page) == ("old", None)
+    saved = storage.save_annotation(comparison_id=comparison_id, annotator="new", preferred="B", page="p", url=url)
+    assert not saved.replaced and storage.annotation_summary(url=url).judges == 2
+
+
+def test_one_page_saving_at_once_stores_one_judgement(url):
+    """A double click (or a script) saving the same page's judgement from several threads: one row."""
+    comparison_id = _comparison(url)
+    start = threading.Barrier(6)
+
+    def save(worker: int):
+        start.wait()
+        return storage.save_annotation(
+            comparison_id=comparison_id, annotator=f"n{worker}", preferred="A", page="one-page", url=url
+        )
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(save, range(6)))
+    assert len(storage.list_annotations(url=url)) == 1 and len({result.id for result in results}) == 1
 
 
 def test_export_files_are_written_from_rows_alone(tmp_path):
@@ -652,7 +726,7 @@ def test_threads_writing_annotations_lose_nothing(url):
                         ratings={"A": {"fluency": 1 + index % 5}},
                         comment=f"{worker}-{index}",
                         url=url,
-                    )
+                    ).id
                 )
         except BaseException as error:  # reported below; a thread cannot fail the test itself
             errors.append(error)

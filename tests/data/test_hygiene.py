@@ -316,7 +316,7 @@ def test_shares_per_grid_point_in_order_of_appearance():
 
 def _report_module():
     if "hygiene_report" not in sys.modules:  # dataclasses look their module up by name
-        spec = importlib.util.spec_from_file_location("hygiene_report", REPO / "scripts" / "hygiene_report.py")
+        spec = importlib.util.spec_from_file_location("hygiene_report", REPO / "benchmarks" / "hygiene_report.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules["hygiene_report"] = module
         spec.loader.exec_module(module)

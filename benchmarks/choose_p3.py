@@ -31,14 +31,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", required=True, help="comma-separated run names, one per (k, τ)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
+    missing = storage.missing_sqlite_file(args.database)
+    if missing:
+        print(f"error: no database file at {missing}", file=sys.stderr)
+        return 2
+    url = storage.read_only_url(args.database)  # only read: never changes the file
 
     runs = {}
     for name in args.runs.split(","):
-        run = storage.get_run_by_name(name, url=args.database)
+        run = storage.get_run_by_name(name, url=url)
         if run is None:
             print(f"error: no run named {name!r}", file=sys.stderr)
             return 2
-        cells = [cell for cell in storage.run_cells(run.id, url=args.database) if cell.point.method == "p3"]
+        cells = [cell for cell in storage.run_cells(run.id, url=url) if cell.point.method == "p3"]
         runs[name] = (run, cells)
     common = set.intersection(*({cell.record_id for cell in cells} for _, cells in runs.values()))
     rows = []

@@ -25,6 +25,10 @@ GUARDED = GridPoint("specsteer-guarded")  # the guarded cells' point here, so th
 
 
 def main(url: str, plain_name: str, guard_name: str, alpha: float, beta: float) -> None:
+    missing = storage.missing_sqlite_file(url)
+    if missing:
+        raise SystemExit(f"no database file at {missing}")
+    url = storage.read_only_url(url)  # only read: never changes the file (the example runs among them)
     point = GridPoint("specsteer", alpha, beta)
     runs = [storage.get_run_by_name(name, url=url) for name in (plain_name, guard_name)]
     plain, guarded = (

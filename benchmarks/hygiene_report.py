@@ -26,13 +26,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sqlalchemy import Connection, create_engine, make_url, text  # noqa: E402
-from sqlalchemy.engine import URL  # noqa: E402
+from sqlalchemy import Connection, create_engine, text  # noqa: E402
 
+import storage  # noqa: E402
 from specsteer.data.datasets import DataError  # noqa: E402
 from specsteer.data.hygiene import GridVerdict, HygieneShares, classify_output, hygiene_shares  # noqa: E402
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE  # noqa: E402
@@ -72,19 +71,6 @@ class ClassifiedRun:
 
 
 # --------------------------------------------------------------------------- reading, read-only
-
-
-def read_only_url(url: str) -> URL:
-    """``url`` opened read-only where the driver can enforce it (a SQLite file: ``mode=ro``)."""
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return parsed
-    if parsed.query.get("uri") == "true":
-        raise ValueError("give the SQLite database as sqlite:///PATH, not as a URI")
-    path = Path(parsed.database).resolve()
-    if not path.is_file():
-        raise ValueError(f"no database file at {path}")
-    return parsed.set(database=f"file:{quote(str(path))}?mode=ro", query={"uri": "true"})
 
 
 def load_runs(connection: Connection, names: Sequence[str]) -> list[StoredRun]:
@@ -217,7 +203,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--evidence", action="store_true", help="list every flagged output with what matched")
     args = parser.parse_args(argv)
     try:
-        engine = create_engine(read_only_url(args.database))
+        missing = storage.missing_sqlite_file(args.database)
+        if missing:
+            raise ValueError(f"no database file at {missing}")
+        engine = create_engine(storage.read_only_url(args.database))
         with engine.connect() as connection:  # closed without a commit
             runs = load_runs(connection, args.runs)
             stored = [(run, load_cells(connection, run)) for run in runs]

@@ -122,6 +122,10 @@ def claims_table(cells: list[CellResult], baselines: list[str]) -> list[str]:
 
 def main(url: str, names: list[str], common: bool = False) -> None:
     """``common``: every run keeps only the records complete in all the named runs (to compare runs)."""
+    missing = storage.missing_sqlite_file(url)
+    if missing:
+        raise SystemExit(f"no database file at {missing}")
+    url = storage.read_only_url(url)  # only read: never changes the file (the example runs among them)
     shared: set[str] | None = None
     if common:
         for name in names:

@@ -19,7 +19,7 @@ from typing import Literal, cast
 ReadAhead = Literal["off", "concurrent", "after-first-draft"]
 READ_AHEAD_MODES: tuple[ReadAhead, ...] = ("off", "concurrent", "after-first-draft")
 # What the app and ``specsteer generate`` use, from a measurement on a quiet 2-core AVX2 machine
-# (docs/research/MEASUREMENTS.md, results/bench_read_ahead.json): SpecSteer's first visible token 0.86x (llama.cpp) and
+# (docs/research/MEASUREMENTS.md, benchmarks/results/bench_read_ahead.json): SpecSteer's first visible token 0.86x (llama.cpp) and
 # 0.71x (transformers) of ``concurrent``'s, its first verified token and tokens/s within the run's noise.
 DEFAULT_READ_AHEAD: ReadAhead = "after-first-draft"
 

@@ -2,7 +2,8 @@
 
 One Gradio Blocks app built from ``ui/`` (one module per tab) over one ``specsteer.service.app_service.AppService``.
 This file is the composition root: it alone chooses where things are kept (the SQL stores of
-``storage/``: SQLite in ``$SPECSTEER_DATA_DIR``, default ./data, or ``DATABASE_URL``) and which
+``storage/``: SQLite in ``$SPECSTEER_DATA_DIR``, default ./data, or ``DATABASE_URL``; beside the user's runs,
+the example runs of ``assets/example_runs.db``, read-only) and which
 pairings may load (``specsteer.service.pairings.catalog``), and hands them to the service the tabs share. The same
 file is the Hugging Face Spaces entry point and the Docker command; host and port come from
 GRADIO_SERVER_NAME / GRADIO_SERVER_PORT.
@@ -46,10 +47,13 @@ import gradio as gr  # noqa: E402
 
 import storage  # noqa: E402
 from specsteer.cloud.api import CLOUD_SECRET_ENV  # noqa: E402
+from specsteer.data.datasets import EXAMPLE_RUNS_DB  # noqa: E402
+from specsteer.evaluation.run_store import RunStore  # noqa: E402
 from specsteer.protocol.exposure import Exposure, secret_problem  # noqa: E402
 from specsteer.service import pairings  # noqa: E402
 from specsteer.service.app_service import AppService  # noqa: E402
 from specsteer.service.campaigns import CampaignService  # noqa: E402
+from specsteer.service.example_runs import RunsWithExamples  # noqa: E402
 from specsteer.service.limits import VisitorLimits, limits_for  # noqa: E402
 from specsteer.util import background  # noqa: E402
 from storage.db import data_dir  # noqa: E402
@@ -94,8 +98,19 @@ def launch_options(limits: VisitorLimits | None = None) -> dict:
     return {"theme": theme(), "css_paths": [CSS_PATH], **server_options(limits)}
 
 
+def run_store(examples: Path = EXAMPLE_RUNS_DB) -> RunStore:
+    """The user's evaluation runs (``DATABASE_URL`` / the data folder) with the example runs of ``examples``
+    beside them, read-only and opened as immutable (assets may sit on a read-only filesystem: an image, a
+    Space); the user's alone when that file is absent."""
+    own = storage.SqlRunStore()
+    if not examples.is_file():
+        return own
+    return RunsWithExamples(own, storage.SqlRunStore(storage.read_only_url(examples, immutable=True)))
+
+
 def build_service() -> AppService:
-    """The one service every tab uses, on the database that ``DATABASE_URL`` / the data folder names; a
+    """The one service every tab uses, on the database that ``DATABASE_URL`` / the data folder names (its runs
+    with the example runs beside them: :func:`run_store`); a
         remote Cloud's shared secret comes from ``$SPECSTEER_CLOUD_SECRET`` (never from a form); uploaded records
     files are kept in the data folder's ``uploads/`` (a resumed evaluation finds its file there); whether
         the app serves the public, with its operator's choices, from the environment (specsteer/protocol/exposure.py)."""
@@ -105,7 +120,7 @@ def build_service() -> AppService:
         raise SystemExit(f"error: {problem}")
     return AppService(
         store=storage.SqlGenerationStore(),
-        runs=storage.SqlRunStore(),
+        runs=run_store(),
         pairs=pairings.catalog(SPACE_HARDWARE.placement),
         cloud_secret=secret,
         exposure=Exposure.from_environment(),

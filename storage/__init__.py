@@ -3,7 +3,7 @@
 One module per concern, each a set of small functions that open their own short session:
 
 * ``storage.db`` owns the engine (SQLite with WAL and foreign keys by default, ``DATABASE_URL``
-  for anything else) and hands out sessions; ``storage.models`` declares the tables;
+  for anything else, a SQLite file read-only by ``read_only_url``) and hands out sessions; ``storage.models`` declares the tables;
 * ``storage.histories``, ``storage.generations``, ``storage.comparisons`` (comparisons and their
   annotations) and ``storage.runs`` (evaluation runs and cells, and ``SqlRunStore``, the
   evaluation grid's store) read and write them; ``storage.generation_store`` (``SqlGenerationStore``,
@@ -25,7 +25,15 @@ from storage.comparisons import (
     save_annotation,
     save_comparison,
 )
-from storage.db import database_url, get_engine, init_db, missing_sqlite_file, reset_engines, session_scope
+from storage.db import (
+    database_url,
+    get_engine,
+    init_db,
+    missing_sqlite_file,
+    read_only_url,
+    reset_engines,
+    session_scope,
+)
 from storage.exports import write_annotations_csv, write_annotations_jsonl
 from storage.generation_store import SqlGenerationStore
 from storage.generations import get_generation, list_generations, save_generation
@@ -58,6 +66,7 @@ __all__ = [
     "create_run",
     "database_url",
     "missing_sqlite_file",
+    "read_only_url",
     "finished_cell_keys",
     "get_comparison",
     "get_engine",

@@ -15,6 +15,9 @@ an engine itself, so the SQLite settings below hold for every connection:
 
 PostgreSQL (or anything SQLAlchemy knows) works by setting ``DATABASE_URL``; its
 driver is imported only when such a URL is used. A bare path (no ``scheme://``) is a SQLite file.
+
+A SQLite file can also be opened for reading only (:func:`read_only_url`): none of the settings above is
+applied, no table is created, and a write fails; that is how the bundled example runs are read.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
+from urllib.parse import quote, unquote
 
 from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.engine import URL
@@ -75,7 +79,7 @@ def _normalise_url(url: str) -> str:
     if url.startswith("postgres://"):
         return "postgresql://" + url[len("postgres://") :]
     if "://" not in url:
-        # A bare path ("results/test28.db") names a SQLite file, as people type it after --database.
+        # A bare path ("data/grid.db") names a SQLite file, as people type it after --database.
         return f"sqlite:///{Path(url).expanduser().resolve()}"
     return url
 
@@ -84,13 +88,42 @@ def _is_memory_sqlite(url: URL) -> bool:
     return url.database in (None, "", ":memory:") or (url.query.get("mode") == "memory")
 
 
+def _is_read_only(url: URL) -> bool:
+    return url.get_backend_name() == "sqlite" and (url.query.get("mode") == "ro" or "immutable" in url.query)
+
+
+def _sqlite_file(url: URL) -> Path:
+    # A URI filename ("file:/path?mode=ro", read_only_url) names its file percent-encoded after "file:".
+    database = url.database or ""
+    if database.startswith("file:"):
+        return Path(unquote(database[len("file:") :]))
+    return Path(database).expanduser()
+
+
+def read_only_url(target: str | Path | None = None, *, immutable: bool = False) -> str:
+    """The URL that opens ``target`` (a URL or a bare path; default :func:`database_url`) for reading only.
+
+    A SQLite file opens in SQLite's read-only mode: nothing is created or changed (no journal mode, no
+    table), and a write fails. ``immutable`` also promises SQLite that nobody changes the file, so it takes
+    no lock and needs no ``-wal``/``-shm`` beside it: what a file on a read-only filesystem (an image, a
+    Space) needs. Any other database's URL is returned as it is."""
+    url = _engine_key(str(target) if target is not None else None)
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or _is_memory_sqlite(parsed) or _is_read_only(parsed):
+        return url
+    query = {"mode": "ro", **({"immutable": "1"} if immutable else {}), "uri": "true"}
+    # SQLite reads the name after "file:" percent-encoded; the URL encodes it once more for SQLAlchemy.
+    database = "file:" + quote(str(_sqlite_file(parsed).resolve()))
+    return URL.create("sqlite", database=database, query=query).render_as_string(hide_password=False)
+
+
 def missing_sqlite_file(url: str | None = None) -> str | None:
     """The file a SQLite ``url`` (default :func:`database_url`) names when it is not there (a reader that
     connected would create it empty), or None: a read-only command refuses it instead."""
     parsed = make_url(_engine_key(url))
     if parsed.get_backend_name() != "sqlite" or _is_memory_sqlite(parsed):
         return None
-    database = Path(parsed.database or "").expanduser()
+    database = _sqlite_file(parsed)
     return None if database.is_file() else str(database)
 
 
@@ -125,10 +158,11 @@ def _apply_sqlite_pragmas(dbapi_connection: Any, _record: Any) -> None:
 
 def _create_engine(url: str) -> Engine:
     parsed = make_url(url)
-    if parsed.get_backend_name() == "sqlite" and not _is_memory_sqlite(parsed):
-        Path(parsed.database or "").expanduser().resolve().parent.mkdir(parents=True, exist_ok=True)
+    read_only = _is_read_only(parsed)
+    if parsed.get_backend_name() == "sqlite" and not _is_memory_sqlite(parsed) and not read_only:
+        _sqlite_file(parsed).resolve().parent.mkdir(parents=True, exist_ok=True)
     engine = create_engine(url, **engine_options(url))
-    if parsed.get_backend_name() == "sqlite":
+    if parsed.get_backend_name() == "sqlite" and not read_only:  # a read-only file keeps its own settings
         event.listen(engine, "connect", _apply_sqlite_pragmas)
     return engine
 
@@ -156,7 +190,7 @@ def init_db(url: str | None = None) -> Engine:
     key = _engine_key(url)
     engine = get_engine(key)
     with _LOCK:
-        if key in _INITIALISED:
+        if key in _INITIALISED or _is_read_only(make_url(key)):  # nothing is created in a read-only file
             return engine
         for attempt in range(5):
             try:

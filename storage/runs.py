@@ -2,7 +2,8 @@
 
 ``specsteer.evaluation.grid`` runs a grid against the ``specsteer.service.stores.RunStore`` protocol;
 :class:`SqlRunStore` implements it over the functions below for one database URL. The dashboard
-and the scripts read runs back with :func:`get_run`, :func:`list_runs` and :func:`run_cells`.
+and the scripts read runs back with :func:`get_run`, :func:`list_runs` and :func:`run_cells`;
+:func:`copy_run` copies a run as it is stored from one database into another (the example runs' builder).
 
 Cells arrive one at a time, the moment each is computed, possibly from several processes working
 on one run (``--shard``): :func:`save_cell` inserts a cell unless the run already has its key,
@@ -12,7 +13,7 @@ without failing and without ending the transaction, so two workers never store a
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
 from sqlalchemy import CursorResult, func, select
@@ -26,6 +27,10 @@ from specsteer.util.jsonable import to_jsonable
 from storage.db import retry_on_locked, session_scope
 from storage.models import ROUGE_KEYS, EvalCell, EvalRun
 from storage.values import require_text
+
+# What copy_run takes of a stored row: every column but the ids, which the target database gives afresh.
+_RUN_COLUMNS = tuple(column.key for column in EvalRun.__table__.columns if column.key != "id")
+_CELL_COLUMNS = tuple(column.key for column in EvalCell.__table__.columns if column.key not in ("id", "run_id"))
 
 
 def _canonical_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -166,6 +171,40 @@ def save_cell(run_id: int, cell: CellResult, *, url: str | None = None) -> bool:
         if session.get(EvalRun, run_id) is None:
             raise ValueError(f"run {run_id} does not exist")
         return _insert_ignoring_duplicate(session, values)
+
+
+def copy_run(
+    run_id: int,
+    *,
+    source: str | None,
+    target: str,
+    name: str | None = None,
+    cell_stats: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> int:
+    """Copy run ``run_id`` of the database ``source`` into the database ``target`` as it is stored (its config,
+    status, error and times; every cell's columns, its time included, in order), under ``name`` (default its
+    own), each cell's stats passed through ``cell_stats`` when given; the new run's id. ValueError when there
+    is no such run, or ``target`` has a run of that name already."""
+    with session_scope(source) as session:
+        run = session.get(EvalRun, run_id)
+        if run is None:
+            raise ValueError(f"run {run_id} does not exist")
+        copied = {column: getattr(run, column) for column in _RUN_COLUMNS}
+        cells = [
+            {column: getattr(cell, column) for column in _CELL_COLUMNS}
+            for cell in session.scalars(select(EvalCell).where(EvalCell.run_id == run_id).order_by(EvalCell.id))
+        ]
+    copied["name"] = require_text(name or copied["name"], "run name")
+    with session_scope(target) as session:
+        if session.scalar(select(EvalRun.id).where(EvalRun.name == copied["name"])) is not None:
+            raise ValueError(f"run {copied['name']!r} already exists in this database")
+        row = EvalRun(**copied)
+        session.add(row)
+        session.flush()
+        for cell in cells:
+            stats = cell_stats(cell["stats"]) if cell_stats is not None else cell["stats"]
+            session.add(EvalCell(**{**cell, "run_id": row.id, "stats": stats}))
+        return row.id
 
 
 def _cell_result(row: EvalCell) -> CellResult:

@@ -21,6 +21,7 @@ from specsteer.service.evaluation_runs import (
     chosen_run_ids,
     claim_notes,
     run_label,
+    run_title,
     runtime_note,
     stored_rows,
 )
@@ -132,7 +133,7 @@ class DashboardTab:
                     gr.skip(),
                 )
             run, cells = stored.run, stored.cells
-            runs.append((f"#{run.id} {run.name}", stored_rows(run.config, cells)))
+            runs.append((run_title(run), stored_rows(run.config, cells)))
             claims = [runtime_note(run.config), *claim_notes(cells)] if len(ids) == 1 else []
         quality, acceptance, table = compared_figures(runs)
         names = ", ".join(name for name, _ in runs)
@@ -152,20 +153,27 @@ class DashboardTab:
         run = self.service.stored_run(ids[0])
         if run is None:
             return DeploymentView(render.message_box(f"Run #{ids[0]} does not exist.", "error"), None, None, sources)
-        name = f"#{run.id} {run.name}"
+        name = run_title(run)
         try:
             report = self.service.deployment(run.id, profile)
         except ValueError as error:
             return DeploymentView(render.message_box(str(error), "error"), None, None, sources)
         if report.traced == 0:
-            message = (
-                f"Run “{name}” has no finished cells yet: there is nothing to project."
-                if not report.cells
-                else f"Run “{name}” was stored before generations kept their traces (each model pass and "
-                "link message with its time), so none of its "
-                f"{report.cells} cells can be projected. Run the same grid again under a new name to "
-                "see its deployment."
-            )
+            if not report.cells:
+                message = f"Run “{name}” has no finished cells yet: there is nothing to project."
+            elif run.example:
+                message = (
+                    f"The example run “{name}” keeps its cells' outputs and statistics but not their traces (each "
+                    "model pass and link message with its time), so that the examples stay small: none of its "
+                    f"{report.cells} cells can be projected. Choose an example that keeps them (a LongLaMP grid), "
+                    "or run a grid of your own."
+                )
+            else:
+                message = (
+                    f"Run “{name}” was stored before generations kept their traces (each model pass and link "
+                    f"message with its time), so none of its {report.cells} cells can be projected. Run the same "
+                    "grid again under a new name to see its deployment."
+                )
             return DeploymentView(render.message_box(message, "warning"), None, None, sources)
         notes = [f"Projected {report.traced} traced generations of run “{name}” onto “{report.profile.label}”."]
         if report.untraced:

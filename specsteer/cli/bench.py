@@ -360,6 +360,10 @@ def _stored_runs(url: str | None, names: list[str]) -> list:
 
     if not names:
         raise ValueError("name at least one --run")
+    missing = storage.missing_sqlite_file(url)
+    if missing:
+        raise ValueError(f"no database at {missing}")
+    url = storage.read_only_url(url)  # only read: the example runs, or a database another process writes
     runs = []
     for name in names:
         stored = storage.get_run_by_name(name, url=url)

@@ -1,13 +1,14 @@
-"""``specsteer gpu-profile COSTS.json``: the Cloud's costs measured on a GPU (scripts/gpu_costs.py) as a deployment
-profile beside the published one it is paired with, and stored traces re-projected with both."""
+"""``specsteer gpu-profile COSTS.json``: the Cloud's costs measured on a GPU (benchmarks/gpu_costs.py) as a deployment
+profile beside the published one it is paired with, and stored traces re-projected with both (by default the
+example runs' LongLaMP grid, read-only)."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from pathlib import Path
 
+from specsteer.data.datasets import EXAMPLE_RUNS_DB
 from specsteer.evaluation.deployment import (
     DEFAULT_RTTS_MS,
     GENERALIST,
@@ -17,7 +18,6 @@ from specsteer.evaluation.deployment import (
     get_profile,
 )
 from specsteer.evaluation.gpu_profile import (
-    DEFAULT_DATABASE,
     DEFAULT_RUNS,
     choose_context,
     cost_rows,
@@ -42,10 +42,9 @@ def _stored_traces(args) -> list:
 
     if args.from_bench:
         return _bench_runs(args.from_bench)
-    url = args.database or f"sqlite:///{Path(DEFAULT_DATABASE).resolve()}"
-    if not args.database and not Path(DEFAULT_DATABASE).exists():
-        raise ValueError(f"no {DEFAULT_DATABASE} here: run from the repository root, or give --database / --from-bench")
-    return _stored_runs(url, args.run or list(DEFAULT_RUNS))
+    if not args.database and not EXAMPLE_RUNS_DB.is_file():
+        raise ValueError(f"no {EXAMPLE_RUNS_DB} (the example runs): give --database URL --run NAME, or --from-bench")
+    return _stored_runs(args.database or str(EXAMPLE_RUNS_DB), args.run or list(DEFAULT_RUNS))
 
 
 def _published_text(profile: DeploymentProfile, number: str) -> str | None:
@@ -57,13 +56,16 @@ def _published_text(profile: DeploymentProfile, number: str) -> str | None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="specsteer gpu-profile", description=__doc__.splitlines()[0])
-    parser.add_argument("costs", help="the JSON of scripts/gpu_costs.py")
+    parser.add_argument("costs", help="the JSON of benchmarks/gpu_costs.py")
     parser.add_argument("--pair", default="qwen3", help="which measured pair prices the Cloud (default qwen3)")
     parser.add_argument("--base", default="paper", help=f"the published profile to pair with: {', '.join(PROFILES)}")
     parser.add_argument("--context", type=int, default=None, help="the measured pass context to use")
     parser.add_argument("--rtt-ms", type=_numbers, default=list(DEFAULT_RTTS_MS))
     parser.add_argument(
-        "--database", default=None, metavar="URL", help=f"an evaluation database (default {DEFAULT_DATABASE})"
+        "--database",
+        default=None,
+        metavar="URL",
+        help="an evaluation database (default: the example runs, assets/example_runs.db)",
     )
     parser.add_argument(
         "--run", action="append", default=[], metavar="NAME", help="an evaluation run; repeat for several"

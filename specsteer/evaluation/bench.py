@@ -65,7 +65,7 @@ if TYPE_CHECKING:
 
 DEFAULT_METHODS = "slm,slm+,llm,sd,sd-plain,lightcosteer,costeer,specsteer"
 # The adaptive chooser picks k from the bound, so it gets the whole range: at the ~99 % per-token
-# acceptance of SpecSteer α=0.1 the bound keeps rising past k=8 (measured: results/bench_cap.json).
+# acceptance of SpecSteer α=0.1 the bound keeps rising past k=8 (measured: benchmarks/results/bench_cap.json).
 MAX_AUTO_DRAFT = MAX_DRAFT_LEN
 
 

@@ -1,8 +1,8 @@
-"""A deployment profile whose Cloud costs are measured on a GPU (``scripts/gpu_costs.py``), not quoted.
+"""A deployment profile whose Cloud costs are measured on a GPU (``specsteer.evaluation.gpu_costs``), not quoted.
 
 The bundled profiles (``specsteer.evaluation.deployment.PROFILES``) price the Cloud's passes from published
 tokens/s tables: a one-token pass from a decode rate, every further token of a verification pass at
-a prompt rate derived from 6,144-token rows. ``scripts/gpu_costs.py`` measures those passes directly
+a prompt rate derived from 6,144-token rows. ``specsteer.evaluation.gpu_costs`` measures those passes directly
 on a GPU with the real models' shapes: the decode step, (k+1)-token verification passes for each k on
 a cached prefix, and prefill at several prompt lengths. :func:`measured_cloud_profile` puts those
 numbers into a :class:`~specsteer.evaluation.deployment.DeploymentProfile`:
@@ -17,7 +17,7 @@ A measured pass cost (:class:`MeasuredPassCost`) is exact at every measured size
 trace whose rounds verify k drafts charges the median measured for k + 1 tokens. Between measured
 sizes it interpolates linearly; beyond them it follows the least-squares line's slope.
 
-``specsteer gpu-profile results/gpu_costs_<device>.json`` prints the measured costs beside the
+``specsteer gpu-profile benchmarks/results/gpu_costs_h100.json`` prints the measured costs beside the
 published ones and the stored traces (``bench project``'s) projected with both profiles.
 """
 
@@ -43,16 +43,15 @@ from specsteer.evaluation.deployment import (
     projection_rows,
     proportional_cost,
 )
-
-SCHEMA = "specsteer.gpu_costs/1"
+from specsteer.evaluation.gpu_costs import SCHEMA
 
 # The stored LongLaMP traces read 657-880 prompt tokens and write up to 256: their passes run at
 # roughly 0.7k-1.1k tokens of context, so the measured context nearest this one prices them.
 TRACE_CONTEXT = 1024
 
-# What `bench project` projected for docs/MEASUREMENTS.md: every finished llama.cpp LongLaMP run.
-DEFAULT_DATABASE = "results/longlamp.db"
-DEFAULT_RUNS = ("longlamp-review-llamacpp-256", "longlamp-writing-llamacpp-256")
+# The traces projected by default: the example database's LongLaMP grid on llama.cpp (assets/example_runs.db, the
+# one example run that keeps its traces; docs/research/MEASUREMENTS.md projected it with its writing twin).
+DEFAULT_RUNS = ("longlamp-review-llamacpp-256",)
 
 
 # --------------------------------------------------------------------------- a measured pass cost
@@ -123,7 +122,7 @@ class MeasuredModel:
 
 @dataclass(frozen=True)
 class GpuCosts:
-    """The measured JSON of ``scripts/gpu_costs.py``, checked."""
+    """The measured JSON of ``specsteer.evaluation.gpu_costs``, checked."""
 
     device: str
     torch: str
@@ -291,7 +290,7 @@ def measured_cloud_profile(
 def profile_from_file(
     path: str | Path, pair: str = "qwen3", base: str | DeploymentProfile = "paper", context: int | None = None
 ) -> DeploymentProfile:
-    """:func:`measured_cloud_profile` of a ``scripts/gpu_costs.py`` JSON file, its path in the sources."""
+    """:func:`measured_cloud_profile` of a ``specsteer.evaluation.gpu_costs`` JSON file, its path in the sources."""
     return measured_cloud_profile(load_costs(path), pair, base, context, origin=str(path))
 
 

@@ -1,6 +1,6 @@
 """Stored runs over the same records read as one table (``specsteer report --run A --run B ...``).
 
-A comparison planned before its data, such as SpecSteer against P³ (``docs/P3_PLAN.md``), adds a method to
+A comparison planned before its data, such as SpecSteer against P³ (``docs/research/P3_PLAN.md``), adds a method to
 records another run already holds: the new run's cells and the old run's pair up record by record, as
 if one run had computed both. This module joins them and reads the result:
 

@@ -81,6 +81,9 @@ class StoredRun:
     created_at: datetime
     updated_at: datetime
     cell_count: int
+    # One of the example runs that ship with the app (read-only, beside the user's own: the service's
+    # RunsWithExamples), not one of the user's.
+    example: bool = False
 
 
 class RunStore(Protocol):

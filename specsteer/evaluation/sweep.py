@@ -1,5 +1,5 @@
 """An α × β sweep of SpecSteer read from a run's cells: quality and speed per setting with record-level bootstrap
-intervals, the Pareto front, and the choice rule of ``docs/SWEEP_PLAN.md`` applied as written.
+intervals, the Pareto front, and the choice rule of ``docs/research/SWEEP_PLAN.md`` applied as written.
 
 Records. Only the records that have a cell at every grid point of the run (every setting, SLM+ and LLM) are
 used, so that every number compares the same records; a run still going (or stopped) says how many that is
@@ -301,6 +301,6 @@ def report_table(report: SweepReport) -> str:
         notes.append("no SpecSteer setting has a record in common with LLM yet: nothing to choose.")
     notes.append(
         "Intervals: percentile bootstrap over records (10,000 resamples, seed 0). front: on the Pareto front of "
-        f"mean {name} and tokens/s. Choice rule: docs/SWEEP_PLAN.md (rules 2-3)."
+        f"mean {name} and tokens/s. Choice rule: docs/research/SWEEP_PLAN.md (rules 2-3)."
     )
     return "\n".join([notes[0], "", *table, "", *notes[1:]]) if lines else "\n".join(["no results", *notes])

@@ -16,7 +16,7 @@ For the transformers runtime the timing uses a model of the same architecture an
 GGUF's metadata by llama.cpp) with arbitrary weights in the dtype this machine would run (a matrix product costs the same whatever its values), so
 calibration never waits for the one-time GGUF conversion. It is skipped where this CPU has no fast bf16
 (no AVX512-BF16, no AMX): transformers would run fp32 there, which measured 3.9x slower than llama.cpp
-end to end (docs/MEASUREMENTS.md), so nothing can be gained and a minute of set-up would be lost.
+end to end (docs/research/MEASUREMENTS.md), so nothing can be gained and a minute of set-up would be lost.
 
 Where it is skipped for lack of fast bf16, one thing is still timed (:class:`PromptReading`): the
 Specialist reading a long prompt on llama.cpp and on transformers fp32. Where transformers reads it at

@@ -1,7 +1,7 @@
 """A llama.cpp sequence whose long prompt another runtime read: the keys and values handed over as a state.
 
 On a CPU without fast bf16 (AVX2), transformers fp32 reads a long prompt faster than llama.cpp's 4-bit
-kernels, and llama.cpp decodes several times faster (docs/MEASUREMENTS.md). The Specialist's private prompt
+kernels, and llama.cpp decodes several times faster (docs/research/MEASUREMENTS.md). The Specialist's private prompt
 decides when the first token is on screen, its decoding how soon the answer ends; a hand-off takes both: a
 transformers model of the *same weights* (the fp32 conversion of the GGUF) reads the prompt, and its keys
 and values are written into the llama.cpp context with ``llama_state_seq_set_data``, after which llama.cpp

@@ -1,6 +1,7 @@
 """The Dashboard's decisions, GUI-free: the grid form's values as one EvalSpec (data sources, number lists,
 kept uploads), a stored run's summary rows (with the privacy shares of a CoGenesis run), the claim against
-SLM+ and LLM as the run's bootstrap intervals show it, and how the run picker names runs."""
+SLM+ and LLM as the run's bootstrap intervals show it, and how the run picker and messages name runs (the
+example runs that ship with the app as such)."""
 
 from __future__ import annotations
 
@@ -155,11 +156,17 @@ def run_sweep(config: Mapping[str, object], cells: Sequence) -> SweepReport | No
     return sweep_report(cells, points, records_total=total)
 
 
+def run_title(run: StoredRun) -> str:
+    """How messages name a stored run: ``#12 my-grid``, or ``example: cogenesis-sweep-dev40`` for one of the
+    example runs that ship with the app."""
+    return f"example: {run.name}" if run.example else f"#{run.id} {run.name}"
+
+
 def run_label(run: StoredRun) -> str:
     """How the run picker names a stored run (rendered as text, not HTML)."""
     config = run.config or {}
     return (
-        f"#{run.id} {run.name} · {config.get('task', '?')} · {StoredPlan.read(config).runtime} · {run.status} · "
+        f"{run_title(run)} · {config.get('task', '?')} · {StoredPlan.read(config).runtime} · {run.status} · "
         f"{run.cell_count}/{config.get('cells_total', '?')} cells"
     )
 

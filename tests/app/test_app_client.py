@@ -216,7 +216,7 @@ def call_raw(server, endpoint: str, *data) -> str:
 
 
 def test_a_server_path_sent_as_a_file_is_refused(server, tmp_path):
-    """Issue 15: a caller named a server file in /upload_history's FileData and its text came back."""
+    """A caller named a server file in /upload_history's FileData and its text came back."""
     planted = tmp_path / "secret_notes.txt"
     planted.write_text("API_TOKEN=hunter2-planted\n\nanother private line")
     named = {"path": str(planted), "meta": {"_type": "gradio.FileData"}, "orig_name": "secret_notes.txt"}
@@ -248,7 +248,7 @@ def test_a_non_ascii_cloud_secret_stops_the_app_at_start_up(monkeypatch):
 
 
 def test_a_public_app_never_contacts_a_visitor_named_cloud(tmp_path, monkeypatch):
-    """Issue 15: /test_cloud and /generate sent the app's secret to any address a visitor typed."""
+    """/test_cloud and /generate sent the app's secret to any address a visitor typed."""
     import socket
     import threading
 

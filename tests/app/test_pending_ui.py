@@ -1,4 +1,4 @@
-"""Pending drafts on the page (issue 25): the Generate tab's output keeps the settled tokens as appends and
+"""Pending drafts on the page: the Generate tab's output keeps the settled tokens as appends and
 the round's drafts as a tail the verdict replaces; Compare shows drafts only when the methods are named;
 the legend and the statistics name the pending look and the first visible token. No models."""
 

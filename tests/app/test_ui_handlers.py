@@ -61,6 +61,11 @@ def dashboard(service):
     return dashboard_handlers.DashboardTab(service)
 
 
+def own_runs(dashboard) -> list[tuple[str, int]]:
+    """The run picker's choices that are the user's runs (listed first; the example runs follow)."""
+    return [(label, run_id) for label, run_id in dashboard.run_choices() if not label.startswith("example:")]
+
+
 def settings(**overrides):
     """The widgets' values for a short greedy SpecSteer run on the tiny pair."""
     return widget_settings(**{"pairing": pairs.TINY_PAIRING_ID, "max_new_tokens": 24, **overrides})
@@ -748,7 +753,7 @@ def test_dashboard_run_shows_figures_table_and_survives_restart(dashboard):
     assert final.quality.data and final.acceptance.data
     assert list(final.table["value"]["method"]) == ["LLM", "SpecSteer", "SpecSteer"]
     storage.reset_engines()  # as after an app restart
-    choices = dashboard.run_choices()
+    choices = own_runs(dashboard)
     assert len(choices) == 1 and "ui-test-run" in choices[0][0] and "3/3 cells" in choices[0][0]
     view = dashboard.open_runs([choices[0][1]])
     assert "Showing #" in view.status and len(view.table["value"]) == 3
@@ -760,7 +765,7 @@ def test_dashboard_compares_runs_and_shows_their_names_as_text(dashboard):
     first = list(dashboard.run_batch(**dashboard_values(run_name="<b>one</b>")))[-1]
     second = list(dashboard.run_batch(**dashboard_values(run_name='<a href="x">two</a>', methods=["slm+"])))[-1]
     assert "finished" in first.status and "finished" in second.status
-    ids = [run_id for _, run_id in dashboard.run_choices()]
+    ids = [run_id for _, run_id in own_runs(dashboard)]
     view = dashboard.open_runs(ids)
     table = view.table["value"]
     assert set(table["run"]) == {f'#{ids[0]} <a href="x">two</a>', f"#{ids[1]} <b>one</b>"}
@@ -915,7 +920,7 @@ def test_a_profile_and_its_sources_are_shown_escaped():
     assert all(render.esc(source.text) in shown for source in profile.sources)
 
 
-# --------------------------------------------------------------------------- public callers (issue 15)
+# --------------------------------------------------------------------------- public callers
 
 
 def test_a_server_path_is_never_read_as_a_history(service, tmp_path, warnings):

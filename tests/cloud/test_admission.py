@@ -1,4 +1,4 @@
-"""Fair Cloud admission and runs that survive a pause (issue 22), on the tiny pair and an injected clock.
+"""Fair Cloud admission and runs that survive a pause, on the tiny pair and an injected clock.
 
 Who is asking (the credential, never the address), per-credential caps, idle sessions giving their room
 oldest-idle first, a bounded session life, an in-process Cloud that never expires its own Edge's

@@ -148,7 +148,7 @@ def test_end_to_end_batch_stores_every_cell_and_summarizes(pair, url):
     assert [update.stage for update in updates[:2]] == ["loading", "warmup"]
     running = [update for update in updates if update.stage == "running"]
     assert [update.done for update in running] == list(range(len(result.cells)))
-    # 10 points x 3 records (llm+: issue 16; p3: issue 27)
+    # 10 points x 3 records (every method: llm+ and p3 among them)
     assert running[0].describe() == "[1/30] slm rec=sample-review-0"
     assert (updates[-1].stage, updates[-1].done, updates[-1].total) == ("finished", 30, 30)
 

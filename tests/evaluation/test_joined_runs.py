@@ -24,7 +24,7 @@ ORDER = [method for method in METHODS if method in {"slm+", "llm", "specsteer", 
 
 @pytest.fixture
 def runs(tmp_path, url):
-    """Issue 28's kind of run (slm+, llm, specsteer) over three records, and a P³ run added to two of them."""
+    """A re-test's kind of run (slm+, llm, specsteer) over three records, and a P³ run added to two of them."""
     data = write_records(tmp_path, [cogenesis_record(n) for n in range(3)])
     base = EvalSpec(
         data=data,

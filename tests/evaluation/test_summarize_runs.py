@@ -1,4 +1,4 @@
-"""scripts/summarize_runs.py states the claims of specsteer.evaluation.claims (the Dashboard's sentences), not a
+"""benchmarks/summarize_runs.py states the claims of specsteer.evaluation.claims (the Dashboard's sentences), not a
 logic of its own: each SpecSteer setting against SLM+ and LLM with its interval and verdict, on R-L and R-1."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from specsteer.evaluation.grid import EvalSpec, load_evaluation_records, run_con
 from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "summarize_runs.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "summarize_runs.py"
 STEERED = GridPoint("specsteer", 0.1, 1.0)
 # R-L (0-100) per record: SpecSteer above SLM+ on every record, beside LLM on some and below on others.
 SCORES = {GridPoint("slm+"): [10, 12, 11], GridPoint("llm"): [15, 12, 20], STEERED: [14, 16, 15]}

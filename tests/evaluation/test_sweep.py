@@ -1,4 +1,4 @@
-"""The α × β sweep and docs/SWEEP_PLAN.md's choice rule on synthetic cells whose answer is known."""
+"""The α × β sweep and docs/research/SWEEP_PLAN.md's choice rule on synthetic cells whose answer is known."""
 
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ def _calibration(*timings: cal.RuntimeTiming) -> cal.Calibration:
     return cal.Calibration("k", "cpu", DEFAULT_PAIRING, timings, (), 10.0)
 
 
-# A CPU with AMX (issue 25's shape, made plainer): bf16 reads prompts 8x faster, 4-bit steps faster,
+# A CPU with AMX (a measured machine's shape, made plainer): bf16 reads prompts 8x faster, 4-bit steps faster,
 # the Generalist's most (its steps and passes decide the throughput; the Specialist's prompt the first token).
 FAST_READ = ((1600.0, 0.05, 0.06), (640.0, 0.2, 0.25))
 FAST_STEP = ((200.0, 0.04, 0.06), (80.0, 0.06, 0.09))

@@ -402,7 +402,7 @@ def test_every_row_of_a_long_pass_comes_back(gguf_dir):
 
 def test_a_llamacpp_context_grows_on_demand_and_keeps_what_it_holds(gguf_dir):
     """A context starts small and is replaced by a larger one, its cache copied, only when a pass needs
-    the room (issue 15: every session allocated its whole budget's keys and values at its Open)."""
+    the room (once, every session allocated its whole budget's keys and values at its Open)."""
     from specsteer.runtimes.llamacpp import FIRST_CONTEXT
 
     model = _model("llama.cpp", 17, gguf_dir)

@@ -75,7 +75,7 @@ def test_the_campaign_is_ready_with_one_comparison_per_record(service):
         assert sorted(service.app.store.comparison(item.comparison_id).methods) == sorted(METHODS)
 
 
-def test_joining_needs_the_code_issued_to_the_name(service, db):
+def test_joining_needs_the_code_given_to_the_name(service, db):
     codes = db[1]
     assert seat(service, codes, "ann").annotator == "ann"
     with pytest.raises(CampaignError, match="join code"):

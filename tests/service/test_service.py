@@ -600,7 +600,7 @@ def test_a_cloud_killed_mid_generation_keeps_and_saves_what_was_emitted(tmp_path
     assert saved.settings.cloud == child.url and partial.saved_id == 1
 
 
-# --------------------------------------------------------------------------- a public deployment (issue 15)
+# --------------------------------------------------------------------------- a public deployment
 
 
 class RecordingListener:

@@ -1,4 +1,4 @@
-"""The start-up warm-up (issue 25): the default pairing loads in the background, the default request's
+"""The start-up warm-up: the default pairing loads in the background, the default request's
 prompts are read once so that its first generation finds them cached, and a click meanwhile waits for it
 with a message. Tiny fp32 pairs, built fresh per test so that no other test's prefix caches count."""
 

@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="forget cached prompts when a session ends (benchmarks time every prompt's reading)",
     )
-    from specsteer.cloud.vllm import add_arguments as add_vllm_arguments
+    from specsteer.cli.vllm_cloud import add_arguments as add_vllm_arguments
 
     add_vllm_arguments(cloud)
     cloud.add_argument(
@@ -464,7 +464,7 @@ def _serve_cloud(args) -> int:
     except ValueError as error:
         return _fail(str(error), 2)
     if args.engine == "vllm":
-        from specsteer.cloud.vllm import serve_from_arguments
+        from specsteer.cli.vllm_cloud import serve_from_arguments
 
         return serve_from_arguments(args, limits, secret, args.header_timeout_s, args.body_timeout_s)
     pair = _cloud_pair(args)

@@ -174,13 +174,15 @@ class DashboardTab:
             )
             return DeploymentView(render.message_box(message, "warning"), None, None, sources)
         if report.projected == 0:
-            message = f"Run “{name}”: {left_out_sentence(report.disturbed)} Nothing is left to project."
+            message = (
+                f"Run “{name}”: {left_out_sentence(report.disturbed, quality_kept=False)} Nothing is left to project."
+            )
             return DeploymentView(render.message_box(message, "warning"), None, None, sources)
         notes = [f"Projected {report.projected} traced generations of run “{name}” onto “{report.profile.label}”."]
         if report.untraced:
             notes.append(f"{report.untraced} cells stored without a trace are left out.")
         if report.disturbed:
-            notes.append(left_out_sentence(report.disturbed))
+            notes.append(left_out_sentence(report.disturbed, quality_kept=False))
         methods = {row["method"] for row in report.rows}
         if "llm" not in methods:
             notes.append("The run has no LLM cells, so there is no speedup over the cloud-streamed LLM to show.")

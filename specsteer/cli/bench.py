@@ -355,7 +355,7 @@ def timed_traces(runs: list) -> tuple[list, int]:
 
     kept, left_out = timed_runs(runs)
     if left_out:
-        _log(left_out_sentence(left_out, noun="generation"))
+        _log(left_out_sentence(left_out, noun="generation", quality_kept=False))
     return kept, left_out
 
 

@@ -24,16 +24,19 @@ def disturbed_count(cells: Iterable[CellResult]) -> int:
     return sum(1 for cell in cells if cell.stats.timing_disturbed)
 
 
-def left_out_sentence(count: int, noun: str = "cell", where: Mapping[str, int] | None = None) -> str:
+def left_out_sentence(
+    count: int, noun: str = "cell", where: Mapping[str, int] | None = None, quality_kept: bool = True
+) -> str:
     """What every speed figure says about the generations it left out ("" when it left none out); ``where``:
-    how many of them each row had (by the row's label), named in brackets."""
+    how many of them each row had (by the row's label), named in brackets; ``quality_kept``: False where the
+    figures left them out altogether (a projection replays a generation's passes, whose times the pause is in)."""
     if not count:
         return ""
     things = noun if count == 1 else f"{noun}s"
     verb = "was" if count == 1 else "were"
     rows = ", ".join(f"{label}: {n}" for label, n in (where or {}).items() if n)
+    kept = f"; quality figures keep {'it' if count == 1 else 'them'}" if quality_kept else ""
     return (
         f"{count} {things} whose timing was disturbed (the process stood still mid-generation: stopped, frozen "
-        f"or paused) {verb} left out of every speed figure{f' ({rows})' if rows else ''}; quality figures keep "
-        f"{'it' if count == 1 else 'them'}."
+        f"or paused) {verb} left out of every speed figure{f' ({rows})' if rows else ''}{kept}."
     )

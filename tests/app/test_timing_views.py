@@ -43,6 +43,7 @@ def test_the_deployment_view_leaves_a_paused_generation_out_and_says_so(dashboar
     view = dashboard.deployment([run_id], "paper")
     assert "Projected 5 traced generations" in view.status
     assert "1 cell whose timing was disturbed" in view.status
+    assert "quality figures keep" not in view.status  # a projection replays the passes: it leaves the cell out
     only = stored_run("only paused", [cell for cell in run_cells() if cell.stats.timing_disturbed])
     nothing = dashboard.deployment([only], "paper")
     assert "Nothing is left to project" in nothing.status and nothing.figure is None

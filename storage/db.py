@@ -34,11 +34,12 @@ from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 from urllib.parse import quote, unquote
 
-from sqlalchemy import Engine, create_engine, event, make_url
+from sqlalchemy import Engine, MetaData, create_engine, event, inspect, make_url, text
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
+from sqlalchemy.schema import CreateColumn
 
 log = logging.getLogger(__name__)
 
@@ -183,8 +184,39 @@ def get_engine(url: str | None = None) -> Engine:
         return engine
 
 
+def add_missing_columns(engine: Engine, metadata: MetaData) -> list[str]:
+    """Add to existing tables the columns declared since they were made (``table.column`` for each added).
+
+    ``create_all`` makes missing tables but never touches existing ones, so a database made by an earlier
+    version would lack a column added since, and every query naming it would fail. Such a column must say what
+    its old rows hold (nullable, or a server default). Two processes may both try: the one that loses finds
+    the column there and goes on.
+    """
+    added = []
+    existing = set(inspect(engine).get_table_names())
+    for table in metadata.sorted_tables:
+        if table.name not in existing:
+            continue
+        present = {column["name"] for column in inspect(engine).get_columns(table.name)}
+        for column in table.columns:
+            if column.name in present:
+                continue
+            if not column.nullable and column.server_default is None:
+                raise RuntimeError(f"{table.name}.{column.name} was added without a value for existing rows")
+            ddl = CreateColumn(column).compile(dialect=engine.dialect)
+            try:
+                with engine.begin() as connection:
+                    connection.execute(text(f"ALTER TABLE {table.name} ADD COLUMN {ddl}"))
+            except DBAPIError:
+                if column.name not in {c["name"] for c in inspect(engine).get_columns(table.name)}:
+                    raise
+            added.append(f"{table.name}.{column.name}")
+    return added
+
+
 def init_db(url: str | None = None) -> Engine:
-    """Create every table that is missing (idempotent, safe from several processes)."""
+    """Create every table that is missing, and the columns added since an existing one was made
+    (idempotent, safe from several processes)."""
     from storage.models import Base  # here, not at import time: models never import db
 
     key = _engine_key(url)
@@ -201,6 +233,8 @@ def init_db(url: str | None = None) -> Engine:
                 if attempt == 4 or not ("already exists" in str(error) or is_locked_error(error)):
                     raise
                 time.sleep(0.05 * (attempt + 1))
+        for column in add_missing_columns(engine, Base.metadata):
+            log.info("database %s: added the column %s", engine.url.render_as_string(), column)
         _INITIALISED.add(key)
     return engine
 

@@ -24,6 +24,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
@@ -228,6 +229,10 @@ class EvalCell(Base):
     rougeL_stemmed: Mapped[float | None] = mapped_column(Float)
     # tok_per_s, acceptance, rounds, uplink/downlink bytes, seconds, new_tokens, ...
     stats: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # The generation's wall time holds a pause (GenerationStats.timing_disturbed, which the stats say too): a
+    # resume runs the cell again and the new cell takes its place. Added after the table: databases made
+    # before it get the column, false, when they are opened (storage.db).
+    timing_disturbed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
     run: Mapped[EvalRun] = relationship(back_populates="cells")

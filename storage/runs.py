@@ -7,7 +7,9 @@ and the scripts read runs back with :func:`get_run`, :func:`list_runs` and :func
 
 Cells arrive one at a time, the moment each is computed, possibly from several processes working
 on one run (``--shard``): :func:`save_cell` inserts a cell unless the run already has its key,
-without failing and without ending the transaction, so two workers never store a cell twice.
+without failing and without ending the transaction, so two workers never store a cell twice. A cell
+whose timing was disturbed (the process stood still mid-generation) is stored but not finished: a resume
+runs it again, and the new cell takes its place.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, func, select
+from sqlalchemy import CursorResult, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -124,9 +126,11 @@ def set_run_status(run_id: int, status: RunStatus, *, error: str | None = None, 
 
 
 def finished_cell_keys(run_id: int, *, url: str | None = None) -> set[str]:
-    """Keys of the cells a run already has (skip these when resuming)."""
+    """Keys of the cells a run already has with sound timing (skip these when resuming): a cell whose
+    timing was disturbed is run again."""
     with session_scope(url) as session:
-        return set(session.scalars(select(EvalCell.cell_key).where(EvalCell.run_id == run_id)))
+        query = select(EvalCell.cell_key).where(EvalCell.run_id == run_id, EvalCell.timing_disturbed.is_(False))
+        return set(session.scalars(query))
 
 
 def _rouge_columns(rouge: Mapping[str, float | None]) -> dict[str, float | None]:
@@ -154,7 +158,9 @@ def _insert_ignoring_duplicate(session: Session, values: dict[str, Any]) -> bool
 
 @retry_on_locked()
 def save_cell(run_id: int, cell: CellResult, *, url: str | None = None) -> bool:
-    """Persist one cell at once; True if stored, False if the run already had it (never raises for that)."""
+    """Persist one cell at once; True if stored, False if the run already had it (never raises for that).
+    A stored cell of that key whose timing was disturbed is replaced (in the same transaction, so two workers
+    re-timing it store one cell)."""
     point = cell.point
     values = {
         "run_id": run_id,
@@ -165,11 +171,14 @@ def save_cell(run_id: int, cell: CellResult, *, url: str | None = None) -> bool:
         "beta": None if point.beta is None else float(point.beta),
         "output": cell.output or "",
         "stats": to_jsonable(cell.stats),
+        "timing_disturbed": cell.stats.timing_disturbed,
         **_rouge_columns(cell.rouge),
     }
     with session_scope(url) as session:
         if session.get(EvalRun, run_id) is None:
             raise ValueError(f"run {run_id} does not exist")
+        disturbed = (EvalCell.run_id == run_id, EvalCell.cell_key == cell.key, EvalCell.timing_disturbed.is_(True))
+        session.execute(delete(EvalCell).where(*disturbed))
         return _insert_ignoring_duplicate(session, values)
 
 

@@ -15,6 +15,7 @@ from specsteer.engine.settings import sentence
 from specsteer.evaluation import plots
 from specsteer.evaluation.deployment import PROFILES
 from specsteer.evaluation.grid import EvalResult, GridProgress
+from specsteer.evaluation.timing import left_out_sentence
 from specsteer.service.app_service import AppService, EvaluationEvent, Failed, Loading, Status
 from specsteer.service.evaluation_runs import (
     GridForm,
@@ -24,6 +25,7 @@ from specsteer.service.evaluation_runs import (
     run_title,
     runtime_note,
     stored_rows,
+    timing_note,
 )
 from ui import render
 from ui.dashboard_figures import compared_figures, figures, table_update
@@ -94,6 +96,7 @@ def evaluation_frames(
             )
             if cancelled:
                 message += " Run it again under the same name to resume."
+            message = " ".join(filter(None, [message, timing_note(event.cells)]))
             yield DashboardView(
                 render.message_box(message, "warning" if cancelled else "ok"),
                 quality,
@@ -121,7 +124,7 @@ class DashboardTab:
             message = "Choose one or more stored runs."
             gr.Warning(message)
             return DashboardView(render.message_box(message, "error"), gr.skip(), gr.skip(), gr.skip(), gr.skip())
-        runs = []
+        runs, timings = [], []
         for run_id in ids:
             stored = self.service.run_results(run_id)
             if stored is None:
@@ -135,9 +138,12 @@ class DashboardTab:
             run, cells = stored.run, stored.cells
             runs.append((run_title(run), stored_rows(run.config, cells)))
             claims = [runtime_note(run.config), *claim_notes(cells)] if len(ids) == 1 else []
+            timing = timing_note(cells)
+            if timing:
+                timings.append(f"#{run.id}: {timing}" if len(ids) > 1 else timing)
         quality, acceptance, table = compared_figures(runs)
         names = ", ".join(name for name, _ in runs)
-        status = render.message_box(" ".join([f"Showing {names}.", *claims]), "ok")
+        status = render.message_box(" ".join([f"Showing {names}.", *claims, *timings]), "ok")
         return DashboardView(status, quality, acceptance, table_update(table), gr.skip())
 
     def deployment(self, run_ids: Sequence[int] | int | None, profile: str) -> DeploymentView:
@@ -175,9 +181,16 @@ class DashboardTab:
                     "grid again under a new name to see its deployment."
                 )
             return DeploymentView(render.message_box(message, "warning"), None, None, sources)
-        notes = [f"Projected {report.traced} traced generations of run “{name}” onto “{report.profile.label}”."]
+        if report.projected == 0:
+            message = (
+                f"Run “{name}”: {left_out_sentence(report.disturbed, quality_kept=False)} Nothing is left to project."
+            )
+            return DeploymentView(render.message_box(message, "warning"), None, None, sources)
+        notes = [f"Projected {report.projected} traced generations of run “{name}” onto “{report.profile.label}”."]
         if report.untraced:
             notes.append(f"{report.untraced} cells stored without a trace are left out.")
+        if report.disturbed:
+            notes.append(left_out_sentence(report.disturbed, quality_kept=False))
         methods = {row["method"] for row in report.rows}
         if "llm" not in methods:
             notes.append("The run has no LLM cells, so there is no speedup over the cloud-streamed LLM to show.")

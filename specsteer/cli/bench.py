@@ -293,8 +293,10 @@ def _link(args) -> int:
             )
     finally:
         child.stop()
+    timed, left_out = timed_traces(runs)
     result: dict[str, Any] = {
-        "rows": link_rows(runs, args.uplink_kbps, args.downlink_kbps),
+        "rows": link_rows(timed, args.uplink_kbps, args.downlink_kbps),
+        "left_out": left_out,  # generations whose timing was disturbed (in "runs", not in the rows)
         "machine": machine_info().to_dict(),
         "settings": {
             "pairing": pairing,
@@ -322,12 +324,13 @@ def _project(args) -> int:
         profile = get_profile(args.profile)
         if bool(args.from_bench) == bool(args.database or args.run):
             raise ValueError("give either --from-bench FILE or --database URL with --run NAME")
-        runs = _bench_runs(args.from_bench) if args.from_bench else _stored_runs(args.database, args.run)
+        traced = _bench_runs(args.from_bench) if args.from_bench else _stored_runs(args.database, args.run)
     except (ValueError, OSError, KeyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    runs, left_out = timed_traces(traced)
     if not runs:
-        print("error: no stored generation has a trace to project", file=sys.stderr)
+        print("error: no stored generation with sound timing has a trace to project", file=sys.stderr)
         return 2
     rows = projection_rows(group_runs(runs), profile, args.rtt_ms)
     result = {
@@ -339,9 +342,21 @@ def _project(args) -> int:
         },
         "source": args.from_bench or {"database": args.database, "runs": args.run},
         "generations": len(runs),
+        "left_out": left_out,  # generations whose timing was disturbed (not projected)
     }
     print(json.dumps(to_jsonable(result)) if args.json else format_rows(rows))
     return 0
+
+
+def timed_traces(runs: list) -> tuple[list, int]:
+    """The traces with sound timing (``deployment.timed_runs``), saying on stderr how many were left out."""
+    from specsteer.evaluation.deployment import timed_runs
+    from specsteer.evaluation.timing import left_out_sentence
+
+    kept, left_out = timed_runs(runs)
+    if left_out:
+        _log(left_out_sentence(left_out, noun="generation", quality_kept=False))
+    return kept, left_out
 
 
 def _bench_runs(path: str) -> list:

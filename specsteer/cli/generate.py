@@ -603,4 +603,5 @@ def format_stats(finished: Finished) -> str:
             if s.device_share is not None
             else ""
         )
+        + (f", timing disturbed: paused {s.paused_s:.1f} s (not the time it computed)" if s.timing_disturbed else "")
     )

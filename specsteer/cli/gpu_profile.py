@@ -36,15 +36,16 @@ def _numbers(text: str) -> list[float]:
         raise argparse.ArgumentTypeError(f"expected comma-separated numbers, not {text!r}") from None
 
 
-def _stored_traces(args) -> list:
-    """The traces to project, read the way ``bench project`` reads them (its composition root)."""
-    from specsteer.cli.bench import _bench_runs, _stored_runs
+def _stored_traces(args) -> tuple[list, int]:
+    """The traces to project, read the way ``bench project`` reads them (its composition root), with sound
+    timing, and how many were left out."""
+    from specsteer.cli.bench import _bench_runs, _stored_runs, timed_traces
 
     if args.from_bench:
-        return _bench_runs(args.from_bench)
+        return timed_traces(_bench_runs(args.from_bench))
     if not args.database and not EXAMPLE_RUNS_DB.is_file():
         raise ValueError(f"no {EXAMPLE_RUNS_DB} (the example runs): give --database URL --run NAME, or --from-bench")
-    return _stored_runs(args.database or str(EXAMPLE_RUNS_DB), args.run or list(DEFAULT_RUNS))
+    return timed_traces(_stored_runs(args.database or str(EXAMPLE_RUNS_DB), args.run or list(DEFAULT_RUNS)))
 
 
 def _published_text(profile: DeploymentProfile, number: str) -> str | None:
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         costs = load_costs(args.costs)
         published = get_profile(args.base)
         measured = measured_cloud_profile(costs, args.pair, published, args.context, origin=args.costs)
-        runs = [] if args.no_projection else _stored_traces(args)
+        runs, left_out = ([], 0) if args.no_projection else _stored_traces(args)
     except (ValueError, OSError, KeyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -103,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
             "costs": costs_table,
             "projection": projection,
             "generations": len(runs),
+            "left_out": left_out,  # generations whose timing was disturbed (not projected)
         }
         print(json.dumps(result, indent=1))
         return 0

@@ -537,6 +537,9 @@ class TracedGeneration:
     accepted: int
     verified: int
     trace: tuple[TraceStep, ...]
+    # its wall time holds a pause (GenerationStats.timing_disturbed): left out of every projection and measured
+    # speed (timed_runs), since its passes' times and its seconds are not what it computed
+    disturbed: bool = False
 
     @classmethod
     def of(
@@ -559,6 +562,7 @@ class TracedGeneration:
             stats.accepted,
             stats.verified,
             tuple(as_trace(stats.trace)),
+            stats.timing_disturbed,
         )
 
     def to_json(self) -> dict:
@@ -567,6 +571,14 @@ class TracedGeneration:
     @classmethod
     def from_json(cls, data: Mapping) -> TracedGeneration:
         return cls(**{"beta": None, **data, "trace": tuple(as_trace(data["trace"]))})
+
+
+def timed_runs(runs: Iterable[TracedGeneration]) -> tuple[list[TracedGeneration], int]:
+    """The runs whose timing is sound, and how many were left out for a disturbed one: a row's projected and
+    measured speeds are then over the same generations."""
+    runs = list(runs)
+    kept = [run for run in runs if not run.disturbed]
+    return kept, len(runs) - len(kept)
 
 
 GroupKey = tuple[str, float | None, float | None]  # (method, alpha, beta)
@@ -636,8 +648,10 @@ def projection_rows(
 def deployment_rows(cells: Iterable, profile_name: str, rtts_ms: Sequence[float] = DEFAULT_RTTS_MS) -> list[dict]:
     """For a stored evaluation run (``stores.CellResult`` s): every method's projected tokens/s at
     each RTT under a bundled profile, next to what was measured here. Cells without a trace (runs
-    stored before traces existed) and device-only methods' cells are projected too where they have one."""
-    runs = [TracedGeneration.of(cell.stats, cell.point.alpha, cell.point.beta) for cell in cells if cell.stats.trace]
+    stored before traces existed) are left out, and so are cells whose timing was disturbed
+    (:func:`timed_runs`); device-only methods' cells are projected too where they have one."""
+    traced = [TracedGeneration.of(cell.stats, cell.point.alpha, cell.point.beta) for cell in cells if cell.stats.trace]
+    runs, _ = timed_runs(traced)
     return projection_rows(group_runs(runs), get_profile(profile_name), rtts_ms)
 
 

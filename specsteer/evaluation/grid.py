@@ -5,7 +5,9 @@ generation statistics are kept in the run's store (a ``specsteer.service.stores.
 the command line use ``storage.SqlRunStore``) the moment it finishes, so a run that crashes or is
 cancelled loses at most the generation in flight, and running the same run name again continues
 where it stopped (finished cells are skipped; a different config under the same name is refused,
-so two runs never mix). :func:`run_grid_events` reports progress as a generator of
+so two runs never mix). A cell whose timing was disturbed (the process stood still mid-generation:
+``specsteer.method.timing``) counts as not finished: running the run again re-times it, the new cell
+taking its place. :func:`run_grid_events` reports progress as a generator of
 :class:`GridProgress` events ending with the :class:`EvalResult`; :func:`run_grid` just runs it.
 
 Grid. alpha and beta only go to the methods that read them (``specsteer.method.catalog``): SpecSteer
@@ -24,11 +26,14 @@ Summary (:func:`summarize`), one row per (method, alpha, beta):
 * ROUGE — the mean over records of each F-measure, on the 0–100 scale; ``rouge1`` / ``rougeL``
   unstemmed (the LaMP protocol), ``rouge1_stemmed`` / ``rougeL_stemmed`` with the Porter stemmer.
 * ``tok_per_s`` — total new tokens / total generation seconds over the row's records (time
-  includes prompt prefill and, for speculative methods, every round).
+  includes prompt prefill and, for speculative methods, every round). Cells whose timing was disturbed
+  (the process stood still mid-generation: ``specsteer.method.timing``) are left out of this and of every
+  other speed figure below; ``speed_left_out`` says how many of the row's cells that is (its ROUGE, acceptance
+  and hygiene keep them).
 * ``acceptance`` — total accepted drafts / total drafted tokens (0–1); None for methods that
   do not draft.
 * ``speedup`` — the row's tok_per_s divided by the ``llm`` row's, both recomputed over the
-  records the two rows share, measured in the same run. None when the run has no ``llm`` cells:
+  records the two rows share with sound timing, measured in the same run. None when the run has no ``llm`` cells:
   a stored constant would compare timings from another machine state.
 * ``decode_tok_per_s`` / ``decode_speedup`` — the same with every stream's first pass (prompt
   processing) left out. On a runtime with prefix reuse (llama.cpp) the first method run on a record
@@ -86,6 +91,7 @@ from specsteer.evaluation.record_lora import (
     with_training,
 )
 from specsteer.evaluation.run_store import CellResult, GridPoint, RunStatus, RunStore, cell_key
+from specsteer.evaluation.timing import timed_cells
 from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
 from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU, P3Params
 from specsteer.models.registry import DEFAULT_PAIRING
@@ -109,6 +115,7 @@ JSON_ROW_KEYS = (
     "speedup",
     "decode_tok_per_s",
     "decode_speedup",
+    "speed_left_out",
     "layout_copy",
     "preamble",
     "refusal",
@@ -819,6 +826,7 @@ def _summary_row(
     drafted = sum(s.drafted for s in stats)
     hygiene = _hygiene(cells, task, prompts) if task and prompts is not None else {}
     privacy = _privacy(cells, prompts, facts) if facts and prompts is not None else {}
+    timed = timed_cells(cells)  # speed figures only: quality keeps every cell
     return {
         "method": point.method,
         "alpha": point.alpha,
@@ -826,10 +834,11 @@ def _summary_row(
         "records": len(cells),
         **corpus_rouge(cell.rouge for cell in cells),
         "acceptance": sum(s.accepted for s in stats) / drafted if drafted else None,
-        "tok_per_s": _throughput(cells),
-        "speedup": _speedup(cells, reference) if reference else None,
-        "decode_tok_per_s": _throughput(cells, decode_only=True),
-        "decode_speedup": _speedup(cells, reference, decode_only=True) if reference else None,
+        "tok_per_s": _throughput(timed),
+        "speedup": _speedup(timed, reference) if reference else None,
+        "decode_tok_per_s": _throughput(timed, decode_only=True),
+        "decode_speedup": _speedup(timed, reference, decode_only=True) if reference else None,
+        "speed_left_out": len(cells) - len(timed),
         **hygiene,
         **privacy,
         "rounds": _mean([s.rounds for s in stats]),
@@ -851,7 +860,7 @@ def summarize(
     groups: dict[GridPoint, list[CellResult]] = {}
     for cell in cells:
         groups.setdefault(cell.point, []).append(cell)
-    reference = groups.get(GridPoint(SPEED_REFERENCE), [])
+    reference = timed_cells(groups.get(GridPoint(SPEED_REFERENCE), []))
     return [
         _summary_row(point, groups[point], reference, task, prompts, facts) for point in sorted(groups, key=_row_order)
     ]

@@ -11,7 +11,8 @@ if one run had computed both. This module joins them and reads the result:
 * only the records every row has are kept, so that each mean and each paired difference is over the
   same users.
 
-Each row: mean ROUGE-1 and ROUGE-L (0-100) with a record-level percentile bootstrap interval, tokens/s,
+Each row: mean ROUGE-1 and ROUGE-L (0-100) with a record-level percentile bootstrap interval, tokens/s (cells
+whose timing was disturbed left out and counted, ``specsteer.evaluation.timing``; the ROUGE keeps them),
 the share of the output's tokens chosen on the device (:func:`device_tokens`), and on CoGenesis the facts
 audit's shares (``grid.summarize``: sent to the cloud, beyond the task, in the output). Then the paired
 differences of each steering method (P³, SpecSteer) against every other row, with their verdicts.
@@ -36,6 +37,7 @@ from specsteer.evaluation.grid import (
 )
 from specsteer.evaluation.metrics import bootstrap_interval
 from specsteer.evaluation.run_store import CellResult, GridPoint
+from specsteer.evaluation.timing import left_out_sentence
 from specsteer.method.catalog import method_label
 from specsteer.method.events import GenerationStats
 
@@ -94,6 +96,7 @@ class JoinedRow:
     device_share: float | None  # of the output's tokens, chosen on the device
     settings: str  # the method's own settings where they are not α, β (P³'s k and τ)
     facts: dict[str, float | None]  # by grid.PRIVACY_ROW_KEYS; empty without private facts
+    speed_left_out: int = 0  # cells whose timing was disturbed: out of tok_per_s, in the ROUGE
 
     @property
     def label(self) -> str:
@@ -221,9 +224,15 @@ def join_runs(
                 device / total if total else None,
                 _method_settings(point, run.config),
                 facts_shares(cells, task, run.prompts, facts),
+                summary["speed_left_out"],
             )
         )
     labels = {row.point: row.label for row in rows}
+    left_out = left_out_sentence(
+        sum(row.speed_left_out for row in rows), where={r.label: r.speed_left_out for r in rows}
+    )
+    if left_out:
+        notes.append(f"tok/s: {left_out}")
     pairs = []
     for method in STEERING:
         for ours in (row.point for row in rows if row.point.method == method):
@@ -327,6 +336,7 @@ def table_json(table: JoinedTable) -> dict[str, Any]:
                 "records": row.records,
                 **rouge_fields(row.rouge),
                 "tok_per_s": row.tok_per_s,
+                "speed_left_out": row.speed_left_out,
                 "device_share": row.device_share,
                 **row.facts,
             }

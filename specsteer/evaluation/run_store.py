@@ -99,11 +99,13 @@ class RunStore(Protocol):
         ...
 
     def finished_keys(self, run_id: int) -> set[str]:
-        """The :func:`cell_key` of every cell the run already has."""
+        """The :func:`cell_key` of every cell the run already has, except those whose timing was disturbed
+        (``stats.timing_disturbed``), which a resume runs again. (A store may also call those finished.)"""
         ...
 
     def save_cell(self, run_id: int, cell: CellResult) -> bool:
-        """Keep ``cell`` at once; False when the run already had a cell of that key."""
+        """Keep ``cell`` at once; False when the run already had a cell of that key, unless that one's timing
+        was disturbed: the new cell then takes its place."""
         ...
 
     def set_status(self, run_id: int, status: RunStatus, error: str | None = None) -> None:

@@ -153,6 +153,16 @@ class GenerationStats:
     # P³ (the Cloud drafts): the tokens the Edge chose in place of a Cloud draft, its corrections; None for the
     # methods where the Edge drafts or decodes (device_share then says nothing about them).
     device_chosen: int | None = None
+    # Steps in which this process stood still far beyond the generation's own steps (stopped, frozen, paused:
+    # specsteer.method.timing), and their wall seconds beyond a typical step. Such a generation's timing is
+    # disturbed: its seconds are kept as measured, and speed figures leave it out.
+    pauses: int = 0
+    paused_s: float = 0.0
+
+    @property
+    def timing_disturbed(self) -> bool:
+        """Its wall time holds a pause (``pauses``): not the time it computed."""
+        return self.pauses > 0
 
     @property
     def device_share(self) -> float | None:

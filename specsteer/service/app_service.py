@@ -57,6 +57,7 @@ from specsteer.engine.settings import GenerationSettings, SettingsError, sentenc
 from specsteer.evaluation.deployment import DEFAULT_RTTS_MS, DeploymentProfile, deployment_rows, get_profile
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, grid_method_problem, run_grid_events
 from specsteer.evaluation.run_store import CellResult, RunStore, StoredRun
+from specsteer.evaluation.timing import disturbed_count
 from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS, method_label
 from specsteer.method.events import Finished, LinkMessage, TokenEvent
 from specsteer.models.loading import LoadedPair, load_pair, lora_runtime_choice, runtime_plan, with_specialist_lora
@@ -246,7 +247,8 @@ class DeploymentReport:
 
     ``rows`` are ``deployment.projection_rows``: one per (method, α, β) group and RTT, with the projected
     and the measured tokens/s and the projected speedup over ``llm``. Cells stored before generations
-    kept their traces cannot be projected: ``traced`` says how many of ``cells`` could.
+    kept their traces cannot be projected: ``traced`` says how many of ``cells`` could; ``disturbed``, how many
+    of those the rows left out because their timing was disturbed (``deployment.timed_runs``).
     """
 
     run_id: int
@@ -256,10 +258,16 @@ class DeploymentReport:
     rows: tuple[dict, ...]
     cells: int
     traced: int
+    disturbed: int = 0
 
     @property
     def untraced(self) -> int:
         return self.cells - self.traced
+
+    @property
+    def projected(self) -> int:
+        """The generations the rows project."""
+        return self.traced - self.disturbed
 
 
 @dataclass(frozen=True)
@@ -851,11 +859,12 @@ class AppService:
         except ValueError as error:
             raise ValueError(sentence(str(error))) from None
         cells = self.runs.cells(run_id)
-        traced = sum(1 for cell in cells if cell.stats.trace)
-        rows = deployment_rows(cells, chosen.name, rtts_ms) if traced else []
+        traced = [cell for cell in cells if cell.stats.trace]
+        disturbed = disturbed_count(traced)
+        rows = deployment_rows(traced, chosen.name, rtts_ms) if len(traced) > disturbed else []
         shown = tuple(float(rtt) for rtt in table_rtts_ms if float(rtt) in {float(r) for r in rtts_ms})
         return DeploymentReport(
-            run_id, chosen, tuple(float(rtt) for rtt in rtts_ms), shown, tuple(rows), len(cells), traced
+            run_id, chosen, tuple(float(rtt) for rtt in rtts_ms), shown, tuple(rows), len(cells), len(traced), disturbed
         )
 
     # ----------------------------------------------------------------------- saved comparisons and judgements

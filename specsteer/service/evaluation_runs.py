@@ -1,7 +1,7 @@
 """The Dashboard's decisions, GUI-free: the grid form's values as one EvalSpec (data sources, number lists,
 kept uploads), a stored run's summary rows (with the privacy shares of a CoGenesis run), the claim against
-SLM+ and LLM as the run's bootstrap intervals show it, and how the run picker and messages name runs (the
-example runs that ship with the app as such)."""
+SLM+ and LLM as the run's bootstrap intervals show it, the cells its speed figures left out (disturbed timing),
+and how the run picker and messages name runs (the example runs that ship with the app as such).
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from specsteer.evaluation.claims import claim_sentences
 from specsteer.evaluation.grid import EvalSpec, run_facts, run_prompts, summarize
 from specsteer.evaluation.run_store import StoredRun
 from specsteer.evaluation.sweep import SweepReport, config_points, run_record_count, sweep_report
+from specsteer.evaluation.timing import disturbed_count, left_out_sentence
 from specsteer.method.catalog import METHODS
 from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU
 from specsteer.models.runtime_plan import StoredPlan
@@ -135,6 +136,15 @@ def stored_rows(config: Mapping[str, object], cells: Sequence) -> list[dict]:
         return summarize(cells, "cogenesis", run_prompts(config), run_facts(config))
     except (ValueError, OSError):  # the records file moved or is unreadable: the rows without privacy
         return summarize(cells)
+
+
+def timing_note(cells: Sequence) -> str:
+    """How many of a run's cells its speed figures left out (disturbed timing), and how to re-time them; ""
+    when none."""
+    count = disturbed_count(cells)
+    if not count:
+        return ""
+    return f"{left_out_sentence(count)} Run it again under the same name to re-time {'it' if count == 1 else 'them'}."
 
 
 def claim_notes(cells: Sequence) -> list[str]:

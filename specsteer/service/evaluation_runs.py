@@ -1,7 +1,7 @@
 """The Dashboard's decisions, GUI-free: the grid form's values as one EvalSpec (data sources, number lists,
 kept uploads), a stored run's summary rows (with the privacy shares of a CoGenesis run), the claim against
 SLM+ and LLM as the run's bootstrap intervals show it, the cells its speed figures left out (disturbed timing),
-and how the run picker and messages name runs (the example runs that ship with the app as such).
+and how the run picker and messages name runs (the example runs that ship with the app as such)."""
 
 from __future__ import annotations
 

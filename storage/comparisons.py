@@ -67,7 +67,7 @@ def save_comparison(
             raise ValueError(f"each method may appear once per comparison; repeated: {duplicated}")
         row = Comparison(
             history_id=history_id,
-            task=require_text(task, "task"),
+            task=require_text(task, "task", Comparison.task),
             input_text=input_text,
             pairing=pairing,
             settings=to_jsonable(dict(settings or {})),
@@ -195,8 +195,8 @@ def save_annotation(
     ``preferred`` may also be "tie" or "all_bad". Scores are whole numbers 1-5
     per criterion in RATING_CRITERIA; a None score means "not rated".
     """
-    annotator = require_text(annotator, "annotator")
-    preferred = require_text(preferred, "preferred")
+    annotator = require_text(annotator, "annotator", Annotation.annotator)
+    preferred = require_text(preferred, "preferred", Annotation.preferred)
     with session_scope(url) as session:
         comparison = session.get(Comparison, comparison_id)
         if comparison is None:

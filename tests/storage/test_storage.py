@@ -1,5 +1,6 @@
 """Tests of storage/: engine settings, every table's round trip, validation, exports,
-annotation statistics, resumable evaluation runs, and concurrent writers."""
+annotation statistics, resumable evaluation runs, and concurrent writers; on SQLite and on PostgreSQL
+(``db_url``) except where a test is about SQLite itself."""
 
 from __future__ import annotations
 
@@ -52,11 +53,16 @@ def test_default_url_is_sqlite_file_in_data_dir(tmp_path, monkeypatch):
     assert (tmp_path / "nested" / "data").is_dir()
 
 
-def test_database_url_env_wins_and_postgres_scheme_is_normalised(monkeypatch):
+def test_database_url_env_wins_and_postgres_urls_name_the_installed_driver(monkeypatch):
     monkeypatch.setenv("DATABASE_URL", "postgres://user:pw@db.example/specsteer")
-    assert db.database_url() == "postgresql://user:pw@db.example/specsteer"
+    assert db.postgresql_driver() == "psycopg"  # requirements.txt's driver
+    assert db.database_url() == "postgresql+psycopg://user:pw@db.example/specsteer"
+    assert db.normalise_url("postgresql://db.example/x") == "postgresql+psycopg://db.example/x"
+    assert db.normalise_url("postgresql+psycopg2://db.example/x") == "postgresql+psycopg2://db.example/x"
     # Server databases get no SQLite-only arguments (and need no driver to plan this).
     assert db.engine_options(db.database_url()) == {"pool_pre_ping": True}
+    monkeypatch.setattr(db.importlib.util, "find_spec", lambda name: None)
+    assert db.normalise_url("postgres://db.example/x") == "postgresql://db.example/x"  # SQLAlchemy names what is missing
 
 
 def test_a_bare_path_names_a_sqlite_file(tmp_path, monkeypatch):
@@ -88,11 +94,11 @@ def test_engine_is_cached_per_url_across_threads(url):
     assert len({id(engine) for engine in engines}) == 1
 
 
-def test_init_db_creates_all_tables_and_is_idempotent(url):
-    db.init_db(url)
-    db.init_db(url)
+def test_init_db_creates_all_tables_and_is_idempotent(db_url):
+    db.init_db(db_url)
+    db.init_db(db_url)
     db.reset_engines()
-    engine = db.init_db(url)  # a fresh engine on an existing schema
+    engine = db.init_db(db_url)  # a fresh engine on an existing schema
     assert set(inspect(engine).get_table_names()) >= TABLES
 
 
@@ -112,8 +118,8 @@ def test_in_memory_sqlite_shares_one_database():
     assert storage.get_history(history_id, url=memory)["name"] == "m"
 
 
-def test_foreign_key_violations_are_rejected(url):
-    with pytest.raises(IntegrityError), db.session_scope(url) as session:
+def test_foreign_key_violations_are_rejected(db_url):
+    with pytest.raises(IntegrityError), db.session_scope(db_url) as session:
         session.add(
             Generation(
                 history_id=999,
@@ -128,16 +134,16 @@ def test_foreign_key_violations_are_rejected(url):
                 transcript=[],
             )
         )
-    with pytest.raises(IntegrityError), db.session_scope(url) as session:
+    with pytest.raises(IntegrityError), db.session_scope(db_url) as session:
         comparison = Comparison(task="review", input_text="", pairing="", settings={}, display_order=["llm"])
         comparison.outputs = [ComparisonOutput(slot=0, label="A", generation_id=12345)]
         session.add(comparison)
-    with db.session_scope(url) as session:
+    with db.session_scope(db_url) as session:
         assert session.execute(text("SELECT COUNT(*) FROM generations")).scalar() == 0
 
 
-def test_session_scope_rolls_back_on_error(url):
-    with pytest.raises(RuntimeError), db.session_scope(url) as session:
+def test_session_scope_rolls_back_on_error(db_url):
+    with pytest.raises(RuntimeError), db.session_scope(db_url) as session:
         session.execute(
             text(
                 "INSERT INTO eval_runs (name, config, status, created_at, updated_at) "
@@ -145,7 +151,7 @@ def test_session_scope_rolls_back_on_error(url):
             )
         )
         raise RuntimeError("boom")
-    assert storage.list_runs(url=url) == []
+    assert storage.list_runs(url=db_url) == []
 
 
 def test_retry_on_locked_reruns_the_unit_of_work():
@@ -195,29 +201,29 @@ class _Item:
         self.fields = fields
 
 
-def test_history_roundtrip_and_dedupe(url):
+def test_history_roundtrip_and_dedupe(db_url):
     items = [{"reviewText": "Great pan.", "summary": "Good"}, {"reviewText": "Too small.", "summary": "Meh"}]
-    first = storage.save_history(name="alice.jsonl", schema="review", items=items, user_id="A1", url=url)
+    first = storage.save_history(name="alice.jsonl", schema="review", items=items, user_id="A1", url=db_url)
     again = storage.save_history(
-        name="renamed.jsonl", schema="review", items=[_Item(**i) for i in items], user_id="A1", url=url
+        name="renamed.jsonl", schema="review", items=[_Item(**i) for i in items], user_id="A1", url=db_url
     )
-    other_user = storage.save_history(name="b.jsonl", schema="review", items=items, user_id="B2", url=url)
+    other_user = storage.save_history(name="b.jsonl", schema="review", items=items, user_id="B2", url=db_url)
     assert again == first and other_user != first
-    stored = storage.get_history(first, url=url)
+    stored = storage.get_history(first, url=db_url)
     assert stored["items"] == items and stored["item_count"] == 2
     assert stored["name"] == "alice.jsonl" and stored["schema"] == "review" and stored["user_id"] == "A1"
     assert stored["sha256"] == history_sha256("review", "A1", items)
     assert stored["created_at"].tzinfo is not None
-    listed = storage.list_histories(url=url)
+    listed = storage.list_histories(url=db_url)
     assert [h["id"] for h in listed] == [other_user, first] and "items" not in listed[0]
-    assert storage.get_history(999, url=url) is None
+    assert storage.get_history(999, url=db_url) is None
 
 
 # -------------------------------------------------------------------- generations
 
 
-def test_generation_roundtrip_accepts_engine_dataclasses(url):
-    history_id = storage.save_history(name="h", schema="plain", items=[{"text": "x"}], url=url)
+def test_generation_roundtrip_accepts_engine_dataclasses(db_url):
+    history_id = storage.save_history(name="h", schema="plain", items=[{"text": "x"}], url=db_url)
     tokens = [
         TokenEvent(id=5, text="Hel", kind="accepted", round=0, ratio=1.7),
         TokenEvent(id=6, text="lo", kind="rejected", round=0, ratio=float("inf")),
@@ -245,32 +251,32 @@ def test_generation_roundtrip_accepts_engine_dataclasses(url):
         stats=stats,
         transcript=transcript,
         history_id=history_id,
-        url=url,
+        url=db_url,
     )
-    stored = storage.get_generation(generation_id, url=url)
+    stored = storage.get_generation(generation_id, url=db_url)
     assert stored["tokens"][0] == {"id": 5, "text": "Hel", "kind": "accepted", "round": 0, "ratio": 1.7}
     assert stored["tokens"][1]["ratio"] is None  # JSON has no Infinity
     assert stored["stats"]["acceptance_rate"] == 0.5 and stored["stats"]["forward_calls"] == {"specialist": 2}
     assert stored["transcript"] == [{"direction": "uplink", "kind": "draft", "bytes": 16, "payload": {"ids": [5, 6]}}]
     assert stored["settings"] == {"alpha": 0.1, "beta": 1.0, "draft_len": 4}
     assert (stored["history_id"], stored["pairing"], stored["text"]) == (history_id, "tiny", "Hello!")
-    assert "tokens" not in storage.list_generations(url=url)[0]
-    assert storage.get_generation(999, url=url) is None
+    assert "tokens" not in storage.list_generations(url=db_url)[0]
+    assert storage.get_generation(999, url=db_url) is None
 
 
 # -------------------------------------------------------------------- comparisons
 
 
-def test_comparison_roundtrip_keeps_the_shown_order(url):
-    comparison_id = _comparison(url, ("slm+", "specsteer", "llm"))
-    stored = storage.get_comparison(comparison_id, url=url)
+def test_comparison_roundtrip_keeps_the_shown_order(db_url):
+    comparison_id = _comparison(db_url, ("slm+", "specsteer", "llm"))
+    stored = storage.get_comparison(comparison_id, url=db_url)
     assert stored["display_order"] == ["slm+", "specsteer", "llm"]
     assert stored["labels"] == {"A": "slm+", "B": "specsteer", "C": "llm"}
     assert [o["label"] for o in stored["outputs"]] == ["A", "B", "C"]
     assert stored["outputs"][1]["text"] == "text of specsteer"
     assert stored["blind"] is True and stored["pairing"] == "tiny"
-    assert [c["id"] for c in storage.list_comparisons(url=url)] == [comparison_id]
-    with db.session_scope(url) as session:
+    assert [c["id"] for c in storage.list_comparisons(url=db_url)] == [comparison_id]
+    with db.session_scope(db_url) as session:
         assert [g.method for g in session.get(Comparison, comparison_id).generations] == ["slm+", "specsteer", "llm"]
 
 
@@ -283,27 +289,27 @@ def test_comparison_roundtrip_keeps_the_shown_order(url):
         ("dup-method", "once per comparison"),
     ],
 )
-def test_comparison_validation(url, ids, message):
-    first, second = _generation(url, "llm"), _generation(url, "llm")
+def test_comparison_validation(db_url, ids, message):
+    first, second = _generation(db_url, "llm"), _generation(db_url, "llm")
     ids = {"none": [], "unknown": [first, 999], "dup-id": [first, first], "dup-method": [first, second]}[ids]
     with pytest.raises(ValueError, match=message):
-        storage.save_comparison(generation_ids=ids, task="review", input_text="x", url=url)
+        storage.save_comparison(generation_ids=ids, task="review", input_text="x", url=db_url)
 
 
 # -------------------------------------------------------------------- annotations
 
 
-def test_annotation_roundtrip_resolves_labels_to_methods(url):
-    comparison_id = _comparison(url)  # A=specsteer, B=llm, C=slm+
+def test_annotation_roundtrip_resolves_labels_to_methods(db_url):
+    comparison_id = _comparison(db_url)  # A=specsteer, B=llm, C=slm+
     annotation_id = storage.save_annotation(
         comparison_id=comparison_id,
         annotator=" ann1 ",
         preferred="A",
         ratings={"A": {"personalization": 5, "fluency": 4.0}, "llm": {"fluency": 3, "personalization": None}},
         comment="A sounds like me",
-        url=url,
+        url=db_url,
     )
-    [stored] = storage.list_annotations(url=url)
+    [stored] = storage.list_annotations(url=db_url)
     assert isinstance(stored, Judgement)
     assert stored.id == annotation_id and stored.annotator == "ann1" and stored.comment == "A sounds like me"
     assert (stored.preferred, stored.preferred_method) == ("A", "specsteer")
@@ -311,17 +317,17 @@ def test_annotation_roundtrip_resolves_labels_to_methods(url):
     assert stored.display_order == ("specsteer", "llm", "slm+") and stored.created_at.tzinfo is not None
 
 
-def test_annotation_labels_follow_the_order_this_annotator_saw(url):
-    comparison_id = _comparison(url)
+def test_annotation_labels_follow_the_order_this_annotator_saw(db_url):
+    comparison_id = _comparison(db_url)
     storage.save_annotation(
         comparison_id=comparison_id,
         annotator="ann2",
         preferred="A",
         ratings={"B": {"fluency": 2}},
         display_order=["slm+", "specsteer", "llm"],
-        url=url,
+        url=db_url,
     )
-    [stored] = storage.list_annotations(comparison_id=comparison_id, url=url)
+    [stored] = storage.list_annotations(comparison_id=comparison_id, url=db_url)
     assert stored.preferred_method == "slm+" and stored.ratings == {"specsteer": {"fluency": 2}}
 
 
@@ -352,22 +358,22 @@ def test_annotation_validation_errors(url, changes, message):
     assert storage.list_annotations(url=url) == []
 
 
-def test_tie_and_all_bad_are_accepted(url):
-    comparison_id = _comparison(url)
+def test_tie_and_all_bad_are_accepted(db_url):
+    comparison_id = _comparison(db_url)
     for choice in ("tie", "all_bad", "llm", "C"):
-        storage.save_annotation(comparison_id=comparison_id, annotator="ann", preferred=choice, url=url)
-    assert [a.preferred_method for a in storage.list_annotations(url=url)] == ["tie", "all_bad", "llm", "slm+"]
+        storage.save_annotation(comparison_id=comparison_id, annotator="ann", preferred=choice, url=db_url)
+    assert [a.preferred_method for a in storage.list_annotations(url=db_url)] == ["tie", "all_bad", "llm", "slm+"]
 
 
-def test_export_rows_csv_and_jsonl(url, tmp_path):
-    comparison_id = _comparison(url)
+def test_export_rows_csv_and_jsonl(db_url, tmp_path):
+    comparison_id = _comparison(db_url)
     storage.save_annotation(
         comparison_id=comparison_id,
         annotator="ann1",
         preferred="B",
         ratings={"B": {"personalization": 4, "fluency": 5}},
         comment="=cmd|' /C calc'!A0",
-        url=url,
+        url=db_url,
     )
     storage.save_annotation(
         comparison_id=comparison_id,
@@ -375,9 +381,9 @@ def test_export_rows_csv_and_jsonl(url, tmp_path):
         preferred="tie",
         display_order=["llm", "slm+", "specsteer"],
         comment="fine, \"quoted\"\nnewline",
-        url=url,
+        url=db_url,
     )
-    rows = storage.annotations_export_rows(url=url)
+    rows = storage.annotations_export_rows(url=db_url)
     assert [r["annotator"] for r in rows] == ["ann1", "ann2"]
     first = rows[0]
     assert first["preferred_method"] == "llm" and first["task"] == "review" and first["comparison_id"] == comparison_id
@@ -467,14 +473,14 @@ def test_perfect_agreement_and_undefined_kappa():
     assert summarize_annotations([]).agreement.percent_agreement is None
 
 
-def test_annotation_summary_from_the_database(url):
-    comparison_id = _comparison(url)
-    storage.save_annotation(comparison_id=comparison_id, annotator="a", preferred="A", url=url)
-    storage.save_annotation(comparison_id=comparison_id, annotator="b", preferred="specsteer", url=url)
-    summary = storage.annotation_summary(url=url)
+def test_annotation_summary_from_the_database(db_url):
+    comparison_id = _comparison(db_url)
+    storage.save_annotation(comparison_id=comparison_id, annotator="a", preferred="A", url=db_url)
+    storage.save_annotation(comparison_id=comparison_id, annotator="b", preferred="specsteer", url=db_url)
+    summary = storage.annotation_summary(url=db_url)
     assert summary.methods["specsteer"].win_rate == 1 and summary.methods["llm"].win_rate == 0
     assert summary.agreement.percent_agreement == 1
-    assert storage.annotation_summary(task="abstract", url=url).judgements == 0
+    assert storage.annotation_summary(task="abstract", url=db_url).judgements == 0
 
 
 def test_export_files_are_written_from_rows_alone(tmp_path):
@@ -519,35 +525,35 @@ def _cell(
     )
 
 
-def test_create_run_resumes_same_config_and_refuses_a_different_one(url):
-    run_id = storage.create_run("grid-1", CONFIG, url=url)
+def test_create_run_resumes_same_config_and_refuses_a_different_one(db_url):
+    run_id = storage.create_run("grid-1", CONFIG, url=db_url)
     reordered = dict(reversed(list(CONFIG.items())), methods=["llm", "specsteer"])
-    assert storage.create_run("grid-1", reordered, url=url) == run_id
+    assert storage.create_run("grid-1", reordered, url=db_url) == run_id
     with pytest.raises(ValueError, match="different config"):
-        storage.create_run("grid-1", {**CONFIG, "limit": 20}, url=url)
-    other = storage.create_run("grid-2", CONFIG, url=url)
+        storage.create_run("grid-1", {**CONFIG, "limit": 20}, url=db_url)
+    other = storage.create_run("grid-2", CONFIG, url=db_url)
     assert other != run_id
-    assert [r.name for r in storage.list_runs(url=url)] == ["grid-2", "grid-1"]
-    run = storage.get_run(run_id, url=url)
+    assert [r.name for r in storage.list_runs(url=db_url)] == ["grid-2", "grid-1"]
+    run = storage.get_run(run_id, url=db_url)
     assert isinstance(run, storage.StoredRun)
     assert run.status == "pending" and run.config["methods"] == ["llm", "specsteer"] and run.cell_count == 0
-    assert storage.get_run_by_name("grid-1", url=url).id == run_id
-    assert storage.get_run(999, url=url) is None and storage.get_run_by_name("nope", url=url) is None
+    assert storage.get_run_by_name("grid-1", url=db_url).id == run_id
+    assert storage.get_run(999, url=db_url) is None and storage.get_run_by_name("nope", url=db_url) is None
 
 
-def test_run_status_transitions(url):
-    run_id = storage.create_run("grid", CONFIG, url=url)
-    created = storage.get_run(run_id, url=url)
-    storage.set_run_status(run_id, "failed", error="OOM", url=url)
-    failed = storage.get_run(run_id, url=url)
+def test_run_status_transitions(db_url):
+    run_id = storage.create_run("grid", CONFIG, url=db_url)
+    created = storage.get_run(run_id, url=db_url)
+    storage.set_run_status(run_id, "failed", error="OOM", url=db_url)
+    failed = storage.get_run(run_id, url=db_url)
     assert (failed.status, failed.error) == ("failed", "OOM")
     assert failed.updated_at >= created.updated_at
-    storage.set_run_status(run_id, "running", url=url)
-    assert storage.get_run(run_id, url=url).error is None
+    storage.set_run_status(run_id, "running", url=db_url)
+    assert storage.get_run(run_id, url=db_url).error is None
     with pytest.raises(ValueError, match="status must be one of"):
-        storage.set_run_status(run_id, "done", url=url)
+        storage.set_run_status(run_id, "done", url=db_url)
     with pytest.raises(ValueError, match="does not exist"):
-        storage.set_run_status(999, "running", url=url)
+        storage.set_run_status(999, "running", url=db_url)
 
 
 def test_cell_keys_are_canonical_and_unforgeable():
@@ -557,8 +563,8 @@ def test_cell_keys_are_canonical_and_unforgeable():
     assert cell_key("a|b", GridPoint("c")) != cell_key("a", GridPoint("b|c"))
 
 
-def test_save_cell_is_idempotent_and_roundtrips_typed_cells(url):
-    run_id = storage.create_run("grid", CONFIG, url=url)
+def test_save_cell_is_idempotent_and_roundtrips_typed_cells(db_url):
+    run_id = storage.create_run("grid", CONFIG, url=db_url)
     rouge = {"rouge1": 0.31, "rougeL": 0.2, "rouge1_stemmed": 0.33, "rougeL_stemmed": 0.21}
     cell = _cell(
         "r1",
@@ -575,24 +581,24 @@ def test_save_cell_is_idempotent_and_roundtrips_typed_cells(url):
         seconds=1.2,
         new_tokens=15,
     )
-    assert storage.save_cell(run_id, cell, url=url) is True
-    assert storage.save_cell(run_id, _cell("r1", "specsteer", 0.1, 1.0, output="other"), url=url) is False
+    assert storage.save_cell(run_id, cell, url=db_url) is True
+    assert storage.save_cell(run_id, _cell("r1", "specsteer", 0.1, 1.0, output="other"), url=db_url) is False
     # NULL alpha/beta (methods without them) must deduplicate too.
-    assert storage.save_cell(run_id, _cell("r1"), url=url) is True
-    assert storage.save_cell(run_id, _cell("r1"), url=url) is False
-    cells = storage.run_cells(run_id, url=url)
+    assert storage.save_cell(run_id, _cell("r1"), url=db_url) is True
+    assert storage.save_cell(run_id, _cell("r1"), url=db_url) is False
+    cells = storage.run_cells(run_id, url=db_url)
     assert cells == [cell, _cell("r1", rouge=dict.fromkeys(ROUGE_KEYS))]  # read back equal to what was saved
-    assert storage.finished_cell_keys(run_id, url=url) == {"r1|specsteer|a=0.1|b=1", "r1|llm|a=-|b=-"}
-    assert storage.get_run(run_id, url=url).cell_count == 2
+    assert storage.finished_cell_keys(run_id, url=db_url) == {"r1|specsteer|a=0.1|b=1", "r1|llm|a=-|b=-"}
+    assert storage.get_run(run_id, url=db_url).cell_count == 2
     with pytest.raises(ValueError, match="does not exist"):
-        storage.save_cell(999, _cell("r1"), url=url)
+        storage.save_cell(999, _cell("r1"), url=db_url)
     with pytest.raises(ValueError, match="unknown ROUGE"):
-        storage.save_cell(run_id, _cell("r2", rouge={"rouge2": 0.1}), url=url)
+        storage.save_cell(run_id, _cell("r2", rouge={"rouge2": 0.1}), url=db_url)
 
 
-def test_cells_stored_by_an_older_version_still_read(url):
-    run_id = storage.create_run("old", CONFIG, url=url)
-    with db.session_scope(url) as session:  # stats without "method", "trace" or "verified", plus a retired key
+def test_cells_stored_by_an_older_version_still_read(db_url):
+    run_id = storage.create_run("old", CONFIG, url=db_url)
+    with db.session_scope(db_url) as session:  # stats without "method", "trace" or "verified", plus a retired key
         session.execute(
             text(
                 "INSERT INTO eval_cells (run_id, cell_key, record_id, method, output, stats, created_at) "
@@ -600,42 +606,42 @@ def test_cells_stored_by_an_older_version_still_read(url):
             ),
             {"run": run_id, "stats": json.dumps({"new_tokens": 3, "seconds": 0.5, "acceptance": 0.9})},
         )
-    [cell] = storage.run_cells(run_id, url=url)
+    [cell] = storage.run_cells(run_id, url=db_url)
     assert cell.point == GridPoint("llm") and cell.stats.method == "llm"
     assert (cell.stats.new_tokens, cell.stats.seconds, cell.stats.verified, cell.stats.trace) == (3, 0.5, 0, [])
 
 
-def test_deleting_a_run_cascades_to_its_cells(url):
-    run_id = storage.create_run("grid", CONFIG, url=url)
-    storage.save_cell(run_id, _cell("r1"), url=url)
-    with db.session_scope(url) as session:
+def test_deleting_a_run_cascades_to_its_cells(db_url):
+    run_id = storage.create_run("grid", CONFIG, url=db_url)
+    storage.save_cell(run_id, _cell("r1"), url=db_url)
+    with db.session_scope(db_url) as session:
         session.execute(text("DELETE FROM eval_runs WHERE id = :id"), {"id": run_id})
-    with db.session_scope(url) as session:
+    with db.session_scope(db_url) as session:
         assert session.execute(text("SELECT COUNT(*) FROM eval_cells")).scalar() == 0
 
 
-def test_run_survives_an_app_restart(url):
-    store = storage.SqlRunStore(url)
+def test_run_survives_an_app_restart(db_url):
+    store = storage.SqlRunStore(db_url)
     run_id = store.open_run("grid", CONFIG)
     store.set_status(run_id, "running")
     for record in ("r1", "r2", "r3"):
         store.save_cell(run_id, _cell(record, "specsteer", 0.1, 1.0))
     keys_before = store.finished_keys(run_id)
     db.reset_engines()  # the app process restarts: no engine, no cached state
-    store = storage.SqlRunStore(url)
+    store = storage.SqlRunStore(db_url)
     assert store.open_run("grid", CONFIG) == run_id
     assert store.finished_keys(run_id) == keys_before
     todo = [r for r in ("r1", "r2", "r3", "r4") if _cell(r, "specsteer", 0.1, 1.0).key not in keys_before]
     assert todo == ["r4"]
-    assert storage.get_run(run_id, url=url).status == "running"
+    assert storage.get_run(run_id, url=db_url).status == "running"
     assert [cell.record_id for cell in store.cells(run_id)] == ["r1", "r2", "r3"]
 
 
 # -------------------------------------------------------------------- concurrency
 
 
-def test_threads_writing_annotations_lose_nothing(url):
-    comparison_id = _comparison(url)
+def test_threads_writing_annotations_lose_nothing(db_url):
+    comparison_id = _comparison(db_url)
     errors: list[BaseException] = []
     ids: list[int] = []
     start = threading.Barrier(8)
@@ -651,7 +657,7 @@ def test_threads_writing_annotations_lose_nothing(url):
                         preferred="ABC"[index % 3],
                         ratings={"A": {"fluency": 1 + index % 5}},
                         comment=f"{worker}-{index}",
-                        url=url,
+                        url=db_url,
                     )
                 )
         except BaseException as error:  # reported below; a thread cannot fail the test itself
@@ -663,38 +669,46 @@ def test_threads_writing_annotations_lose_nothing(url):
     for thread in threads:
         thread.join()
     assert errors == []
-    stored = storage.list_annotations(url=url)
+    stored = storage.list_annotations(url=db_url)
     assert len(stored) == 200 and len(set(ids)) == 200
     assert {a.comment for a in stored} == {f"{w}-{i}" for w in range(8) for i in range(25)}
 
 
-def _write_cells_in_another_process(url: str, run_id: int, worker: int, start, results) -> None:
+GRID_CELLS = 20
+
+
+def _write_the_grid_in_another_process(url: str, run_id: int, start, results) -> None:
+    storage.finished_cell_keys(run_id, url=url)  # engine and connection ready before the race starts
     start.wait()
-    inserted = 0
-    for index in range(50):
-        inserted += storage.save_cell(
-            run_id, _cell(f"w{worker}-r{index}", "specsteer", 0.1, 1.0, output=f"out {index}"), url=url
-        )
-        if index % 5 == 0:  # both processes race on the same shared cells too
-            inserted += storage.save_cell(run_id, _cell(f"shared-{index}"), url=url)
-    results.put((worker, inserted))
+    inserted = sum(
+        storage.save_cell(run_id, _cell(f"r{index}", "specsteer", 0.1, 1.0, output=f"out {index}"), url=url)
+        for index in range(GRID_CELLS)
+    )
+    results.put(inserted)
 
 
-def test_processes_writing_cells_lose_nothing(url):
-    run_id = storage.create_run("parallel", CONFIG, url=url)
+def test_two_processes_writing_one_runs_cells_store_each_once(db_url):
+    """Two workers on one run (``--shard`` overlapping completely, the worst case): each process has its own
+    engine and tries every one of the 20 cells at the same moment as the other."""
+    run_id = storage.create_run("parallel", CONFIG, url=db_url)
     context = multiprocessing.get_context("spawn")  # fresh interpreters: no inherited connections
     start, results = context.Barrier(2), context.Queue()
     workers = [
-        context.Process(target=_write_cells_in_another_process, args=(url, run_id, w, start, results)) for w in range(2)
+        context.Process(target=_write_the_grid_in_another_process, args=(db_url, run_id, start, results))
+        for _ in range(2)
     ]
     for worker in workers:
         worker.start()
-    inserted = dict(results.get(timeout=120) for _ in workers)
+    inserted = [results.get(timeout=120) for _ in workers]
     for worker in workers:
         worker.join(timeout=60)
         assert worker.exitcode == 0
-    cells = storage.run_cells(run_id, url=url)
-    assert len(cells) == 2 * 50 + 10
-    assert sum(inserted.values()) == 110  # each shared cell was inserted by exactly one process
-    assert len({c.key for c in cells}) == 110
-    assert storage.get_run(run_id, url=url).cell_count == 110
+    cells = storage.run_cells(run_id, url=db_url)
+    keys = [cell.key for cell in cells]
+    print(
+        f"{db.get_engine(db_url).dialect.name}: 2 processes, {GRID_CELLS} cells each tried: {len(cells)} stored, "
+        f"{len(set(keys))} distinct, inserted {inserted[0]} + {inserted[1]}, {len(keys) - len(set(keys))} twice"
+    )
+    assert len(cells) == len(set(keys)) == GRID_CELLS
+    assert sum(inserted) == GRID_CELLS  # each cell inserted by exactly one process
+    assert storage.get_run(run_id, url=db_url).cell_count == GRID_CELLS

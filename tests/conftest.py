@@ -151,6 +151,13 @@ def db_url(request, tmp_path, fresh_engines) -> Iterator[str]:
         yield fresh
 
 
+@pytest.fixture
+def postgres_url(request, tmp_path, fresh_engines) -> Iterator[str]:
+    """A new, empty PostgreSQL database for one test about PostgreSQL itself."""
+    with _fresh_database("postgresql", request, tmp_path) as fresh:
+        yield fresh
+
+
 @pytest.fixture(scope="module", params=DATABASES)
 def module_db_url(request, tmp_path_factory) -> Iterator[str]:
     """As db_url, for the tests of one module together (data built once and read by several tests)."""
@@ -168,7 +175,8 @@ def pytest_collection_finish(session):
     session.config.stash[_ON_POSTGRESQL] = {
         item.nodeid
         for item in session.items
-        if any(value == "postgresql" for value in getattr(getattr(item, "callspec", None), "params", {}).values())
+        if "postgres_url" in getattr(item, "fixturenames", ())
+        or any(value == "postgresql" for value in getattr(getattr(item, "callspec", None), "params", {}).values())
     }
 
 

@@ -20,10 +20,11 @@ import storage
 from specsteer.evaluation.metrics import ROUGE_KEYS
 from specsteer.evaluation.run_store import CellResult, GridPoint, cell_key
 from specsteer.method.events import GenerationStats, LinkMessage, TokenEvent
+from specsteer.service.campaign_store import NewCampaign, NewCampaignJudgement
 from storage import db, exports
 from storage.histories import history_sha256
 from storage.judgements import Judgement, summarize_annotations
-from storage.models import Comparison, ComparisonOutput, Generation
+from storage.models import Base, Comparison, ComparisonOutput, Generation
 
 TABLES = {"histories", "generations", "comparisons", "comparison_outputs", "annotations", "eval_runs", "eval_cells"}
 
@@ -635,6 +636,87 @@ def test_run_survives_an_app_restart(db_url):
     assert todo == ["r4"]
     assert storage.get_run(run_id, url=db_url).status == "running"
     assert [cell.record_id for cell in store.cells(run_id)] == ["r1", "r2", "r3"]
+
+
+# ------------------------------------------------------ the same on SQLite and PostgreSQL
+
+
+def test_ids_go_beyond_32_bits_on_postgresql(postgres_url):
+    """PostgreSQL's INTEGER ends at 2**31 - 1 (SQLite's row ids are 64-bit): ids and the columns that hold
+    them are BIGINT there. Every table's sequence starts past it, then every repository writes and reads."""
+    start = 2**31 + 7
+    engine = db.init_db(postgres_url)
+    with engine.begin() as connection:
+        for table in Base.metadata.sorted_tables:
+            if "id" in table.c:
+                connection.exec_driver_sql(f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), {start})")
+    history_id = storage.save_history(name="h", schema="plain", items=[{"text": "x"}], url=postgres_url)
+    generation_ids = [
+        storage.save_generation(method=m, task="review", input_text="i", text=m, history_id=history_id, url=postgres_url)
+        for m in ("llm", "slm+")
+    ]
+    comparison_id = storage.save_comparison(
+        generation_ids=generation_ids, task="review", input_text="i", history_id=history_id, url=postgres_url
+    )
+    annotation_id = storage.save_annotation(comparison_id=comparison_id, annotator="a", preferred="A", url=postgres_url)
+    run_id = storage.create_run("big", CONFIG, url=postgres_url)
+    assert storage.save_cell(run_id, _cell("r1"), url=postgres_url)
+    campaigns = storage.SqlCampaignStore(postgres_url)
+    campaign = campaigns.create_campaign(
+        NewCampaign("big", "review", ("llm", "slm+"), "tiny", {}, {"source": "sample"}, 1, True, {})
+    )
+    assert campaigns.add_item(campaign.id, 0, "r1", comparison_id)
+    annotator = campaigns.add_annotator(campaign.id, "ann", None)
+    judgement_id = campaigns.save_judgement(
+        NewCampaignJudgement(campaign.id, comparison_id, annotator.id, ("llm", "slm+"), "A", "llm", {}, "", 1.0)
+    )
+    ids = [history_id, *generation_ids, comparison_id, annotation_id, run_id, campaign.id, annotator.id, judgement_id]
+    assert all(identifier > 2**31 for identifier in ids)
+    stored = storage.get_comparison(comparison_id, url=postgres_url)
+    assert [output["generation_id"] for output in stored["outputs"]] == generation_ids
+    assert stored["history_id"] == history_id and storage.get_run(run_id, url=postgres_url).cell_count == 1
+    assert [j.id for j in campaigns.judgements(campaign.id)] == [judgement_id]
+
+
+def test_text_with_nul_is_kept_with_a_replacement_character(db_url):
+    """PostgreSQL's text cannot hold NUL, which a byte-level model may emit and any caller may send: it is
+    stored as U+FFFD on both databases (JSON values keep it: JSON escapes it)."""
+    history_id = storage.save_history(name="h\x00", schema="plain", items=[{"text": "a\x00b"}], url=db_url)
+    generation_id = storage.save_generation(
+        method="llm", task="review", input_text="in\x00put", text="out\x00", tokens=[{"text": "\x00"}], url=db_url
+    )
+    stored = storage.get_generation(generation_id, url=db_url)
+    assert (stored["input_text"], stored["text"]) == ("in\ufffdput", "out\ufffd")
+    assert stored["tokens"] == [{"text": "\x00"}]
+    assert storage.get_history(history_id, url=db_url)["name"] == "h\ufffd"
+    assert storage.get_history(history_id, url=db_url)["items"] == [{"text": "a\x00b"}]
+
+
+def test_values_longer_than_their_column_are_refused_alike(db_url):
+    """PostgreSQL refuses a value longer than its VARCHAR where SQLite would keep it: the repositories refuse
+    it on both, with a sentence, before the database sees it."""
+    run_id = storage.create_run("long", CONFIG, url=db_url)
+    with pytest.raises(ValueError, match="record id is 256 characters long; the limit is 255"):
+        storage.save_cell(run_id, _cell("r" * 256), url=db_url)
+    assert storage.save_cell(run_id, _cell("r" * 255), url=db_url)  # up to the limit
+    with pytest.raises(ValueError, match="run name is 300 characters long"):
+        storage.create_run("n" * 300, CONFIG, url=db_url)
+    with pytest.raises(ValueError, match="history name"):
+        storage.save_history(name="h" * 256, schema="plain", items=[], url=db_url)
+    with pytest.raises(ValueError, match="annotator is 256"):
+        storage.save_annotation(comparison_id=_comparison(db_url), annotator="a" * 256, preferred="A", url=db_url)
+    assert storage.get_run(run_id, url=db_url).cell_count == 1 and storage.list_histories(url=db_url) == []
+
+
+def test_names_differing_in_case_are_different_names_on_both(db_url):
+    campaigns = storage.SqlCampaignStore(db_url)
+    campaign = campaigns.create_campaign(
+        NewCampaign("Study", "review", ("llm",), "tiny", {}, {"source": "sample"}, 1, True, {})
+    )
+    upper, lower = campaigns.add_annotator(campaign.id, "Ann", None), campaigns.add_annotator(campaign.id, "ann", None)
+    assert upper.id != lower.id and campaigns.annotator(campaign.id, "ANN") is None
+    assert campaigns.campaign("study") is None and campaigns.campaign("Study").id == campaign.id
+    assert storage.create_run("Run", CONFIG, url=db_url) != storage.create_run("run", CONFIG, url=db_url)
 
 
 # -------------------------------------------------------------------- concurrency

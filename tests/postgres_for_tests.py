@@ -131,14 +131,18 @@ def stop(directory: str | Path) -> int | None:
     """Stop the server of ``directory`` by its process id (SIGINT: PostgreSQL's fast shutdown, which ends
     open sessions), wait for it to exit, and remove the directory; the pid, or None if none was running."""
     root = Path(directory).resolve()
-    cluster = root / "cluster"
-    pid = _pid(cluster) if (cluster / "postmaster.pid").is_file() else None
+    pid_file = root / "cluster" / "postmaster.pid"
+    pid = _pid(pid_file.parent) if pid_file.is_file() else None
     if pid is not None:
         os.kill(pid, signal.SIGINT)
         deadline = time.monotonic() + STOP_WAIT_S
-        while _alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if _alive(pid):
+
+        def running() -> bool:  # the server removes its pid file as it exits (it may stay a zombie a while)
+            return pid_file.exists() and _alive(pid)
+
+        while running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if running():
             os.kill(pid, signal.SIGQUIT)  # immediate shutdown: a test server has nothing to keep
     shutil.rmtree(root, ignore_errors=True)
     return pid

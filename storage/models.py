@@ -14,13 +14,13 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     DateTime,
     Dialect,
     Float,
     ForeignKey,
-    BigInteger,
     Integer,
     String,
     Text,

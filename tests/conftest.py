@@ -194,7 +194,6 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_line(f"on PostgreSQL ({server}): {len(selected)} test(s), {counts or 'none run'}")
 
 
-
 @pytest.fixture(scope="module")
 def app_server(tmp_path_factory):
     """The app served in-process on a free loopback port, with the tiny test pair and a fresh

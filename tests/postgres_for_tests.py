@@ -108,12 +108,13 @@ def start(directory: str | Path) -> Server:
         os.chown(root, entry.pw_uid, entry.pw_gid)
     os.chmod(root, 0o700)
     _run(
-        [str(bin_dir / "initdb"), "-D", str(cluster), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--locale=C"],
-        user,
+        [str(bin_dir / "initdb"), "-D", str(cluster), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--locale=C"], user
     )
     options = " ".join(f"-c {setting}" for setting in SERVER_SETTINGS) + f" -k {root}"
     _run([str(bin_dir / "pg_ctl"), "-D", str(cluster), "-l", str(log), "-o", options, "-w", "-t", "60", "start"], user)
-    version = _run([str(bin_dir / "psql"), "-h", str(root), "-U", SUPERUSER, "-d", "postgres", "-Atc", "SELECT version()"], user)
+    version = _run(
+        [str(bin_dir / "psql"), "-h", str(root), "-U", SUPERUSER, "-d", "postgres", "-Atc", "SELECT version()"], user
+    )
     return Server(root, _pid(cluster), url_of(root), version.strip())
 
 
@@ -159,10 +160,15 @@ def main(argv: list[str]) -> int:
     command, directory = argv
     if command == "stop":
         pid = stop(directory)
-        print(f"PostgreSQL for the tests: stopped pid {pid}" if pid else "PostgreSQL for the tests: none was running", file=sys.stderr)
+        print(
+            f"PostgreSQL for the tests: stopped pid {pid}" if pid else "PostgreSQL for the tests: none was running",
+            file=sys.stderr,
+        )
         return 0
     server = start(directory)
-    print(f"PostgreSQL for the tests: {server.version}; pid {server.pid}, socket in {server.directory}", file=sys.stderr)
+    print(
+        f"PostgreSQL for the tests: {server.version}; pid {server.pid}, socket in {server.directory}", file=sys.stderr
+    )
     print(f"export {URL_ENV}={shlex.quote(server.url)}")
     return 0
 

@@ -63,7 +63,9 @@ def test_database_url_env_wins_and_postgres_urls_name_the_installed_driver(monke
     # Server databases get no SQLite-only arguments (and need no driver to plan this).
     assert db.engine_options(db.database_url()) == {"pool_pre_ping": True}
     monkeypatch.setattr(db.importlib.util, "find_spec", lambda name: None)
-    assert db.normalise_url("postgres://db.example/x") == "postgresql://db.example/x"  # SQLAlchemy names what is missing
+    assert (
+        db.normalise_url("postgres://db.example/x") == "postgresql://db.example/x"
+    )  # SQLAlchemy names what is missing
 
 
 def test_a_bare_path_names_a_sqlite_file(tmp_path, monkeypatch):
@@ -652,7 +654,9 @@ def test_ids_go_beyond_32_bits_on_postgresql(postgres_url):
                 connection.exec_driver_sql(f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), {start})")
     history_id = storage.save_history(name="h", schema="plain", items=[{"text": "x"}], url=postgres_url)
     generation_ids = [
-        storage.save_generation(method=m, task="review", input_text="i", text=m, history_id=history_id, url=postgres_url)
+        storage.save_generation(
+            method=m, task="review", input_text="i", text=m, history_id=history_id, url=postgres_url
+        )
         for m in ("llm", "slm+")
     ]
     comparison_id = storage.save_comparison(

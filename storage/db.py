@@ -13,8 +13,11 @@ an engine itself, so the SQLite settings below hold for every connection:
   pooled connection may be used by a thread other than the one that opened it
   (never by two at the same time).
 
-PostgreSQL (or anything SQLAlchemy knows) works by setting ``DATABASE_URL``; its
-driver is imported only when such a URL is used. A bare path (no ``scheme://``) is a SQLite file.
+PostgreSQL works by setting ``DATABASE_URL`` (``postgresql://`` or ``postgres://``: psycopg 3, pinned in
+requirements.txt, or psycopg2 if that is what is installed; its driver is imported only when such a URL
+is used), and is tested as SQLite is (tests/conftest.py's ``db_url``); other databases SQLAlchemy knows
+are untested. A bare path (no ``scheme://``) is a SQLite file. Without a URL, the SQLite file is in
+:func:`data_dir`, which on a Hugging Face Space with persistent storage is on that storage.
 """
 
 from __future__ import annotations

@@ -74,8 +74,6 @@ def postgres_server(request):
     """The URL of a PostgreSQL server's maintenance database: ``$SPECSTEER_TEST_POSTGRES_URL`` (CI starts one),
     else a server this session starts in a temporary directory and stops at its end (tests/postgres_for_tests.py).
     Skipped where PostgreSQL or its driver is not installed; failed instead under SPECSTEER_REQUIRE_POSTGRES=1."""
-    import tempfile
-
     import postgres_for_tests as server
 
     from storage.db import postgresql_driver
@@ -92,7 +90,7 @@ def postgres_server(request):
         pytest.skip(problem)
     directory = None
     if not given:
-        directory = tempfile.mkdtemp(prefix="specsteer-pg.")  # under /tmp: the server's user must reach it
+        directory = server.new_directory()
         given = server.start(directory).url
     try:
         request.config.stash[_POSTGRES_VERSION] = _server_version(given)
@@ -128,17 +126,17 @@ def _fresh_database(kind: str, request, directory) -> Iterator[str]:
     if kind == "sqlite":
         yield f"sqlite:///{directory / 'test.db'}"
         return
-    server = request.getfixturevalue("postgres_server")
+    maintenance = request.getfixturevalue("postgres_server")
     name = f"specsteer_test_{uuid.uuid4().hex[:16]}"
-    admin = create_engine(db.normalise_url(server), isolation_level="AUTOCOMMIT")
+    admin = create_engine(db.normalise_url(maintenance), isolation_level="AUTOCOMMIT")
     try:
         with admin.connect() as connection:
             connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
         try:
-            yield make_url(server).set(database=name).render_as_string(hide_password=False)
+            yield make_url(maintenance).set(database=name).render_as_string(hide_password=False)
         finally:
             db.reset_engines()  # this process's connections to it
-            with admin.connect() as connection:  # and any another process left open
+            with admin.connect() as connection:  # and those another process left open
                 connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
     finally:
         admin.dispose()

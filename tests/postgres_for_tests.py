@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,6 +85,12 @@ def _run(command: list[str], user: str | None) -> str:
     return done.stdout
 
 
+def new_directory() -> str:
+    """A new temporary directory for a server: under /tmp when root runs it as another user, who must reach it
+    (a $TMPDIR under /root would not do)."""
+    return tempfile.mkdtemp(prefix="specsteer-pg.", dir="/tmp" if os.geteuid() == 0 else None)
+
+
 def url_of(directory: Path) -> str:
     """The URL of the server whose socket is in ``directory`` (its maintenance database ``postgres``)."""
     return f"postgresql://{SUPERUSER}@/postgres?host={directory}"
@@ -110,8 +117,15 @@ def start(directory: str | Path) -> Server:
     _run(
         [str(bin_dir / "initdb"), "-D", str(cluster), "-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--locale=C"], user
     )
-    options = " ".join(f"-c {setting}" for setting in SERVER_SETTINGS) + f" -k {root}"
-    _run([str(bin_dir / "pg_ctl"), "-D", str(cluster), "-l", str(log), "-o", options, "-w", "-t", "60", "start"], user)
+    options = " ".join(f"-c {setting}" for setting in SERVER_SETTINGS) + f" -k {shlex.quote(str(root))}"
+    try:
+        _run(
+            [str(bin_dir / "pg_ctl"), "-D", str(cluster), "-l", str(log), "-o", options, "-w", "-t", "60", "start"],
+            user,
+        )
+    except RuntimeError as error:
+        said = log.read_text(errors="replace").strip().splitlines()[-5:] if log.is_file() else []
+        raise RuntimeError("\n".join([str(error), *said])) from None
     version = _run(
         [str(bin_dir / "psql"), "-h", str(root), "-U", SUPERUSER, "-d", "postgres", "-Atc", "SELECT version()"], user
     )

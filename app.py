@@ -6,7 +6,8 @@ This file is the composition root: it alone chooses where things are kept (the S
 the example runs of ``assets/example_runs.db``, read-only) and which
 pairings may load (``specsteer.service.pairings.catalog``), and hands them to the service the tabs share. The same
 file is the Hugging Face Spaces entry point and the Docker command; host and port come from
-GRADIO_SERVER_NAME / GRADIO_SERVER_PORT.
+GRADIO_SERVER_NAME / GRADIO_SERVER_PORT. Where the data lives, and whether a restart keeps it (a Space's own
+disk does not), is said at start in the log and at the foot of the page (``storage.location``).
 
 The default pairing loads in the background at start-up, and the default sample's prompts are read
 once (``ui.warmup``), so the page opens at once and its first Generate is as fast as the second. Every
@@ -57,6 +58,7 @@ from specsteer.service.example_runs import RunsWithExamples  # noqa: E402
 from specsteer.service.limits import VisitorLimits, limits_for  # noqa: E402
 from specsteer.util import background  # noqa: E402
 from storage.db import data_dir  # noqa: E402
+from storage.location import data_location  # noqa: E402
 from ui import campaign_tab, compare_tab, dashboard_tab, generate_tab, judge_tab, warmup  # noqa: E402
 from ui.http_limits import server_options  # noqa: E402
 from ui.safe_inputs import guard_inputs  # noqa: E402
@@ -154,6 +156,7 @@ def build_app(service: AppService | None = None, campaigns: CampaignService | No
             stored.on_load(demo)
         judge_tab.on_load(judging, demo)
         campaign_tab.on_load(panel, demo)
+        gr.Markdown(data_location(getattr(service.store, "url", None)).page_line(), elem_classes=["ss-note"])
     demo.queue(default_concurrency_limit=4, max_size=QUEUE_MAX_SIZE)
     # A value an endpoint's component cannot read gets a message naming the input (ui/safe_inputs.py).
     return guard_inputs(demo)
@@ -212,6 +215,7 @@ def shut_down(demo: gr.Blocks, grace_s: float = SHUTDOWN_GRACE_S) -> tuple[str, 
 def main() -> None:
     stop = StopSignal()
     service = build_service()
+    print(data_location().log_line(), file=sys.stderr, flush=True)  # on a Space: whether a restart loses it
     if SPACE_HARDWARE.zero_gpu:
         # No GPU outside a GPU task: the default pairing loads here, on the main thread, and no prompt is read.
         print(gpu_space.preload(service, pairings.default_pairing_id(service.pairs)), file=sys.stderr, flush=True)

@@ -74,7 +74,7 @@ def save_comparison(
             raise ValueError(f"each method may appear once per comparison; repeated: {duplicated}")
         row = Comparison(
             history_id=history_id,
-            task=require_text(task, "task"),
+            task=require_text(task, "task", Comparison.task),
             input_text=input_text,
             pairing=pairing,
             settings=to_jsonable(dict(settings or {})),
@@ -208,8 +208,8 @@ def save_annotation(
     store = functools.partial(
         _store_annotation,
         comparison_id=comparison_id,
-        annotator=require_text(annotator, "annotator"),
-        preferred=require_text(preferred, "preferred"),
+        annotator=require_text(annotator, "annotator", Annotation.annotator),
+        preferred=require_text(preferred, "preferred", Annotation.preferred),
         ratings=ratings,
         comment=comment or "",
         display_order=display_order,

@@ -13,8 +13,11 @@ an engine itself, so the SQLite settings below hold for every connection:
   pooled connection may be used by a thread other than the one that opened it
   (never by two at the same time).
 
-PostgreSQL (or anything SQLAlchemy knows) works by setting ``DATABASE_URL``; its
-driver is imported only when such a URL is used. A bare path (no ``scheme://``) is a SQLite file.
+PostgreSQL works by setting ``DATABASE_URL`` (``postgresql://`` or ``postgres://``: psycopg 3, pinned in
+requirements.txt, or psycopg2 if that is what is installed; its driver is imported only when such a URL
+is used), and is tested as SQLite is (tests/conftest.py's ``db_url``); other databases SQLAlchemy knows
+are untested. A bare path (no ``scheme://``) is a SQLite file. Without a URL, the SQLite file is in
+:func:`data_dir`, which on a Hugging Face Space with persistent storage is on that storage.
 
 A SQLite file can also be opened for reading only (:func:`read_only_url`): none of the settings above is
 applied, no table is created, and a write fails; that is how the bundled example runs are read.
@@ -23,6 +26,7 @@ applied, no table is created, and a write fails; that is how the bundled example
 from __future__ import annotations
 
 import functools
+import importlib.util
 import logging
 import os
 import random
@@ -41,12 +45,15 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.schema import CreateColumn
 
+from specsteer.protocol.exposure import SPACE_ENV
+
 log = logging.getLogger(__name__)
 
 DATABASE_URL_ENV = "DATABASE_URL"
 DATA_DIR_ENV = "SPECSTEER_DATA_DIR"
 DB_FILENAME = "specsteer.db"
 BUSY_TIMEOUT_MS = 30_000
+SPACE_STORAGE = Path("/data")  # where a Hugging Face Space's persistent storage is mounted
 
 _LOCK = threading.RLock()
 _ENGINES: dict[str, Engine] = {}
@@ -60,28 +67,56 @@ T = TypeVar("T")
 # --------------------------------------------------------------------------- URLs
 
 
+def space_storage() -> Path | None:
+    """:data:`SPACE_STORAGE` where this is a Hugging Face Space whose persistent storage is mounted there (and
+    writable), else None. A Space's own disk is emptied when it restarts; that mount is kept
+    (https://huggingface.co/docs/hub/spaces-storage)."""
+    if not os.environ.get(SPACE_ENV) or not os.path.ismount(SPACE_STORAGE):
+        return None
+    return SPACE_STORAGE if os.access(SPACE_STORAGE, os.W_OK) else None
+
+
 def data_dir() -> Path:
-    """Directory for the default SQLite file: ``$SPECSTEER_DATA_DIR`` or ``./data``."""
-    return Path(os.environ.get(DATA_DIR_ENV) or "data")
+    """Directory for the default SQLite file (and uploads): ``$SPECSTEER_DATA_DIR``; else, on a Space with
+    persistent storage, ``/data/specsteer``; else ``./data``."""
+    configured = os.environ.get(DATA_DIR_ENV)
+    if configured:
+        return Path(configured)
+    persistent = space_storage()
+    return persistent / "specsteer" if persistent is not None else Path("data")
 
 
 def database_url() -> str:
     """``$DATABASE_URL`` if set, else a SQLite file in :func:`data_dir` (created here)."""
     configured = os.environ.get(DATABASE_URL_ENV, "").strip()
     if configured:
-        return _normalise_url(configured)
+        return normalise_url(configured)
     directory = data_dir()
     directory.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{(directory / DB_FILENAME).resolve()}"
 
 
-def _normalise_url(url: str) -> str:
-    # Hosting providers hand out "postgres://", which SQLAlchemy no longer accepts.
-    if url.startswith("postgres://"):
-        return "postgresql://" + url[len("postgres://") :]
+def postgresql_driver() -> str | None:
+    """The installed PostgreSQL driver SQLAlchemy should use: psycopg (3, requirements.txt), else psycopg2;
+    None when neither is installed (found without importing it)."""
+    for module, driver in (("psycopg", "psycopg"), ("psycopg2", "psycopg2")):
+        if importlib.util.find_spec(module) is not None:
+            return driver
+    return None
+
+
+def normalise_url(url: str) -> str:
+    """A URL as given (``DATABASE_URL``, ``--database``) -> one SQLAlchemy opens: a bare path is a SQLite
+    file; ``postgres://`` and ``postgresql://`` name the installed driver (a URL naming one is kept)."""
     if "://" not in url:
         # A bare path ("data/grid.db") names a SQLite file, as people type it after --database.
         return f"sqlite:///{Path(url).expanduser().resolve()}"
+    scheme, rest = url.split("://", 1)
+    # Hosting providers hand out "postgres://", which SQLAlchemy no longer accepts; plain "postgresql://"
+    # means psycopg2 to SQLAlchemy, which requirements.txt does not install.
+    if scheme in ("postgres", "postgresql"):
+        driver = postgresql_driver()
+        return f"postgresql+{driver}://{rest}" if driver else f"postgresql://{rest}"
     return url
 
 
@@ -169,7 +204,7 @@ def _create_engine(url: str) -> Engine:
 
 
 def _engine_key(url: str | None) -> str:
-    return _normalise_url(url) if url else database_url()
+    return normalise_url(url) if url else database_url()
 
 
 def get_engine(url: str | None = None) -> Engine:

@@ -28,7 +28,7 @@ from specsteer.method.events import GenerationStats
 from specsteer.util.jsonable import to_jsonable
 from storage.db import retry_on_locked, session_scope
 from storage.models import ROUGE_KEYS, EvalCell, EvalRun
-from storage.values import require_text
+from storage.values import fitting, require_text
 
 # What copy_run takes of a stored row: every column but the ids, which the target database gives afresh.
 _RUN_COLUMNS = tuple(column.key for column in EvalRun.__table__.columns if column.key != "id")
@@ -64,7 +64,7 @@ def create_run(name: str, config: Mapping[str, Any], *, url: str | None = None) 
 
     Raises ValueError if a run of that name exists with a different config.
     """
-    name = require_text(name, "run name")
+    name = require_text(name, "run name", EvalRun.name)
     canonical = _canonical_config(config)
     existing = _existing_run_id(name, canonical, url)
     if existing is not None:
@@ -145,7 +145,11 @@ def _insert_ignoring_duplicate(session: Session, values: dict[str, Any]) -> bool
     if dialect in ("sqlite", "postgresql"):
         insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
         statement = insert(EvalCell).values(**values).on_conflict_do_nothing(index_elements=["run_id", "cell_key"])
-        result = cast(CursorResult[Any], session.execute(statement))
+        if session.get_bind().dialect.insert_returning:
+            # The row it returns says whether the cell went in. The row count cannot: where SQLAlchemy adds
+            # RETURNING by itself for the new id (PostgreSQL), it reads -1 whether the row went in or not.
+            return session.execute(statement.returning(EvalCell.id)).first() is not None
+        result = cast(CursorResult[Any], session.execute(statement))  # SQLite before 3.35: no RETURNING
         return result.rowcount == 1
     # Other databases: a savepoint lets the duplicate fail without ending the transaction.
     try:
@@ -164,9 +168,9 @@ def save_cell(run_id: int, cell: CellResult, *, url: str | None = None) -> bool:
     point = cell.point
     values = {
         "run_id": run_id,
-        "cell_key": cell.key,
-        "record_id": str(cell.record_id),
-        "method": require_text(point.method, "method"),
+        "cell_key": fitting(cell.key, "cell key", EvalCell.cell_key),
+        "record_id": fitting(str(cell.record_id), "record id", EvalCell.record_id),
+        "method": require_text(point.method, "method", EvalCell.method),
         "alpha": None if point.alpha is None else float(point.alpha),
         "beta": None if point.beta is None else float(point.beta),
         "output": cell.output or "",

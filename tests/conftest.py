@@ -1,7 +1,9 @@
 """Shared test settings: modest CPU use and no model-hub traffic."""
 
+import contextlib
 import os
 import socket
+from collections.abc import Iterator
 
 # Tests must never reach a model hub; the offline pairing and tiny models cover loading.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -58,6 +60,136 @@ def fresh_engines():
 def url(tmp_path, fresh_engines) -> str:
     """A new, empty SQLite database for one test."""
     return f"sqlite:///{tmp_path / 'test.db'}"
+
+
+# --------------------------------------------------------------------------- SQLite and PostgreSQL
+
+DATABASES = ("sqlite", "postgresql")
+_ON_POSTGRESQL = pytest.StashKey[set]()  # the node ids of the tests that run on PostgreSQL
+_POSTGRES_VERSION = pytest.StashKey[str]()  # what the server says it is
+
+
+@pytest.fixture(scope="session")
+def postgres_server(request):
+    """The URL of a PostgreSQL server's maintenance database: ``$SPECSTEER_TEST_POSTGRES_URL`` (CI starts one),
+    else a server this session starts in a temporary directory and stops at its end (tests/postgres_for_tests.py).
+    Skipped where PostgreSQL or its driver is not installed; failed instead under SPECSTEER_REQUIRE_POSTGRES=1."""
+    import postgres_for_tests as server
+
+    from storage.db import postgresql_driver
+
+    given = os.environ.get(server.URL_ENV, "").strip()
+    problem = None
+    if postgresql_driver() is None:
+        problem = "no PostgreSQL driver installed (pip install the psycopg[binary] pin of requirements.txt)"
+    elif not given and server.programs() is None:
+        problem = f"PostgreSQL is not installed (apt-get install postgresql) and ${server.URL_ENV} is not set"
+    if problem:
+        if server.required():
+            pytest.fail(f"{problem}; ${server.REQUIRED_ENV} says the PostgreSQL tests must run")
+        pytest.skip(problem)
+    directory = None
+    if not given:
+        directory = server.new_directory()
+        given = server.start(directory).url
+    try:
+        request.config.stash[_POSTGRES_VERSION] = _server_version(given)
+        yield given
+    finally:
+        if directory:
+            server.stop(directory)
+
+
+def _server_version(url: str) -> str:
+    from sqlalchemy import create_engine
+
+    from storage.db import normalise_url
+
+    engine = create_engine(normalise_url(url))
+    try:
+        with engine.connect() as connection:
+            return str(connection.exec_driver_sql("SELECT version()").scalar())
+    finally:
+        engine.dispose()
+
+
+@contextlib.contextmanager
+def _fresh_database(kind: str, request, directory) -> Iterator[str]:
+    """A new, empty database of ``kind``: a SQLite file in ``directory``, or a database created on the
+    PostgreSQL server under a name of its own and dropped afterwards."""
+    import uuid
+
+    from sqlalchemy import create_engine, make_url
+
+    from storage import db
+
+    if kind == "sqlite":
+        yield f"sqlite:///{directory / 'test.db'}"
+        return
+    maintenance = request.getfixturevalue("postgres_server")
+    name = f"specsteer_test_{uuid.uuid4().hex[:16]}"
+    admin = create_engine(db.normalise_url(maintenance), isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as connection:
+            connection.exec_driver_sql(f'CREATE DATABASE "{name}"')
+        try:
+            yield make_url(maintenance).set(database=name).render_as_string(hide_password=False)
+        finally:
+            db.reset_engines()  # this process's connections to it
+            with admin.connect() as connection:  # and those another process left open
+                connection.exec_driver_sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    finally:
+        admin.dispose()
+
+
+@pytest.fixture(params=DATABASES)
+def db_url(request, tmp_path, fresh_engines) -> Iterator[str]:
+    """A new, empty database for one test, once on SQLite and once on PostgreSQL (see postgres_server)."""
+    with _fresh_database(request.param, request, tmp_path) as fresh:
+        yield fresh
+
+
+@pytest.fixture
+def postgres_url(request, tmp_path, fresh_engines) -> Iterator[str]:
+    """A new, empty PostgreSQL database for one test about PostgreSQL itself."""
+    with _fresh_database("postgresql", request, tmp_path) as fresh:
+        yield fresh
+
+
+@pytest.fixture(scope="module", params=DATABASES)
+def module_db_url(request, tmp_path_factory) -> Iterator[str]:
+    """As db_url, for the tests of one module together (data built once and read by several tests)."""
+    from storage import db
+
+    db.reset_engines()
+    try:
+        with _fresh_database(request.param, request, tmp_path_factory.mktemp("db")) as fresh:
+            yield fresh
+    finally:
+        db.reset_engines()
+
+
+def pytest_collection_finish(session):
+    session.config.stash[_ON_POSTGRESQL] = {
+        item.nodeid
+        for item in session.items
+        if "postgres_url" in getattr(item, "fixturenames", ())
+        or any(value == "postgresql" for value in getattr(getattr(item, "callspec", None), "params", {}).values())
+    }
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """One line saying how the tests on PostgreSQL went, so a run (CI's log) shows they ran and did not skip."""
+    selected = config.stash.get(_ON_POSTGRESQL, set())
+    if not selected:
+        return
+    outcomes = {
+        outcome: len({report.nodeid for report in terminalreporter.stats.get(outcome, ()) if report.nodeid in selected})
+        for outcome in ("passed", "failed", "error", "skipped")
+    }
+    server = config.stash.get(_POSTGRES_VERSION, "no server")
+    counts = ", ".join(f"{count} {outcome}" for outcome, count in outcomes.items() if count)
+    terminalreporter.write_line(f"on PostgreSQL ({server}): {len(selected)} test(s), {counts or 'none run'}")
 
 
 @pytest.fixture(scope="module")

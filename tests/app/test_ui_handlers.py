@@ -47,6 +47,13 @@ def service():
 
 
 @pytest.fixture
+def app_database(db_url, monkeypatch):
+    """The app's database (``DATABASE_URL``) on SQLite and on PostgreSQL, for the tests of what it saves."""
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    return db_url
+
+
+@pytest.fixture
 def generate(service):
     return generate_handlers.GenerateTab(service)
 
@@ -364,7 +371,7 @@ def test_choosing_an_unavailable_pairing_warns_once_and_goes_back(generate, warn
 # --------------------------------------------------------------------------- generation
 
 
-def test_generation_streams_colours_and_saves(generate):
+def test_generation_streams_colours_and_saves(generate, app_database):
     frames = run_generate(generate, sample_history(), max_new_tokens=40)
     streaming = [frame for frame in frames if "ss-tok" in str(frame.output)]
     assert len(streaming) >= 3, "the output should arrive in several throttled frames"

@@ -153,20 +153,20 @@ def test_end_to_end_batch_stores_every_cell_and_summarizes(pair, url):
     assert (updates[-1].stage, updates[-1].done, updates[-1].total) == ("finished", 30, 30)
 
 
-def test_a_crashed_run_resumes_without_duplicates_or_lost_cells(pair, url):
+def test_a_crashed_run_resumes_without_duplicates_or_lost_cells(pair, db_url):
     spec = replace(FAST, run_name="crash")
     total = 3 * len(spec.points())
-    events = run_grid_events(spec, storage.SqlRunStore(url), pair=pair)
+    events = run_grid_events(spec, storage.SqlRunStore(db_url), pair=pair)
     for event in events:
         if event.stage == "running" and event.done == 3:
             with pytest.raises(RuntimeError, match="power cut"):
                 events.throw(RuntimeError("power cut"))  # the crash happens where the grid is
             break
-    run = storage.get_run_by_name("crash", url=url)
+    run = storage.get_run_by_name("crash", url=db_url)
     assert run.status == "failed" and "power cut" in run.error and run.cell_count == 3
-    before = storage.run_cells(run.id, url=url)
+    before = storage.run_cells(run.id, url=db_url)
 
-    result = run_grid(spec, storage.SqlRunStore(url), pair=pair)
+    result = run_grid(spec, storage.SqlRunStore(db_url), pair=pair)
     assert result.status == "finished" and result.computed == total - 3
     keys = [cell.key for cell in result.cells]
     assert len(keys) == len(set(keys)) == total
@@ -185,13 +185,13 @@ def test_a_consumer_that_stops_listening_leaves_the_run_cancelled_and_resumable(
     assert run_grid(spec, storage.SqlRunStore(url), pair=pair).computed == 3 * len(spec.points()) - 2
 
 
-def test_shards_split_one_run_between_workers(pair, url):
+def test_shards_split_one_run_between_workers(pair, db_url):
     spec = replace(FAST, run_name="shared")
     points = len(spec.points())
-    store = storage.SqlRunStore(url)
+    store = storage.SqlRunStore(db_url)
     first = run_grid(spec, store, pair=pair, shard=(0, 2))
     assert first.status == "running" and first.computed == 2 * points  # records 0 and 2 of 3
-    assert storage.get_run_by_name("shared", url=url).status == "running"
+    assert storage.get_run_by_name("shared", url=db_url).status == "running"
     second = run_grid(spec, store, pair=pair, shard=(1, 2))
     assert second.status == "finished" and second.computed == points
     keys = [cell.key for cell in second.cells]

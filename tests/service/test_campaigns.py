@@ -1,7 +1,8 @@
 """Annotation campaigns on the tiny pair: storage, the campaign service, the ``specsteer campaign`` command.
 
-One campaign is generated once for the module (2 records x 3 methods, a few tokens each); the tests judge it
-through the service as several annotators and read the leaderboard, agreement and export back."""
+One campaign is generated once for the module on each database, SQLite and PostgreSQL (2 records x 3 methods,
+a few tokens each); the tests judge it through the service as several annotators and read the leaderboard,
+agreement and export back."""
 
 from __future__ import annotations
 
@@ -43,17 +44,15 @@ def make_service(url: str, exposure: Exposure | None = None) -> CampaignService:
 
 
 @pytest.fixture(scope="module")
-def db(tmp_path_factory):
-    storage.reset_engines()
-    url = f"sqlite:///{tmp_path_factory.mktemp('campaigns') / 'c.db'}"
-    service = make_service(url)
+def db(module_db_url):
+    """The campaign "study", generated once per database (SQLite, PostgreSQL): (its URL, the join codes)."""
+    service = make_service(module_db_url)
     created = service.create(
         CampaignRequest("study", "review", "sample", METHODS, SETTINGS, limit=2, annotators=("ann", "bob", "cy"))
     )
     events = list(service.generate("study"))
     assert isinstance(events[-1], CampaignGenerated) and events[-1].status == "ready", events[-1]
-    yield url, dict(created.codes)
-    storage.reset_engines()
+    return module_db_url, dict(created.codes)
 
 
 @pytest.fixture
@@ -395,3 +394,43 @@ def test_the_panel_refuses_numbers_that_are_not_whole(service, limit, tokens):
     )
     assert "ss-box-error" in shown and created == ""
     assert "numbers" not in [campaign.name for campaign in service.campaigns()]
+
+
+ANNOTATORS_AT_ONCE = 50
+
+
+def test_fifty_annotators_judging_at_once_store_every_judgement_once(db_url):
+    """50 people join an open campaign and judge both of its comparisons at the same moment, each in a thread
+    of its own (its own seat, its own sessions): every judgement is stored, none twice."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    service = make_service(db_url)
+    service.create(CampaignRequest("crowd", "review", "sample", ("llm", "slm+"), SETTINGS, limit=2))
+    assert list(service.generate("crowd"))[-1].status == "ready"
+    start = threading.Barrier(ANNOTATORS_AT_ONCE)
+
+    def judge(name: str) -> list[int]:
+        start.wait()
+        seat = service.join("crowd", name)
+        saved = []
+        for position in range(2):
+            view = service.view(seat, position)
+            saved.append(service.save(seat, view, "A", {"A": {"fluency": 4}}, f"{name} at {position}").id)
+        return saved
+
+    names = [f"annotator{number:02d}" for number in range(ANNOTATORS_AT_ONCE)]
+    with ThreadPoolExecutor(ANNOTATORS_AT_ONCE) as pool:
+        ids = [judgement_id for saved in pool.map(judge, names) for judgement_id in saved]
+    campaign = service.campaign("crowd")
+    stored = service.store.judgements(campaign.id)
+    pairs = {(judgement.annotator, judgement.comparison_id) for judgement in stored}
+    print(
+        f"{storage.get_engine(db_url).dialect.name}: {ANNOTATORS_AT_ONCE} annotators x 2 comparisons at once: "
+        f"{len(stored)} judgements stored, {len(pairs)} distinct (annotator, comparison), "
+        f"{service.store.annotator_count(campaign.id)} annotators"
+    )
+    assert len(ids) == len(set(ids)) == len(stored) == len(pairs) == 2 * ANNOTATORS_AT_ONCE
+    assert {judgement.annotator for judgement in stored} == set(names)
+    assert all(judgement.saves == 1 for judgement in stored)
+    assert {judgement.rationale for judgement in stored} == {f"{name} at {p}" for name in names for p in range(2)}
+    assert service.store.annotator_count(campaign.id) == ANNOTATORS_AT_ONCE

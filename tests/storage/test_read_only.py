@@ -66,7 +66,7 @@ def test_a_missing_read_only_file_is_named_and_not_created(tmp_path, fresh_engin
 
 
 def test_a_server_database_url_is_returned_as_it_is():
-    assert storage.read_only_url("postgresql://user@host/db") == "postgresql://user@host/db"
+    assert storage.read_only_url("postgresql://user@host/db") == "postgresql+psycopg://user@host/db"  # its driver named
 
 
 def test_a_copied_run_keeps_its_config_status_times_and_cells_in_order(tmp_path, fresh_engines):

@@ -196,7 +196,9 @@ class Cloud(_CloudStreams):
 
         self.last_ratios = []
         if settings.rule is Rule.RATIO:
-            scores = RoundScores(large_rows, _needed(generic_rows, settings.rule), drafts, settings.alpha, self._sampler)
+            scores = RoundScores(
+                large_rows, _needed(generic_rows, settings.rule), drafts, settings.alpha, self._sampler
+            )
             accepted, self.last_ratios = _opened(self._decider).decide(scores)
         else:
             accepted = match_test(large_rows, drafts)

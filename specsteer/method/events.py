@@ -116,8 +116,10 @@ class RoundStep(NamedTuple):
     time from the first draft to the settled verdict split by who spent it. ``edge_s``: the Specialist's
     passes; ``cloud_s``: the Cloud's (the Generalist and the generic copy, as the Cloud reported them);
     ``link_s``: the time the link itself took (0 in process); the rest (:attr:`host_s`) is host work: the
-    loop, framing, the ratio test, steering, sampling, cache crops. A tuple, like TraceStep, so that a
-    stored log stays small as JSON."""
+    loop, framing, the ratio test, steering, sampling, cache crops. The first round also holds the prompts' reads
+    (the Edge's first draft pass reads its private prompt; a Cloud reading ahead reports its prompt passes with the
+    first verdict), which may run side by side: its parts can add up to more than its wall time. A tuple, like
+    TraceStep, so that a stored log stays small as JSON."""
 
     drafted: int
     accepted: int

@@ -48,12 +48,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = "specsteer.engine_bench/1"
 DEFAULT_TRACE = ROOT / "benchmarks" / "engine_bench_trace.json"
-EXECUTION = (
+ENGINE = (
     "the real engine (generate_ids: Edge, Link, in-process Cloud reading ahead), eager PyTorch through "
-    "transformers, batch 1, no CUDA graphs or compilation; the Edge's Specialist and the Cloud's two models on "
-    "separate CUDA streams of one GPU (the paper runs them on separate hardware: here they share the GPU and "
-    "there is no link)"
+    "transformers, batch 1, no CUDA graphs or compilation"
 )
+SHARED_GPU = (
+    "the Edge's Specialist and the Cloud's two models on separate CUDA streams of one GPU (the paper runs them on "
+    "separate hardware: here they share the GPU and there is no link)"
+)
+SHARED_CPU = "the Edge and the Cloud in one process on the CPU (no streams, no link)"
 
 
 def _gpu_costs():
@@ -119,7 +122,7 @@ def bench_tokenizer(vocab_size: int):
 def build_pair(name: str, settings: Settings, costs, torch, transformers):
     """The pair ``name`` (gpu_costs.PAIRS) with random bf16 weights on the device, the Edge's Specialist on one
     CUDA stream and the Cloud's Generalist and generic copy (the same weights) on another."""
-    from specsteer.models.loading import assemble_pair
+    from specsteer.models.loading import assemble_pair, on_streams
     from specsteer.runtimes.base import TransformersModel
 
     small_name, large_name = costs.PAIRS[name]
@@ -133,15 +136,10 @@ def build_pair(name: str, settings: Settings, costs, torch, transformers):
     if on_cuda:
         torch.cuda.synchronize()  # the weights are written before two streams read them
     vocab = min(small_shape.vocab_size, large_shape.vocab_size)
-    pair = assemble_pair(
-        f"bench-{name}",
-        TransformersModel(small, f"{small_name} (Edge)", stream=edge_stream),
-        TransformersModel(large, large_name, stream=cloud_stream),
-        bench_tokenizer(vocab),
-    )
-    generic = TransformersModel(small, f"{small_name} (the Cloud's generic copy)", stream=cloud_stream)
+    runtimes = TransformersModel(small, small_name), TransformersModel(large, large_name)
+    pair = on_streams(assemble_pair(f"bench-{name}", *runtimes, bench_tokenizer(vocab)), edge_stream, cloud_stream)
     # No end ids: every run writes its whole token budget.
-    return replace(pair, generic_specialist=generic, eos_token_ids=frozenset()), (small_shape, large_shape)
+    return replace(pair, eos_token_ids=frozenset()), (small_shape, large_shape)
 
 
 def random_prompts(settings: Settings, vocab: int, torch) -> tuple[list[int], list[int]]:
@@ -287,7 +285,7 @@ def run(settings: Settings, trace_path: Path, out: Path) -> dict:
         "transformers": transformers.__version__,
         "python": platform.python_version(),
         "dtype": "bfloat16",
-        "execution": EXECUTION,
+        "execution": f"{ENGINE}; {SHARED_GPU if settings.device.startswith('cuda') else SHARED_CPU}",
         "settings": {**settings.__dict__, "pairs": list(settings.pairs), "rates": list(settings.rates)},
         "replayed": {
             "file": str(trace_path.relative_to(ROOT) if trace_path.is_relative_to(ROOT) else trace_path),

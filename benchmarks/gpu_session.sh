@@ -14,8 +14,9 @@
 # Environment: OUT (default gpu-session-out/), PYTHON (python3), SESSION_BUDGET_S (470: the whole session),
 # TIER_TIMEOUT_S (120), COSTS (results/gpu_costs_h100.json: the passes measured by scripts/gpu_costs.py on an H100,
 # what the projection beside the benchmark is priced with; skipped where absent), BENCH_ARGS (more arguments for
-# engine_bench.py). $OUT gets env.txt, gpu_tier.log and gpu_tier.xml, engine_bench.json and .log, gpu_profile.txt.
-# The benchmark's CPU dry run is the same command with BENCH_ARGS=--dry-run on a machine without a GPU.
+# engine_bench.py), TIER_DEVICE (cuda: a missing GPU fails the tier). $OUT gets env.txt, gpu_tier.log and .xml,
+# engine_bench.json and .log, gpu_profile.txt. Proven on a CPU by the same command with TIER_DEVICE=cpu,
+# BENCH_ARGS=--dry-run and COSTS=results/gpu_costs_cpu_dryrun.json (docs/GPU_COSTS.md).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 python=${PYTHON:-python3}
@@ -68,8 +69,8 @@ if ! "$python" -c "import pytest" 2>/dev/null; then
 fi
 
 status=0
-echo "[gpu-session] 1/3 the GPU tier on CUDA (tests/gpu)"
-SPECSTEER_GPU_TIER_DEVICE=cuda timeout "${TIER_TIMEOUT_S:-120}" "$python" -m pytest tests/gpu -q -rs -p no:cacheprovider \
+echo "[gpu-session] 1/3 the GPU tier on ${TIER_DEVICE:-cuda} (tests/gpu)"
+SPECSTEER_GPU_TIER_DEVICE=${TIER_DEVICE:-cuda} timeout "${TIER_TIMEOUT_S:-120}" "$python" -m pytest tests/gpu -q -rs -p no:cacheprovider \
   --junitxml "$out/gpu_tier.xml" 2>&1 | tee "$out/gpu_tier.log"
 tier=${PIPESTATUS[0]}
 [[ $tier == 0 ]] || status=$tier

@@ -33,7 +33,7 @@ def result(bench, tmp_path_factory):
 
 def test_every_run_is_there_in_order(result):
     assert result["schema"] == "specsteer.engine_bench/1" and result["dry_run"] and result["finished"]
-    assert "separate hardware" in result["execution"] and "streams" in result["execution"]
+    assert "real engine" in result["execution"] and "no link" in result["execution"]
     assert [row["run"] for row in result["runs"]] == [
         "llm",
         "specsteer@0.6",
@@ -79,3 +79,27 @@ def test_the_table_names_every_run(bench, result):
     table = bench.markdown_table(result)
     assert "DRY RUN" in table
     assert all(row["run"] in table for row in result["runs"])
+
+
+def test_gpu_profile_sets_the_projection_beside_each_run(result, tmp_path, capsys):
+    from specsteer.cli import gpu_profile as gpu_profile_cli
+    from specsteer.evaluation.gpu_profile import bench_comparison, load_costs, one_gpu_profile, parse_engine_bench
+
+    bench_file = tmp_path / "bench.json"
+    bench_file.write_text(json.dumps(result))
+    costs = str(ROOT / "results" / "gpu_costs_cpu_dryrun.json")
+    argv = [costs, "--no-projection", "--engine-bench", str(bench_file), "--json"]
+    assert gpu_profile_cli.main(argv) == 0
+    shown = json.loads(capsys.readouterr().out)["engine_bench"]
+    assert shown["dry_run"] and [row["run"] for row in shown["rows"]] == [row["run"] for row in result["runs"]]
+    for row, run in zip(shown["rows"], result["runs"]):
+        assert row["measured_tok_per_s"] == pytest.approx(run["tokens"] / run["seconds"])
+        assert row["projected_s"] > 0 and row["gap_s"] == pytest.approx(row["measured_s"] - row["projected_s"])
+    # The projection prices the very trace each run kept: a run with fewer passes is projected faster.
+    profile = one_gpu_profile(load_costs(costs), "qwen3")
+    assert profile.overhead_per_step_s == 0 and profile.link.rtt_ms == 0
+    rows = bench_comparison(parse_engine_bench(result), profile, "qwen3")
+    by_run = {row["run"]: row for row in rows}
+    assert by_run["specsteer@0.9"]["projected_s"] < by_run["specsteer@0.3"]["projected_s"]
+    with pytest.raises(ValueError, match="engine benchmark"):
+        parse_engine_bench({"schema": "something else"})

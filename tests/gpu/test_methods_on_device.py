@@ -8,9 +8,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from specsteer.cloud.in_process import InProcessCloud
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
 from specsteer.method.catalog import METHOD_INFO, METHODS
 from specsteer.method.p3 import P3Params
+from specsteer.models.loading import on_streams
 from specsteer.models.tiny import tiny_pair, tiny_tokenizer
 
 MAX_NEW = 20
@@ -66,6 +68,21 @@ def test_every_method_runs_in_fp32(fp32_pair, prompts, method):
     _check_output(tokens, finished)
     if METHOD_INFO[method].speculative or METHOD_INFO[method].cloud_drafts:
         _check_rounds(tokens, finished)
+
+
+def test_the_edge_and_the_cloud_on_their_own_streams_change_no_token(fp32_pair, device, on_cuda, prompts):
+    """The engine benchmark's one-GPU setting (models.loading.on_streams): the Edge's passes on one CUDA stream,
+    the Cloud's (reading ahead, beside the Edge's prompt read) on another; on the CPU, no streams, the same split."""
+    edge, cloud = (torch.cuda.Stream(device), torch.cuda.Stream(device)) if on_cuda else (None, None)
+    split = on_streams(fp32_pair, edge, cloud)
+    assert split.cloud_side().specialist is split.generic_specialist is not split.specialist
+    plain, private = prompts
+    for method in ("specsteer", "llm"):
+        _, expected = _run(fp32_pair, prompts, method)
+        config = DecodeConfig(method=method, max_new_tokens=MAX_NEW, draft_len=DRAFT_LEN)
+        cloud_here = InProcessCloud(split, read_ahead="concurrent")
+        _, streamed = collect(generate_ids(split, plain, private, config, cloud=cloud_here))
+        assert streamed.token_ids == expected.token_ids
 
 
 def test_a_repeated_request_reuses_its_prompts_on_the_device(device, prompts):

@@ -331,3 +331,21 @@ def warnings(monkeypatch):
     shown: list[str] = []
     monkeypatch.setattr(gr, "Warning", lambda message, *args, **kwargs: shown.append(message))
     return shown
+
+
+@pytest.fixture(scope="session")
+def gpu_costs_dry_run(tmp_path_factory):
+    """(path, data) of one real run of benchmarks/gpu_costs.py, as on a GPU machine but tiny and on the CPU (one
+    pair: it is the same code for each); shared by the tests of the costs, the profile and the engine benchmark."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("gpu_costs") / "costs.json"
+    command = [sys.executable, str(repo / "benchmarks" / "gpu_costs.py"), "--device", "cpu", "--tiny"]
+    command += ["--pairs", "qwen3", "--threads", "1", "--max-seconds", "90", "--out", str(out)]
+    done = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, json.loads(out.read_text())

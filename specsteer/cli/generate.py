@@ -471,7 +471,8 @@ def _serve_cloud(args) -> int:
     if isinstance(pair, int):
         return pair
     if budget is None:  # measured now, with the models in memory
-        limits = replace(limits, memory_budget_bytes=default_memory_budget())
+        device = pair.generalist.device if pair.generalist is not None else "cpu"
+        limits = replace(limits, memory_budget_bytes=default_memory_budget(device=device))
     # An Open starts reading its prompts at once, while the Edge reads its own on its machine.
     service = CloudService(
         pair,

@@ -469,6 +469,23 @@ def with_specialist_lora(pair: LoadedPair, lora: SpecialistLora, progress: Progr
     return adapted
 
 
+def on_streams(pair: LoadedPair, edge: torch.cuda.Stream | None, cloud: torch.cuda.Stream | None) -> LoadedPair:
+    """``pair`` (transformers models, no adapter) with the Edge's Specialist passing on the CUDA stream ``edge`` and
+    the Cloud's Generalist and generic copy on ``cloud``: one GPU standing in for the two machines (the same
+    weights; each side its own caches and queue, so a Cloud reading ahead runs beside the Edge)."""
+    models = (pair.specialist, pair.generalist)
+    if pair.lora is not None or not all(isinstance(model, TransformersModel) for model in models):
+        raise ValueError("streams are for a pair of transformers models without an adapter")
+    small, large = pair.specialist, pair.generalist
+    assert isinstance(small, TransformersModel) and isinstance(large, TransformersModel)
+    return replace(
+        pair,
+        specialist=TransformersModel(small.model, small.name, stream=edge),
+        generalist=TransformersModel(large.model, large.name, stream=cloud),
+        generic_specialist=TransformersModel(small.model, f"{small.name} (the Cloud's generic copy)", stream=cloud),
+    )
+
+
 def release_specialist_lora(adapted: LoadedPair) -> None:
     """Forget the merged copy :func:`with_specialist_lora` kept for ``adapted`` (per-record adapters: a record's
     copy is never asked for again), so that its memory goes once no caller holds it."""

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -32,16 +30,9 @@ SCRIPT = REPO / "benchmarks" / "gpu_costs.py"
 
 
 @pytest.fixture(scope="module")
-def dry_run(tmp_path_factory) -> tuple[Path, dict]:
-    """One real run of the script, as on a GPU machine but tiny and on the CPU (one pair: it is the
-    same code for each)."""
-    out = tmp_path_factory.mktemp("gpu_costs") / "costs.json"
-    command = [sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--pairs", "qwen3", "--threads", "1"]
-    done = subprocess.run(
-        [*command, "--max-seconds", "90", "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=240
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out, json.loads(out.read_text())
+def dry_run(gpu_costs_dry_run) -> tuple[Path, dict]:
+    """The session's one real run of the script (tests/conftest.py)."""
+    return gpu_costs_dry_run
 
 
 # --------------------------------------------------------------------------- the script's JSON

@@ -14,8 +14,8 @@ import gradio as gr
 
 from specsteer.data.datasets import EVALUATION_TASKS
 from specsteer.method.catalog import PRIVATE_METHODS, method_label
-from specsteer.service.app_service import ExportRefused, Failed
 from specsteer.service.campaigns import CampaignError, CampaignRequest, CampaignService
+from specsteer.service.events import ExportRefused, Failed
 from ui import campaign_render, pairs
 from ui.gpu_space import on_gpu
 from ui.render import esc, message_box

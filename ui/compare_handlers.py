@@ -11,8 +11,8 @@ from typing import NamedTuple
 import gradio as gr
 
 from specsteer.service import judging
-from specsteer.service.app_service import (
-    AppService,
+from specsteer.service.app_service import AppService
+from specsteer.service.events import (
     ComparisonEvent,
     ComparisonSaved,
     ComparisonStarted,

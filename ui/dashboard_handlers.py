@@ -15,7 +15,7 @@ from specsteer.engine.settings import sentence
 from specsteer.evaluation import plots
 from specsteer.evaluation.deployment import PROFILES
 from specsteer.evaluation.grid import EvalResult, GridProgress
-from specsteer.service.app_service import AppService, EvaluationEvent, Failed, Loading, Status
+from specsteer.service.app_service import AppService
 from specsteer.service.evaluation_runs import (
     GridForm,
     chosen_run_ids,
@@ -25,6 +25,7 @@ from specsteer.service.evaluation_runs import (
     runtime_note,
     stored_rows,
 )
+from specsteer.service.events import EvaluationEvent, Failed, Loading, Status
 from ui import render
 from ui.dashboard_figures import compared_figures, figures, table_update
 from ui.streaming import NOT_YOURS, RUNS, Toast

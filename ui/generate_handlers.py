@@ -15,8 +15,8 @@ from specsteer.data.tasks import TASK_FOR_SCHEMA
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.method.catalog import method_label
 from specsteer.protocol.exposure import IN_PROCESS, Exposure
-from specsteer.service.app_service import (
-    AppService,
+from specsteer.service.app_service import AppService
+from specsteer.service.events import (
     Done,
     Failed,
     Generating,

@@ -50,7 +50,7 @@ from specsteer.data.history import History
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.method.catalog import PRIVATE_METHODS, method_label
 from specsteer.protocol.exposure import ADMIN_TOKEN_ENV
-from specsteer.service.app_service import AnnotationExport, AppService, ComparisonSaved, ExportRefused, Failed, Stopped
+from specsteer.service.app_service import AppService
 from specsteer.service.campaign_store import (
     SPECIAL_CHOICES,
     Annotator,
@@ -61,6 +61,7 @@ from specsteer.service.campaign_store import (
     StoredCampaign,
     StoredCampaignJudgement,
 )
+from specsteer.service.events import AnnotationExport, ComparisonSaved, ExportRefused, Failed, Stopped
 from specsteer.service.join_codes import JoinAttempts, check_code, issue_codes
 from specsteer.service.preference import CampaignJudgement, PreferenceReport, preference_report
 from specsteer.service.stores import RATING_CRITERIA, NamedHistory, StoredComparison, StoredOutput, slot_label
@@ -309,7 +310,7 @@ class CampaignService:
         ):
             raise CampaignError(f"The number of records is 1 to {MAX_RECORDS}.")
         try:
-            settings = self.app._valid({**dict(request.settings), "method": methods[0]})
+            settings = self.app.checks.valid({**dict(request.settings), "method": methods[0]})
             self.app.pairs.check(settings.pairing, edge_only=settings.remote)
         except ValueError as error:
             raise CampaignError(sentence(str(error))) from None

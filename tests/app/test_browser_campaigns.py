@@ -29,8 +29,9 @@ def campaign(app_server):
     """A campaign of 2 comparisons (llm vs specsteer) for two named annotators, in the served app's database."""
     import storage
     from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
-    from specsteer.service.app_service import AppService, PairCatalog
+    from specsteer.service.app_service import AppService
     from specsteer.service.campaigns import CampaignRequest, CampaignService
+    from specsteer.service.pair_catalog import PairCatalog
 
     database = storage.database_url()
     app = AppService(

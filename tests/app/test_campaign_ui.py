@@ -10,8 +10,9 @@ import pytest
 
 import storage
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
-from specsteer.service.app_service import AppService, PairCatalog
+from specsteer.service.app_service import AppService
 from specsteer.service.campaigns import CampaignRequest, CampaignService
+from specsteer.service.pair_catalog import PairCatalog
 from ui.judge_tab import MAX_SLOTS, SHORTCUTS_JS
 
 gradio_client = pytest.importorskip("gradio_client")

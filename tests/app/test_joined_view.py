@@ -11,7 +11,7 @@ from evaluation.test_record_lora import cogenesis_record, write_records
 
 from specsteer.evaluation.run_store import CellResult, GridPoint, StoredRun
 from specsteer.method.events import GenerationStats
-from specsteer.service.app_service import RunResults
+from specsteer.service.events import RunResults
 from ui import joined_view
 
 RECORDS = ("0_1", "1_1", "2_1")

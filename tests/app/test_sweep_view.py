@@ -8,7 +8,7 @@ import gradio as gr
 
 from specsteer.evaluation.run_store import CellResult, GridPoint, StoredRun
 from specsteer.method.events import GenerationStats
-from specsteer.service.app_service import RunResults
+from specsteer.service.events import RunResults
 from ui import sweep_view
 
 CONFIG = {

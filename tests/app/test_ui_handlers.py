@@ -30,7 +30,7 @@ from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.exposure import CLOUD_URL_ENV
 from specsteer.protocol.wire import CloudInfo
 from specsteer.service import judging, page
-from specsteer.service.app_service import CloudCheck, Done, Failed, Generating, Started, Token
+from specsteer.service.events import CloudCheck, Done, Failed, Generating, Started, Token
 from ui import compare_handlers, dashboard_handlers, generate_handlers, generate_tab, pairs, render, streaming
 from ui.streaming import BackgroundRun, Throttle, Toast, merge_frames
 
@@ -953,18 +953,21 @@ def test_the_dashboard_never_reads_a_server_path_as_records(service, tmp_path):
     assert len(frames) == 1 and "was not uploaded to the app" in frames[0].status
 
 
-def test_in_public_only_the_operators_token_exports_the_annotations(compare):
+def test_in_public_only_the_operators_token_exports_the_annotations(service, compare):
     from specsteer.protocol.exposure import Exposure
+    from specsteer.service.app_service import AppService
+
+    def served_in_public(exposure: Exposure) -> compare_handlers.CompareTab:  # the same stores, the app in public
+        return compare_handlers.CompareTab(AppService(service.store, service.runs, service.pairs, exposure=exposure))
 
     final = run_compare(compare, methods=("slm",))[-1]
     none = [None] * (2 * compare_handlers.MAX_SLOTS)
     assert "Saved annotation" in compare.submit_annotation(PAGE, final.view, "visitor-7", "A", "private note", *none)[0]
-    compare.service.exposure = Exposure(public=True, admin_token="operator-token")  # the app, served in public
+    public = served_in_public(Exposure(public=True, admin_token="operator-token"))
     for token in ("", "guess", "operator-token "):
-        file, message = compare.export_annotations("csv", token)
+        file, message = public.export_annotations("csv", token)
         assert file["value"] is None and "needs the operator&#x27;s token" in message
-    file, message = compare.export_annotations("csv", "operator-token")
+    file, message = public.export_annotations("csv", "operator-token")
     assert "Exported 1" in message and "visitor-7" in Path(file["value"]).read_text()
-    compare.service.exposure = Exposure(public=True)
-    file, message = compare.export_annotations("jsonl", "anything")
+    file, message = served_in_public(Exposure(public=True)).export_annotations("jsonl", "anything")
     assert file["value"] is None and "No token is configured ($SPECSTEER_ADMIN_TOKEN)" in message

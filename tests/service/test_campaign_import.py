@@ -16,9 +16,14 @@ from specsteer.data.datasets import bundled_sample_path, load_task_records
 from specsteer.evaluation.grid import EvalSpec, run_grid
 from specsteer.evaluation.run_store import GridPoint
 from specsteer.models.tiny import TEST_PAIRING_ID, tiny_pair
-from specsteer.service.app_service import AppService, Failed, PairCatalog
+from specsteer.service.app_service import AppService
 from specsteer.service.campaign_import import RunCampaignRequest, create_from_run
 from specsteer.service.campaigns import CampaignError, CampaignGenerated, CampaignService
+from specsteer.service.evaluation import EvaluationService
+from specsteer.service.events import Failed
+from specsteer.service.generation import GenerationService
+from specsteer.service.pair_catalog import PairCatalog
+from specsteer.service.pair_loading import PairLoader
 
 SAMPLE = str(bundled_sample_path("review").resolve())
 SPEC = EvalSpec(
@@ -63,8 +68,14 @@ def no_models(monkeypatch):
     monkeypatch.setattr(tiny, "shared_tiny_pair", refuse)
     monkeypatch.setattr(tiny, "tiny_pair", refuse)
     monkeypatch.setattr(PairCatalog, "load", refuse)
-    for name in ("_load", "_settings_pair", "compare", "generate", "evaluate"):
-        monkeypatch.setattr(AppService, name, refuse)
+    for owner, name in (
+        (PairLoader, "load"),
+        (PairLoader, "for_settings"),
+        (GenerationService, "compare"),
+        (GenerationService, "generate"),
+        (EvaluationService, "evaluate"),
+    ):
+        monkeypatch.setattr(owner, name, refuse)
 
 
 @pytest.fixture

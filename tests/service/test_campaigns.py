@@ -16,7 +16,7 @@ import pytest
 import storage
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
 from specsteer.protocol.exposure import Exposure
-from specsteer.service.app_service import AppService, ExportRefused, PairCatalog
+from specsteer.service.app_service import AppService
 from specsteer.service.campaigns import (
     MAX_RATIONALE_CHARS,
     CampaignError,
@@ -26,7 +26,9 @@ from specsteer.service.campaigns import (
     CampaignService,
     annotator_order,
 )
+from specsteer.service.events import ExportRefused
 from specsteer.service.join_codes import FAILURES_PER_CAMPAIGN
+from specsteer.service.pair_catalog import PairCatalog
 
 SETTINGS = {"pairing": TEST_PAIRING_ID, "max_new_tokens": 4, "alpha": 0.1}
 METHODS = ("slm+", "llm", "specsteer")
@@ -199,7 +201,7 @@ def test_public_app_needs_the_token_to_create_and_export_not_to_judge(db):
 
 def test_in_public_a_wrong_token_refuses_the_create_before_the_upload_is_read(db, tmp_path, monkeypatch):
     """The panel's create checks the operator's token first: a refused call opens and parses nothing."""
-    from specsteer.service import app_service
+    from specsteer.service import evaluation
     from ui.campaign_tab import CampaignHandlers
 
     public = make_service(db[0], Exposure(public=True, admin_token="op-secret"))
@@ -207,7 +209,7 @@ def test_in_public_a_wrong_token_refuses_the_create_before_the_upload_is_read(db
     upload.write_bytes(b"x" * 1024)
     touched: list[object] = []
     monkeypatch.setattr(public.app, "keep_records", lambda *args: touched.append(args))
-    monkeypatch.setattr(app_service, "load_records", lambda *args, **kwargs: touched.append(args))
+    monkeypatch.setattr(evaluation, "load_records", lambda *args, **kwargs: touched.append(args))
     real_open = type(upload).open
     monkeypatch.setattr(type(upload), "open", lambda path, *a, **k: touched.append(path) or real_open(path, *a, **k))
 

@@ -1,0 +1,64 @@
+"""What every request must pass before the service does any work: settings a caller may use here, a task
+input of the size a visitor may send, a request the engine can prepare.
+
+One :class:`RequestChecks` per service, over the deployment's exposure (which Clouds a caller may use), the
+visitor limits and the pair catalog; the generation workflows, the warm-up and campaigns call the same checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from specsteer.data.tasks import TASKS
+from specsteer.engine.generate import Prepared, Request, prepare
+from specsteer.engine.settings import GenerationSettings, SettingsError
+from specsteer.protocol.exposure import Exposure
+from specsteer.service.limits import VisitorLimits, text_problem
+from specsteer.service.pair_catalog import PairCatalog
+from specsteer.service.stores import NamedHistory
+
+
+class RequestChecks:
+    """The checks of a request on this deployment; holds no state besides what it is given."""
+
+    def __init__(self, exposure: Exposure, limits: VisitorLimits, pairs: PairCatalog) -> None:
+        self.exposure = exposure
+        self.limits = limits
+        self.pairs = pairs
+
+    def valid(self, settings: GenerationSettings | Mapping[str, object]) -> GenerationSettings:
+        """Validated settings whose Cloud this deployment lets its callers use; SettingsError otherwise."""
+        valid = (
+            settings.validate()
+            if isinstance(settings, GenerationSettings)
+            else GenerationSettings.from_values(settings)
+        )
+        problem = self.exposure.cloud_problem(valid.cloud) or self.limits.tokens_problem(valid.max_new_tokens)
+        if problem:
+            raise SettingsError([problem])
+        return valid
+
+    def check_input(self, input_text: object) -> None:
+        """SettingsError when the task input is longer than a visitor may send."""
+        problem = text_problem("task input", input_text, self.limits.max_input_chars)
+        if problem:
+            raise SettingsError([problem])
+
+    @staticmethod
+    def prepare(history: NamedHistory | None, task: str, input_text: str, settings: GenerationSettings) -> Prepared:
+        if task not in TASKS:
+            raise SettingsError([f"Choose a task ({', '.join(TASKS)})."])
+        if not (input_text or "").strip():
+            raise SettingsError(["Enter a task input first."])
+        items = history.history.items if history is not None else ()
+        profile = history.history.profile if history is not None else None
+        return prepare(
+            Request(
+                task=task,
+                input_text=input_text,
+                history=items,
+                retrieval_k=settings.retrieval_k,
+                prompt_style=settings.prompt_style,
+                profile=profile,
+            )
+        )

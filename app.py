@@ -131,7 +131,7 @@ def build_service() -> AppService:
 def build_app(service: AppService | None = None, campaigns: CampaignService | None = None) -> gr.Blocks:
     storage.init_db()  # create the tables now, so the first request does not pay for it
     service = service or build_service()
-    campaigns = campaigns or CampaignService(service, storage.SqlCampaignStore(getattr(service.store, "url", None)))
+    campaigns = campaigns or service.campaigns(storage.SqlCampaignStore(getattr(service.store, "url", None)))
     with gr.Blocks(
         title="SpecSteer", analytics_enabled=False, delete_cache=(TEMP_FILES_CHECK_S, TEMP_FILES_MAX_AGE_S)
     ) as demo:
@@ -147,7 +147,7 @@ def build_app(service: AppService | None = None, campaigns: CampaignService | No
             with gr.Tab("Judge", id="judge"):
                 judging = judge_tab.build(campaigns)
             with gr.Tab("Campaigns", id="campaigns"):
-                panel = campaign_tab.build(campaigns)
+                panel = campaign_tab.build(campaigns, service)
         # Other users (or an earlier run of the app) may have stored comparisons and runs since
         # the page was built: list them afresh whenever a page opens.
         for stored in (comparisons, runs):

@@ -19,10 +19,10 @@ from specsteer.cloud.api import CLOUD_SECRET_ENV
 from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS
 from specsteer.data.history import MAX_ITEMS, MAX_UPLOAD_BYTES
 from specsteer.data.tasks import TASK_FOR_SCHEMA, TASKS
-from specsteer.engine.settings import MAX_RTT_MS, GenerationSettings
+from specsteer.engine.settings import MAX_RTT_MS
 from specsteer.method.catalog import METHOD_INFO, METHODS
 from specsteer.service.app_service import AppService
-from specsteer.service.page import environment_cloud, read_sample
+from specsteer.service.page import PAGE_DEFAULTS, environment_cloud, read_sample
 from ui import lora_teach, pairs, render
 from ui.generate_handlers import (
     WAITING_FOR_TRANSCRIPT,
@@ -48,9 +48,6 @@ def choice_label(method: str) -> str:
 
 
 METHOD_CHOICES = [(choice_label(m), m) for m in METHOD_ORDER]
-# The widgets start at the settings' defaults, except the prompt style: the app starts with the clean one,
-# which does not invite the small Specialist to copy the history's layout (README, output hygiene).
-DEFAULTS = GenerationSettings(pairing="", prompt_style="clean")
 
 
 def build(service: AppService) -> GenerateControls:
@@ -96,36 +93,43 @@ def build(service: AppService) -> GenerateControls:
             )
 
             gr.Markdown("### 3 · Models and decoding", elem_classes="ss-step")
-            picker = pairs.pairing_picker(service.pairs, "Pairing (Specialist → Generalist)", runtime=DEFAULTS.runtime)
+            picker = pairs.pairing_picker(
+                service.pairs, "Pairing (Specialist → Generalist)", runtime=PAGE_DEFAULTS.runtime
+            )
             taught = lora_teach.build(service, history_state, task, picker.pairing, picker.runtime)
             method = gr.Dropdown(
                 choices=METHOD_CHOICES,
-                value=DEFAULTS.method,
+                value=PAGE_DEFAULTS.method,
                 label="Method",
-                info=METHOD_INFO[DEFAULTS.method].description,
+                info=METHOD_INFO[PAGE_DEFAULTS.method].description,
             )
             with gr.Row():
                 alpha = gr.Slider(
                     0,
                     2,
-                    value=DEFAULTS.alpha,
+                    value=PAGE_DEFAULTS.alpha,
                     step=0.01,
                     label="α (strictness)",
                     elem_id="alpha",
                     info="0 accepts every draft",
                 )
-                beta = gr.Slider(0, 3, value=DEFAULTS.beta, step=0.1, label="β (steering strength)")
+                beta = gr.Slider(0, 3, value=PAGE_DEFAULTS.beta, step=0.1, label="β (steering strength)")
             with gr.Row():
-                draft_len = gr.Slider(1, 16, value=DEFAULTS.draft_len, step=1, label="Draft length k")
+                draft_len = gr.Slider(1, 16, value=PAGE_DEFAULTS.draft_len, step=1, label="Draft length k")
                 max_new_tokens = gr.Slider(
-                    1, 1024, value=DEFAULTS.max_new_tokens, step=1, label="Max new tokens", elem_id="max-new-tokens"
+                    1,
+                    1024,
+                    value=PAGE_DEFAULTS.max_new_tokens,
+                    step=1,
+                    label="Max new tokens",
+                    elem_id="max-new-tokens",
                 )
             with gr.Row():
-                decoding = gr.Radio(["greedy", "sampling"], value=DEFAULTS.decoding, label="Decoding")
-                seed = gr.Number(value=DEFAULTS.seed, precision=0, label="Seed")
+                decoding = gr.Radio(["greedy", "sampling"], value=PAGE_DEFAULTS.decoding, label="Decoding")
+                seed = gr.Number(value=PAGE_DEFAULTS.seed, precision=0, label="Seed")
             prompt_style = gr.Radio(
                 PROMPT_STYLES,
-                value=DEFAULTS.prompt_style,
+                value=PAGE_DEFAULTS.prompt_style,
                 label="Prompt style",
                 elem_id="prompt-style",
                 info="Clean shows your items as your own text and asks for the text alone: small models then "
@@ -133,19 +137,21 @@ def build(service: AppService) -> GenerateControls:
             )
             with gr.Accordion("Sampling and advanced settings", open=False):
                 with gr.Row():
-                    temperature = gr.Slider(0.05, 2, value=DEFAULTS.temperature, step=0.05, label="Temperature")
-                    top_p = gr.Slider(0.05, 1, value=DEFAULTS.top_p, step=0.05, label="Top-p")
+                    temperature = gr.Slider(0.05, 2, value=PAGE_DEFAULTS.temperature, step=0.05, label="Temperature")
+                    top_p = gr.Slider(0.05, 1, value=PAGE_DEFAULTS.top_p, step=0.05, label="Top-p")
                 with gr.Row():
                     retrieval_k = gr.Slider(
-                        0, 10, value=DEFAULTS.retrieval_k, step=1, label="History items retrieved (BM25 k)"
+                        0, 10, value=PAGE_DEFAULTS.retrieval_k, step=1, label="History items retrieved (BM25 k)"
                     )
                     downlink_top_k = gr.Number(
-                        value=DEFAULTS.downlink_top_k, precision=0, minimum=0, label="Downlink top-k (0 = all)"
+                        value=PAGE_DEFAULTS.downlink_top_k, precision=0, minimum=0, label="Downlink top-k (0 = all)"
                     )
                 with gr.Row():
-                    exact = gr.Checkbox(value=DEFAULTS.exact, label="Exact-target sampling (SpecSteer, sampling only)")
+                    exact = gr.Checkbox(
+                        value=PAGE_DEFAULTS.exact, label="Exact-target sampling (SpecSteer, sampling only)"
+                    )
                     private_guard = gr.Number(
-                        value=DEFAULTS.private_guard,
+                        value=PAGE_DEFAULTS.private_guard,
                         precision=0,
                         minimum=0,
                         maximum=64,
@@ -154,11 +160,11 @@ def build(service: AppService) -> GenerateControls:
                         info="The device never sends a token that would copy n tokens of your history verbatim",
                     )
                     adaptive_draft = gr.Checkbox(
-                        value=DEFAULTS.adaptive_draft,
+                        value=PAGE_DEFAULTS.adaptive_draft,
                         label="Adaptive draft length",
                         info="Each round drafts the k (at most the slider's) that the measured speed favours",
                     )
-                p3 = p3_widgets(DEFAULTS)
+                p3 = p3_widgets(PAGE_DEFAULTS)
                 address, address_problem = environment_cloud()
                 with gr.Row(equal_height=False, elem_classes="ss-bottom-row"):
                     cloud = cloud_widget(service.exposure, address)
@@ -174,7 +180,7 @@ def build(service: AppService) -> GenerateControls:
                 )
                 with gr.Row():
                     rtt_ms = gr.Number(
-                        value=DEFAULTS.rtt_ms,
+                        value=PAGE_DEFAULTS.rtt_ms,
                         minimum=0,
                         maximum=MAX_RTT_MS,
                         label="RTT (ms)",
@@ -182,14 +188,14 @@ def build(service: AppService) -> GenerateControls:
                         elem_id="rtt-ms",
                     )
                     uplink_kbps = gr.Number(
-                        value=DEFAULTS.uplink_kbps,
+                        value=PAGE_DEFAULTS.uplink_kbps,
                         minimum=0,
                         label="Uplink (kbps)",
                         min_width=90,
                         elem_id="uplink-kbps",
                     )
                     downlink_kbps = gr.Number(
-                        value=DEFAULTS.downlink_kbps,
+                        value=PAGE_DEFAULTS.downlink_kbps,
                         minimum=0,
                         label="Downlink (kbps)",
                         min_width=90,
@@ -218,8 +224,8 @@ def build(service: AppService) -> GenerateControls:
                         initial,
                         initial_task,
                         SAMPLE_USERS[DEFAULT_SAMPLE].input_text,
-                        DEFAULTS.retrieval_k,
-                        DEFAULTS.prompt_style,
+                        PAGE_DEFAULTS.retrieval_k,
+                        PAGE_DEFAULTS.prompt_style,
                     ),
                     elem_id="retrieved",
                 )

@@ -133,12 +133,11 @@ def _service(url: str | None) -> CampaignService:
     import storage
     from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
     from specsteer.service.app_service import AppService
-    from specsteer.service.campaigns import CampaignService
     from specsteer.service.pair_catalog import PairCatalog
 
     pairs = PairCatalog({TEST_PAIRING_ID: shared_tiny_pair})  # the tiny pair for tests, beside the registry's
     app = AppService(store=storage.SqlGenerationStore(url), runs=storage.SqlRunStore(url), pairs=pairs)
-    return CampaignService(app, storage.SqlCampaignStore(url))
+    return app.campaigns(storage.SqlCampaignStore(url))
 
 
 def status_json(view: CampaignStatusView) -> dict[str, Any]:

@@ -14,8 +14,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from specsteer.protocol.exposure import ADMIN_TOKEN_ENV, Exposure
-from specsteer.service.events import AnnotationExport, ExportRefused, SavedAnnotation
+from specsteer.protocol.exposure import Exposure
+from specsteer.service.checks import require_operator
+from specsteer.service.events import AnnotationExport, SavedAnnotation
 from specsteer.service.limits import VisitorLimits, stored_id, text_problem
 from specsteer.service.stores import AnnotationSummary, ExportFormat, GenerationStore, NewAnnotation, StoredComparison
 
@@ -77,13 +78,7 @@ class AnnotationService:
         ExportRefused otherwise."""
         if kind not in ("csv", "jsonl"):
             raise ValueError(f"Unknown export format {kind!r}: choose csv or jsonl.")
-        if not self.exposure.may_export_all(token):
-            configured = (
-                "" if self.exposure.admin_token else f" No token is configured (${ADMIN_TOKEN_ENV}), so none is."
-            )
-            raise ExportRefused(
-                f"Exporting every annotation needs the operator's token on this public app.{configured}"
-            )
+        require_operator(self.exposure, token, "Exporting every annotation")
         folder = Path(tempfile.mkdtemp(prefix="specsteer-export-"))
         path = folder / f"annotations-{time.strftime('%Y%m%d-%H%M%S')}.{kind}"
         count = self.store.write_annotations(kind, path)

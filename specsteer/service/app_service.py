@@ -9,6 +9,7 @@ limits of where it runs) and passes each call on to the one that owns it:
   kept records files;
 * ``specsteer.service.annotation``: saved comparisons, judgements, their summary and export;
 * ``specsteer.service.remote_clouds``: the settings' "Test connection";
+* ``specsteer.service.campaigns``: annotation campaigns over the same comparisons and runs (:meth:`AppService.campaigns`);
 * ``specsteer.service.lora_teaching``: teaching a page's Specialist its history.
 
 What they return and report is in ``specsteer.service.events``; the checks every request passes are
@@ -28,6 +29,8 @@ from specsteer.evaluation.grid import EvalSpec
 from specsteer.evaluation.run_store import RunStore, StoredRun
 from specsteer.protocol.exposure import Exposure
 from specsteer.service.annotation import AnnotationService
+from specsteer.service.campaign_store import CampaignStore
+from specsteer.service.campaigns import CampaignService
 from specsteer.service.checks import RequestChecks
 from specsteer.service.evaluation import DEPLOYMENT_RTTS_MS, EvaluationService
 from specsteer.service.events import (
@@ -96,6 +99,10 @@ class AppService:
             runs, self.pairs, self.loader, self.turns, self.limits, self.exposure, uploads
         )
         self.annotation = AnnotationService(store, self.limits, self.exposure)
+
+    def campaigns(self, store: CampaignStore) -> CampaignService:
+        """Annotation campaigns kept in ``store``, over this service's comparisons, runs and checks."""
+        return CampaignService(store, self.store, self.generation, self.runs, self.checks)
 
     @property
     def uploads(self) -> Path | None:

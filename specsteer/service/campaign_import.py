@@ -248,7 +248,7 @@ def select_from_run(run: StoredRun, cells: Sequence[CellResult], request: RunCam
 def find_run(campaigns: CampaignService, name: str) -> StoredRun:
     if not isinstance(name, str) or not name.strip():
         raise CampaignError("Name the evaluation run whose outputs the campaign compares.")
-    for run in campaigns.app.stored_runs():
+    for run in campaigns.runs.runs():
         if run.name == name.strip():
             return run
     raise CampaignError(f"There is no stored evaluation run named {name.strip()[:128]!r}.")
@@ -257,10 +257,10 @@ def find_run(campaigns: CampaignService, name: str) -> StoredRun:
 def create_from_run(campaigns: CampaignService, request: RunCampaignRequest, token: str = "") -> CreatedCampaign:
     """Store a campaign whose comparisons are stored run ``request.run``'s outputs (no generation), ready at
     once; CampaignError, with nothing stored, for anything that does not fit (see the module's text)."""
-    campaigns._operator(token, "Creating a campaign")
+    campaigns.check_operator(token, "Creating a campaign")
     name = clean_name(request.name, "campaign name")
     run = find_run(campaigns, request.run)
-    selection = select_from_run(run, campaigns.app.runs.cells(run.id), request)
+    selection = select_from_run(run, campaigns.runs.cells(run.id), request)
     names = tuple(dict.fromkeys(clean_name(annotator, "annotator's name") for annotator in request.annotators))
     if len(names) > MAX_ANNOTATORS:
         raise CampaignError(f"A campaign has at most {MAX_ANNOTATORS} named annotators.")
@@ -292,7 +292,7 @@ def create_from_run(campaigns: CampaignService, request: RunCampaignRequest, tok
 
 def save_comparison(campaigns: CampaignService, selection: RunSelection, chosen: RunRecord) -> int:
     """One record's comparison, as :meth:`CampaignService.generate` stores one, from the run's cells."""
-    store, task, record = campaigns.app.store, selection.task, chosen.record
+    store, task, record = campaigns.comparisons, selection.task, chosen.record
     history = record_history(record, task)
     history_id = store.save_history(history)
     generation_ids = tuple(

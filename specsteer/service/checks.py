@@ -1,5 +1,6 @@
 """What every request must pass before the service does any work: settings a caller may use here, a task
-input of the size a visitor may send, a request the engine can prepare.
+input of the size a visitor may send, a request the engine can prepare, and who may do what only the
+operator may (:func:`require_operator`).
 
 One :class:`RequestChecks` per service, over the deployment's exposure (which Clouds a caller may use), the
 visitor limits and the pair catalog; the generation workflows, the warm-up and campaigns call the same checks.
@@ -12,10 +13,19 @@ from collections.abc import Mapping
 from specsteer.data.tasks import TASKS
 from specsteer.engine.generate import Prepared, Request, prepare
 from specsteer.engine.settings import GenerationSettings, SettingsError
-from specsteer.protocol.exposure import Exposure
+from specsteer.protocol.exposure import ADMIN_TOKEN_ENV, Exposure
+from specsteer.service.events import ExportRefused
 from specsteer.service.limits import VisitorLimits, text_problem
 from specsteer.service.pair_catalog import PairCatalog
 from specsteer.service.stores import NamedHistory
+
+
+def require_operator(exposure: Exposure, token: str, what: str) -> None:
+    """ExportRefused unless this caller may do ``what`` (a sentence's subject, e.g. "Creating a campaign"):
+    anyone in a local run; on a public app, the holder of the operator's token."""
+    if not exposure.may_export_all(token):
+        configured = "" if exposure.admin_token else f" No token is configured (${ADMIN_TOKEN_ENV}), so none is."
+        raise ExportRefused(f"{what} needs the operator's token on this public app.{configured}")
 
 
 class RequestChecks:
@@ -62,3 +72,14 @@ class RequestChecks:
                 profile=profile,
             )
         )
+
+    def runnable(self, settings: GenerationSettings | Mapping[str, object]) -> GenerationSettings:
+        """Validated settings (:meth:`valid`) whose pairing can load here (its Specialist alone, for a remote
+        Cloud); SettingsError or PairingUnavailable, both ValueErrors, otherwise."""
+        valid = self.valid(settings)
+        self.pairs.check(valid.pairing, edge_only=valid.remote)
+        return valid
+
+    def operator(self, token: str, what: str) -> None:
+        """:func:`require_operator` on this deployment."""
+        require_operator(self.exposure, token, what)

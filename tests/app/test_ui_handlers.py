@@ -31,7 +31,7 @@ from specsteer.protocol.exposure import CLOUD_URL_ENV
 from specsteer.protocol.wire import CloudInfo
 from specsteer.service import judging, page
 from specsteer.service.events import CloudCheck, Done, Failed, Generating, Started, Token
-from ui import compare_handlers, dashboard_handlers, generate_handlers, generate_tab, pairs, render, streaming
+from ui import compare_handlers, dashboard_handlers, generate_handlers, pairs, render, streaming
 from ui.streaming import BackgroundRun, Throttle, Toast, merge_frames
 
 XSS_SCRIPT = "<script>window.__pwned=1</script>"
@@ -406,7 +406,7 @@ def test_every_method_runs_from_the_ui(generate, method):
 def test_a_persona_generation_counts_and_names_its_private_facts(generate):
     sample = DEFAULT_SAMPLE
     loaded = page.read_sample(sample)
-    assert loaded.history.profile and generate_tab.DEFAULTS.prompt_style == "clean"
+    assert loaded.history.profile and page.PAGE_DEFAULTS.prompt_style == "clean"
     assert "Privacy_info" in generate_handlers.history_summary(loaded)
     task = SAMPLE_USERS[sample].input_text
     steered = run_generate(generate, loaded, task="cogenesis", input_text=task, max_new_tokens=6, prompt_style="clean")[

@@ -41,7 +41,7 @@ SPEC = EvalSpec(
 
 def make_service(url: str) -> CampaignService:
     app = AppService(storage.SqlGenerationStore(url), storage.SqlRunStore(url), PairCatalog())
-    return CampaignService(app, storage.SqlCampaignStore(url))
+    return app.campaigns(storage.SqlCampaignStore(url))
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +88,7 @@ def run_records():
 
 
 def cells_at(service, run_id, point):
-    return {cell.record_id: cell for cell in service.app.runs.cells(run_id) if cell.point == point}
+    return {cell.record_id: cell for cell in service.runs.cells(run_id) if cell.point == point}
 
 
 def test_the_comparisons_are_the_run_cells_outputs_ready_at_once(service, db):
@@ -104,7 +104,7 @@ def test_the_comparisons_are_the_run_cells_outputs_ready_at_once(service, db):
     points = [GridPoint("slm+"), GridPoint("llm"), GridPoint("specsteer", 0.1, 1.0)]
     by_point = {point.method: cells_at(service, db[1], point) for point in points}
     for item, record in zip(items, records, strict=True):
-        comparison = service.app.store.comparison(item.comparison_id)
+        comparison = service.comparisons.comparison(item.comparison_id)
         assert comparison.input_text == record.input and comparison.task == "review"
         for output in comparison.outputs:
             cell = by_point[output.method][record.id]
@@ -162,7 +162,7 @@ def test_what_does_not_fit_is_refused_and_stores_nothing(service, request_, mess
 
 def test_a_store_failure_midway_leaves_the_campaign_failed(service, monkeypatch):
     calls = []
-    save = service.app.store.save_comparison
+    save = service.comparisons.save_comparison
 
     def fail_second(comparison):
         calls.append(comparison)
@@ -170,7 +170,7 @@ def test_a_store_failure_midway_leaves_the_campaign_failed(service, monkeypatch)
             raise RuntimeError("disk full")
         return save(comparison)
 
-    monkeypatch.setattr(service.app.store, "save_comparison", fail_second)
+    monkeypatch.setattr(service.comparisons, "save_comparison", fail_second)
     with pytest.raises(CampaignError, match="disk full"):
         create_from_run(service, RunCampaignRequest("broken", "dev", methods=("slm+", "llm")))
     campaign = service.campaign("broken")

@@ -22,7 +22,8 @@ from specsteer.data.tasks import TASK_FOR_SCHEMA, TASKS
 from specsteer.engine.settings import MAX_RTT_MS
 from specsteer.method.catalog import METHOD_INFO, METHODS
 from specsteer.service.app_service import AppService
-from specsteer.service.page import PAGE_DEFAULTS, environment_cloud, read_sample
+from specsteer.service.page import PAGE_DEFAULTS as DEFAULTS
+from specsteer.service.page import environment_cloud, read_sample
 from ui import lora_teach, pairs, render
 from ui.generate_handlers import (
     WAITING_FOR_TRANSCRIPT,
@@ -93,43 +94,36 @@ def build(service: AppService) -> GenerateControls:
             )
 
             gr.Markdown("### 3 · Models and decoding", elem_classes="ss-step")
-            picker = pairs.pairing_picker(
-                service.pairs, "Pairing (Specialist → Generalist)", runtime=PAGE_DEFAULTS.runtime
-            )
+            picker = pairs.pairing_picker(service.pairs, "Pairing (Specialist → Generalist)", runtime=DEFAULTS.runtime)
             taught = lora_teach.build(service, history_state, task, picker.pairing, picker.runtime)
             method = gr.Dropdown(
                 choices=METHOD_CHOICES,
-                value=PAGE_DEFAULTS.method,
+                value=DEFAULTS.method,
                 label="Method",
-                info=METHOD_INFO[PAGE_DEFAULTS.method].description,
+                info=METHOD_INFO[DEFAULTS.method].description,
             )
             with gr.Row():
                 alpha = gr.Slider(
                     0,
                     2,
-                    value=PAGE_DEFAULTS.alpha,
+                    value=DEFAULTS.alpha,
                     step=0.01,
                     label="α (strictness)",
                     elem_id="alpha",
                     info="0 accepts every draft",
                 )
-                beta = gr.Slider(0, 3, value=PAGE_DEFAULTS.beta, step=0.1, label="β (steering strength)")
+                beta = gr.Slider(0, 3, value=DEFAULTS.beta, step=0.1, label="β (steering strength)")
             with gr.Row():
-                draft_len = gr.Slider(1, 16, value=PAGE_DEFAULTS.draft_len, step=1, label="Draft length k")
+                draft_len = gr.Slider(1, 16, value=DEFAULTS.draft_len, step=1, label="Draft length k")
                 max_new_tokens = gr.Slider(
-                    1,
-                    1024,
-                    value=PAGE_DEFAULTS.max_new_tokens,
-                    step=1,
-                    label="Max new tokens",
-                    elem_id="max-new-tokens",
+                    1, 1024, value=DEFAULTS.max_new_tokens, step=1, label="Max new tokens", elem_id="max-new-tokens"
                 )
             with gr.Row():
-                decoding = gr.Radio(["greedy", "sampling"], value=PAGE_DEFAULTS.decoding, label="Decoding")
-                seed = gr.Number(value=PAGE_DEFAULTS.seed, precision=0, label="Seed")
+                decoding = gr.Radio(["greedy", "sampling"], value=DEFAULTS.decoding, label="Decoding")
+                seed = gr.Number(value=DEFAULTS.seed, precision=0, label="Seed")
             prompt_style = gr.Radio(
                 PROMPT_STYLES,
-                value=PAGE_DEFAULTS.prompt_style,
+                value=DEFAULTS.prompt_style,
                 label="Prompt style",
                 elem_id="prompt-style",
                 info="Clean shows your items as your own text and asks for the text alone: small models then "
@@ -137,21 +131,19 @@ def build(service: AppService) -> GenerateControls:
             )
             with gr.Accordion("Sampling and advanced settings", open=False):
                 with gr.Row():
-                    temperature = gr.Slider(0.05, 2, value=PAGE_DEFAULTS.temperature, step=0.05, label="Temperature")
-                    top_p = gr.Slider(0.05, 1, value=PAGE_DEFAULTS.top_p, step=0.05, label="Top-p")
+                    temperature = gr.Slider(0.05, 2, value=DEFAULTS.temperature, step=0.05, label="Temperature")
+                    top_p = gr.Slider(0.05, 1, value=DEFAULTS.top_p, step=0.05, label="Top-p")
                 with gr.Row():
                     retrieval_k = gr.Slider(
-                        0, 10, value=PAGE_DEFAULTS.retrieval_k, step=1, label="History items retrieved (BM25 k)"
+                        0, 10, value=DEFAULTS.retrieval_k, step=1, label="History items retrieved (BM25 k)"
                     )
                     downlink_top_k = gr.Number(
-                        value=PAGE_DEFAULTS.downlink_top_k, precision=0, minimum=0, label="Downlink top-k (0 = all)"
+                        value=DEFAULTS.downlink_top_k, precision=0, minimum=0, label="Downlink top-k (0 = all)"
                     )
                 with gr.Row():
-                    exact = gr.Checkbox(
-                        value=PAGE_DEFAULTS.exact, label="Exact-target sampling (SpecSteer, sampling only)"
-                    )
+                    exact = gr.Checkbox(value=DEFAULTS.exact, label="Exact-target sampling (SpecSteer, sampling only)")
                     private_guard = gr.Number(
-                        value=PAGE_DEFAULTS.private_guard,
+                        value=DEFAULTS.private_guard,
                         precision=0,
                         minimum=0,
                         maximum=64,
@@ -160,11 +152,11 @@ def build(service: AppService) -> GenerateControls:
                         info="The device never sends a token that would copy n tokens of your history verbatim",
                     )
                     adaptive_draft = gr.Checkbox(
-                        value=PAGE_DEFAULTS.adaptive_draft,
+                        value=DEFAULTS.adaptive_draft,
                         label="Adaptive draft length",
                         info="Each round drafts the k (at most the slider's) that the measured speed favours",
                     )
-                p3 = p3_widgets(PAGE_DEFAULTS)
+                p3 = p3_widgets(DEFAULTS)
                 address, address_problem = environment_cloud()
                 with gr.Row(equal_height=False, elem_classes="ss-bottom-row"):
                     cloud = cloud_widget(service.exposure, address)
@@ -180,7 +172,7 @@ def build(service: AppService) -> GenerateControls:
                 )
                 with gr.Row():
                     rtt_ms = gr.Number(
-                        value=PAGE_DEFAULTS.rtt_ms,
+                        value=DEFAULTS.rtt_ms,
                         minimum=0,
                         maximum=MAX_RTT_MS,
                         label="RTT (ms)",
@@ -188,14 +180,14 @@ def build(service: AppService) -> GenerateControls:
                         elem_id="rtt-ms",
                     )
                     uplink_kbps = gr.Number(
-                        value=PAGE_DEFAULTS.uplink_kbps,
+                        value=DEFAULTS.uplink_kbps,
                         minimum=0,
                         label="Uplink (kbps)",
                         min_width=90,
                         elem_id="uplink-kbps",
                     )
                     downlink_kbps = gr.Number(
-                        value=PAGE_DEFAULTS.downlink_kbps,
+                        value=DEFAULTS.downlink_kbps,
                         minimum=0,
                         label="Downlink (kbps)",
                         min_width=90,
@@ -224,8 +216,8 @@ def build(service: AppService) -> GenerateControls:
                         initial,
                         initial_task,
                         SAMPLE_USERS[DEFAULT_SAMPLE].input_text,
-                        PAGE_DEFAULTS.retrieval_k,
-                        PAGE_DEFAULTS.prompt_style,
+                        DEFAULTS.retrieval_k,
+                        DEFAULTS.prompt_style,
                     ),
                     elem_id="retrieved",
                 )

@@ -48,13 +48,13 @@ import gradio as gr  # noqa: E402
 import storage  # noqa: E402
 from specsteer.cloud.api import CLOUD_SECRET_ENV  # noqa: E402
 from specsteer.data.datasets import EXAMPLE_RUNS_DB  # noqa: E402
-from specsteer.evaluation.run_store import RunStore  # noqa: E402
 from specsteer.protocol.exposure import Exposure, secret_problem  # noqa: E402
 from specsteer.service import pairings  # noqa: E402
 from specsteer.service.app_service import AppService  # noqa: E402
 from specsteer.service.campaigns import CampaignService  # noqa: E402
 from specsteer.service.example_runs import RunsWithExamples  # noqa: E402
 from specsteer.service.limits import VisitorLimits, limits_for  # noqa: E402
+from specsteer.stores.protocols import RunStore  # noqa: E402
 from specsteer.util import background  # noqa: E402
 from storage.db import data_dir  # noqa: E402
 from ui import campaign_tab, compare_tab, dashboard_tab, generate_tab, judge_tab, warmup  # noqa: E402

@@ -20,7 +20,7 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from specsteer.service.stores import MAX_COMPARISON_OUTPUTS, RATING_CRITERIA, AnnotationSaved, slot_label
+from specsteer.stores.generations import MAX_COMPARISON_OUTPUTS, RATING_CRITERIA, AnnotationSaved, slot_label
 from specsteer.util.jsonable import to_jsonable
 from storage.db import retry_on_locked, session_scope
 from storage.exports import display_order_text, rating_column

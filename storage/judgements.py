@@ -6,7 +6,7 @@ list of them into statistics, so the statistics are tested on hand-made judgemen
 
 The statistics live here, in ``storage/``; the typed values that cross to the application service
 (:class:`Judgement`, :class:`AnnotationSummary`) and the labels and criteria a page shows (slots
-labelled A, B, …, the rating criteria) are the store protocol's, ``specsteer.service.stores``.
+labelled A, B, …, the rating criteria) are the store values', ``specsteer.stores.generations``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 
-from specsteer.service.stores import Agreement, AnnotationSummary, Judgement, MethodJudgements
+from specsteer.stores.generations import Agreement, AnnotationSummary, Judgement, MethodJudgements
 
 RATING_MIN, RATING_MAX = 1, 5
 SPECIAL_PREFERENCES = ("tie", "all_bad")

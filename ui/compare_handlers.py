@@ -33,7 +33,7 @@ from specsteer.service.judging import (
     comparison_label,
     summary_rows,
 )
-from specsteer.service.stores import RATING_CRITERIA, NamedHistory, slot_label
+from specsteer.stores.generations import RATING_CRITERIA, NamedHistory, slot_label
 from ui import render
 from ui.callers import page_session
 from ui.streaming import NOT_YOURS, RUNS, Throttle, Toast

@@ -28,7 +28,7 @@ from specsteer.service.events import (
     Token,
 )
 from specsteer.service.page import read_sample
-from specsteer.service.stores import NamedHistory
+from specsteer.stores.generations import NamedHistory
 from ui import render
 from ui.streaming import NOT_YOURS, RUNS, LiveStats, Throttle, Toast
 from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path

@@ -14,7 +14,7 @@ import gradio as gr
 
 from specsteer.method.catalog import PRIVATE_METHODS
 from specsteer.service.campaigns import CampaignError, CampaignService, JudgeView, Seat
-from specsteer.service.stores import RATING_CRITERIA, slot_label
+from specsteer.stores.generations import RATING_CRITERIA, slot_label
 from ui import campaign_render
 from ui.callers import client_address
 from ui.render import message_box

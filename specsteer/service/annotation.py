@@ -18,7 +18,8 @@ from specsteer.protocol.exposure import Exposure
 from specsteer.service.checks import require_operator
 from specsteer.service.events import AnnotationExport, SavedAnnotation
 from specsteer.service.limits import VisitorLimits, stored_id, text_problem
-from specsteer.service.stores import AnnotationSummary, ExportFormat, GenerationStore, NewAnnotation, StoredComparison
+from specsteer.stores.generations import AnnotationSummary, ExportFormat, NewAnnotation, StoredComparison
+from specsteer.stores.protocols import GenerationStore
 
 
 class AnnotationService:

@@ -26,10 +26,8 @@ from pathlib import Path
 from specsteer.engine.settings import GenerationSettings
 from specsteer.evaluation.deployment import DEFAULT_RTTS_MS
 from specsteer.evaluation.grid import EvalSpec
-from specsteer.evaluation.run_store import RunStore, StoredRun
 from specsteer.protocol.exposure import Exposure
 from specsteer.service.annotation import AnnotationService
-from specsteer.service.campaign_store import CampaignStore
 from specsteer.service.campaigns import CampaignService
 from specsteer.service.checks import RequestChecks
 from specsteer.service.evaluation import DEPLOYMENT_RTTS_MS, EvaluationService
@@ -50,15 +48,10 @@ from specsteer.service.lora_teaching import LoraTeacher, TeachEvent
 from specsteer.service.pair_catalog import PairCatalog
 from specsteer.service.pair_loading import PairLoader
 from specsteer.service.remote_clouds import RemoteClouds
-from specsteer.service.stores import (
-    AnnotationSummary,
-    ExportFormat,
-    GenerationStore,
-    NamedHistory,
-    NewAnnotation,
-    StoredComparison,
-)
 from specsteer.service.warmup import WarmUp, WarmUpState
+from specsteer.stores.generations import AnnotationSummary, ExportFormat, NamedHistory, NewAnnotation, StoredComparison
+from specsteer.stores.protocols import CampaignStore, GenerationStore, RunStore
+from specsteer.stores.runs import StoredRun
 from specsteer.util.turns import ModelTurns
 
 

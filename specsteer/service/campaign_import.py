@@ -1,6 +1,6 @@
 """An annotation campaign made from the outputs an evaluation run stored: no generation, no model loaded.
 
-``specsteer evaluate`` stores every cell's output (``specsteer.evaluation.run_store.CellResult``); a campaign
+``specsteer evaluate`` stores every cell's output (``specsteer.stores.runs.CellResult``); a campaign
 over the same records and methods would compute them again (minutes of CPU, and llama.cpp's batching may
 change a token). :func:`create_from_run` instead builds each record's comparison from the run's cells:
 
@@ -31,9 +31,7 @@ from typing import Any
 from specsteer.data.datasets import DataError, Record, load_task_records, resolve_data_source
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.evaluation.grid import spec_from_config
-from specsteer.evaluation.run_store import CellResult, GridPoint, StoredRun, cell_key
 from specsteer.method.catalog import METHOD_INFO, PRIVATE_METHODS, method_label
-from specsteer.service.campaign_store import NewCampaign, RunSource
 from specsteer.service.campaigns import (
     MAX_ANNOTATORS,
     MAX_RECORDS,
@@ -44,7 +42,9 @@ from specsteer.service.campaigns import (
     record_history,
 )
 from specsteer.service.join_codes import issue_codes
-from specsteer.service.stores import NewComparison, NewGeneration
+from specsteer.stores.campaigns import NewCampaign, RunSource
+from specsteer.stores.generations import NewComparison, NewGeneration
+from specsteer.stores.runs import CellResult, GridPoint, StoredRun, cell_key
 from specsteer.util.jsonable import to_jsonable
 
 

@@ -48,32 +48,24 @@ from specsteer.data.datasets import (
 )
 from specsteer.data.history import History
 from specsteer.engine.settings import GenerationSettings, sentence
-from specsteer.evaluation.run_store import RunStore
 from specsteer.method.catalog import PRIVATE_METHODS, method_label
-from specsteer.service.campaign_store import (
-    SPECIAL_CHOICES,
-    Annotator,
-    CampaignStore,
-    NewCampaign,
-    NewCampaignJudgement,
-    RunSource,
-    StoredCampaign,
-    StoredCampaignJudgement,
-)
 from specsteer.service.checks import RequestChecks
 from specsteer.service.events import AnnotationExport, ComparisonSaved, Failed, Stopped
 from specsteer.service.generation import GenerationService
 from specsteer.service.join_codes import JoinAttempts, check_code, issue_codes
 from specsteer.service.limits import stored_id
 from specsteer.service.preference import CampaignJudgement, PreferenceReport, preference_report
-from specsteer.service.stores import (
-    RATING_CRITERIA,
-    GenerationStore,
-    NamedHistory,
-    StoredComparison,
-    StoredOutput,
-    slot_label,
+from specsteer.stores.campaigns import (
+    SPECIAL_CHOICES,
+    Annotator,
+    NewCampaign,
+    NewCampaignJudgement,
+    RunSource,
+    StoredCampaign,
+    StoredCampaignJudgement,
 )
+from specsteer.stores.generations import RATING_CRITERIA, NamedHistory, StoredComparison, StoredOutput, slot_label
+from specsteer.stores.protocols import CampaignStore, GenerationStore, RunStore
 from specsteer.util.jsonable import to_jsonable
 
 log = logging.getLogger(__name__)

@@ -17,7 +17,7 @@ from specsteer.protocol.exposure import ADMIN_TOKEN_ENV, Exposure
 from specsteer.service.events import ExportRefused
 from specsteer.service.limits import VisitorLimits, text_problem
 from specsteer.service.pair_catalog import PairCatalog
-from specsteer.service.stores import NamedHistory
+from specsteer.stores.generations import NamedHistory
 
 
 def require_operator(exposure: Exposure, token: str, what: str) -> None:

@@ -22,13 +22,14 @@ from specsteer.data.json_limits import RECORDS_LIMITS, JsonLimits
 from specsteer.engine.settings import sentence
 from specsteer.evaluation.deployment import DEFAULT_RTTS_MS, deployment_rows, get_profile
 from specsteer.evaluation.grid import EvalSpec, grid_method_problem, run_grid_events
-from specsteer.evaluation.run_store import RunStore, StoredRun
 from specsteer.models.weights import ModelLoadError
 from specsteer.protocol.exposure import Exposure
 from specsteer.service.events import DeploymentReport, EvaluationEvent, Failed, RunResults, Status
 from specsteer.service.limits import VisitorLimits, stored_id, text_problem
 from specsteer.service.pair_catalog import PairCatalog
 from specsteer.service.pair_loading import PairLoader
+from specsteer.stores.protocols import RunStore
+from specsteer.stores.runs import StoredRun
 from specsteer.util.turns import ModelTurns
 
 log = logging.getLogger(__name__)

@@ -24,10 +24,10 @@ from specsteer.data.tasks import PromptPair
 from specsteer.engine.settings import GenerationSettings
 from specsteer.evaluation.deployment import DeploymentProfile
 from specsteer.evaluation.grid import EvalResult, GridProgress
-from specsteer.evaluation.run_store import CellResult, StoredRun
 from specsteer.method.events import Finished, LinkMessage, TokenEvent
 from specsteer.protocol.wire import CloudInfo
-from specsteer.service.stores import StoredOutput
+from specsteer.stores.generations import StoredOutput
+from specsteer.stores.runs import CellResult, StoredRun
 
 # --------------------------------------------------------------------------- values the events carry
 

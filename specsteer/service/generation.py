@@ -56,8 +56,9 @@ from specsteer.service.events import (
 from specsteer.service.pair_catalog import PairCatalog
 from specsteer.service.pair_loading import PairLoader
 from specsteer.service.remote_clouds import RemoteClouds
-from specsteer.service.stores import GenerationStore, NamedHistory, NewComparison, NewGeneration
 from specsteer.service.warmup import WarmUp, warm
+from specsteer.stores.generations import NamedHistory, NewComparison, NewGeneration
+from specsteer.stores.protocols import GenerationStore
 from specsteer.util.turns import ModelTurns
 
 log = logging.getLogger(__name__)

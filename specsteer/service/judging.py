@@ -29,7 +29,7 @@ from typing import Protocol
 from specsteer.method.catalog import PRIVATE_METHODS, method_label
 from specsteer.method.events import GenerationStats
 from specsteer.service.limits import stored_id
-from specsteer.service.stores import (
+from specsteer.stores.generations import (
     RATING_CRITERIA,
     AnnotationSummary,
     NewAnnotation,

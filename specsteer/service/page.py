@@ -10,7 +10,7 @@ from specsteer.data.datasets import SAMPLE_USERS, sample_history_path
 from specsteer.data.history import parse_history
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.protocol.exposure import CLOUD_URL_ENV, cloud_address
-from specsteer.service.stores import NamedHistory
+from specsteer.stores.generations import NamedHistory
 
 # A page's widgets start at the settings' defaults, except the prompt style: the app starts with the clean one,
 # which does not invite the small Specialist to copy the history's layout (README, output hygiene).

@@ -51,7 +51,7 @@ from typing import Literal, get_args
 import numpy as np
 from numpy.typing import NDArray
 
-from specsteer.service.stores import MAX_COMPARISON_OUTPUTS, Agreement, Judgement, slot_label
+from specsteer.stores.generations import MAX_COMPARISON_OUTPUTS, Agreement, Judgement, slot_label
 
 SpecialPreference = Literal["tie", "all_good", "all_bad"]
 SPECIAL_PREFERENCES: tuple[SpecialPreference, ...] = get_args(SpecialPreference)
@@ -147,7 +147,7 @@ def parse_preference(text: str, slots: Sequence[str]) -> Preference:
 
 
 def from_judgements(judgements: Iterable[Judgement]) -> list[CampaignJudgement]:
-    """Today's stored judgements (``specsteer.service.stores.Judgement``) as campaign judgements, without times.
+    """Today's stored judgements (``specsteer.stores.generations.Judgement``) as campaign judgements, without times.
 
     Like ``storage.judgements.latest_judgements``, only each annotator's latest judgement of a comparison
     (highest id) is kept.
@@ -676,7 +676,7 @@ def position_bias(judgements: Iterable[CampaignJudgement], confidence: float = 0
 def preference_agreement(judgements: Iterable[CampaignJudgement]) -> Agreement:
     """Agreement on what was preferred, over the comparisons judged by two or more annotators.
 
-    The definition of ``storage.judgements`` (see :class:`specsteer.service.stores.Agreement`): Fleiss' κ for a
+    The definition of ``storage.judgements`` (see :class:`specsteer.stores.generations.Agreement`): Fleiss' κ for a
     varying number of raters per comparison, the categories being the method preferred (whatever slot it
     sat in) and "tie", "all_good", "all_bad"."""
     return Agreement.of((judgement.comparison_id, judgement.category) for judgement in _checked(judgements))

@@ -14,7 +14,6 @@ import pytest
 import storage
 from specsteer.data.datasets import bundled_sample_path, load_task_records
 from specsteer.evaluation.grid import EvalSpec, run_grid
-from specsteer.evaluation.run_store import GridPoint
 from specsteer.models.tiny import TEST_PAIRING_ID, tiny_pair
 from specsteer.service.app_service import AppService
 from specsteer.service.campaign_import import RunCampaignRequest, create_from_run
@@ -24,6 +23,7 @@ from specsteer.service.events import Failed
 from specsteer.service.generation import GenerationService
 from specsteer.service.pair_catalog import PairCatalog
 from specsteer.service.pair_loading import PairLoader
+from specsteer.stores.runs import GridPoint
 
 SAMPLE = str(bundled_sample_path("review").resolve())
 SPEC = EvalSpec(

@@ -17,7 +17,7 @@ from specsteer.service.events import Done, Failed
 from specsteer.service.limits import PUBLIC_LIMITS
 from specsteer.service.lora_teaching import TeachDone, TeachFailed, TeachProgress
 from specsteer.service.pair_catalog import PairCatalog
-from specsteer.service.stores import NamedHistory
+from specsteer.stores.generations import NamedHistory
 
 
 @pytest.fixture(scope="module")

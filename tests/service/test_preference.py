@@ -33,7 +33,7 @@ from specsteer.service.preference import (
     wilson_interval,
     win_matrix,
 )
-from specsteer.service.stores import Judgement
+from specsteer.stores.generations import Judgement
 from storage.judgements import summarize_annotations
 
 TRUE_STRENGTHS = (-1.0, -0.5, 0.0, 0.5, 1.0)  # mean 0, as the fit anchors its own

@@ -44,7 +44,7 @@ from specsteer.service.events import (
     Token,
 )
 from specsteer.service.pair_catalog import PairCatalog
-from specsteer.service.stores import NamedHistory, NewComparison, NewGeneration
+from specsteer.stores.generations import NamedHistory, NewComparison, NewGeneration
 from specsteer.util.jsonable import to_jsonable
 
 INPUT = "Write a review of a power bank with great battery life"

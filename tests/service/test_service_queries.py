@@ -9,12 +9,12 @@ import pytest
 import storage
 from specsteer.data.datasets import bundled_sample_path
 from specsteer.data.history import HistoryError
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
 from specsteer.protocol.exposure import Exposure
 from specsteer.service.app_service import AppService
 from specsteer.service.events import ExportRefused
-from specsteer.service.stores import NewAnnotation
+from specsteer.stores.generations import NewAnnotation
+from specsteer.stores.runs import CellResult, GridPoint
 
 METHODS = ("slm", "llm", "specsteer", "slm+")
 

@@ -20,7 +20,7 @@ from specsteer.protocol.exposure import Exposure
 from specsteer.service.app_service import AppService
 from specsteer.service.events import Failed
 from specsteer.service.limits import LOCAL_LIMITS, PUBLIC_LIMITS, limits_for
-from specsteer.service.stores import NewAnnotation
+from specsteer.stores.generations import NewAnnotation
 from specsteer.util.turns import ModelTurns
 
 NESTED = "[" * 10_000 + "]" * 10_000

@@ -16,7 +16,7 @@ from specsteer.models.tiny import TEST_PAIRING_ID, tiny_pair
 from specsteer.service.app_service import AppService
 from specsteer.service.events import Done, Loading
 from specsteer.service.pair_catalog import PairCatalog
-from specsteer.service.stores import NamedHistory
+from specsteer.stores.generations import NamedHistory
 
 INPUT = "Write a review of a power bank with great battery life"
 

@@ -18,8 +18,8 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 import storage
 from specsteer.evaluation.metrics import ROUGE_KEYS
-from specsteer.evaluation.run_store import CellResult, GridPoint, cell_key
 from specsteer.method.events import GenerationStats, LinkMessage, TokenEvent
+from specsteer.stores.runs import CellResult, GridPoint, cell_key
 from storage import db, exports
 from storage.histories import history_sha256
 from storage.judgements import Judgement, summarize_annotations

@@ -1,16 +1,10 @@
-"""What the library needs from wherever its outputs are kept: a small typed protocol, implemented in ``storage``.
+"""What a generation store keeps (``protocols.GenerationStore``): histories, generations, comparisons and the
+annotators' judgements of them, as typed values.
 
-The library never imports a database. Everything that crosses this boundary is a typed value defined here
-(the evaluation grid's store is ``specsteer.evaluation.run_store``).
-
-The application service: ``specsteer.service.app_service`` saves every generation and comparison, reads saved
-  comparisons back, and saves and sums up annotators' judgements of them, all through a
-  :class:`GenerationStore`; ``storage.SqlGenerationStore`` is the one the app uses, chosen in
-  ``app.py``, and a test can hand the service an in-memory one. Values: :class:`NamedHistory`,
-  :class:`NewGeneration`, :class:`NewComparison`, the stored comparisons and the annotators' judgements.
-
-This module imports nothing heavy (no torch, no SQLAlchemy), so ``storage`` can implement the
-protocol without loading the decoding library.
+The application service (``specsteer.service``) saves every generation and comparison, reads saved comparisons
+back, and saves and sums up annotators' judgements of them in these values; ``storage.SqlGenerationStore``
+turns them into rows. The labels and criteria a judgement uses (slots labelled A, B, …, the rating criteria)
+are here too. Light: no torch, no SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -19,8 +13,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal
 
 from specsteer.data.history import History
 from specsteer.engine.settings import GenerationSettings
@@ -226,35 +219,3 @@ class AnnotationSummary:
 
 
 ExportFormat = Literal["csv", "jsonl"]
-
-
-class GenerationStore(Protocol):
-    """Keeps histories, generations and comparisons; each call returns the new row's id."""
-
-    def save_history(self, history: NamedHistory) -> int:
-        """An identical history saved before is not saved twice: its id is returned."""
-        ...
-
-    def save_generation(self, generation: NewGeneration) -> int: ...
-
-    def save_comparison(self, comparison: NewComparison) -> int:
-        """ValueError when a generation id is unknown or a method appears twice."""
-        ...
-
-    def recent_comparisons(self, limit: int) -> list[StoredComparison]:
-        """The newest ``limit`` comparisons, newest first."""
-        ...
-
-    def comparison(self, comparison_id: int) -> StoredComparison | None: ...
-
-    def save_annotation(self, annotation: NewAnnotation) -> AnnotationSaved:
-        """Stores it, or replaces its page's earlier judgement of the comparison; ValueError, naming what is
-        wrong, for an unknown comparison, label or score."""
-        ...
-
-    def annotation_summary(self) -> AnnotationSummary: ...
-
-    def write_annotations(self, kind: ExportFormat, target: Path) -> int:
-        """Every annotation as one row of a CSV or JSON-lines file at ``target``; how many. Writes
-        nothing when there is none."""
-        ...

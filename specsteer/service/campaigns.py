@@ -16,7 +16,7 @@
   annotator and comparison: deterministic, different per annotator); :meth:`save` checks everything
   and stores the judgement with the seconds from display to save (one per annotator and comparison: a
   second save replaces the first).
-* **Results** (:meth:`report`, :meth:`export_rows`): ``specsteer.service.preference`` over the latest
+* **Results** (:meth:`report`, :meth:`export_rows`): ``specsteer.evaluation.preference`` over the latest
   judgements: Bradley–Terry leaderboard with bootstrap intervals, win matrix, position bias, Fleiss' κ,
   Krippendorff's α, per-annotator counts and median times.
 """
@@ -48,13 +48,13 @@ from specsteer.data.datasets import (
 )
 from specsteer.data.history import History
 from specsteer.engine.settings import GenerationSettings, sentence
+from specsteer.evaluation.preference import CampaignJudgement, PreferenceReport, preference_report
 from specsteer.method.catalog import PRIVATE_METHODS, method_label
 from specsteer.service.checks import RequestChecks
 from specsteer.service.events import AnnotationExport, ComparisonSaved, Failed, Stopped
 from specsteer.service.generation import GenerationService
 from specsteer.service.join_codes import JoinAttempts, check_code, issue_codes
 from specsteer.service.limits import stored_id
-from specsteer.service.preference import CampaignJudgement, PreferenceReport, preference_report
 from specsteer.stores.campaigns import (
     SPECIAL_CHOICES,
     Annotator,

@@ -1,4 +1,4 @@
-"""Preference statistics of annotation campaigns (specsteer.service.preference), on hand-made and synthetic judgements.
+"""Preference statistics of annotation campaigns (specsteer.evaluation.preference), on hand-made and synthetic judgements.
 
 The synthetic judgements are drawn from known Bradley–Terry strengths: an annotator shown k outputs prefers
 output i with probability e^(s_i) / sum over the shown of e^(s_j) (Luce's choice rule, which is Bradley–Terry
@@ -14,7 +14,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from specsteer.service.preference import (
+from specsteer.evaluation.preference import (
     SPECIAL_PREFERENCES,
     CampaignJudgement,
     PairwiseOutcome,

@@ -150,9 +150,9 @@ class Annotation(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), index=True)
     annotator: Mapped[str] = mapped_column(String(255), index=True)
-    # What the annotator picked, as given (a label such as "B", a method, "tie" or "all_bad") ...
+    # What the annotator picked, as given (a label such as "B", a method, or a special preference) ...
     preferred: Mapped[str] = mapped_column(String(64))
-    # ... and resolved to a method name (or "tie" / "all_bad"), so analyses need no join.
+    # ... and resolved to a method name (or the special preference), so analyses need no join.
     preferred_method: Mapped[str] = mapped_column(String(64))
     # {method: {"personalization": 1-5, "fluency": 1-5}}, keys resolved to method names.
     ratings: Mapped[dict[str, dict[str, int]]] = mapped_column(JSON)
@@ -310,7 +310,7 @@ class CampaignJudgementRow(Base):
     comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), index=True)
     annotator_id: Mapped[int] = mapped_column(ForeignKey("campaign_annotators.id", ondelete="CASCADE"), index=True)
     slots: Mapped[list[str]] = mapped_column(JSON)  # methods in the order this annotator saw them (slot 0 = A)
-    preference: Mapped[str] = mapped_column(String(16))  # a label ("B"), "tie", "all_good" or "all_bad"
+    preference: Mapped[str] = mapped_column(String(16))  # a label ("B") or a special preference
     preferred_method: Mapped[str] = mapped_column(String(64))  # the label resolved to its method
     ratings: Mapped[dict[str, dict[str, int]]] = mapped_column(JSON)  # method -> criterion -> 1-5
     rationale: Mapped[str] = mapped_column(Text, default="")

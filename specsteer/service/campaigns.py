@@ -48,7 +48,7 @@ from specsteer.data.datasets import (
 )
 from specsteer.data.history import History
 from specsteer.engine.settings import GenerationSettings, sentence
-from specsteer.evaluation.preference import CampaignJudgement, PreferenceReport, preference_report
+from specsteer.evaluation.preference import CampaignJudgement, PreferenceReport, parse_preference, preference_report
 from specsteer.method.catalog import PRIVATE_METHODS, method_label
 from specsteer.service.checks import RequestChecks
 from specsteer.service.events import AnnotationExport, ComparisonSaved, Failed, Stopped
@@ -56,7 +56,6 @@ from specsteer.service.generation import GenerationService
 from specsteer.service.join_codes import JoinAttempts, check_code, issue_codes
 from specsteer.service.limits import stored_id
 from specsteer.stores.campaigns import (
-    SPECIAL_CHOICES,
     Annotator,
     NewCampaign,
     NewCampaignJudgement,
@@ -64,7 +63,15 @@ from specsteer.stores.campaigns import (
     StoredCampaign,
     StoredCampaignJudgement,
 )
-from specsteer.stores.generations import RATING_CRITERIA, NamedHistory, StoredComparison, StoredOutput, slot_label
+from specsteer.stores.generations import (
+    RATING_CRITERIA,
+    RATING_RANGE,
+    SPECIAL_PREFERENCES,
+    NamedHistory,
+    StoredComparison,
+    StoredOutput,
+    slot_label,
+)
 from specsteer.stores.protocols import CampaignStore, GenerationStore, RunStore
 from specsteer.util.jsonable import to_jsonable
 
@@ -76,7 +83,6 @@ MAX_ANNOTATORS = 100  # named by the operator
 MAX_OPEN_ANNOTATORS = 1000  # joined by name alone: bounds the rows one visitor's script can add
 MAX_RATIONALE_CHARS = 2000
 MAX_SECONDS = 24 * 3600.0  # a display older than a day is not a judgement time
-RATING_RANGE = (1, 5)
 _NAME = re.compile(r"^[\w][\w .@+-]*$")  # letters, digits, space and . @ + - _ ; no markup, no control characters
 _MARKUP = re.compile(r"<\s*[A-Za-z/!?]|&#?\w+;|javascript:", re.IGNORECASE)
 DATA_SOURCES = ("sample", "shared", "shared:dev", "upload")
@@ -543,8 +549,8 @@ class CampaignService:
         if [output.method for output in shown] != [output.method for output in view.slots]:
             raise CampaignError("This comparison is not shown to you in this order; reload it.")
         labels = {slot_label(slot): output.method for slot, output in enumerate(view.slots)}
-        if not isinstance(preference, str) or not (preference in labels or preference in SPECIAL_CHOICES):
-            options = ", ".join([*labels, *SPECIAL_CHOICES])
+        if not isinstance(preference, str) or not (preference in labels or preference in SPECIAL_PREFERENCES):
+            options = ", ".join([*labels, *SPECIAL_PREFERENCES])
             raise CampaignError(f"Choose the preferred output ({options}). Nothing was saved.")
         checked_ratings = _ratings(ratings, labels)
         text = _rationale(rationale)
@@ -661,14 +667,11 @@ class CampaignService:
 def as_campaign_judgement(judgement: StoredCampaignJudgement) -> CampaignJudgement:
     """A stored judgement as the statistics read it (slot index or special choice, ratings per slot)."""
     slots = tuple(judgement.slots)
-    preference: Any = judgement.preference
-    if preference not in SPECIAL_CHOICES:
-        preference = ord(preference) - ord("A")
     return CampaignJudgement(
         comparison_id=judgement.comparison_id,
         annotator=judgement.annotator,
         slots=slots,
-        preference=preference,
+        preference=parse_preference(judgement.preference, slots),
         ratings=tuple(dict(judgement.ratings.get(method, {})) for method in slots),
         seconds=judgement.seconds,
     )

@@ -14,7 +14,6 @@ from datetime import datetime
 from typing import Any, Literal
 
 CampaignStatus = Literal["preparing", "ready", "stopped", "failed"]
-SPECIAL_CHOICES = ("tie", "all_good", "all_bad")  # besides a slot's label
 
 
 RUN_SOURCE = "run"  # ``NewCampaign.data["source"]`` of a campaign made from an evaluation run's stored outputs

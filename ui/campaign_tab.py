@@ -15,7 +15,8 @@ import gradio as gr
 from specsteer.data.datasets import EVALUATION_TASKS
 from specsteer.method.catalog import PRIVATE_METHODS, method_label
 from specsteer.service.app_service import AppService
-from specsteer.service.campaigns import CampaignError, CampaignRequest, CampaignService
+from specsteer.service.campaign_values import CampaignError, CampaignRequest
+from specsteer.service.campaigns import CampaignService
 from specsteer.service.events import ExportRefused, Failed
 from ui import campaign_render, pairs
 from ui.gpu_space import on_gpu

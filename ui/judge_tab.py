@@ -13,7 +13,8 @@ from typing import Any
 import gradio as gr
 
 from specsteer.method.catalog import PRIVATE_METHODS
-from specsteer.service.campaigns import CampaignError, CampaignService, JudgeView, Seat
+from specsteer.service.campaign_values import CampaignError, JudgeView, Seat
+from specsteer.service.campaigns import CampaignService
 from specsteer.stores.generations import RATING_CRITERIA, SPECIAL_PREFERENCE_LABELS, SPECIAL_PREFERENCES, slot_label
 from ui import campaign_render
 from ui.callers import client_address

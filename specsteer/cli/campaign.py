@@ -26,7 +26,8 @@ from specsteer.runtimes.base import RUNTIME_CHOICES
 from specsteer.util.jsonable import to_jsonable
 
 if TYPE_CHECKING:
-    from specsteer.service.campaigns import CampaignReport, CampaignService, CampaignStatusView
+    from specsteer.service.campaign_values import CampaignReport, CampaignStatusView
+    from specsteer.service.campaigns import CampaignService
 
 COMMANDS = ("create", "generate", "status", "leaderboard", "export")
 # ``create``'s generation settings when it generates (left None by the parser, so that --from-run can tell
@@ -159,7 +160,7 @@ def status_json(view: CampaignStatusView) -> dict[str, Any]:
 
 
 def _generate(service: CampaignService, name: str, shard: tuple[int, int]) -> int:
-    from specsteer.service.campaigns import CampaignGenerated, CampaignProgress
+    from specsteer.service.campaign_values import CampaignGenerated, CampaignProgress
     from specsteer.service.events import Failed
     from specsteer.util.background import stop_signals_handled
 
@@ -178,7 +179,7 @@ def _generate(service: CampaignService, name: str, shard: tuple[int, int]) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
-    from specsteer.service.campaigns import CampaignError, CampaignRequest
+    from specsteer.service.campaign_values import CampaignError, CampaignRequest
     from specsteer.service.events import ExportRefused
 
     args = build_parser().parse_args(argv)

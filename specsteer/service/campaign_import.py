@@ -32,15 +32,9 @@ from specsteer.data.datasets import DataError, Record, load_task_records, resolv
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.evaluation.grid import spec_from_config
 from specsteer.method.catalog import METHOD_INFO, PRIVATE_METHODS, method_label
-from specsteer.service.campaigns import (
-    MAX_ANNOTATORS,
-    MAX_RECORDS,
-    CampaignError,
-    CampaignService,
-    CreatedCampaign,
-    clean_name,
-    record_history,
-)
+from specsteer.service.campaign_checks import MAX_ANNOTATORS, MAX_RECORDS, clean_name, record_history
+from specsteer.service.campaign_values import CampaignError, CreatedCampaign
+from specsteer.service.campaigns import CampaignService
 from specsteer.service.join_codes import issue_codes
 from specsteer.stores.campaigns import NewCampaign, RunSource
 from specsteer.stores.generations import NewComparison, NewGeneration

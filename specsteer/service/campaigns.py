@@ -23,10 +23,8 @@
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
-import random
 import re
 import shutil
 import tempfile
@@ -34,22 +32,38 @@ import threading
 import time
 import unicodedata
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from specsteer.data.datasets import (
-    COGENESIS_TASK,
-    EVALUATION_TASKS,
-    DataError,
-    Record,
-    load_task_records,
-    resolve_data_source,
-)
-from specsteer.data.history import History
+from specsteer.data.datasets import COGENESIS_TASK, EVALUATION_TASKS, DataError, load_task_records, resolve_data_source
 from specsteer.engine.settings import GenerationSettings, sentence
-from specsteer.evaluation.preference import CampaignJudgement, PreferenceReport, parse_preference, preference_report
+from specsteer.evaluation.preference import CampaignJudgement, parse_preference, preference_report
 from specsteer.method.catalog import PRIVATE_METHODS, method_label
+from specsteer.service.campaign_checks import (
+    MAX_ANNOTATORS,
+    MAX_NAME_CHARS,
+    MAX_OPEN_ANNOTATORS,
+    MAX_RECORDS,
+    MAX_SECONDS,
+    annotator_order,
+    clean_name,
+    record_history,
+    slot_order,
+    valid_ratings,
+    valid_rationale,
+)
+from specsteer.service.campaign_values import (
+    CampaignError,
+    CampaignEvent,
+    CampaignGenerated,
+    CampaignProgress,
+    CampaignReport,
+    CampaignRequest,
+    CampaignStatusView,
+    CreatedCampaign,
+    JudgeView,
+    Seat,
+)
 from specsteer.service.checks import RequestChecks
 from specsteer.service.events import AnnotationExport, ComparisonSaved, Failed, Stopped
 from specsteer.service.generation import GenerationService
@@ -65,9 +79,7 @@ from specsteer.stores.campaigns import (
 )
 from specsteer.stores.generations import (
     RATING_CRITERIA,
-    RATING_RANGE,
     SPECIAL_PREFERENCES,
-    NamedHistory,
     StoredComparison,
     StoredOutput,
     slot_label,
@@ -76,194 +88,6 @@ from specsteer.stores.protocols import CampaignStore, GenerationStore, RunStore
 from specsteer.util.jsonable import to_jsonable
 
 log = logging.getLogger(__name__)
-
-MAX_NAME_CHARS = 64
-MAX_RECORDS = 500  # comparisons per campaign: what one operator's click may start
-MAX_ANNOTATORS = 100  # named by the operator
-MAX_OPEN_ANNOTATORS = 1000  # joined by name alone: bounds the rows one visitor's script can add
-MAX_RATIONALE_CHARS = 2000
-MAX_SECONDS = 24 * 3600.0  # a display older than a day is not a judgement time
-_NAME = re.compile(r"^[\w][\w .@+-]*$")  # letters, digits, space and . @ + - _ ; no markup, no control characters
-_MARKUP = re.compile(r"<\s*[A-Za-z/!?]|&#?\w+;|javascript:", re.IGNORECASE)
-DATA_SOURCES = ("sample", "shared", "shared:dev", "upload")
-
-
-class CampaignError(ValueError):
-    """A request about a campaign that cannot be done; the message says why, as a sentence."""
-
-
-# --------------------------------------------------------------------------- values
-
-
-@dataclass(frozen=True)
-class CampaignRequest:
-    """What an operator asks for. ``data``: "sample", "shared", "shared:dev" or a kept upload's path."""
-
-    name: str
-    task: str
-    data: str
-    methods: tuple[str, ...]
-    settings: Mapping[str, object]  # GenerationSettings' fields (pairing, α, β, max_new_tokens, …)
-    limit: int | None = None
-    annotators: tuple[str, ...] = ()  # each gets a join code; none: the campaign is open to anyone
-    open_to_anyone: bool = False
-
-
-@dataclass(frozen=True)
-class CreatedCampaign:
-    campaign: StoredCampaign
-    codes: Mapping[str, str]  # annotator -> join code, shown once
-
-
-@dataclass(frozen=True)
-class CampaignProgress:
-    campaign: str
-    ready: int
-    planned: int
-    record_key: str  # the record just stored
-
-
-@dataclass(frozen=True)
-class CampaignGenerated:
-    campaign: str
-    status: str  # "ready", "stopped", "preparing" (this shard done, others not yet)
-    ready: int
-    planned: int
-    generated: int  # by this call
-
-
-CampaignEvent = CampaignProgress | CampaignGenerated | Failed
-
-
-@dataclass(frozen=True)
-class Seat:
-    """An annotator who joined a campaign (held by their browser session; never shown to others)."""
-
-    campaign_id: int
-    campaign: str
-    annotator_id: int
-    annotator: str
-
-
-@dataclass(frozen=True)
-class JudgeView:
-    """Position ``position`` (0-based) of ``total`` in the annotator's order; ``slots`` the outputs in the
-    order this annotator sees them (label A first); ``previous`` their saved judgement, if any."""
-
-    campaign: str
-    position: int
-    total: int
-    judged: int  # comparisons this annotator has judged
-    comparison_id: int
-    task: str
-    input_text: str
-    slots: tuple[StoredOutput, ...]
-    shown_at: float  # time.time() when shown: the save's timer starts here
-    previous: StoredCampaignJudgement | None = None
-
-    @property
-    def labels(self) -> tuple[str, ...]:
-        return tuple(slot_label(slot) for slot in range(len(self.slots)))
-
-    @property
-    def progress(self) -> str:
-        return f"{self.position + 1} of {self.total} · judged {self.judged}"
-
-
-@dataclass(frozen=True)
-class CampaignStatusView:
-    campaign: StoredCampaign
-    annotators: int
-    judgements: int
-    source: str | None = None  # where the outputs came from, for a campaign made from a stored run
-
-
-@dataclass(frozen=True)
-class CampaignReport:
-    campaigns: tuple[str, ...]
-    open_to_anyone: bool  # any of them lets anyone join by name
-    report: PreferenceReport
-    sources: tuple[str, ...] = ()  # where the outputs came from, for each of them made from a stored run
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def clean_name(value: object, what: str) -> str:
-    """A campaign's or an annotator's name: 1-64 letters, digits, spaces and . @ + - _ ; CampaignError else."""
-    if not isinstance(value, str):
-        raise CampaignError(f"The {what} must be text.")
-    text = unicodedata.normalize("NFKC", value).strip()
-    if not text:
-        raise CampaignError(f"Enter the {what}.")
-    if len(text) > MAX_NAME_CHARS:
-        raise CampaignError(f"The {what} is {len(text)} characters long; the limit is {MAX_NAME_CHARS}.")
-    if not _NAME.match(text):
-        raise CampaignError(f"The {what} may hold letters, digits, spaces and . @ + - _ only.")
-    return text
-
-
-def record_history(record: Record, task: str) -> NamedHistory:
-    """A record's history as a campaign's comparison keeps it (named after the record)."""
-    return NamedHistory(History(record.profile, task, record.user_id, record.user_profile), f"record {record.id}")
-
-
-def blind_key(campaign_id: int, annotator: str, comparison_id: int, what: str) -> int:
-    digest = hashlib.sha256(f"{campaign_id}\x00{annotator}\x00{comparison_id}\x00{what}".encode()).digest()
-    return int.from_bytes(digest[:8], "big")
-
-
-def annotator_order(campaign_id: int, annotator: str, comparison_ids: Sequence[int]) -> list[int]:
-    """The comparisons in this annotator's own order (deterministic, different per annotator)."""
-    return sorted(comparison_ids, key=lambda cid: (blind_key(campaign_id, annotator, cid, "order"), cid))
-
-
-def slot_order(campaign_id: int, annotator: str, comparison_id: int, count: int) -> list[int]:
-    """Which stored output sits in each slot for this annotator (a deterministic shuffle)."""
-    order = list(range(count))
-    random.Random(blind_key(campaign_id, annotator, comparison_id, "slots")).shuffle(order)
-    return order
-
-
-def _ratings(
-    ratings: Mapping[str, Mapping[str, object]] | None, label_to_method: Mapping[str, str]
-) -> dict[str, dict[str, int]]:
-    result: dict[str, dict[str, int]] = {}
-    for label, scores in (ratings or {}).items():
-        if label not in label_to_method:
-            raise CampaignError(f"There is no output {str(label)[:8]!r} to rate here.")
-        if not isinstance(scores, Mapping):
-            raise CampaignError("Ratings map each output to its scores.")
-        kept: dict[str, int] = {}
-        for criterion, value in scores.items():
-            if criterion not in RATING_CRITERIA:
-                raise CampaignError(f"Unknown rating {str(criterion)[:40]!r}: rate {', '.join(RATING_CRITERIA)}.")
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or float(value) != int(value):
-                raise CampaignError(f"A rating is a whole number from {RATING_RANGE[0]} to {RATING_RANGE[1]}.")
-            if not RATING_RANGE[0] <= int(value) <= RATING_RANGE[1]:
-                raise CampaignError(f"A rating is a whole number from {RATING_RANGE[0]} to {RATING_RANGE[1]}.")
-            kept[criterion] = int(value)
-        if kept:
-            result[label_to_method[label]] = kept
-    return result
-
-
-def _rationale(text: object) -> str:
-    if text is None:
-        return ""
-    if not isinstance(text, str):
-        raise CampaignError("The rationale must be text.")
-    text = text.strip()
-    if len(text) > MAX_RATIONALE_CHARS:
-        raise CampaignError(
-            f"The rationale is {len(text)} characters long; the limit is {MAX_RATIONALE_CHARS}. Nothing was saved."
-        )
-    if _MARKUP.search(text) or any(unicodedata.category(ch) == "Cc" and ch not in "\n\t" for ch in text):
-        raise CampaignError("Write the rationale as plain text (no markup, no control characters). Nothing was saved.")
-    return text
-
 
 # --------------------------------------------------------------------------- the service
 
@@ -552,8 +376,8 @@ class CampaignService:
         if not isinstance(preference, str) or not (preference in labels or preference in SPECIAL_PREFERENCES):
             options = ", ".join([*labels, *SPECIAL_PREFERENCES])
             raise CampaignError(f"Choose the preferred output ({options}). Nothing was saved.")
-        checked_ratings = _ratings(ratings, labels)
-        text = _rationale(rationale)
+        checked_ratings = valid_ratings(ratings, labels)
+        text = valid_rationale(rationale)
         elapsed = (time.time() if now is None else now) - view.shown_at
         seconds = round(elapsed, 3) if 0 <= elapsed <= MAX_SECONDS else None
         judgement_id = self.store.save_judgement(

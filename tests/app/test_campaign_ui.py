@@ -11,7 +11,7 @@ import pytest
 import storage
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
 from specsteer.service.app_service import AppService
-from specsteer.service.campaigns import CampaignRequest
+from specsteer.service.campaign_values import CampaignRequest
 from specsteer.service.pair_catalog import PairCatalog
 from ui.judge_tab import MAX_SLOTS, SHORTCUTS_JS
 

@@ -17,7 +17,8 @@ from specsteer.evaluation.grid import EvalSpec, run_grid
 from specsteer.models.tiny import TEST_PAIRING_ID, tiny_pair
 from specsteer.service.app_service import AppService
 from specsteer.service.campaign_import import RunCampaignRequest, create_from_run
-from specsteer.service.campaigns import CampaignError, CampaignGenerated, CampaignService
+from specsteer.service.campaign_values import CampaignError, CampaignGenerated
+from specsteer.service.campaigns import CampaignService
 from specsteer.service.evaluation import EvaluationService
 from specsteer.service.events import Failed
 from specsteer.service.generation import GenerationService

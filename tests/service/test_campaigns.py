@@ -17,15 +17,9 @@ import storage
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
 from specsteer.protocol.exposure import Exposure
 from specsteer.service.app_service import AppService
-from specsteer.service.campaigns import (
-    MAX_RATIONALE_CHARS,
-    CampaignError,
-    CampaignGenerated,
-    CampaignProgress,
-    CampaignRequest,
-    CampaignService,
-    annotator_order,
-)
+from specsteer.service.campaign_checks import MAX_RATIONALE_CHARS, annotator_order
+from specsteer.service.campaign_values import CampaignError, CampaignGenerated, CampaignProgress, CampaignRequest
+from specsteer.service.campaigns import CampaignService
 from specsteer.service.events import ExportRefused
 from specsteer.service.join_codes import FAILURES_PER_CAMPAIGN
 from specsteer.service.pair_catalog import PairCatalog

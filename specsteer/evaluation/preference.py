@@ -59,6 +59,7 @@ from statistics import NormalDist
 import numpy as np
 from numpy.typing import NDArray
 
+from specsteer.stores.campaigns import StoredCampaignJudgement
 from specsteer.stores.generations import (
     MAX_COMPARISON_OUTPUTS,
     SPECIAL_PREFERENCES,
@@ -181,6 +182,20 @@ def from_judgements(judgements: Iterable[Judgement]) -> list[CampaignJudgement]:
             )
         )
     return converted
+
+
+def as_campaign_judgement(judgement: StoredCampaignJudgement) -> CampaignJudgement:
+    """A campaign's stored judgement as the statistics read it (slot index or special preference, ratings per
+    slot)."""
+    slots = tuple(judgement.slots)
+    return CampaignJudgement(
+        comparison_id=judgement.comparison_id,
+        annotator=judgement.annotator,
+        slots=slots,
+        preference=parse_preference(judgement.preference, slots),
+        ratings=tuple(dict(judgement.ratings.get(method, {})) for method in slots),
+        seconds=judgement.seconds,
+    )
 
 
 def _checked(judgements: Iterable[CampaignJudgement]) -> list[CampaignJudgement]:

@@ -19,6 +19,9 @@
 * **Results** (:meth:`report`, :meth:`export_rows`): ``specsteer.evaluation.preference`` over the latest
   judgements: Bradley–Terry leaderboard with bootstrap intervals, win matrix, position bias, Fleiss' κ,
   Krippendorff's α, per-annotator counts and median times.
+
+What campaigns take and give is ``specsteer.service.campaign_values``; their limits, the checks of what a
+person types and the blind order are ``specsteer.service.campaign_checks``.
 """
 
 from __future__ import annotations
@@ -31,14 +34,14 @@ import tempfile
 import threading
 import time
 import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from specsteer.data.datasets import COGENESIS_TASK, EVALUATION_TASKS, DataError, load_task_records, resolve_data_source
 from specsteer.engine.settings import GenerationSettings, sentence
-from specsteer.evaluation.preference import CampaignJudgement, parse_preference, preference_report
-from specsteer.method.catalog import PRIVATE_METHODS, method_label
+from specsteer.evaluation.preference import CampaignJudgement, as_campaign_judgement, preference_report
+from specsteer.method.catalog import PRIVATE_METHODS
 from specsteer.service.campaign_checks import (
     MAX_ANNOTATORS,
     MAX_NAME_CHARS,
@@ -70,7 +73,6 @@ from specsteer.service.generation import GenerationService
 from specsteer.service.join_codes import JoinAttempts, check_code, issue_codes
 from specsteer.service.limits import stored_id
 from specsteer.stores.campaigns import (
-    Annotator,
     NewCampaign,
     NewCampaignJudgement,
     RunSource,
@@ -486,23 +488,3 @@ class CampaignService:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         return AnnotationExport(path, count)
-
-
-def as_campaign_judgement(judgement: StoredCampaignJudgement) -> CampaignJudgement:
-    """A stored judgement as the statistics read it (slot index or special choice, ratings per slot)."""
-    slots = tuple(judgement.slots)
-    return CampaignJudgement(
-        comparison_id=judgement.comparison_id,
-        annotator=judgement.annotator,
-        slots=slots,
-        preference=parse_preference(judgement.preference, slots),
-        ratings=tuple(dict(judgement.ratings.get(method, {})) for method in slots),
-        seconds=judgement.seconds,
-    )
-
-
-def method_names(methods: Sequence[str]) -> str:
-    return ", ".join(method_label(method) for method in methods)
-
-
-__all__ = ["Annotator", "CampaignError", "CampaignRequest", "CampaignService", "JudgeView", "Seat"]

@@ -27,7 +27,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from specsteer.stores.runs import RUN_STATUSES
+from specsteer.evaluation.run_store import RUN_STATUSES
 
 # The ROUGE columns of EvalCell; tests check they are specsteer.evaluation.metrics.ROUGE_KEYS (importing that
 # module here would load the ROUGE scorer into every process that opens the database).
@@ -150,9 +150,9 @@ class Annotation(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), index=True)
     annotator: Mapped[str] = mapped_column(String(255), index=True)
-    # What the annotator picked, as given (a label such as "B", a method, or a special preference) ...
+    # What the annotator picked, as given (a label such as "B", a method, "tie" or "all_bad") ...
     preferred: Mapped[str] = mapped_column(String(64))
-    # ... and resolved to a method name (or the special preference), so analyses need no join.
+    # ... and resolved to a method name (or "tie" / "all_bad"), so analyses need no join.
     preferred_method: Mapped[str] = mapped_column(String(64))
     # {method: {"personalization": 1-5, "fluency": 1-5}}, keys resolved to method names.
     ratings: Mapped[dict[str, dict[str, int]]] = mapped_column(JSON)
@@ -208,7 +208,7 @@ class EvalCell(Base):
 
     alpha/beta are NULL for methods that have none, and SQL treats NULLs as
     distinct in UNIQUE constraints, so uniqueness is on ``cell_key``, a canonical
-    non-null string built from all four (see ``specsteer.stores.runs.cell_key``).
+    non-null string built from all four (see ``specsteer.service.stores.cell_key``).
     """
 
     __tablename__ = "eval_cells"
@@ -310,7 +310,7 @@ class CampaignJudgementRow(Base):
     comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), index=True)
     annotator_id: Mapped[int] = mapped_column(ForeignKey("campaign_annotators.id", ondelete="CASCADE"), index=True)
     slots: Mapped[list[str]] = mapped_column(JSON)  # methods in the order this annotator saw them (slot 0 = A)
-    preference: Mapped[str] = mapped_column(String(16))  # a label ("B") or a special preference
+    preference: Mapped[str] = mapped_column(String(16))  # a label ("B"), "tie", "all_good" or "all_bad"
     preferred_method: Mapped[str] = mapped_column(String(64))  # the label resolved to its method
     ratings: Mapped[dict[str, dict[str, int]]] = mapped_column(JSON)  # method -> criterion -> 1-5
     rationale: Mapped[str] = mapped_column(Text, default="")

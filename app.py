@@ -49,13 +49,13 @@ import gradio as gr  # noqa: E402
 import storage  # noqa: E402
 from specsteer.cloud.api import CLOUD_SECRET_ENV  # noqa: E402
 from specsteer.data.datasets import EXAMPLE_RUNS_DB  # noqa: E402
-from specsteer.evaluation.run_store import RunStore  # noqa: E402
 from specsteer.protocol.exposure import Exposure, secret_problem  # noqa: E402
 from specsteer.service import pairings  # noqa: E402
 from specsteer.service.app_service import AppService  # noqa: E402
 from specsteer.service.campaigns import CampaignService  # noqa: E402
 from specsteer.service.example_runs import RunsWithExamples  # noqa: E402
 from specsteer.service.limits import VisitorLimits, limits_for  # noqa: E402
+from specsteer.stores.protocols import RunStore  # noqa: E402
 from specsteer.util import background  # noqa: E402
 from storage.db import data_dir  # noqa: E402
 from storage.location import data_location  # noqa: E402
@@ -133,7 +133,7 @@ def build_service() -> AppService:
 def build_app(service: AppService | None = None, campaigns: CampaignService | None = None) -> gr.Blocks:
     storage.init_db()  # create the tables now, so the first request does not pay for it
     service = service or build_service()
-    campaigns = campaigns or CampaignService(service, storage.SqlCampaignStore(getattr(service.store, "url", None)))
+    campaigns = campaigns or service.campaigns(storage.SqlCampaignStore(getattr(service.store, "url", None)))
     with gr.Blocks(
         title="SpecSteer", analytics_enabled=False, delete_cache=(TEMP_FILES_CHECK_S, TEMP_FILES_MAX_AGE_S)
     ) as demo:
@@ -149,7 +149,7 @@ def build_app(service: AppService | None = None, campaigns: CampaignService | No
             with gr.Tab("Judge", id="judge"):
                 judging = judge_tab.build(campaigns)
             with gr.Tab("Campaigns", id="campaigns"):
-                panel = campaign_tab.build(campaigns)
+                panel = campaign_tab.build(campaigns, service)
         # Other users (or an earlier run of the app) may have stored comparisons and runs since
         # the page was built: list them afresh whenever a page opens.
         for stored in (comparisons, runs):

@@ -16,7 +16,7 @@ from specsteer.evaluation import plots
 from specsteer.evaluation.deployment import PROFILES
 from specsteer.evaluation.grid import EvalResult, GridProgress
 from specsteer.evaluation.timing import left_out_sentence
-from specsteer.service.app_service import AppService, EvaluationEvent, Failed, Loading, Status
+from specsteer.service.app_service import AppService
 from specsteer.service.evaluation_runs import (
     GridForm,
     chosen_run_ids,
@@ -27,6 +27,7 @@ from specsteer.service.evaluation_runs import (
     stored_rows,
     timing_note,
 )
+from specsteer.service.events import EvaluationEvent, Failed, Loading, Status
 from ui import render
 from ui.dashboard_figures import compared_figures, figures, table_update
 from ui.streaming import NOT_YOURS, RUNS, Toast

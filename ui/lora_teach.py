@@ -12,7 +12,7 @@ import gradio as gr
 
 from specsteer.service.app_service import AppService
 from specsteer.service.lora_teaching import TeachDone, TeachFailed
-from specsteer.service.stores import NamedHistory
+from specsteer.stores.generations import NamedHistory
 from ui import render
 from ui.wiring import QUIET
 

@@ -1,7 +1,7 @@
 """The evaluation batch: a grid of methods x alpha x beta over N LongLaMP records, stored cell by cell.
 
 One *cell* is one generation: (record, method, alpha, beta). Its output, ROUGE scores and
-generation statistics are kept in the run's store (a ``specsteer.service.stores.RunStore``; the app and
+generation statistics are kept in the run's store (a ``specsteer.stores.protocols.RunStore``; the app and
 the command line use ``storage.SqlRunStore``) the moment it finishes, so a run that crashes or is
 cancelled loses at most the generation in flight, and running the same run name again continues
 where it stopped (finished cells are skipped; a different config under the same name is refused,
@@ -90,13 +90,14 @@ from specsteer.evaluation.record_lora import (
     settings_from_document,
     with_training,
 )
-from specsteer.evaluation.run_store import CellResult, GridPoint, RunStatus, RunStore, cell_key
 from specsteer.evaluation.timing import timed_cells
 from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS, SPEED_REFERENCE
 from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU, P3Params
 from specsteer.models.registry import DEFAULT_PAIRING
 from specsteer.models.runtime_plan import PLAN_KEY, RuntimePlan, StoredPlan, plan_record
 from specsteer.runtimes.base import check_runtime, dtype_label
+from specsteer.stores.protocols import RunStore
+from specsteer.stores.runs import CellResult, GridPoint, RunStatus, cell_key
 from specsteer.util.jsonable import to_jsonable
 
 if TYPE_CHECKING:

@@ -21,7 +21,7 @@ from gradio_client.utils import Status  # noqa: E402
 
 import storage  # noqa: E402
 from conftest import API_GENERATE  # noqa: E402
-from specsteer.service.stores import RATING_CRITERIA  # noqa: E402
+from specsteer.stores.generations import RATING_CRITERIA  # noqa: E402
 from ui.compare_handlers import MAX_SLOTS  # noqa: E402
 
 GENERATE = API_GENERATE

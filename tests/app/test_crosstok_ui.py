@@ -19,7 +19,8 @@ from specsteer.method.catalog import METHOD_INFO, METHODS, method_label
 from specsteer.method.events import SegmentPlace, TokenEvent
 from specsteer.models.tiny import CROSS_PAIRING_ID, narrow_cross_pair
 from specsteer.service import judging, page, pairings
-from specsteer.service.app_service import AppService, PairCatalog
+from specsteer.service.app_service import AppService
+from specsteer.service.pair_catalog import PairCatalog
 from ui import compare_handlers, dashboard_handlers, generate_handlers, pairs, render
 
 XSS = '<img src=x onerror="window.__pwned=1">'

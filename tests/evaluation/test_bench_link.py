@@ -17,9 +17,9 @@ from specsteer.evaluation.deployment import (
     project_runs,
     projection_rows,
 )
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import TraceStep
 from specsteer.models.tiny import tiny_pair
+from specsteer.stores.runs import CellResult, GridPoint
 
 ROW_KEYS = {"method", "rtt_ms", "measured_tok_per_s", "projected_tok_per_s", "rounds", "uplink_bytes", "downlink_bytes"}
 

@@ -27,9 +27,9 @@ from specsteer.evaluation.grid import (
     run_grid_events,
     summarize,
 )
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
 from specsteer.models.tiny import tiny_pair
+from specsteer.stores.runs import CellResult, GridPoint
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = str(bundled_sample_path("review"))

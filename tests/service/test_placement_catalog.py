@@ -13,9 +13,9 @@ from specsteer.models.registry import DEFAULT_PAIRING, get_pairing
 from specsteer.models.runtime_plan import RuntimePlan
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
 from specsteer.runtimes.placement import Placement
-from specsteer.service import app_service as service_module
+from specsteer.service import pair_catalog as service_module
 from specsteer.service import pairings
-from specsteer.service.app_service import PairCatalog
+from specsteer.service.pair_catalog import PairCatalog
 
 
 def fake_gpu(monkeypatch, capability=(9, 0)) -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from specsteer.models.calibration import RuntimeChoice
 from specsteer.models.runtime_plan import RuntimePlan
-from specsteer.service import app_service as service_module
-from specsteer.service.app_service import PairCatalog
+from specsteer.service import pair_catalog as service_module
+from specsteer.service.pair_catalog import PairCatalog
 
 
 def test_the_note_of_a_split_names_both_runtimes_and_the_reasons(monkeypatch):

@@ -17,9 +17,10 @@ from specsteer.data.history import HistoryError, parse_history
 from specsteer.evaluation.grid import EvalSpec
 from specsteer.models.tiny import TEST_PAIRING_ID
 from specsteer.protocol.exposure import Exposure
-from specsteer.service.app_service import AppService, Failed
+from specsteer.service.app_service import AppService
+from specsteer.service.events import Failed
 from specsteer.service.limits import LOCAL_LIMITS, PUBLIC_LIMITS, limits_for
-from specsteer.service.stores import NewAnnotation
+from specsteer.stores.generations import NewAnnotation
 from specsteer.util.turns import ModelTurns
 
 NESTED = "[" * 10_000 + "]" * 10_000
@@ -144,7 +145,7 @@ def test_histories_share_the_depth_check():
 
 
 def test_a_rejected_upload_leaves_nothing_in_the_uploads_folder(public, tmp_path, monkeypatch):
-    from specsteer.service import app_service as service_module
+    from specsteer.service import evaluation as service_module
 
     monkeypatch.setattr(service_module, "MAX_RECORDS_UPLOAD_ITEMS", 10)  # the cap, made small to stay quick
     nested = tmp_path / "nested.json"

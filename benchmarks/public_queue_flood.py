@@ -171,7 +171,9 @@ def flood(url: str, info: dict, args: argparse.Namespace) -> dict:
 def visitor(url: str, info: dict, args: argparse.Namespace) -> dict:
     session = f"visitor-{uuid.uuid4().hex[:8]}"
     with client(args.visitor_from, args.timeout_s) as http:
-        sample = timed_call(http, url, "load_sample", arguments(info, "load_sample", {"sample": "review"}), session, args.timeout_s)
+        sample = timed_call(
+            http, url, "load_sample", arguments(info, "load_sample", {"sample": "review"}), session, args.timeout_s
+        )
         values = {**GENERATE, "pairing": "tiny-test"}
         generate = timed_call(http, url, "generate", arguments(info, "generate", values), session, args.timeout_s)
     return {"from": args.visitor_from, "load_sample": sample, "generate": generate}

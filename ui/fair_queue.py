@@ -158,7 +158,7 @@ def lanes(queue: Any) -> dict[str, Lane]:
 
 def install(blocks: gr.Blocks, policy: QueuePolicy, on_space: bool | None = None) -> FairQueue:
     """Put :class:`FairQueue` in front of ``blocks``' queue (call after ``blocks.queue()``); idempotent."""
-    queue = blocks._queue
+    queue: Any = blocks._queue  # Gradio's Queue, whose push this replaces on the instance
     existing = getattr(queue, "fair_queue", None)
     if isinstance(existing, FairQueue):
         return existing

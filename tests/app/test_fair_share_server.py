@@ -64,7 +64,9 @@ def served(tmp_path_factory):
         service = app.build_service()
         demo = app.build_app(service)
         port = _free_port()
-        demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options())
+        demo.launch(
+            prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options()
+        )
         try:
             yield f"http://127.0.0.1:{port}", service, demo
         finally:

@@ -85,9 +85,7 @@ def test_on_a_space_the_client_is_the_rightmost_global_address_the_proxy_reports
     forged = "1.1.1.1, 9.9.9.9, 93.184.216.34"
     assert client_key(proxy, forged, behind_space_proxy=True) == "93.184.216.34"
     # The proxies' own hops (private addresses) after the client are skipped.
-    assert client_key(proxy, "1.1.1.1, 93.184.216.34, 10.0.0.5, 10.0.0.6", behind_space_proxy=True) == (
-        "93.184.216.34"
-    )
+    assert client_key(proxy, "1.1.1.1, 93.184.216.34, 10.0.0.5, 10.0.0.6", behind_space_proxy=True) == ("93.184.216.34")
     # Forged private addresses do not help either: the proxy's entry for the caller is still to their right.
     assert client_key(proxy, "10.9.9.9, 93.184.216.34", behind_space_proxy=True) == "93.184.216.34"
     # No global address at all: the rightmost one (the proxy's own report), never the caller's leftmost.

@@ -108,7 +108,9 @@ def test_a_visitor_over_every_cap_is_told_the_visitors_cap_and_the_operator_the_
         assert "2000 cells" not in message and "at most 50 records" not in message
     every = first_failure(public.evaluate(replace_spec(grid(), limit=None)))
     assert every.startswith("This grid reads every record of its file") and "24 cells over 8 records" in every
-    assert "the limit is 2000 cells over at most 50 records" in first_failure(public.evaluate(huge, operator_token=TOKEN))
+    assert "the limit is 2000 cells over at most 50 records" in first_failure(
+        public.evaluate(huge, operator_token=TOKEN)
+    )
 
 
 def test_a_run_name_longer_than_the_cap_is_refused_and_not_stored(public):

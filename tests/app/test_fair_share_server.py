@@ -46,31 +46,10 @@ GENERATE = {
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """(url, service, demo) of the app in public mode, its model jobs' queue capped at MAX_WAITING."""
-    import app
-    import storage
-    from conftest import _free_port
-    from specsteer.service import pairings
+    from conftest import serve_app
 
-    data = tmp_path_factory.mktemp("data")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(pairings.TEST_PAIR_ENV, "tiny")
-        patch.setenv("SPECSTEER_DATA_DIR", str(data))
-        patch.setenv("SPECSTEER_PUBLIC", "1")
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.delenv("DATABASE_URL", raising=False)
-        patch.delenv("SPACE_ID", raising=False)
-        patch.setattr(app, "QUEUE_MAX_SIZE", MAX_WAITING)
-        storage.reset_engines()
-        service = app.build_service()
-        demo = app.build_app(service)
-        port = _free_port()
-        demo.launch(
-            prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options()
-        )
-        try:
-            yield f"http://127.0.0.1:{port}", service, demo
-        finally:
-            app.shut_down(demo)
+    with serve_app(tmp_path_factory.mktemp("data"), {"SPECSTEER_PUBLIC": "1"}, QUEUE_MAX_SIZE=MAX_WAITING) as app:
+        yield app.url.rstrip("/"), app.service, app.demo
 
 
 @pytest.fixture(scope="module")

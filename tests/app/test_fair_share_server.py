@@ -211,3 +211,24 @@ def test_queued_endpoints_cannot_be_called_around_the_queue(served, info):
     with client("127.0.0.9") as http:
         answer = http.post(f"{url}{API}/run/generate", json={"data": arguments(info, "generate", GENERATE)})
     assert answer.status_code == 404
+
+
+class Request:
+    """What the fair queue reads of an HTTP request: the peer and the headers."""
+
+    def __init__(self, peer: str, forwarded_for: list[str]) -> None:
+        from starlette.datastructures import Headers
+
+        self.client = type("Peer", (), {"host": peer})()
+        self.headers = Headers(raw=[(b"x-forwarded-for", value.encode()) for value in forwarded_for])
+
+
+def test_the_forwarded_address_counts_only_on_a_space():
+    from specsteer.service.fair_share import QueuePolicy
+    from ui.fair_queue import FairQueue, behind_space_proxy
+
+    queue = type("Queue", (), {"event_ids_to_events": {}, "push": None})()
+    proxy = Request("10.16.3.80", ["6.6.6.6, 93.184.216.34", "10.0.0.7"])  # two header lines: both are read
+    assert FairQueue(queue, QueuePolicy(), on_space=True).client(proxy) == "93.184.216.34"
+    assert FairQueue(queue, QueuePolicy(), on_space=False).client(proxy) == "10.16.3.80"
+    assert behind_space_proxy({"SPACE_ID": "someone/app"}) and not behind_space_proxy({})

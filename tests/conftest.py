@@ -3,7 +3,12 @@
 import contextlib
 import os
 import socket
+import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 # Tests must never reach a model hub; the offline pairing and tiny models cover loading.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -192,33 +197,61 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     terminalreporter.write_line(f"on PostgreSQL ({server}): {len(selected)} test(s), {counts or 'none run'}")
 
 
-@pytest.fixture(scope="module")
-def app_server(tmp_path_factory):
-    """The app served in-process on a free loopback port, with the tiny test pair and a fresh
-    database: yields (url, data directory)."""
+@dataclass(frozen=True)
+class ServedApp:
+    """The app served in-process (``serve_app``)."""
+
+    url: str  # http://127.0.0.1:PORT/
+    data: Path  # its data folder (database, kept uploads)
+    service: Any  # its AppService
+    demo: Any  # its gr.Blocks
+
+
+@contextmanager
+def serve_app(data: Path, environ: dict[str, str] | None = None, **app_attributes: Any) -> Iterator[ServedApp]:
+    """The app served in-process on a free loopback port with the tiny test pair and a fresh database in
+    ``data``; ``environ``: more of its environment (``SPECSTEER_PUBLIC``…); ``app_attributes``: module
+    constants of ``app`` to set while it is built (``QUEUE_MAX_SIZE``…). Stopped as the app stops
+    (``app.shut_down``: its runs cancelled, the database closed)."""
     import storage
     from specsteer.service import pairings
+    from specsteer.util import background
 
-    data = tmp_path_factory.mktemp("app-data")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(pairings.TEST_PAIR_ENV, "tiny")
         patch.setenv("SPECSTEER_DATA_DIR", str(data))
         patch.delenv("DATABASE_URL", raising=False)
+        patch.delenv("SPACE_ID", raising=False)
         patch.setenv("HF_HUB_OFFLINE", "1")
         patch.setenv("GRADIO_ANALYTICS_ENABLED", "False")
+        for name, value in (environ or {}).items():
+            patch.setenv(name, value)
         storage.reset_engines()
         import app
 
-        demo = app.build_app()
+        for name, value in app_attributes.items():
+            patch.setattr(app, name, value)
+        service = app.build_service()
+        demo = app.build_app(service)
         port = _free_port()
         demo.launch(
             prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options()
         )
         try:
-            yield f"http://127.0.0.1:{port}/", data
+            yield ServedApp(f"http://127.0.0.1:{port}/", data, service, demo)
         finally:
-            demo.close()
-            storage.reset_engines()
+            # shut_down marks the whole process as closing (every later run cancelled at once): here only until
+            # the patch is undone, so that the tests after these run as usual.
+            patch.setattr(background, "_closing", threading.Event())
+            app.shut_down(demo)
+
+
+@pytest.fixture(scope="module")
+def app_server(tmp_path_factory):
+    """The app served in-process on a free loopback port, with the tiny test pair and a fresh
+    database: yields (url, data directory)."""
+    with serve_app(tmp_path_factory.mktemp("app-data")) as served:
+        yield served.url, served.data
 
 
 def _free_port() -> int:

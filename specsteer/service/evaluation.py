@@ -105,9 +105,8 @@ class EvaluationService:
     def _grid_problem(self, spec: EvalSpec, operator_token: str) -> str | None:
         """Why this caller may not run ``spec`` here (its size, its run name), or None. Checked before
         anything else: a grid's points are counted only once its lists are known to be short."""
-        records = spec.limit if spec.limit is not None else self.limits.max_records + 1
         return text_problem("run name", spec.run_name, self.limits.max_name_chars) or self.limits.grid_problem(
-            spec.methods, spec.alphas, spec.betas, records, self.exposure.is_operator(operator_token)
+            spec.methods, spec.alphas, spec.betas, spec.limit, self.exposure.is_operator(operator_token)
         )
 
     # ----------------------------------------------------------------------- the deployment projection

@@ -7,6 +7,8 @@ and a temporary database.
 from __future__ import annotations
 
 import csv
+import logging
+import os
 import time
 from pathlib import Path
 
@@ -236,6 +238,26 @@ def test_a_server_path_sent_as_a_file_is_refused(server, tmp_path):
     # A real upload of the same content still loads.
     summary, _task, _sample = client_for(server).predict(handle_file(str(planted)), api_name="/upload_history")
     assert "Read 2 items" in summary
+
+
+def test_a_refused_input_names_the_file_as_sent_and_logs_one_warning_line(server, caplog, capfd):
+    """Issue 35: a refused server path came back resolved ("../../etc/hostname" as "/tmp/etc/hostname"), and
+    every refused input wrote a ~20-line traceback to the server's log."""
+    named = {"path": "../../etc/hostname", "meta": {"_type": "gradio.FileData"}}
+    capfd.readouterr()
+    with caplog.at_level(logging.WARNING, logger="ui.safe_inputs"):
+        answer = call_raw(server, "upload_history", named)
+        refused_choice = call_raw(server, "load_sample", "<b>no such sample</b>")
+    assert "event: error" in answer and "../../etc/hostname: this file was not uploaded to the app" in answer, answer
+    assert os.path.abspath("../../etc/hostname") not in answer
+    assert "event: error" in refused_choice and "no such sample" in refused_choice
+    lines = [record for record in caplog.records if record.name == "ui.safe_inputs"]
+    assert [record.levelno for record in lines] == [logging.WARNING, logging.WARNING]
+    first, second = (record.getMessage() for record in lines)
+    assert first.startswith("refused an input of /upload_history: ../../etc/hostname")
+    assert second.startswith("refused an input of /load_sample: ")
+    assert all("\n" not in text for text in (first, second)) and all(record.exc_info is None for record in lines)
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_a_non_ascii_cloud_secret_stops_the_app_at_start_up(monkeypatch):

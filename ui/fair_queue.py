@@ -16,38 +16,29 @@ place that does; the app's tests (tests/app/test_fair_share_server.py) fail if G
 from __future__ import annotations
 
 import logging
-import os
 import time
-from collections.abc import Mapping
 from typing import Any, NoReturn
 
 import gradio as gr
 from fastapi import HTTPException
 
-from specsteer.protocol.exposure import SPACE_ENV
 from specsteer.service.fair_share import (
     FairShare,
     Lane,
     QueuePolicy,
     busy_refusal,
-    client_key,
     retry_after_s,
     share_refusal,
     soonest,
     soonest_place_s,
 )
+from ui.callers import behind_space_proxy, client_address
 from ui.streaming import MODEL_LANES
 
 log = logging.getLogger(__name__)
 
 TOO_MANY_REQUESTS = 429
 SERVICE_UNAVAILABLE = 503
-
-
-def behind_space_proxy(environ: Mapping[str, str] | None = None) -> bool:
-    """Whether the app runs on a Hugging Face Space (``$SPACE_ID`` set), whose proxy is the only peer of
-    every connection and reports the client's address in ``X-Forwarded-For``."""
-    return bool((os.environ if environ is None else environ).get(SPACE_ENV))
 
 
 class FairQueue:
@@ -61,12 +52,8 @@ class FairQueue:
         self._push = queue.push
 
     def client(self, request: Any) -> str:
-        """The client a request counts against (``fair_share.client_key``)."""
-        peer = getattr(getattr(request, "client", None), "host", None)
-        headers = getattr(request, "headers", None)
-        # A proxy may add its own header line rather than extend the caller's: read them all, in order.
-        forwarded = ", ".join(headers.getlist("x-forwarded-for")) if headers is not None else ""
-        return client_key(peer, forwarded, self.on_space)
+        """The client a request counts against (``ui.callers.client_address``)."""
+        return client_address(request, self.on_space)
 
     async def push(self, body: Any, request: Any, username: str | None) -> tuple[bool, Any, str]:
         # The endpoint as the app defines it: looking it up through the caller's session (as Gradio does)

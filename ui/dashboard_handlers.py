@@ -13,7 +13,7 @@ import pandas as pd
 from specsteer.data.datasets import DataError
 from specsteer.engine.settings import sentence
 from specsteer.evaluation import plots
-from specsteer.evaluation.deployment import PROFILES
+from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.evaluation.grid import EvalResult, GridProgress
 from specsteer.evaluation.timing import left_out_sentence
 from specsteer.service.app_service import AppService, EvaluationEvent, Failed, Loading, Status

@@ -23,7 +23,8 @@ from specsteer.evaluation.bench import (
     prefix_reuse,
     run_speed,
 )
-from specsteer.evaluation.deployment import DEFAULT_RTTS_MS, PROFILES, get_profile
+from specsteer.evaluation.deployment_profiles import PROFILES, get_profile
+from specsteer.evaluation.deployment_rows import DEFAULT_RTTS_MS
 from specsteer.runtimes.base import TransformersModel, parse_split
 from specsteer.runtimes.machine import machine_info
 from specsteer.util.jsonable import to_jsonable
@@ -318,7 +319,7 @@ def _link(args) -> int:
 
 
 def _project(args) -> int:
-    from specsteer.evaluation.deployment import group_runs, projection_rows
+    from specsteer.evaluation.deployment_rows import group_runs, projection_rows
 
     try:
         profile = get_profile(args.profile)
@@ -350,7 +351,7 @@ def _project(args) -> int:
 
 def timed_traces(runs: list) -> tuple[list, int]:
     """The traces with sound timing (``deployment.timed_runs``), saying on stderr how many were left out."""
-    from specsteer.evaluation.deployment import timed_runs
+    from specsteer.evaluation.deployment_rows import timed_runs
     from specsteer.evaluation.timing import left_out_sentence
 
     kept, left_out = timed_runs(runs)
@@ -361,7 +362,7 @@ def timed_traces(runs: list) -> tuple[list, int]:
 
 def _bench_runs(path: str) -> list:
     """The lowest-RTT runs of a ``bench link`` result: the same generations measured without link delay."""
-    from specsteer.evaluation.deployment import TracedGeneration
+    from specsteer.evaluation.deployment_rows import TracedGeneration
 
     runs = [TracedGeneration.from_json(run) for run in json.loads(Path(path).read_text())["runs"]]
     base = min((run.rtt_ms for run in runs), default=0.0)
@@ -371,7 +372,7 @@ def _bench_runs(path: str) -> list:
 def _stored_runs(url: str | None, names: list[str]) -> list:
     """The traced cells of evaluation runs, read through storage: this command's composition root."""
     import storage
-    from specsteer.evaluation.deployment import TracedGeneration
+    from specsteer.evaluation.deployment_rows import TracedGeneration
 
     if not names:
         raise ValueError("name at least one --run")

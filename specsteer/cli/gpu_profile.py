@@ -9,14 +9,9 @@ import json
 import sys
 
 from specsteer.data.datasets import EXAMPLE_RUNS_DB
-from specsteer.evaluation.deployment import (
-    DEFAULT_RTTS_MS,
-    GENERALIST,
-    GENERIC,
-    PROFILES,
-    DeploymentProfile,
-    get_profile,
-)
+from specsteer.evaluation.deployment import GENERALIST, GENERIC, DeploymentProfile
+from specsteer.evaluation.deployment_profiles import PROFILES, get_profile
+from specsteer.evaluation.deployment_rows import DEFAULT_RTTS_MS
 from specsteer.evaluation.gpu_profile import (
     DEFAULT_RUNS,
     choose_context,

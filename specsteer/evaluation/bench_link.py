@@ -27,23 +27,16 @@ HTTP request per round against one stream for ``llm``), which is why the check f
 others: out of sample, so on a shared machine it also carries the drift of the passes' speed
 between runs, which has nothing to do with the link.
 
-The rows' shared parts (grouping runs, measured speed, acceptance, ``projection_rows``) live with
-the projection in ``specsteer.evaluation.deployment``.
+The rows' shared parts (grouping runs, measured speed, acceptance, ``projection_rows``) live in
+``specsteer.evaluation.deployment_rows``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from specsteer.evaluation.deployment import (
-    DeploymentProfile,
-    TracedGeneration,
-    acceptance_summary,
-    group_runs,
-    measured_profile,
-    measured_tok_per_s,
-    project_runs,
-)
+from specsteer.evaluation.deployment import DeploymentProfile, measured_profile, project_runs
+from specsteer.evaluation.deployment_rows import TracedGeneration, acceptance_summary, group_runs, measured_tok_per_s
 from specsteer.method.catalog import METHOD_INFO
 from specsteer.protocol.emulation import LinkConditions
 

@@ -1,6 +1,6 @@
 """A deployment profile whose Cloud costs are measured on a GPU (``specsteer.evaluation.gpu_costs``), not quoted.
 
-The bundled profiles (``specsteer.evaluation.deployment.PROFILES``) price the Cloud's passes from published
+The bundled profiles (``specsteer.evaluation.deployment_profiles.PROFILES``) price the Cloud's passes from published
 tokens/s tables: a one-token pass from a decode rate, every further token of a verification pass at
 a prompt rate derived from 6,144-token rows. ``specsteer.evaluation.gpu_costs`` measures those passes directly
 on a GPU with the real models' shapes: the decode step, (k+1)-token verification passes for each k on
@@ -38,11 +38,10 @@ from specsteer.evaluation.deployment import (
     StreamCost,
     fit_pass_cost,
     flat_cost,
-    get_profile,
-    group_runs,
-    projection_rows,
     proportional_cost,
 )
+from specsteer.evaluation.deployment_profiles import get_profile
+from specsteer.evaluation.deployment_rows import group_runs, projection_rows
 from specsteer.evaluation.gpu_costs import SCHEMA
 
 # The stored LongLaMP traces read 657-880 prompt tokens and write up to 256: their passes run at

@@ -54,7 +54,9 @@ from specsteer.data.privacy import UplinkAudit, audit_uplink
 from specsteer.data.tasks import TASKS, PromptPair, PromptStyle, as_prompt_style, render_item
 from specsteer.engine.generate import Prepared, Request, chat_ids, cross_tokenizer_problem, generate, prepare
 from specsteer.engine.settings import GenerationSettings, SettingsError, sentence
-from specsteer.evaluation.deployment import DEFAULT_RTTS_MS, DeploymentProfile, deployment_rows, get_profile
+from specsteer.evaluation.deployment import DeploymentProfile
+from specsteer.evaluation.deployment_profiles import get_profile
+from specsteer.evaluation.deployment_rows import DEFAULT_RTTS_MS, deployment_rows
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, grid_method_problem, run_grid_events
 from specsteer.evaluation.run_store import CellResult, RunStore, StoredRun
 from specsteer.evaluation.timing import disturbed_count

@@ -9,14 +9,9 @@ import pytest
 from specsteer.cli import bench as bench_cli
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
 from specsteer.evaluation.bench_link import link_rows
-from specsteer.evaluation.deployment import (
-    PROFILES,
-    TracedGeneration,
-    deployment_rows,
-    group_runs,
-    project_runs,
-    projection_rows,
-)
+from specsteer.evaluation.deployment import project_runs
+from specsteer.evaluation.deployment_profiles import PROFILES
+from specsteer.evaluation.deployment_rows import TracedGeneration, deployment_rows, group_runs, projection_rows
 from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import TraceStep
 from specsteer.models.tiny import tiny_pair

@@ -11,20 +11,19 @@ import pytest
 from specsteer.engine import generate as engine
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
 from specsteer.evaluation.deployment import (
-    PROFILES,
     ROLES,
     DeploymentProfile,
     MeasuredRun,
     Source,
     StreamCost,
     as_trace,
-    get_profile,
     measured_profile,
     profile_numbers,
     project,
     project_runs,
-    summarize_speedups,
 )
+from specsteer.evaluation.deployment_profiles import PROFILES, get_profile
+from specsteer.evaluation.deployment_rows import summarize_speedups
 from specsteer.method import costs
 from specsteer.method.costs import PassCost, PassSample, fit_pass_cost
 from specsteer.method.events import TraceStep

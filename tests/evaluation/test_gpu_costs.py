@@ -14,16 +14,9 @@ import pytest
 from specsteer.cli import gpu_profile as gpu_profile_cli
 from specsteer.data.datasets import EXAMPLE_RUNS_DB
 from specsteer.evaluation import gpu_costs, gpu_profile
-from specsteer.evaluation.deployment import (
-    GENERALIST,
-    GENERIC,
-    SPECIALIST,
-    MeasuredRun,
-    get_profile,
-    group_runs,
-    project_runs,
-    projection_rows,
-)
+from specsteer.evaluation.deployment import GENERALIST, GENERIC, SPECIALIST, MeasuredRun, project_runs
+from specsteer.evaluation.deployment_profiles import get_profile
+from specsteer.evaluation.deployment_rows import group_runs, projection_rows
 from specsteer.evaluation.gpu_profile import MeasuredPassCost, load_costs, measured_cloud_profile, parse_costs
 from specsteer.method.events import TraceStep
 

@@ -17,6 +17,9 @@ The Edge (device) and the Cloud each keep a clock, starting at 0.
   alone -- the ``slm``/``slm+`` baselines -- so all of its passes are the device Specialist's, whatever
   the stream is called.) The first pass of a stream is its prompt prefill and is charged at the
   profile's prefill cost; later passes at its decode cost, ``base + per_token * tokens``.
+* Every pass also costs its side's host overhead per logits row it hands over, and every message its
+  sender's host overhead per message (:class:`HostOverhead`: the Python loop, handing the logits to the host, sampling, the
+  ratio test and steering, top-k, frames, KV-cache crops), Edge and Cloud apart.
 * The Cloud's two passes of one round (Generalist, then generic Specialist, with no message in
   between) run one after the other, or side by side when the profile says ``cloud_parallel``.
 * A message leaves its sender at the sender's clock, waits for its direction's wire to be free
@@ -32,6 +35,20 @@ token; the ``llm`` baseline's Cloud sends token after token without waiting for 
 messages are pipelined behind its own decoding and the whole stream pays the latency once (plus the
 uplink of the prompt). The projection's end is the later of the two clocks.
 
+Prompt reads (:class:`PromptReads`)
+----------------------------------
+A recorded run may have found part of a prompt in a prefix cache (an evaluation grid runs every method on
+one record's prompts; ``GenerationStats.reused_tokens`` says how many tokens per stream), so its first pass
+read only the rest. A deployed request is charged what it would read, by one rule: **every prompt token is
+read** (:data:`FRESH`, what every figure shows), except the tokens :class:`PromptReads` grants to a side's
+cache -- only where the deployment would hold them: the Edge's own earlier request over the same private
+prompt (``edge_cached``: a regenerate, or a user's next request whose private prompt begins the same), the
+Cloud's prefix cache shared across users (``cloud_cached``: the leading tokens of the plain prompt that
+every request of the task template shares). Never the recorded run's hits: they came from other methods
+run on the same prompt, which a deployment does not do. A trace stored without ``reused_tokens`` (before
+they were recorded) is charged as recorded. :data:`AS_RECORDED` replays what ran, hits included (the
+self-check of ``specsteer.evaluation.bench_link.measured_profile``).
+
 The time split follows the critical path: each clock carries how much of its time was device
 compute, cloud compute and link (latency, transmission and waiting for the wire); a receiver that
 waits for a message inherits the sender's split plus the link time.
@@ -41,11 +58,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
-from specsteer.method.costs import PassCost, PassSample, check_number, fit_pass_cost, flat_cost, proportional_cost
+from specsteer.method.costs import PassCost, check_number
 from specsteer.method.events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM, STREAMS, TraceStep
-from specsteer.protocol.emulation import NO_LINK, LinkConditions
+from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.wire import DIRECTIONS, DOWNLINK, UPLINK
 
 # The three model roles a profile prices, and the streams they run.
@@ -80,6 +98,74 @@ class StreamCost:
         return cls(PassCost(1.0 / decode_tok_per_s - per_token, per_token), PassCost(0.0, per_token))
 
 
+@dataclass(frozen=True)
+class HostOverhead:
+    """One side's host time outside the model passes: per logits row its passes hand to the host (the loop,
+    sampling, the ratio test and steering, top-k over the vocabulary, KV-cache crops: a row for each token
+    of a later pass, one for a stream's first pass, whose prompt yields its last row) and per message it
+    sends (settling the round, encoding the frame)."""
+
+    per_row_s: float = 0.0
+    per_message_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_number("per_row_s", self.per_row_s)
+        check_number("per_message_s", self.per_message_s)
+
+    def plus(self, other: HostOverhead) -> HostOverhead:
+        return HostOverhead(self.per_row_s + other.per_row_s, self.per_message_s + other.per_message_s)
+
+
+def host_rows(step: TraceStep, first: bool) -> int:
+    """The logits rows a pass hands to the host, as the host overhead counts them."""
+    return 1 if first else step.size
+
+
+NO_HOST_OVERHEAD = HostOverhead()
+
+
+@dataclass(frozen=True)
+class PromptReads:
+    """Which prompt tokens a projected request reads (the rule: the module docstring).
+
+    ``recorded``: charge each stream's first pass as the trace recorded it, the recorded run's cache hits
+    kept. Otherwise the whole prompt (the recorded first pass plus the stream's ``reused_tokens``) less the
+    tokens the deployment's cache holds: ``edge_cached`` leading tokens of the Edge's prompt, ``cloud_cached``
+    of the Cloud's (both Cloud models read the plain prompt). At least one token is always read.
+    """
+
+    recorded: bool = False
+    edge_cached: int = 0
+    cloud_cached: int = 0
+
+    def __post_init__(self) -> None:
+        if self.edge_cached < 0 or self.cloud_cached < 0:
+            raise ValueError("cached prompt tokens cannot be negative")
+
+    def first_pass(self, size: int, reused: int | None, on_edge: bool) -> int:
+        """Tokens charged for a stream's first pass, recorded at ``size`` with ``reused`` tokens found cached
+        (None: not recorded)."""
+        if self.recorded or reused is None:
+            return size
+        whole = size + reused
+        cached = self.edge_cached if on_edge else self.cloud_cached
+        return max(1, whole - cached)
+
+    def describe(self) -> str:
+        if self.recorded:
+            return "as recorded (the recorded run's prefix-cache hits kept)"
+        held = [
+            f"{n} leading tokens of the {side} prompt cached"
+            for side, n in (("Edge's", self.edge_cached), ("Cloud's", self.cloud_cached))
+            if n
+        ]
+        return "fresh: every prompt token read" + (f" but {' and '.join(held)}" if held else "")
+
+
+FRESH = PromptReads()
+AS_RECORDED = PromptReads(recorded=True)
+
+
 class Source(NamedTuple):
     """Where one number of a profile comes from: ``number`` names it (see ``profile_numbers``)."""
 
@@ -94,8 +180,7 @@ class DeploymentProfile:
     A role's cost may be ``None`` when it is unknown (a profile measured from traces that never ran
     that model); projecting a trace that needs it then fails. ``cloud_parallel``: the Cloud runs a
     round's Generalist and generic-Specialist passes side by side instead of one after the other.
-    ``overhead_per_step_s``: host time per trace step outside the model passes (sampling, the
-    verification test, serialization), charged to the side taking the step.
+    ``edge_host`` / ``cloud_host``: each side's host time outside the model passes (:class:`HostOverhead`).
     """
 
     name: str
@@ -106,14 +191,14 @@ class DeploymentProfile:
     link: LinkConditions
     sources: tuple[Source, ...]
     cloud_parallel: bool = False
-    overhead_per_step_s: float = 0.0
+    edge_host: HostOverhead = NO_HOST_OVERHEAD
+    cloud_host: HostOverhead = NO_HOST_OVERHEAD
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
             raise ValueError("a profile needs a name")
         if not self.label or not self.label.strip():
             raise ValueError(f"profile {self.name!r} needs a label")
-        check_number("overhead_per_step_s", self.overhead_per_step_s)
         needed = set(profile_numbers(self))
         given = [source.number for source in self.sources]
         unknown = sorted(set(given) - needed)
@@ -153,6 +238,11 @@ class DeploymentProfile:
         return replace(self, link=self.link.with_rtt(rtt_ms), sources=sources)
 
 
+HOST_NUMBERS = tuple(
+    f"{side}.{part}" for side in ("edge_host", "cloud_host") for part in ("per_row_s", "per_message_s")
+)
+
+
 def profile_numbers(profile: DeploymentProfile) -> list[str]:
     """The names of every number and setting of a profile that needs a source."""
     numbers = []
@@ -165,7 +255,7 @@ def profile_numbers(profile: DeploymentProfile) -> list[str]:
         "link.downlink_kbps",
         "link.overhead_bytes",
         "cloud_parallel",
-        "overhead_per_step_s",
+        *HOST_NUMBERS,
     ]
     return numbers
 
@@ -182,26 +272,32 @@ class TracedRun(Protocol):
     def seconds(self) -> float: ...
     @property
     def new_tokens(self) -> int: ...
+    @property
+    def reused_tokens(self) -> Mapping[str, int]: ...
 
 
 class MeasuredRun(NamedTuple):
-    """A trace with its measured wall time and tokens, when there is no GenerationStats at hand."""
+    """A trace with its measured wall time and tokens, when there is no GenerationStats at hand;
+    ``reused_tokens``: prompt tokens each stream found cached (empty: not recorded)."""
 
     trace: Sequence[TraceStep]
     seconds: float
     new_tokens: int
+    reused_tokens: Mapping[str, int] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
 class TimeSplit:
-    """Seconds of a critical path spent in device compute, cloud compute and on the link."""
+    """Seconds of a critical path spent in device compute, cloud compute and on the link; ``host_s`` is the
+    part of the first two that is host overhead (:class:`HostOverhead`)."""
 
     device_s: float = 0.0
     cloud_s: float = 0.0
     link_s: float = 0.0
+    host_s: float = 0.0
 
-    def plus(self, device_s: float = 0.0, cloud_s: float = 0.0, link_s: float = 0.0) -> TimeSplit:
-        return TimeSplit(self.device_s + device_s, self.cloud_s + cloud_s, self.link_s + link_s)
+    def plus(self, device_s: float = 0.0, cloud_s: float = 0.0, link_s: float = 0.0, host_s: float = 0.0) -> TimeSplit:
+        return TimeSplit(self.device_s + device_s, self.cloud_s + cloud_s, self.link_s + link_s, self.host_s + host_s)
 
 
 @dataclass(frozen=True)
@@ -218,6 +314,8 @@ class Projection:
     device_s: float  # the time split along the critical path; the three add up to ``seconds``
     cloud_s: float
     link_s: float
+    host_s: float = 0.0  # of device_s and cloud_s, the host overhead on the critical path
+    prompt_tokens: int = 0  # prompt tokens charged to the streams' first passes (PromptReads)
 
     @property
     def tok_per_s(self) -> float:
@@ -263,36 +361,51 @@ class _Clock:
     """One side's time, and how the critical path that led to it splits."""
 
     on_device: bool
+    host: HostOverhead
     at: float = 0.0
     path: TimeSplit = field(default_factory=TimeSplit)
 
-    def compute(self, seconds: float) -> None:
+    def compute(self, seconds: float, host_s: float = 0.0) -> None:
+        """``seconds`` of this side's work, of which ``host_s`` host overhead."""
         self.at += seconds
-        self.path = self.path.plus(device_s=seconds) if self.on_device else self.path.plus(cloud_s=seconds)
+        if self.on_device:
+            self.path = self.path.plus(device_s=seconds, host_s=host_s)
+        else:
+            self.path = self.path.plus(cloud_s=seconds, host_s=host_s)
 
 
 class _Replay:
     """The two-clock replay of one trace (see the module docstring)."""
 
-    def __init__(self, profile: DeploymentProfile, device_only: bool):
+    def __init__(self, profile: DeploymentProfile, device_only: bool, reads: PromptReads, reused: Mapping[str, int]):
         self.profile = profile
         self.device_only = device_only
-        self.edge = _Clock(on_device=True)
-        self.cloud = _Clock(on_device=False)
+        self.reads = reads
+        self.reused = reused
+        self.edge = _Clock(on_device=True, host=profile.edge_host)
+        self.cloud = _Clock(on_device=False, host=profile.cloud_host)
         self.wire_free = {UPLINK: 0.0, DOWNLINK: 0.0}
         self.seen_streams: set[str] = set()
         self.cloud_round_start: float | None = None  # when this round's first cloud pass began
         self.cloud_round_streams: set[str] = set()
         self.last_direction: str | None = None
         self.round_trips = 0
+        self.prompt_tokens = 0
 
     def forward(self, step: TraceStep) -> None:
         first = step.who not in self.seen_streams
         self.seen_streams.add(step.who)
         role = role_of(step.who, self.device_only)
-        seconds = self.profile.cost(role).seconds(step.size, first) + self.profile.overhead_per_step_s
-        if role == SPECIALIST:
-            self.edge.compute(seconds)
+        clock = self.edge if role == SPECIALIST else self.cloud
+        tokens = step.size
+        if first:
+            recorded = self.reused.get(step.who) if self.reused else None
+            tokens = self.reads.first_pass(step.size, recorded, on_edge=clock is self.edge)
+            self.prompt_tokens += tokens
+        host = clock.host.per_row_s * host_rows(step, first)
+        seconds = self.profile.cost(role).seconds(tokens, first) + host
+        if clock is self.edge:
+            self.edge.compute(seconds, host)
             return
         start = self.cloud.at
         round_start = self.cloud_round_start
@@ -302,11 +415,12 @@ class _Replay:
         else:
             self.cloud_round_start, self.cloud_round_streams = start, set()
         self.cloud_round_streams.add(step.who)
-        self.cloud.compute(max(0.0, start + seconds - self.cloud.at))
+        added = max(0.0, start + seconds - self.cloud.at)
+        self.cloud.compute(added, min(host, added))
 
     def message(self, step: TraceStep) -> None:
         sender, receiver = (self.edge, self.cloud) if step.who == UPLINK else (self.cloud, self.edge)
-        sender.compute(self.profile.overhead_per_step_s)  # serialization and the like, before it leaves
+        sender.compute(sender.host.per_message_s, sender.host.per_message_s)  # settling the round, the frame
         link = self.profile.link
         start = max(sender.at, self.wire_free[step.who])
         self.wire_free[step.who] = start + link.transmission_s(step.who, step.size)
@@ -323,10 +437,18 @@ class _Replay:
         return self.edge if self.edge.at >= self.cloud.at else self.cloud
 
 
-def project(trace: Iterable, profile: DeploymentProfile, tokens: int) -> Projection:
-    """Replay one generation's trace under ``profile``; ``tokens`` is what it emitted."""
+def project(
+    trace: Iterable,
+    profile: DeploymentProfile,
+    tokens: int,
+    reused: Mapping[str, int] | None = None,
+    reads: PromptReads = FRESH,
+) -> Projection:
+    """Replay one generation's trace under ``profile``; ``tokens`` is what it emitted, ``reused`` the prompt
+    tokens each stream found cached when it ran (``GenerationStats.reused_tokens``; None or empty: not
+    recorded), ``reads`` the rule for what the deployed request reads of its prompts."""
     steps = as_trace(trace)
-    replay = _Replay(profile, is_device_only(steps))
+    replay = _Replay(profile, is_device_only(steps), reads, reused or {})
     uplink = downlink = 0
     for step in steps:
         if step.kind == "forward":
@@ -349,12 +471,14 @@ def project(trace: Iterable, profile: DeploymentProfile, tokens: int) -> Project
         end.path.device_s,
         end.path.cloud_s,
         end.path.link_s,
+        end.path.host_s,
+        replay.prompt_tokens,
     )
 
 
-def project_runs(runs: Iterable[TracedRun], profile: DeploymentProfile) -> Projection:
+def project_runs(runs: Iterable[TracedRun], profile: DeploymentProfile, reads: PromptReads = FRESH) -> Projection:
     """Several generations projected one after the other: times, tokens and bytes add up."""
-    projections = [project(run.trace, profile, run.new_tokens) for run in runs]
+    projections = [project(run.trace, profile, run.new_tokens, run.reused_tokens, reads) for run in runs]
     if not projections:
         raise ValueError("no runs to project")
     return Projection(
@@ -368,76 +492,6 @@ def project_runs(runs: Iterable[TracedRun], profile: DeploymentProfile) -> Proje
         sum(p.device_s for p in projections),
         sum(p.cloud_s for p in projections),
         sum(p.link_s for p in projections),
-    )
-
-
-# --------------------------------------------------------------------------- this machine's own profile
-
-
-def pass_samples(runs: Iterable[TracedRun]) -> dict[str, tuple[list[PassSample], list[PassSample]]]:
-    """Measured passes per role: (prefill passes, decode passes)."""
-    samples: dict[str, tuple[list[PassSample], list[PassSample]]] = {}
-    for run in runs:
-        steps = as_trace(run.trace)
-        device_only = is_device_only(steps)
-        seen: set[str] = set()
-        for step in steps:
-            if step.kind != "forward":
-                continue
-            prefill, decode = samples.setdefault(role_of(step.who, device_only), ([], []))
-            (decode if step.who in seen else prefill).append(PassSample(step.size, step.seconds))
-            seen.add(step.who)
-    return samples
-
-
-def measured_profile(
-    runs: Iterable[TracedRun],
-    link: LinkConditions = NO_LINK,
-    name: str = "this-machine",
-    label: str = "This machine (measured)",
-) -> DeploymentProfile:
-    """The profile of the machine that produced ``runs``, fitted from their own passes.
-
-    Each role's prefill and decode costs are fitted separately against tokens per pass; the time a
-    generation spent outside passes and link waits becomes ``overhead_per_step_s``. Projecting the
-    runs with it (and ``link`` set to the conditions they ran under) reproduces their measured total
-    time -- the model's self-check. The Cloud's passes are one after the other, as they ran here.
-    """
-    runs = list(runs)
-    if not runs:
-        raise ValueError("no runs to measure a profile from")
-    samples = pass_samples(runs)
-    costs: dict[str, StreamCost | None] = {role: None for role in ROLES}
-    sources = []
-    for role, (prefill, decode) in samples.items():
-        prefill_cost = fit_pass_cost(prefill, proportional_cost)
-        decode_cost = fit_pass_cost(decode, flat_cost) if decode else prefill_cost
-        costs[role] = StreamCost(decode_cost, prefill_cost)
-        sources.append(Source(f"{role}.prefill", f"measured here: fit over {len(prefill)} first passes"))
-        sources.append(
-            Source(
-                f"{role}.decode",
-                f"measured here: fit over {len(decode)} later passes"
-                + ("" if decode else " (none: the prefill fit stands in)"),
-            )
-        )
-    outside = sum(run.seconds - sum(step.seconds for step in as_trace(run.trace)) for run in runs)
-    steps = sum(len(run.trace) for run in runs)
-    overhead = max(0.0, outside) / steps if steps else 0.0
-    for number in ("link.rtt_ms", "link.uplink_kbps", "link.downlink_kbps", "link.overhead_bytes"):
-        sources.append(Source(number, "the conditions the measured runs ran under"))
-    sources.append(Source("cloud_parallel", "measured here: in process the Cloud's passes run one after the other"))
-    sources.append(
-        Source("overhead_per_step_s", f"measured here: time outside passes and link waits over {steps} steps")
-    )
-    return DeploymentProfile(
-        name,
-        label,
-        costs[SPECIALIST],
-        costs[GENERALIST],
-        costs[GENERIC],
-        link,
-        tuple(sources),
-        cloud_parallel=False,
-        overhead_per_step_s=overhead,
+        sum(p.host_s for p in projections),
+        sum(p.prompt_tokens for p in projections),
     )

@@ -8,7 +8,9 @@ text), or marked "assumed" with the reason. :func:`get_profile` names them; the 
 
 from __future__ import annotations
 
-from specsteer.evaluation.deployment import DeploymentProfile, Source, StreamCost
+from typing import NamedTuple
+
+from specsteer.evaluation.deployment import DeploymentProfile, HostOverhead, Source, StreamCost
 from specsteer.protocol.emulation import LinkConditions
 
 # The Qwen team's speed benchmark reports
@@ -66,10 +68,87 @@ def _qwen_source(model: str, speed_at_1: float, speed_at_6144: float) -> str:
     )
 
 
-NO_HOST_OVERHEAD = (
-    "assumed 0: host work outside the passes (sampling, the ratio test, serialization) is small "
-    "next to these pass times; the measured profile of this machine includes it"
+# --------------------------------------------------------------------------- host overhead
+#
+# The engine's host work outside the model passes, Edge and Cloud apart, measured on this project's CPU by
+# benchmarks/host_overhead.py (thread CPU time: the machine's other load is not counted), in two settings:
+# tiny models with the real output width, whose passes leave the cores to the host work as a GPU's would, and
+# the real offline pair on llama.cpp, whose passes compute on the same cores, as a phone's CPU does. The fits
+# are copied here so that the package needs no file outside it; a test checks them against the JSON files, so
+# they cannot drift from the measurements.
+
+
+class HostMeasurement(NamedTuple):
+    """One run of benchmarks/host_overhead.py: each side's fitted overhead, its file, command and setting."""
+
+    edge: HostOverhead
+    cloud: HostOverhead
+    file: str
+    command: str
+    setting: str
+
+
+HOST_OVERHEAD_MACHINE = "AMD EPYC (AVX2, FMA, F16C; no AVX-512), 2 cores shared with other work, torch on 1 thread"
+PASSES_OFF_THE_CORES = HostMeasurement(
+    edge=HostOverhead(per_row_s=0.0005623, per_message_s=0.0002178),
+    cloud=HostOverhead(per_row_s=0.0003205, per_message_s=0.0002857),
+    file="benchmarks/results/host_overhead.json",
+    command="python benchmarks/host_overhead.py --tokens 64 --repeats 5 --out benchmarks/results/host_overhead.json",
+    setting="tiny random models with the real 151,936-row output, whose passes leave the cores to the host work "
+    "as passes on a GPU do",
 )
+PASSES_ON_THE_CORES = HostMeasurement(
+    edge=HostOverhead(per_row_s=0.0011153, per_message_s=0.0003603),
+    cloud=HostOverhead(per_row_s=0.0010755, per_message_s=0.0002647),
+    file="benchmarks/results/host_overhead_offline_pair.json",
+    command="python benchmarks/host_overhead.py --pairing offline-qwen2.5-coder --runtime llama.cpp --tokens 48 "
+    "--repeats 3 --methods specsteer,sd,lightcosteer,llm,slm+",
+    setting="the offline pair (Qwen2.5-Coder 0.5B / 1.5B Q4_K_M) on llama.cpp, whose passes compute on the same "
+    "cores as the host work, as a phone's CPU does",
+)
+
+# On a GPU every pass also waits for the device and copies its logits rows to the host (one transfer per
+# pass), which a CPU cannot measure. The engine benchmark's per-round split on a GPU (benchmarks/engine_bench.py)
+# is its source: once it has run, set this to (the extra host time per row and per message it measured, the
+# JSON's path), and every side whose passes run on a GPU adds it. Until then those sides charge the CPU
+# measurement alone.
+GPU_PASS_SYNC: tuple[HostOverhead, str] | None = None
+
+
+def _host(side: str, on_gpu: bool, note: str) -> tuple[HostOverhead, tuple[Source, Source]]:
+    """A side's host overhead and the sources of its two numbers: measured with passes that leave the cores free
+    where the side's passes run on a GPU (plus the GPU's per-pass synchronisation once measured), with passes on
+    the same cores where they run on the CPU."""
+    measurement = PASSES_OFF_THE_CORES if on_gpu else PASSES_ON_THE_CORES
+    measured = measurement.edge if side == "edge" else measurement.cloud
+    overhead = measured
+    if not on_gpu:
+        gpu = ""
+    elif GPU_PASS_SYNC is None:
+        gpu = (
+            " Its passes run on a GPU, whose synchronisation and logits copy per pass are not included: not "
+            "measured yet (deployment_profiles.GPU_PASS_SYNC takes the engine benchmark's GPU split)."
+        )
+    else:
+        sync, sync_source = GPU_PASS_SYNC
+        overhead = measured.plus(sync)
+        gpu = f" Plus the GPU's synchronisation and logits copy: {sync_source}."
+    head = (
+        f"measured on {HOST_OVERHEAD_MACHINE} with {measurement.setting}: the {side.capitalize()}'s host work "
+        f"outside the model passes, a least-squares fit over specsteer, sd, lightcosteer, llm and slm+ generations "
+        f"({measurement.file}, `{measurement.command}`)"
+    )
+    return overhead, (
+        Source(f"{side}_host.per_row_s", f"{head}: {measured.per_row_s * 1e3:.3f} ms per logits row. {note}{gpu}"),
+        Source(f"{side}_host.per_message_s", f"{head}: {measured.per_message_s * 1e3:.3f} ms per message sent.{gpu}"),
+    )
+
+
+UNSCALED_EDGE = (
+    "Not scaled to the device: no measured ratio between this server core and the device's for this "
+    "work, and the device runs the same loop, sampling and frames whatever computes its passes."
+)
+CLOUD_SERVER = "The Cloud's host is a server CPU like this one."
 CLOUD_ONE_AFTER_OTHER = (
     "assumed: one GPU serving both Cloud models runs their passes one after the other "
     "(the conservative choice; the generic Specialist's pass is short either way)"
@@ -78,6 +157,8 @@ CLOUD_ONE_AFTER_OTHER = (
 
 def _phone_4g() -> DeploymentProfile:
     link = LinkConditions(rtt_ms=(44.1 + 66.4) / 2, uplink_kbps=6300, downlink_kbps=21300, overhead_bytes=80)
+    edge_host, edge_sources = _host("edge", on_gpu=False, note=UNSCALED_EDGE)
+    cloud_host, cloud_sources = _host("cloud", on_gpu=True, note=CLOUD_SERVER)
     return DeploymentProfile(
         name="phone-4g",
         label="Phone SoC (1B-class Specialist) + Qwen3-32B on a datacentre GPU, over 4G",
@@ -103,14 +184,19 @@ def _phone_4g() -> DeploymentProfile:
             Source("link.downlink_kbps", f"{OPENSIGNAL_US_2019}: download 21.3 Mbps"),
             Source("link.overhead_bytes", WIRE_FRAMING),
             Source("cloud_parallel", CLOUD_ONE_AFTER_OTHER),
-            Source("overhead_per_step_s", NO_HOST_OVERHEAD),
+            *edge_sources,
+            *cloud_sources,
         ),
+        edge_host=edge_host,
+        cloud_host=cloud_host,
     )
 
 
 def _laptop_wifi() -> DeploymentProfile:
     laptop_prompt_rate = 2000.0
     link = LinkConditions(rtt_ms=14.0, uplink_kbps=21600, downlink_kbps=153800, overhead_bytes=80)
+    edge_host, edge_sources = _host("edge", on_gpu=True, note=UNSCALED_EDGE)
+    cloud_host, cloud_sources = _host("cloud", on_gpu=True, note=CLOUD_SERVER)
     return DeploymentProfile(
         name="laptop-wifi",
         label="Laptop GPU (1.5B Specialist) + Qwen3-8B on a cloud GPU, over home Wi-Fi",
@@ -143,8 +229,11 @@ def _laptop_wifi() -> DeploymentProfile:
             Source("link.downlink_kbps", f"{OOKLA_US_JUNE_2022}: median download 153.80 Mbps"),
             Source("link.overhead_bytes", WIRE_FRAMING),
             Source("cloud_parallel", CLOUD_ONE_AFTER_OTHER),
-            Source("overhead_per_step_s", NO_HOST_OVERHEAD),
+            *edge_sources,
+            *cloud_sources,
         ),
+        edge_host=edge_host,
+        cloud_host=cloud_host,
     )
 
 
@@ -162,6 +251,9 @@ def _paper() -> DeploymentProfile:
         "assumed: the paper gives no prompt rates; taken from the SGLang rows of the Qwen benchmark "
         f"(derived as above). {QWEN_SPEED_BENCHMARK}"
     )
+    both_on_server = "Both sides run on the one server, its host a server CPU like this one."
+    edge_host, edge_sources = _host("edge", on_gpu=True, note=both_on_server)
+    cloud_host, cloud_sources = _host("cloud", on_gpu=True, note=both_on_server)
     return DeploymentProfile(
         name="paper",
         label="The paper's setting: Qwen3-0.6B / Qwen3-32B side by side, no network",
@@ -192,8 +284,11 @@ def _paper() -> DeploymentProfile:
             Source("link.downlink_kbps", "assumed unlimited (no network, as above)"),
             Source("link.overhead_bytes", "assumed 0 (no network, as above)"),
             Source("cloud_parallel", f"{SPECSTEER_PAPER}: D.2 'the Cloud runs p_L and p_S0 in parallel'"),
-            Source("overhead_per_step_s", NO_HOST_OVERHEAD),
+            *edge_sources,
+            *cloud_sources,
         ),
+        edge_host=edge_host,
+        cloud_host=cloud_host,
     )
 
 

@@ -10,14 +10,17 @@ projection itself is ``specsteer.evaluation.deployment``'s; the bundled profiles
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import NamedTuple
 
-from specsteer.evaluation.deployment import DeploymentProfile, TracedRun, as_trace, project_runs
+from specsteer.evaluation.deployment import FRESH, DeploymentProfile, PromptReads, TracedRun, as_trace, project_runs
 from specsteer.evaluation.deployment_profiles import get_profile
 from specsteer.method.events import GenerationStats, TraceStep
 
 DEFAULT_RTTS_MS: tuple[float, ...] = (0.0, 10.0, 20.0, 50.0, 100.0, 150.0, 200.0)
+# The traces projected by default: the example database's LongLaMP grid on llama.cpp (assets/example_runs.db, the
+# one example run that keeps its traces; docs/research/MEASUREMENTS.md projected it with its writing twin).
+DEFAULT_RUNS = ("longlamp-review-llamacpp-256",)
 
 
 # --------------------------------------------------------------------------- methods against RTT
@@ -115,6 +118,9 @@ class TracedGeneration:
     # its wall time holds a pause (GenerationStats.timing_disturbed): left out of every projection and measured
     # speed (timed_runs), since its passes' times and its seconds are not what it computed
     disturbed: bool = False
+    # prompt tokens each stream found in a prefix cache (GenerationStats.reused_tokens); empty for a generation
+    # stored before they were recorded (its first passes are then charged as recorded: PromptReads)
+    reused_tokens: Mapping[str, int] = field(default_factory=dict, hash=False)
 
     @classmethod
     def of(
@@ -138,6 +144,7 @@ class TracedGeneration:
             stats.verified,
             tuple(as_trace(stats.trace)),
             stats.timing_disturbed,
+            dict(stats.reused_tokens),
         )
 
     def to_json(self) -> dict:
@@ -145,7 +152,8 @@ class TracedGeneration:
 
     @classmethod
     def from_json(cls, data: Mapping) -> TracedGeneration:
-        return cls(**{"beta": None, **data, "trace": tuple(as_trace(data["trace"]))})
+        reused = {str(stream): int(tokens) for stream, tokens in dict(data.get("reused_tokens") or {}).items()}
+        return cls(**{"beta": None, **data, "trace": tuple(as_trace(data["trace"])), "reused_tokens": reused})
 
 
 def timed_runs(runs: Iterable[TracedGeneration]) -> tuple[list[TracedGeneration], int]:
@@ -187,13 +195,18 @@ def projection_rows(
     profile: DeploymentProfile,
     rtts_ms: Sequence[float],
     reference: str = "llm",
+    reads: PromptReads = FRESH,
 ) -> list[dict]:
     """Each group's runs projected under ``profile`` at each RTT (its bandwidths kept), with the speed
-    they were measured at here and the projected speedup over the ``reference`` method."""
+    they were measured at here and the projected speedup over the ``reference`` method. Every row carries
+    how it was obtained: the profile's name and every number's source at that RTT, the prompt-read rule,
+    the host overhead and prompt tokens it charged, and how many generations were stored without a record
+    of their cache hits (``reuse_unrecorded``: charged as recorded)."""
     rows = []
     for rtt in rtts_ms:
         at_rtt = profile.at_rtt(rtt)
-        projected = {key: project_runs(runs, at_rtt) for key, runs in groups.items() if runs}
+        sources = {source.number: source.text for source in at_rtt.sources}
+        projected = {key: project_runs(runs, at_rtt, reads) for key, runs in groups.items() if runs}
         reference_speed = next((p.tok_per_s for (method, *_), p in projected.items() if method == reference), None)
         for (method, alpha, beta), projection in projected.items():
             runs = groups[(method, alpha, beta)]
@@ -214,7 +227,13 @@ def projection_rows(
                     "device_s": projection.device_s,
                     "cloud_s": projection.cloud_s,
                     "link_s": projection.link_s,
+                    "host_s": projection.host_s,
+                    "prompt_tokens": projection.prompt_tokens,
+                    "reuse_unrecorded": sum(1 for run in runs if not run.reused_tokens),
                     **acceptance_summary(runs),
+                    "profile": at_rtt.name,
+                    "prompt_reads": reads.describe(),
+                    "sources": sources,
                 }
             )
     return rows

@@ -28,29 +28,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from specsteer.evaluation.deployment import (
-    GENERALIST,
-    GENERIC,
-    DeploymentProfile,
-    PassCost,
-    PassSample,
-    Source,
-    StreamCost,
-    fit_pass_cost,
-    flat_cost,
-    proportional_cost,
-)
+from specsteer.evaluation.deployment import GENERALIST, GENERIC, DeploymentProfile, Source, StreamCost
 from specsteer.evaluation.deployment_profiles import get_profile
 from specsteer.evaluation.deployment_rows import group_runs, projection_rows
 from specsteer.evaluation.gpu_costs import SCHEMA
+from specsteer.method.costs import PassCost, PassSample, fit_pass_cost, flat_cost, proportional_cost
 
 # The stored LongLaMP traces read 657-880 prompt tokens and write up to 256: their passes run at
 # roughly 0.7k-1.1k tokens of context, so the measured context nearest this one prices them.
 TRACE_CONTEXT = 1024
-
-# The traces projected by default: the example database's LongLaMP grid on llama.cpp (assets/example_runs.db, the
-# one example run that keeps its traces; docs/research/MEASUREMENTS.md projected it with its writing twin).
-DEFAULT_RUNS = ("longlamp-review-llamacpp-256",)
 
 
 # --------------------------------------------------------------------------- a measured pass cost

@@ -16,7 +16,7 @@ from specsteer.data.datasets import EXAMPLE_RUNS_DB
 from specsteer.evaluation import gpu_costs, gpu_profile
 from specsteer.evaluation.deployment import GENERALIST, GENERIC, SPECIALIST, MeasuredRun, project_runs
 from specsteer.evaluation.deployment_profiles import get_profile
-from specsteer.evaluation.deployment_rows import group_runs, projection_rows
+from specsteer.evaluation.deployment_rows import DEFAULT_RUNS, group_runs, projection_rows
 from specsteer.evaluation.gpu_profile import MeasuredPassCost, load_costs, measured_cloud_profile, parse_costs
 from specsteer.method.events import TraceStep
 
@@ -256,7 +256,7 @@ def test_the_command_projects_the_example_traces_with_both_profiles(dry_run, cap
     assert result["dry_run"] is True and result["pair"]["large"] == "Qwen3-32B"
     from specsteer.cli.bench import _stored_runs
 
-    runs = _stored_runs(str(EXAMPLE_RUNS_DB), list(gpu_profile.DEFAULT_RUNS))
+    runs = _stored_runs(str(EXAMPLE_RUNS_DB), list(DEFAULT_RUNS))
     published = projection_rows(group_runs(runs), get_profile("paper"), [0.0, 50.0])
     measured = measured_cloud_profile(load_costs(path), "qwen3", "paper", origin=str(path))
     rows = result["projection"]

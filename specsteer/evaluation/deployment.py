@@ -1,4 +1,7 @@
-"""Deployment projection: a generation's speed on two machines joined by a network, and the profiles.
+"""Deployment projection: a generation's speed on two machines joined by a network, replayed from its trace.
+
+The bundled profiles, each number with its source: ``deployment_profiles``; the rows of projected speeds that
+``bench project`` and the Dashboard show: ``deployment_rows`` (both in ``specsteer.evaluation``).
 
 Every generation records its timeline (``GenerationStats.trace``, a list of
 :class:`~specsteer.method.events.TraceStep`): each forward pass (which model stream, how many tokens,

@@ -94,10 +94,6 @@ def summarize_speedups(
 
 
 # --------------------------------------------------------------------------- rows: grouped runs at each RTT
-#
-# What ``python -m specsteer bench project`` prints and the dashboard shows for a stored run
-# (:func:`deployment_rows`): each method's projected speed at each RTT under a profile, next to what
-# was measured here. ``specsteer.evaluation.bench_link`` prints rows of the same shape for ``bench link``.
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from conftest import widget_settings
 from specsteer.cloud.process import free_loopback_port
 from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_path
 from specsteer.data.history import MAX_UPLOAD_BYTES
-from specsteer.evaluation.deployment import PROFILES
+from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.method.catalog import METHOD_INFO, METHODS, method_label
 from specsteer.method.events import GenerationStats, TokenEvent
 from specsteer.protocol.emulation import LinkConditions

@@ -191,7 +191,7 @@ class DeploymentReport:
     ``rows`` are ``deployment_rows.projection_rows``: one per (method, α, β) group and RTT, with the projected
     and the measured tokens/s and the projected speedup over ``llm``. Cells stored before generations
     kept their traces cannot be projected: ``traced`` says how many of ``cells`` could; ``disturbed``, how many
-    of those the rows left out because their timing was disturbed (``deployment.timed_runs``).
+    of those the rows left out because their timing was disturbed (``deployment_rows.timed_runs``).
     """
 
     run_id: int

@@ -26,10 +26,10 @@ from specsteer.evaluation.deployment import (
 )
 from specsteer.evaluation.deployment_profiles import PASSES_OFF_THE_CORES, PASSES_ON_THE_CORES, PROFILES
 from specsteer.evaluation.deployment_rows import TracedGeneration, deployment_rows, group_runs, projection_rows
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.costs import PassCost
 from specsteer.method.events import GenerationStats, TraceStep
 from specsteer.protocol.emulation import NO_LINK
+from specsteer.stores.runs import CellResult, GridPoint
 
 REPO = Path(__file__).resolve().parents[2]
 NUMBERS = [f"{role}.{part}" for role in ROLES for part in ("decode", "prefill")] + [

@@ -16,8 +16,8 @@ import pytest
 import storage
 from specsteer.cli import evaluate as evaluate_cli
 from specsteer.data.datasets import DataError, bundled_sample_path
-from specsteer.evaluation import grid as evaluate
 from specsteer.evaluation.grid import (
+    JSON_ROW_KEYS,
     EvalResult,
     EvalSpec,
     GridProgress,
@@ -27,6 +27,8 @@ from specsteer.evaluation.grid import (
     run_grid_events,
     summarize,
 )
+from specsteer.evaluation.metrics import ROUGE_KEYS
+from specsteer.method.catalog import METHODS
 from specsteer.method.events import GenerationStats
 from specsteer.models.tiny import tiny_pair
 from specsteer.stores.runs import CellResult, GridPoint
@@ -126,7 +128,7 @@ def test_the_grid_needs_only_the_store_protocol(pair):
 
 
 def test_end_to_end_batch_stores_every_cell_and_summarizes(pair, url):
-    spec = replace(FAST, methods=evaluate.METHODS, alphas=(1.0, 0.1), run_name="e2e")
+    spec = replace(FAST, methods=METHODS, alphas=(1.0, 0.1), run_name="e2e")
     events = list(run_grid_events(spec, storage.SqlRunStore(url), pair=pair))
     result = events[-1]
     updates = events[:-1]
@@ -136,7 +138,7 @@ def test_end_to_end_batch_stores_every_cell_and_summarizes(pair, url):
     assert storage.get_run_by_name("e2e", url=url).status == "finished"
     assert storage.run_cells(result.run_id, url=url) == result.cells
     for cell in result.cells:
-        assert all(0.0 <= cell.rouge[key] <= 1.0 for key in evaluate.ROUGE_KEYS)
+        assert all(0.0 <= cell.rouge[key] <= 1.0 for key in ROUGE_KEYS)
         assert cell.stats.new_tokens >= 1 and cell.stats.seconds > 0
     assert [(row["method"], row["alpha"], row["beta"]) for row in result.rows] == [
         (point.method, point.alpha, point.beta) for point in points
@@ -339,14 +341,14 @@ def test_cli_json_contract_and_plot(tmp_path):
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert list(document) == ["rows"]
-    assert [tuple(row) for row in document["rows"]] == [evaluate.JSON_ROW_KEYS] * 3
+    assert [tuple(row) for row in document["rows"]] == [JSON_ROW_KEYS] * 3
     assert [(row["method"], row["alpha"], row["beta"]) for row in document["rows"]] == [
         ("llm", None, None),
         ("specsteer", 1.0, 1.0),
         ("specsteer", 0.1, 1.0),
     ]
     assert document["rows"][0]["speedup"] == pytest.approx(1.0)
-    assert all(0 <= row[key] <= 100 for row in document["rows"] for key in evaluate.ROUGE_KEYS)
+    assert all(0 <= row[key] <= 100 for row in document["rows"] for key in ROUGE_KEYS)
     assert "[1/6] llm rec=sample-review-0" in done.stderr
     assert not re.search(r"<script[^>]*\bsrc=", plot.read_text(encoding="utf-8"))
 

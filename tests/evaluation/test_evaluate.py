@@ -21,8 +21,11 @@ from specsteer.evaluation.grid import (
     EvalResult,
     EvalSpec,
     GridProgress,
+    RecordPair,
     grid_points,
     load_evaluation_records,
+    pending_cells,
+    run_cell,
     run_grid,
     run_grid_events,
     summarize,
@@ -125,6 +128,40 @@ def test_the_grid_needs_only_the_store_protocol(pair):
     assert [row["method"] for row in result.rows] == ["slm+", "llm"]
     again = run_grid(spec, store, pair=pair)  # resumed: nothing left to do
     assert again.run_id == result.run_id and again.computed == 0 and again.cells == result.cells
+
+
+def test_pending_cells_are_the_grid_in_run_order_less_the_finished_and_other_shards():
+    spec = replace(FAST, limit=3)
+    records, _ = load_evaluation_records(spec)
+    points = spec.points()
+    everything = pending_cells(records, points, set())
+    assert len(records) == 3 and [(cell.record.id, cell.point) for cell in everything] == [
+        (record.id, point) for record in records for point in points
+    ]
+    assert pending_cells(records, points, {everything[0].key, everything[-1].key}) == everything[1:-1]
+    first, second = (pending_cells(records, points, set(), shard=(index, 2)) for index in (0, 1))
+    assert [cell.record.id for cell in second] == [records[1].id] * len(points)
+    assert sorted(first + second, key=everything.index) == everything
+
+
+def test_one_cell_run_alone_is_the_cell_the_grid_stored(pair):
+    """Another executor runs the same cells: run_cell on the record's pair gives what the grid stored."""
+    spec = replace(FAST, methods=("specsteer", "llm"), limit=2, run_name="cell-by-cell")
+    stored = run_grid(spec, MemoryStore(), pair=pair).cells
+    records, prepared = load_evaluation_records(spec)
+    cells = pending_cells(records, spec.points(), set())
+    alone = [run_cell(RecordPair(pair), cell, prepared[cell.record.id], spec, threading.Event()) for cell in cells]
+    assert len(stored) == len(alone) == 4
+    for mine, theirs in zip(alone, stored, strict=True):
+        assert mine is not None and (mine.key, mine.output, mine.rouge) == (theirs.key, theirs.output, theirs.rouge)
+        assert (mine.stats.new_tokens, mine.stats.drafted, mine.stats.accepted) == (
+            theirs.stats.new_tokens,
+            theirs.stats.drafted,
+            theirs.stats.accepted,
+        )
+    cancelled = threading.Event()
+    cancelled.set()
+    assert run_cell(RecordPair(pair), cells[0], prepared[cells[0].record.id], spec, cancelled) is None
 
 
 def test_end_to_end_batch_stores_every_cell_and_summarizes(pair, url):

@@ -6,9 +6,12 @@ One job per module:
   grid points and each point's decoding;
 * :mod:`~specsteer.evaluation.grid.records`: the records and the prompts prepared for each (retrieval, noise);
 * :mod:`~specsteer.evaluation.grid.plan`: the run's stored config (the runtime plan included), opening or
-  resuming it by name, its cells;
+  resuming it by name, the cells left to run and their order;
+* :mod:`~specsteer.evaluation.grid.specialists`: which pair serves each record (the pairing's Specialist, one
+  LoRA adapter, or an adapter per record), decided in one place;
 * :mod:`~specsteer.evaluation.grid.events`: what a running grid reports (progress, failed cells, the result);
-* :mod:`~specsteer.evaluation.grid.runner`: running the cells, each stored the moment it finishes;
+* :mod:`~specsteer.evaluation.grid.runner`: opening a run, running one cell, the sequential loop that stores
+  each cell the moment it finishes, finishing the run;
 * :mod:`~specsteer.evaluation.grid.summary`: summary rows and paired differences over a run's cells.
 
 Command line (``python -m specsteer evaluate --help``). ``--data`` is a file, or ``shared`` (the
@@ -20,7 +23,14 @@ numbers it gives mean nothing); it lets tests run this command line without real
 """
 
 from specsteer.evaluation.grid.events import CellFailure, EvalResult, GridProgress, failures_text
-from specsteer.evaluation.grid.plan import GridCell, loaded_plan_problem, open_or_resume, resumable_config, run_config
+from specsteer.evaluation.grid.plan import (
+    GridCell,
+    loaded_plan_problem,
+    open_or_resume,
+    pending_cells,
+    resumable_config,
+    run_config,
+)
 from specsteer.evaluation.grid.records import (
     NOISE_POOL_RECORDS,
     load_evaluation_records,
@@ -29,8 +39,18 @@ from specsteer.evaluation.grid.records import (
     run_facts,
     run_prompts,
 )
-from specsteer.evaluation.grid.runner import WARMUP_TOKENS, grid_method_problem, run_grid, run_grid_events
+from specsteer.evaluation.grid.runner import (
+    WARMUP_TOKENS,
+    GridRun,
+    finish_grid_run,
+    grid_method_problem,
+    open_grid_run,
+    run_cell,
+    run_grid,
+    run_grid_events,
+)
 from specsteer.evaluation.grid.spec import MAX_RUN_NAME_CHARS, EvalSpec, decode_config, grid_points, spec_from_config
+from specsteer.evaluation.grid.specialists import RecordPair, SpecialistChoice
 from specsteer.evaluation.grid.summary import (
     JSON_ROW_KEYS,
     PRIVACY_ROW_KEYS,
@@ -51,19 +71,26 @@ __all__ = [
     "EvalSpec",
     "GridCell",
     "GridProgress",
+    "GridRun",
     "PairedDifference",
+    "RecordPair",
+    "SpecialistChoice",
     "decode_config",
     "failures_text",
+    "finish_grid_run",
     "grid_method_problem",
     "grid_points",
     "json_rows",
     "load_evaluation_records",
     "loaded_plan_problem",
     "noise_items",
+    "open_grid_run",
     "open_or_resume",
     "paired_difference",
+    "pending_cells",
     "record_request",
     "resumable_config",
+    "run_cell",
     "run_config",
     "run_facts",
     "run_grid",

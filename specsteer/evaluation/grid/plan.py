@@ -1,15 +1,19 @@
 """A run before its cells: the config it is stored with (the runtime plan included), opening or resuming it
-under its name, and its cells.
+under its name, and the cells left to run.
 
 Running the same run name again continues where it stopped: finished cells are skipped, and a different
 config under the same name is refused, so two runs never mix. A plan's reasons are words about the machine
 when the run started, so a resume compares the runtimes, not the reasons (:func:`resumable_config`).
+
+:func:`pending_cells` is the order every executor runs a grid in: record by record, every grid point of a
+record before the next record (so a partial run compares methods on the same records), finished cells left out,
+a shard's records only.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -38,6 +42,29 @@ class GridCell:
     @property
     def key(self) -> str:
         return cell_key(self.record.id, self.point)
+
+
+def check_shard(shard: tuple[int, int]) -> None:
+    """ValueError unless ``shard = (i, n)`` names one of n shares (0 <= i < n)."""
+    shard_index, shard_count = shard
+    if not 0 <= shard_index < shard_count:
+        raise ValueError(f"shard must be i/n with 0 <= i < n (got {shard_index}/{shard_count})")
+
+
+def pending_cells(
+    records: Sequence[Record], points: Sequence[GridPoint], finished: Collection[str], shard: tuple[int, int] = (0, 1)
+) -> list[GridCell]:
+    """The cells left to run, in run order: each record's grid points before the next record's, the cells whose
+    keys are in ``finished`` left out. ``shard = (i, n)``: only the records i, i+n, i+2n, ... (n workers share a
+    run without doing a cell twice)."""
+    shard_index, shard_count = shard
+    return [
+        GridCell(record, point)
+        for position, record in enumerate(records)
+        if position % shard_count == shard_index
+        for point in points
+        if cell_key(record.id, point) not in finished
+    ]
 
 
 def run_config(

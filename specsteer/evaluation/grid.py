@@ -159,7 +159,7 @@ class EvalSpec:
     extra_points: tuple[tuple[float, float], ...] = ()
     limit: int | None = None
     pairing: str = DEFAULT_PAIRING
-    runtime: str = "auto"  # "auto" | "llama.cpp" | "transformers" (loading.choose_runtime); stored resolved
+    runtime: str = "auto"  # "auto" | "llama.cpp" | "transformers" (models.planning.runtime_plan); stored resolved
     dtype: str | None = None  # transformers only; None: hardware.default_dtype()
     max_new_tokens: int = 256
     draft_len: int = 4
@@ -437,7 +437,7 @@ def resumable_config(store: RunStore, name: str, config: dict[str, Any]) -> dict
         return mine
     # The runtime's spelling is the same, but who reads the Specialist's long prompts (the hand-off) follows
     # this machine's calibration: a resume whose reader differs would mix two kinds of cells in one run.
-    stored, planned = StoredPlan.read(existing.config).prompt_reader, StoredPlan.read(config).prompt_reader
+    stored, planned = StoredPlan.read(existing.config).reader, StoredPlan.read(config).reader
     if stored != planned:
         advice = "or resume it with --runtime llama.cpp (llama.cpp alone, as it ran)" if not stored else ""
         raise ValueError(
@@ -492,8 +492,9 @@ def run_grid_events(
     ``turn``: a fresh context manager held around each generation (``turns.ModelTurns.batch``: the app
     gives the models to a waiting interactive generation between cells).
     """
-    from specsteer.models.loading import load_pair, lora_runtime_choice, runtime_plan, with_specialist_lora
+    from specsteer.models.loading import load_planned, with_specialist_lora
     from specsteer.models.lora import read_lora
+    from specsteer.models.planning import lora_plan, runtime_plan
     from specsteer.models.registry import resolve_pairing
     from specsteer.runtimes.hardware import resolve_dtype
 
@@ -510,7 +511,7 @@ def run_grid_events(
         raise ValueError(f"{per_record} is a file; per-record LoRA adapters need a directory")
     lora = read_lora(spec.specialist_lora) if spec.specialist_lora and per_record is None else None
     if lora is not None or per_record is not None:
-        lora_runtime_choice(spec.runtime)  # a refusal on llama.cpp, before a run is opened
+        lora_plan(spec.runtime)  # a refusal on llama.cpp, before a run is opened
     if lora is not None and pair is not None:
         pair = with_specialist_lora(pair, lora)
     if per_record is not None and pair is not None:
@@ -523,12 +524,9 @@ def run_grid_events(
     else:
         pairing = resolve_pairing(spec.pairing)
         pairing_id = pairing.id
-        # The plan load_pair follows (each stream's runtime, and why), stored as the run's; an adapter (one for
+        # The plan the load executes (each stream's runtime, and why), stored as the run's; an adapter (one for
         # the run or one per record) runs on transformers only.
-        if lora or per_record:
-            plan = RuntimePlan.uniform(lora_runtime_choice(spec.runtime))
-        else:
-            plan = runtime_plan(pairing, spec.runtime)
+        plan = runtime_plan(pairing, spec.runtime, lora=bool(lora or per_record))
         runtime = plan.runtime
         dtype = dtype_label(resolve_dtype(spec.dtype)) if runtime == "transformers" else None
     cells = [_Cell(record, point) for record in records for point in spec.points()]
@@ -545,9 +543,9 @@ def run_grid_events(
         if pending:
             yield GridProgress(len(cells) - len(pending), len(cells), "loading")
             if pair is None:
-                # per-record adapters are merged later, into a base Specialist that must be on transformers already
-                asked = runtime if per_record is not None else spec.runtime
-                pair = load_pair(pairing or pairing_id, dtype=spec.dtype, runtime=asked, specialist_lora=lora)
+                # per-record adapters are merged later, into the base Specialist this plan puts on transformers
+                assert pairing is not None and plan is not None
+                pair = load_planned(pairing, plan, dtype=spec.dtype, specialist_lora=lora)
                 problem = loaded_plan_problem(pair, runtime)
                 if problem:
                     raise ValueError(problem)

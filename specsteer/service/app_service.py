@@ -59,7 +59,8 @@ from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, grid_m
 from specsteer.evaluation.run_store import CellResult, RunStore, StoredRun
 from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS, method_label
 from specsteer.method.events import Finished, LinkMessage, TokenEvent
-from specsteer.models.loading import LoadedPair, load_pair, lora_runtime_choice, runtime_plan, with_specialist_lora
+from specsteer.models.loading import LoadedPair, load_pair, with_specialist_lora
+from specsteer.models.planning import lora_plan, runtime_plan
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status
 from specsteer.models.weights import ModelLoadError
 from specsteer.protocol.exposure import ADMIN_TOKEN_ENV, Exposure, cloud_address
@@ -372,7 +373,7 @@ class PairCatalog:
                 f"Auto picks transformers here: it runs the models on {self.placement.describe()}; this app's "
                 "llama.cpp is the CPU build, so it is not used while a GPU is present."
             )
-        measured = _measured_choice(pairing)
+        measured = _measured_choice(pairing) if not plan.reader else ""  # its reason names the prompt reader
         if chosen == "llama.cpp":
             return (
                 "Auto picks llama.cpp here: both models are GGUF files, there is no GPU and llama.cpp works on "
@@ -1097,12 +1098,13 @@ class AppService:
         in when they name one (transformers only: "auto" loads it there, llama.cpp is refused; the Cloud's
         generic copy stays the base). Every failure is a ModelLoadError."""
         lora = self.teacher.adapter(settings.specialist_lora) if settings.specialist_lora else None
-        runtime = lora_runtime_choice(settings.runtime).runtime if lora is not None else settings.runtime
+        plan = lora_plan(settings.runtime) if lora is not None else None
+        runtime = plan.runtime if plan is not None else settings.runtime
         pair = yield from self._load(settings.pairing, runtime, edge_only=settings.remote, method=method)
-        if lora is None:
+        if lora is None or plan is None:
             return pair
         adapted = with_specialist_lora(pair, lora)
-        adapted.runtime_choice = lora_runtime_choice(settings.runtime).reason
+        adapted.runtime_plan, adapted.runtime_choice = plan, plan.reason
         return adapted
 
     def teach_specialist(

@@ -282,6 +282,14 @@ def test_a_refused_split_falls_back_to_one_runtime(cache, monkeypatch):
     loading.clear_loaded_pairs()
 
 
+def test_an_adapter_loads_only_on_a_plan_made_for_one():
+    """Loading decides nothing: an adapter given with a plan made without it is refused, not re-planned."""
+    llama = RuntimePlan.uniform(RuntimeChoice("llama.cpp", "measured"))
+    with pytest.raises(ValueError, match="a plan made for one"):
+        loading.load_planned(PAIRINGS[DEFAULT_PAIRING], llama, specialist_lora=object())  # type: ignore[arg-type]
+    assert planning.runtime_plan(PAIRINGS[DEFAULT_PAIRING], "auto", lora=True) == planning.lora_plan("auto")
+
+
 # --------------------------------------------------------------------------- a split pair of tiny models
 
 

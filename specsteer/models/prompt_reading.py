@@ -9,10 +9,10 @@ keys and values to llama.cpp (specsteer.runtimes.prompt_handoff), which decodes 
 * transformers fp32 (arbitrary weights of the same shapes): its products are exact on every x86 CPU;
 * transformers bf16, in a **child process**. bf16 is fast only where the CPU's matrix units compute it
   (AVX512-BF16, AMX: measured 449 against llama.cpp's 259 tok/s on an AVX512-BF16 EPYC); elsewhere torch
-  emulates it, about 2.7x slower than fp32 on an AVX2 EPYC. A flag says what a CPU claims, not what this
-  build of torch does with it, and a native kernel may crash on a CPU it was not built for (llama.cpp's AMX
-  kernels do on some Xeons: specsteer.runtimes.llamacpp_probe), so bf16 is proven by running it where a
-  crash cannot take the caller down. The child reads a short prompt first and stops there when bf16 is
+  emulates it (2.7x and 6x slower than fp32, measured on a busy AVX2 EPYC). A flag says what a CPU claims,
+  not what this build of torch does with it, and a native kernel may crash on a CPU it was not built for
+  (llama.cpp's AMX kernels do on some Xeons: specsteer.runtimes.llamacpp_probe), so bf16 is proven by running
+  it where a crash cannot take the caller down. The child reads a short prompt first and stops there when bf16 is
   clearly slower than fp32 (seconds on an AVX2 CPU, not minutes), and checks that bf16's logits are those
   the same weights compute in fp32 (a kernel that runs but computes garbage is no reader).
 

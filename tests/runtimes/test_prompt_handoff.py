@@ -187,7 +187,7 @@ def test_a_state_in_another_layout_is_refused_before_anything_is_written():
 
 
 @pytest.mark.integration
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, id="bf16")])
 def test_the_real_specialist_decodes_a_handed_over_prompt_like_its_own_reading(dtype):
     """The offline 0.5B Specialist: llama.cpp Q4_K_M reading a retrieved-history prompt itself, against its
     conversion reading it (fp32, or bf16 as on a CPU with fast bf16; bf16 computes on any x86 CPU, slowly

@@ -170,9 +170,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _speed(args) -> int:
     from specsteer.engine.generate import cross_tokenizer_problem
-    from specsteer.models.loading import load_pair, lora_runtime_choice, runtime_plan, with_specialist_lora
+    from specsteer.models.loading import load_planned, with_specialist_lora
+    from specsteer.models.planning import lora_plan, runtime_plan
     from specsteer.models.registry import DEFAULT_PAIRING, get_pairing
-    from specsteer.models.runtime_plan import RuntimePlan
     from specsteer.models.tiny import shared_test_pair
     from specsteer.models.weights import ModelLoadError
 
@@ -190,16 +190,14 @@ def _speed(args) -> int:
         lora = specialist_lora_arg(args)  # only transformers serves one: llama.cpp refused, auto picks transformers
         if lora is not None:
             for runtime in args.runtime:
-                lora_runtime_choice(runtime)
+                lora_plan(runtime)
             test_pair = with_specialist_lora(test_pair, lora) if test_pair is not None else None
         # "auto" is a row of its own: for each method, the row of the runtime auto picks for it (both are
         # measured in this run, so the auto row is a measurement, not an estimate).
         auto_plans = (
             {
-                case.config.method: (
-                    runtime_plan(get_pairing(pairing), "auto", log, method=case.config.method)
-                    if lora is None
-                    else RuntimePlan.uniform(lora_runtime_choice("auto"))
+                case.config.method: runtime_plan(
+                    get_pairing(pairing), "auto", log, case.config.method, lora=lora is not None
                 )
                 for case in cases
             }
@@ -208,18 +206,15 @@ def _speed(args) -> int:
         )
         auto_picks = {method: plan.label for method, plan in auto_plans.items()}
         pairs = [test_pair] if test_pair is not None else []
-        # (label, what load_pair is asked): each fixed runtime as named, then each plan auto made that no fixed
-        # runtime is (a hand-off to llama.cpp is llama.cpp's label with "+handoff": loaded by asking for auto)
-        requests = [(r, r, "specsteer") for r in args.runtime if r != "auto"] if test_pair is None else []
-        requests += [(plan.label, plan.runtime if plan.label == plan.runtime else "auto", method)
-                     for method, plan in auto_plans.items()]  # fmt: skip
-        for label, runtime, method in requests:
-            if label in {p.runtime_label for p in pairs}:
+        # Each fixed runtime as named, then each plan auto made that no fixed runtime is (a hand-off to
+        # llama.cpp is llama.cpp's label with "+handoff"), each planned once and loaded once.
+        fixed = [r for r in args.runtime if r != "auto"] if test_pair is None else []
+        plans = [runtime_plan(get_pairing(pairing), r, log, lora=lora is not None) for r in fixed]
+        for plan in [*plans, *auto_plans.values()]:
+            if plan.label in {p.runtime_label for p in pairs}:
                 continue
-            pair = load_pair(
-                pairing, dtype=args.dtype, progress=log, runtime=runtime, specialist_lora=lora, method=method
-            )
-            if pair.runtime_label not in {p.runtime_label for p in pairs}:
+            pair = load_planned(get_pairing(pairing), plan, args.dtype, log, specialist_lora=lora)
+            if pair.runtime_label not in {p.runtime_label for p in pairs}:  # a refused split: its fallback's label
                 pairs.append(pair)
         unavailable = next(
             filter(None, (cross_tokenizer_problem(pair, case.config) for pair in pairs for case in cases)), None
@@ -251,7 +246,8 @@ def _link(args) -> int:
     from specsteer.cloud.client import RemoteCloud
     from specsteer.cloud.process import start_cloud_process
     from specsteer.evaluation.bench_link import link_rows, run_link_bench
-    from specsteer.models.loading import load_pair, lora_runtime_choice, with_specialist_lora
+    from specsteer.models.loading import load_pair, with_specialist_lora
+    from specsteer.models.planning import lora_plan
     from specsteer.models.registry import DEFAULT_PAIRING
     from specsteer.models.runtime_plan import plan_record
     from specsteer.models.tiny import shared_test_pair
@@ -273,7 +269,7 @@ def _link(args) -> int:
         # Cloud is started without the Edge's adapter: its generic copy is the base Specialist).
         lora = specialist_lora_arg(args)
         if lora is not None:
-            lora_runtime_choice(args.runtime)
+            lora_plan(args.runtime)
         test_pair = shared_test_pair(pairing)
         if test_pair is not None:
             edge = test_pair if lora is None else with_specialist_lora(test_pair, lora)

@@ -126,7 +126,7 @@ def resumable_config(store: RunStore, name: str, config: dict[str, Any]) -> dict
         return mine
     # The runtime's spelling is the same, but who reads the Specialist's long prompts (the hand-off) follows
     # this machine's calibration: a resume whose reader differs would mix two kinds of cells in one run.
-    stored, planned = StoredPlan.read(existing.config).prompt_reader, StoredPlan.read(config).prompt_reader
+    stored, planned = StoredPlan.read(existing.config).reader, StoredPlan.read(config).reader
     if stored != planned:
         advice = "or resume it with --runtime llama.cpp (llama.cpp alone, as it ran)" if not stored else ""
         raise ValueError(

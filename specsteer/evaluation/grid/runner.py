@@ -108,9 +108,8 @@ class GridRun:
 
     def load(self) -> LoadedPair:
         """The pair the run's config names, refused when it did not load as planned."""
-        pair = self.choice.load(
-            self.target.pairing or self.target.pairing_id, self.spec.dtype, self.spec.runtime, self.target.runtime
-        )
+        assert self.target.pairing is not None and self.target.plan is not None  # planned here, not given a pair
+        pair = self.choice.load(self.target.pairing, self.target.plan, self.spec.dtype)
         problem = loaded_plan_problem(pair, self.target.runtime)
         if problem:
             raise ValueError(problem)

@@ -69,7 +69,7 @@ class EvalSpec:
     extra_points: tuple[tuple[float, float], ...] = ()
     limit: int | None = None
     pairing: str = DEFAULT_PAIRING
-    runtime: str = "auto"  # "auto" | "llama.cpp" | "transformers" (loading.choose_runtime); stored resolved
+    runtime: str = "auto"  # "auto" | "llama.cpp" | "transformers" (models.planning.runtime_plan); stored resolved
     dtype: str | None = None  # transformers only; None: hardware.default_dtype()
     max_new_tokens: int = 256
     draft_len: int = 4

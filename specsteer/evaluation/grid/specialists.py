@@ -22,8 +22,9 @@ from specsteer.data.datasets import Record
 from specsteer.edge.lora import LoraSettings, TrainingStopped
 from specsteer.evaluation.grid.spec import EvalSpec
 from specsteer.evaluation.record_lora import RecordAdapter, RecordAdapters
-from specsteer.models.loading import LoadedPair, load_pair, lora_runtime_choice, runtime_plan, with_specialist_lora
+from specsteer.models.loading import LoadedPair, load_planned, with_specialist_lora
 from specsteer.models.lora import LORA_RUNTIME_MESSAGE, LoraError, SpecialistLora, read_lora
+from specsteer.models.planning import lora_plan, runtime_plan
 from specsteer.models.runtime_plan import RuntimePlan
 from specsteer.runtimes.base import TransformersModel
 
@@ -154,7 +155,7 @@ class SpecialistChoice:
             raise ValueError(f"{per_record} is a file; per-record LoRA adapters need a directory")
         lora = read_lora(spec.specialist_lora) if spec.specialist_lora and per_record is None else None
         if lora is not None or per_record is not None:
-            lora_runtime_choice(spec.runtime)
+            lora_plan(spec.runtime)  # a refusal on llama.cpp, before a run is opened
         return cls(lora, per_record, spec.lora_settings or LoraSettings())
 
     @property
@@ -169,9 +170,7 @@ class SpecialistChoice:
 
     def runtime_plan(self, pairing: Pairing, requested: str) -> RuntimePlan:
         """The plan :meth:`load` follows (each stream's runtime, and why): an adapter runs on transformers only."""
-        if self.adapted:
-            return RuntimePlan.uniform(lora_runtime_choice(requested))
-        return runtime_plan(pairing, requested)
+        return runtime_plan(pairing, requested, lora=self.adapted)
 
     def adapt(self, pair: LoadedPair) -> LoadedPair:
         """A given pair as the choice runs it: with the adapter merged in, or as the per-record adapters' base."""
@@ -181,11 +180,10 @@ class SpecialistChoice:
             return with_specialist_lora(pair, self.lora)
         return pair
 
-    def load(self, pairing: Pairing | str, dtype: str | None, requested: str, planned: str) -> LoadedPair:
-        """The pair loaded as the choice runs it. Per-record adapters are merged later, into a base Specialist
-        that must be on transformers already: loaded on the planned runtime, not on the one asked for."""
-        runtime = planned if self.per_record is not None else requested
-        pair = load_pair(pairing, dtype=dtype, runtime=runtime, specialist_lora=self.lora)
+    def load(self, pairing: Pairing, plan: RuntimePlan, dtype: str | None) -> LoadedPair:
+        """The pair ``plan`` (:meth:`runtime_plan`) loads, as the choice runs it. Per-record adapters are merged
+        later, into the base Specialist this plan puts on transformers."""
+        pair = load_planned(pairing, plan, dtype=dtype, specialist_lora=self.lora)
         return per_record_base(pair) if self.per_record is not None else pair
 
     def record_pairs(self, pair: LoadedPair, base_name: str = "") -> RecordPairs:

@@ -7,7 +7,6 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import require_llamacpp
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
 from specsteer.method.catalog import METHODS, method_info
 from specsteer.models import calibration as cal
@@ -19,6 +18,7 @@ from specsteer.models.tiny import tiny_pair, tiny_tokenizer, write_tiny_gguf
 from specsteer.runtimes import llamacpp
 from specsteer.runtimes import llamacpp_probe as probe
 from specsteer.runtimes.base import RUNTIMES, TransformersModel
+from testkit import require_llamacpp
 
 USABLE = tuple(RUNTIMES)
 

@@ -9,7 +9,6 @@ import pytest
 import torch
 from models.test_runtime_plan import AVX512_BF16
 
-from conftest import require_llamacpp
 from specsteer.models.loading import clear_loaded_pairs, load_planned
 from specsteer.models.planning import Machine, runtime_plan
 from specsteer.models.registry import ModelSpec, Pairing
@@ -24,6 +23,7 @@ from specsteer.runtimes.prompt_handoff import (
     sequence_state,
     state_size,
 )
+from testkit import require_llamacpp
 
 # llama.cpp's f16 cache against transformers' fp32 one on the tiny fp32 model: within the runtime tests' bound.
 TOLERANCE = 5e-3

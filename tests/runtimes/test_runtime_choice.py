@@ -14,7 +14,6 @@ import sys
 
 import pytest
 
-from conftest import require_llamacpp
 from specsteer.evaluation.bench import auto_rows
 from specsteer.models import calibration as cal
 from specsteer.models.model_timing import random_twin, time_model
@@ -26,6 +25,7 @@ from specsteer.runtimes import llamacpp, llamacpp_child
 from specsteer.runtimes import llamacpp_probe as probe
 from specsteer.runtimes.base import TransformersModel
 from specsteer.runtimes.machine import machine_info
+from testkit import require_llamacpp
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ CoSteerCandidates  m > 0      m                  m
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -90,6 +91,25 @@ RULE_SPECS: dict[Rule, RuleSpec] = {
 }
 # SpecSteer (and LightCoSteer as rounds of no drafts), and the llm baselines.
 CROSS_RULES: tuple[Rule, ...] = tuple(rule for rule in Rule if RULE_SPECS[rule].cross_tokenizer)
+
+# How the ratio rule's threshold is set; the wire's order (an Open's acceptance extension carries the index).
+# FIXED: the session's α (paper Eq. 7). CDA: α·exp(−λ·JSD(p_L, p_S0)) per draft, computed by the Cloud from the
+# two distributions it holds (specsteer.method.acceptance); ``Open.cda_lambda`` carries λ.
+FIXED = "fixed"
+CDA = "cda"
+ACCEPTANCE_RULES: tuple[str, ...] = (FIXED, CDA)
+
+
+def cda_problem(cda_lambda: float | None) -> str | None:
+    """Why ``cda_lambda`` is no CDA strength (None, the fixed α, always is one), or None."""
+    if cda_lambda is not None and not (math.isfinite(cda_lambda) and cda_lambda >= 0):
+        return "CDA's λ must be a finite number >= 0"
+    return None
+
+
+def cda_label(cda_lambda: float | None) -> str:
+    """How a setting names its acceptance rule: "" for the fixed α (the default, left unsaid), "CDA λ=1"."""
+    return "" if cda_lambda is None else f"CDA λ={cda_lambda:g}"
 
 
 # --------------------------------------------------------------------------- a Verdict's payload, by kind

@@ -18,11 +18,14 @@ from specsteer.engine import generate as engine
 from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
 from specsteer.models.tiny import tiny_pair
 from specsteer.protocol.link import Link, Reply
+from specsteer.protocol.rules import Rule
 from specsteer.protocol.wire import (
     DOWNLINK,
     PROTOCOL_VERSION,
+    RULES,
     UPLINK,
     CloudReport,
+    CrossOpen,
     Draft,
     FrameError,
     Open,
@@ -100,6 +103,8 @@ MESSAGES = [
     Verdict(2, [3, 1], np.array([0.5, -1.0], np.float32)),
     Verdict(0, values=np.arange(6, dtype=np.float32)),
     Tokens([42]),
+    Open(SESSION, "ratio", [1, 2], 16, alpha=1.0, cda_lambda=1.5),
+    CrossOpen(SESSION, "ratio", [1, 2], 16, cda_lambda=0.0, large_prompt=[7, 8, 9]),
 ]
 
 
@@ -119,6 +124,23 @@ def test_sizes_are_exact():
     # 2 + accepted + (count + 2 ids) + (count + 2 floats) + (count + 0 floats)
     assert len(encode(MESSAGES[4])) == 2 + 4 + (4 + 8) + (4 + 8) + 4
     assert len(encode(MESSAGES[6])) == 2 + 4 + 4
+
+
+def test_an_acceptance_rule_travels_only_when_it_is_not_the_fixed_alpha():
+    fixed, cda = MESSAGES[0], dataclasses.replace(MESSAGES[0], cda_lambda=2.0)
+    assert fixed.acceptance == "fixed" and cda.acceptance == "cda"
+    # The fixed α's frame is byte for byte the one before the extension existed: older Clouds read it as ever.
+    assert len(encode(fixed)) == 2 + 16 + 50 + (4 + 8) + (4 + 12)
+    frame = encode(cda)
+    assert len(frame) == len(encode(fixed)) + 1 + 8  # the rule's index and λ
+    rule_byte = frame[2 + 16]
+    # An older Cloud reads the rule byte as an index past its rules and refuses the frame.
+    assert rule_byte & 0x7F == RULES.index(Rule.RATIO) and rule_byte >= len(RULES)
+    assert decode(frame).cda_lambda == 2.0 and "cda_lambda" in cda.summary() and "cda_lambda" not in fixed.summary()
+    unknown = bytearray(frame)
+    unknown[-9] = 7  # an acceptance rule this side does not know
+    with pytest.raises(FrameError, match="acceptance rule"):
+        decode(bytes(unknown))
 
 
 def test_messages_are_frozen_and_typed():
@@ -281,6 +303,7 @@ def test_the_cloud_has_no_way_to_receive_the_history():
         "bonus",
         "seed",
         "stop_ids",
+        "cda_lambda",  # the acceptance rule's strength, chosen by the Edge's settings: no history in it
         "draft",
         "append",
         "keep",

@@ -245,7 +245,9 @@ def join_runs(
         notes.append(f"tok/s: {left_out}")
     pairs = []
     for method in STEERING:
-        for ours in (row.point for row in rows if row.point.method == method):
+        # A CDA row is compared first (CDA − the fixed α, not the other way round): it is the newer rule.
+        steered = sorted((row.point for row in rows if row.point.method == method), key=lambda p: p.cda_lambda is None)
+        for ours in steered:
             pairs += [(ours, row.point) for row in rows if row.point != ours and (row.point, ours) not in pairs]
     differences = [
         Difference(labels[ours], labels[theirs], paired)

@@ -261,6 +261,50 @@ def require_cross_models(pairing_id: str) -> None:
     pytest.skip(message)
 
 
+@pytest.fixture(scope="module")
+def tiny_evaluate_pair():
+    """One tiny random pair per module, for ``specsteer evaluate --pairing tiny-test``."""
+    from specsteer.models.tiny import tiny_pair
+
+    return tiny_pair()
+
+
+@pytest.fixture
+def evaluate_on_tiny(tiny_evaluate_pair, monkeypatch):
+    """``specsteer evaluate --pairing tiny-test`` runs on the module's ``tiny_evaluate_pair`` (built once)."""
+    from specsteer.cli import evaluate
+
+    monkeypatch.setattr(evaluate, "shared_tiny_pair", lambda: tiny_evaluate_pair)
+
+
+PERSONA = os.path.join(
+    os.path.dirname(os.path.dirname(__file__)), "assets", "samples", "persona_software_developer.json"
+)
+
+
+def generate_cli(capsys, *arguments: str) -> tuple[int, str, str]:
+    """``specsteer generate`` on the tiny test pair for a bundled persona's CoGenesis task, with ``arguments``
+    (the method, the token budget, ...) added: its exit status, stdout and stderr."""
+    from specsteer import cli
+
+    code = cli.main(
+        [
+            "generate",
+            "--pairing",
+            "tiny-test",
+            "--history",
+            PERSONA,
+            "--task",
+            "cogenesis",
+            "--input",
+            "Write an article on learning Spanish.",
+            *arguments,
+        ]
+    )
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def widget_settings(pairing: str, max_new_tokens: int, **overrides) -> dict:
     """The Generate tab's settings widgets' values (by GenerationSettings field name) for a short greedy
     SpecSteer run on ``pairing``, as the widgets send them; ``overrides`` change single fields."""

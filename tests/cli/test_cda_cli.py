@@ -4,34 +4,14 @@ stats, refuses it where it has nothing to adapt; bench speed runs a case per rul
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from specsteer import cli
+from conftest import generate_cli
 from specsteer.cli import bench
 from specsteer.evaluation.bench import bench_cases, format_table
 
-SAMPLE = Path(__file__).resolve().parents[2] / "assets" / "samples" / "persona_software_developer.json"
-
 
 def _generate(capsys, *extra):
-    code = cli.main(
-        [
-            "generate",
-            "--pairing",
-            "tiny-test",
-            "--history",
-            str(SAMPLE),
-            "--task",
-            "cogenesis",
-            "--input",
-            "Write an article on learning Spanish.",
-            "--max-new-tokens",
-            "8",
-            *extra,
-        ]
-    )
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return generate_cli(capsys, "--max-new-tokens", "8", *extra)
 
 
 def test_generate_sends_cda_in_its_open_and_reports_it(capsys):

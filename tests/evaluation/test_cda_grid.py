@@ -14,21 +14,13 @@ from specsteer.cli import report as report_cli
 from specsteer.cli import sweep as sweep_cli
 from specsteer.evaluation.grid import EvalSpec, grid_points, run_config, spec_from_config
 from specsteer.evaluation.run_store import GridPoint, cell_key
-from specsteer.models.tiny import tiny_pair
 
 GRID = ["--methods", "slm+,llm,specsteer", "--alpha", "1", "--beta", "1", "--pairing", "tiny-test"]
 FAST = ["--max-new-tokens", "3", "--retrieval-k", "1", "--limit", "2", "--data", "sample", "--task", "review"]
 FIXED, CDA = GridPoint("specsteer", 1.0, 1.0), GridPoint("specsteer", 1.0, 1.0, 1.0)
 
 
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair()
-
-
-@pytest.fixture(autouse=True)
-def tiny(pair, monkeypatch):
-    monkeypatch.setattr(evaluate_cli, "shared_tiny_pair", lambda: pair)
+pytestmark = pytest.mark.usefixtures("evaluate_on_tiny")
 
 
 def evaluate(url: str, name: str, *extra: str) -> int:

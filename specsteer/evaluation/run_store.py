@@ -13,9 +13,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, get_args
 
-from specsteer.method.catalog import method_label
+from specsteer.method.catalog import acceptance_label, method_label
 from specsteer.method.events import GenerationStats
-from specsteer.protocol.rules import cda_label
 
 # --------------------------------------------------------------------------- the evaluation grid's results
 
@@ -44,7 +43,7 @@ class GridPoint:
         """How people read its settings: "α=0.1 β=1", "α=1 β=1 CDA λ=1", "" for a method with none."""
         values = (("α", self.alpha), ("β", self.beta))
         parameters = [f"{name}={value:g}" for name, value in values if value is not None]
-        return " ".join(filter(None, [*parameters, cda_label(self.cda_lambda)]))
+        return " ".join(filter(None, [*parameters, acceptance_label(self.cda_lambda)]))
 
     @property
     def display(self) -> str:

@@ -68,6 +68,7 @@ from typing import Protocol
 
 import torch
 
+from specsteer.method.catalog import acceptance_label
 from specsteer.method.decoding import Sampler, ratio_decisions, ratio_test, tested_log_probs
 from specsteer.method.events import GenerationStats, RoundStep
 
@@ -279,7 +280,7 @@ class DivergenceAdaptive:
 
     @property
     def label(self) -> str:
-        return f"CDA λ={self.strength:g}"
+        return acceptance_label(self.strength)
 
     def start(self, seed: int) -> RoundDecider:
         return _CdaDecider(self.strength)

@@ -7,6 +7,9 @@ kept, whether a cross-tokenizer pair may use it. The Edge (``specsteer.edge.sess
 (``specsteer.cloud.verifier``, ``specsteer.cloud.service``) and the engine read these facts from here
 instead of comparing rule names.
 
+The ``ratio`` rule's threshold has rules of its own (:data:`ACCEPTANCE_RULES`): the fixed α, or CDA, α adapted
+per draft by the Cloud (``specsteer.method.acceptance``); an Open names CDA by its λ (``Open.cda_lambda``).
+
 A Verdict's payload is one of the small typed values below, tagged by its class. The wire format does
 not carry the tag: it is derived from the frame's fields (:func:`payload_of`), which are laid out as
 they always were (``ids``, ``values``, ``extra``):
@@ -105,11 +108,6 @@ def cda_problem(cda_lambda: float | None) -> str | None:
     if cda_lambda is not None and not (math.isfinite(cda_lambda) and cda_lambda >= 0):
         return "CDA's λ must be a finite number >= 0"
     return None
-
-
-def cda_label(cda_lambda: float | None) -> str:
-    """How a setting names its acceptance rule: "" for the fixed α (the default, left unsaid), "CDA λ=1"."""
-    return "" if cda_lambda is None else f"CDA λ={cda_lambda:g}"
 
 
 # --------------------------------------------------------------------------- a Verdict's payload, by kind

@@ -138,13 +138,14 @@ class ServiceLimits:
 
     @property
     def max_frame_bytes(self) -> int:
-        empty_open = Open(bytes(SESSION_BYTES), Rule.RATIO, (), 1)
+        # The largest legal Open names an acceptance rule (the extension's bytes) as well as its longest prompt.
+        empty_open = Open(bytes(SESSION_BYTES), Rule.RATIO, (), 1, cda_lambda=0.0)
         return len(encode(empty_open)) + 4 * (self.max_prompt_tokens + self.max_stop_ids)
 
     @property
     def max_cross_frame_bytes(self) -> int:
         """A cross-tokenizer pair's largest legal Open: a CrossOpen carries the plain prompt twice."""
-        empty_open = CrossOpen(bytes(SESSION_BYTES), Rule.RATIO, (), 1)
+        empty_open = CrossOpen(bytes(SESSION_BYTES), Rule.RATIO, (), 1, cda_lambda=0.0)
         return len(encode(empty_open)) + 4 * (2 * self.max_prompt_tokens + self.max_stop_ids)
 
     def to_json(self) -> dict:

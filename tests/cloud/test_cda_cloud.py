@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from specsteer.cloud.in_process import InProcessCloud, LocalTransport
-from specsteer.cloud.service import CloudService, ServiceError
+from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
 from specsteer.method.acceptance import ScriptedRate
 from specsteer.models.tiny import tiny_cross_pair, tiny_pair
@@ -44,6 +44,15 @@ def test_a_cloud_says_it_offers_cda_and_applies_it_to_the_session_that_asks(pair
         assert isinstance(verdict, Verdict)
         kept[strength] = verdict.accepted
     assert kept == {None: 0, 1.0: 1}
+
+
+def test_the_longest_legal_open_fits_the_frame_limit_with_its_acceptance_rule(pair):
+    limits = ServiceLimits(max_prompt_tokens=16, max_stop_ids=2)
+    service = CloudService(pair, limits)
+    longest = Open(SESSION, "ratio", tuple(range(1, 17)), 8, stop_ids=(1, 2), cda_lambda=1.0)
+    assert len(encode(longest)) == limits.max_frame_bytes
+    service.handle(encode(longest))  # admitted, not "too large"
+    assert service.open_sessions == 1
 
 
 @pytest.mark.parametrize("rule", ["exact", "match", "costeer", "generate", "cloud-draft"])

@@ -228,6 +228,9 @@ def test_the_cloud_passes_are_in_the_trace_where_they_ran(pair):
         assert finished.stats.forward_calls["generalist"] == sum(1 for k in kinds if k == ("forward", "generalist"))
 
 
+METHODS_AUDITED = ("specsteer", "sd", "lightcosteer", "costeer", "llm")
+
+
 def test_canary_in_history_never_leaves_the_device(pair):
     tokenizer = pair.tokenizer
     request = Request(
@@ -238,11 +241,11 @@ def test_canary_in_history_never_leaves_the_device(pair):
     assert CANARY not in prepared.prompts.plain
     canary_ids = set(tokenizer.encode(CANARY))
     plain_ids = chat_ids(tokenizer, prepared.prompts.plain)
-    for method in ("specsteer", "sd", "lightcosteer", "costeer", "llm"):
+    configs = [DecodeConfig(method=method, max_new_tokens=24, alpha=0.5) for method in METHODS_AUDITED]
+    configs.append(DecodeConfig(max_new_tokens=24, alpha=0.5, cda_lambda=1.0))  # CDA: the same audit, unchanged
+    for config in configs:
         cloud = CapturingCloud(pair)
-        tokens, finished = collect(
-            generate(pair, prepared, DecodeConfig(method=method, max_new_tokens=24, alpha=0.5), cloud=cloud)
-        )
+        tokens, finished = collect(generate(pair, prepared, config, cloud=cloud))
         assert audit_uplink(finished.transcript, plain_ids, tokens).ok
         wire = audit_wire(cloud.uplink, cloud.downlink, plain_ids, tokens)  # the bytes themselves
         assert wire.ok, wire.problems

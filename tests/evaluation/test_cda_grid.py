@@ -106,3 +106,19 @@ def test_a_cda_run_joins_a_fixed_run_over_the_same_records(url, capsys):
     out = capsys.readouterr().out
     assert "SpecSteer α=1 β=1 CDA λ=1 − SpecSteer α=1 β=1:" in out
     assert "differ in acceptance" not in out  # the rule is a point's, not a difference between the runs
+
+
+def test_the_figures_and_the_table_keep_the_rules_apart():
+    from specsteer.evaluation import plots
+
+    rows = [
+        {"method": "specsteer", "alpha": alpha, "beta": 1.0, "cda_lambda": rule, "acceptance": 0.5}
+        for rule in (None, 1.0)
+        for alpha in (0.1, 1.0)
+    ]
+    names = [trace.name for trace in plots.acceptance_figure(rows).data]
+    assert names == ["SpecSteer β=1", "SpecSteer β=1 CDA λ=1"]  # one line per rule, each over both α
+    assert [list(trace.x) for trace in plots.acceptance_figure(rows).data] == [[0.1, 1.0], [0.1, 1.0]]
+    assert [row["CDA λ"] for row in plots.display_rows(rows)] == ["–", "–", "1", "1"]
+    assert "CDA λ" not in plots.display_rows(rows[:2])[0]  # a run without CDA keeps its columns
+    assert plots.point_label(rows[2]) == "SpecSteer α=0.1 β=1 CDA λ=1"

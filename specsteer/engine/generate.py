@@ -281,6 +281,11 @@ def cross_tokenizer_problem(pair: LoadedPair, config: DecodeConfig) -> str | Non
             "SpecSteer's exact-target variant is not available on a cross-tokenizer pairing: its residual "
             "resampling needs the three distributions over one vocabulary."
         )
+    if config.cda_lambda is not None:
+        return (
+            "SpecSteer's CDA acceptance is not available on a cross-tokenizer pairing: it measures how far p_L and "
+            "p_S0 diverge over one vocabulary."
+        )
     return None
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from specsteer.cloud.in_process import InProcessCloud, LocalTransport
 from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.generate import DecodeConfig, collect, cross_tokenizer_problem, generate_ids
 from specsteer.method.acceptance import ScriptedRate
 from specsteer.models.tiny import tiny_cross_pair, tiny_pair
 from specsteer.protocol.link import CloudRefused
@@ -80,6 +80,8 @@ def test_a_cross_tokenizer_cloud_refuses_cda():
     assert service.info().acceptance == ("fixed",)
     error = _refusal(service, CrossOpen(SESSION, "ratio", PLAIN, 8, cda_lambda=1.0, large_prompt=PLAIN))
     assert "two tokenizers" in str(error)
+    problem = cross_tokenizer_problem(cross, DecodeConfig(cda_lambda=1.0))  # the Edge says so before it starts
+    assert problem is not None and "CDA" in problem and cross_tokenizer_problem(cross, DecodeConfig()) is None
 
 
 def test_an_older_clouds_description_reads_as_the_fixed_alpha_only(pair):

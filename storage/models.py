@@ -30,7 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from specsteer.evaluation.run_store import RUN_STATUSES
+from specsteer.stores.runs import RUN_STATUSES
 
 # The ROUGE columns of EvalCell; tests check they are specsteer.evaluation.metrics.ROUGE_KEYS (importing that
 # module here would load the ROUGE scorer into every process that opens the database).
@@ -243,7 +243,7 @@ class EvalCell(Base):
 
     alpha/beta are NULL for methods that have none, and SQL treats NULLs as
     distinct in UNIQUE constraints, so uniqueness is on ``cell_key``, a canonical
-    non-null string built from all four (see ``specsteer.service.stores.cell_key``).
+    non-null string built from all four (see ``specsteer.stores.runs.cell_key``).
     """
 
     __tablename__ = "eval_cells"

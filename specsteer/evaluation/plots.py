@@ -16,7 +16,7 @@ so the dashboard shows exactly what ``python -m specsteer evaluate --plot`` writ
 * :func:`write_html` — all of them as one standalone page with plotly.js inline (works offline).
 * :func:`plot_text` — user text (run names) made safe for plotly's labels.
 
-The deployment view takes the rows of ``deployment.projection_rows`` instead (one per (method, α, β)
+The deployment view takes the rows of ``deployment_rows.projection_rows`` instead (one per (method, α, β)
 and RTT, with ``projected_tok_per_s``, ``measured_tok_per_s`` and ``projected_speedup``):
 
 * :func:`deployment_figure` — projected tokens/s against RTT under a profile, beside the speed the
@@ -37,10 +37,10 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from specsteer.evaluation.metrics import ROUGE_LABELS
-from specsteer.evaluation.run_store import GridPoint
 from specsteer.evaluation.sweep import PointSummary, SweepReport
 from specsteer.evaluation.timing import left_out_sentence
 from specsteer.method.catalog import BASELINES, METHODS, method_label
+from specsteer.stores.runs import GridPoint
 
 Row = Mapping[str, Any]
 

@@ -8,9 +8,9 @@ import pytest
 
 import app
 import storage
-from conftest import widget_settings
 from specsteer.engine.settings import ACCEPTANCES, GenerationSettings, SettingsError
 from specsteer.service import page
+from testkit import widget_settings
 from ui import generate_handlers, generate_tab, pairs
 
 TASK = "review"

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 
-from conftest import generate_cli
 from specsteer.cli import bench
 from specsteer.evaluation.bench import bench_cases, format_table
+from testkit import generate_cli
 
 
 def _generate(capsys, *extra):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from conftest import generate_cli
+from testkit import generate_cli
 
 SAMPLE = Path(__file__).resolve().parents[2] / "assets" / "samples" / "persona_software_developer.json"
 
@@ -45,8 +45,9 @@ def test_the_terminal_stats_line_names_the_share_chosen_on_the_device(capsys):
 def test_evaluate_and_bench_take_p3s_settings():
     from specsteer.cli import evaluate
     from specsteer.evaluation.bench import bench_cases
-    from specsteer.evaluation.grid import GridPoint, decode_config, run_config
+    from specsteer.evaluation.grid import decode_config, run_config
     from specsteer.method.p3 import P3Params
+    from specsteer.stores.runs import GridPoint
 
     data = ["--data", str(SAMPLE.parent / "longlamp_sample_review.jsonl"), "--task", "review"]
     args = evaluate.build_parser().parse_args([*data, "--methods", "p3", "--p3-draft-len", "4"])

@@ -13,7 +13,7 @@ from specsteer.cli import evaluate as evaluate_cli
 from specsteer.cli import report as report_cli
 from specsteer.cli import sweep as sweep_cli
 from specsteer.evaluation.grid import EvalSpec, grid_points, run_config, spec_from_config
-from specsteer.evaluation.run_store import GridPoint, cell_key
+from specsteer.stores.runs import GridPoint, cell_key
 
 GRID = ["--methods", "slm+,llm,specsteer", "--alpha", "1", "--beta", "1", "--pairing", "tiny-test"]
 FAST = ["--max-new-tokens", "3", "--retrieval-k", "1", "--limit", "2", "--data", "sample", "--task", "review"]

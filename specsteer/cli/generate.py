@@ -317,6 +317,7 @@ def acceptance_arguments(parser: argparse.ArgumentParser, several: bool = False)
     parser.add_argument(
         "--acceptance",
         choices=("fixed", "cda", "fixed,cda") if several else ("fixed", "cda"),
+        metavar="fixed|cda|fixed,cda" if several else "fixed|cda",  # argparse's own list would repeat the comma
         default="fixed",
         help="SpecSteer's acceptance threshold: fixed (α, the paper's), or cda (α adapted per draft to the "
         "divergence of the Cloud's two models: α·exp(−λ·JSD(p_L, p_S0)), computed on the Cloud)"

@@ -12,6 +12,8 @@ import storage
 from specsteer.cli import evaluate as evaluate_cli
 from specsteer.cli import report as report_cli
 from specsteer.cli import sweep as sweep_cli
+from specsteer.evaluation import plots
+from specsteer.evaluation.deployment_rows import deployment_rows
 from specsteer.evaluation.grid import EvalSpec, grid_points, run_config, spec_from_config
 from specsteer.stores.runs import GridPoint, cell_key
 
@@ -77,6 +79,11 @@ def test_a_run_under_both_rules_stores_reads_back_and_names_them(url, capsys):
     cells = storage.run_cells(run.id, url=url)
     assert {cell.point for cell in cells} == {GridPoint("slm+"), GridPoint("llm"), FIXED, CDA}
     assert all(cell.stats.cda_lambda == cell.point.cda_lambda for cell in cells)
+    # The deployment view projects the two rules at one (α, β) apart, each row named by its rule.
+    projected = deployment_rows(cells, "paper", rtts_ms=(0.0,))
+    steered = [row for row in projected if row["method"] == "specsteer"]
+    assert sorted((row["cda_lambda"] is not None, row["runs"]) for row in steered) == [(False, 2), (True, 2)]
+    assert {plots.point_label(row) for row in steered} == {FIXED.display, CDA.display}
     assert spec_from_config(run.config).points() == [GridPoint("slm+"), GridPoint("llm"), FIXED, CDA]
     assert evaluate(url, "both", "--acceptance", "fixed,cda", "--cda-lambda", "1") == 0  # resumed: nothing to do
     assert "0 cells computed" in capsys.readouterr().err
@@ -109,8 +116,6 @@ def test_a_cda_run_joins_a_fixed_run_over_the_same_records(url, capsys):
 
 
 def test_the_figures_and_the_table_keep_the_rules_apart():
-    from specsteer.evaluation import plots
-
     rows = [
         {"method": "specsteer", "alpha": alpha, "beta": 1.0, "cda_lambda": rule, "acceptance": 0.5}
         for rule in (None, 1.0)

@@ -174,7 +174,9 @@ def save_cell(run_id: int, cell: CellResult, *, url: str | None = None) -> bool:
         "alpha": None if point.alpha is None else float(point.alpha),
         "beta": None if point.beta is None else float(point.beta),
         "output": cell.output or "",
-        "stats": to_jsonable(cell.stats),
+        # The point's acceptance rule travels in the stats (read back by _cell_result): no column, so databases made
+        # before it (the example runs' read-only file among them) read as ever.
+        "stats": {**to_jsonable(cell.stats), "cda_lambda": point.cda_lambda},
         "timing_disturbed": cell.stats.timing_disturbed,
         **_rouge_columns(cell.rouge),
     }
@@ -223,7 +225,8 @@ def copy_run(
 def _cell_result(row: EvalCell) -> CellResult:
     return CellResult(
         record_id=row.record_id,
-        point=GridPoint(row.method, row.alpha, row.beta),
+        # The acceptance rule is not a column: the cell's stats say it (None, the fixed α, for rows stored before CDA).
+        point=GridPoint(row.method, row.alpha, row.beta, row.stats.get("cda_lambda")),
         output=row.output,
         rouge={key: getattr(row, key) for key in ROUGE_KEYS},
         # Rows stored before the stats carried their method still say it in their own column.

@@ -200,6 +200,14 @@ def app_server(tmp_path_factory):
 
 
 @pytest.fixture
+def evaluate_on_tiny(pair, monkeypatch):
+    """``specsteer evaluate --pairing tiny-test`` runs on the session's tiny ``pair`` (built once)."""
+    from specsteer.cli import evaluate
+
+    monkeypatch.setattr(evaluate, "shared_tiny_pair", lambda: pair)
+
+
+@pytest.fixture
 def tiny_app(tmp_path, monkeypatch):
     """The app's handlers on the tiny test pairs, with their own database and no model hub (modules that
     test the UI without a server use it for every test: ``pytestmark = pytest.mark.usefixtures("tiny_app")``)."""

@@ -124,6 +124,34 @@ def require_cross_models(pairing_id: str) -> None:
     pytest.skip(message)
 
 
+PERSONA = os.path.join(
+    os.path.dirname(os.path.dirname(__file__)), "assets", "samples", "persona_software_developer.json"
+)
+
+
+def generate_cli(capsys, *arguments: str) -> tuple[int, str, str]:
+    """``specsteer generate`` on the tiny test pair for a bundled persona's CoGenesis task, with ``arguments``
+    (the method, the token budget, ...) added: its exit status, stdout and stderr."""
+    from specsteer import cli
+
+    code = cli.main(
+        [
+            "generate",
+            "--pairing",
+            "tiny-test",
+            "--history",
+            PERSONA,
+            "--task",
+            "cogenesis",
+            "--input",
+            "Write an article on learning Spanish.",
+            *arguments,
+        ]
+    )
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def widget_settings(pairing: str, max_new_tokens: int, **overrides) -> dict:
     """The Generate tab's settings widgets' values (by GenerationSettings field name) for a short greedy
     SpecSteer run on ``pairing``, as the widgets send them; ``overrides`` change single fields."""

@@ -60,8 +60,7 @@ PROFILE_CHOICES = [(profile.label, name) for name, profile in PROFILES.items()]
 def _progress_box(update: GridProgress) -> str:
     text = {"loading": "loading the models", "warmup": "warming up", "done": "finishing"}.get(update.stage)
     if update.stage == "running" and update.point is not None:
-        point = {"method": update.point.method, "alpha": update.point.alpha, "beta": update.point.beta}
-        text = f"{plots.point_label(point)} on record {update.record_id}"
+        text = f"{update.point.display} on record {update.record_id}"
     return render.progress_html(update.done, update.total, text or update.stage)
 
 

@@ -49,6 +49,7 @@ def choice_label(method: str) -> str:
 
 
 METHOD_CHOICES = [(choice_label(m), m) for m in METHOD_ORDER]
+ACCEPTANCE_CHOICES = [("Fixed α (the paper's)", "fixed"), ("CDA: α adapted to the cloud models' divergence", "cda")]
 
 
 def build(service: AppService) -> GenerateControls:
@@ -113,6 +114,21 @@ def build(service: AppService) -> GenerateControls:
                     info="0 accepts every draft",
                 )
                 beta = gr.Slider(0, 3, value=DEFAULTS.beta, step=0.1, label="β (steering strength)")
+            with gr.Row():
+                acceptance = gr.Dropdown(
+                    choices=ACCEPTANCE_CHOICES,
+                    value=DEFAULTS.acceptance,
+                    label="Acceptance (SpecSteer)",
+                    elem_id="acceptance",
+                    info="CDA lowers α per draft where the cloud's two models disagree",
+                )
+                cda_lambda = gr.Number(
+                    value=DEFAULTS.cda_lambda,
+                    minimum=0,
+                    label="CDA λ",
+                    elem_id="cda-lambda",
+                    info="α·exp(−λ·JSD): at most halves α at λ = 1",
+                )
             with gr.Row():
                 draft_len = gr.Slider(1, 16, value=DEFAULTS.draft_len, step=1, label="Draft length k")
                 max_new_tokens = gr.Slider(
@@ -230,6 +246,8 @@ def build(service: AppService) -> GenerateControls:
         "method": method,
         "alpha": alpha,
         "beta": beta,
+        "acceptance": acceptance,
+        "cda_lambda": cda_lambda,
         "draft_len": draft_len,
         "adaptive_draft": adaptive_draft,
         "max_new_tokens": max_new_tokens,

@@ -440,7 +440,9 @@ def _payload_cell(message: LinkMessage, decode) -> str:
     if message.kind == "open":
         prompt = list(payload.get("prompt", []))
         settings = ", ".join(
-            f"{key}={payload[key]}" for key in ("rule", "alpha", "beta", "top_k", "bonus") if key in payload
+            f"{key}={payload[key]}"
+            for key in ("rule", "alpha", "beta", "acceptance", "cda_lambda", "top_k", "bonus")
+            if key in payload
         )
         return (
             f'<div>settings: <code>{esc(settings)}</code></div>'

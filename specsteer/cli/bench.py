@@ -10,7 +10,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specsteer.cli.generate import add_lora_argument, p3_arguments, p3_params, runtime_argument, specialist_lora_arg
+from specsteer.cli.generate import (
+    acceptance_arguments,
+    acceptance_rules,
+    add_lora_argument,
+    p3_arguments,
+    p3_params,
+    runtime_argument,
+    specialist_lora_arg,
+)
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD, READ_AHEAD_MODES, ReadAhead, parse_read_ahead
 from specsteer.data.datasets import EXAMPLE_RUNS_DB
 from specsteer.engine.generate import DecodeConfig
@@ -74,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         "(e.g. 12@0.4)",
     )
     p3_arguments(speed)
+    acceptance_arguments(speed, several=True)
     speed.add_argument("--pairing", default=None)
     speed.add_argument(
         "--runtime",
@@ -184,6 +193,7 @@ def _speed(args) -> int:
             args.draft_len.split(","),
             args.max_new_tokens,
             p3_params(args),
+            acceptance_rules(args),
         )
         pairing = args.pairing or DEFAULT_PAIRING
         test_pair = shared_test_pair(pairing)  # random tiny models (tests): transformers, one row per case

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from specsteer.cli import DATABASE_HELP
-from specsteer.cli.generate import add_lora_argument, p3_arguments, runtime_argument
+from specsteer.cli.generate import acceptance_arguments, add_lora_argument, p3_arguments, runtime_argument
 from specsteer.data.datasets import EVALUATION_TASKS, resolve_data_source
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
 from specsteer.edge.lora import LoraSettings
@@ -111,6 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--max-new-tokens", type=int, default=256)
     parser.add_argument("--draft-len", type=int, default=4)
     p3_arguments(parser)
+    acceptance_arguments(parser, several=True)
     parser.add_argument("--retrieval-k", type=int, default=3, help="profile items retrieved by BM25")
     parser.add_argument("--noise", type=int, default=0, help="low-similarity items of other users appended")
     parser.add_argument(
@@ -193,6 +194,8 @@ def spec_from_args(args: argparse.Namespace) -> EvalSpec:
         lora_settings=_lora_settings(args),
         p3_draft_len=args.p3_draft_len,
         p3_tau=args.p3_tau,
+        acceptance=args.acceptance,
+        cda_lambdas=args.cda_lambda,
         run_name=args.run_name,
     )
 

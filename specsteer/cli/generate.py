@@ -86,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gen.add_argument("--top-k", type=int, default=64, help="downlink top-k entries on recovery (0 = whole vocabulary)")
     p3_arguments(gen)
+    acceptance_arguments(gen)
     gen.add_argument("--no-bonus", action="store_true", help="no steered bonus token after a fully accepted round")
     gen.add_argument("--exact", action="store_true", help="exact-target sampling variant of SpecSteer")
     gen.add_argument("--retrieval-k", type=int, default=3, help="history items retrieved by BM25")
@@ -309,6 +310,43 @@ def p3_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def acceptance_arguments(parser: argparse.ArgumentParser, several: bool = False) -> None:
+    """SpecSteer's acceptance rule (specsteer.method.acceptance), for generate, evaluate and bench alike: the fixed
+    α (the paper's), or CDA, α·exp(−λ·JSD(p_L, p_S0)) per draft; ``several``: a grid or benchmark may run both,
+    and several λ (each its own point)."""
+    parser.add_argument(
+        "--acceptance",
+        choices=("fixed", "cda", "fixed,cda") if several else ("fixed", "cda"),
+        metavar="fixed|cda|fixed,cda" if several else "fixed|cda",  # argparse's own list would repeat the comma
+        default="fixed",
+        help="SpecSteer's acceptance threshold: fixed (α, the paper's), or cda (α adapted per draft to the "
+        "divergence of the Cloud's two models: α·exp(−λ·JSD(p_L, p_S0)), computed on the Cloud)"
+        + ("; fixed,cda runs both" if several else ""),
+    )
+    parser.add_argument(
+        "--cda-lambda",
+        type=_float_list if several else _float,
+        default=(1.0,) if several else 1.0,
+        metavar="λ" + (",..." if several else ""),
+        help="CDA's λ, >= 0 (default 1, AsymSpec's): α is lowered to at most α·2^−λ where the two models "
+        "disagree most" + ("; comma-separated for several" if several else ""),
+    )
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    values = tuple(_float(part) for part in text.split(",") if part.strip())
+    if not values:
+        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}")
+    return values
+
+
+def acceptance_rules(args) -> list[float | None]:
+    """The rules ``acceptance_arguments``' values name, as the engine does: None for the fixed α, λ for CDA."""
+    rules = args.acceptance.split(",")
+    lambdas = args.cda_lambda if isinstance(args.cda_lambda, tuple) else (args.cda_lambda,)
+    return [None] * ("fixed" in rules) + (list(lambdas) if "cda" in rules else [])
+
+
 def p3_params(args):
     """The P3Params of ``p3_arguments``' values."""
     from specsteer.method.p3 import P3Params
@@ -342,6 +380,7 @@ def _generate(args) -> int:
         exact=args.exact,
         private_guard=args.private_guard,
         p3=p3_params(args),
+        cda_lambda=acceptance_rules(args)[0],
     )
     try:
         config.validate()

@@ -59,11 +59,11 @@ import torch
 
 from specsteer.cloud import admission
 from specsteer.cloud.read_ahead import ReadAhead, read_ahead_mode
-from specsteer.cloud.verifier import Cloud, CrossCloud, finite_settings_problem
+from specsteer.cloud.verifier import Cloud, CrossCloud, acceptance_problem, finite_settings_problem
 from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy
 from specsteer.method.decoding import ForwardLog
 from specsteer.models.loading import LoadedPair
-from specsteer.protocol.rules import CROSS_RULES, RULE_SPECS, Rule
+from specsteer.protocol.rules import ACCEPTANCE_RULES, CROSS_RULES, FIXED, RULE_SPECS, Rule
 from specsteer.protocol.wire import (
     DRAFT_HEADROOM,
     MAX_DRAFT_LEN,
@@ -138,13 +138,14 @@ class ServiceLimits:
 
     @property
     def max_frame_bytes(self) -> int:
-        empty_open = Open(bytes(SESSION_BYTES), Rule.RATIO, (), 1)
+        # The largest legal Open names an acceptance rule (the extension's bytes) as well as its longest prompt.
+        empty_open = Open(bytes(SESSION_BYTES), Rule.RATIO, (), 1, cda_lambda=0.0)
         return len(encode(empty_open)) + 4 * (self.max_prompt_tokens + self.max_stop_ids)
 
     @property
     def max_cross_frame_bytes(self) -> int:
         """A cross-tokenizer pair's largest legal Open: a CrossOpen carries the plain prompt twice."""
-        empty_open = CrossOpen(bytes(SESSION_BYTES), Rule.RATIO, (), 1)
+        empty_open = CrossOpen(bytes(SESSION_BYTES), Rule.RATIO, (), 1, cda_lambda=0.0)
         return len(encode(empty_open)) + 4 * (2 * self.max_prompt_tokens + self.max_stop_ids)
 
     def to_json(self) -> dict:
@@ -282,7 +283,16 @@ class CloudService:
             instance=self.instance,
             runtime=self.pair.runtime,
             limits=self.limits.to_json(),
+            acceptance=self.acceptance_rules,
         )
+
+    @property
+    def acceptance_rules(self) -> tuple[str, ...]:
+        """The acceptance rules this Cloud applies: CDA too where it holds both rows over one vocabulary and its
+        rounds are not scripted by a measurement."""
+        if self.pair.cross is None and self.acceptance == RATIO_TEST:
+            return ACCEPTANCE_RULES
+        return (FIXED,)
 
     def handle(self, frame: bytes, client: str = "") -> Answer:
         """Answer one uplink frame from ``client`` (who is asking: the credential the server saw,
@@ -586,7 +596,25 @@ class CloudService:
         if RULE_SPECS[message.rule].cloud_drafts and message.top_k > limits.max_draft_len:
             return f"The Cloud drafts at most {limits.max_draft_len} tokens a round here; ask for fewer."
         settings = finite_settings_problem(message)
-        return f"Invalid decoding settings: {settings}." if settings else None
+        if settings:
+            return f"Invalid decoding settings: {settings}."
+        return self._acceptance_problem(message)
+
+    def _acceptance_problem(self, message: Open) -> str | None:
+        """Whether this Cloud applies the acceptance rule the Open names (see :attr:`acceptance_rules`)."""
+        problem = acceptance_problem(message)
+        if problem:
+            return f"{problem}."
+        if message.acceptance not in self.acceptance_rules:
+            return (
+                f"This Cloud applies the fixed α only, not {message.acceptance.upper()}: {self._fixed_only_reason()}."
+            )
+        return None
+
+    def _fixed_only_reason(self) -> str:
+        if self.pair.cross is not None:
+            return "across two tokenizers there is no one vocabulary to compare p_L and p_S0 over"
+        return f"its rounds are decided by {self.acceptance.label} (a measurement)"
 
     def _cross_problem(self, message: Open) -> str | None:
         """Whether the kind of Open fits the pair: a cross-tokenizer pair needs the Generalist's prompt too."""

@@ -15,10 +15,10 @@ from typing import TypeVar
 
 import torch
 
-from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy, RoundDecider, RoundScores
+from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy, DivergenceAdaptive, RoundDecider, RoundScores
 from specsteer.method.decoding import ForwardLog, Sampler, Stream, draft, match_test, steering_entries
 from specsteer.method.events import GENERALIST_STREAM, GENERIC_STREAM
-from specsteer.protocol.rules import RULE_SPECS, CoSteerCandidates, PublicRows, Rule, SteeredTopK
+from specsteer.protocol.rules import RULE_SPECS, CoSteerCandidates, PublicRows, Rule, SteeredTopK, cda_problem
 from specsteer.protocol.wire import DRAFT_HEADROOM, MAX_DRAFT_LEN, CrossOpen, Draft, Open, Tokens, Verdict
 
 
@@ -36,6 +36,17 @@ def finite_settings_problem(message: Open) -> str | None:
         return "top_k must be >= 0"
     if RULE_SPECS[message.rule].cloud_drafts and not 1 <= message.top_k <= MAX_DRAFT_LEN:
         return f"the Cloud's draft length (top_k) must be between 1 and {MAX_DRAFT_LEN}"
+    return cda_problem(message.cda_lambda)
+
+
+def acceptance_problem(message: Open) -> str | None:
+    """Why the acceptance rule ``message`` names cannot apply to its rule, or None. CDA adapts the ratio test's
+    α (the ``ratio`` rule); the other rules have no α, the exact-target one the true partition function."""
+    if message.cda_lambda is not None and message.rule is not Rule.RATIO:
+        return (
+            f"CDA adapts the ratio test's α: the {message.rule.value!r} rule has none to adapt "
+            "(open the session with the fixed α)"
+        )  # a sentence without its full stop
     return None
 
 
@@ -154,7 +165,9 @@ class Cloud(_CloudStreams):
                 self._generic, list(message.prompt), self._vocab_size, self._forward_log, GENERIC_STREAM, self.capacity
             )
         self._sampler = self._session_sampler(message)
-        self._decider = self._acceptance.start(message.seed)
+        # The session's own acceptance rule when its Open names one (CDA), the service's otherwise.
+        policy = self._acceptance if message.cda_lambda is None else DivergenceAdaptive(message.cda_lambda)
+        self._decider = policy.start(message.seed)
 
     def problem(self, message: Draft) -> str | None:
         """Why ``message`` cannot be applied to this session, or None."""

@@ -63,7 +63,7 @@ from specsteer.models.chat import PLAIN_CHAT, ChatFormat, prompt_ids
 from specsteer.models.loading import LoadedPair
 from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.link import CloudEndpoint, CloudError, CloudRefused, CloudUnreachable, Link
-from specsteer.protocol.rules import RULE_SPECS, Rule
+from specsteer.protocol.rules import CDA, RULE_SPECS, Rule, cda_problem
 from specsteer.protocol.wire import MAX_DRAFT_LEN, MAX_NEW_TOKENS, CrossOpen, Draft, Open
 
 if TYPE_CHECKING:  # tasks imports the retrieval stack, which prepare() loads only when it is called
@@ -105,6 +105,9 @@ class DecodeConfig:
     # token ids found in the private prompt and not in the plain one (decoding.PrivateSpanGuard); 0 = off.
     private_guard: int = 0
     p3: P3Params = P3Params()  # P³'s Cloud draft length and threshold (method p3 only)
+    # The ratio test's threshold: None, the fixed α (the paper); a number, CDA's λ (the Cloud adapts α per draft to
+    # the divergence of p_L and p_S0: specsteer.method.acceptance). SpecSteer's (not exact) only.
+    cda_lambda: float | None = None
 
     def validate(self) -> DecodeConfig:
         problems = []
@@ -132,9 +135,25 @@ class DecodeConfig:
             problems.append("the private-span guard does not cover the exact-target variant (its residual draw)")
         if self.method == "p3":
             problems += self.p3.problems(MAX_DRAFT_LEN)
+        problems += self._acceptance_problems()
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _acceptance_problems(self) -> list[str]:
+        if self.cda_lambda is None:
+            return []
+        problem = cda_problem(self.cda_lambda)
+        if problem:
+            return [problem]
+        if self.method in METHOD_INFO and not METHOD_INFO[self.method].takes_alpha:
+            return [f"CDA adapts SpecSteer's α: {METHOD_INFO[self.method].label} has none (use the fixed acceptance)"]
+        if self.exact:
+            return [
+                "CDA and the exact-target variant exclude each other: the exact variant uses the true partition "
+                "function, not an α to adapt"
+            ]
+        return []
 
 
 @dataclass
@@ -261,6 +280,11 @@ def cross_tokenizer_problem(pair: LoadedPair, config: DecodeConfig) -> str | Non
         return (
             "SpecSteer's exact-target variant is not available on a cross-tokenizer pairing: its residual "
             "resampling needs the three distributions over one vocabulary."
+        )
+    if config.cda_lambda is not None:
+        return (
+            "SpecSteer's CDA acceptance is not available on a cross-tokenizer pairing: it measures how far p_L and "
+            "p_S0 diverge over one vocabulary."
         )
     return None
 
@@ -411,7 +435,7 @@ def _run(
         output = _Output(pair.cross.tokenizer, config.max_new_tokens, pair.cross.eos_token_ids, link, cancel)
     else:
         output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids, link, cancel)
-    stats = GenerationStats(method=config.method)
+    stats = GenerationStats(method=config.method, cda_lambda=config.cda_lambda)
     # What the Edge sent, rejected drafts included (privacy audits); P³'s loop records its own (the Edge sends
     # the Cloud drafts it kept and its corrections, each round's at the next round's start).
     edge_sends = METHOD_INFO[config.method].edge_sends_tokens and not METHOD_INFO[config.method].cloud_drafts
@@ -563,6 +587,7 @@ def _opening(
         bonus=config.bonus or _every_token(config),
         seed=config.seed,
         stop_ids=tuple(sorted(pair.eos_token_ids)),
+        cda_lambda=config.cda_lambda if rule is Rule.RATIO else None,
     )
     if pair.cross is not None:
         if plain_large_ids is None:
@@ -581,6 +606,18 @@ def _shared_vocabulary(pair: LoadedPair, link: Link) -> int:
             "pairing",
         )
     return min(pair.vocab_size, info.vocab_size)
+
+
+def _check_acceptance(config: DecodeConfig, link: Link) -> None:
+    """CDA needs a Cloud that applies it (its description says so); one that predates it, or cannot (a vLLM
+    Cloud, a cross-tokenizer pair), is named before the session opens."""
+    if config.cda_lambda is not None and CDA not in link.info().acceptance:
+        raise CloudRefused(
+            f"This Cloud applies {', '.join(link.info().acceptance)} acceptance only, not CDA (an older Cloud, a "
+            "vLLM Cloud or a cross-tokenizer pair): generate with the fixed α, or serve the pairing with a Cloud "
+            "that offers CDA.",
+            "acceptance",
+        )
 
 
 def _cloud_only(
@@ -630,6 +667,7 @@ def _speculative(
     rule, beta = _rule_and_beta(config)
     every_token = _every_token(config)  # rounds of draft length 0
     vocab_size = _shared_vocabulary(pair, link)
+    _check_acceptance(config, link)
     link.open(_opening(pair, link, prompts.plain, config, rule, beta, prompts.plain_large))
     guard = PrivateSpanGuard(prompts.private, prompts.plain, config.private_guard) if config.private_guard else None
     params = _edge_params(config, pair, rule, beta, guard=guard)

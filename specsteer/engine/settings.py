@@ -27,6 +27,8 @@ if TYPE_CHECKING:
 
 Decoding = Literal["greedy", "sampling"]
 DECODINGS: tuple[Decoding, ...] = get_args(Decoding)
+Acceptance = Literal["fixed", "cda"]  # SpecSteer's threshold: the fixed α, or CDA (specsteer.method.acceptance)
+ACCEPTANCES: tuple[Acceptance, ...] = get_args(Acceptance)
 
 # How each setting is named in a message (the labels the app shows for them).
 SETTING_NAMES = {
@@ -49,6 +51,8 @@ SETTING_NAMES = {
     "private_guard": "Private-span guard",
     "p3_draft_len": "P³ draft length",
     "p3_tau": "P³ τ",
+    "acceptance": "Acceptance",
+    "cda_lambda": "CDA λ",
     "cloud": "Cloud",
     "rtt_ms": "Round-trip time",
     "uplink_kbps": "Uplink bandwidth",
@@ -103,6 +107,10 @@ class GenerationSettings:
     # P³'s Cloud draft length k and threshold tau (method.p3.P3Params; the public code's defaults)
     p3_draft_len: int = DEFAULT_DRAFT_LEN
     p3_tau: float = DEFAULT_TAU
+    # SpecSteer's acceptance rule and CDA's λ (engine.DecodeConfig.cda_lambda): the fixed α unless "cda"; the methods
+    # without α ignore it, as they ignore α.
+    acceptance: Acceptance = "fixed"
+    cda_lambda: float = 1.0
     # Where the Cloud runs: IN_PROCESS, or a Cloud service's address as cloud_address() writes it
     # (scheme, host and port only: never a credential, so it is stored with the output as it is).
     cloud: str = IN_PROCESS
@@ -152,7 +160,13 @@ class GenerationSettings:
         problems += _link_problems(self)
         if not self.pairing.strip():
             problems.append("Choose a pairing.")
-        choices = {"runtime": RUNTIME_CHOICES, "method": METHODS, "decoding": DECODINGS, "prompt_style": PROMPT_STYLES}
+        choices = {
+            "runtime": RUNTIME_CHOICES,
+            "method": METHODS,
+            "decoding": DECODINGS,
+            "prompt_style": PROMPT_STYLES,
+            "acceptance": ACCEPTANCES,
+        }
         for name, allowed in choices.items():
             if getattr(self, name) not in allowed:
                 problems.append(
@@ -210,7 +224,13 @@ class GenerationSettings:
             exact=self.exact and self.sample,
             private_guard=self.private_guard,
             p3=P3Params(self.p3_draft_len, self.p3_tau),
+            cda_lambda=self.cda_lambda if self.adapts_alpha else None,
         )
+
+    @property
+    def adapts_alpha(self) -> bool:
+        """Whether CDA adapts this generation's α: asked for, and the method has an α (SpecSteer)."""
+        return self.acceptance == "cda" and method_info(self.method).takes_alpha
 
 
 def _link_problems(settings: GenerationSettings) -> list[str]:

@@ -204,9 +204,15 @@ class Tally:
 
 
 def bench_cases(
-    methods: list[str], alphas: list[float], draft_lens: list[str], max_new_tokens: int, p3: P3Params | None = None
+    methods: list[str],
+    alphas: list[float],
+    draft_lens: list[str],
+    max_new_tokens: int,
+    p3: P3Params | None = None,
+    acceptance: Sequence[float | None] = (None,),
 ) -> list[BenchCase]:
-    """One case per method, per alpha (specsteer) and per draft length (speculative methods).
+    """One case per method, per alpha and acceptance rule (specsteer: None the fixed α, a number CDA's λ) and per
+    draft length (speculative methods).
 
     A method is an engine method or ``sd-plain``; a draft length is a number or ``auto``
     (adaptive, at most MAX_AUTO_DRAFT; ``auto:N`` at most N), optionally followed by ``@c``: stop
@@ -217,7 +223,7 @@ def bench_cases(
     for name in methods:
         method = name.removesuffix("-plain")
         info = method_info(method)
-        for alpha in alphas if info.takes_alpha else [0.1]:
+        for alpha, rule in [(a, r) for r in acceptance for a in alphas] if info.takes_alpha else [(0.1, None)]:
             for draft_len in draft_lens if info.speculative else draft_lens[:1]:
                 length, _, confidence = draft_len.partition("@")
                 adaptive = length.startswith("auto")
@@ -230,6 +236,7 @@ def bench_cases(
                     adaptive_draft=adaptive,
                     draft_confidence=float(confidence or 0),
                     p3=p3 or P3Params(),
+                    cda_lambda=rule,
                 ).validate()
                 cases.append(BenchCase(config, drafter_history=name == method))
     return cases
@@ -375,6 +382,7 @@ def _rows(tallies: list[Tally]) -> list[dict]:
                 "runtime": tally.runtime,
                 "alpha": tally.config.alpha if info.takes_alpha else None,
                 "beta": tally.config.beta if info.takes_beta else None,
+                "cda_lambda": tally.config.cda_lambda,
                 "tok_per_s": tally.tok_per_s,
                 "speedup": speedup(tally.tok_per_s),
                 "ttft_s": tally.ttft_s,
@@ -492,6 +500,7 @@ def _label(case: BenchCase) -> str:
     config = case.config
     info = METHOD_INFO[config.method]
     name = f"{case.name} a={config.alpha:g}" if info.takes_alpha else case.name
+    name += f" cda={config.cda_lambda:g}" if config.cda_lambda is not None else ""
     if info.cloud_drafts:
         return f"{name} k={config.p3.draft_len} tau={config.p3.tau:g}"
     return f"{name} k={_draft_label(config)}" if info.speculative else name
@@ -527,7 +536,9 @@ def format_table(result: dict) -> str:
         rows.append(dict(result["reference"]))
     for row in rows:
         name = row["method"] + "".join(
-            f" {short}={row[key]:g}" for key, short in (("alpha", "a"), ("beta", "b")) if row.get(key) is not None
+            f" {short}={row[key]:g}"
+            for key, short in (("alpha", "a"), ("beta", "b"), ("cda_lambda", "cda"))
+            if row.get(key) is not None
         )
         name += f" k={row['draft_len']}" if row.get("draft_len") else ""
         name += f" {row['read_ahead']}" if several and row.get("read_ahead") else ""

@@ -50,15 +50,6 @@ class Claim:
         return verdict(self.difference)
 
 
-def _setting_label(point: GridPoint) -> str:
-    return " ".join(
-        [
-            method_label(point.method),
-            *(f"{s}={v:g}" for s, v in (("α", point.alpha), ("β", point.beta)) if v is not None),
-        ]
-    )
-
-
 def claim_sentence(claim: Claim) -> str:
     """E.g. "SpecSteer α=0.1 β=1 − LLM: R-L −0.17 [−0.98, +0.70] (51/120 better): not established on these
     records (the interval holds 0)." (signs as minus signs, the interval at its level)."""
@@ -66,16 +57,21 @@ def claim_sentence(claim: Claim) -> str:
     numbers = f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}]".replace("-", "−")
     level = f"{100 * d.level:g} % bootstrap"
     return (
-        f"{_setting_label(d.ours)} − {method_label(d.theirs.method)}: {METRIC_NAMES.get(d.metric, d.metric)} "
+        f"{d.ours.display} − {method_label(d.theirs.method)}: {METRIC_NAMES.get(d.metric, d.metric)} "
         f"{numbers} ({d.wins}/{d.records} better, {level}): {VERDICT_TEXT[claim.verdict]}."
     )
 
 
 def steered_points(cells: Sequence[CellResult]) -> list[GridPoint]:
-    """The run's SpecSteer settings, strict to permissive (α descending), then β ascending."""
+    """The run's SpecSteer settings, strict to permissive (α descending), then β ascending, the fixed α before CDA."""
     return sorted(
         {cell.point for cell in cells if cell.point.method == "specsteer"},
-        key=lambda point: (-(point.alpha or 0.0), point.beta or 0.0),
+        key=lambda point: (
+            -(point.alpha or 0.0),
+            point.beta or 0.0,
+            point.cda_lambda is not None,
+            point.cda_lambda or 0,
+        ),
     )
 
 

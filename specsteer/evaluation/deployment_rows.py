@@ -117,6 +117,9 @@ class TracedGeneration:
     # prompt tokens each stream found in a prefix cache (GenerationStats.reused_tokens); empty for a generation
     # stored before they were recorded (its first passes are then charged as recorded: PromptReads)
     reused_tokens: Mapping[str, int] = field(default_factory=dict, hash=False)
+    # SpecSteer's acceptance rule: None for the fixed α, CDA's λ otherwise (GenerationStats.cda_lambda), so that
+    # a run holding both rules at one (α, β) projects them apart
+    cda_lambda: float | None = None
 
     @classmethod
     def of(
@@ -141,6 +144,7 @@ class TracedGeneration:
             tuple(as_trace(stats.trace)),
             stats.timing_disturbed,
             dict(stats.reused_tokens),
+            stats.cda_lambda,
         )
 
     def to_json(self) -> dict:
@@ -160,13 +164,13 @@ def timed_runs(runs: Iterable[TracedGeneration]) -> tuple[list[TracedGeneration]
     return kept, len(runs) - len(kept)
 
 
-GroupKey = tuple[str, float | None, float | None]  # (method, alpha, beta)
+GroupKey = tuple[str, float | None, float | None, float | None]  # (method, alpha, beta, CDA's λ or None)
 
 
 def group_runs(runs: Iterable[TracedGeneration]) -> dict[GroupKey, list[TracedGeneration]]:
     groups: dict[GroupKey, list[TracedGeneration]] = {}
     for run in runs:
-        groups.setdefault((run.method, run.alpha, run.beta), []).append(run)
+        groups.setdefault((run.method, run.alpha, run.beta, run.cda_lambda), []).append(run)
     return groups
 
 
@@ -204,13 +208,14 @@ def projection_rows(
         sources = {source.number: source.text for source in at_rtt.sources}
         projected = {key: project_runs(runs, at_rtt, reads) for key, runs in groups.items() if runs}
         reference_speed = next((p.tok_per_s for (method, *_), p in projected.items() if method == reference), None)
-        for (method, alpha, beta), projection in projected.items():
-            runs = groups[(method, alpha, beta)]
+        for (method, alpha, beta, cda_lambda), projection in projected.items():
+            runs = groups[(method, alpha, beta, cda_lambda)]
             rows.append(
                 {
                     "method": method,
                     "alpha": alpha,
                     "beta": beta,
+                    "cda_lambda": cda_lambda,
                     "rtt_ms": float(rtt),
                     "measured_tok_per_s": measured_tok_per_s(runs),
                     "projected_tok_per_s": projection.tok_per_s,

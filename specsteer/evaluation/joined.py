@@ -31,13 +31,13 @@ from specsteer.evaluation.grid import (
     PRIVACY_ROW_KEYS,
     PairedDifference,
     paired_difference,
+    row_point,
     run_facts,
     run_prompts,
     summarize,
 )
 from specsteer.evaluation.metrics import bootstrap_interval
 from specsteer.evaluation.timing import left_out_sentence
-from specsteer.method.catalog import method_label
 from specsteer.method.events import GenerationStats
 from specsteer.stores.runs import CellResult, GridPoint
 
@@ -47,7 +47,18 @@ STEERING = ("p3", "specsteer")
 # Methods that decode on the device alone: every output token is the device's.
 DEVICE_ONLY = ("slm", "slm+")
 # Config keys that say which grid points a run computed, not how: runs adding a method differ in them.
-_POINT_KEYS = {"methods", "alphas", "betas", "extra_points", "cells_total", "p3_draft_len", "p3_tau", "runtime_plan"}
+_POINT_KEYS = {
+    "methods",
+    "alphas",
+    "betas",
+    "extra_points",
+    "cells_total",
+    "p3_draft_len",
+    "p3_tau",
+    "acceptance",
+    "cda_lambdas",
+    "runtime_plan",
+}
 _SAME_RECORDS = ("data", "task")
 
 
@@ -100,8 +111,7 @@ class JoinedRow:
 
     @property
     def label(self) -> str:
-        setting = " ".join(f"{s}={v:g}" for s, v in (("α", self.point.alpha), ("β", self.point.beta)) if v is not None)
-        return " ".join(filter(None, [method_label(self.point.method), setting, self.settings]))
+        return " ".join(filter(None, [self.point.display, self.settings]))
 
 
 @dataclass(frozen=True)
@@ -200,7 +210,7 @@ def join_runs(
     rows = []
     everything = [c for cells in kept.values() for c in cells]
     # summarize's rows come in the tables' order: the catalog's methods, strict to permissive
-    ordered = [GridPoint(row["method"], row["alpha"], row["beta"]) for row in summarize(everything)]
+    ordered = [row_point(row) for row in summarize(everything)]
     for point in ordered:
         cells, run = kept[point], owner[point]
         rouge = {}
@@ -235,7 +245,9 @@ def join_runs(
         notes.append(f"tok/s: {left_out}")
     pairs = []
     for method in STEERING:
-        for ours in (row.point for row in rows if row.point.method == method):
+        # A CDA row is compared first (CDA − the fixed α, not the other way round): it is the newer rule.
+        steered = sorted((row.point for row in rows if row.point.method == method), key=lambda p: p.cda_lambda is None)
+        for ours in steered:
             pairs += [(ours, row.point) for row in rows if row.point != ours and (row.point, ours) not in pairs]
     differences = [
         Difference(labels[ours], labels[theirs], paired)

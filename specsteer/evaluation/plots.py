@@ -16,8 +16,8 @@ so the dashboard shows exactly what ``python -m specsteer evaluate --plot`` writ
 * :func:`write_html` — all of them as one standalone page with plotly.js inline (works offline).
 * :func:`plot_text` — user text (run names) made safe for plotly's labels.
 
-The deployment view takes the rows of ``deployment_rows.projection_rows`` instead (one per (method, α, β)
-and RTT, with ``projected_tok_per_s``, ``measured_tok_per_s`` and ``projected_speedup``):
+The deployment view takes the rows of ``deployment_rows.projection_rows`` instead (one per (method, α, β,
+acceptance rule) and RTT, with ``projected_tok_per_s``, ``measured_tok_per_s`` and ``projected_speedup``):
 
 * :func:`deployment_figure` — projected tokens/s against RTT under a profile, beside the speed the
   same generations were measured at here; titled, labelled and captioned as a projection.
@@ -40,6 +40,7 @@ from specsteer.evaluation.metrics import ROUGE_LABELS
 from specsteer.evaluation.sweep import PointSummary, SweepReport
 from specsteer.evaluation.timing import left_out_sentence
 from specsteer.method.catalog import BASELINES, METHODS, method_label
+from specsteer.stores.runs import GridPoint
 
 Row = Mapping[str, Any]
 
@@ -59,11 +60,8 @@ def plot_text(text: object) -> str:
 
 
 def point_label(row: Row) -> str:
-    """E.g. "SpecSteer α=0.1 β=1", "LightCoSteer β=1", "LLM"."""
-    parameters = [
-        f"{symbol}={row[key]:g}" for symbol, key in (("α", "alpha"), ("β", "beta")) if row.get(key) is not None
-    ]
-    return " ".join([method_label(row["method"]), *parameters])
+    """E.g. "SpecSteer α=0.1 β=1", "SpecSteer α=1 β=1 CDA λ=1", "LightCoSteer β=1", "LLM"."""
+    return GridPoint(row["method"], row.get("alpha"), row.get("beta"), row.get("cda_lambda")).display
 
 
 def _methods(rows: Sequence[Row]) -> list[str]:
@@ -123,19 +121,23 @@ def quality_speed_figure(rows: Sequence[Row], quality: str = "rougeL", speed: st
 
 
 def acceptance_figure(rows: Sequence[Row]) -> go.Figure:
-    """Acceptance (%) against alpha (log axis), one line per (method, beta)."""
+    """Acceptance (%) against alpha (log axis), one line per (method, beta, acceptance rule)."""
     figure = go.Figure()
     with_alpha = [row for row in rows if row.get("alpha") is not None and row.get("acceptance") is not None]
     for method in _methods(with_alpha):
         method_rows = [row for row in with_alpha if row["method"] == method]
-        for beta in sorted({row.get("beta") for row in method_rows}, key=lambda value: (value is None, value)):
-            line = sorted((row for row in method_rows if row.get("beta") == beta), key=lambda row: row["alpha"])
+        lines = {(row.get("beta"), row.get("cda_lambda")) for row in method_rows}
+        for beta, rule in sorted(lines, key=lambda line: tuple((value is not None, value or 0) for value in line)):
+            line = sorted(
+                (row for row in method_rows if (row.get("beta"), row.get("cda_lambda")) == (beta, rule)),
+                key=lambda row: row["alpha"],
+            )
             figure.add_trace(
                 go.Scatter(
                     x=[row["alpha"] for row in line],
                     y=[100 * row["acceptance"] for row in line],
                     mode="lines+markers",
-                    name=point_label({"method": method, "beta": beta}),
+                    name=point_label({"method": method, "beta": beta, "cda_lambda": rule}),
                 )
             )
     for row in rows:
@@ -169,11 +171,13 @@ def display_rows(rows: Sequence[Row]) -> list[dict[str, str]]:
     of their speed figures (disturbed timing, ``grid.summarize``'s ``speed_left_out``) add how many."""
     with_privacy = any("facts_sent" in row for row in rows)
     with_left_out = any(row.get("speed_left_out") for row in rows)
+    with_cda = any(row.get("cda_lambda") is not None for row in rows)
     return [
         {
             "method": method_label(row["method"]),
             "α": _parameter(row.get("alpha")),
             "β": _parameter(row.get("beta")),
+            **({"CDA λ": _parameter(row.get("cda_lambda"))} if with_cda else {}),
             "n": str(row.get("records", "")),
             "R-1": _number(row.get("rouge1"), 2),
             "R-L": _number(row.get("rougeL"), 2),
@@ -297,7 +301,7 @@ def sweep_figure(report: SweepReport) -> go.Figure:
         ),
     )
     timed = [s for s in report.settings if s.tok_per_s is not None]
-    labels = [f"α={s.point.alpha:g} β={s.point.beta:g}" for s in timed]
+    labels = [s.point.setting for s in timed]
     chosen = report.choice.chosen if report.choice is not None else None
     figure.add_trace(
         go.Scatter(
@@ -360,7 +364,7 @@ def sweep_figure(report: SweepReport) -> go.Figure:
                 y=[s.vs_reference.mean for s in paired if s.vs_reference],
                 error_y=_error_bars(paired, paired=True),
                 mode="markers",
-                text=[f"α={s.point.alpha:g} β={s.point.beta:g}" for s in paired],
+                text=[s.point.setting for s in paired],
                 name="SpecSteer − LLM",
                 marker={
                     "size": [16 if s.point == chosen else 9 for s in paired],

@@ -1,6 +1,9 @@
 """An α × β sweep of SpecSteer read from a run's cells: quality and speed per setting with record-level bootstrap
 intervals, the Pareto front, and the choice rule of ``docs/research/SWEEP_PLAN.md`` applied as written.
 
+A setting is one of SpecSteer's grid points: (α, β) and the acceptance rule, the fixed α or CDA at a λ
+(``GridPoint.cda_lambda``), labelled "α=1 β=1 CDA λ=1"; the rule below chooses among all of a run's settings.
+
 Records. Only the records that have a cell at every grid point of the run (every setting, SLM+ and LLM) are
 used, so that every number compares the same records; a run still going (or stopped) says how many that is
 (:attr:`SweepReport.records_complete` of :attr:`SweepReport.records_seen`).
@@ -29,10 +32,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specsteer.evaluation.grid import PairedDifference, paired_difference, spec_from_config, summarize
+from specsteer.evaluation.grid import PairedDifference, paired_difference, row_point, spec_from_config, summarize
 from specsteer.evaluation.metrics import ROUGE_LABELS, bootstrap_interval
 from specsteer.evaluation.timing import left_out_sentence
-from specsteer.method.catalog import BASELINES, method_label
+from specsteer.method.catalog import BASELINES
 from specsteer.stores.runs import CellResult, GridPoint
 
 STEERED = "specsteer"
@@ -73,8 +76,7 @@ class PointSummary:
 
     @property
     def label(self) -> str:
-        values = (("α", self.point.alpha), ("β", self.point.beta))
-        return " ".join([method_label(self.point.method), *(f"{s}={v:g}" for s, v in values if v is not None)])
+        return self.point.display
 
 
 @dataclass(frozen=True)
@@ -94,14 +96,10 @@ class Choice:
             if len(self.near_ties) == 1
             else f"the fastest of {len(self.near_ties)} settings within {self.tie:g} R-L of the best mean difference"
         )
-        text = f"chosen: {_setting(self.chosen)} ({reason})."
+        text = f"chosen: {self.chosen.setting} ({reason})."
         if not self.any_positive:
             text += " No setting's mean difference from LLM is positive: these records showed no gain over LLM."
         return text
-
-
-def _setting(point: GridPoint) -> str:
-    return f"α={point.alpha:g} β={point.beta:g}"
 
 
 def choose(candidates: Sequence[tuple[GridPoint, float, float | None]], tie: float = TIE) -> Choice | None:
@@ -189,7 +187,7 @@ def sweep_report(
     grid = tuple(points) if points is not None else tuple(dict.fromkeys(cell.point for cell in cells))
     records = set(complete_records(cells, grid))
     kept = [cell for cell in cells if cell.record_id in records and cell.point in grid]
-    speeds = {(row["method"], row["alpha"], row["beta"]): row for row in summarize(kept)}
+    speeds = {row_point(row): row for row in summarize(kept)}
 
     def summary(point: GridPoint) -> PointSummary | None:
         scores = [100 * value for c in kept if c.point == point and (value := c.rouge.get(metric)) is not None]
@@ -199,7 +197,7 @@ def sweep_report(
         versus = None
         if point.method == STEERED:
             versus = paired_difference(kept, point, GridPoint(REFERENCE), metric, draws, seed)
-        speed = speeds.get((point.method, point.alpha, point.beta), {})
+        speed = speeds.get(point, {})
         return PointSummary(
             point,
             len(scores),
@@ -245,6 +243,7 @@ def report_rows(report: SweepReport) -> list[dict[str, Any]]:
                 "method": summary.point.method,
                 "alpha": summary.point.alpha,
                 "beta": summary.point.beta,
+                "cda_lambda": summary.point.cda_lambda,
                 "records": summary.records,
                 report.metric: summary.mean,
                 f"{report.metric}_low": summary.low,
@@ -277,10 +276,12 @@ def report_json(report: SweepReport) -> dict[str, Any]:
         else {
             "alpha": choice.chosen.alpha,
             "beta": choice.chosen.beta,
+            "cda_lambda": choice.chosen.cda_lambda,
             "best_alpha": choice.best.alpha,
             "best_beta": choice.best.beta,
+            "best_cda_lambda": choice.best.cda_lambda,
             "best_mean_diff_vs_llm": choice.best_mean,
-            "near_ties": [[point.alpha, point.beta] for point in choice.near_ties],
+            "near_ties": [[point.alpha, point.beta, point.cda_lambda] for point in choice.near_ties],
             "tie": choice.tie,
             "any_positive": choice.any_positive,
             "statement": choice.statement(),

@@ -172,3 +172,9 @@ def method_label(name: str) -> str:
     """The display label; a name the table does not know (e.g. from another version's rows) is shown as is."""
     info = METHOD_INFO.get(name)
     return info.label if info is not None else name
+
+
+def acceptance_label(cda_lambda: float | None) -> str:
+    """How a setting names SpecSteer's acceptance rule: "" for the fixed α (the default, left unsaid), "CDA λ=1"
+    for divergence-adaptive acceptance at λ = 1 (specsteer.method.acceptance)."""
+    return "" if cda_lambda is None else f"CDA λ={cda_lambda:g}"

@@ -363,11 +363,17 @@ def ratio_test(
     k = len(draft_ids)
     if k == 0:
         return 0, []
-    temperature = 1.0 if sampler.greedy else sampler.temperature
     index = torch.tensor(draft_ids)[:, None]
-    log_p_large = torch.log_softmax(generalist_rows[:k] / temperature, -1).gather(-1, index)[:, 0]
-    log_p_generic = torch.log_softmax(generic_rows[:k] / temperature, -1).gather(-1, index)[:, 0]
+    log_p_large = tested_log_probs(generalist_rows[:k], sampler).gather(-1, index)[:, 0]
+    log_p_generic = tested_log_probs(generic_rows[:k], sampler).gather(-1, index)[:, 0]
     return ratio_decisions(log_ratio_values(log_p_large, log_p_generic, alpha), sampler)
+
+
+def tested_log_probs(rows: torch.Tensor, sampler: Sampler) -> torch.Tensor:
+    """The log-distributions the ratio test compares, ``[n, V]``: log softmax of the rows at the sampler's
+    temperature (1 in greedy mode; no nucleus cut: the test reads the models' own probabilities)."""
+    temperature = 1.0 if sampler.greedy else sampler.temperature
+    return torch.log_softmax(rows / temperature, -1)
 
 
 def log_ratio_values(log_p_large: torch.Tensor, log_p_generic: torch.Tensor, alpha: float) -> list[float]:

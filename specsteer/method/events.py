@@ -191,6 +191,9 @@ class GenerationStats:
     # P³ (the Cloud drafts): the tokens the Edge chose in place of a Cloud draft, its corrections; None for the
     # methods where the Edge drafts or decodes (device_share then says nothing about them).
     device_chosen: int | None = None
+    # The acceptance rule the Cloud applied: CDA's λ (specsteer.method.acceptance), None for the fixed α (and for
+    # the methods without α). Part of what a stored cell is a result of (its grid point reads it back).
+    cda_lambda: float | None = None
     # Steps in which this process stood still far beyond the generation's own steps (stopped, frozen, paused:
     # specsteer.method.timing), and their wall seconds beyond a typical step. Such a generation's timing is
     # disturbed: its seconds are kept as measured, and speed figures leave it out.

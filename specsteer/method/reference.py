@@ -29,6 +29,7 @@ def specsteer(
     max_new: int,
     stop: Collection[int],
     top_k: int = 0,
+    cda_lambda: float | None = None,
 ) -> list[int]:
     out: list[int] = []
     while len(out) < max_new:
@@ -38,8 +39,12 @@ def specsteer(
         accepted = 0  # 2. verify (Eq. 7): accept y while p_L(y) >= alpha * p_S0(y)
         for y in drafts:
             prefix = plain + out + drafts[:accepted]
-            log_ratio = torch.log_softmax(z_large(prefix), -1)[y] - torch.log_softmax(z_generic(prefix), -1)[y]
-            if not float(log_ratio) >= (math.log(alpha) if alpha > 0 else -math.inf):
+            log_large, log_generic = torch.log_softmax(z_large(prefix), -1), torch.log_softmax(z_generic(prefix), -1)
+            log_alpha = math.log(alpha) if alpha > 0 else -math.inf
+            if cda_lambda is not None and math.isfinite(log_alpha):
+                # CDA (specsteer.method.acceptance): alpha * exp(-lambda * JSD(p_L, p_S0)), JSD in nats.
+                log_alpha -= cda_lambda * _jsd(log_large.double(), log_generic.double())
+            if not float(log_large[y] - log_generic[y]) >= log_alpha:
                 break
             accepted += 1
         out += drafts[:accepted]
@@ -54,6 +59,13 @@ def specsteer(
         if out[-1] in stop:
             break
     return out[:max_new]
+
+
+def _jsd(log_p: torch.Tensor, log_q: torch.Tensor) -> float:
+    """Jensen-Shannon divergence in nats, 0.5 KL(p || m) + 0.5 KL(q || m) with m the mixture."""
+    p, q = log_p.exp(), log_q.exp()
+    m = (p + q) / 2
+    return float(0.5 * (p * (p / m).log()).nansum() + 0.5 * (q * (q / m).log()).nansum())
 
 
 def p3(

@@ -7,6 +7,9 @@ kept, whether a cross-tokenizer pair may use it. The Edge (``specsteer.edge.sess
 (``specsteer.cloud.verifier``, ``specsteer.cloud.service``) and the engine read these facts from here
 instead of comparing rule names.
 
+The ``ratio`` rule's threshold has rules of its own (:data:`ACCEPTANCE_RULES`): the fixed α, or CDA, α adapted
+per draft by the Cloud (``specsteer.method.acceptance``); an Open names CDA by its λ (``Open.cda_lambda``).
+
 A Verdict's payload is one of the small typed values below, tagged by its class. The wire format does
 not carry the tag: it is derived from the frame's fields (:func:`payload_of`), which are laid out as
 they always were (``ids``, ``values``, ``extra``):
@@ -23,6 +26,7 @@ CoSteerCandidates  m > 0      m                  m
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Literal
@@ -90,6 +94,20 @@ RULE_SPECS: dict[Rule, RuleSpec] = {
 }
 # SpecSteer (and LightCoSteer as rounds of no drafts), and the llm baselines.
 CROSS_RULES: tuple[Rule, ...] = tuple(rule for rule in Rule if RULE_SPECS[rule].cross_tokenizer)
+
+# How the ratio rule's threshold is set; the wire's order (an Open's acceptance extension carries the index).
+# FIXED: the session's α (paper Eq. 7). CDA: α·exp(−λ·JSD(p_L, p_S0)) per draft, computed by the Cloud from the
+# two distributions it holds (specsteer.method.acceptance); ``Open.cda_lambda`` carries λ.
+FIXED = "fixed"
+CDA = "cda"
+ACCEPTANCE_RULES: tuple[str, ...] = (FIXED, CDA)
+
+
+def cda_problem(cda_lambda: float | None) -> str | None:
+    """Why ``cda_lambda`` is no CDA strength (None, the fixed α, always is one), or None."""
+    if cda_lambda is not None and not (math.isfinite(cda_lambda) and cda_lambda >= 0):
+        return "CDA's λ must be a finite number >= 0"
+    return None
 
 
 # --------------------------------------------------------------------------- a Verdict's payload, by kind

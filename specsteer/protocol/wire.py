@@ -45,7 +45,17 @@ from typing import ClassVar, Final, Literal
 
 import numpy as np
 
-from specsteer.protocol.rules import RULE_SPECS, Payload, Rule, expected_payload, fields_of, payload_of
+from specsteer.protocol.rules import (
+    ACCEPTANCE_RULES,
+    CDA,
+    FIXED,
+    RULE_SPECS,
+    Payload,
+    Rule,
+    expected_payload,
+    fields_of,
+    payload_of,
+)
 
 # --------------------------------------------------------------------------- limits shared by both sides
 
@@ -75,6 +85,10 @@ RULES: tuple[Rule, ...] = tuple(Rule)
 
 _HEADER = struct.Struct("<BB")
 _OPEN_SETTINGS = struct.Struct("<Bdddi?dqI")
+# The rule byte's high bit: an acceptance extension follows the prompt (and a CrossOpen's extension). Rule indices
+# stay below it; a Cloud that predates the extension reads the byte as an unknown rule and refuses the frame.
+_ACCEPTANCE_FOLLOWS = 0x80
+_ACCEPTANCE = struct.Struct("<Bd")  # the acceptance rule's index in ACCEPTANCE_RULES, then its strength
 _KEEP = struct.Struct("<i")
 _COUNT = struct.Struct("<I")
 CROSS_LAYOUT = 1  # the layout of a CrossOpen's extension; bumped if it ever changes
@@ -129,6 +143,9 @@ class Open:
     bonus: bool = True
     seed: int = 0
     stop_ids: tuple[int, ...] = ()
+    # The ratio test's threshold: None, the fixed α (the paper); a number, CDA's λ: the Cloud adapts α per draft
+    # to how far p_L and p_S0 diverge there (specsteer.method.acceptance). Travels only when set (an extension).
+    cda_lambda: float | None = None
 
     def __post_init__(self) -> None:
         _check_session(self.session)
@@ -137,11 +154,18 @@ class Open:
         object.__setattr__(self, "rule", Rule(self.rule))
         object.__setattr__(self, "prompt", _ids(self.prompt))
         object.__setattr__(self, "stop_ids", _ids(self.stop_ids))
+        if self.cda_lambda is not None:
+            object.__setattr__(self, "cda_lambda", float(self.cda_lambda))
 
     @property
     def streams(self) -> bool:
         """Whether the Cloud answers with a stream of Tokens instead of waiting for drafts."""
         return RULE_SPECS[self.rule].streams
+
+    @property
+    def acceptance(self) -> str:
+        """The acceptance rule this Open names (``rules.ACCEPTANCE_RULES``)."""
+        return FIXED if self.cda_lambda is None else CDA
 
     def summary(self) -> dict:
         return {
@@ -156,6 +180,7 @@ class Open:
             "max_new_tokens": self.max_new_tokens,
             "stop_ids": list(self.stop_ids),
             "prompt": list(self.prompt),
+            **({} if self.cda_lambda is None else {"acceptance": self.acceptance, "cda_lambda": self.cda_lambda}),
         }
 
 
@@ -310,7 +335,7 @@ def encode(message: Message) -> bytes:
     head = _HEADER.pack(PROTOCOL_VERSION, message.code)
     if isinstance(message, Open):
         settings = _OPEN_SETTINGS.pack(
-            RULES.index(message.rule),
+            RULES.index(message.rule) | (0 if message.cda_lambda is None else _ACCEPTANCE_FOLLOWS),
             message.alpha,
             message.beta,
             message.temperature,
@@ -323,6 +348,8 @@ def encode(message: Message) -> bytes:
         frame = head + message.session + settings + _pack_ids(message.stop_ids) + _pack_ids(message.prompt)
         if isinstance(message, CrossOpen):
             frame += _CROSS_LAYOUT.pack(CROSS_LAYOUT) + _pack_ids(message.large_prompt)
+        if message.cda_lambda is not None:
+            frame += _ACCEPTANCE.pack(ACCEPTANCE_RULES.index(CDA), message.cda_lambda)
         return frame
     if isinstance(message, Draft):
         return head + message.session + _KEEP.pack(message.keep) + _pack_ids(message.append) + _pack_ids(message.draft)
@@ -403,6 +430,7 @@ def decode_prefix(data: bytes, direction: str | None = None, offset: int = 0) ->
     if kind is Open or kind is CrossOpen:
         session = reader.raw(SESSION_BYTES)
         rule, alpha, beta, temperature, top_k, bonus, top_p, seed, max_new_tokens = reader.take(_OPEN_SETTINGS)
+        extended, rule = bool(rule & _ACCEPTANCE_FOLLOWS), rule & ~_ACCEPTANCE_FOLLOWS
         if rule >= len(RULES):
             raise FrameError(f"unknown verification rule {rule}")
         stop_ids = reader.ids()
@@ -424,9 +452,10 @@ def decode_prefix(data: bytes, direction: str | None = None, offset: int = 0) ->
             (layout,) = reader.take(_CROSS_LAYOUT)
             if layout != CROSS_LAYOUT:
                 raise FrameError(f"cross-tokenizer layout {layout} is not supported (this side reads {CROSS_LAYOUT})")
-            message = CrossOpen(**fields, large_prompt=reader.ids())
-        else:
-            message = Open(**fields)
+            fields["large_prompt"] = reader.ids()
+        if extended:
+            fields["cda_lambda"] = _read_acceptance(reader)
+        message = kind(**fields)
     elif kind is Draft:
         session = reader.raw(SESSION_BYTES)
         (keep,) = reader.take(_KEEP)
@@ -438,6 +467,14 @@ def decode_prefix(data: bytes, direction: str | None = None, offset: int = 0) ->
     else:
         message = Tokens(reader.ids())
     return message, reader.offset
+
+
+def _read_acceptance(reader: _Reader) -> float:
+    """An Open's acceptance extension: the only rule it carries is CDA, with its λ."""
+    index, strength = reader.take(_ACCEPTANCE)
+    if index >= len(ACCEPTANCE_RULES) or ACCEPTANCE_RULES[index] != CDA:
+        raise FrameError(f"unknown acceptance rule {index}")
+    return strength
 
 
 def decode_stream(data: bytes, direction: str | None = None) -> list[Message]:
@@ -493,7 +530,9 @@ class CloudReport:
 @dataclass(frozen=True)
 class CloudInfo:
     """What a Cloud serves: the pairing (both sides must run the same Specialist), the vocabulary
-    its logits cover, the protocol version, its limits, and ``instance`` (changes when it restarts)."""
+    its logits cover, the protocol version, its limits, ``instance`` (changes when it restarts) and the
+    acceptance rules it applies (``rules.ACCEPTANCE_RULES``; a Cloud that predates them says none, read as
+    the fixed α alone)."""
 
     pairing: str
     vocab_size: int
@@ -501,9 +540,10 @@ class CloudInfo:
     instance: str = ""
     runtime: str = ""
     limits: dict = field(default_factory=dict)
+    acceptance: tuple[str, ...] = (FIXED,)
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "acceptance": list(self.acceptance)}
 
     @classmethod
     def from_json(cls, data: dict) -> CloudInfo:
@@ -515,6 +555,7 @@ class CloudInfo:
                 str(data.get("instance", "")),
                 str(data.get("runtime", "")),
                 dict(data.get("limits", {})),
+                tuple(str(rule) for rule in data.get("acceptance", (FIXED,))),
             )
         except (KeyError, TypeError, ValueError) as error:
             raise FrameError(f"unreadable Cloud description: {error!r}") from None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, get_args
 
+from specsteer.method.catalog import acceptance_label, method_label
 from specsteer.method.events import GenerationStats
 
 # --------------------------------------------------------------------------- the evaluation grid's results
@@ -23,16 +24,31 @@ RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
 
 @dataclass(frozen=True)
 class GridPoint:
-    """A method with the alpha and beta it reads (None for a parameter it does not use)."""
+    """A method with the alpha and beta it reads (None for a parameter it does not use), and the acceptance rule
+    of its ratio test: ``cda_lambda``, CDA's λ (``specsteer.method.acceptance``), None for the fixed α (the paper's,
+    and every method without α)."""
 
     method: str
     alpha: float | None = None
     beta: float | None = None
+    cda_lambda: float | None = None
 
     @property
     def label(self) -> str:
-        parameters = [f"{name}={value:g}" for name, value in (("a", self.alpha), ("b", self.beta)) if value is not None]
-        return " ".join([self.method, *parameters])
+        values = (("a", self.alpha), ("b", self.beta), ("cda", self.cda_lambda))
+        return " ".join([self.method, *(f"{name}={value:g}" for name, value in values if value is not None)])
+
+    @property
+    def setting(self) -> str:
+        """How people read its settings: "α=0.1 β=1", "α=1 β=1 CDA λ=1", "" for a method with none."""
+        values = (("α", self.alpha), ("β", self.beta))
+        parameters = [f"{name}={value:g}" for name, value in values if value is not None]
+        return " ".join(filter(None, [*parameters, acceptance_label(self.cda_lambda)]))
+
+    @property
+    def display(self) -> str:
+        """The method's label and its setting: "SpecSteer α=1 β=1 CDA λ=1", "LLM"."""
+        return " ".join(filter(None, [method_label(self.method), self.setting]))
 
 
 def _key_number(value: float | None) -> str:
@@ -46,11 +62,13 @@ def _key_text(value: str) -> str:
 
 
 def cell_key(record_id: str, point: GridPoint) -> str:
-    """Canonical key of a grid cell, e.g. ``"rec42|specsteer|a=0.1|b=1"`` (``-`` for no value).
+    """Canonical key of a grid cell, e.g. ``"rec42|specsteer|a=0.1|b=1"`` (``-`` for no value), and
+    ``"rec42|specsteer|a=0.1|b=1|cda=1"`` under CDA (the fixed α's keys stay as they were before CDA).
 
     A run holds at most one cell per key: it is how a resumed run knows what is already done.
     """
-    return f"{_key_text(record_id)}|{_key_text(point.method)}|a={_key_number(point.alpha)}|b={_key_number(point.beta)}"
+    key = f"{_key_text(record_id)}|{_key_text(point.method)}|a={_key_number(point.alpha)}|b={_key_number(point.beta)}"
+    return key if point.cda_lambda is None else f"{key}|cda={_key_number(point.cda_lambda)}"
 
 
 @dataclass(frozen=True)

@@ -5,32 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specsteer import cli
+from testkit import generate_cli
 
 SAMPLE = Path(__file__).resolve().parents[2] / "assets" / "samples" / "persona_software_developer.json"
 
 
 def _generate(capsys, *extra):
-    code = cli.main(
-        [
-            "generate",
-            "--method",
-            "p3",
-            "--pairing",
-            "tiny-test",
-            "--history",
-            str(SAMPLE),
-            "--task",
-            "cogenesis",
-            "--input",
-            "Write an article on learning Spanish.",
-            "--max-new-tokens",
-            "12",
-            *extra,
-        ]
-    )
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+    return generate_cli(capsys, "--method", "p3", "--max-new-tokens", "12", *extra)
 
 
 def test_generate_p3_json_shows_tokens_rounds_and_the_transcript(capsys):

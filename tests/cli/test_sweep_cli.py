@@ -20,9 +20,7 @@ FAST = ["--max-new-tokens", "3", "--retrieval-k", "1"]
 PROFILE = "Name: Ada Park\nPrivacy_info: Takes cello lessons every Tuesday; Is saving money for a shop in Lisbon"
 
 
-@pytest.fixture(autouse=True)
-def tiny(pair, monkeypatch):
-    monkeypatch.setattr(evaluate_cli, "shared_tiny_pair", lambda: pair)
+pytestmark = pytest.mark.usefixtures("evaluate_on_tiny")
 
 
 def evaluate(url: str, name: str, *extra: str, data: str = "sample", task: str = "review") -> int:

@@ -87,6 +87,7 @@ CONFIGS = [
     DecodeConfig(method="specsteer", max_new_tokens=24, alpha=0.5),
     DecodeConfig(method="specsteer", max_new_tokens=24, alpha=0.5, adaptive_draft=True, draft_len=6),
     DecodeConfig(method="specsteer", max_new_tokens=16, sample=True, temperature=0.8, seed=3),
+    DecodeConfig(method="specsteer", max_new_tokens=24, alpha=0.1, cda_lambda=1.0),  # CDA: the Cloud's own rule
     DecodeConfig(method="specsteer", max_new_tokens=12, sample=True, exact=True, seed=5),
     DecodeConfig(method="sd", max_new_tokens=24),
     DecodeConfig(method="lightcosteer", max_new_tokens=16),
@@ -119,6 +120,7 @@ def shape(finished):
     CONFIGS,
     ids=lambda c: (
         f"{c.method}{'-sample' if c.sample else ''}{'-exact' if c.exact else ''}{'-auto' if c.adaptive_draft else ''}"
+        f"{'-cda' if c.cda_lambda is not None else ''}"
     ),
 )
 def test_the_http_cloud_gives_the_in_process_output(pair, remote, config):
@@ -130,6 +132,20 @@ def test_the_http_cloud_gives_the_in_process_output(pair, remote, config):
     remote_tokens, there = collect(generate_ids(pair, plain, private, config, cloud=remote))
     assert shape(there) == shape(here)
     assert [(t.id, t.kind, t.round) for t in remote_tokens] == [(t.id, t.kind, t.round) for t in tokens]
+
+
+def test_the_http_cloud_applies_cda_as_asked(pair, remote):
+    """Its description offers CDA, and its rounds follow the Open's rule: CDA's rounds are not the fixed α's
+    (the in-process comparison above shows they are the in-process Cloud's)."""
+    plain, private = prompts(pair)
+    assert remote.info().acceptance == ("fixed", "cda")
+    logs = {}
+    for strength in (None, 1.0):
+        config = DecodeConfig(method="specsteer", max_new_tokens=24, alpha=0.1, cda_lambda=strength)
+        _, finished = collect(generate_ids(pair, plain, private, config, cloud=remote))
+        logs[strength] = [(step.drafted, step.accepted) for step in finished.stats.round_log]
+    assert logs[1.0] != logs[None]
+    assert sum(kept for _, kept in logs[1.0]) > sum(kept for _, kept in logs[None])  # here CDA kept more
 
 
 def test_socket_bytes_equal_the_transcript_and_carry_no_history(pair, server, remote):

@@ -17,11 +17,14 @@ from specsteer.data.privacy import audit_uplink, audit_wire
 from specsteer.engine import generate as engine
 from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
 from specsteer.protocol.link import Link, Reply
+from specsteer.protocol.rules import Rule
 from specsteer.protocol.wire import (
     DOWNLINK,
     PROTOCOL_VERSION,
+    RULES,
     UPLINK,
     CloudReport,
+    CrossOpen,
     Draft,
     FrameError,
     Open,
@@ -94,6 +97,8 @@ MESSAGES = [
     Verdict(2, [3, 1], np.array([0.5, -1.0], np.float32)),
     Verdict(0, values=np.arange(6, dtype=np.float32)),
     Tokens([42]),
+    Open(SESSION, "ratio", [1, 2], 16, alpha=1.0, cda_lambda=1.5),
+    CrossOpen(SESSION, "ratio", [1, 2], 16, cda_lambda=0.0, large_prompt=[7, 8, 9]),
 ]
 
 
@@ -113,6 +118,23 @@ def test_sizes_are_exact():
     # 2 + accepted + (count + 2 ids) + (count + 2 floats) + (count + 0 floats)
     assert len(encode(MESSAGES[4])) == 2 + 4 + (4 + 8) + (4 + 8) + 4
     assert len(encode(MESSAGES[6])) == 2 + 4 + 4
+
+
+def test_an_acceptance_rule_travels_only_when_it_is_not_the_fixed_alpha():
+    fixed, cda = MESSAGES[0], dataclasses.replace(MESSAGES[0], cda_lambda=2.0)
+    assert fixed.acceptance == "fixed" and cda.acceptance == "cda"
+    # The fixed α's frame is byte for byte the one before the extension existed: older Clouds read it as ever.
+    assert len(encode(fixed)) == 2 + 16 + 50 + (4 + 8) + (4 + 12)
+    frame = encode(cda)
+    assert len(frame) == len(encode(fixed)) + 1 + 8  # the rule's index and λ
+    rule_byte = frame[2 + 16]
+    # An older Cloud reads the rule byte as an index past its rules and refuses the frame.
+    assert rule_byte & 0x7F == RULES.index(Rule.RATIO) and rule_byte >= len(RULES)
+    assert decode(frame).cda_lambda == 2.0 and "cda_lambda" in cda.summary() and "cda_lambda" not in fixed.summary()
+    unknown = bytearray(frame)
+    unknown[-9] = 7  # an acceptance rule this side does not know
+    with pytest.raises(FrameError, match="acceptance rule"):
+        decode(bytes(unknown))
 
 
 def test_messages_are_frozen_and_typed():
@@ -200,6 +222,9 @@ def test_the_cloud_passes_are_in_the_trace_where_they_ran(pair):
         assert finished.stats.forward_calls["generalist"] == sum(1 for k in kinds if k == ("forward", "generalist"))
 
 
+METHODS_AUDITED = ("specsteer", "sd", "lightcosteer", "costeer", "llm")
+
+
 def test_canary_in_history_never_leaves_the_device(pair):
     tokenizer = pair.tokenizer
     request = Request(
@@ -210,11 +235,11 @@ def test_canary_in_history_never_leaves_the_device(pair):
     assert CANARY not in prepared.prompts.plain
     canary_ids = set(tokenizer.encode(CANARY))
     plain_ids = chat_ids(tokenizer, prepared.prompts.plain)
-    for method in ("specsteer", "sd", "lightcosteer", "costeer", "llm"):
+    configs = [DecodeConfig(method=method, max_new_tokens=24, alpha=0.5) for method in METHODS_AUDITED]
+    configs.append(DecodeConfig(max_new_tokens=24, alpha=0.5, cda_lambda=1.0))  # CDA: the same audit, unchanged
+    for config in configs:
         cloud = CapturingCloud(pair)
-        tokens, finished = collect(
-            generate(pair, prepared, DecodeConfig(method=method, max_new_tokens=24, alpha=0.5), cloud=cloud)
-        )
+        tokens, finished = collect(generate(pair, prepared, config, cloud=cloud))
         assert audit_uplink(finished.transcript, plain_ids, tokens).ok
         wire = audit_wire(cloud.uplink, cloud.downlink, plain_ids, tokens)  # the bytes themselves
         assert wire.ok, wire.problems
@@ -275,6 +300,7 @@ def test_the_cloud_has_no_way_to_receive_the_history():
         "bonus",
         "seed",
         "stop_ids",
+        "cda_lambda",  # the acceptance rule's strength, chosen by the Edge's settings: no history in it
         "draft",
         "append",
         "keep",

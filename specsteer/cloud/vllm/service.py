@@ -19,7 +19,7 @@ from specsteer.cloud.service import CloudService, ServiceLimits
 from specsteer.cloud.vllm.pair import ENGINE_NAME, EngineStats, VllmPair
 from specsteer.cloud.vllm.session import VllmCloud
 from specsteer.method.decoding import ForwardLog
-from specsteer.protocol.rules import RULE_SPECS
+from specsteer.protocol.rules import FIXED, RULE_SPECS
 from specsteer.protocol.wire import DRAFT_HEADROOM, CloudInfo, Open
 
 VLLM_RULES = ("ratio", "match", "generate")
@@ -35,7 +35,16 @@ class VllmCloudService(CloudService):
 
     def info(self) -> CloudInfo:
         info = super().info()
-        return CloudInfo(info.pairing, info.vocab_size, info.protocol, info.instance, ENGINE_NAME, info.limits)
+        return CloudInfo(
+            info.pairing, info.vocab_size, info.protocol, info.instance, ENGINE_NAME, info.limits, info.acceptance
+        )
+
+    @property
+    def acceptance_rules(self) -> tuple[str, ...]:
+        return (FIXED,)
+
+    def _fixed_only_reason(self) -> str:
+        return "CDA reads both models' whole next-token rows; the engines give log-probabilities of chosen tokens only"
 
     def engine_stats(self) -> EngineStats:
         return self.engines.stats()

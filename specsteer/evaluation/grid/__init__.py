@@ -57,6 +57,7 @@ from specsteer.evaluation.grid.summary import (
     PairedDifference,
     json_rows,
     paired_difference,
+    row_point,
     summarize,
 )
 
@@ -90,6 +91,7 @@ __all__ = [
     "pending_cells",
     "record_request",
     "resumable_config",
+    "row_point",
     "run_cell",
     "run_config",
     "run_facts",

@@ -91,6 +91,10 @@ def run_config(
         config["lora_settings"] = settings_document(spec.lora_settings or LoraSettings())
     if (spec.p3_draft_len, spec.p3_tau) == (DEFAULT_DRAFT_LEN, DEFAULT_TAU):
         del config["p3_draft_len"], config["p3_tau"]  # likewise for runs stored before P³
+    if spec.acceptance == "fixed":
+        del config["acceptance"], config["cda_lambdas"]  # likewise for runs stored before CDA
+    elif "cda" not in spec.acceptance.split(","):
+        del config["cda_lambdas"]
     config.update(
         data=str(Path(spec.data).resolve()), pairing=pairing_id, runtime=runtime, dtype=dtype, cells_total=cells_total
     )

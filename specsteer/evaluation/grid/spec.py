@@ -4,7 +4,9 @@ Grid. alpha and beta only go to the methods that read them (``specsteer.method.c
 takes both, LightCoSteer takes beta, and SLM, SLM+, LLM, SD and CoSteer (whose strength is its own
 lambda) take neither, so they run once per record whatever the grid size. ``extra_points`` adds
 (alpha, beta) pairs to the methods that take alpha only — the paper's beta study at one alpha —
-without multiplying the beta-only baselines.
+without multiplying the beta-only baselines. ``acceptance`` runs SpecSteer's points under the fixed α, under CDA
+at each of ``cda_lambdas`` (``specsteer.method.acceptance``), or both; the rule is part of the point
+(``GridPoint.cda_lambda``), of its cell's key and of its row (``cda_lambda``), so one run may hold both.
 Decoding is greedy (the paper's setting).
 
 LoRA: ``specialist_lora`` names one adapter for every record, or ``"per-record:DIR"`` an adapter per record
@@ -37,22 +39,30 @@ def grid_points(
     alphas: Sequence[float],
     betas: Sequence[float],
     extra_points: Sequence[tuple[float, float]] = (),
+    acceptance: Sequence[float | None] = (None,),
 ) -> list[GridPoint]:
-    """Every distinct (method, alpha, beta) to run, in the order given."""
+    """Every distinct (method, alpha, beta, acceptance rule) to run, in the order given. ``acceptance``: the rules of
+    the methods that take alpha, None for the fixed α and a number for CDA's λ; the others run once."""
     points: list[GridPoint] = []
     for method in methods:
         info = METHOD_INFO[method]
         pairs = [(alpha, beta) for alpha in alphas for beta in betas]
         if info.takes_alpha:
             pairs += list(extra_points)
-        for alpha, beta in pairs:
-            point = GridPoint(
-                method, float(alpha) if info.takes_alpha else None, float(beta) if info.takes_beta else None
-            )
-            if point not in points:
-                points.append(point)
+        for rule in acceptance if info.takes_alpha else (None,):
+            for alpha, beta in pairs:
+                point = GridPoint(
+                    method,
+                    float(alpha) if info.takes_alpha else None,
+                    float(beta) if info.takes_beta else None,
+                    None if rule is None else float(rule),
+                )
+                if point not in points:
+                    points.append(point)
     return points
 
+
+ACCEPTANCE_CHOICES = ("fixed", "cda", "fixed,cda")  # EvalSpec.acceptance: the rules a grid runs SpecSteer under
 
 MAX_RUN_NAME_CHARS = 128  # shown in every visitor's run picker
 
@@ -85,10 +95,19 @@ class EvalSpec:
     lora_settings: LoraSettings | None = None
     p3_draft_len: int = DEFAULT_DRAFT_LEN  # P³'s Cloud draft length (method p3; specsteer.method.p3)
     p3_tau: float = DEFAULT_TAU  # P³'s threshold
+    # The acceptance rules SpecSteer's points run under (ACCEPTANCE_CHOICES): the fixed α, CDA at each of
+    # ``cda_lambdas`` (specsteer.method.acceptance), or both (each a point of the grid).
+    acceptance: str = "fixed"
+    cda_lambdas: tuple[float, ...] = (1.0,)
     run_name: str | None = None  # None: a new run named after the task and the time
 
     def points(self) -> list[GridPoint]:
-        return grid_points(self.methods, self.alphas, self.betas, self.extra_points)
+        return grid_points(self.methods, self.alphas, self.betas, self.extra_points, self.acceptance_rules())
+
+    def acceptance_rules(self) -> list[float | None]:
+        """The grid's acceptance rules as GridPoint names them: None (the fixed α), then each λ of CDA."""
+        rules = self.acceptance.split(",")
+        return [None] * ("fixed" in rules) + ([float(value) for value in self.cda_lambdas] if "cda" in rules else [])
 
     def per_record_lora(self) -> Path | None:
         """The per-record adapters' directory (``specialist_lora = "per-record:DIR"``), or None."""
@@ -118,6 +137,10 @@ class EvalSpec:
             problems.append(f"methods must be some of {', '.join(METHODS)} (got {', '.join(self.methods) or 'none'})")
         if not self.alphas or not self.betas:
             problems.append("give at least one alpha and one beta")
+        if self.acceptance not in ACCEPTANCE_CHOICES:
+            problems.append(f"acceptance must be one of {', '.join(ACCEPTANCE_CHOICES)}, not {self.acceptance!r}")
+        elif "cda" in self.acceptance and not self.cda_lambdas:
+            problems.append("CDA needs at least one λ")
         grid_values = [*self.alphas, *self.betas, *(value for point in self.extra_points for value in point)]
         if not all(math.isfinite(value) for value in grid_values):
             # alpha = inf (reject every draft) is LightCoSteer, which the grid can run by name.
@@ -153,6 +176,7 @@ def decode_config(point: GridPoint, spec: EvalSpec) -> DecodeConfig:
         max_new_tokens=spec.max_new_tokens,
         private_guard=spec.private_guard,
         p3=P3Params(spec.p3_draft_len, spec.p3_tau),
+        cda_lambda=point.cda_lambda,
     )
 
 
@@ -163,6 +187,8 @@ def spec_from_config(config: Mapping[str, Any], data_dir: Path | None = None) ->
     values = {key: value for key, value in config.items() if key in known}
     for key in ("methods", "alphas", "betas"):
         values[key] = tuple(values.get(key, ()))
+    if "cda_lambdas" in values:
+        values["cda_lambdas"] = tuple(values["cda_lambdas"])
     values["extra_points"] = tuple(tuple(point) for point in values.get("extra_points", ()))
     if isinstance(values.get("lora_settings"), Mapping):
         values["lora_settings"] = settings_from_document(values["lora_settings"])

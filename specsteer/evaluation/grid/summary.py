@@ -47,6 +47,7 @@ JSON_ROW_KEYS = (
     "method",
     "alpha",
     "beta",
+    "cda_lambda",
     *ROUGE_KEYS,
     "acceptance",
     "tok_per_s",
@@ -66,9 +67,15 @@ PRIVACY_ROW_KEYS = ("facts_sent", "facts_sent_beyond_task", "facts_in_output", "
 
 def _row_order(point: GridPoint) -> tuple:
     rank = METHODS.index(point.method) if point.method in METHODS else len(METHODS)
-    # Strict to permissive (alpha descending), as the paper's tables read.
+    # Strict to permissive (alpha descending), as the paper's tables read; the fixed α before CDA.
     alpha = point.alpha if point.alpha is not None else float("inf")
-    return rank, point.method, -alpha, point.beta if point.beta is not None else 0.0
+    beta = point.beta if point.beta is not None else 0.0
+    return rank, point.method, -alpha, beta, point.cda_lambda is not None, point.cda_lambda or 0.0
+
+
+def row_point(row: Mapping[str, Any]) -> GridPoint:
+    """The grid point of a summary row (:func:`summarize`)."""
+    return GridPoint(row["method"], row["alpha"], row["beta"], row.get("cda_lambda"))
 
 
 def _throughput(cells: Sequence[CellResult], decode_only: bool = False) -> float | None:
@@ -137,6 +144,7 @@ def _summary_row(
         "method": point.method,
         "alpha": point.alpha,
         "beta": point.beta,
+        "cda_lambda": point.cda_lambda,
         "records": len(cells),
         **corpus_rouge(cell.rouge for cell in cells),
         "acceptance": sum(s.accepted for s in stats) / drafted if drafted else None,
@@ -160,8 +168,8 @@ def summarize(
     prompts: Mapping[str, PromptPair] | None = None,
     facts: Mapping[str, Sequence[str]] | None = None,
 ) -> list[dict[str, Any]]:
-    """One row per (method, alpha, beta) of a run's cells; see the module doc. With the run's task
-    and its prompts by record id (:func:`run_prompts`), rows also give the output hygiene shares;
+    """One row per grid point (method, alpha, beta, acceptance rule) of a run's cells; see the module doc. With
+    the run's task and its prompts by record id (:func:`run_prompts`), rows also give the output hygiene shares;
     with the records' private facts as well (:func:`run_facts`, CoGenesis), the privacy shares."""
     groups: dict[GridPoint, list[CellResult]] = {}
     for cell in cells:

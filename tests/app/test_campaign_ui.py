@@ -79,20 +79,21 @@ def test_the_panel_shows_results_and_exports(served):
     text = open(path, encoding="utf-8").read()
     assert "ann" in text and "seconds" in text
     refused = panel.predict(
-        "x",
-        "review",
-        "sample",
-        None,
-        2,
-        ["llm"],
-        TEST_PAIRING_ID,
-        "auto",
-        0.1,
-        1.0,
-        4,
-        "",
-        False,
-        "",
+        name="x",
+        task="review",
+        data="sample",
+        upload=None,
+        run=None,
+        limit=2,
+        methods=["llm"],
+        pairing=TEST_PAIRING_ID,
+        runtime="auto",
+        alpha=0.1,
+        beta=1.0,
+        max_new_tokens=4,
+        annotators="",
+        open_to_anyone=False,
+        token="",
         api_name="/campaign_create",
     )
     assert "two methods" in refused[0]
@@ -101,9 +102,23 @@ def test_the_panel_shows_results_and_exports(served):
 def test_the_panel_creates_and_generates_in_the_models_slot(served):
     url, _codes = served
     panel = client(url)
-    settings = [TEST_PAIRING_ID, "auto", 0.1, 1.0, 4, "", True, ""]
     created = panel.predict(
-        "ui-made", "review", "sample", None, 1, ["llm", "specsteer"], *settings, api_name="/campaign_create"
+        name="ui-made",
+        task="review",
+        data="sample",
+        upload=None,
+        run=None,
+        limit=1,
+        methods=["llm", "specsteer"],
+        pairing=TEST_PAIRING_ID,
+        runtime="auto",
+        alpha=0.1,
+        beta=1.0,
+        max_new_tokens=4,
+        annotators="",
+        open_to_anyone=True,
+        token="",
+        api_name="/campaign_create",
     )
     assert "stored" in created[0]
     status = panel.predict("ui-made", "", api_name="/campaign_generate")

@@ -483,7 +483,7 @@ def test_deployment_view_projects_a_stored_run(page):
     expect(plot.locator(".gtitle")).to_contain_text("a projection, not a measurement")
     expect(plot.locator(".gtitle")).to_contain_text("<b>deploy</b> run")
     expect(plot.locator(".xtitle").first).to_contain_text("round-trip time")
-    expect(plot.locator(".legend")).to_contain_text("SpecSteer α=0.1 β=1 (projected)")
+    expect(plot.locator(".legend")).to_contain_text("SpecSteer α=0.1 β=1")
     table = page.locator("#deployment-table")
     expect(table).to_contain_text("SpecSteer α=0.1 β=1 speedup")
     expect(table).to_contain_text("200")

@@ -382,3 +382,36 @@ def gpu_costs_dry_run(tmp_path_factory):
     done = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     return out, json.loads(out.read_text())
+
+
+# --------------------------------------------------------------------------- browser tests
+
+CHROMIUM = Path("/usr/bin/chromium")
+SCREENS = Path(__file__).resolve().parents[1] / "test-artifacts" / "screens"
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """Debian's Chromium through Playwright (never ``playwright install``); the test is skipped without it."""
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's Chromium is not installed at /usr/bin/chromium")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking"],
+        )
+        yield browser
+        browser.close()
+
+
+def save_screen(page, name: str) -> Path:
+    """A full-page screenshot in test-artifacts/screens/ (git-ignored) for a person to look at, and the
+    machine's load average when it was taken, one line per screenshot in LOAD.txt beside them."""
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    target = SCREENS / f"{name}.png"
+    page.screenshot(path=str(target), full_page=True)
+    load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    with (SCREENS / "LOAD.txt").open("a", encoding="utf-8") as log:
+        log.write(f"{name}.png: load average {load} ({os.cpu_count()} CPUs)\n")
+    return target

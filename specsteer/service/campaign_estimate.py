@@ -18,7 +18,6 @@ models, when they are not loaded yet, comes on top. The figure is rounded to who
 
 from __future__ import annotations
 
-import math
 import statistics
 import threading
 from collections.abc import Iterable, Mapping, Sequence
@@ -102,8 +101,8 @@ class CampaignEstimate:
 
     @property
     def minutes(self) -> int | None:
-        """Whole minutes, at least 1."""
-        return None if self.seconds is None else max(1, math.ceil(self.seconds / 60))
+        """The nearest whole minute, at least 1."""
+        return None if self.seconds is None else max(1, round(self.seconds / 60))
 
     def how(self) -> str:
         """How the figure was made, in one sentence."""

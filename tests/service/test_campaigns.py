@@ -438,3 +438,25 @@ def test_fifty_annotators_judging_at_once_store_every_judgement_once(db_url):
     assert all(judgement.saves == 1 for judgement in stored)
     assert {judgement.rationale for judgement in stored} == {f"{name} at {p}" for name in names for p in range(2)}
     assert service.store.annotator_count(campaign.id) == ANNOTATORS_AT_ONCE
+
+
+def test_near_identical_outputs_are_counted_and_never_queued(url):
+    """Standard SD reproduces LLM's greedy output token for token: a campaign of the two asks no one anything,
+    and says so; one of outputs that differ is queued as before."""
+    service = make_service(url)
+    service.create(CampaignRequest("alike", "review", "sample", ("llm", "sd"), SETTINGS, limit=2, open_to_anyone=True))
+    assert list(service.generate("alike"))[-1].status == "ready"
+    items = service.store.items(service.campaign("alike").id)
+    assert [item.similarity for item in items] == [1.0, 1.0]
+    assert service.status("alike").near_identical == 2
+    seat = service.join("alike", "ann")
+    with pytest.raises(CampaignError, match="outputs of all 2 ready so far are near-identical"):
+        service.view(seat, 0)
+    report = service.report("alike", resamples=50)
+    assert (report.to_judge, report.near_identical) == (0, 2)
+    differing = make_service(url)
+    differing.create(CampaignRequest("apart", "review", "sample", ("llm", "specsteer"), SETTINGS, limit=1))
+    list(differing.generate("apart"))
+    (item,) = differing.store.items(differing.campaign("apart").id)
+    assert item.similarity is not None and item.similarity < 0.95
+    assert differing.report("apart", resamples=50).to_judge == 1

@@ -9,17 +9,10 @@ import argparse
 import json
 import sys
 
-from specsteer.data.datasets import EXAMPLE_RUNS_DB
-from specsteer.evaluation.deployment import (
-    DEFAULT_RTTS_MS,
-    GENERALIST,
-    GENERIC,
-    PROFILES,
-    DeploymentProfile,
-    get_profile,
-)
+from specsteer.evaluation.deployment import GENERALIST, GENERIC, DeploymentProfile
+from specsteer.evaluation.deployment_profiles import PROFILES, get_profile
+from specsteer.evaluation.deployment_rows import DEFAULT_RTTS_MS
 from specsteer.evaluation.gpu_profile import (
-    DEFAULT_RUNS,
     bench_comparison,
     choose_context,
     cost_rows,
@@ -44,13 +37,9 @@ def _numbers(text: str) -> list[float]:
 def _stored_traces(args) -> tuple[list, int]:
     """The traces to project, read the way ``bench project`` reads them (its composition root), with sound
     timing, and how many were left out."""
-    from specsteer.cli.bench import _bench_runs, _stored_runs, timed_traces
+    from specsteer.cli.bench import timed_traces, traces_to_project
 
-    if args.from_bench:
-        return timed_traces(_bench_runs(args.from_bench))
-    if not args.database and not EXAMPLE_RUNS_DB.is_file():
-        raise ValueError(f"no {EXAMPLE_RUNS_DB} (the example runs): give --database URL --run NAME, or --from-bench")
-    return timed_traces(_stored_runs(args.database or str(EXAMPLE_RUNS_DB), args.run or list(DEFAULT_RUNS)))
+    return timed_traces(traces_to_project(args.from_bench, args.database, args.run))
 
 
 def _published_text(profile: DeploymentProfile, number: str) -> str | None:

@@ -1,6 +1,6 @@
 """A deployment profile whose Cloud costs are measured on a GPU (``specsteer.evaluation.gpu_costs``), not quoted.
 
-The bundled profiles (``specsteer.evaluation.deployment.PROFILES``) price the Cloud's passes from published
+The bundled profiles (``specsteer.evaluation.deployment_profiles.PROFILES``) price the Cloud's passes from published
 tokens/s tables: a one-token pass from a decode rate, every further token of a verification pass at
 a prompt rate derived from 6,144-token rows. ``specsteer.evaluation.gpu_costs`` measures those passes directly
 on a GPU with the real models' shapes: the decode step, (k+1)-token verification passes for each k on
@@ -31,32 +31,24 @@ from pathlib import Path
 from specsteer.evaluation.deployment import (
     GENERALIST,
     GENERIC,
+    HOST_NUMBERS,
     SPECIALIST,
     DeploymentProfile,
-    PassCost,
-    PassSample,
     Source,
     StreamCost,
     as_trace,
-    fit_pass_cost,
-    flat_cost,
-    get_profile,
-    group_runs,
     project,
-    projection_rows,
-    proportional_cost,
 )
+from specsteer.evaluation.deployment_profiles import get_profile
+from specsteer.evaluation.deployment_rows import group_runs, projection_rows
 from specsteer.evaluation.gpu_costs import SCHEMA
+from specsteer.method.costs import PassCost, PassSample, fit_pass_cost, flat_cost, proportional_cost
 from specsteer.method.events import TraceStep
 from specsteer.protocol.emulation import NO_LINK
 
 # The stored LongLaMP traces read 657-880 prompt tokens and write up to 256: their passes run at
 # roughly 0.7k-1.1k tokens of context, so the measured context nearest this one prices them.
 TRACE_CONTEXT = 1024
-
-# The traces projected by default: the example database's LongLaMP grid on llama.cpp (assets/example_runs.db, the
-# one example run that keeps its traces; docs/research/MEASUREMENTS.md projected it with its writing twin).
-DEFAULT_RUNS = ("longlamp-review-llamacpp-256",)
 
 
 # --------------------------------------------------------------------------- a measured pass cost
@@ -440,7 +432,7 @@ def one_gpu_profile(
 ) -> DeploymentProfile:
     """The engine benchmark's deployment as the projection prices it: the pair's Edge Specialist, Generalist and
     generic copy on one GPU, each pass at its median measured by ``benchmarks/gpu_costs.py``; no link (in process),
-    the Cloud's two passes one after the other, and no host overhead (what the published profiles charge)."""
+    the Cloud's two passes one after the other, and no host overhead (the gap to the measurement shows it)."""
     if pair not in costs.pairs:
         raise ValueError(f"pair {pair!r} was not measured (measured: {', '.join(costs.pairs) or 'none'})")
     small, large = costs.pairs[pair]
@@ -459,9 +451,9 @@ def one_gpu_profile(
     sources += [
         Source("link.overhead_bytes", "in process: no link"),
         Source("cloud_parallel", "the engine runs the Cloud's two passes one after the other"),
-        Source(
-            "overhead_per_step_s", "none charged, as in the published profiles: the gap to the measurement shows it"
-        ),
+    ]
+    sources += [
+        Source(number, "none charged: the gap to the measurement shows the host's share") for number in HOST_NUMBERS
     ]
     device = costs.device + (" (dry run)" if costs.dry_run else "")
     return DeploymentProfile(
@@ -473,7 +465,6 @@ def one_gpu_profile(
         NO_LINK,
         tuple(sources),
         cloud_parallel=False,
-        overhead_per_step_s=0.0,
     )
 
 

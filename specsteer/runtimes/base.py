@@ -55,7 +55,7 @@ def parse_split(requested: str) -> tuple[str, str] | None:
 def check_runtime(requested: str) -> str:
     """``requested`` as a runtime request every entry point accepts (``--runtime`` of generate, cloud,
     evaluate and bench): "auto", a runtime's name, or a split "A/B" of two runtimes' names (the one spelling
-    :func:`specsteer.models.loading.runtime_plan` reads). ValueError saying what is accepted otherwise."""
+    :func:`specsteer.models.planning.runtime_plan` reads). ValueError saying what is accepted otherwise."""
     if not isinstance(requested, str):  # what an API caller may send instead (None, a number, a list)
         raise ValueError(f"unknown runtime {requested!r}; choose {RUNTIME_SPELLING}")
     name = requested.strip()

@@ -24,7 +24,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 from specsteer.engine.settings import GenerationSettings
-from specsteer.evaluation.deployment import DEFAULT_RTTS_MS
+from specsteer.evaluation.deployment_rows import DEFAULT_RTTS_MS
 from specsteer.evaluation.grid import EvalSpec
 from specsteer.protocol.exposure import Exposure
 from specsteer.service.annotation import AnnotationService

@@ -20,7 +20,8 @@ from specsteer.data.datasets import DataError, load_records
 from specsteer.data.history import MAX_UPLOAD_BYTES
 from specsteer.data.json_limits import RECORDS_LIMITS, JsonLimits
 from specsteer.engine.settings import sentence
-from specsteer.evaluation.deployment import DEFAULT_RTTS_MS, deployment_rows, get_profile
+from specsteer.evaluation.deployment_profiles import get_profile
+from specsteer.evaluation.deployment_rows import DEFAULT_RTTS_MS, deployment_rows
 from specsteer.evaluation.grid import EvalSpec, grid_method_problem, run_grid_events
 from specsteer.evaluation.timing import disturbed_count
 from specsteer.models.weights import ModelLoadError
@@ -119,7 +120,7 @@ class EvaluationService:
         table_rtts_ms: Sequence[float] = DEFAULT_RTTS_MS,
     ) -> DeploymentReport:
         """A stored run's traced generations projected onto the bundled ``profile`` at each RTT
-        (``deployment.deployment_rows``). ValueError, as a sentence, for an unknown profile."""
+        (``deployment_rows.deployment_rows``). ValueError, as a sentence, for an unknown profile."""
         try:
             chosen = get_profile(profile)
         except ValueError as error:

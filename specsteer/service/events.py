@@ -188,10 +188,10 @@ class CloudCheck:
 class DeploymentReport:
     """One stored run's generations projected onto a deployment profile across round-trip times.
 
-    ``rows`` are ``deployment.projection_rows``: one per (method, α, β) group and RTT, with the projected
+    ``rows`` are ``deployment_rows.projection_rows``: one per (method, α, β) group and RTT, with the projected
     and the measured tokens/s and the projected speedup over ``llm``. Cells stored before generations
     kept their traces cannot be projected: ``traced`` says how many of ``cells`` could; ``disturbed``, how many
-    of those the rows left out because their timing was disturbed (``deployment.timed_runs``).
+    of those the rows left out because their timing was disturbed (``deployment_rows.timed_runs``).
     """
 
     run_id: int

@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from specsteer.engine.settings import sentence
-from specsteer.models.loading import LoadedPair, load_pair, runtime_plan
+from specsteer.models.loading import LoadedPair, load_pair
+from specsteer.models.planning import runtime_plan
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status
 from specsteer.models.weights import ModelLoadError
 from specsteer.runtimes.placement import Placement
@@ -79,7 +80,7 @@ class PairCatalog:
                 f"Auto picks transformers here: it runs the models on {self.placement.describe()}; this app's "
                 "llama.cpp is the CPU build, so it is not used while a GPU is present."
             )
-        measured = _measured_choice(pairing)
+        measured = _measured_choice(pairing) if not plan.reader else ""  # its reason names the prompt reader
         if chosen == "llama.cpp":
             return (
                 "Auto picks llama.cpp here: both models are GGUF files, there is no GPU and llama.cpp works on "

@@ -8,7 +8,8 @@ import time
 from collections.abc import Generator
 
 from specsteer.engine.settings import GenerationSettings
-from specsteer.models.loading import LoadedPair, lora_runtime_choice, with_specialist_lora
+from specsteer.models.loading import LoadedPair, with_specialist_lora
+from specsteer.models.planning import lora_plan
 from specsteer.models.weights import ModelLoadError
 from specsteer.service.events import Loading
 from specsteer.service.lora_teaching import LoraTeacher
@@ -76,10 +77,11 @@ class PairLoader:
         in when they name one (transformers only: "auto" loads it there, llama.cpp is refused; the Cloud's
         generic copy stays the base). Every failure is a ModelLoadError."""
         lora = self.teacher.adapter(settings.specialist_lora) if settings.specialist_lora else None
-        runtime = lora_runtime_choice(settings.runtime).runtime if lora is not None else settings.runtime
+        plan = lora_plan(settings.runtime) if lora is not None else None
+        runtime = plan.runtime if plan is not None else settings.runtime
         pair = yield from self.load(settings.pairing, runtime, edge_only=settings.remote, method=method)
-        if lora is None:
+        if lora is None or plan is None:
             return pair
         adapted = with_specialist_lora(pair, lora)
-        adapted.runtime_choice = lora_runtime_choice(settings.runtime).reason
+        adapted.runtime_plan, adapted.runtime_choice = plan, plan.reason
         return adapted

@@ -22,8 +22,8 @@ from gradio_client import Client, handle_file  # noqa: E402
 from gradio_client.utils import Status  # noqa: E402
 
 import storage  # noqa: E402
-from conftest import API_GENERATE  # noqa: E402
 from specsteer.stores.generations import RATING_CRITERIA  # noqa: E402
+from testkit import API_GENERATE  # noqa: E402
 from ui.compare_handlers import MAX_SLOTS  # noqa: E402
 
 GENERATE = API_GENERATE
@@ -275,7 +275,7 @@ def test_a_public_app_never_contacts_a_visitor_named_cloud(tmp_path, monkeypatch
     import threading
 
     import app
-    from conftest import _free_port
+    from testkit import free_port
 
     connections = []
     listener = socket.create_server(("127.0.0.1", 0))
@@ -301,7 +301,7 @@ def test_a_public_app_never_contacts_a_visitor_named_cloud(tmp_path, monkeypatch
     monkeypatch.delenv("DATABASE_URL", raising=False)
     storage.reset_engines()
     demo = app.build_app()
-    port = _free_port()
+    port = free_port()
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options())
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False, analytics_enabled=False)

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from conftest import save_screen
+from testkit import save_screen
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import save_screen, serve_app
+from testkit import save_screen, serve_app
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
 

@@ -46,7 +46,7 @@ GENERATE = {
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """(url, service, demo) of the app in public mode, its model jobs' queue capped at MAX_WAITING."""
-    from conftest import serve_app
+    from testkit import serve_app
 
     with serve_app(tmp_path_factory.mktemp("data"), {"SPECSTEER_PUBLIC": "1"}, QUEUE_MAX_SIZE=MAX_WAITING) as app:
         yield app.url.rstrip("/"), app.service, app.demo

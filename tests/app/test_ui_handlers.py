@@ -18,11 +18,10 @@ import pytest
 
 import app
 import storage
-from conftest import widget_settings
 from specsteer.cloud.process import free_loopback_port
 from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_path
 from specsteer.data.history import MAX_UPLOAD_BYTES
-from specsteer.evaluation.deployment import PROFILES
+from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.method.catalog import METHOD_INFO, METHODS, method_label
 from specsteer.method.events import GenerationStats, TokenEvent
 from specsteer.protocol.emulation import LinkConditions
@@ -31,6 +30,7 @@ from specsteer.protocol.wire import CloudInfo
 from specsteer.service import judging, page
 from specsteer.service.events import CloudCheck, Done, Failed, Generating, Started, Token
 from specsteer.stores.runs import CellResult, GridPoint
+from testkit import widget_settings
 from ui import compare_handlers, dashboard_handlers, generate_handlers, pairs, render, streaming
 from ui.streaming import BackgroundRun, Throttle, Toast, merge_frames
 

@@ -83,6 +83,7 @@ def test_the_table_names_every_run(bench, result):
 
 def test_gpu_profile_sets_the_projection_beside_each_run(result, gpu_costs_dry_run, tmp_path, capsys):
     from specsteer.cli import gpu_profile as gpu_profile_cli
+    from specsteer.evaluation.deployment import NO_HOST_OVERHEAD
     from specsteer.evaluation.gpu_profile import bench_comparison, load_costs, one_gpu_profile, parse_engine_bench
 
     bench_file = tmp_path / "bench.json"
@@ -97,7 +98,7 @@ def test_gpu_profile_sets_the_projection_beside_each_run(result, gpu_costs_dry_r
         assert row["projected_s"] > 0 and row["gap_s"] == pytest.approx(row["measured_s"] - row["projected_s"])
     # The projection prices the very trace each run kept: a run with fewer passes is projected faster.
     profile = one_gpu_profile(load_costs(costs), "qwen3")
-    assert profile.overhead_per_step_s == 0 and profile.link.rtt_ms == 0
+    assert profile.edge_host == profile.cloud_host == NO_HOST_OVERHEAD and profile.link.rtt_ms == 0
     rows = bench_comparison(parse_engine_bench(result), profile, "qwen3")
     by_run = {row["run"]: row for row in rows}
     assert by_run["specsteer@0.9"]["projected_s"] < by_run["specsteer@0.3"]["projected_s"]

@@ -9,7 +9,7 @@ import pytest
 from specsteer.engine.generate import DecodeConfig
 from specsteer.evaluation import plots
 from specsteer.evaluation.bench import BenchCase, Tally, _rows, format_table
-from specsteer.evaluation.deployment import TracedGeneration, deployment_rows, timed_runs
+from specsteer.evaluation.deployment_rows import TracedGeneration, deployment_rows, timed_runs
 from specsteer.evaluation.grid import json_rows, summarize
 from specsteer.evaluation.joined import StoredRun, join_runs, table_json, table_text
 from specsteer.evaluation.sweep import report_json, report_table, sweep_report

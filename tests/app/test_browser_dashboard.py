@@ -82,7 +82,7 @@ def test_it_opens_on_an_example_with_error_bars_every_method_and_a_table_of_pair
     status = page.locator("#dashboard-status")
     expect(status).to_contain_text("Showing example: cogenesis-retest", timeout=WAIT_MS)  # nothing clicked
     plot = page.locator("#quality-plot")
-    expect(plot.locator(".js-plotly-plot")).to_be_visible()
+    expect(plot.locator(".js-plotly-plot")).to_be_visible(timeout=WAIT_MS)
     assert plot.locator(".errorbar").count() == 3  # SLM+, LLM, SpecSteer: each its record bootstrap interval
     assert plot.locator(".textpoint").count() == 0  # named in the legend and on hover, never beside the point
     for name in ("SLM+", "LLM", "SpecSteer α=1 β=1"):
@@ -139,7 +139,7 @@ def test_the_deployment_view_draws_six_series_at_most_and_says_what_they_show(da
     expect(page.locator("#deployment-status")).to_contain_text("Projected 132 traced generations", timeout=WAIT_MS)
     expect(page.locator("#deployment-status")).to_contain_text("6 of its 11 series are drawn")
     plot = page.locator("#deployment-plot")
-    expect(plot.locator(".js-plotly-plot")).to_be_visible()
+    expect(plot.locator(".js-plotly-plot")).to_be_visible(timeout=WAIT_MS)
     assert plot.locator(".legend .traces").count() <= 6
     assert page.locator("#deployment-series .token").count() == 6
     takeaway = page.locator("#deployment-takeaway")

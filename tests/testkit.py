@@ -183,3 +183,28 @@ def save_screen(page, name: str) -> Path:
     with (SCREENS / "LOAD.txt").open("a", encoding="utf-8") as log:
         log.write(f"{name}.png: load average {load} ({os.cpu_count()} CPUs)\n")
     return target
+
+
+def broken_header_words(page, table: str) -> list[str]:
+    """Header words of ``table`` laid out on more than one line (a word split mid-way, or a letter a line)."""
+    return page.evaluate(
+        """(table) => {
+        const broken = [];
+        for (const header of document.querySelectorAll(table + ' th')) {
+            const walker = document.createTreeWalker(header, NodeFilter.SHOW_TEXT);
+            for (let text = walker.nextNode(); text; text = walker.nextNode()) {
+                let start = 0;
+                for (const word of text.textContent.split(' ')) {
+                    const range = document.createRange();
+                    range.setStart(text, start);
+                    range.setEnd(text, start + word.length);
+                    const lines = new Set([...range.getClientRects()].map(rect => Math.round(rect.top)));
+                    if (word.trim() && lines.size > 1) broken.push(word);
+                    start += word.length + 1;
+                }
+            }
+        }
+        return broken;
+    }""",
+        table,
+    )

@@ -62,14 +62,8 @@ def campaign(app_server):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking"],
-        )
-        yield chromium
-        chromium.close()
+def browser(chromium):
+    return chromium
 
 
 def open_judge(browser, url: str):

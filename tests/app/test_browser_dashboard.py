@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from testkit import save_screen
+from testkit import broken_header_words, save_screen
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
 
@@ -44,31 +44,6 @@ def choose_runs(page, *names: str) -> None:
         page.get_by_role("option", name=re.compile(re.escape(name))).first.click()
     page.keyboard.press("Escape")
     sync_api.expect(page.locator("#run-picker .token")).to_have_count(len(names), timeout=WAIT_MS)
-
-
-def broken_header_words(page, table: str) -> list[str]:
-    """Header words of ``table`` laid out on more than one line (a word split mid-way, or a letter a line)."""
-    return page.evaluate(
-        """(table) => {
-        const broken = [];
-        for (const header of document.querySelectorAll(table + ' th')) {
-            const walker = document.createTreeWalker(header, NodeFilter.SHOW_TEXT);
-            for (let text = walker.nextNode(); text; text = walker.nextNode()) {
-                let start = 0;
-                for (const word of text.textContent.split(' ')) {
-                    const range = document.createRange();
-                    range.setStart(text, start);
-                    range.setEnd(text, start + word.length);
-                    const lines = new Set([...range.getClientRects()].map(rect => Math.round(rect.top)));
-                    if (word.trim() && lines.size > 1) broken.push(word);
-                    start += word.length + 1;
-                }
-            }
-        }
-        return broken;
-    }""",
-        table,
-    )
 
 
 def first_column_is_sticky(page, table: str) -> bool:

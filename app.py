@@ -10,7 +10,8 @@ GRADIO_SERVER_NAME / GRADIO_SERVER_PORT. Where the data lives, and whether a res
 disk does not), is said at start in the log and at the foot of the page (``storage.location``).
 
 The default pairing loads in the background at start-up, and the default sample's prompts are read
-once (``ui.warmup``), so the page opens at once and its first Generate is as fast as the second. Every
+once (``ui.warmup``), so the page opens at once and a first Generate of the default sample waits for neither
+(``benchmarks/bench_first_click.py`` measures it; another sample reads its own prompts first). Every
 interactive event that runs a model shares one queue slot (concurrency id "models"): a second user waits
 with a visible queue position instead of doubling the memory in use. An evaluation grid has its own slot
 ("grid") and takes the models one cell at a time, after any waiting generation (specsteer/util/turns.py), so

@@ -43,8 +43,10 @@ class SqlCampaignStore:
     def items(self, campaign_id: int) -> list[CampaignItemRef]:
         return campaigns.campaign_items(campaign_id, url=self.url)
 
-    def add_item(self, campaign_id: int, position: int, record_key: str, comparison_id: int) -> bool:
-        return campaigns.add_campaign_item(campaign_id, position, record_key, comparison_id, url=self.url)
+    def add_item(
+        self, campaign_id: int, position: int, record_key: str, comparison_id: int, similarity: float | None = None
+    ) -> bool:
+        return campaigns.add_campaign_item(campaign_id, position, record_key, comparison_id, similarity, url=self.url)
 
     def annotator(self, campaign_id: int, name: str) -> Annotator | None:
         return campaigns.get_annotator(campaign_id, name, url=self.url)

@@ -110,12 +110,18 @@ def campaign_items(campaign_id: int, *, url: str | None = None) -> list[Campaign
         rows = session.scalars(
             select(CampaignItem).where(CampaignItem.campaign_id == campaign_id).order_by(CampaignItem.position)
         )
-        return [CampaignItemRef(row.position, row.record_key, row.comparison_id) for row in rows]
+        return [CampaignItemRef(row.position, row.record_key, row.comparison_id, row.similarity) for row in rows]
 
 
 @retry_on_locked()
 def add_campaign_item(
-    campaign_id: int, position: int, record_key: str, comparison_id: int, *, url: str | None = None
+    campaign_id: int,
+    position: int,
+    record_key: str,
+    comparison_id: int,
+    similarity: float | None = None,
+    *,
+    url: str | None = None,
 ) -> bool:
     """Link a record to its comparison; False when the record has one already (a second worker, a resume)."""
     try:
@@ -126,6 +132,7 @@ def add_campaign_item(
                     position=position,
                     record_key=fitting(record_key, "record id", CampaignItem.record_key),
                     comparison_id=comparison_id,
+                    similarity=similarity,
                 )
             )
         return True

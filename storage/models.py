@@ -320,6 +320,8 @@ class CampaignItem(Base):
     position: Mapped[int] = mapped_column(Integer)  # the record's place in the records file
     record_key: Mapped[str] = mapped_column(ShortText(255))
     comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"))
+    # How alike its outputs are (CampaignItemRef.similarity); NULL for items stored before it was measured.
+    similarity: Mapped[float | None] = mapped_column(Float, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
 

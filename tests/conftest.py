@@ -248,3 +248,23 @@ def gpu_costs_dry_run(tmp_path_factory):
     done = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stderr[-3000:]
     return out, json.loads(out.read_text())
+
+
+# --------------------------------------------------------------------------- browser tests
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """Debian's Chromium through Playwright (never ``playwright install``); the test is skipped without it."""
+    if not CHROMIUM.exists():
+        pytest.skip("Debian's Chromium is not installed at /usr/bin/chromium")
+    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=str(CHROMIUM),
+            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking"],
+        )
+        yield browser
+        browser.close()

@@ -196,3 +196,43 @@ API_GENERATE = dict(
     seed=0,
     retrieval_k=3,
 )
+
+
+SCREENS = Path(__file__).resolve().parents[1] / "test-artifacts" / "screens"
+
+
+def save_screen(page, name: str) -> Path:
+    """A full-page screenshot in test-artifacts/screens/ (git-ignored) for a person to look at, and the
+    machine's load average when it was taken, one line per screenshot in LOAD.txt beside them."""
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    target = SCREENS / f"{name}.png"
+    page.screenshot(path=str(target), full_page=True)
+    load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    with (SCREENS / "LOAD.txt").open("a", encoding="utf-8") as log:
+        log.write(f"{name}.png: load average {load} ({os.cpu_count()} CPUs)\n")
+    return target
+
+
+def broken_header_words(page, table: str) -> list[str]:
+    """Header words of ``table`` laid out on more than one line (a word split mid-way, or a letter a line)."""
+    return page.evaluate(
+        """(table) => {
+        const broken = [];
+        for (const header of document.querySelectorAll(table + ' th')) {
+            const walker = document.createTreeWalker(header, NodeFilter.SHOW_TEXT);
+            for (let text = walker.nextNode(); text; text = walker.nextNode()) {
+                let start = 0;
+                for (const word of text.textContent.split(' ')) {
+                    const range = document.createRange();
+                    range.setStart(text, start);
+                    range.setEnd(text, start + word.length);
+                    const lines = new Set([...range.getClientRects()].map(rect => Math.round(rect.top)));
+                    if (word.trim() && lines.size > 1) broken.push(word);
+                    start += word.length + 1;
+                }
+            }
+        }
+        return broken;
+    }""",
+        table,
+    )

@@ -7,11 +7,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specsteer.method.catalog import method_label
+from specsteer.service.campaign_checks import NEAR_IDENTICAL
 from specsteer.service.campaign_values import CampaignReport, CampaignStatusView, JudgeView
+from specsteer.stores.generations import slot_label
 from ui.render import comparison_slot_html, esc
 
 SHORTCUTS = (
-    ("1 … 6", "prefer output A … F"),
     ("T", "tie"),
     ("G", "all good"),
     ("X", "all bad"),
@@ -33,8 +34,16 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], css: str) -> s
     return f'<table class="ss-table {css}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
 
 
-def shortcuts_html() -> str:
-    keys = " · ".join(f"<kbd>{esc(key)}</kbd> {esc(what)}" for key, what in SHORTCUTS)
+def slot_keys(count: int) -> tuple[str, str]:
+    """The digit keys of ``count`` outputs and what they do: ("1 … 2", "prefer output A … B")."""
+    if count <= 1:
+        return "1", "prefer output A"
+    return f"1 … {count}", f"prefer output A … {slot_label(count - 1)}"
+
+
+def shortcuts_html(count: int) -> str:
+    """The keyboard hint for a comparison of ``count`` outputs."""
+    keys = " · ".join(f"<kbd>{esc(key)}</kbd> {esc(what)}" for key, what in (slot_keys(count), *SHORTCUTS))
     return f'<div class="ss-shortcuts" id="judge-shortcuts">Keyboard: {keys}</div>'
 
 
@@ -45,10 +54,22 @@ def status_html(view: CampaignStatusView) -> str:
     error = f'<div class="ss-box ss-box-error">{esc(campaign.error)}</div>' if campaign.error else ""
     return (
         f'<div class="ss-campaign-status" id="campaign-status-line"><b>{esc(campaign.name)}</b>: '
-        f"{campaign.ready} of {campaign.planned} comparisons ready ({esc(state)}) · {esc(campaign.task)} · "
+        f"{campaign.ready} of {campaign.planned} comparisons ready ({esc(state)}){_alike(view.near_identical)} · "
+        f"{esc(campaign.task)} · "
         f"{esc(', '.join(method_label(m) for m in campaign.methods))} · {esc(who)} · "
         f"{view.annotators} annotator(s), {view.judgements} judgement(s)</div>{error}{_sources_html((view.source,))}"
     )
+
+
+def _alike(count: int) -> str:
+    """How many comparisons were left out for near-identical outputs, and the rule (campaign_checks)."""
+    if not count:
+        return ""
+    rule = (
+        f"outputs whose normalised texts are equal or at least {NEAR_IDENTICAL:.0%} alike character by character: "
+        "nothing to choose between, so no annotator is asked"
+    )
+    return f' · <span title="{esc(rule)}">{count} with near-identical outputs, not shown to annotators</span>'
 
 
 def _sources_html(sources: Sequence[str | None]) -> str:
@@ -60,9 +81,17 @@ def _sources_html(sources: Sequence[str | None]) -> str:
 def leaderboard_html(result: CampaignReport) -> str:
     report = result.report
     board = report.leaderboard
+    counts = lambda row: f"{row.wins} / {row.losses} / {row.ties} / {row.all_good} / {row.all_bad}"  # noqa: E731
     if board.empty:
         rows = [[esc(method_label(row.method)), "–", "–", "–", "0"] for row in board.rows]
         note = '<p class="ss-muted">No judgement yet: strengths appear once annotators judge.</p>'
+    elif board.too_few:
+        rows = [[esc(method_label(row.method)), "–", "–", "–", counts(row)] for row in board.rows]
+        note = (
+            f'<div class="ss-box ss-box-warning" id="campaign-too-few">{esc(board.too_few_text().capitalize())}. '
+            f"A ranking and its intervals need {board.minimum_comparisons} judged comparisons: below that, the "
+            "bootstrap has too few comparisons to resample, and its intervals would look surer than they are.</div>"
+        )
     else:
         rows = [
             [
@@ -70,7 +99,7 @@ def leaderboard_html(result: CampaignReport) -> str:
                 esc(row.rank if row.rank is not None else "–"),
                 _number(row.strength, 3, signed=True),
                 f"[{_number(row.lower, 2, True)}, {_number(row.upper, 2, True)}]",
-                f"{row.wins} / {row.losses} / {row.ties} / {row.all_good} / {row.all_bad}",
+                counts(row),
             ]
             for row in board.rows
         ]
@@ -83,7 +112,13 @@ def leaderboard_html(result: CampaignReport) -> str:
         headers = ["method", "rank", "strength", "interval", "judgements"]
     scope = "every campaign" if len(result.campaigns) != 1 else result.campaigns[0]
     opened = " Open to anyone: annotators are names typed in, not checked." if result.open_to_anyone else ""
-    title = f"<h4>Leaderboard · {esc(scope)}</h4><p>{report.judgements} judgement(s) of {report.comparisons} comparison(s).{esc(opened)}</p>"
+    alike = (
+        f" {result.near_identical} more had near-identical outputs and were not shown." if result.near_identical else ""
+    )
+    title = (
+        f"<h4>Leaderboard · {esc(scope)}</h4><p id=\"campaign-judged\">{report.comparisons} of {result.to_judge} "
+        f"comparisons judged ({report.judgements} judgement(s)).{alike}{esc(opened)}</p>"
+    )
     sources = _sources_html(result.sources)
     return f'<div id="campaign-leaderboard">{title}{sources}{_table(headers, rows, "ss-leaderboard")}{note}</div>'
 
@@ -92,7 +127,7 @@ def win_matrix_html(result: CampaignReport) -> str:
     matrix = result.report.leaderboard.win_matrix
     headers = ["wins of ↓ over →", *(method_label(m) for m in matrix.methods)]
     rows = [
-        [esc(method_label(method)), *(_number(value, 1) for value in matrix.wins[i])]
+        [esc(method_label(method)), *("–" if i == j else _number(value, 1) for j, value in enumerate(matrix.wins[i]))]
         for i, method in enumerate(matrix.methods)
     ]
     return f'<div id="campaign-win-matrix"><h4>Win matrix</h4>{_table(headers, rows, "ss-win-matrix")}</div>'
@@ -150,6 +185,16 @@ def results_html(result: CampaignReport) -> str:
     return "".join(
         part(result)
         for part in (leaderboard_html, win_matrix_html, position_bias_html, agreement_html, annotators_html)
+    )
+
+
+def complete_html(view: JudgeView) -> str:
+    """The screen after the last comparison: the queue is done, and how to look back."""
+    return (
+        f'<div class="ss-box ss-box-ok ss-queue-complete" id="judge-complete"><div><h3>Queue complete</h3>'
+        f"<p>You have judged all {view.total} comparisons of “{esc(view.campaign)}”. Thank you: every judgement "
+        "is saved. Review them with the button below; a second save of a comparison replaces the first.</p>"
+        "</div></div>"
     )
 
 

@@ -1,4 +1,7 @@
-"""The Dashboard's figures and results table from a run's summary rows (plotly and pandas values for Gradio)."""
+"""The Dashboard's figures and tables from a run's numbers (``evaluation_runs.RunNumbers``: summary rows with
+their intervals, the paired differences), as plotly and pandas values for Gradio. The quality plot's speed is
+tokens/s measured in the run: every row has one, so every method is drawn (a speedup needs LLM cells in the same
+run, which a run of P³ alone has not)."""
 
 from __future__ import annotations
 
@@ -12,8 +15,7 @@ from specsteer.evaluation import plots
 TABLE_HEADERS = list(plots.display_rows([{"method": "x"}])[0])
 
 
-def _speed_key(rows: Sequence[dict]) -> str:
-    return "speedup" if any(row.get("speedup") is not None for row in rows) else "tok_per_s"
+SPEED = "tok_per_s"
 
 
 # Sizing the results table's columns. Left to itself, Gradio gives the columns widths that broke
@@ -34,7 +36,7 @@ _RUN_COLUMN_WIDTH = "240px"
 
 
 def table_update(table: pd.DataFrame) -> dict:
-    """The results table with column widths that keep every header word whole and every column in view."""
+    """A table, shown, with column widths that keep every header word whole and every column in view."""
     widths = []
     for column in table.columns:
         if column == _RUN_COLUMN:
@@ -42,7 +44,7 @@ def table_update(table: pd.DataFrame) -> dict:
             continue
         words = [*str(column).split(), *(str(value) for value in table[column])]
         widths.append(f"{round(max(map(len, words)) * _CHAR_PX + _CELL_PADDING_PX)}px")
-    return gr.update(value=table, column_widths=widths)
+    return gr.update(value=table, column_widths=widths, visible=True)
 
 
 def table_frame(rows: Sequence[dict]) -> pd.DataFrame:
@@ -54,8 +56,15 @@ def table_frame(rows: Sequence[dict]) -> pd.DataFrame:
 def figures(rows: Sequence[dict]):
     """(quality-vs-speed figure, acceptance-vs-alpha figure, table) of one run's summary rows."""
     table = table_frame(rows)
-    quality = plots.quality_speed_figure(rows, "rougeL", _speed_key(rows))
+    quality = plots.quality_speed_figure(rows, "rougeL", SPEED)
     return quality, plots.acceptance_figure(rows), table
+
+
+def differences_frame(runs: Sequence[tuple[str, Sequence[dict]]]) -> pd.DataFrame | None:
+    """The paired differences of each run (``claims.claim_row``) as one table, a run column first when several;
+    None when no run has any (no SpecSteer setting, or no baseline to compare it with)."""
+    lines = [{**({"run": name} if len(runs) > 1 else {}), **row} for name, rows in runs for row in rows]
+    return pd.DataFrame(lines) if lines else None
 
 
 def compared_figures(runs: Sequence[tuple[str, list[dict]]]):
@@ -67,8 +76,7 @@ def compared_figures(runs: Sequence[tuple[str, list[dict]]]):
     """
     if len(runs) == 1:
         return figures(runs[0][1])
-    everything = [row for _, rows in runs for row in rows]
-    speed = _speed_key(everything)
+    speed = SPEED
     quality = plots.quality_speed_figure([], "rougeL", speed)
     acceptance = plots.acceptance_figure([])
     tables = []
@@ -83,7 +91,7 @@ def compared_figures(runs: Sequence[tuple[str, list[dict]]]):
         shown = table_frame(rows)
         shown.insert(0, "run", name)
         tables.append(shown)
-    quality.update_layout(title="ROUGE-L against speed — runs compared")
+    quality.update_layout(title="ROUGE-L against speed — runs compared · error bars: 95 % record bootstrap")
     for figure in (quality, acceptance):
         figure.update_layout(legend={"orientation": "h", "yanchor": "top", "y": -0.2, "x": 0})
     return quality, acceptance, pd.concat(tables, ignore_index=True)

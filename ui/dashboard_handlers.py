@@ -18,18 +18,24 @@ from specsteer.evaluation.grid import EvalResult, GridProgress
 from specsteer.evaluation.timing import left_out_sentence
 from specsteer.service.app_service import AppService
 from specsteer.service.evaluation_runs import (
+    EMPTY_STORE,
     GridForm,
     chosen_run_ids,
-    claim_notes,
+    chosen_series,
+    default_run_ids,
+    deployment_takeaway,
+    numbers_of,
     run_label,
+    run_numbers,
     run_title,
     runtime_note,
-    stored_rows,
+    series_label,
+    series_labels,
     timing_note,
 )
 from specsteer.service.events import EvaluationEvent, Failed, Loading, Status
 from ui import render
-from ui.dashboard_figures import compared_figures, figures, table_update
+from ui.dashboard_figures import compared_figures, differences_frame, figures, table_update
 from ui.streaming import NOT_YOURS, RUNS, Toast
 from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path
 
@@ -41,6 +47,7 @@ class DashboardView(NamedTuple, Generic[_V]):
     quality: _V
     acceptance: _V
     table: _V
+    differences: _V  # the paired differences, one row per SpecSteer setting and baseline
     runs: _V
 
 
@@ -49,6 +56,8 @@ class DeploymentView(NamedTuple, Generic[_V]):
     figure: _V
     table: _V
     profile: _V  # the profile's label, link and sources
+    series: _V  # the series drawn (at most six) and those there are to choose from
+    takeaway: _V  # one line read off the numbers
 
 
 DEFAULT_PROFILE = "phone-4g"
@@ -70,7 +79,25 @@ def _fail(message: str) -> DashboardView:
 
 
 def _failed_view(message: str) -> DashboardView:
-    return DashboardView(render.message_box(message, "error"), gr.skip(), gr.skip(), gr.skip(), gr.skip())
+    return _status_only(render.message_box(message, "error"))
+
+
+def _status_only(status: str) -> DashboardView:
+    skip = gr.skip()
+    return DashboardView(status, skip, skip, skip, skip, skip)
+
+
+def _shown(figure: object) -> dict:
+    """A figure (or table) shown: every output starts hidden, so that an empty page holds no blank plot."""
+    return gr.update(value=figure, visible=True)
+
+
+def _differences(frame: pd.DataFrame | None) -> dict:
+    return table_update(frame) if frame is not None else gr.update(value=None, visible=False)
+
+
+def _status(lines: Sequence[str], kind: str = "ok") -> str:
+    return render.message_box(" ".join(filter(None, lines)), kind)
 
 
 def evaluation_frames(
@@ -78,17 +105,17 @@ def evaluation_frames(
 ) -> Iterator[DashboardView | Toast]:
     """The service's events of one evaluation run as frames of this tab's outputs, with a toast for a failure;
     ``run_choices`` lists the stored runs afresh."""
-    skip = gr.skip()
     for event in events:
         if isinstance(event, Failed):
             yield Toast(render.esc(event.message))
             yield _failed_view(event.message)._replace(runs=gr.update(choices=run_choices()))
         elif isinstance(event, (Status, Loading)):
-            yield DashboardView(render.message_box(event.message, "busy"), skip, skip, skip, skip)
+            yield _status_only(render.message_box(event.message, "busy"))
         elif isinstance(event, GridProgress):
-            yield DashboardView(_progress_box(event), skip, skip, skip, skip)
+            yield _status_only(_progress_box(event))
         elif isinstance(event, EvalResult):
-            quality, acceptance, table = figures(event.rows)
+            numbers = numbers_of(event.rows, event.cells)
+            quality, acceptance, table = figures(list(numbers.rows))
             cancelled = event.status == "cancelled"
             message = (
                 f"Run “{event.run_name}” (#{event.run_id}) {event.status}: {event.computed} cells computed "
@@ -96,14 +123,20 @@ def evaluation_frames(
             )
             if cancelled:
                 message += " Run it again under the same name to resume."
-            message = " ".join(filter(None, [message, timing_note(event.cells)]))
             yield DashboardView(
-                render.message_box(message, "warning" if cancelled else "ok"),
-                quality,
-                acceptance,
+                _status([message, *numbers.counts, timing_note(event.cells)], "warning" if cancelled else "ok"),
+                _shown(quality),
+                _shown(acceptance),
                 table_update(table),
+                _differences(differences_frame([(event.run_name, numbers.differences)])),
                 gr.update(choices=run_choices(), value=[event.run_id]),
             )
+
+
+def _unprojected(status: str, sources: object) -> DeploymentView:
+    """The Deployment view with nothing to draw: its figure, table and series picker hidden."""
+    hidden = gr.update(value=None, visible=False)
+    return DeploymentView(status, hidden, hidden, sources, gr.update(visible=False), "")
 
 
 class DashboardTab:
@@ -117,53 +150,68 @@ class DashboardTab:
         """Stored runs for the run picker, newest first."""
         return [(run_label(run), run.id) for run in self.service.stored_runs()]
 
+    def opening_view(self) -> DashboardView:
+        """What a page opens on: the stored runs listed with the default one chosen (``default_run_ids``: an
+        example run), and its view; a sentence, and nothing drawn, when there is no stored run at all."""
+        stored = self.service.stored_runs()
+        chosen = default_run_ids(stored)
+        picker = gr.update(choices=[(run_label(run), run.id) for run in stored], value=chosen)
+        if not chosen:
+            return _status_only(render.message_box(EMPTY_STORE, "info"))._replace(runs=picker)
+        return self.open_runs(chosen)._replace(runs=picker)
+
     def open_runs(self, run_ids: Sequence[int] | int | None) -> DashboardView:
         """Reopen stored runs (one, or several to compare them)."""
         ids = chosen_run_ids(run_ids)
         if ids is None:
-            message = "Choose one or more stored runs."
+            message = "Choose one or more stored runs." if self.service.stored_runs() else EMPTY_STORE
             gr.Warning(message)
-            return DashboardView(render.message_box(message, "error"), gr.skip(), gr.skip(), gr.skip(), gr.skip())
-        runs, timings = [], []
+            return _status_only(render.message_box(message, "error"))
+        runs, differences, notes, timings = [], [], [], []
         for run_id in ids:
             stored = self.service.run_results(run_id)
             if stored is None:
-                return DashboardView(
-                    render.message_box(f"Run #{run_id} does not exist.", "error"),
-                    gr.skip(),
-                    gr.skip(),
-                    gr.skip(),
-                    gr.skip(),
-                )
+                return _status_only(render.message_box(f"Run #{run_id} does not exist.", "error"))
             run, cells = stored.run, stored.cells
-            runs.append((run_title(run), stored_rows(run.config, cells)))
-            claims = [runtime_note(run.config), *claim_notes(cells)] if len(ids) == 1 else []
+            numbers = run_numbers(run, cells)
+            runs.append((run_title(run), list(numbers.rows)))
+            differences.append((run_title(run), numbers.differences))
+            notes = [runtime_note(run.config), *numbers.counts] if len(ids) == 1 else []
             timing = timing_note(cells)
             if timing:
                 timings.append(f"#{run.id}: {timing}" if len(ids) > 1 else timing)
         quality, acceptance, table = compared_figures(runs)
         names = ", ".join(name for name, _ in runs)
-        status = render.message_box(" ".join([f"Showing {names}.", *claims, *timings]), "ok")
-        return DashboardView(status, quality, acceptance, table_update(table), gr.skip())
+        paired = " The paired differences are in the table under the results." if any(d for _, d in differences) else ""
+        return DashboardView(
+            _status([f"Showing {names}.", *notes, *timings, paired]),
+            _shown(quality),
+            _shown(acceptance),
+            table_update(table),
+            _differences(differences_frame(differences)),
+            gr.skip(),
+        )
 
-    def deployment(self, run_ids: Sequence[int] | int | None, profile: str) -> DeploymentView:
-        """The Deployment view: the first chosen run projected onto ``profile`` at RTT 0–200 ms."""
+    def deployment(
+        self, run_ids: Sequence[int] | int | None, profile: str, series: Sequence[str] | None = None
+    ) -> DeploymentView:
+        """The Deployment view: the first chosen run projected onto ``profile`` at RTT 0–200 ms, at most six of
+        its series drawn (``series``, else the default ones: ``evaluation_runs.default_series``), with a line
+        read off the numbers."""
         skip = gr.skip()
         profile = profile if isinstance(profile, str) else ""  # an API caller may send any JSON value
         sources = render.profile_html(PROFILES[profile]) if profile in PROFILES else skip
         ids = chosen_run_ids(run_ids)
         if ids is None:
-            return DeploymentView(
-                render.message_box("Choose a stored run above to project it.", "info"), None, None, sources
-            )
+            return _unprojected(render.message_box("Choose a stored run above to project it.", "info"), sources)
         run = self.service.stored_run(ids[0])
         if run is None:
-            return DeploymentView(render.message_box(f"Run #{ids[0]} does not exist.", "error"), None, None, sources)
+            return _unprojected(render.message_box(f"Run #{ids[0]} does not exist.", "error"), sources)
         name = run_title(run)
         try:
             report = self.service.deployment(run.id, profile)
         except ValueError as error:
-            return DeploymentView(render.message_box(str(error), "error"), None, None, sources)
+            return _unprojected(render.message_box(str(error), "error"), sources)
         if report.traced == 0:
             if not report.cells:
                 message = f"Run “{name}” has no finished cells yet: there is nothing to project."
@@ -180,12 +228,12 @@ class DashboardTab:
                     f"message with its time), so none of its {report.cells} cells can be projected. Run the same "
                     "grid again under a new name to see its deployment."
                 )
-            return DeploymentView(render.message_box(message, "warning"), None, None, sources)
+            return _unprojected(render.message_box(message, "warning"), sources)
         if report.projected == 0:
             message = (
                 f"Run “{name}”: {left_out_sentence(report.disturbed, quality_kept=False)} Nothing is left to project."
             )
-            return DeploymentView(render.message_box(message, "warning"), None, None, sources)
+            return _unprojected(render.message_box(message, "warning"), sources)
         notes = [
             f"Projected {report.projected} traced generations of run “{name}” onto “{report.profile.label}”, "
             "each read as a fresh request (every prompt token, none taken from the recorded run's cache) and "
@@ -209,12 +257,20 @@ class DashboardTab:
             notes.append("The run has no SpecSteer cells: the table shows LLM alone.")
         if len(ids) > 1:
             notes.append("The view projects one run at a time: the first one chosen.")
-        table = pd.DataFrame(plots.speedup_rows(report.rows, report.table_rtts_ms))
+        rtt = report.profile.link.rtt_ms
+        shown = chosen_series(report.rows, series, rtt)
+        rows = [row for row in report.rows if series_label(row) in shown]
+        every = series_labels(report.rows)
+        if len(every) > len(shown):
+            notes.append(f"{len(shown)} of its {len(every)} series are drawn; choose others under the table.")
+        takeaway = deployment_takeaway(report.rows, shown, report.profile.label, rtt)
         return DeploymentView(
             render.message_box(" ".join(notes), "ok"),
-            plots.deployment_figure(report.rows, report.profile.label, name),
-            table,
+            _shown(plots.deployment_figure(rows, report.profile.label, name)),
+            table_update(pd.DataFrame(plots.speedup_rows(rows, report.table_rtts_ms))),
             sources,
+            gr.update(choices=every, value=shown, visible=len(every) > 1),
+            render.message_box(takeaway, "info") if takeaway else "",
         )
 
     def run_batch(self, request: gr.Request | None = None, **values: object) -> Iterator[DashboardView]:
@@ -240,13 +296,10 @@ class DashboardTab:
 
     def cancel(self, request: gr.Request | None = None) -> DashboardView:
         """The Cancel button: stop after the current token; finished cells stay stored (and resumable)."""
-        skip = gr.skip()
         run = RUNS.stop(request, "dashboard", timeout=30.0)
         if run is None:  # another session's run (or none): never claim to have cancelled it
-            return DashboardView(render.message_box(NOT_YOURS, "warning"), skip, skip, skip, skip)
+            return _status_only(render.message_box(NOT_YOURS, "warning"))
         if run.done:
             return DashboardView(*run.state)
         message = "Cancelled. Finished cells stay stored; run again under the same name to resume."
-        return DashboardView(
-            render.message_box(message, "warning"), skip, skip, skip, gr.update(choices=self.run_choices())
-        )
+        return _status_only(render.message_box(message, "warning"))._replace(runs=gr.update(choices=self.run_choices()))

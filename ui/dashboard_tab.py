@@ -11,12 +11,18 @@ Cancel stops), and draws the figures of ``specsteer.evaluation.plots`` and the t
 
 The Deployment view projects a stored run onto a bundled deployment profile: the service's
 ``deployment`` (the run's traces replayed at RTT 0–200 ms), ``plots.deployment_figure`` and
-``plots.speedup_rows``, and the profile's sources (``render.profile_html``).
+``plots.speedup_rows`` for at most six series at a time, a line read off the numbers, and the profile's sources
+(``render.profile_html``).
+
+A page opens on one of the example runs that ship with the app (``evaluation_runs.default_run_ids``), shown;
+every figure and table stays hidden until it has something to show, so an empty database gets a sentence.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
 import gradio as gr
@@ -28,14 +34,14 @@ from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.method.catalog import CORE_METHODS, METHODS, method_label
 from specsteer.service.app_service import AppService
 from specsteer.service.campaigns import CampaignService
-from specsteer.service.evaluation_runs import GridForm, source_choices
+from specsteer.service.evaluation_runs import MAX_SERIES, GridForm, source_choices
 from ui import campaign_beside_run, joined_view, pairs, render, sweep_view
 from ui.dashboard_figures import TABLE_HEADERS
-from ui.dashboard_handlers import DEFAULT_PROFILE, PROFILE_CHOICES, DashboardTab, DashboardView
+from ui.dashboard_handlers import DEFAULT_PROFILE, PROFILE_CHOICES, DashboardTab, DashboardView, DeploymentView
 from ui.p3_settings import p3_widgets
 from ui.streaming import GRID_CONCURRENCY_ID
 from ui.uploads import gradio_uploads
-from ui.wiring import QUIET, PageRefresh, wire_run
+from ui.wiring import QUIET, wire_run
 
 log = logging.getLogger(__name__)
 
@@ -52,8 +58,26 @@ log = logging.getLogger(__name__)
 # --------------------------------------------------------------------------- layout
 
 
-def build(service: AppService, campaigns: CampaignService | None = None) -> PageRefresh:
-    """Builds the tab; returns what a page that opens reads afresh (the stored runs)."""
+@dataclass(frozen=True)
+class DashboardOpening:
+    """What a page that opens does: list the stored runs with the default one chosen and show it, its α × β
+    view and its deployment."""
+
+    tab: DashboardTab
+    view: DashboardView
+    sweep: sweep_view.SweepView
+    sweep_handler: Callable[[object], sweep_view.SweepView]
+    deployment_inputs: list
+    deployment: DeploymentView
+
+    def on_load(self, page: gr.Blocks) -> None:
+        opened = page.load(self.tab.opening_view, None, list(self.view), **QUIET)
+        opened = opened.then(self.sweep_handler, self.view.runs, list(self.sweep), **QUIET)
+        opened.then(self.tab.deployment, self.deployment_inputs, list(self.deployment), **QUIET)
+
+
+def build(service: AppService, campaigns: CampaignService | None = None) -> DashboardOpening:
+    """Builds the tab; returns what a page that opens does (lists the stored runs and shows the default one)."""
     tab = DashboardTab(service, gradio_uploads())
     gr.Markdown(
         "Runs a grid of methods × α × β over LongLaMP records and stores every result as it finishes. "
@@ -100,9 +124,7 @@ def build(service: AppService, campaigns: CampaignService | None = None) -> Page
                 run = gr.Button("Run evaluation", variant="primary", elem_id="dashboard-run")
                 cancel = gr.Button("Cancel", variant="stop", elem_id="dashboard-cancel")
         with gr.Column(scale=3, min_width=420):
-            status = gr.HTML(
-                render.message_box("Choose the data and the grid, then run.", "info"), elem_id="dashboard-status"
-            )
+            status = gr.HTML(render.message_box("Opening the stored runs…", "info"), elem_id="dashboard-status")
             with gr.Row(equal_height=False):
                 # Custom values: API clients may name a run id this page has not listed yet.
                 runs = gr.Dropdown(
@@ -115,15 +137,34 @@ def build(service: AppService, campaigns: CampaignService | None = None) -> Page
                     elem_id="run-picker",
                 )
                 show = gr.Button("Show", scale=1, elem_id="show-runs")
-            quality = gr.Plot(label="Quality against speed", elem_id="quality-plot")
-            acceptance = gr.Plot(label="Acceptance against α", elem_id="acceptance-plot")
+            quality = gr.Plot(label="Quality against speed", elem_id="quality-plot", visible=False)
+            acceptance = gr.Plot(label="Acceptance against α", elem_id="acceptance-plot", visible=False)
     # The table spans the page: next to the settings its 14 columns (15 when runs are compared)
     # had a few dozen pixels each, and the speed, round and byte columns scrolled out of sight.
     if campaigns is not None:  # the human judgement of the same records, beside the run's ROUGE
         campaign_beside_run.build(campaigns, runs)
-    table = gr.Dataframe(headers=TABLE_HEADERS, interactive=False, label="Results", elem_id="results-table", wrap=True)
+    table = gr.Dataframe(
+        headers=TABLE_HEADERS,
+        interactive=False,
+        label="Results",
+        elem_id="results-table",
+        elem_classes="ss-wide-table",
+        wrap=True,
+        pinned_columns=1,
+        visible=False,
+    )
     gr.Markdown(plots.TABLE_NOTE, elem_classes="ss-note")
-    sweep_view.build(service, runs, show)  # the α × β view of the chosen run
+    differences = gr.Dataframe(
+        interactive=False,
+        label="Paired differences, record by record: each SpecSteer setting against SLM+ and LLM on the records "
+        "both have (95 % bootstrap over the run's records, 10,000 resamples, seed 0)",
+        elem_id="paired-table",
+        elem_classes="ss-wide-table",
+        wrap=True,
+        pinned_columns=1,
+        visible=False,
+    )
+    sweep, sweep_handler = sweep_view.build(service, runs, show)  # the α × β view of the chosen run
     joined_view.build(service, runs)  # several runs over the same records as one table (specsteer report's)
 
     with gr.Accordion("Deployment: projected speed on a device and a cloud GPU", open=True, elem_id="deployment-view"):
@@ -146,14 +187,28 @@ def build(service: AppService, campaigns: CampaignService | None = None) -> Page
         deployment_status = gr.HTML(
             render.message_box("Choose a stored run above, then project it.", "info"), elem_id="deployment-status"
         )
-        deployment_plot = gr.Plot(label="Projected tokens/s against round-trip time", elem_id="deployment-plot")
+        takeaway = gr.HTML(elem_id="deployment-takeaway")
+        deployment_plot = gr.Plot(
+            label="Projected tokens/s against round-trip time", elem_id="deployment-plot", visible=False
+        )
         with gr.Row():
             speedups = gr.Dataframe(
                 interactive=False,
-                label="SpecSteer's projected speedup over the cloud-streamed LLM, by round-trip time",
+                label="Projected tokens/s and speedup over the cloud-streamed LLM, by round-trip time",
                 elem_id="deployment-table",
+                elem_classes="ss-wide-table",
                 wrap=True,
+                pinned_columns=1,
+                visible=False,
             )
+        series = gr.Dropdown(
+            [],
+            multiselect=True,
+            max_choices=MAX_SERIES,
+            label=f"Series drawn (at most {MAX_SERIES})",
+            visible=False,
+            elem_id="deployment-series",
+        )
         gr.Markdown(plots.PROJECTION_CAPTION, elem_classes="ss-note")
         with gr.Accordion("The profile's numbers and their sources", open=False, elem_id="deployment-sources"):
             profile_sources = gr.HTML(render.profile_html(PROFILES[DEFAULT_PROFILE]), elem_id="deployment-profile-note")
@@ -176,7 +231,8 @@ def build(service: AppService, campaigns: CampaignService | None = None) -> Page
         operator_token=operator_token,
         **p3,
     )
-    outputs = list(DashboardView(status, quality, acceptance, table, runs))
+    view = DashboardView(status, quality, acceptance, table, differences, runs)
+    outputs = list(view)
     offer = partial(pairs.offer_methods, METHODS, method_label)
     picker.pairing.change(offer, [picker.pairing, methods], methods, **QUIET)
     wire_run(
@@ -193,9 +249,11 @@ def build(service: AppService, campaigns: CampaignService | None = None) -> Page
         concurrency_id=GRID_CONCURRENCY_ID,
     )
     shown = show.click(tab.open_runs, runs, outputs, api_name="open_runs")
-    deployment_outputs = [deployment_status, deployment_plot, speedups, profile_sources]  # DeploymentView
-    project.click(tab.deployment, [runs, profile], deployment_outputs, api_name="deployment")
-    shown.then(tab.deployment, [runs, profile], deployment_outputs, **QUIET)
-    profile.select(tab.deployment, [runs, profile], deployment_outputs, **QUIET)
+    deployment = DeploymentView(deployment_status, deployment_plot, speedups, profile_sources, series, takeaway)
+    deployment_inputs = [runs, profile, series]
+    project.click(tab.deployment, deployment_inputs, list(deployment), api_name="deployment")
+    shown.then(tab.deployment, deployment_inputs, list(deployment), **QUIET)
+    profile.select(tab.deployment, deployment_inputs, list(deployment), **QUIET)
+    series.input(tab.deployment, deployment_inputs, list(deployment), **QUIET)
     upload.upload(lambda: "upload", None, source, **QUIET)
-    return PageRefresh(lambda: gr.update(choices=tab.run_choices()), [runs])
+    return DashboardOpening(tab, view, sweep, sweep_handler, deployment_inputs, deployment)

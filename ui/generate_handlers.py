@@ -75,11 +75,11 @@ def cloud_widget(exposure: Exposure, address: str) -> gr.components.Component:
         return gr.Textbox(
             value=address,
             label="Cloud",
-            placeholder="empty: in this process · or http://HOST:PORT",
+            placeholder="empty: inside this app · or http://HOST:PORT",
             scale=3,
             elem_id="cloud-url",
         )
-    choices = [("In this process", IN_PROCESS), *((url, url) for url in exposure.cloud_urls)]
+    choices = [("Inside this app", IN_PROCESS), *((url, url) for url in exposure.cloud_urls)]
     return gr.Dropdown(
         choices=choices,
         value=address if address in exposure.cloud_urls else IN_PROCESS,

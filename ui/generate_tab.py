@@ -178,7 +178,7 @@ def build(service: AppService) -> GenerateControls:
                     cloud = cloud_widget(service.exposure, address)
                     test_cloud = gr.Button("Test connection", scale=1, min_width=120, size="md", elem_id="test-cloud")
                 gr.Markdown(
-                    "Empty: both models run in this process. An address of `python -m specsteer cloud`: "
+                    "Empty: both models run inside this app. An address of `python -m specsteer cloud`: "
                     "only the Specialist (and your history) stays here. Its shared secret is read from "
                     f"`${CLOUD_SECRET_ENV}`, never typed into the page.",
                     elem_classes="ss-note",
@@ -210,7 +210,7 @@ def build(service: AppService) -> GenerateControls:
                         elem_id="downlink-kbps",
                     )
                 gr.Markdown(
-                    "Link emulation: every message waits as it would on that network, in process or against "
+                    "Link emulation: every message waits as it would on that network, inside this app or against "
                     "a remote Cloud. 0 kbps is unlimited; 0 ms and unlimited emulate nothing.",
                     elem_classes="ss-note",
                 )

@@ -21,8 +21,9 @@ import pandas as pd
 
 from specsteer.evaluation.joined import JoinedTable, join_stored, share_text
 from specsteer.service.app_service import AppService
-from specsteer.service.evaluation_runs import chosen_run_ids
+from specsteer.service.evaluation_runs import chosen_run_ids, joined_refusal
 from ui import render
+from ui.dashboard_figures import table_update
 
 JOINED_MAX_ROWS = 8
 
@@ -78,27 +79,35 @@ def differences_html(table: JoinedTable) -> str:
 
 
 def joined_view(service: AppService, run_ids: Any) -> JoinedView:
-    """The chosen runs joined (None table and empty differences when there is nothing to show)."""
+    """The chosen runs joined (the table hidden and no differences when there is nothing to show). A refusal
+    says what to choose instead (``evaluation_runs.joined_refusal``)."""
     ids = chosen_run_ids(run_ids)
     if ids is None:
-        return JoinedView(render.message_box("Choose one or more stored runs above.", "info"), None, "")
+        return _refused("Choose one or more stored runs above.", "info")
     ids = list(dict.fromkeys(ids))
     if len(ids) > JOINED_MAX_ROWS:
-        message = f"{len(ids)} runs are chosen; a joined table takes at most {JOINED_MAX_ROWS}."
-        return JoinedView(render.message_box(message, "error"), None, "")
-    runs = []
+        return _refused(f"{len(ids)} runs are chosen; a joined table takes at most {JOINED_MAX_ROWS}.")
+    chosen = []
     for run_id in ids:
         stored = service.run_results(run_id)
         if stored is None:
-            return JoinedView(render.message_box(f"Run #{run_id} does not exist.", "error"), None, "")
-        runs.append((stored.run.name, stored.run.config, stored.cells))
+            return _refused(f"Run #{run_id} does not exist.")
+        chosen.append((stored.run, stored.cells))
+    refusal = joined_refusal(chosen, service.stored_runs(), JOINED_MAX_ROWS)
+    if refusal is not None:
+        return _refused(refusal)
+    runs = [(run.name, run.config, cells) for run, cells in chosen]
     try:
         table = join_stored(runs, max_rows=JOINED_MAX_ROWS)
     except ValueError as error:  # other records, a setting in two runs, no shared record, a missing file
-        return JoinedView(render.message_box(f"These runs cannot be joined: {error}.", "error"), None, "")
+        return _refused(f"These runs cannot be joined: {error}.")
     names = ", ".join(f"“{name}”" for name, _, _ in runs)
     status = f"{names}: {len(table.records)} records that every row has."
-    return JoinedView(render.message_box(status, "ok"), table_frame(table), differences_html(table))
+    return JoinedView(render.message_box(status, "ok"), table_update(table_frame(table)), differences_html(table))
+
+
+def _refused(message: str, kind: str = "error") -> JoinedView:
+    return JoinedView(render.message_box(message, kind), gr.update(value=None, visible=False), "")
 
 
 def build(service: AppService, run_ids: gr.Dropdown) -> JoinedView:
@@ -108,7 +117,15 @@ def build(service: AppService, run_ids: gr.Dropdown) -> JoinedView:
         draw = gr.Button("Join the chosen runs", elem_id="joined-show")
         view = JoinedView(
             gr.HTML(render.message_box("Choose stored runs above.", "info"), elem_id="joined-status"),
-            gr.Dataframe(interactive=False, wrap=True, label="Joined runs", elem_id="joined-table"),
+            gr.Dataframe(
+                interactive=False,
+                wrap=True,
+                label="Joined runs",
+                elem_id="joined-table",
+                elem_classes="ss-wide-table",
+                pinned_columns=1,
+                visible=False,
+            ),
             gr.HTML("", elem_id="joined-differences"),
         )
     draw.click(

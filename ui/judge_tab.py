@@ -65,6 +65,11 @@ def _choices(count: int) -> list[tuple[str, str]]:
     return [(slot_label(slot), slot_label(slot)) for slot in range(count)] + SPECIAL
 
 
+def _done(view: JudgeView) -> bool:
+    """Every comparison of the queue judged by this annotator."""
+    return view.judged >= view.total
+
+
 class JudgeHandlers:
     """The queue's handlers; each returns every output of the panel (see :meth:`shown`)."""
 
@@ -76,10 +81,11 @@ class JudgeHandlers:
 
     def _refused(self, message: str, seat: Seat | None, view: JudgeView | None) -> list[Any]:
         skip = gr.skip()
-        return [seat, view, message_box(message, "error"), *([skip] * (3 + MAX_SLOTS + 1 + MAX_SLOTS * 2 + 1))]
+        return [seat, view, message_box(message, "error"), *([skip] * (5 + MAX_SLOTS + 1 + MAX_SLOTS * 2 + 2))]
 
-    def shown(self, seat: Seat, view: JudgeView, message: str, kind: str = "info") -> list[Any]:
-        """seat, view, status, progress, input, slots…, choice, ratings… (slot-major), rationale."""
+    def shown(self, seat: Seat, view: JudgeView, message: str, kind: str = "info", complete: bool = False) -> list[Any]:
+        """seat, view, status, progress, input, board, the complete screen and its note, slots…, choice,
+        ratings… (slot-major), rationale, shortcuts. ``complete``: the queue-complete screen instead of the comparison."""
         count = len(view.slots)
         previous = view.previous
         choice = previous.preference if previous is not None else None
@@ -99,11 +105,14 @@ class JudgeHandlers:
             message_box(message, kind),
             campaign_render.progress_text(view),
             campaign_render.input_html(view),
-            gr.update(visible=True),
+            gr.update(visible=not complete),
+            gr.update(visible=complete),
+            campaign_render.complete_html(view) if complete else "",
             *slots,
             gr.update(choices=_choices(count), value=choice),
             *ratings,
             previous.rationale if previous is not None else "",
+            gr.update(value=campaign_render.shortcuts_html(count), visible=not complete),
         ]
 
     def start(
@@ -121,7 +130,17 @@ class JudgeHandlers:
             view = self.service.view(seat, self.service.first_open(seat))
         except CampaignError as error:
             return self._refused(str(error), None, None)
-        return self.shown(seat, view, f"Judging “{seat.campaign}” as {seat.annotator}.")
+        return self.shown(seat, view, f"Judging “{seat.campaign}” as {seat.annotator}.", complete=_done(view))
+
+    def review(self, seat: Seat | None, view: JudgeView | None) -> list[Any]:
+        """From the queue-complete screen: the first comparison again, with this annotator's judgement."""
+        if seat is None or view is None:
+            return self._refused("Name yourself and pick a campaign first.", seat, view)
+        try:
+            first = self.service.view(seat, 0)
+        except CampaignError as error:
+            return self._refused(str(error), seat, view)
+        return self.shown(seat, first, "Reviewing your judgements: a second save replaces the first.")
 
     def move(self, seat: Seat | None, view: JudgeView | None, step: int) -> list[Any]:
         if seat is None or view is None:
@@ -138,8 +157,9 @@ class JudgeHandlers:
         if seat is None or view is None:
             return self._refused("Name yourself and pick a campaign first.", seat, view)
         if not choice:
+            keys, _ = campaign_render.slot_keys(len(view.slots))
             return self._refused(
-                "Pick the output you prefer, or tie / all good / all bad (keys 1–6, T, G, X).", seat, view
+                f"Pick the output you prefer, or tie / all good / all bad (keys {keys}, T, G, X).", seat, view
             )
         scores = {
             slot_label(slot): {
@@ -153,9 +173,9 @@ class JudgeHandlers:
             following = self.service.view(seat, self.service.first_open(seat, view.position))
         except CampaignError as error:
             return self._refused(str(error), seat, view)
-        done = following.judged >= following.total
+        done = _done(following)
         message = f"Saved ({saved.seconds or 0:.1f} s)." + (" You have judged every comparison." if done else "")
-        return self.shown(seat, following, message, "ok")
+        return self.shown(seat, following, message, "ok", complete=done and view.previous is None)
 
 
 def build(service: CampaignService) -> JudgeHandlers:
@@ -173,7 +193,10 @@ def build(service: CampaignService) -> JudgeHandlers:
             start = gr.Button("Start judging", variant="primary", elem_id="judge-start")
         status = gr.HTML(elem_id="judge-status")
         progress = gr.HTML(elem_id="judge-progress")
-        gr.HTML(campaign_render.shortcuts_html())
+        shortcuts = gr.HTML(visible=False, elem_id="judge-keys")
+        with gr.Column(visible=False) as complete:
+            complete_note = gr.HTML(elem_id="judge-complete-note")
+            review = gr.Button("Review my judgements", elem_id="judge-review")
         with gr.Column(visible=False) as board:
             shown_input = gr.HTML(elem_id="judge-input")
             with gr.Row():
@@ -195,7 +218,10 @@ def build(service: CampaignService) -> JudgeHandlers:
                 skip = gr.Button("Skip →", elem_id="judge-skip")
                 save = gr.Button("Save and next (Enter)", variant="primary", elem_id="judge-save")
     seat_state, view_state = gr.State(None), gr.State(None)
-    outputs = [seat_state, view_state, status, progress, shown_input, board, *slots, choice, *ratings, rationale]
+    outputs = [
+        *(seat_state, view_state, status, progress, shown_input, board, complete, complete_note),
+        *(*slots, choice, *ratings, rationale, shortcuts),
+    ]
     start.click(handlers.start, [name, code, campaign, seat_state, view_state], outputs, api_name="judge_start").then(
         None, None, None, js=BLUR_JS, **QUIET
     )
@@ -208,6 +234,7 @@ def build(service: CampaignService) -> JudgeHandlers:
     )
     skip.click(lambda s, v: handlers.move(s, v, 1), [seat_state, view_state], outputs, api_name="judge_skip")
     back.click(lambda s, v: handlers.move(s, v, -1), [seat_state, view_state], outputs, api_name="judge_back")
+    review.click(handlers.review, [seat_state, view_state], outputs, api_name="judge_review")
     handlers.refresh_outputs = [campaign]  # type: ignore[attr-defined]
     return handlers
 

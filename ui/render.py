@@ -310,10 +310,10 @@ def _cloud_cells(view: StatsView) -> list[tuple[str, str, str]]:
     cells = [
         (
             "cloud",
-            view.cloud or "in process",
+            view.cloud or "inside this app",
             "where the Generalist verified: the Cloud service at this address (only the Specialist ran here)"
             if view.cloud
-            else "where the Generalist verified: in this process, beside the Specialist",
+            else "where the Generalist verified: inside this app, beside the Specialist (no network between them)",
         )
     ]
     if view.link is not None:

@@ -268,22 +268,32 @@ def _create_from_run(service: CampaignService, args: argparse.Namespace) -> int:
 
 def report_json(report: CampaignReport) -> dict[str, Any]:
     data = to_jsonable(report.report)
+    board = report.report.leaderboard
     return {
         "campaigns": list(report.campaigns),
         "open_to_anyone": report.open_to_anyone,
         "sources": list(report.sources),
+        "to_judge": report.to_judge,
+        "near_identical": report.near_identical,
+        "too_few_to_rank": board.too_few_text() if board.too_few else None,
         **data,
     }
 
 
 def leaderboard_text(result: dict[str, Any]) -> str:
+    too_few = result["too_few_to_rank"]
     lines = [f"{'rank':>4}  {'method':<12} {'strength':>9}  {'95% interval':<18} judgements"]
     for row in result["leaderboard"]["rows"]:
-        strength = "-" if row["strength"] is None else f"{row['strength']:+.3f}"
-        interval = "-" if row["lower"] is None else f"[{row['lower']:+.2f}, {row['upper']:+.2f}]"
-        rank = "-" if row["rank"] is None else str(row["rank"])
+        strength = "-" if row["strength"] is None or too_few else f"{row['strength']:+.3f}"
+        interval = "-" if row["lower"] is None or too_few else f"[{row['lower']:+.2f}, {row['upper']:+.2f}]"
+        rank = "-" if row["rank"] is None or too_few else str(row["rank"])
         lines.append(f"{rank:>4}  {row['method']:<12} {strength:>9}  {interval:<18} {row['judgements']}")
-    lines.append(f"{result['judgements']} judgement(s) of {result['comparisons']} comparison(s)")
+    if too_few:
+        lines.append(too_few)
+    lines.append(
+        f"{result['comparisons']} of {result['to_judge']} comparisons judged ({result['judgements']} judgement(s)); "
+        f"{result['near_identical']} left out for near-identical outputs"
+    )
     lines.extend(result.get("sources", ()))
     return "\n".join(lines)
 

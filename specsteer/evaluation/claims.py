@@ -8,7 +8,8 @@ record, with the run's own 95 % bootstrap interval, and a verdict read off that 
 A verdict is about the run's records only (n of them, shared by the two points); it is never a statement
 about other users. :func:`claims` computes them (``grid.paired_difference``: percentile bootstrap over records,
 10,000 resamples, seed 0), :func:`claim_sentence` words one, :func:`claim_sentences` words a run's, with a
-count line per baseline. The Dashboard's claim notes and ``specsteer evaluate``'s summary both print these.
+count line per baseline (:func:`claim_counts`). ``specsteer evaluate``'s summary prints these; the Dashboard shows
+the count lines and one table row per claim (:func:`claim_row`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,25 @@ def claim_sentence(claim: Claim) -> str:
     )
 
 
+def _signed(value: float) -> str:
+    return f"{value:+.2f}".replace("-", "−")
+
+
+def claim_row(claim: Claim) -> dict[str, str]:
+    """One claim as a table row: the setting, the baseline, the mean difference, its interval, the records it
+    won, and what the interval shows ("higher", "lower", "not established")."""
+    d = claim.difference
+    return {
+        "SpecSteer setting": _setting_label(d.ours),
+        "against": method_label(d.theirs.method),
+        "metric": METRIC_NAMES.get(d.metric, d.metric),
+        "mean difference": _signed(d.mean),
+        f"{100 * d.level:g} % interval": f"[{_signed(d.low)}, {_signed(d.high)}]",
+        "records better": f"{d.wins} of {d.records}",
+        "on these records": claim.verdict,
+    }
+
+
 def steered_points(cells: Sequence[CellResult]) -> list[GridPoint]:
     """The run's SpecSteer settings, strict to permissive (α descending), then β ascending, the fixed α before CDA."""
     return sorted(
@@ -91,9 +111,14 @@ def claims(
 
 
 def claim_sentences(cells: Sequence[CellResult], metrics: Sequence[str] = ("rougeL",)) -> list[str]:
-    """A count line per (baseline, metric), then one sentence per claim; empty without a SpecSteer setting
-    and a baseline to compare it with."""
-    found = claims(cells, metrics)
+    """A count line per (baseline, metric), each followed by one sentence per claim; empty without a SpecSteer
+    setting and a baseline to compare it with."""
+    return claim_counts(claims(cells, metrics), metrics, sentences=True)
+
+
+def claim_counts(found: Sequence[Claim], metrics: Sequence[str] = ("rougeL",), sentences: bool = False) -> list[str]:
+    """A count line per (baseline, metric) of ``found``: how many settings the intervals put higher, lower or
+    neither; with ``sentences``, each followed by its claims' sentences."""
     lines: list[str] = []
     for metric in metrics:
         for baseline in BASELINES:
@@ -107,5 +132,6 @@ def claim_sentences(cells: Sequence[CellResult], metrics: Sequence[str] = ("roug
                 f"{counts['lower']}, not established for {counts['not established']} (95 % bootstrap intervals "
                 "over this run's records; nothing here speaks for other users)."
             )
-            lines += [claim_sentence(claim) for claim in group]
+            if sentences:
+                lines += [claim_sentence(claim) for claim in group]
     return lines

@@ -5,8 +5,9 @@ acceptance 0–1, tok_per_s, speedup) and returns a ``plotly.graph_objects.Figur
 so the dashboard shows exactly what ``python -m specsteer evaluate --plot`` writes.
 
 * :func:`quality_speed_figure` — quality (any ROUGE key) against speed (tok/s or speedup), one
-  labelled point per (method, alpha, beta); SLM+ and LLM are reference points (star markers and
-  a dashed line at their quality), the two ends a personalized fast method should beat.
+  point per (method, alpha, beta) named in the legend and on hover, with a bootstrap error bar where the
+  row carries its interval; SLM+ and LLM are reference points (star markers and a dashed line at their
+  quality), the two ends a personalized fast method should beat.
 * :func:`acceptance_figure` — acceptance against alpha, one line per (method, beta); methods that
   draft without alpha (standard SD) are a dotted reference line.
 * :func:`display_rows` / :func:`table_figure` / :func:`text_table` — the per-row table.
@@ -72,40 +73,103 @@ def _color(method: str) -> str | None:
     return METHOD_COLORS.get(method)
 
 
+# Settings of one method told apart: β by the marker's shape, α by its shade (the method's colour, lighter
+# for a larger α: a more permissive verification).
+_BETA_SYMBOLS = ("circle", "square", "diamond", "triangle-up", "cross", "pentagon", "hexagon", "x")
+_LIGHTEST = 0.6  # the largest α's share of white mixed into the method's colour
+
+
+def _shade(color: str | None, lightness: float) -> str | None:
+    """``color`` (#rrggbb) mixed with ``lightness`` (0-1) of white."""
+    if color is None or not color.startswith("#") or len(color) != 7:
+        return color
+    channels = [int(color[i : i + 2], 16) for i in (1, 3, 5)]
+    mixed = [round(c + (255 - c) * lightness) for c in channels]
+    return "#" + "".join(f"{c:02x}" for c in mixed)
+
+
+def _setting_styles(rows: Sequence[Row]) -> dict[tuple, tuple[str, str | None]]:
+    """(marker symbol, colour) of each (method, α, β): a symbol per β and a shade per α within each method."""
+    styles: dict[tuple, tuple[str, str | None]] = {}
+    for method in _methods(rows):
+        method_rows = [row for row in rows if row["method"] == method]
+        alphas = sorted({alpha for row in method_rows if (alpha := row.get("alpha")) is not None})
+        betas = sorted({beta for row in method_rows if (beta := row.get("beta")) is not None})
+        for row in method_rows:
+            alpha, beta = row.get("alpha"), row.get("beta")
+            symbol = _BETA_SYMBOLS[betas.index(beta) % len(_BETA_SYMBOLS)] if beta in betas else "circle"
+            lightness = _LIGHTEST * alphas.index(alpha) / (len(alphas) - 1) if len(alphas) > 1 else 0.0
+            styles[(method, alpha, beta)] = (symbol, _shade(_color(method), lightness))
+    return styles
+
+
+def _not_drawn(row: Row, quality: str, speed: str) -> str:
+    """Why a row has no point on the quality-against-speed plane."""
+    if row.get(quality) is None:
+        return f"no {ROUGE_LABELS[quality]} score"
+    if speed == "speedup":
+        return "no speedup: its run has no LLM cells to measure it against"
+    return "no speed: every cell's timing was disturbed"
+
+
 def quality_speed_figure(rows: Sequence[Row], quality: str = "rougeL", speed: str = "speedup") -> go.Figure:
-    """Quality against speed, one labelled point per row; rows missing either value are left out."""
+    """Quality against speed, one marker per row (method, α, β), named in the legend and on hover: text labels
+    beside the points overlapped each other and the ticks. A row with ``<quality>_low`` and ``<quality>_high``
+    (a record bootstrap interval) gets an error bar. SLM+ and LLM are reference stars with a dashed line at their
+    quality; a method's settings differ by shape (β) and shade (α). A row missing either value is not drawn, and
+    its legend entry says why."""
     if quality not in ROUGE_LABELS or speed not in SPEED_LABELS:
         raise ValueError(f"quality must be one of {', '.join(ROUGE_LABELS)} and speed one of {', '.join(SPEED_LABELS)}")
     plotted = [row for row in rows if row.get(quality) is not None and row.get(speed) is not None]
+    styles = _setting_styles(rows)
     figure = go.Figure()
-    for method in _methods(plotted):
-        method_rows = [row for row in plotted if row["method"] == method]
+    for row in rows:
+        method = row["method"]
         reference = method in BASELINES
+        label = point_label(row)
+        symbol, color = styles[(method, row.get("alpha"), row.get("beta"))]
+        low, high = row.get(f"{quality}_low"), row.get(f"{quality}_high")
+        drawn = row.get(quality) is not None and row.get(speed) is not None
+        bars = (
+            {"type": "data", "symmetric": False, "array": [high - row[quality]], "arrayminus": [row[quality] - low]}
+            if drawn and low is not None and high is not None
+            else None
+        )
+        interval = f"<br>95 % interval [{low:.2f}, {high:.2f}]" if bars else ""
         figure.add_trace(
             go.Scatter(
-                x=[row[speed] for row in method_rows],
-                y=[row[quality] for row in method_rows],
-                mode="markers+text",
-                text=[point_label(row) for row in method_rows],
-                # Alternate above and below: the points of one method (α values) often lie close together.
-                textposition=["top center" if index % 2 == 0 else "bottom center" for index in range(len(method_rows))],
-                name=f"{method_label(method)} (reference)" if reference else method_label(method),
+                x=[row[speed]] if drawn else [None],
+                y=[row[quality]] if drawn else [None],
+                error_y=bars,
+                mode="markers",
+                name=(f"{label} (reference)" if reference else label)
+                if drawn
+                else f"{label}: not drawn, {_not_drawn(row, quality, speed)}",
+                legendgroup=method,
                 marker={
-                    "symbol": "star" if reference else "circle",
+                    "symbol": "star" if reference else symbol,
                     "size": 16 if reference else 11,
-                    "color": _color(method),
+                    "color": color,
+                    "line": {"width": 1, "color": "#333"},
                 },
-                hovertemplate="%{text}<br>" + f"{speed}: %{{x:.3g}}<br>{quality}: %{{y:.2f}}<extra></extra>",
+                text=[label],
+                hovertemplate="%{text}<br>"
+                + f"{SPEED_LABELS[speed]}: %{{x:.3g}}<br>{ROUGE_LABELS[quality]}: %{{y:.2f}}{interval}<extra></extra>",
             )
         )
-        if reference:
-            for row in method_rows:
-                figure.add_hline(y=row[quality], line_dash="dash", line_color=_color(method), opacity=0.6)
+        if reference and drawn:
+            figure.add_hline(y=row[quality], line_dash="dash", line_color=_color(method), opacity=0.6)
+    bars_note = (
+        " · error bars: 95 % record bootstrap" if any(row.get(f"{quality}_low") is not None for row in rows) else ""
+    )
     figure.update_layout(
-        title=f"{ROUGE_LABELS[quality]} against {'speedup' if speed == 'speedup' else 'speed'}",
+        title=f"{ROUGE_LABELS[quality]} against {'speedup' if speed == 'speedup' else 'speed'}{bars_note}",
         xaxis_title=SPEED_LABELS[speed],
         yaxis_title=f"{ROUGE_LABELS[quality]} (F1 × 100)",
         template="plotly_white",
+        height=560,
+        # Under the plot, the legend takes the page's width, not the plot's.
+        legend={"orientation": "h", "yanchor": "top", "y": -0.18, "x": 0, "title": {"text": "β: shape, α: shade  "}},
     )
     if speed == "speedup" and rows and not plotted:
         figure.add_annotation(
@@ -116,8 +180,7 @@ def quality_speed_figure(rows: Sequence[Row], quality: str = "rougeL", speed: st
             x=0.5,
             y=0.5,
         )
-    # Point labels near the plot's edge would otherwise be cut off at the axes.
-    return figure.update_traces(cliponaxis=False)
+    return figure
 
 
 def acceptance_figure(rows: Sequence[Row]) -> go.Figure:
@@ -425,13 +488,15 @@ def _groups(rows: Sequence[Row]) -> dict[tuple, list[Row]]:
 
 def deployment_figure(rows: Sequence[Row], profile_label: str, run_name: str = "") -> go.Figure:
     """Projected tokens/s of each (method, α, β) against RTT (left), and what the same generations were
-    measured at here (right). ``profile_label`` and ``run_name`` are escaped for plotly."""
+    measured at here (right, one horizontal bar each, named on its axis). The legend under the plot names each
+    line; draw a few at a time (the Dashboard draws at most six). ``profile_label`` and ``run_name`` are escaped
+    for plotly."""
     figure = make_subplots(
         rows=1,
         cols=2,
-        column_widths=[0.72, 0.28],
-        horizontal_spacing=0.09,
-        subplot_titles=("Projected under the profile", "Measured here (this machine, in process)"),
+        column_widths=[0.66, 0.34],
+        horizontal_spacing=0.2,
+        subplot_titles=("Projected under the profile", "Measured here (this machine, both models inside this app)"),
     )
     seen: dict[str, int] = {}
     for (method, _, _), group in _groups(rows).items():
@@ -445,7 +510,7 @@ def deployment_figure(rows: Sequence[Row], profile_label: str, run_name: str = "
                 x=[row["rtt_ms"] for row in group],
                 y=[row["projected_tok_per_s"] for row in group],
                 mode="lines+markers",
-                name=f"{label} (projected)",
+                name=label,
                 legendgroup=label,
                 line=style,
                 marker={"size": 5, "color": _color(method)},
@@ -456,13 +521,14 @@ def deployment_figure(rows: Sequence[Row], profile_label: str, run_name: str = "
         )
         figure.add_trace(
             go.Bar(
-                x=[label],
-                y=[group[0]["measured_tok_per_s"]],
+                y=[label],
+                x=[group[0]["measured_tok_per_s"]],
+                orientation="h",
                 name=f"{label} (measured here)",
                 legendgroup=label,
                 showlegend=False,
                 marker={"color": _color(method), "opacity": 0.75},
-                hovertemplate=f"{label}: %{{y:.2f}} tok/s measured here<extra></extra>",
+                hovertemplate=f"{label}: %{{x:.2f}} tok/s measured here<extra></extra>",
             ),
             row=1,
             col=2,
@@ -474,14 +540,14 @@ def deployment_figure(rows: Sequence[Row], profile_label: str, run_name: str = "
     figure.update_layout(
         title=title,
         template="plotly_white",
-        height=600,
-        margin={"t": 110, "b": 170},
-        legend={"title": {"text": "projected"}},
+        height=640,
+        margin={"t": 110, "b": 220},
+        legend={"orientation": "h", "yanchor": "top", "y": -0.16, "x": 0, "title": {"text": "projected: "}},
     )
     figure.update_xaxes(title_text="round-trip time Edge ↔ Cloud (ms)", row=1, col=1)
     figure.update_yaxes(title_text="projected tokens / s", rangemode="tozero", row=1, col=1)
-    figure.update_xaxes(tickangle=-30, row=1, col=2)
-    figure.update_yaxes(title_text="measured tokens / s (here)", rangemode="tozero", row=1, col=2)
+    figure.update_xaxes(title_text="measured tokens / s (here)", rangemode="tozero", row=1, col=2)
+    figure.update_yaxes(autorange="reversed", automargin=True, row=1, col=2)
     figure.add_annotation(
         text="<br>".join(textwrap.wrap(PROJECTION_CAPTION, 130)),
         showarrow=False,
@@ -489,7 +555,7 @@ def deployment_figure(rows: Sequence[Row], profile_label: str, run_name: str = "
         yref="paper",
         x=0,
         y=0,
-        yshift=-105,
+        yshift=-150,
         xanchor="left",
         yanchor="top",
         align="left",

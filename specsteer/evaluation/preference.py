@@ -31,6 +31,12 @@ them (one campaign, or several with distinct comparison ids) into:
   comparison goes along with it), not single votes or pairs: the pairs broken out of one judgement, and
   several annotators' judgements of the same outputs, are not independent, and resampling them one by
   one would make the intervals too narrow. Percentile intervals, seeded, vectorised over resamples.
+* **Too few to rank** (:data:`MIN_COMPARISONS_TO_RANK`, :attr:`Leaderboard.too_few`): a ranking and its
+  intervals are shown only from 10 judged comparisons on. The bootstrap's unit is the comparison, and with a
+  handful of them it has next to nothing to resample: two comparisons judged alike give every resample the
+  same outcome, so the interval has no width at all (a "[+0.80, +0.80]" from two judgements), and below ten
+  the chance that all of them fall one way is large even between methods a fair coin would split (1 in 4 for
+  three). The fit is still computed; the displays say "too few judgements to rank: N of 10" instead.
 * **Position bias** (:func:`position_bias`): how often each slot (A, B, …) was preferred, with a Wilson
   interval, against the rate expected if position did not matter. It measures position as such only when
   methods are assigned to slots at random (or balanced), as a campaign's blind order per annotator does;
@@ -76,6 +82,7 @@ Preference = int | SpecialPreference  # a slot (0 is label A), or one of the spe
 DEFAULT_RESAMPLES = 1000
 MAX_RESAMPLES = 20_000  # a bound on the work one request can ask for
 DEFAULT_PRIOR_GAMES = 1.0
+MIN_COMPARISONS_TO_RANK = 10  # judged comparisons before a ranking and its intervals are shown (module doc)
 _RESAMPLE_CELLS_PER_BATCH = 2_000_000  # bounds memory: a batch holds resamples × comparisons counts
 _NEWTON_TOLERANCE = 1e-10  # largest Newton step of a log strength at convergence
 _NEWTON_MAX_ITERATIONS = 200
@@ -550,11 +557,21 @@ class Leaderboard:
     seed: int
     prior_games: float
     scale: str = "natural log, mean 0"
+    minimum_comparisons: int = MIN_COMPARISONS_TO_RANK  # judged comparisons a ranking needs
 
     @property
     def empty(self) -> bool:
         """Nothing judged yet: no row has a strength."""
         return all(row.strength is None for row in self.rows)
+
+    @property
+    def too_few(self) -> bool:
+        """Judged, but on fewer comparisons than a ranking needs: no rank or interval is shown."""
+        return not self.empty and self.comparisons < self.minimum_comparisons
+
+    def too_few_text(self) -> str:
+        """E.g. "too few judgements to rank: 2 of 10 comparisons judged" (the minimum's reason: module doc)."""
+        return f"too few judgements to rank: {self.comparisons} of {self.minimum_comparisons} comparisons judged"
 
 
 def _competition_ranks(values: Sequence[float]) -> list[int]:

@@ -1,9 +1,19 @@
 """The rules of a campaign, GUI-free: its limits, the checks of what a person types (names, ratings,
-rationales), a record's history as a comparison keeps it, and each annotator's blind order.
+rationales), a record's history as a comparison keeps it, each annotator's blind order, and which comparisons
+hold outputs too alike to ask anyone about.
+
+**Near-identical outputs.** Two outputs are near-identical when their normalised texts (NFKC, case folded,
+whitespace runs as one space, stripped) are equal, or when their character similarity is at least
+:data:`NEAR_IDENTICAL` (difflib's ratio 2·M / T: M characters matched in order, T the two lengths together;
+0.95 lets about one character in twenty differ, such as a trailing word cut by the token limit or a changed
+punctuation mark, and no different sentence). A comparison whose outputs are all near-identical to one another
+leaves an annotator nothing to choose: it is found when the comparison is stored, kept with its similarity, and
+never put in a judging queue (:func:`judgeable`); the campaign's status and leaderboard count it.
 """
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import random
 import re
@@ -24,6 +34,8 @@ MAX_SECONDS = 24 * 3600.0  # a display older than a day is not a judgement time
 _NAME = re.compile(r"^[\w][\w .@+-]*$")  # letters, digits, space and . @ + - _ ; no markup, no control characters
 _MARKUP = re.compile(r"<\s*[A-Za-z/!?]|&#?\w+;|javascript:", re.IGNORECASE)
 DATA_SOURCES = ("sample", "shared", "shared:dev", "upload")
+NEAR_IDENTICAL = 0.95  # character similarity from which two outputs are near-identical (see the module doc)
+_SPACES = re.compile(r"\s+")
 
 
 def clean_name(value: object, what: str) -> str:
@@ -100,3 +112,29 @@ def valid_rationale(text: object) -> str:
     if _MARKUP.search(text) or any(unicodedata.category(ch) == "Cc" and ch not in "\n\t" for ch in text):
         raise CampaignError("Write the rationale as plain text (no markup, no control characters). Nothing was saved.")
     return text
+
+
+def normalised(text: str) -> str:
+    """An output as near-identity compares it: NFKC, case folded, whitespace runs as one space, stripped."""
+    return _SPACES.sub(" ", unicodedata.normalize("NFKC", text).casefold()).strip()
+
+
+def similarity(first: str, second: str) -> float:
+    """1.0 for outputs whose normalised texts are equal, else difflib's character ratio of the normalised texts."""
+    a, b = normalised(first), normalised(second)
+    if a == b:
+        return 1.0
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def outputs_similarity(texts: Sequence[str]) -> float:
+    """How alike a comparison's outputs are: the lowest similarity of any two of them (1.0 for fewer than two)."""
+    return min(
+        (similarity(texts[i], texts[j]) for i in range(len(texts)) for j in range(i + 1, len(texts))), default=1.0
+    )
+
+
+def judgeable(similarity_of_outputs: float | None) -> bool:
+    """Whether a comparison goes to annotators: not when all its outputs are near-identical (None: stored before
+    this check, judged as before)."""
+    return similarity_of_outputs is None or similarity_of_outputs < NEAR_IDENTICAL

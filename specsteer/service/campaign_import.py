@@ -32,7 +32,13 @@ from specsteer.data.datasets import DataError, Record, load_task_records, resolv
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.evaluation.grid import spec_from_config
 from specsteer.method.catalog import METHOD_INFO, PRIVATE_METHODS, method_label
-from specsteer.service.campaign_checks import MAX_ANNOTATORS, MAX_RECORDS, clean_name, record_history
+from specsteer.service.campaign_checks import (
+    MAX_ANNOTATORS,
+    MAX_RECORDS,
+    clean_name,
+    outputs_similarity,
+    record_history,
+)
 from specsteer.service.campaign_values import CampaignError, CreatedCampaign
 from specsteer.service.campaigns import CampaignService
 from specsteer.service.join_codes import issue_codes
@@ -80,6 +86,23 @@ class RunSelection:
 
 
 # --------------------------------------------------------------------------- choosing (pure)
+
+
+def proposed(run: StoredRun) -> RunCampaignRequest:
+    """What a form proposes for a campaign from ``run`` (the operator may change it): the run's methods that
+    keep the private context on the device, and the first α and β of its grid."""
+    try:
+        spec = spec_from_config(run.config)
+    except (TypeError, ValueError, KeyError):
+        return RunCampaignRequest("", run.name)
+    methods = tuple(method for method in spec.methods if method in PRIVATE_METHODS)
+    return RunCampaignRequest(
+        "",
+        run.name,
+        methods,
+        spec.alphas[0] if spec.alphas and any(METHOD_INFO[m].takes_alpha for m in methods) else None,
+        spec.betas[0] if spec.betas and any(METHOD_INFO[m].takes_beta for m in methods) else None,
+    )
 
 
 def _value_text(value: float | None) -> str:
@@ -275,7 +298,8 @@ def create_from_run(campaigns: CampaignService, request: RunCampaignRequest, tok
     try:
         for chosen in selection.records:
             comparison_id = save_comparison(campaigns, selection, chosen)
-            campaigns.store.add_item(stored.id, chosen.position, chosen.record.id, comparison_id)
+            similar = outputs_similarity([cell.output for cell in chosen.cells])
+            campaigns.store.add_item(stored.id, chosen.position, chosen.record.id, comparison_id, similar)
     except Exception as error:  # a store failure: the campaign says so, and the caller gets a sentence
         message = sentence(f"Storing the run's outputs failed ({type(error).__name__}): {error}")
         campaigns.store.set_status(stored.id, "failed", message)
@@ -319,4 +343,4 @@ def save_comparison(campaigns: CampaignService, selection: RunSelection, chosen:
     )
 
 
-__all__ = ["RunCampaignRequest", "RunSelection", "create_from_run", "select_from_run"]
+__all__ = ["RunCampaignRequest", "RunSelection", "create_from_run", "proposed", "select_from_run"]

@@ -100,6 +100,7 @@ class CampaignStatusView:
     annotators: int
     judgements: int
     source: str | None = None  # where the outputs came from, for a campaign made from a stored run
+    near_identical: int = 0  # comparisons of near-identical outputs: never shown (campaign_checks.judgeable)
 
 
 @dataclass(frozen=True)
@@ -108,3 +109,5 @@ class CampaignReport:
     open_to_anyone: bool  # any of them lets anyone join by name
     report: PreferenceReport
     sources: tuple[str, ...] = ()  # where the outputs came from, for each of them made from a stored run
+    to_judge: int = 0  # comparisons stored for annotators (near-identical ones left out)
+    near_identical: int = 0  # comparisons of near-identical outputs, never shown (campaign_checks.judgeable)

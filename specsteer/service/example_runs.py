@@ -20,6 +20,9 @@ from specsteer.stores.runs import CellResult, RunStatus, StoredRun
 # Example runs' ids start here: far beyond what a user's database numbers its runs (one a grid), below the
 # largest integer a page's JavaScript holds exactly (2**53), which the run picker's values pass through.
 EXAMPLE_IDS_FROM = 10**12
+# The example the Dashboard opens on: the CoGenesis re-test (120 records; SLM+, LLM and SpecSteer), the run the
+# research logs' headline comparison cites, read in seconds (three points, two paired differences).
+DEFAULT_EXAMPLE = "cogenesis-retest"
 
 
 class ExampleRunsAreReadOnly(ValueError):

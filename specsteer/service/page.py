@@ -28,4 +28,4 @@ def environment_cloud() -> tuple[str, str | None]:
     try:
         return cloud_address(os.environ.get(CLOUD_URL_ENV, "")), None
     except ValueError as error:
-        return "", sentence(f"${CLOUD_URL_ENV} is not used: {error} The Cloud runs in this process")
+        return "", sentence(f"${CLOUD_URL_ENV} is not used: {error} The Cloud runs inside this app")

@@ -37,7 +37,7 @@ class RemoteClouds:
         except ValueError as error:
             return CloudCheck("", False, str(error))
         if not address:
-            return CloudCheck("", True, "The Cloud runs in this process: there is no connection to test.")
+            return CloudCheck("", True, "The Cloud runs inside this app: there is no connection to test.")
         refused = self.exposure.cloud_problem(address)
         if refused:
             return CloudCheck(address, False, refused)

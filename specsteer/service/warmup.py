@@ -1,5 +1,7 @@
-"""A first click as fast as the second: the app's default pairing loaded, and its default request's
-prompts read once, in the background while the page is already served.
+"""The first Generate without the wait for models: the app's default pairing loaded, and its default request's
+prompts read once, in the background while the page is already served. What it spares is said for what was
+measured only: the loading, and the default sample's prompts (``benchmarks/bench_first_click.py`` measured a
+first click with them as fast as the second, and one with another sample waiting seconds for its own prompts).
 
 :class:`WarmUp` runs one piece of work in a ``Background`` thread and keeps its :class:`WarmUpState`
 (what it is doing, for a progress line; ready or failed). ``GenerationService.warm_up`` gives it the work,
@@ -103,9 +105,15 @@ def warm(
         return f"Models ready ({loaded:.0f} s)."
     say("reading", f"Models loaded in {loaded:.0f} s; reading the default sample's prompts…")
     config = replace(settings.decode_config(), max_new_tokens=1)
+    reading = time.monotonic()
     for event in generate(
         pair, prepared, config, cancel=cancel, cloud=InProcessCloud(pair, read_ahead=DEFAULT_READ_AHEAD)
     ):
         if isinstance(event, Finished):
             break
-    return f"Models ready ({time.monotonic() - started:.0f} s), the default sample's prompts read."
+    read_s = time.monotonic() - reading
+    return (
+        f"Models ready ({time.monotonic() - started:.0f} s). The default sample's prompts are read ({read_s:.0f} s "
+        "here): a Generate with that sample and input skips that wait; another history or input reads its own "
+        "prompts first."
+    )

@@ -107,6 +107,9 @@ class CampaignItemRef:
     position: int
     record_key: str
     comparison_id: int
+    # How alike its outputs are (the lowest similarity of any two: service.campaign_checks.outputs_similarity);
+    # None for an item stored before it was measured.
+    similarity: float | None = None
 
 
 @dataclass(frozen=True)

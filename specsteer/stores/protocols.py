@@ -89,8 +89,11 @@ class CampaignStore(Protocol):
         """In record order."""
         ...
 
-    def add_item(self, campaign_id: int, position: int, record_key: str, comparison_id: int) -> bool:
-        """False (and nothing stored) when the record already has its comparison."""
+    def add_item(
+        self, campaign_id: int, position: int, record_key: str, comparison_id: int, similarity: float | None = None
+    ) -> bool:
+        """False (and nothing stored) when the record already has its comparison; ``similarity``: how alike
+        its outputs are (``CampaignItemRef.similarity``)."""
         ...
 
     def annotator(self, campaign_id: int, name: str) -> Annotator | None: ...

@@ -18,6 +18,8 @@ from urllib.parse import urlparse
 
 import pytest
 
+from testkit import broken_header_words
+
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
     pytest.skip(
@@ -42,14 +44,8 @@ def server(app_server):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking"],
-        )
-        yield chromium
-        chromium.close()
+def browser(chromium):
+    return chromium
 
 
 @pytest.fixture
@@ -358,27 +354,6 @@ def _run_batch(page, name: str) -> None:
     sync_api.expect(chosen).to_have_count(1, timeout=WAIT_MS)
 
 
-def _words_broken_in_headers(page) -> list[str]:
-    """Header words the browser laid out on more than one line (a word split mid-way)."""
-    return page.evaluate("""() => {
-        const broken = [];
-        for (const header of document.querySelectorAll('#results-table th .header')) {
-            const text = header.firstChild;
-            if (!text || text.nodeType !== Node.TEXT_NODE) continue;
-            let start = 0;
-            for (const word of text.textContent.split(' ')) {
-                const range = document.createRange();
-                range.setStart(text, start);
-                range.setEnd(text, start + word.length);
-                const lines = new Set([...range.getClientRects()].map(rect => Math.round(rect.top)));
-                if (word && lines.size > 1) broken.push(word);
-                start += word.length + 1;
-            }
-        }
-        return broken;
-    }""")
-
-
 def _columns_out_of_view(page) -> list[str]:
     """Headers whose column ends beyond the table's visible box (they would need a sideways scroll)."""
     return page.evaluate("""() => {
@@ -400,7 +375,7 @@ def test_dashboard_batch_plot_and_table_and_compared_runs(page):
     expect(page.locator("#acceptance-plot .js-plotly-plot").first).to_be_visible()
     table = page.locator("#results-table")
     expect(table).to_contain_text("SpecSteer")
-    assert _words_broken_in_headers(page) == []
+    assert broken_header_words(page, "#results-table") == []
     assert _columns_out_of_view(page) == []
     shot(page, "07-dashboard")
     tab_shot(page, "dashboard")
@@ -416,7 +391,7 @@ def test_dashboard_batch_plot_and_table_and_compared_runs(page):
     status = page.locator("#dashboard-status")
     expect(status).to_contain_text("Showing", timeout=WAIT_MS)
     expect(table).to_contain_text("<b>first</b> run, named at some length")  # the name as text
-    assert _words_broken_in_headers(page) == []
+    assert broken_header_words(page, "#results-table") == []
     assert _columns_out_of_view(page) == [], "comparing runs pushed columns out of sight"
     assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth")
     legend = page.locator("#quality-plot .legend")
@@ -483,7 +458,7 @@ def test_deployment_view_projects_a_stored_run(page):
     expect(plot.locator(".gtitle")).to_contain_text("a projection, not a measurement")
     expect(plot.locator(".gtitle")).to_contain_text("<b>deploy</b> run")
     expect(plot.locator(".xtitle").first).to_contain_text("round-trip time")
-    expect(plot.locator(".legend")).to_contain_text("SpecSteer α=0.1 β=1 (projected)")
+    expect(plot.locator(".legend")).to_contain_text("SpecSteer α=0.1 β=1")
     table = page.locator("#deployment-table")
     expect(table).to_contain_text("SpecSteer α=0.1 β=1 speedup")
     expect(table).to_contain_text("200")

@@ -1,7 +1,11 @@
-"""A campaign judged in a real browser (Debian's Chromium through Playwright): two annotators, each in their own
-browser context, judge the same campaign from the keyboard alone (digits, T / G / X, Enter); the Campaigns tab
-then shows the leaderboard, position bias, agreement and median times, and its export holds both annotators'
-judgements with their times. Never run ``playwright install``: skipped without /usr/bin/chromium."""
+"""A campaign in a real browser (Debian's Chromium through Playwright). Its form starts small (a campaign a 2-core
+CPU generates in minutes), with an estimated time that follows the settings and each source's own field. Two
+annotators, each in their own browser context, judge the same campaign from the keyboard alone (digits fitted to
+the outputs, T / G / X, Enter) up to a "queue complete" screen; the Campaigns tab counts the comparisons judged,
+ranks nothing from fewer than the minimum, leaves the win matrix's diagonal "–", shows position bias, agreement
+and median times, and its export holds both annotators' judgements with their times. Full-page screenshots of the
+Judge screen and the leaderboard go to test-artifacts/screens/. Never run ``playwright install``: skipped without
+/usr/bin/chromium."""
 
 from __future__ import annotations
 
@@ -12,6 +16,9 @@ from urllib.parse import urljoin
 
 import pytest
 
+from specsteer.evaluation.preference import MIN_COMPARISONS_TO_RANK
+from testkit import save_screen
+
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
     pytest.skip("Debian's Chromium is not installed at /usr/bin/chromium", allow_module_level=True)
@@ -20,7 +27,6 @@ sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Pyt
 pytestmark = pytest.mark.browser
 
 WAIT_MS = 60_000
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 CAMPAIGN = "browser-study"
 
 
@@ -56,14 +62,8 @@ def campaign(app_server):
 
 
 @pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking"],
-        )
-        yield chromium
-        chromium.close()
+def browser(chromium):
+    return chromium
 
 
 def open_judge(browser, url: str):
@@ -99,20 +99,69 @@ def judge(page, key: str, judged: int) -> None:
     expect(page.locator("#judge-status")).to_contain_text("Saved", timeout=WAIT_MS)
 
 
+def open_results(page) -> None:
+    """The Campaigns tab on this test's campaign, refreshed."""
+    page.get_by_role("tab", name="Campaigns").click()
+    page.locator("#campaign-pick input").fill(CAMPAIGN)
+    page.keyboard.press("Enter")
+    page.click("#campaign-refresh")
+    sync_api.expect(page.locator("#campaign-status")).to_contain_text("2 of 2 comparisons ready", timeout=WAIT_MS)
+
+
+def test_the_form_starts_small_estimates_its_time_and_shows_each_sources_field(browser, campaign):
+    url, _codes = campaign
+    expect = sync_api.expect
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        page = context.new_page()
+        page.goto(url)
+        page.wait_for_selector("#generate-button", timeout=WAIT_MS)
+        page.get_by_role("tab", name="Campaigns").click()
+        page.locator("#campaign-create").get_by_text("New campaign").click()
+        assert 2 <= page.locator("#campaign-methods input:checked").count() <= 3
+        assert int(page.locator("#campaign-max-new input").input_value()) <= 64
+        assert int(page.locator("#campaign-limit input").input_value()) <= 5
+        estimate = page.locator("#campaign-estimate")
+        expect(estimate).to_contain_text("3 records × 3 methods × up to 64 tokens", timeout=WAIT_MS)
+        page.locator("#campaign-max-new input").fill("32")
+        page.locator("#campaign-max-new input").press("Enter")
+        expect(estimate).to_contain_text("× up to 32 tokens", timeout=WAIT_MS)  # it follows the form
+        expect(page.locator("#campaign-upload")).to_be_hidden()  # the bundled sample has no file to upload
+        page.locator("#campaign-data").get_by_text("A stored run's outputs").click()
+        expect(page.locator("#campaign-run")).to_be_visible(timeout=WAIT_MS)
+        expect(page.locator("#campaign-upload")).to_be_hidden()
+        expect(estimate).to_contain_text("nothing is generated", timeout=WAIT_MS)
+        page.locator("#campaign-data").get_by_text("Uploaded file").click()
+        expect(page.locator("#campaign-upload")).to_be_visible(timeout=WAIT_MS)
+        expect(page.locator("#campaign-run")).to_be_hidden()
+    finally:
+        context.close()
+
+
 def test_two_annotators_judge_from_the_keyboard_and_the_results_and_export_show_them(browser, campaign):
     url, codes = campaign
     expect = sync_api.expect
     first_context, first = open_judge(browser, url)
     second_context, second = open_judge(browser, url)
     try:
+        open_results(second)
+        expect(second.locator("#campaign-judged")).to_contain_text("0 of 2 comparisons judged", timeout=WAIT_MS)
+        second.get_by_role("tab", name="Judge").click()
+
         join_by_keyboard(first, "ann", codes["ann"])
-        expect(first.locator("#judge-shortcuts")).to_contain_text("save and next")
+        keys = first.locator("#judge-shortcuts")
+        expect(keys).to_contain_text("save and next")
+        expect(keys).to_contain_text("1 … 2 prefer output A … B")  # two outputs: two digits
         expect(first.locator("#judge-progress")).to_contain_text("1 of 2")
-        SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-        first.screenshot(path=str(SCREENSHOTS / "campaign-judge.png"), full_page=True)
+        save_screen(first, "campaign-judge")
         judge(first, "1", 1)  # output A
         judge(first, "t", 2)  # tie
         expect(first.locator("#judge-status")).to_contain_text("every comparison")
+        complete = first.locator("#judge-complete")
+        expect(complete).to_contain_text("Queue complete", timeout=WAIT_MS)
+        expect(complete).to_contain_text("all 2 comparisons")
+        expect(first.locator("#judge-save")).to_be_hidden()
+        save_screen(first, "campaign-judge-queue-complete")
 
         join_by_keyboard(second, "bob", codes["bob"])
         expect(second.locator("#judge-progress")).to_contain_text("judged 0")  # ann's judgements are not bob's
@@ -120,14 +169,16 @@ def test_two_annotators_judge_from_the_keyboard_and_the_results_and_export_show_
         judge(second, "x", 2)  # all bad
 
         panel = second
-        panel.get_by_role("tab", name="Campaigns").click()
-        panel.locator("#campaign-pick input").fill(CAMPAIGN)
-        panel.keyboard.press("Enter")
-        panel.click("#campaign-refresh")
-        expect(panel.locator("#campaign-status")).to_contain_text("2 of 2 comparisons ready", timeout=WAIT_MS)
+        open_results(panel)
         board = panel.locator("#campaign-leaderboard")
-        expect(board).to_contain_text("4 judgement(s) of 2 comparison(s)", timeout=WAIT_MS)
-        assert re.search(r"[+-]\d\.\d{3}", board.inner_text()), "no strength shown"
+        expect(board).to_contain_text("2 of 2 comparisons judged (4 judgement(s))", timeout=WAIT_MS)
+        too_few = panel.locator("#campaign-too-few")
+        expect(too_few).to_contain_text(f"Too few judgements to rank: 2 of {MIN_COMPARISONS_TO_RANK}")
+        assert not re.search(r"[+-]\d\.\d{3}", board.inner_text()), "a strength ranked from 2 comparisons"
+        diagonal = panel.locator("#campaign-win-matrix tbody tr").evaluate_all(
+            "rows => rows.map((row, i) => row.querySelectorAll('td')[i + 1].textContent.trim())"
+        )
+        assert diagonal == ["–", "–"]
         expect(panel.locator("#campaign-position-bias")).to_contain_text("decisive judgement")
         expect(panel.locator("#campaign-agreement")).to_contain_text("Fleiss")
         annotators = panel.locator("#campaign-annotators")
@@ -137,7 +188,7 @@ def test_two_annotators_judge_from_the_keyboard_and_the_results_and_export_show_
         median = re.search(r"Median time per judgement: ([\d.]+) s", annotators.inner_text())
         assert median and float(median.group(1)) >= 1.0
 
-        panel.screenshot(path=str(SCREENSHOTS / "campaign-results.png"), full_page=True)
+        save_screen(panel, "campaign-leaderboard")
         panel.click("#campaign-export")
         link = panel.locator("#campaign-export-file a").first
         expect(link).to_be_visible(timeout=WAIT_MS)

@@ -49,6 +49,25 @@ def client(url):
     return gradio_client.Client(url, verbose=False)
 
 
+def create(panel, **changes):
+    """The campaign form sent through its API: a small sample campaign on the tiny pair, with ``changes``."""
+    values = dict(
+        task="review",
+        data="sample",
+        upload=None,
+        run=None,
+        pairing=TEST_PAIRING_ID,
+        runtime="auto",
+        alpha=0.1,
+        beta=1.0,
+        max_new_tokens=4,
+        annotators="",
+        open_to_anyone=False,
+        token="",
+    )
+    return panel.predict(**{**values, **changes}, api_name="/campaign_create")
+
+
 def test_two_sessions_judge_with_their_own_seats(served):
     url, codes = served
     ann, bob = client(url), client(url)
@@ -78,33 +97,14 @@ def test_the_panel_shows_results_and_exports(served):
     path = exported[0]["value"] if isinstance(exported[0], dict) else exported[0]  # an update of the File
     text = open(path, encoding="utf-8").read()
     assert "ann" in text and "seconds" in text
-    refused = panel.predict(
-        "x",
-        "review",
-        "sample",
-        None,
-        2,
-        ["llm"],
-        TEST_PAIRING_ID,
-        "auto",
-        0.1,
-        1.0,
-        4,
-        "",
-        False,
-        "",
-        api_name="/campaign_create",
-    )
+    refused = create(panel, name="x", limit=2, methods=["llm"])
     assert "two methods" in refused[0]
 
 
 def test_the_panel_creates_and_generates_in_the_models_slot(served):
     url, _codes = served
     panel = client(url)
-    settings = [TEST_PAIRING_ID, "auto", 0.1, 1.0, 4, "", True, ""]
-    created = panel.predict(
-        "ui-made", "review", "sample", None, 1, ["llm", "specsteer"], *settings, api_name="/campaign_create"
-    )
+    created = create(panel, name="ui-made", limit=1, methods=["llm", "specsteer"], open_to_anyone=True)
     assert "stored" in created[0]
     status = panel.predict("ui-made", "", api_name="/campaign_generate")
     assert "1 of 1 comparisons ready" in status and "open to anyone" in status

@@ -71,8 +71,8 @@ def test_the_dashboard_lists_and_opens_the_example_runs_on_first_start():
 def test_the_example_longlamp_grid_projects_onto_a_deployment_profile():
     tab = dashboard_handlers.DashboardTab(app.build_service())
     projected = tab.deployment([_choice(tab, "longlamp-review-llamacpp-256")], "phone-4g")
-    assert "Projected 132 traced generations" in projected.status and projected.figure is not None
-    assert len(projected.table) > 0
+    assert "Projected 132 traced generations" in projected.status and projected.figure["value"] is not None
+    assert len(projected.table["value"]) > 0
 
 
 @pytest.mark.slow  # 10,000 bootstrap resamples for each of the 12 settings
@@ -82,7 +82,7 @@ def test_the_sweep_example_gives_the_choice_the_sweep_plan_reports():
     service = app.build_service()
     tab = dashboard_handlers.DashboardTab(service)
     view = sweep_view.sweep_view(service, [_choice(tab, "cogenesis-sweep-dev40")])
-    assert "40 of 40 records" in view.status and "α=1 β=1" in view.status and view.figure is not None
+    assert "40 of 40 records" in view.status and "α=1 β=1" in view.status and view.figure["value"] is not None
 
 
 @pytest.mark.usefixtures("tiny_app")

@@ -53,6 +53,9 @@ class FakeService:
         found = self.runs.get(run_id)
         return RunResults(found[0], tuple(found[1])) if found else None
 
+    def stored_runs(self):
+        return [run for run, _ in self.runs.values()]
+
 
 @pytest.fixture
 def service(tmp_path):
@@ -66,7 +69,7 @@ def test_a_p3_run_joins_the_steered_run_over_the_records_both_have(service):
     view = joined_view.joined_view(service, [1, 2])
     assert "2 records that every row has" in view.status
     assert "steered &lt;i&gt;" in view.status  # run names are the user's: escaped
-    frame = view.table
+    frame = view.table["value"]
     assert list(frame["Method"]) == ["SLM+", "LLM", "P³ k=10 τ=0.05", "SpecSteer α=1 β=1"]
     assert set(frame["Records"]) == {2}
     p3 = frame[frame["Run"] == "p3"].iloc[0]
@@ -81,19 +84,30 @@ def test_a_p3_run_joins_the_steered_run_over_the_records_both_have(service):
 
 def test_runs_that_cannot_be_joined_are_refused_with_the_reason(service):
     other = joined_view.joined_view(service, [2, 3])
-    assert "cannot be joined: the runs must read the same records" in other.status and other.table is None
+    assert "cannot be joined: the runs must read the same records" in other.status
+    assert other.table["visible"] is False
     view = joined_view.joined_view(service, [1, 2, 3])
-    assert "cannot be joined" in view.status and view.table is None
+    assert "cannot be joined" in view.status and view.table["visible"] is False
     assert "does not exist" in joined_view.joined_view(service, [1, 9]).status
     assert "Choose" in joined_view.joined_view(service, None).status
     too_many = joined_view.joined_view(service, list(range(1, joined_view.JOINED_MAX_ROWS + 2)))
-    assert "at most" in too_many.status and too_many.table is None
+    assert "at most" in too_many.status and too_many.table["visible"] is False
 
 
 def test_too_many_methods_are_refused_before_any_interval_is_drawn(service, monkeypatch):
     monkeypatch.setattr(joined_view, "JOINED_MAX_ROWS", 3)
     view = joined_view.joined_view(service, [1, 2])
     assert "4 methods and settings" in view.status and "at most 3" in view.status
+
+
+def test_one_run_with_too_many_settings_is_sent_to_the_sweep_view_and_to_runs_that_fit(service, monkeypatch):
+    """One run of more settings than a table takes (a sweep) is refused with what to choose instead: its
+    settings are the α × β view's, and runs over the same records that fit are named."""
+    monkeypatch.setattr(joined_view, "JOINED_MAX_ROWS", 2)
+    view = joined_view.joined_view(service, [1])
+    assert "“steered &lt;i&gt;” alone holds 3 methods and settings, more than the 2" in view.status
+    assert "α × β view" in view.status and "choose fewer runs" not in view.status
+    assert "“p3” (1)" in view.status and "elsewhere" not in view.status  # the same records only
 
 
 def test_the_view_is_wired_to_its_own_button(service):

@@ -52,12 +52,12 @@ def test_the_view_of_a_partial_run_says_how_many_records_and_what_the_rule_choos
     view = sweep_view.sweep_view(FakeService(), [7])
     assert "2 of 3 records have every cell" in view.status and "chosen: α=0.1 β=1" in view.status
     assert "sweep &lt;b&gt;" in view.status  # the run's name is escaped
-    names = [trace.name for trace in view.figure.data]
+    names = [trace.name for trace in view.figure["value"].data]
     assert {"SpecSteer (α, β)", "SpecSteer − LLM", "Pareto front", "LLM (reference)"} <= set(names)
 
 
 def test_nothing_chosen_missing_or_without_specsteer_is_said_not_drawn():
-    assert sweep_view.sweep_view(FakeService(), None).figure is None
+    assert sweep_view.sweep_view(FakeService(), None).figure["visible"] is False
     assert "does not exist" in sweep_view.sweep_view(FakeService(), [8]).status
     baselines = FakeService({**CONFIG, "methods": ["slm+", "llm"]})
     assert "no SpecSteer setting" in sweep_view.sweep_view(baselines, "7").status
@@ -70,6 +70,6 @@ def test_the_view_is_wired_to_its_button_and_the_pages_show_button():
     with gr.Blocks() as demo:
         runs = gr.Dropdown([("run", 7)], multiselect=True, allow_custom_value=True)
         show = gr.Button("Show")
-        view = sweep_view.build(FakeService(), runs, show)
+        view, _handler = sweep_view.build(FakeService(), runs, show)
     assert isinstance(view.figure, gr.Plot)
     assert "/sweep_view" in demo.get_api_info()["named_endpoints"]

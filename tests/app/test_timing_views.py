@@ -46,7 +46,7 @@ def test_the_deployment_view_leaves_a_paused_generation_out_and_says_so(dashboar
     assert "quality figures keep" not in view.status  # a projection replays the passes: it leaves the cell out
     only = stored_run("only paused", [cell for cell in run_cells() if cell.stats.timing_disturbed])
     nothing = dashboard.deployment([only], "paper")
-    assert "Nothing is left to project" in nothing.status and nothing.figure is None
+    assert "Nothing is left to project" in nothing.status and nothing.figure["visible"] is False
 
 
 def test_the_sweep_view_says_it_too(dashboard):

@@ -173,7 +173,7 @@ def test_the_stats_strip_shows_runtime_precision_first_token_and_prefix_reuse():
 def test_the_stats_strip_says_where_the_cloud_ran_and_which_link_was_emulated():
     stats = GenerationStats("specsteer", new_tokens=3, seconds=1.0)
     here = render.stats_html(render.StatsView.final(stats))
-    assert ">cloud<" in here and ">in process<" in here and "emulated link" not in here
+    assert ">cloud<" in here and ">inside this app<" in here and "emulated link" not in here
     remote = render.stats_html(
         render.StatsView.final(stats, cloud="http://127.0.0.1:8700", link=LinkConditions(rtt_ms=50, uplink_kbps=2000))
     )
@@ -490,7 +490,7 @@ def test_every_message_is_a_sentence(generate, dashboard, tmp_path):
 def test_link_emulation_and_the_cloud_reach_the_stats_and_the_saved_settings(generate):
     frames = run_generate(generate, sample_history(), rtt_ms=10, uplink_kbps=5000, max_new_tokens=6)
     assert "saved as generation" in frames[-1].status
-    assert ">in process<" in frames[-1].stats and "RTT 10 ms · up 5,000 kbps · down unlimited" in frames[-1].stats
+    assert ">inside this app<" in frames[-1].stats and "RTT 10 ms · up 5,000 kbps · down unlimited" in frames[-1].stats
     live = [frame.stats for frame in frames if 'data-state="running"' in str(frame.stats)]
     assert live and all("RTT 10 ms" in strip for strip in live)
     stored = storage.get_generation(storage.list_generations()[0]["id"])["settings"]
@@ -506,7 +506,7 @@ def test_a_bad_or_absent_cloud_is_a_message_and_its_credentials_are_never_shown(
     assert "ss-box-error" in frames[-1].status and storage.list_generations() == []
     checked = generate.test_cloud(address + "/", pairs.TINY_PAIRING_ID)
     assert "ss-box-error" in checked and f"Cloud at {address}" in checked
-    assert "in this process" in generate.test_cloud("", pairs.TINY_PAIRING_ID)
+    assert "inside this app" in generate.test_cloud("", pairs.TINY_PAIRING_ID)
     assert "hunter2" not in generate.test_cloud("http://alice:hunter2@x.example.org", pairs.TINY_PAIRING_ID)
 
 
@@ -516,7 +516,7 @@ def test_the_setting_starts_from_the_environment_unless_it_is_unusable(monkeypat
     monkeypatch.setenv(CLOUD_URL_ENV, "http://alice:hunter2@cloud.example.org:8700")
     address, problem = page.environment_cloud()
     assert address == "" and f"${CLOUD_URL_ENV} is not used" in problem and "hunter2" not in problem
-    assert problem.endswith("The Cloud runs in this process.")
+    assert problem.endswith("The Cloud runs inside this app.")
     monkeypatch.delenv(CLOUD_URL_ENV)
     assert page.environment_cloud() == ("", None)
 
@@ -757,7 +757,7 @@ def test_dashboard_run_shows_figures_table_and_survives_restart(dashboard):
     assert any("ss-progress" in str(frame.status) for frame in frames)
     final = frames[-1]
     assert "finished" in final.status and "3 cells computed" in final.status
-    assert final.quality.data and final.acceptance.data
+    assert final.quality["value"].data and final.acceptance["value"].data
     assert list(final.table["value"]["method"]) == ["LLM", "SpecSteer", "SpecSteer"]
     storage.reset_engines()  # as after an app restart
     choices = own_runs(dashboard)
@@ -778,11 +778,12 @@ def test_dashboard_compares_runs_and_shows_their_names_as_text(dashboard):
     assert set(table["run"]) == {f'#{ids[0]} <a href="x">two</a>', f"#{ids[1]} <b>one</b>"}
     widths = dict(zip(table.columns, view.table["column_widths"], strict=True))
     assert widths["run"] == "240px" and widths["acceptance"] == "109px"  # a header word's width, never less
-    names = [trace.name for figure in (view.quality, view.acceptance) for trace in figure.data]
+    quality, acceptance = view.quality["value"], view.acceptance["value"]
+    names = [trace.name for figure in (quality, acceptance) for trace in figure.data]
     assert names and all("<" not in name for name in names)  # plotly would render <b> and <a> as markup
     assert any(name.startswith(f"#{ids[1]} &lt;b&gt;one&lt;/b&gt;: ") for name in names)
-    assert "<" not in str(view.quality.layout.title.text)
-    assert view.quality.layout.legend.orientation == "h"  # long run names go under the plot, not beside it
+    assert "<" not in str(quality.layout.title.text)
+    assert quality.layout.legend.orientation == "h"  # long run names go under the plot, not beside it
 
 
 def test_dashboard_cancel_keeps_finished_cells(dashboard):
@@ -856,22 +857,18 @@ def test_the_deployment_view_projects_a_run_with_labels_table_and_escaped_names(
     profile = PROFILES["phone-4g"]
     assert "ss-box-ok" in view.status and "<b>" not in view.status and "&lt;b&gt;deploy&lt;/b&gt;" in view.status
     assert "Projected 4 traced generations" in view.status and render.esc(profile.label) in view.status
-    title = view.figure.layout.title.text
+    figure = view.figure["value"]
+    title = figure.layout.title.text
     assert "a projection, not a measurement" in title and "<b>" not in title and "&lt;b&gt;deploy" in title
-    assert view.figure.layout.xaxis.title.text.startswith("round-trip time")
-    assert view.figure.layout.yaxis.title.text == "projected tokens / s"
-    assert any("A projection, not a measurement" in note.text for note in view.figure.layout.annotations)
-    lines = [trace for trace in view.figure.data if trace.type == "scatter"]
-    assert [trace.name for trace in lines] == [
-        "SLM+ (projected)",
-        "LLM (projected)",
-        "SpecSteer α=1 β=1 (projected)",
-        "SpecSteer α=0.1 β=1 (projected)",
-    ]
+    assert figure.layout.xaxis.title.text.startswith("round-trip time")
+    assert figure.layout.yaxis.title.text == "projected tokens / s"
+    assert any("A projection, not a measurement" in note.text for note in figure.layout.annotations)
+    lines = [trace for trace in figure.data if trace.type == "scatter"]
+    assert [trace.name for trace in lines] == ["SLM+", "LLM", "SpecSteer α=1 β=1", "SpecSteer α=0.1 β=1"]
     assert all(list(trace.x) == [float(rtt) for rtt in range(0, 201, 10)] for trace in lines)
-    bars = [trace for trace in view.figure.data if trace.type == "bar"]
-    assert [list(bar.x) for bar in bars] == [["SLM+"], ["LLM"], ["SpecSteer α=1 β=1"], ["SpecSteer α=0.1 β=1"]]
-    table = view.table
+    bars = [trace for trace in figure.data if trace.type == "bar"]
+    assert [list(bar.y) for bar in bars] == [["SLM+"], ["LLM"], ["SpecSteer α=1 β=1"], ["SpecSteer α=0.1 β=1"]]
+    table = view.table["value"]
     assert list(table.columns) == [
         "RTT (ms)",
         "LLM (tok/s)",
@@ -907,7 +904,7 @@ def test_the_deployment_view_says_why_it_has_nothing_to_show(dashboard):
     old = dashboard.deployment([run_id], "phone-4g")
     assert "stored before generations kept their traces" in old.status and "none of its 2 cells" in old.status
     assert "&lt;i&gt;old&lt;/i&gt;" in old.status and "<i>" not in old.status
-    assert old.figure is None and old.table is None and "Opensignal" in old.profile
+    assert old.figure["visible"] is False and old.table["visible"] is False and "Opensignal" in old.profile
     empty = storage.create_run("empty run", {"task": "review"})
     assert "no finished cells yet" in dashboard.deployment([empty], "phone-4g").status
     assert "Choose a stored run" in dashboard.deployment([], "phone-4g").status
@@ -917,7 +914,7 @@ def test_the_deployment_view_says_why_it_has_nothing_to_show(dashboard):
     alone = list(dashboard.run_batch(**dashboard_values(run_name="slm alone", methods=["slm+"])))[-1]
     assert "finished" in alone.status
     view = dashboard.deployment([dashboard.run_choices()[0][1]], "laptop-wifi")
-    assert "no LLM cells" in view.status and list(view.table.columns) == ["RTT (ms)"]
+    assert "no LLM cells" in view.status and list(view.table["value"].columns) == ["RTT (ms)"]
 
 
 def test_a_profile_and_its_sources_are_shown_escaped():

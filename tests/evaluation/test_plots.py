@@ -42,16 +42,34 @@ ROWS = [
 
 
 def _points(figure: go.Figure) -> list[tuple[float, float, str]]:
-    return [point for trace in figure.data for point in zip(trace.x, trace.y, trace.text)]
+    return [point for trace in figure.data for point in zip(trace.x, trace.y, trace.text) if point[0] is not None]
 
 
-def test_quality_speed_has_one_labelled_point_per_row():
+def test_quality_speed_has_one_point_per_row_named_in_the_legend_not_labelled_beside_it():
     figure = plots.quality_speed_figure(ROWS, quality="rouge1", speed="speedup")
     points = _points(figure)
     assert len(points) == len(ROWS)
     assert (1.14, 29.0, "SpecSteer α=0.1 β=1") in points
     assert (0.43, 31.0, "LightCoSteer β=1") in points
     assert figure.layout.yaxis.title.text.startswith("ROUGE-1")
+    assert all(trace.mode == "markers" for trace in figure.data)  # text labels overlapped each other and the ticks
+    assert "SpecSteer α=0.1 β=1" in [trace.name for trace in figure.data]
+
+
+def test_settings_of_one_method_differ_by_shape_for_beta_and_shade_for_alpha():
+    figure = plots.quality_speed_figure(ROWS, quality="rougeL", speed="tok_per_s")
+    marker = {trace.name: (trace.marker.symbol, trace.marker.color) for trace in figure.data}
+    one, tenth, half = marker["SpecSteer α=1 β=1"], marker["SpecSteer α=0.1 β=1"], marker["SpecSteer α=0.5 β=2"]
+    assert one[0] == tenth[0] != half[0]  # β=1 and β=2 have their own shapes
+    assert len({one[1], tenth[1], half[1]}) == 3  # each α its own shade
+
+
+def test_a_row_with_an_interval_gets_its_error_bar():
+    rows = [dict(row, rougeL_low=row["rougeL"] - 1.5, rougeL_high=row["rougeL"] + 0.5) for row in ROWS]
+    figure = plots.quality_speed_figure(rows, quality="rougeL", speed="tok_per_s")
+    bars = {trace.name: (trace.error_y.arrayminus[0], trace.error_y.array[0]) for trace in figure.data}
+    assert bars["SpecSteer α=0.1 β=1"] == pytest.approx((1.5, 0.5))
+    assert "error bars" in figure.layout.title.text
 
 
 def test_slm_plus_and_llm_are_reference_markers_with_dashed_lines():
@@ -63,11 +81,14 @@ def test_slm_plus_and_llm_are_reference_markers_with_dashed_lines():
     assert dashed == [15.0, 18.0]  # the references' ROUGE-L
 
 
-def test_rows_without_speedup_are_left_out_and_the_figure_says_why():
+def test_rows_without_speedup_are_left_out_and_the_legend_says_why():
     no_reference = [dict(row, speedup=None) for row in ROWS if row["method"] != "llm"]
     figure = plots.quality_speed_figure(no_reference, speed="speedup")
     assert _points(figure) == []
     assert "speedup is unavailable" in figure.layout.annotations[0].text
+    names = [trace.name for trace in figure.data]
+    assert len(names) == len(no_reference)
+    assert all("not drawn, no speedup: its run has no LLM cells" in name for name in names)
 
 
 def test_unknown_axis_is_refused():
@@ -130,7 +151,8 @@ def test_the_deployment_figure_is_labelled_a_projection_and_escapes_what_it_is_g
     lines = [trace for trace in figure.data if trace.type == "scatter"]
     assert [list(line.x) for line in lines] == [[0.0, 100.0, 200.0]] * 2
     assert list(lines[1].y) == [30.0, 20.0, 10.0]
-    assert [list(bar.y) for bar in figure.data if bar.type == "bar"] == [[3.0], [1.1]]
+    bars = [bar for bar in figure.data if bar.type == "bar"]
+    assert [list(bar.x) for bar in bars] == [[3.0], [1.1]] and {bar.orientation for bar in bars} == {"h"}
     assert "a projection, not a measurement" in figure.layout.title.text
     table = plots.speedup_rows(rows, [0.0, 200.0])
     assert table == [

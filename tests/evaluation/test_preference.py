@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 from specsteer.evaluation.preference import (
+    MIN_COMPARISONS_TO_RANK,
     SPECIAL_PREFERENCES,
     CampaignJudgement,
     PairwiseOutcome,
@@ -221,6 +222,20 @@ def test_nothing_judged_gives_an_empty_leaderboard_and_report():
     assert (report.judgements, report.comparisons, report.annotators, report.median_seconds) == (0, 0, (), None)
     assert report.position_bias.slots == () and report.rating_agreement == ()
     assert report.agreement.fleiss_kappa is None and report.agreement.comparisons == 0
+
+
+def test_fewer_judged_comparisons_than_the_minimum_rank_nothing():
+    """Two comparisons judged alike: the bootstrap has nothing to resample (an interval of no width), so no
+    ranking is shown from them; from the minimum on, it is."""
+    two = [_pair(1, "p", 0), _pair(2, "p", 0)]
+    board = leaderboard(two, resamples=50)
+    assert board.rows[0].lower == pytest.approx(board.rows[0].upper)  # what the minimum keeps off the page
+    assert board.too_few and board.too_few_text() == (
+        f"too few judgements to rank: 2 of {MIN_COMPARISONS_TO_RANK} comparisons judged"
+    )
+    enough = [_pair(n, "p", 0 if n % 3 else 1) for n in range(MIN_COMPARISONS_TO_RANK)]
+    assert not leaderboard(enough, resamples=50).too_few
+    assert not leaderboard([]).too_few  # nothing judged is not "too few": it is empty
 
 
 # --------------------------------------------------------------------------- position bias

@@ -199,7 +199,7 @@ def test_public_app_needs_the_token_to_create_and_export_not_to_judge(db):
 def test_in_public_a_wrong_token_refuses_the_create_before_the_upload_is_read(db, tmp_path, monkeypatch):
     """The panel's create checks the operator's token first: a refused call opens and parses nothing."""
     from specsteer.service import evaluation
-    from ui.campaign_tab import CampaignHandlers
+    from ui.campaign_handlers import CampaignHandlers
 
     app = make_app(db[0], Exposure(public=True, admin_token="op-secret"))
     public = app.campaigns(storage.SqlCampaignStore(db[0]))
@@ -215,7 +215,7 @@ def test_in_public_a_wrong_token_refuses_the_create_before_the_upload_is_read(db
         form = dict(name="from-upload", task="review", data="upload", limit=1, methods=["llm", "specsteer"])
         settings = dict(pairing=TEST_PAIRING_ID, runtime="auto", alpha=0.1, beta=1.0, max_new_tokens=4)
         return CampaignHandlers(public, app).create(
-            **form, **settings, upload=str(upload_path), annotators="", open_to_anyone=False, token=token
+            **form, **settings, upload=str(upload_path), run=None, annotators="", open_to_anyone=False, token=token
         )
 
     for token in ("", "wrong", "op-secret "):
@@ -375,25 +375,26 @@ def test_two_saves_at_once_store_one_judgement(service, db):
 
 @pytest.mark.parametrize("limit, tokens", [(float("inf"), 4), (2, float("nan")), ("many", 4), (1.5, 4), (10**30, 4)])
 def test_the_panel_refuses_numbers_that_are_not_whole(db, limit, tokens):
-    from ui.campaign_tab import CampaignHandlers
+    from ui.campaign_handlers import CampaignHandlers
 
     app = make_app(db[0])
     service = app.campaigns(storage.SqlCampaignStore(db[0]))
     shown, _choices, created = CampaignHandlers(service, app).create(
-        "numbers",
-        "review",
-        "sample",
-        None,
-        limit,
-        ["llm", "specsteer"],
-        TEST_PAIRING_ID,
-        "auto",
-        0.1,
-        1.0,
-        tokens,
-        "",
-        False,
-        "",
+        name="numbers",
+        task="review",
+        data="sample",
+        upload=None,
+        run=None,
+        limit=limit,
+        methods=["llm", "specsteer"],
+        pairing=TEST_PAIRING_ID,
+        runtime="auto",
+        alpha=0.1,
+        beta=1.0,
+        max_new_tokens=tokens,
+        annotators="",
+        open_to_anyone=False,
+        token="",
     )
     assert "ss-box-error" in shown and created == ""
     assert "numbers" not in [campaign.name for campaign in service.campaigns()]
@@ -437,3 +438,25 @@ def test_fifty_annotators_judging_at_once_store_every_judgement_once(db_url):
     assert all(judgement.saves == 1 for judgement in stored)
     assert {judgement.rationale for judgement in stored} == {f"{name} at {p}" for name in names for p in range(2)}
     assert service.store.annotator_count(campaign.id) == ANNOTATORS_AT_ONCE
+
+
+def test_near_identical_outputs_are_counted_and_never_queued(url):
+    """Standard SD reproduces LLM's greedy output token for token: a campaign of the two asks no one anything,
+    and says so; one of outputs that differ is queued as before."""
+    service = make_service(url)
+    service.create(CampaignRequest("alike", "review", "sample", ("llm", "sd"), SETTINGS, limit=2, open_to_anyone=True))
+    assert list(service.generate("alike"))[-1].status == "ready"
+    items = service.store.items(service.campaign("alike").id)
+    assert [item.similarity for item in items] == [1.0, 1.0]
+    assert service.status("alike").near_identical == 2
+    seat = service.join("alike", "ann")
+    with pytest.raises(CampaignError, match="outputs of all 2 ready so far are near-identical"):
+        service.view(seat, 0)
+    report = service.report("alike", resamples=50)
+    assert (report.to_judge, report.near_identical) == (0, 2)
+    differing = make_service(url)
+    differing.create(CampaignRequest("apart", "review", "sample", ("llm", "specsteer"), SETTINGS, limit=1))
+    list(differing.generate("apart"))
+    (item,) = differing.store.items(differing.campaign("apart").id)
+    assert item.similarity is not None and item.similarity < 0.95
+    assert differing.report("apart", resamples=50).to_judge == 1

@@ -469,7 +469,7 @@ def test_checking_a_cloud_address_never_raises(service):
     bad = service.check_cloud("http://alice:hunter2@example.org:1")
     assert not bad.ok and "hunter2" not in bad.message and "user name or password" in bad.message
     here = service.check_cloud("  ")
-    assert here.ok and here.address == "" and "in this process" in here.message
+    assert here.ok and here.address == "" and "inside this app" in here.message
 
 
 # The Cloud as a child process (``python -m specsteer cloud --pairing tiny-test``) on a free loopback

@@ -72,7 +72,7 @@ def claim_row(claim: Claim) -> dict[str, str]:
     won, and what the interval shows ("higher", "lower", "not established")."""
     d = claim.difference
     return {
-        "SpecSteer setting": _setting_label(d.ours),
+        "SpecSteer setting": d.ours.display,
         "against": method_label(d.theirs.method),
         "metric": METRIC_NAMES.get(d.metric, d.metric),
         "mean difference": _signed(d.mean),

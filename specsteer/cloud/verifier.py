@@ -16,8 +16,18 @@ from typing import TypeVar
 import torch
 
 from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy, RoundDecider, RoundScores
-from specsteer.method.decoding import ForwardLog, Sampler, Stream, draft, match_test, steering_entries
+from specsteer.method.decoding import (
+    ForwardLog,
+    Sampler,
+    Stream,
+    draft,
+    draft_log_probs,
+    match_test,
+    ratio_temperature,
+    steering_entries,
+)
 from specsteer.method.events import GENERALIST_STREAM, GENERIC_STREAM
+from specsteer.method.token_details import CloudScores, cloud_scores
 from specsteer.protocol.rules import RULE_SPECS, CoSteerCandidates, PublicRows, Rule, SteeredTopK
 from specsteer.protocol.wire import DRAFT_HEADROOM, MAX_DRAFT_LEN, CrossOpen, Draft, Open, Tokens, Verdict
 
@@ -51,6 +61,9 @@ class _CloudStreams:
         self.capacity = 0  # tokens the session's generic stream may hold
         self._sampler = Sampler()
         self.last_ratios: list[float] = []  # instrumentation for display; never sent as a message
+        # Each draft's numbers (method.token_details), computed only when ``details`` is set; display only.
+        self.details = False
+        self.last_scores: list[CloudScores] = []
 
     @staticmethod
     def _session_sampler(message: Open) -> Sampler:
@@ -195,11 +208,13 @@ class Cloud(_CloudStreams):
             return self._send_rows(large_rows, generic_rows)
 
         self.last_ratios = []
+        self.last_scores = []
         if settings.rule is Rule.RATIO:
             scores = RoundScores(
                 large_rows, _needed(generic_rows, settings.rule), drafts, settings.alpha, self._sampler
             )
             accepted, self.last_ratios = _opened(self._decider).decide(scores)
+            self.last_scores = self._scores(scores) if self.details else []
         else:
             accepted = match_test(large_rows, drafts)
         self._rewind(accepted, k, large_rows, generic_rows)
@@ -209,6 +224,17 @@ class Cloud(_CloudStreams):
         beta = settings.beta if generic_row is not None else 0.0
         ids, values = steering_entries(large_rows[accepted], generic_row, beta, settings.top_k)
         return Verdict.carrying(accepted, SteeredTopK(tuple(ids.tolist()), values.numpy()))
+
+    @staticmethod
+    def _scores(scores: RoundScores) -> list[CloudScores]:
+        """The drafts' numbers, from the same log-probabilities the ratio test compares (display only)."""
+        temperature = ratio_temperature(scores.sampler)
+        drafts = list(scores.drafts)
+        log_large, log_generic = draft_log_probs(scores.large_rows, scores.generic_rows, drafts, temperature)
+        k = len(drafts)
+        return cloud_scores(
+            log_large, log_generic, scores.large_rows[:k] / temperature, scores.generic_rows[:k] / temperature
+        )
 
     def _cloud_draft_problem(self, message: Draft, settings: Open) -> str | None:
         """P³: a Draft carries no drafts, only the tokens the Edge kept or chose, and must leave room for ``k``."""

@@ -58,8 +58,8 @@ from specsteer.method.events import (
     TokenKind,
 )
 from specsteer.method.p3 import P3Params
-from specsteer.method.token_details import TokenDetails, named
 from specsteer.method.timing import SYSTEM_CLOCK, StepClock, StepTimes, find_pauses
+from specsteer.method.token_details import TokenDetails, named
 from specsteer.models.chat import PLAIN_CHAT, ChatFormat, prompt_ids
 from specsteer.models.loading import LoadedPair
 from specsteer.protocol.emulation import LinkConditions
@@ -820,10 +820,7 @@ def _named_details(details: TokenDetails | None, output: _Output) -> TokenDetail
     if cloud is not None:
         cloud = replace(cloud, top_large=named(cloud.top_large, decode), top_generic=named(cloud.top_generic, decode))
     return replace(
-        details,
-        cloud=cloud,
-        top_private=named(details.top_private, decode),
-        top_drawn=named(details.top_drawn, decode),
+        details, cloud=cloud, top_private=named(details.top_private, decode), top_drawn=named(details.top_drawn, decode)
     )
 
 

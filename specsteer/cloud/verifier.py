@@ -27,7 +27,8 @@ from specsteer.method.decoding import (
     steering_entries,
 )
 from specsteer.method.events import GENERALIST_STREAM, GENERIC_STREAM
-from specsteer.method.token_details import CloudScores, cloud_scores
+from specsteer.method.token_details import CloudScores
+from specsteer.method.token_numbers import cloud_scores
 from specsteer.protocol.rules import RULE_SPECS, CoSteerCandidates, PublicRows, Rule, SteeredTopK
 from specsteer.protocol.wire import DRAFT_HEADROOM, MAX_DRAFT_LEN, CrossOpen, Draft, Open, Tokens, Verdict
 

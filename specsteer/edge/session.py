@@ -29,7 +29,8 @@ from specsteer.method.decoding import (
     recover,
     residual_test,
 )
-from specsteer.method.token_details import TokenDetails, probability, steered_choice, top_alternatives
+from specsteer.method.token_details import TokenDetails
+from specsteer.method.token_numbers import probability, steered_choice, top_alternatives
 from specsteer.protocol.rules import CoSteerCandidates, PayloadError, PublicRows, SteeredTopK
 from specsteer.protocol.wire import DRAFT_HEADROOM, Verdict
 from specsteer.runtimes.base import ModelRuntime

@@ -131,16 +131,16 @@ def _speculative_bound(small: ModelTiming, large: ModelTiming) -> float:
     return speculative_bound(ASSUMED_ACCEPTANCE, K, small.step_s, large.verify_s, small.verify_s)
 
 
-def estimate(timing: RuntimeTiming, method: str) -> float:
-    """Seconds of the reference request (825-token private prompt, 180-token task, 128 new tokens) for
-    ``method`` on this runtime: every prompt its streams read, then the decoding."""
+def estimate(timing: RuntimeTiming, method: str, new_tokens: int = NEW_TOKENS) -> float:
+    """Seconds of the reference request (825-token private prompt, 180-token task, ``new_tokens`` new tokens,
+    128 unless told) for ``method`` on this runtime: every prompt its streams read, then the decoding."""
     small, large = timing.specialist, timing.generalist
     info = method_info(method)
     if info.models != "both":
         model = small if info.models == "specialist" else large
         return (
             model.prompt_s(PRIVATE_PROMPT_TOKENS if info.reads_history else PLAIN_PROMPT_TOKENS)
-            + NEW_TOKENS * model.step_s
+            + new_tokens * model.step_s
         )
     # Both models: the Specialist reads the private prompt, the Generalist and the generic copy the task.
     prompts = (
@@ -149,9 +149,19 @@ def estimate(timing: RuntimeTiming, method: str) -> float:
         + small.prompt_s(PLAIN_PROMPT_TOKENS)
     )
     if info.speculative:
-        return prompts + NEW_TOKENS / _speculative_bound(small, large)
+        return prompts + new_tokens / _speculative_bound(small, large)
     # Token-level steering: every token costs a step of each of the three streams.
-    return prompts + NEW_TOKENS * (2 * small.step_s + large.step_s)
+    return prompts + new_tokens * (2 * small.step_s + large.step_s)
+
+
+def request_estimate(pairing_id: str, runtime: str, method: str, new_tokens: int) -> float | None:
+    """Seconds :func:`estimate` gives ``method`` with ``new_tokens`` on ``runtime`` from this machine's saved
+    calibration of the pairing; None when it was not calibrated here, or not on that runtime."""
+    calibration = saved_calibration(pairing_id)
+    if calibration is None:
+        return None
+    timing = next((t for t in calibration.timings if t.runtime == runtime), None)
+    return estimate(timing, method, new_tokens) if timing is not None else None
 
 
 def choose(calibration: Calibration, method: str, usable: tuple[str, ...]) -> RuntimeChoice | None:

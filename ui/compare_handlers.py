@@ -105,7 +105,8 @@ class CompareView(NamedTuple):
             values[5 + MAX_SLOTS : 5 + 2 * MAX_SLOTS],
             values[5 + 2 * MAX_SLOTS :],
         )
-        return cls(*values[:5], tuple(slots), tuple(visible), tuple(ratings))
+        status, view, preferred, choices, submit = values[:5]
+        return cls(status, view, preferred, choices, submit, tuple(slots), tuple(visible), tuple(ratings))
 
 
 COMPARE_WIDTH = len(CompareView.unchanged().flat())

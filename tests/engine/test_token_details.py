@@ -1,6 +1,6 @@
 """Each token's numbers (DecodeConfig.details): the p_L, p_S0 and p_S+ a token's event carries are the very
 numbers the ratio test compared and the Specialist drafted from; asking for them changes no decision.
-Tiny fp32 random pairs."""
+The session's tiny fp32 pair (tests/conftest.py ``pair``)."""
 
 from __future__ import annotations
 
@@ -13,12 +13,6 @@ import torch
 import specsteer.edge.session as edge_session
 import specsteer.method.decoding as decoding
 from specsteer.engine.generate import DecodeConfig, generate_ids
-from specsteer.models.tiny import tiny_pair
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
 
 
 def prompts(pair):

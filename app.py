@@ -163,6 +163,7 @@ def build_app(service: AppService | None = None, campaigns: CampaignService | No
         for stored in (comparisons, runs):
             stored.on_load(demo)
         judge_tab.on_load(judging, demo)
+        generate_tab.on_load(demo)
         campaign_tab.on_load(panel, demo)
         gr.Markdown(data_location(getattr(service.store, "url", None)).page_line(), elem_classes=["ss-note"])
     # api_open=False: every queued endpoint goes through the queue (and its fair share); Gradio would otherwise

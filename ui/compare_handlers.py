@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import functools
 import inspect
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import gradio as gr
@@ -50,6 +52,7 @@ class CompareView(NamedTuple):
     view: object  # the ComparisonView being judged (a gr.State)
     preferred: object
     choices: object  # the saved comparisons' dropdown
+    submit: object  # the Submit button: enabled only while a saved comparison waits for this page's judgement
     slots: tuple
     visible: tuple
     ratings: tuple
@@ -58,6 +61,7 @@ class CompareView(NamedTuple):
     def unchanged(cls) -> CompareView:
         skip = gr.skip()
         return cls(
+            skip,
             skip,
             skip,
             skip,
@@ -83,16 +87,26 @@ class CompareView(NamedTuple):
         return self._replace(slots=tuple(html if index == slot else value for index, value in enumerate(self.slots)))
 
     def flat(self) -> tuple:
-        return (self.status, self.view, self.preferred, self.choices, *self.slots, *self.visible, *self.ratings)
+        return (
+            self.status,
+            self.view,
+            self.preferred,
+            self.choices,
+            self.submit,
+            *self.slots,
+            *self.visible,
+            *self.ratings,
+        )
 
     @classmethod
     def from_flat(cls, values: Sequence) -> CompareView:
         slots, visible, ratings = (
-            values[4 : 4 + MAX_SLOTS],
-            values[4 + MAX_SLOTS : 4 + 2 * MAX_SLOTS],
-            values[4 + 2 * MAX_SLOTS :],
+            values[5 : 5 + MAX_SLOTS],
+            values[5 + MAX_SLOTS : 5 + 2 * MAX_SLOTS],
+            values[5 + 2 * MAX_SLOTS :],
         )
-        return cls(values[0], values[1], values[2], values[3], tuple(slots), tuple(visible), tuple(ratings))
+        status, view, preferred, choices, submit = values[:5]
+        return cls(status, view, preferred, choices, submit, tuple(slots), tuple(visible), tuple(ratings))
 
 
 COMPARE_WIDTH = len(CompareView.unchanged().flat())
@@ -107,15 +121,16 @@ class JudgedView(NamedTuple):
     slots: tuple
     summary: object
     agreement: object
+    submit: object  # disabled once judged (a new or reopened comparison enables it again)
 
     @classmethod
     def refused(cls, message: str) -> JudgedView:
         gr.Warning(render.esc(message))
         skip = gr.skip()
-        return cls(render.message_box(message, "error"), skip, (skip,) * MAX_SLOTS, skip, skip)
+        return cls(render.message_box(message, "error"), skip, (skip,) * MAX_SLOTS, skip, skip, skip)
 
     def flat(self) -> tuple:
-        return (self.status, self.view, *self.slots, self.summary, self.agreement)
+        return (self.status, self.view, *self.slots, self.summary, self.agreement, self.submit)
 
 
 def flattened(handler: Callable) -> Callable:
@@ -137,6 +152,17 @@ def flattened(handler: Callable) -> Callable:
     return call
 
 
+SUBMIT_LABEL = "Submit judgement"
+JUDGED_LABEL = "Judged: run or open a comparison to judge another"
+
+
+def submit_button(judged: bool, waiting: bool = False) -> dict:
+    """The Submit button: off once this page judged the comparison shown, or while outputs are still coming."""
+    if judged:
+        return gr.update(interactive=False, value=JUDGED_LABEL)
+    return gr.update(interactive=not waiting, value=SUBMIT_LABEL)
+
+
 def preference_choices(count: int) -> list[tuple[str, str]]:
     return [(f"Output {slot_label(slot)}", slot_label(slot)) for slot in range(count)] + PREFERENCE_EXTRAS
 
@@ -156,14 +182,50 @@ def _slot_views(view: ComparisonView) -> tuple:
 STOPPED_UNSAVED = "Stopped. The incomplete comparison was not saved."
 
 
+@dataclass
+class _Progress:
+    """Where a running comparison is: the output in progress, its tokens, and the clock (``time.monotonic``)."""
+
+    of: int = 1
+    max_tokens: int = 0
+    started: float = 0.0
+    slot: int = 0
+    slot_started: float = 0.0
+    tokens: int = 0
+    estimate_s: float | None = None
+
+    def status(self, now: float) -> str:
+        """One line: which output, its tokens, the seconds on it and in all, and the calibration's estimate."""
+        line = (
+            f"Generating output {slot_label(self.slot)} ({self.slot + 1} of {self.of}) · "
+            f"{self.tokens} of {self.max_tokens} tokens · {now - self.slot_started:.0f} s on this output, "
+            f"{now - self.started:.0f} s elapsed in all"
+        )
+        if self.estimate_s is not None:
+            line += (
+                f" · estimated ≈ {self.estimate_s:.0f} s for all {self.of} outputs "
+                "(this machine's calibration, for reference-length prompts)"
+            )
+        else:
+            line += " · no estimate: this pairing was not calibrated on this machine"
+        return line + "…"
+
+    def slot_state(self, now: float) -> str:
+        return f"generating… {self.tokens} of {self.max_tokens} tokens · {now - self.slot_started:.0f} s"
+
+
 def comparison_frames(
-    events: Iterable[ComparisonEvent], choices: Callable[[], list[tuple[str, int]]]
+    events: Iterable[ComparisonEvent],
+    choices: Callable[[], list[tuple[str, int]]],
+    clock: Callable[[], float] = time.monotonic,
 ) -> Iterator[CompareView | Toast]:
     """The service's events of one comparison as views of this tab's outputs, with a toast for a failure;
-    ``choices`` lists the saved comparisons once this one is saved."""
+    ``choices`` lists the saved comparisons once this one is saved. While outputs come, the status line says
+    which, its tokens, the seconds elapsed (``clock``) and the calibration's estimate (:class:`_Progress`)."""
     blind = True
     order: tuple[str, ...] = ()
     pieces: list[str] = []
+    progress = _Progress()
     throttle = Throttle()
     unchanged = CompareView.unchanged()
     drafts: list[str] = []  # the slot's drafts awaiting their verdict (shown only when the methods are named)
@@ -173,21 +235,25 @@ def comparison_frames(
             yield CompareView.message(event.message, "error")
         elif isinstance(event, ComparisonStarted):
             blind, order = event.blind, event.methods
+            progress = _Progress(len(order), event.settings.max_new_tokens, clock())
             slots = tuple(
                 render.comparison_slot_html(slot_label(slot), None) if slot < len(order) else gr.skip()
                 for slot in range(MAX_SLOTS)
             )
             # view None: nothing to judge until every output is saved
             yield unchanged.showing(len(order))._replace(
-                view=None, slots=slots, status=render.message_box("Starting…", "busy")
+                view=None,
+                slots=slots,
+                status=render.message_box("Starting…", "busy"),
+                submit=submit_button(judged=False, waiting=True),
             )
         elif isinstance(event, Loading):
             yield CompareView.message(event.message, "busy")
         elif isinstance(event, Generating):
             pieces, drafts = [], []
-            yield CompareView.message(
-                f"Generating output {slot_label(event.slot)} ({event.slot + 1} of {event.of})…", "busy"
-            )
+            progress.slot, progress.slot_started, progress.tokens = event.slot, clock(), 0
+            progress.of, progress.estimate_s = event.of, event.estimate_s
+            yield CompareView.message(progress.status(clock()), "busy")
         elif isinstance(event, (Token, Pending)):
             # A blind judgement shows no drafts: they would tell a drafting method from the others.
             if isinstance(event, Pending) and blind:
@@ -199,18 +265,20 @@ def comparison_frames(
                 if not event.event.emitted:
                     continue
                 pieces.append(event.event.text)
+                progress.tokens += 1
             # Every draft is published: the last one of a round may be on screen for a whole verification.
             if isinstance(event, Pending) or throttle.due():
+                now = clock()
                 yield unchanged.with_slot(
                     event.slot,
                     render.comparison_slot_html(
                         slot_label(event.slot),
                         "".join(pieces),
                         None if blind else order[event.slot],
-                        state="generating…",
+                        state=progress.slot_state(now),
                         pending="".join(drafts),
                     ),
-                )
+                )._replace(status=render.message_box(progress.status(now), "busy"))
         elif isinstance(event, OutputDone):
             yield unchanged.with_slot(
                 event.slot,
@@ -235,6 +303,7 @@ def comparison_frames(
                 view=view,
                 slots=_slot_views(view),
                 choices=gr.update(choices=choices(), value=view.comparison_id),
+                submit=submit_button(judged=False),
             )
 
 
@@ -296,7 +365,9 @@ class CompareTab:
             f"Opened comparison #{view.comparison_id} ({comparison.task} task). Input: {comparison.input_text}", "info"
         )
         return (
-            CompareView.unchanged().showing(len(view.order))._replace(view=view, slots=_slot_views(view), status=status)
+            CompareView.unchanged()
+            .showing(len(view.order))
+            ._replace(view=view, slots=_slot_views(view), status=status, submit=submit_button(judged=False))
         )
 
     def submit_annotation(
@@ -327,7 +398,7 @@ class CompareTab:
         status = render.message_box(
             f"Saved annotation #{saved.annotation_id}.{replaced} The methods are now revealed.", "ok"
         )
-        return JudgedView(status, revealed, _slot_views(revealed), table, agreement)
+        return JudgedView(status, revealed, _slot_views(revealed), table, agreement, submit_button(judged=True))
 
     # ----------------------------------------------------------------------- summary and exports
 

@@ -24,7 +24,15 @@ from specsteer.service.app_service import AppService
 from specsteer.service.judging import COMPARED_METHODS, SUMMARY_HEADERS
 from specsteer.stores.generations import RATING_CRITERIA, slot_label
 from ui import pairs, render
-from ui.compare_handlers import MAX_SLOTS, CompareTab, CompareView, JudgedView, flattened, preference_choices
+from ui.compare_handlers import (
+    MAX_SLOTS,
+    SUBMIT_LABEL,
+    CompareTab,
+    CompareView,
+    JudgedView,
+    flattened,
+    preference_choices,
+)
 from ui.wiring import QUIET, GenerateControls, PageRefresh, wire_run
 
 log = logging.getLogger(__name__)
@@ -97,7 +105,7 @@ def build(service: AppService, controls: GenerateControls) -> PageRefresh:
             annotator = gr.Textbox(label="Annotator", placeholder="your name", scale=1, elem_id="annotator")
             preferred = gr.Radio(preference_choices(0), label="Preferred output", scale=2, elem_id="preferred")
         comment = gr.Textbox(label="Comment (optional)", lines=2, elem_id="comment")
-        submit = gr.Button("Submit judgement", variant="primary", elem_id="submit-judgement")
+        submit = gr.Button(SUBMIT_LABEL, variant="primary", elem_id="submit-judgement")
         gr.Markdown(
             "**Judgements on this tab are unverified**: one per browser page and comparison (a re-submit replaces "
             "it), whatever name is typed. Verified studies are campaigns, whose annotators join with a code "
@@ -132,7 +140,9 @@ def build(service: AppService, controls: GenerateControls) -> PageRefresh:
         export_status = gr.HTML()
 
     outputs = list(
-        CompareView(status, view, preferred, saved, tuple(slot_html), tuple(slot_columns), tuple(rating_inputs)).flat()
+        CompareView(
+            status, view, preferred, saved, submit, tuple(slot_html), tuple(slot_columns), tuple(rating_inputs)
+        ).flat()
     )
     wire_run(
         run,
@@ -154,7 +164,7 @@ def build(service: AppService, controls: GenerateControls) -> PageRefresh:
     submit.click(
         flattened(tab.submit_annotation),
         [view, annotator, preferred, comment, *rating_inputs],
-        list(JudgedView(status, view, tuple(slot_html), summary, agreement).flat()),
+        list(JudgedView(status, view, tuple(slot_html), summary, agreement, submit).flat()),
         api_name="annotate",
     )
     for kind, button in (("csv", export_csv), ("jsonl", export_jsonl)):

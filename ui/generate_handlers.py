@@ -244,8 +244,11 @@ class GenerateTab:
         ``settings``: the values of the settings widgets, by GenerationSettings field name.
         """
 
+        # The Generate tab shows each token's numbers in a popover (ui.token_details): the one view that asks.
+        detailed = {**settings, "token_details": True}
+
         def produce(flag):
-            return generation_frames(self.service.generate(history, task, input_text, settings, cancel=flag))
+            return generation_frames(self.service.generate(history, task, input_text, detailed, cancel=flag))
 
         run = RUNS.start(request, "generate", produce, width=len(GenerateView._fields))
         for frame in run.frames():

@@ -35,6 +35,7 @@ from ui.generate_handlers import (
     history_summary,
 )
 from ui.p3_settings import p3_widgets
+from ui.token_details import POPOVER_JS
 from ui.uploads import gradio_uploads
 from ui.wiring import QUIET, GenerateControls, wire_run
 
@@ -310,3 +311,8 @@ def build(service: AppService) -> GenerateControls:
         stop_api_name="stop_generate",
     )
     return GenerateControls(history_state, task, input_text, settings, picker.pairing)
+
+
+def on_load(page: gr.Blocks) -> None:
+    """Install the token popovers' script (placing and Escape; ui.token_details) when a page opens."""
+    page.load(None, None, None, js=POPOVER_JS, **QUIET)

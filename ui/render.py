@@ -8,7 +8,6 @@ run nothing. Only this module's own literals (class names, labels, numbers it fo
 
 from __future__ import annotations
 
-import html
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,8 @@ from specsteer.method.catalog import METHOD_INFO, method_label
 from specsteer.method.events import GenerationStats, LinkMessage, TokenEvent
 from specsteer.protocol.emulation import LinkConditions
 from specsteer.service.events import CloudCheck, PrivacyReport, RetrievalPreview
+from ui.markup import esc
+from ui.token_details import popover_html
 
 TASK_LABELS = {
     "review": "Product review",
@@ -45,16 +46,6 @@ KIND_EXPLANATIONS = {
     "plain": "token of a method without drafting",
     "pending": "drafted on the device and shown at once; recoloured when the cloud's verdict arrives",
 }
-
-# C0 control characters (other than newline and tab) and DEL are invisible or break the layout;
-# show them as their Unicode "control picture" so random or odd output stays readable.
-_CONTROL_PICTURES = {code: chr(0x2400 + code) for code in range(32) if chr(code) not in "\n\t"}
-_CONTROL_PICTURES[0x7F] = "\u2421"
-
-
-def esc(text: object) -> str:
-    """Escaped text for HTML content and attribute values (quotes included)."""
-    return html.escape(str(text), quote=True).translate(_CONTROL_PICTURES)
 
 
 # --------------------------------------------------------------------------- messages
@@ -95,6 +86,12 @@ def token_span(event: TokenEvent) -> str:
         title += f" · ratio {event.ratio:.3g}"
     tag = "del" if event.kind == "rejected" else "span"
     place = "" if event.position is None else f' data-round="{event.round}" data-position="{event.position}"'
+    if event.details is not None:  # a popover with its numbers, reached by hover, Tab or a tap (ui.token_details)
+        popover = popover_html(event, KIND_LABELS.get(event.kind, event.kind))
+        return (
+            f'<{tag} class="ss-tok ss-tok-{esc(event.kind)} ss-tip" tabindex="0"{place} aria-label="{esc(title)}">'
+            f"{esc(text)}{popover}</{tag}>"
+        )
     return f'<{tag} class="ss-tok ss-tok-{esc(event.kind)}"{place} title="{esc(title)}">{esc(text)}</{tag}>'
 
 

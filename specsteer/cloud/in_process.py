@@ -31,6 +31,10 @@ class LocalTransport:
     def close_session(self, session: bytes) -> CloudReport:
         return self._call(self.service.close, session)
 
+    def ask_details(self) -> None:
+        """Each draft's numbers in the Cloud's reports (``Link.ask_details``): this process's own Cloud only."""
+        self.service.details = True
+
     def edge_ready(self, session: bytes) -> None:
         """The Edge has drafted (``Link.edge_ready``): told to the service directly, no frame."""
         self.service.edge_ready(session)

@@ -62,6 +62,7 @@ from specsteer.cloud.read_ahead import ReadAhead, read_ahead_mode
 from specsteer.cloud.verifier import Cloud, CrossCloud, acceptance_problem, finite_settings_problem
 from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy
 from specsteer.method.decoding import ForwardLog
+from specsteer.method.token_details import CloudScores
 from specsteer.models.loading import LoadedPair
 from specsteer.protocol.rules import ACCEPTANCE_RULES, CROSS_RULES, FIXED, RULE_SPECS, Rule
 from specsteer.protocol.wire import (
@@ -226,12 +227,12 @@ class _Session:
             self.passes.append(CloudPass(self.messages, step.who, step.size, step.seconds))
         self.logged = len(self.log.trace)
 
-    def report(self, ratios: Iterable[float] = ()) -> CloudReport:
+    def report(self, ratios: Iterable[float] = (), details: Iterable[CloudScores] = ()) -> CloudReport:
         self.collect_passes()
         passes, self.delivered = tuple(self.passes[self.delivered :]), len(self.passes)
         reused = () if self.reused_reported else tuple(sorted(self.log.reused.items()))
         self.reused_reported = True
-        return CloudReport(passes, tuple(ratios), reused)
+        return CloudReport(passes, tuple(ratios), reused, tuple(details))
 
 
 class CloudService:
@@ -261,6 +262,9 @@ class CloudService:
         if pair.cross is not None and acceptance != RATIO_TEST:
             raise ValueError("a cross-tokenizer pair's Cloud decides its segments by the ratio test only")
         self.acceptance = acceptance
+        # Each draft's numbers in the reports (method.token_details): set only by a transport in this process
+        # (LocalTransport.ask_details), so a Cloud service behind a network never computes nor sends them.
+        self.details = False
         self.pair = pair.cloud_side()  # the base Specialist as the generic copy: an Edge's LoRA adapter stays there
         self.notice = notice  # one line for the operator when a session is reclaimed or abandoned
         self.limits = limits
@@ -469,7 +473,9 @@ class CloudService:
                 cross.vocabularies,
                 log,
             )
-        return Cloud(self.pair.generalist, self.pair.specialist, self.pair.vocab_size, log, self.acceptance)
+        cloud = Cloud(self.pair.generalist, self.pair.specialist, self.pair.vocab_size, log, self.acceptance)
+        cloud.details = self.details
+        return cloud
 
     def _verify(self, message: Draft) -> Answer:
         session = self._find(message.session)
@@ -486,7 +492,7 @@ class CloudService:
             session.started = True
             session.messages += 1
             verdict = self._run(session, session.cloud.verify, message)
-            report = session.report(session.cloud.last_ratios)
+            report = session.report(session.cloud.last_ratios, session.cloud.last_scores if self.details else ())
             session.messages += 1
             session.last_used = self._clock()
         return Answer((encode(verdict),), report)

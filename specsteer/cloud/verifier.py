@@ -15,9 +15,29 @@ from typing import TypeVar
 
 import torch
 
-from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy, DivergenceAdaptive, RoundDecider, RoundScores
-from specsteer.method.decoding import ForwardLog, Sampler, Stream, draft, match_test, steering_entries
+from specsteer.method.acceptance import (
+    RATIO_TEST,
+    AcceptancePolicy,
+    DivergenceAdaptive,
+    RoundDecider,
+    RoundScores,
+    cda_log_thresholds,
+    jensen_shannon,
+)
+from specsteer.method.decoding import (
+    ForwardLog,
+    Sampler,
+    Stream,
+    draft,
+    draft_log_probs,
+    match_test,
+    ratio_temperature,
+    steering_entries,
+    tested_log_probs,
+)
 from specsteer.method.events import GENERALIST_STREAM, GENERIC_STREAM
+from specsteer.method.token_details import CloudScores
+from specsteer.method.token_numbers import cloud_scores
 from specsteer.protocol.rules import RULE_SPECS, CoSteerCandidates, PublicRows, Rule, SteeredTopK, cda_problem
 from specsteer.protocol.wire import DRAFT_HEADROOM, MAX_DRAFT_LEN, CrossOpen, Draft, Open, Tokens, Verdict
 
@@ -62,6 +82,9 @@ class _CloudStreams:
         self.capacity = 0  # tokens the session's generic stream may hold
         self._sampler = Sampler()
         self.last_ratios: list[float] = []  # instrumentation for display; never sent as a message
+        # Each draft's numbers (method.token_details), computed only when ``details`` is set; display only.
+        self.details = False
+        self.last_scores: list[CloudScores] = []
 
     @staticmethod
     def _session_sampler(message: Open) -> Sampler:
@@ -145,6 +168,7 @@ class Cloud(_CloudStreams):
         self._settings: Open | None = None
         self._acceptance = acceptance  # who decides the ratio rule's rounds (specsteer.method.acceptance)
         self._decider: RoundDecider | None = None
+        self._cda_lambda: float | None = None  # the session's CDA λ, for the drafts' details (None: fixed α)
         self._rows: tuple[torch.Tensor, torch.Tensor | None] | None = None  # last verify rows, exact mode
         # P³: the last round's Cloud drafts and the Generalist's row before each ([m, V]), to take them back
         self._drafted: tuple[list[int], list[torch.Tensor]] = ([], [])
@@ -168,6 +192,7 @@ class Cloud(_CloudStreams):
         # The session's own acceptance rule when its Open names one (CDA), the service's otherwise.
         policy = self._acceptance if message.cda_lambda is None else DivergenceAdaptive(message.cda_lambda)
         self._decider = policy.start(message.seed)
+        self._cda_lambda = message.cda_lambda
 
     def problem(self, message: Draft) -> str | None:
         """Why ``message`` cannot be applied to this session, or None."""
@@ -208,11 +233,13 @@ class Cloud(_CloudStreams):
             return self._send_rows(large_rows, generic_rows)
 
         self.last_ratios = []
+        self.last_scores = []
         if settings.rule is Rule.RATIO:
             scores = RoundScores(
                 large_rows, _needed(generic_rows, settings.rule), drafts, settings.alpha, self._sampler
             )
             accepted, self.last_ratios = _opened(self._decider).decide(scores)
+            self.last_scores = self._scores(scores) if self.details else []
         else:
             accepted = match_test(large_rows, drafts)
         self._rewind(accepted, k, large_rows, generic_rows)
@@ -222,6 +249,24 @@ class Cloud(_CloudStreams):
         beta = settings.beta if generic_row is not None else 0.0
         ids, values = steering_entries(large_rows[accepted], generic_row, beta, settings.top_k)
         return Verdict.carrying(accepted, SteeredTopK(tuple(ids.tolist()), values.numpy()))
+
+    def _scores(self, scores: RoundScores) -> list[CloudScores]:
+        """The drafts' numbers, from the same log-probabilities the ratio test compares (display only); under
+        CDA each draft's own α, α·exp(−λ·JSD), as the test computed it."""
+        temperature = ratio_temperature(scores.sampler)
+        drafts = list(scores.drafts)
+        log_large, log_generic = draft_log_probs(scores.large_rows, scores.generic_rows, drafts, temperature)
+        k = len(drafts)
+        alphas = None
+        if self._cda_lambda is not None and k:
+            divergence = jensen_shannon(
+                tested_log_probs(scores.large_rows[:k], scores.sampler),
+                tested_log_probs(scores.generic_rows[:k], scores.sampler),
+            )
+            alphas = cda_log_thresholds(scores.alpha, divergence, self._cda_lambda).exp().tolist()
+        return cloud_scores(
+            log_large, log_generic, scores.large_rows[:k] / temperature, scores.generic_rows[:k] / temperature, alphas
+        )
 
     def _cloud_draft_problem(self, message: Draft, settings: Open) -> str | None:
         """P³: a Draft carries no drafts, only the tokens the Edge kept or chose, and must leave room for ``k``."""

@@ -38,6 +38,7 @@ class EdgeParams:
     costeer: CoSteerParams = field(default_factory=CoSteerParams)
     stream_name: str = EDGE_STREAM  # how the Specialist's passes are named in the forward log
     guard: PrivateSpanGuard | None = None
+    details: bool = False  # keep each token's Edge numbers for display (method.token_details); decides nothing
 
     def sampler(self) -> Sampler:
         """A fresh sampler of these settings (its generator starts at ``seed``)."""

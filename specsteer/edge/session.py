@@ -20,7 +20,17 @@ import torch
 
 from specsteer.edge.params import EdgeParams
 from specsteer.method.crosstok import SYMBOLS, ByteVocabulary, allowed_ids, choose_symbol, complete_symbol
-from specsteer.method.decoding import ForwardLog, Stream, costeer_refine, drafting, recover, residual_test
+from specsteer.method.decoding import (
+    ForwardLog,
+    Stream,
+    costeer_refine,
+    drafting,
+    ratio_temperature,
+    recover,
+    residual_test,
+)
+from specsteer.method.token_details import TokenDetails
+from specsteer.method.token_numbers import probability, steered_choice, top_alternatives
 from specsteer.protocol.rules import CoSteerCandidates, PayloadError, PublicRows, SteeredTopK
 from specsteer.protocol.wire import DRAFT_HEADROOM, Verdict
 from specsteer.runtimes.base import ModelRuntime
@@ -65,6 +75,8 @@ class Edge:
         self.beta = params.beta
         self.allowed: torch.Tensor | None = None  # [V] bool: the ids that may be drafted (all when None)
         self._draft_rows: list[torch.Tensor] = []
+        # With ``params.details``: the last chosen token's distribution (method.token_details), for display.
+        self.last_choice: TokenDetails | None = None
 
     def close(self) -> None:
         self.stream.close()
@@ -89,6 +101,15 @@ class Edge:
             self._draft_rows.append(row)
             yield token
 
+    def draft_details(self, drafts: list[int]) -> list[TokenDetails]:
+        """The Edge's numbers for this round's drafts: p_S+(y) and the Specialist's top alternatives, from the
+        rows it drafted from (at the ratio test's temperature). Display only."""
+        temperature = ratio_temperature(self.sampler)
+        return [
+            TokenDetails(p_private=probability(row, token, temperature), top_private=top_alternatives(row, temperature))
+            for token, row in zip(drafts, self._draft_rows)
+        ]
+
     def next_token(self) -> int:
         """Plain decoding on the device (the ``slm`` and ``slm+`` baselines)."""
         token = self.sampler.choose(self.stream.predict(1)[0])
@@ -103,6 +124,7 @@ class Edge:
         the session's rule does not read is a PayloadError (a ValueError).
         """
         payload = verdict.payload_for(self.params.rule)
+        self.last_choice = None
         if isinstance(payload, PublicRows):
             return self._settle_exact(payload, drafts, may_extend)
         if isinstance(payload, CoSteerCandidates):
@@ -120,12 +142,27 @@ class Edge:
             # The drafts' rows are masked already; a bonus row is masked here (the stream ends at the drafts).
             private_row = self.guard.mask(private_row, self.stream.tokens)
         chosen = self._choose(payload, private_row)
+        if self.params.details:
+            self.last_choice = self._choice_details(payload, private_row, chosen)
         self.stream.append([chosen])
         return Settlement(accepted, chosen, [])
 
     def _choose(self, steered: SteeredTopK, private_row: torch.Tensor | None) -> int:
         """The recovered or bonus token from the Cloud's share of the steered logits and the private row."""
         return recover(torch.tensor(steered.ids), _tensor(steered.values), private_row, self.beta, self.sampler)
+
+    def _choice_details(self, steered: SteeredTopK, private_row: torch.Tensor | None, chosen: int) -> TokenDetails:
+        """The steered distribution a recovered or bonus token was drawn from: the downlink's candidates with
+        z_L - β·z_S0, plus β·z_S+ added here (:func:`recover`'s logits), at the ratio test's temperature."""
+        ids = torch.tensor(steered.ids)
+        values = _tensor(steered.values)
+        if self.beta and private_row is not None:
+            values = values + self.beta * private_row[ids]
+            source = f"steered logits z_L + β·(z_S+ − z_S0), β = {self.beta:g}, on the cloud's {len(ids)} candidates"
+        else:
+            source = f"the generalist's logits z_L on its {len(ids)} candidates (β = 0)"
+        p_chosen, top = steered_choice(ids, values, chosen, ratio_temperature(self.sampler))
+        return TokenDetails(drawn_from=source, p_drawn=p_chosen, top_drawn=top)
 
     def _private_row_after_drafts(self) -> torch.Tensor | None:
         """The Specialist's logits after the last draft, for a bonus token.
@@ -217,6 +254,9 @@ class CrossEdge(Edge):
             self.sampler.choose,
         )
         return complete_symbol(symbol, private_row, self.vocabulary, self.sampler.choose)
+
+    def _choice_details(self, steered: SteeredTopK, private_row: torch.Tensor | None, chosen: int) -> TokenDetails:
+        return TokenDetails(drawn_from="a symbol of the common byte space, completed on the device (no per-id numbers)")
 
     def _private_row_after_drafts(self) -> torch.Tensor:
         """The Specialist's logits after the last draft: a bonus symbol is completed from them whatever beta."""

@@ -59,6 +59,7 @@ from specsteer.method.events import (
 )
 from specsteer.method.p3 import P3Params
 from specsteer.method.timing import SYSTEM_CLOCK, StepClock, StepTimes, find_pauses
+from specsteer.method.token_details import TokenDetails, named
 from specsteer.models.chat import PLAIN_CHAT, ChatFormat, prompt_ids
 from specsteer.models.loading import LoadedPair
 from specsteer.protocol.emulation import LinkConditions
@@ -108,6 +109,9 @@ class DecodeConfig:
     # The ratio test's threshold: None, the fixed α (the paper); a number, CDA's λ (the Cloud adapts α per draft to
     # the divergence of p_L and p_S0: specsteer.method.acceptance). SpecSteer's (not exact) only.
     cda_lambda: float | None = None
+    # Display only: each token's event carries its numbers (method.token_details; what the Edge and an
+    # in-process Cloud computed anyway). Off, the loop computes nothing extra; it never changes a decision.
+    details: bool = False
 
     def validate(self) -> DecodeConfig:
         problems = []
@@ -340,6 +344,7 @@ class _Output:
         ratio: float | None,
         segment: SegmentPlace | None = None,
         position: int | None = None,
+        details: TokenDetails | None = None,
     ) -> TokenEvent:
         return TokenEvent(
             token,
@@ -351,6 +356,7 @@ class _Output:
             self.link.totals["downlink"],
             segment,
             position,
+            details,
         )
 
     @property
@@ -365,6 +371,7 @@ class _Output:
         ratio: float | None = None,
         segment: SegmentPlace | None = None,
         position: int | None = None,
+        details: TokenDetails | None = None,
     ) -> TokenEvent:
         is_end = token in self.stop_ids
         last = is_end or self.remaining == 1
@@ -372,7 +379,7 @@ class _Output:
         self.pieces.append(piece)
         if last:
             self.stop_reason = "eos" if is_end else "length"
-        return self._event(token, piece, kind, round_, ratio, segment, position)
+        return self._event(token, piece, kind, round_, ratio, segment, position, details)
 
     def pending(self, drafts: list[int], round_: int) -> TokenEvent:
         """The round's latest draft, shown before its verdict, with the text it would add after the
@@ -389,16 +396,20 @@ class _Output:
         ratio: float | None,
         segments: Sequence[SegmentPlace | None],
         first_position: int = 0,
+        details: Sequence[TokenDetails | None] = (),
     ) -> list[TokenEvent]:
         """The refused draft and the unverified drafts after it, each with the text it would have added;
-        ``first_position``: the refused draft's index in its round."""
+        ``first_position``: the refused draft's index in its round; ``details``: their numbers, if asked."""
         events = []
         shown = ""
         for i, (token, segment) in enumerate(zip(drafts, segments)):
             text = self.detokenizer.peek(drafts[: i + 1])
             piece = text[len(shown) :] if text.startswith(shown) else text
+            numbers = details[i] if i < len(details) else None
             events.append(
-                self._event(token, piece, "rejected", round_, ratio if i == 0 else None, segment, first_position + i)
+                self._event(
+                    token, piece, "rejected", round_, ratio if i == 0 else None, segment, first_position + i, numbers
+                )
             )
             shown = text
         return events
@@ -431,6 +442,8 @@ def _run(
     forward_log = ForwardLog()
     # The one place where in-process and remote differ: which transport the link gets.
     link = Link((cloud or InProcessCloud(pair)).transport(), forward_log, conditions)
+    if config.details:
+        link.ask_details()
     if pair.cross is not None and METHOD_INFO[config.method].cloud_decodes:  # the Generalist's own ids come down
         output = _Output(pair.cross.tokenizer, config.max_new_tokens, pair.cross.eos_token_ids, link, cancel)
     else:
@@ -543,6 +556,7 @@ def _edge_params(
         costeer=CoSteerParams(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
         stream_name=stream_name,
         guard=guard,
+        details=config.details,
     )
 
 
@@ -793,8 +807,11 @@ def _rounds(
         stats.accepted += settled.accepted
         stats.verified += min(settled.accepted + 1, len(drafts))
         segments = places(drafts) if drafts else []
+        numbers = _draft_details(edge, drafts, link, config, output) if config.details else [None] * len(drafts)
         for position, token in enumerate(drafts[: settled.accepted]):
-            yield output.emit(token, "accepted", round_, _at(ratios, position), segments[position], position)
+            yield output.emit(
+                token, "accepted", round_, _at(ratios, position), segments[position], position, numbers[position]
+            )
             if output.done:
                 return
         if settled.accepted < len(drafts):
@@ -804,13 +821,45 @@ def _rounds(
                 _at(ratios, settled.accepted),
                 segments[settled.accepted :],
                 settled.accepted,
+                numbers[settled.accepted :],
             )
         if settled.chosen is not None:
             kind = chosen_kind or ("recovered" if settled.accepted < len(drafts) else "bonus")
             # A recovered token takes the refused draft's place; a bonus the one after the last draft.
-            yield output.emit(settled.chosen, kind, round_, position=settled.accepted)
+            choice = _named_details(edge.last_choice, output) if config.details else None
+            yield output.emit(settled.chosen, kind, round_, position=settled.accepted, details=choice)
         append = [settled.chosen] if settled.chosen is not None else []
         keep = settled.accepted if RULE_SPECS[edge.params.rule].reports_kept else -1
+
+
+def _draft_details(
+    edge: Edge, drafts: list[int], link: Link, config: DecodeConfig, output: _Output
+) -> list[TokenDetails | None]:
+    """Each draft's numbers: the Edge's p_S+ and top alternatives, with the Cloud's p_L, p_S0 and theirs when
+    an in-process Cloud gave them (``link.last_scores``: the instrumentation of this round's verdict)."""
+    scores = link.last_scores if len(link.last_scores) == len(drafts) else []
+    numbers: list[TokenDetails | None] = []
+    for position, edge_numbers in enumerate(edge.draft_details(drafts)):
+        cloud = scores[position] if scores else None
+        combined = replace(edge_numbers, alpha=config.alpha, cloud=cloud)
+        numbers.append(_named_details(combined, output))
+    return numbers
+
+
+def _named_details(details: TokenDetails | None, output: _Output) -> TokenDetails | None:
+    """``details`` with the text of every alternative it lists (one id decoded at a time)."""
+    if details is None:
+        return None
+
+    def decode(token: int) -> str:
+        return output.detokenizer.tokenizer.decode([token], skip_special_tokens=False)
+
+    cloud = details.cloud
+    if cloud is not None:
+        cloud = replace(cloud, top_large=named(cloud.top_large, decode), top_generic=named(cloud.top_generic, decode))
+    return replace(
+        details, cloud=cloud, top_private=named(details.top_private, decode), top_drawn=named(details.top_drawn, decode)
+    )
 
 
 def _log_round(

@@ -58,6 +58,7 @@ SETTING_NAMES = {
     "uplink_kbps": "Uplink bandwidth",
     "downlink_kbps": "Downlink bandwidth",
     "specialist_lora": "Taught Specialist",
+    "token_details": "Token details",
 }
 MAX_RTT_MS = 2000.0  # an emulated round trip longer than this is a mistake, not a network
 
@@ -121,6 +122,8 @@ class GenerationSettings:
     # The Edge's Specialist taught the history (a LoRA adapter the app's service trained, by its label:
     # service.lora_teaching); "" for the base model. Never a path: only the service's own adapters are named.
     specialist_lora: str = ""
+    # Display only: each token carries its numbers for a popover (engine.DecodeConfig.details); decides nothing.
+    token_details: bool = False
 
     @classmethod
     def from_values(cls, values: Mapping[str, object]) -> GenerationSettings:
@@ -225,6 +228,7 @@ class GenerationSettings:
             private_guard=self.private_guard,
             p3=P3Params(self.p3_draft_len, self.p3_tau),
             cda_lambda=self.cda_lambda if self.adapts_alpha else None,
+            details=self.token_details,
         )
 
     @property

@@ -360,20 +360,33 @@ def ratio_test(
     Returns the number accepted before the first rejection, and the ratio of
     every draft tested (the accepted ones and the rejected one).
     """
-    k = len(draft_ids)
-    if k == 0:
+    if not draft_ids:
         return 0, []
-    index = torch.tensor(draft_ids)[:, None]
-    log_p_large = tested_log_probs(generalist_rows[:k], sampler).gather(-1, index)[:, 0]
-    log_p_generic = tested_log_probs(generic_rows[:k], sampler).gather(-1, index)[:, 0]
+    log_p_large, log_p_generic = draft_log_probs(generalist_rows, generic_rows, draft_ids, ratio_temperature(sampler))
     return ratio_decisions(log_ratio_values(log_p_large, log_p_generic, alpha), sampler)
+
+
+def ratio_temperature(sampler: Sampler) -> float:
+    """The temperature the ratio test reads probabilities at: 1 when greedy, the sampling one otherwise."""
+    return 1.0 if sampler.greedy else sampler.temperature
+
+
+def draft_log_probs(
+    generalist_rows: torch.Tensor, generic_rows: torch.Tensor, draft_ids: list[int], temperature: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """log p_L(y) and log p_S0(y) of each draft (``[k]`` each), from the rows before it at ``temperature``:
+    what the ratio test compares (and what a token's details show)."""
+    k = len(draft_ids)
+    index = torch.tensor(draft_ids)[:, None]
+    log_p_large = torch.log_softmax(generalist_rows[:k] / temperature, -1).gather(-1, index)[:, 0]
+    log_p_generic = torch.log_softmax(generic_rows[:k] / temperature, -1).gather(-1, index)[:, 0]
+    return log_p_large, log_p_generic
 
 
 def tested_log_probs(rows: torch.Tensor, sampler: Sampler) -> torch.Tensor:
     """The log-distributions the ratio test compares, ``[n, V]``: log softmax of the rows at the sampler's
     temperature (1 in greedy mode; no nucleus cut: the test reads the models' own probabilities)."""
-    temperature = 1.0 if sampler.greedy else sampler.temperature
-    return torch.log_softmax(rows / temperature, -1)
+    return torch.log_softmax(rows / ratio_temperature(sampler), -1)
 
 
 def log_ratio_values(log_p_large: torch.Tensor, log_p_generic: torch.Tensor, alpha: float) -> list[float]:

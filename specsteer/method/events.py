@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, NamedTuple
 
+from specsteer.method.token_details import TokenDetails
+
 TokenKind = Literal["accepted", "rejected", "recovered", "bonus", "plain", "pending"]
 TOKEN_KINDS: tuple[TokenKind, ...] = ("accepted", "rejected", "recovered", "bonus", "plain")
 EMITTED_KINDS = frozenset({"accepted", "recovered", "bonus", "plain"})
@@ -76,6 +78,9 @@ class TokenEvent:
     downlink_bytes: int = 0
     segment: SegmentPlace | None = None
     position: int | None = None
+    # Its numbers (method.token_details), only when the generation asked for them (DecodeConfig.details);
+    # display only: never stored, never sent.
+    details: TokenDetails | None = None
 
     @property
     def emitted(self) -> bool:

@@ -154,6 +154,16 @@ def estimate(timing: RuntimeTiming, method: str, new_tokens: int = NEW_TOKENS) -
     return prompts + new_tokens * (2 * small.step_s + large.step_s)
 
 
+def request_estimate(pairing_id: str, runtime: str, method: str, new_tokens: int) -> float | None:
+    """Seconds :func:`estimate` gives ``method`` with ``new_tokens`` on ``runtime`` from this machine's saved
+    calibration of the pairing; None when it was not calibrated here, or not on that runtime."""
+    calibration = saved_calibration(pairing_id)
+    if calibration is None:
+        return None
+    timing = next((t for t in calibration.timings if t.runtime == runtime), None)
+    return estimate(timing, method, new_tokens) if timing is not None else None
+
+
 def choose(calibration: Calibration, method: str, usable: tuple[str, ...]) -> RuntimeChoice | None:
     """The measured runtime among ``usable`` with the fewest estimated seconds for ``method``."""
     measured = [t for t in calibration.timings if t.runtime in usable]

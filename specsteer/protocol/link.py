@@ -31,6 +31,7 @@ from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from specsteer.method.decoding import ForwardLog
 from specsteer.method.events import Finished, LinkMessage, TraceStep
+from specsteer.method.token_details import CloudScores
 from specsteer.protocol.emulation import LinkConditions, LinkEmulator
 from specsteer.protocol.wire import (
     DOWNLINK,
@@ -155,6 +156,14 @@ class EdgeReadyHint(Protocol):
     def edge_ready(self, session: bytes) -> None: ...
 
 
+@runtime_checkable
+class DetailsHint(Protocol):
+    """A transport whose Cloud, in this process, can hand back each draft's numbers with its instrumentation
+    (``CloudReport.details``, method.token_details). No frame carries the request nor the numbers."""
+
+    def ask_details(self) -> None: ...
+
+
 class CloudEndpoint(Protocol):
     """Where a generation's Cloud is: builds a transport for one generation."""
 
@@ -184,6 +193,7 @@ class Link:
     transcript: list[LinkMessage] = field(default_factory=list)
     totals: dict[str, int] = field(default_factory=lambda: {UPLINK: 0, DOWNLINK: 0})
     last_ratios: list[float] = field(default_factory=list)  # the Cloud's, for display only
+    last_scores: list[CloudScores] = field(default_factory=list)  # each draft's Cloud numbers, when asked (display)
     # The session's id: random, chosen here so that opening needs no answer (no extra round trip).
     session: bytes = field(default_factory=lambda: secrets.token_bytes(SESSION_BYTES))
 
@@ -232,6 +242,14 @@ class Link:
         if len(answers) != 1:
             raise CloudRefused(f"the Cloud answered with {len(answers)} sets of drafts instead of one", "malformed")
         return answers[0]
+
+    def ask_details(self) -> bool:
+        """Ask an in-process Cloud for each draft's numbers (before the Open); False when the transport
+        cannot give them (a Cloud on another machine is never asked: nothing extra crosses the link)."""
+        if isinstance(self.transport, DetailsHint):
+            self.transport.ask_details()
+            return True
+        return False
 
     def edge_ready(self) -> None:
         """The Edge has read its prompt and drafted: a hint to a Cloud in this process that may start
@@ -295,6 +313,7 @@ class Link:
         """Merge the Cloud's passes into the trace; keep its ratios for display."""
         if not final:
             self.last_ratios = list(report.ratios)
+            self.last_scores = list(report.details)
         for stream, reused in report.reused:
             self.forward_log.reused[stream] = reused
         messages = [index for index, step in enumerate(self.trace) if step.kind == "message"]

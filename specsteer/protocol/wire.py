@@ -45,6 +45,7 @@ from typing import ClassVar, Final, Literal
 
 import numpy as np
 
+from specsteer.method.token_details import CloudScores
 from specsteer.protocol.rules import (
     ACCEPTANCE_RULES,
     CDA,
@@ -508,6 +509,9 @@ class CloudReport:
     passes: tuple[CloudPass, ...] = ()
     ratios: tuple[float, ...] = ()
     reused: tuple[tuple[str, int], ...] = ()
+    # Each scored draft's numbers (method.token_details), only from a Cloud in this process asked for them:
+    # a Cloud service never puts them in its JSON, so nothing beyond the protocol's messages crosses a network.
+    details: tuple[CloudScores, ...] = ()
 
     def to_json(self) -> dict:
         return {

@@ -125,6 +125,9 @@ class Generating:
     precision: str
     slot: int = 0
     of: int = 1
+    # A comparison's outputs, all of them: seconds this machine's calibration estimates (models.calibration,
+    # for the reference prompts), None where the pairing was not calibrated here
+    estimate_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -318,8 +318,9 @@ class GenerationService:
             return
         finished: list[Finished] = []
         tokens: list[list[TokenEvent]] = []
+        estimate_s = _comparison_estimate(settings, pair.runtime, order)
         for slot, method in enumerate(order):
-            yield Generating(method, pair.runtime, pair.precision, slot, len(order))
+            yield Generating(method, pair.runtime, pair.precision, slot, len(order), estimate_s)
             tokens.append([])
             try:
                 result = yield from self._run(
@@ -492,3 +493,11 @@ class GenerationService:
         return SavedComparison(
             comparison_id, tuple(order), tuple(result.text for result in finished), generation_ids, blind
         )
+
+
+def _comparison_estimate(settings: GenerationSettings, runtime: str, methods: Sequence[str]) -> float | None:
+    """Seconds this machine's calibration estimates for every output of a comparison (None unless each has one)."""
+    from specsteer.models.calibration import request_estimate
+
+    seconds = [request_estimate(settings.pairing, runtime, method, settings.max_new_tokens) for method in methods]
+    return None if any(value is None for value in seconds) else sum(value or 0.0 for value in seconds)

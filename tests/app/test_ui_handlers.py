@@ -625,10 +625,12 @@ def test_comparison_annotation_reveal_export_and_agreement(compare):
         assert "Output" in slot and "SpecSteer" not in slot and "SLM+" not in slot
 
     ratings = [4, 5, 2, 3, 3, 3] + [None] * (2 * compare_handlers.MAX_SLOTS - 6)
-    status, revealed, slots, table, agreement = compare.submit_annotation(
+    assert final.submit["interactive"] is True  # saved: ready to be judged
+    status, revealed, slots, table, agreement, submit = compare.submit_annotation(
         PAGE, view, "ann-1", "A", "A reads like the user", *ratings
     )
     assert "Saved annotation" in status and revealed.revealed
+    assert submit["interactive"] is False  # judged: Submit is off until another comparison is shown
     assert method_label(view.order[0]) in slots[0] and "tok/s" in slots[0]  # revealed after the judgement
     assert any(row[0] == method_label(view.order[0]) and row[2] == 1 for row in table)
     assert "no comparison has been judged from two page sessions" in agreement and "Unverified" in agreement
@@ -637,6 +639,7 @@ def test_comparison_annotation_reveal_export_and_agreement(compare):
 
     reopened = frame_of(compare.open_comparison(view.comparison_id))
     assert reopened.view.comparison_id == view.comparison_id and not reopened.view.revealed
+    assert reopened.submit["interactive"] is True
     second = reopened.view
     preferred_label = "ABC"[second.order.index(view.order[0])]  # agrees with the first annotator
     status, *_rest = compare.submit_annotation(OTHER_PAGE, second, "ann-2", preferred_label, "", *ratings)
@@ -665,7 +668,7 @@ def test_one_page_judging_under_eight_names_counts_as_one_judge(compare):
     statuses = []
     for number in range(8):
         opened = frame_of(compare.open_comparison(view.comparison_id)).view
-        status, _revealed, _slots, table, agreement = compare.submit_annotation(
+        status, _revealed, _slots, table, agreement, _submit = compare.submit_annotation(
             PAGE, opened, f"person-{number}", "ABC"[number % 3], "", *none
         )
         statuses.append(status)

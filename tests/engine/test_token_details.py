@@ -110,3 +110,18 @@ def test_details_are_off_by_default_and_change_no_decision(pair):
     assert [(e.kind, e.id) for e in plain_events] == [(e.kind, e.id) for e in detailed_events]
     assert plain_finished.stats.uplink_bytes == detailed_finished.stats.uplink_bytes
     assert plain_finished.stats.downlink_bytes == detailed_finished.stats.downlink_bytes
+
+
+def test_under_cda_a_drafts_threshold_is_its_own_alpha_and_agrees_with_the_verdict(pair):
+    """CDA adapts α per draft (α·exp(−λ·JSD) ≤ α): the popover's threshold uses the draft's own α, so the margin's
+    sign is the test's verdict (greedy: kept exactly when p_L reaches the threshold)."""
+    events, _ = run(pair, method="specsteer", alpha=1.0, draft_len=4, cda_lambda=4.0, details=True)
+    drafts = [e for e in events if not e.pending and e.kind in ("accepted", "rejected") and e.details is not None]
+    tested = [e for e in drafts if e.details.cloud is not None and e.details.cloud.alpha is not None]
+    assert tested and all(0 < e.details.cloud.alpha <= 1.0 for e in tested)
+    assert any(e.details.cloud.alpha < 0.999 for e in tested)  # the divergence moved the bar
+    for _, group in groupby(tested, key=lambda event: event.round):
+        decided = list(group)
+        refused = next((i for i, event in enumerate(decided) if event.kind == "rejected"), len(decided))
+        for event in decided[: refused + 1]:  # the drafts after a refused one were never tested
+            assert (event.details.margin >= 0) == (event.kind == "accepted")

@@ -1,0 +1,509 @@
+"""The history that crossed: runs of words from the user's history that reached the Cloud.
+
+The uplink carries the plain prompt once, then token ids (``specsteer.data.privacy`` checks that). Those
+ids, decoded, are text the Cloud can read: the output as it grows and each round's drafts, rejected ones
+included. This module finds in that text the phrases of the user's history, names them and says where each
+crossed.
+
+**A phrase of the history** (:class:`PhraseIndex`), compared without case:
+
+* a run of :data:`PHRASE_WORDS` (3) words of a history text holding at least two content words (words that
+  are not function words, ``facts.STOPWORDS``): "senior environmental lawyer", "at Halstead International";
+* a pair of :data:`NAME_WORDS` (2) content words both capitalised in the history: "InnovTech Solutions",
+  "Madison Clark" (a name is often two words, and two-word pairs in general are common language);
+* unless the Cloud has it anyway: a phrase whose content words, in order, occur together in the plain
+  prompt (which holds the task input) is not one. When the task names "InnovTech Solutions", "at InnovTech
+  Solutions" is not counted.
+
+Overlapping matches merge into one phrase ("a senior environmental lawyer" rather than its three parts).
+
+Why 3 and 2 (``scripts/crossing_phrase_study.py``, docs/THREAT_MODEL.md): on the 270 CoGenesis records, with
+each record's reference answer standing for a personalised output, the rule finds phrases of the user's own
+history in about half of the answers, and phrases of another user's history (what chance and common
+language give) in 3 %. Every 2-word pair would flag another user's history in almost every answer ("of the",
+"to the"), every 3-word run in a third ("the heart of", "as someone who"); 4-word runs miss most names.
+
+**Where the text comes from** (:func:`crossed_phrases`): the transcript replayed as the Cloud holds it. The
+opening message's prompt is read as it was sent (for ``llm+``, the private prompt: everything in it
+crossed). Each Draft message appends the tokens the Edge chose since the last round, then drafts; the
+round's verdict keeps the accepted ones (their number from the round's ``accepted`` token events) and drops
+the rest, the rejected drafts; a Draft the transcript ends on never got a verdict (unanswered). The kept
+stream, the output as it was sent, is read once; each round's refused drafts are read after the kept text
+they followed, so a phrase that begins in accepted text and ends in a rejected draft is found. Matching is on
+decoded text, so a word split across tokens, or across rounds, is one word.
+
+Each phrase comes with every place it crossed (:class:`Crossing`: round, part, the token positions in the
+transcript's messages) and its places in the output (character spans), for highlighting.
+
+What it misses: paraphrase, and anything shorter than the rules (one rare word alone, "Bali"); what the
+history does to the choice of words beyond copying them.
+
+The values and the phrase rules are light (storage and the report read them); :func:`crossed_phrases`
+replays ids with the engine's detokenizer, imported when it is called.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+from specsteer.data.facts import STOPWORDS
+from specsteer.method.events import Finished, LinkMessage, TokenEvent
+
+PHRASE_WORDS = 3  # a phrase: this many words, at least two of them content words
+NAME_WORDS = 2  # or a name: this many capitalised content words
+TAIL_CHARS = 400  # the kept text a round's refused drafts are read after
+
+Part = Literal["prompt", "chosen", "accepted", "rejected", "unanswered"]
+PARTS: tuple[Part, ...] = get_args(Part)
+# What each part is, in words (the UI and the CLI say where a phrase crossed with these).
+PART_WORDS: dict[Part, str] = {
+    "prompt": "in the prompt sent",
+    "chosen": "in a token chosen on the device",
+    "accepted": "in an accepted draft",
+    "rejected": "in a rejected draft",
+    "unanswered": "in a draft never answered",
+}
+REFUSED_PARTS = frozenset({"rejected", "unanswered"})  # crossed, yet not in the output
+Field = Literal["prompt", "append", "draft"]  # the field of a message's payload that holds the ids
+
+_WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
+
+
+# --------------------------------------------------------------------------- phrases of the history
+
+
+@dataclass(frozen=True)
+class _Word:
+    text: str
+    start: int
+    end: int
+
+    @property
+    def key(self) -> str:
+        return self.text.casefold().replace("’", "'")
+
+    @property
+    def content(self) -> bool:
+        return self.key not in STOPWORDS
+
+    @property
+    def capitalised(self) -> bool:
+        return self.text[:1].isupper()
+
+
+def _words(text: str) -> list[_Word]:
+    return [_Word(match.group(), match.start(), match.end()) for match in _WORD.finditer(text)]
+
+
+def _content_runs(words: Sequence[_Word]) -> Iterable[tuple[str, ...]]:
+    """Every run of 2 and 3 consecutive content words of the text, function words left out between them."""
+    content = [word.key for word in words if word.content]
+    for size in (2, 3):
+        for start in range(len(content) - size + 1):
+            yield tuple(content[start : start + size])
+
+
+def _candidates(words: Sequence[_Word]) -> Iterable[tuple[str, ...]]:
+    """The text's phrases by the rules (the module doc), as lower-case word tuples."""
+    for start in range(len(words)):
+        run = words[start : start + PHRASE_WORDS]
+        if len(run) == PHRASE_WORDS and sum(word.content for word in run) >= 2:
+            yield tuple(word.key for word in run)
+        pair = words[start : start + NAME_WORDS]
+        if len(pair) == NAME_WORDS and all(word.content and word.capitalised for word in pair):
+            yield tuple(word.key for word in pair)
+
+
+@dataclass(frozen=True)
+class PhraseIndex:
+    """The phrases of a user's history that the Cloud does not get anyway (see the module doc)."""
+
+    phrases: frozenset[tuple[str, ...]]
+
+    @classmethod
+    def build(cls, history: Iterable[str], public: Iterable[str]) -> PhraseIndex:
+        """``history``: the user's private texts (history items, profile); ``public``: what the Cloud gets
+        by design (the plain prompt, which holds the task input)."""
+        known = {run for text in public for run in _content_runs(_words(text))}
+        phrases = {
+            phrase
+            for text in history
+            for phrase in _candidates(_words(text))
+            if tuple(word for word in phrase if word not in STOPWORDS) not in known
+        }
+        return cls(frozenset(phrases))
+
+    def find(self, text: str) -> list[tuple[int, int]]:
+        """The character spans of ``text`` that are phrases of the history, overlapping matches merged."""
+        words = _words(text)
+        matched: list[tuple[int, int]] = []  # word index ranges
+        for start in range(len(words)):
+            for size in (PHRASE_WORDS, NAME_WORDS):
+                run = words[start : start + size]
+                if len(run) == size and tuple(word.key for word in run) in self.phrases:
+                    matched.append((start, start + size))
+        merged: list[list[int]] = []
+        for start, end in sorted(matched):
+            if merged and start < merged[-1][1]:  # shares a word with the run before: one phrase
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        return [(words[start].start, words[end - 1].end) for start, end in merged]
+
+
+def phrase_key(text: str) -> tuple[str, ...]:
+    """A phrase's words without case: two crossings of one phrase share it."""
+    return tuple(word.key for word in _words(text))
+
+
+def history_texts(items: Iterable[Any], profile: str | None = None) -> list[str]:
+    """The private texts of a history: each item's text (``HistoryItem.text``) and the profile, if any."""
+    return [item.text for item in items] + ([profile] if profile else [])
+
+
+# --------------------------------------------------------------------------- the result
+
+
+@dataclass(frozen=True)
+class SentSpan:
+    """Token positions ``[start, end)`` in one field (``prompt``, ``append`` or ``draft``) of the payload of
+    the transcript's message ``message`` (0-based, in the transcript's order, both directions counted)."""
+
+    message: int
+    field: Field
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class Crossing:
+    """One place a phrase crossed: round 0 is the opening message, round r the r-th Draft message (the
+    tokens' ``round``). ``part`` is where the phrase's last word arrived (:data:`PART_WORDS`); ``spans`` are
+    the tokens that carried the phrase (one per message field; text kept from earlier rounds included)."""
+
+    round: int
+    part: Part
+    spans: tuple[SentSpan, ...] = ()
+
+
+@dataclass(frozen=True)
+class CrossedPhrase:
+    """One phrase of the history that crossed: as the Cloud could read it the first time, each place it
+    crossed, and its character spans in the output (none when it crossed only in refused drafts)."""
+
+    text: str
+    crossings: tuple[Crossing, ...]
+    output_spans: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def refused_only(self) -> bool:
+        """Every crossing was in a draft the Cloud refused or never answered: the user never saw it."""
+        return all(crossing.part in REFUSED_PARTS for crossing in self.crossings)
+
+    def where(self) -> str:
+        """ "in a rejected draft (round 1)" and so on, each part once with its rounds."""
+        rounds: dict[Part, list[int]] = {}
+        for crossing in self.crossings:
+            rounds.setdefault(crossing.part, []).append(crossing.round)
+        return "; ".join(
+            PART_WORDS[part] + ("" if part == "prompt" else f" (round{'s' if len(r) > 1 else ''} {_list(r)})")
+            for part, r in rounds.items()
+        )
+
+
+def _list(numbers: Sequence[int]) -> str:
+    shown = ", ".join(str(number) for number in numbers[:6])
+    return shown + (f" and {len(numbers) - 6} more" if len(numbers) > 6 else "")
+
+
+@dataclass(frozen=True)
+class HistoryCrossing:
+    """The history that crossed in one generation: what any place shows (the privacy panel's headline, the
+    CLI's JSON, an evaluation cell).
+
+    ``linked``: whether anything crossed the link at all (False for a device-only method). ``guard``: the
+    private-span guard's n in tokens (0: off; ``decoding.PrivateSpanGuard``), which the generation ran with.
+    ``private_prompt_sent``: the opening prompt was the private one (``llm+``)."""
+
+    phrases: tuple[CrossedPhrase, ...] = ()
+    linked: bool = True
+    guard: int = 0
+    private_prompt_sent: bool = False
+
+    @property
+    def crossed(self) -> bool:
+        return bool(self.phrases)
+
+    @property
+    def count(self) -> int:
+        return len(self.phrases)
+
+    @property
+    def occurrences(self) -> int:
+        return sum(len(phrase.crossings) for phrase in self.phrases)
+
+    @property
+    def refused_only(self) -> int:
+        """Phrases that crossed only in drafts the Cloud refused (or never answered)."""
+        return sum(phrase.refused_only for phrase in self.phrases)
+
+    def headline(self) -> str:
+        """One sentence: which phrases crossed, or that none did, and whether the guard was on."""
+        guard = f" The private-span guard was on (n = {self.guard} tokens)." if self.guard else ""
+        if not self.linked:
+            return "Nothing crossed the link: this method runs on the device."
+        if not self.phrases:
+            return (
+                f"No phrase of your history crossed to the cloud (runs of {PHRASE_WORDS} words, or {NAME_WORDS}-word "
+                f"names, not in your input; a paraphrase is not caught).{guard}"
+            )
+        if self.private_prompt_sent:
+            return (
+                f"Your history crossed to the cloud: this method sends your private prompt, with "
+                f"{self.count} phrase{_s(self.count)} of your history in it."
+            )
+        named = ", ".join(f"'{phrase.text}'" for phrase in self.phrases[:5])
+        more = f" and {self.count - 5} more" if self.count > 5 else ""
+        refused = f" ({self.refused_only} only in drafts the cloud rejected)" if self.refused_only else ""
+        return (
+            f"{self.count} phrase{_s(self.count)} of your history crossed to the cloud{refused}: {named}{more}.{guard}"
+        )
+
+    def to_dict(self, spans: bool = True) -> dict[str, Any]:
+        """As JSON (``generate --json``, a stored cell): ``spans=False`` leaves the token and output spans
+        out (what a stored cell keeps: the phrases, where they crossed, the counts)."""
+        return {
+            "linked": self.linked,
+            "guard": self.guard,
+            "private_prompt_sent": self.private_prompt_sent,
+            "count": self.count,
+            "occurrences": self.occurrences,
+            "refused_only": self.refused_only,
+            "phrases": [_phrase_dict(phrase, spans) for phrase in self.phrases],
+        }
+
+    @classmethod
+    def from_dict(cls, stored: Mapping[str, Any]) -> HistoryCrossing:
+        """:meth:`to_dict`'s JSON read back (the counts are recomputed from the phrases)."""
+        return cls(
+            phrases=tuple(
+                CrossedPhrase(
+                    str(phrase["text"]),
+                    tuple(
+                        Crossing(
+                            int(crossing["round"]),
+                            crossing["part"],
+                            tuple(SentSpan(**span) for span in crossing.get("spans", ())),
+                        )
+                        for crossing in phrase["crossings"]
+                    ),
+                    tuple((int(start), int(end)) for start, end in phrase.get("output_spans", ())),
+                )
+                for phrase in stored.get("phrases", ())
+            ),
+            linked=bool(stored.get("linked", True)),
+            guard=int(stored.get("guard", 0)),
+            private_prompt_sent=bool(stored.get("private_prompt_sent", False)),
+        )
+
+
+def _s(count: int) -> str:
+    return "" if count == 1 else "s"
+
+
+def _phrase_dict(phrase: CrossedPhrase, spans: bool) -> dict[str, Any]:
+    crossings = [
+        {
+            "round": crossing.round,
+            "part": crossing.part,
+            **({"spans": [vars(span) for span in crossing.spans]} if spans else {}),
+        }
+        for crossing in phrase.crossings
+    ]
+    document: dict[str, Any] = {"text": phrase.text, "crossings": crossings}
+    if spans:
+        document["output_spans"] = [list(span) for span in phrase.output_spans]
+    return document
+
+
+# --------------------------------------------------------------------------- the transcript replayed
+
+
+@dataclass(frozen=True)
+class _Place:
+    """Where one token of the replayed text came from."""
+
+    message: int
+    field: Field
+    position: int
+    round: int
+    part: Part
+
+
+@dataclass
+class _Text:
+    """Decoded text with the place of each token: ``pieces[i]`` is the text token i adds."""
+
+    pieces: list[str] = field(default_factory=list)
+    places: list[_Place] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    def tail(self, chars: int) -> _Text:
+        """The last tokens whose pieces hold at least ``chars`` characters (all, if fewer)."""
+        total, start = 0, len(self.pieces)
+        while start > 0 and total < chars:
+            start -= 1
+            total += len(self.pieces[start])
+        return _Text(self.pieces[start:], self.places[start:])
+
+    def places_in(self, start: int, end: int) -> list[_Place]:
+        """The places of the tokens whose text overlaps ``[start, end)``, in order."""
+        places, offset = [], 0
+        for piece, place in zip(self.pieces, self.places, strict=True):
+            if offset < end and offset + len(piece) > start:
+                places.append(place)
+            offset += len(piece)
+        return places
+
+
+def history_crossing(
+    finished: Finished,
+    tokens: Sequence[TokenEvent],
+    tokenizer,
+    history: Iterable[str],
+    plain_prompt: str,
+    guard: int = 0,
+) -> HistoryCrossing:
+    """The phrases of ``history`` (the user's private texts: :func:`history_texts`) that crossed in the
+    generation ``finished``, whose Cloud received ``plain_prompt`` by design (the one call the service, the
+    command line and the evaluation grid make). ``tokens``: its settled token events; ``tokenizer``: the
+    Specialist's, whose ids the uplink carries; ``guard``: the private-span guard's n it ran with (0: off)."""
+    index = PhraseIndex.build(history, [plain_prompt])
+    return crossed_phrases(index, finished.transcript, tokens, tokenizer, finished.text, guard)
+
+
+def crossed_phrases(
+    index: PhraseIndex,
+    transcript: Sequence[LinkMessage],
+    tokens: Sequence[TokenEvent],
+    tokenizer,
+    output: str,
+    guard: int = 0,
+) -> HistoryCrossing:
+    """The phrases of ``index`` that crossed in a generation's ``transcript`` (the module doc says how the
+    text is rebuilt). ``tokens``: its settled token events (their ``accepted`` count per round says which
+    drafts the Cloud kept); ``output``: its text."""
+    from specsteer.method.decoding import Detokenizer  # here: it brings torch, which the values above need not
+
+    if not any(message.direction == "uplink" for message in transcript):
+        return HistoryCrossing(linked=False, guard=guard)
+    accepted = Counter(token.round for token in tokens if token.kind == "accepted")
+    found: list[tuple[str, Crossing]] = []
+    kept, detokenizer = _Text(), Detokenizer(tokenizer)  # the output as sent, as the Cloud holds it
+    round_ = 0
+    for number, message in enumerate(transcript):
+        if message.direction != "uplink":
+            continue
+        payload = message.payload
+        if message.kind in ("open", "cross-open"):
+            prompt, reader = _Text(), Detokenizer(tokenizer)
+            for position, token in enumerate(payload.get("prompt", ())):
+                _push(reader, prompt, token, _Place(number, "prompt", position, 0, "prompt"))
+            found += _crossings(index, prompt)
+            continue
+        if message.kind != "draft":
+            continue
+        round_ += 1
+        for position, token in enumerate(payload.get("append", ())):
+            _push(detokenizer, kept, token, _Place(number, "append", position, round_, "chosen"))
+        drafts = [int(token) for token in payload.get("draft", ())]
+        answered = any(later.direction == "downlink" for later in transcript[number + 1 :])
+        keep = min(accepted.get(round_, 0), len(drafts)) if answered else 0
+        if keep < len(drafts):
+            refused: Part = "rejected" if answered else "unanswered"
+            places = [
+                _Place(number, "draft", position, round_, "accepted" if position < keep else refused)
+                for position in range(len(drafts))
+            ]
+            window = kept.tail(TAIL_CHARS)
+            window.pieces += _draft_pieces(detokenizer, drafts)
+            window.places += places
+            found += [item for item in _crossings(index, window) if item[1].part == refused]
+        for position, token in enumerate(drafts[:keep]):
+            _push(detokenizer, kept, token, _Place(number, "draft", position, round_, "accepted"))
+    found += _crossings(index, kept)
+    return HistoryCrossing(
+        _grouped(found, output),
+        linked=True,
+        guard=guard,
+        private_prompt_sent=any(crossing.part == "prompt" for _, crossing in found),
+    )
+
+
+def _push(detokenizer, text: _Text, token: int, place: _Place) -> None:
+    text.pieces.append(detokenizer.push(int(token)))
+    text.places.append(place)
+
+
+def _draft_pieces(detokenizer, drafts: Sequence[int]) -> list[str]:
+    """The text each draft adds after the kept tokens (as the engine's rejected events' pieces)."""
+    pieces, shown = [], ""
+    for end in range(1, len(drafts) + 1):
+        text = detokenizer.peek(list(drafts[:end]))
+        pieces.append(text[len(shown) :] if text.startswith(shown) else "")
+        shown = text if text.startswith(shown) else shown
+    return pieces
+
+
+def _crossings(index: PhraseIndex, text: _Text) -> list[tuple[str, Crossing]]:
+    """Each phrase of ``text``, with the round and part of the token that completed it and the tokens that
+    carried it."""
+    whole = text.text
+    found = []
+    for start, end in index.find(whole):
+        places = text.places_in(start, end)
+        last = text.places_in(end - 1, end)[-1]
+        found.append((whole[start:end], Crossing(last.round, last.part, _spans(places))))
+    return found
+
+
+def _spans(places: Sequence[_Place]) -> tuple[SentSpan, ...]:
+    """Token places as one span per message field (the positions of a field are consecutive)."""
+    spans: dict[tuple[int, str], list[int]] = {}
+    fields: dict[tuple[int, str], Field] = {}
+    for place in places:
+        spans.setdefault((place.message, place.field), []).append(place.position)
+        fields[(place.message, place.field)] = place.field
+    return tuple(
+        SentSpan(message, fields[(message, name)], min(positions), max(positions) + 1)
+        for (message, name), positions in spans.items()
+    )
+
+
+def _grouped(found: Sequence[tuple[str, Crossing]], output: str) -> tuple[CrossedPhrase, ...]:
+    """One phrase per key, its crossings by round, with its spans in the output; phrases by first crossing."""
+    by_key: dict[tuple[str, ...], tuple[str, list[Crossing]]] = {}
+    for text, crossing in found:
+        by_key.setdefault(phrase_key(text), (text, []))[1].append(crossing)
+    phrases = [
+        CrossedPhrase(text, tuple(sorted(crossings, key=lambda c: c.round)), _output_spans(key, output))
+        for key, (text, crossings) in by_key.items()
+    ]
+    return tuple(sorted(phrases, key=lambda phrase: (phrase.crossings[0].round, phrase.text.casefold())))
+
+
+def _output_spans(key: tuple[str, ...], output: str) -> tuple[tuple[int, int], ...]:
+    words = _words(output)
+    size = len(key)
+    return tuple(
+        (words[start].start, words[start + size - 1].end)
+        for start in range(len(words) - size + 1)
+        if tuple(word.key for word in words[start : start + size]) == key
+    )

@@ -47,6 +47,7 @@ from specsteer.cloud.client import RemoteCloud
 from specsteer.cloud.in_process import InProcessCloud
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD
 from specsteer.data.datasets import DataError, load_records
+from specsteer.data.crossing import HistoryCrossing, history_crossing, history_texts
 from specsteer.data.facts import FactExposure, method_exposure, split_private_facts
 from specsteer.data.history import MAX_UPLOAD_BYTES, HistoryError, parse_history
 from specsteer.data.json_limits import RECORDS_LIMITS, JsonLimits
@@ -116,6 +117,11 @@ class PrivacyReport:
     token_text: Callable[[Sequence[int]], str]
     # Which of the persona's private facts reached the cloud (specsteer.data.facts); None without a profile.
     facts: FactExposure | None = None
+    # The phrases of the history that crossed, on any history (specsteer.data.crossing), and the settings to
+    # generate again with the private-span guard on (the panel's one-click offer): None where none crossed
+    # or the guard is on already or does not cover the method.
+    crossing: HistoryCrossing | None = None
+    guard_offer: GenerationSettings | None = None
 
 
 @dataclass(frozen=True)
@@ -640,7 +646,8 @@ class AppService:
     ) -> GenerationResult:
         """Audit a generation's uplink and save it; a failed save still returns the output."""
         facts = split_private_facts(history.history.profile or "") if history is not None else ()
-        privacy = self._privacy(pair, prepared, tokens, finished, facts)
+        texts = history_texts(history.history.items, history.history.profile) if history is not None else []
+        privacy = self._privacy(pair, prepared, tokens, finished, settings, facts, texts)
         saved_id, save_error = None, None
         try:
             history_id = self.store.save_history(history) if history is not None else None
@@ -1181,7 +1188,9 @@ class AppService:
         prepared: Prepared,
         tokens: Sequence[TokenEvent],
         finished: Finished,
+        settings: GenerationSettings,
         facts: Sequence[str] = (),
+        history: Sequence[str] = (),
     ) -> PrivacyReport | None:
         if METHOD_INFO[finished.stats.method].device_only:
             return None
@@ -1203,11 +1212,16 @@ class AppService:
             if facts
             else None
         )
+        crossing = history_crossing(
+            finished, tokens, tokenizer, history, prepared.prompts.plain, settings.private_guard
+        )
         return PrivacyReport(
             audit,
             tuple(finished.transcript),
             lambda ids: str(tokenizer.decode(list(ids), skip_special_tokens=False)),
             exposure,
+            crossing,
+            settings.guarded() if crossing.crossed else None,
         )
 
     def _save_generation(

@@ -7,6 +7,7 @@ fp32 pair, with the Specialist made to draft a canary, checks it end to end thro
 from __future__ import annotations
 
 import pytest
+from conftest import force_drafts
 
 from specsteer.data.crossing import (
     HistoryCrossing,
@@ -17,7 +18,6 @@ from specsteer.data.crossing import (
     history_texts,
 )
 from specsteer.data.history import HistoryItem
-from specsteer.edge import session
 from specsteer.engine.generate import DecodeConfig, Request, collect, generate, prepare
 from specsteer.method.events import LinkMessage, TokenEvent
 from specsteer.models.tiny import tiny_pair, tiny_tokenizer
@@ -155,7 +155,7 @@ def test_the_result_reads_back_from_its_json():
 
 # --------------------------------------------------------------------------- end to end: a canary in a draft
 
-CANARY = "Zork Quill"  # two capitalised words: a name; 11 bytes with its space, so one round drafts it whole
+CANARY = "Zork Quill"  # two capitalised words: a name; 12 bytes with its spaces, so one round drafts it whole
 
 
 @pytest.fixture(scope="module")
@@ -165,21 +165,7 @@ def pair():
 
 @pytest.fixture
 def drafts_canary(monkeypatch):
-    """The Specialist drafts the canary's bytes first (as if it copied the history), then drafts as it would."""
-    real = session.drafting
-    forced = list(b" " + CANARY.encode())
-
-    def drafting(stream, k, *args, **kwargs):
-        if not forced:
-            yield from real(stream, k, *args, **kwargs)
-            return
-        for _ in range(min(k, len(forced))):
-            row = stream.predict(1)[0]
-            token = forced.pop(0)
-            stream.append([token])
-            yield token, row
-
-    monkeypatch.setattr(session, "drafting", drafting)
+    force_drafts(monkeypatch, b" " + CANARY.encode() + b" ")  # a space before the token after them
 
 
 def run(pair, alpha: float, task_input: str, guard: int = 0):

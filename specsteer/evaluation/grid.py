@@ -37,6 +37,10 @@ Summary (:func:`summarize`), one row per (method, alpha, beta):
 * ``layout_copy``, ``preamble``, ``refusal`` — output hygiene (``specsteer.data.hygiene``): the share of
   outputs that copy the prompt's item layout, open with a preamble, or refuse; given when the
   summary has the run's prompts (the grid's own result, ``run_prompts`` for a stored run).
+* ``history_crossed``, ``history_phrases`` — the history-crossing audit (``specsteer.data.crossing``), on any
+  task: the share of generations where a phrase of the record's history (items and profile, not in the plain
+  prompt) crossed the link, in any uplink message, rejected drafts included, and the mean phrases per
+  generation. Each cell stores its audit; a cell stored before the audit existed has none and is left out.
 * ``rounds``, ``new_tokens``, ``uplink_bytes``, ``downlink_bytes`` — means per generation.
 
 LoRA: ``specialist_lora`` names one adapter for every record, or ``"per-record:DIR"`` an adapter per record
@@ -67,6 +71,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specsteer.data.crossing import history_crossing, history_texts
 from specsteer.data.datasets import EVALUATION_TASKS, DataError, Record, load_task_records
 from specsteer.data.facts import fact_shares, method_exposure
 from specsteer.data.history import HistoryItem
@@ -117,6 +122,10 @@ JSON_ROW_KEYS = (
 # facts (CoGenesis): sent to the cloud, sent though the task did not name them, in the output, sent only in
 # rejected drafts. ``--json`` rows carry them after JSON_ROW_KEYS when the run's rows have them.
 PRIVACY_ROW_KEYS = ("facts_sent", "facts_sent_beyond_task", "facts_in_output", "facts_rejected_only")
+# The history that crossed (``specsteer.data.crossing``), on any task: the share of the row's generations where
+# any phrase of the history crossed, and the mean phrases per generation, over the cells audited (cells stored
+# before the audit have none). ``--json`` rows carry them after the others when any row has them.
+CROSSING_ROW_KEYS = ("history_crossed", "history_phrases")
 
 
 # --------------------------------------------------------------------------- the grid
@@ -667,11 +676,10 @@ def _run_cells(
                 continue
             cell_pair, adapter = found
         yield GridProgress(done + computed, total, "running", cell.point, cell.record.id)
+        config = decode_config(cell.point, spec)
         try:
             with turn():
-                _, result = collect(
-                    generate(cell_pair, prepared[cell.record.id], decode_config(cell.point, spec), cancel)
-                )
+                tokens, result = collect(generate(cell_pair, prepared[cell.record.id], config, cancel))
         except Exception as error:  # noqa: BLE001 -- one cell's failure, whatever it is, must not end the run
             failures.append(CellFailure(cell.record.id, cell.point, f"{type(error).__name__}: {error}"))
             store.set_status(run_id, "running", error=failures_text(failures))
@@ -687,6 +695,14 @@ def _run_cells(
                 result.text,
                 rouge_scores(result.text, cell.record.output),
                 with_training(result.stats, adapter),
+                history_crossing(
+                    result,
+                    tokens,
+                    cell_pair.tokenizer,
+                    history_texts(cell.record.profile, cell.record.user_profile),
+                    prepared[cell.record.id].prompts.plain,
+                    config.private_guard,
+                ),
             ),
         )
         computed += 1
@@ -807,6 +823,15 @@ def _privacy(
     return dict(zip(PRIVACY_ROW_KEYS, values, strict=True))
 
 
+def _crossing(cells: Sequence[CellResult]) -> dict[str, float]:
+    """The share of the audited cells where history crossed, and their mean phrases (empty: none audited)."""
+    audited = [cell.history_crossed for cell in cells if cell.history_crossed is not None]
+    if not audited:
+        return {}
+    values = (sum(c.crossed for c in audited) / len(audited), sum(c.count for c in audited) / len(audited))
+    return dict(zip(CROSSING_ROW_KEYS, values, strict=True))
+
+
 def _summary_row(
     point: GridPoint,
     cells: Sequence[CellResult],
@@ -819,6 +844,7 @@ def _summary_row(
     drafted = sum(s.drafted for s in stats)
     hygiene = _hygiene(cells, task, prompts) if task and prompts is not None else {}
     privacy = _privacy(cells, prompts, facts) if facts and prompts is not None else {}
+    crossing = _crossing(cells)
     return {
         "method": point.method,
         "alpha": point.alpha,
@@ -832,6 +858,7 @@ def _summary_row(
         "decode_speedup": _speedup(cells, reference, decode_only=True) if reference else None,
         **hygiene,
         **privacy,
+        **crossing,
         "rounds": _mean([s.rounds for s in stats]),
         "new_tokens": _mean([s.new_tokens for s in stats]),
         "uplink_bytes": _mean([s.uplink_bytes for s in stats]),
@@ -949,8 +976,10 @@ def run_facts(config: Mapping[str, Any], data_dir: Path | None = None) -> dict[s
 def json_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The command line's ``--json`` rows: exactly JSON_ROW_KEYS, then PRIVACY_ROW_KEYS when any row has the
     privacy audit's shares (a CoGenesis run: the same shares the summary table and the Dashboard show, null
-    for a row without them), non-finite numbers as null."""
+    for a row without them), then CROSSING_ROW_KEYS when any row has the history-crossing audit's, non-finite
+    numbers as null."""
     keys = JSON_ROW_KEYS + (PRIVACY_ROW_KEYS if any(PRIVACY_ROW_KEYS[0] in row for row in rows) else ())
+    keys += CROSSING_ROW_KEYS if any(CROSSING_ROW_KEYS[0] in row for row in rows) else ()
     return [to_jsonable({key: row.get(key) for key in keys}) for row in rows]
 
 

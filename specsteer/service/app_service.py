@@ -46,8 +46,8 @@ from pathlib import Path
 from specsteer.cloud.client import RemoteCloud
 from specsteer.cloud.in_process import InProcessCloud
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD
-from specsteer.data.datasets import DataError, load_records
 from specsteer.data.crossing import HistoryCrossing, history_crossing, history_texts
+from specsteer.data.datasets import DataError, load_records
 from specsteer.data.facts import FactExposure, method_exposure, split_private_facts
 from specsteer.data.history import MAX_UPLOAD_BYTES, HistoryError, parse_history
 from specsteer.data.json_limits import RECORDS_LIMITS, JsonLimits

@@ -210,7 +210,9 @@ def test_the_privacy_report_names_the_history_that_crossed_and_offers_the_guard(
     persona = NamedHistory(parse_history(path.read_bytes(), filename=path.name), "persona")
     task_input = SAMPLE_USERS[DEFAULT_SAMPLE].input_text
     force_drafts(monkeypatch, b"Gregory Simmons ")  # 16 bytes: one round's drafts, a space before the bonus token
-    *_, done = service.generate(persona, "cogenesis", task_input, values(alpha=0.0, draft_len=16.0, max_new_tokens=20.0))
+    *_, done = service.generate(
+        persona, "cogenesis", task_input, values(alpha=0.0, draft_len=16.0, max_new_tokens=20.0)
+    )
     privacy = done.result.privacy
     crossing = privacy.crossing
     assert "Gregory Simmons" in [phrase.text for phrase in crossing.phrases] and crossing.guard == 0

@@ -10,8 +10,8 @@ import multiprocessing
 import sqlite3
 import threading
 import time
-from dataclasses import replace
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 from sqlalchemy import inspect, text

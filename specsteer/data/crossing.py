@@ -137,14 +137,16 @@ class PhraseIndex:
         }
         return cls(frozenset(phrases))
 
-    def find(self, text: str) -> list[tuple[int, int]]:
-        """The character spans of ``text`` that are phrases of the history, overlapping matches merged."""
+    def find(self, text: str, after: int = 0) -> list[tuple[int, int]]:
+        """The character spans of ``text`` that are phrases of the history, overlapping matches merged; with
+        ``after``, only from the matches that end beyond that character (what a refused draft added to the
+        kept text before it, not the kept phrase it extends)."""
         words = _words(text)
         matched: list[tuple[int, int]] = []  # word index ranges
         for start in range(len(words)):
             for size in (PHRASE_WORDS, NAME_WORDS):
                 run = words[start : start + size]
-                if len(run) == size and tuple(word.key for word in run) in self.phrases:
+                if len(run) == size and run[-1].end > after and tuple(word.key for word in run) in self.phrases:
                     matched.append((start, start + size))
         merged: list[list[int]] = []
         for start, end in sorted(matched):
@@ -266,7 +268,7 @@ class HistoryCrossing:
                 f"Your history crossed to the cloud: this method sends your private prompt, with "
                 f"{self.count} phrase{_s(self.count)} of your history in it."
             )
-        named = ", ".join(f"'{phrase.text}'" for phrase in self.phrases[:5])
+        named = ", ".join(f"'{_shortened(phrase.text)}'" for phrase in self.phrases[:5])
         more = f" and {self.count - 5} more" if self.count > 5 else ""
         refused = f" ({self.refused_only} only in drafts the cloud rejected)" if self.refused_only else ""
         return (
@@ -309,6 +311,12 @@ class HistoryCrossing:
             guard=int(stored.get("guard", 0)),
             private_prompt_sent=bool(stored.get("private_prompt_sent", False)),
         )
+
+
+def _shortened(text: str, words: int = 8) -> str:
+    """A long copied run by its first words (the phrase itself keeps them all)."""
+    found = _words(text)
+    return text if len(found) <= words else text[: found[words - 1].end] + " …"
 
 
 def _s(count: int) -> str:
@@ -433,9 +441,11 @@ def crossed_phrases(
                 for position in range(len(drafts))
             ]
             window = kept.tail(TAIL_CHARS)
-            window.pieces += _draft_pieces(detokenizer, drafts)
+            pieces = _draft_pieces(detokenizer, drafts)
+            refused_from = len(window.text) + sum(len(piece) for piece in pieces[:keep])
+            window.pieces += pieces
             window.places += places
-            found += [item for item in _crossings(index, window) if item[1].part == refused]
+            found += [item for item in _crossings(index, window, refused_from) if item[1].part == refused]
         for position, token in enumerate(drafts[:keep]):
             _push(detokenizer, kept, token, _Place(number, "draft", position, round_, "accepted"))
     found += _crossings(index, kept)
@@ -462,12 +472,12 @@ def _draft_pieces(detokenizer, drafts: Sequence[int]) -> list[str]:
     return pieces
 
 
-def _crossings(index: PhraseIndex, text: _Text) -> list[tuple[str, Crossing]]:
-    """Each phrase of ``text``, with the round and part of the token that completed it and the tokens that
-    carried it."""
+def _crossings(index: PhraseIndex, text: _Text, after: int = 0) -> list[tuple[str, Crossing]]:
+    """Each phrase of ``text`` (ending beyond character ``after``: :meth:`PhraseIndex.find`), with the round
+    and part of the token that completed it and the tokens that carried it."""
     whole = text.text
     found = []
-    for start, end in index.find(whole):
+    for start, end in index.find(whole, after):
         places = text.places_in(start, end)
         last = text.places_in(end - 1, end)[-1]
         found.append((whole[start:end], Crossing(last.round, last.part, _spans(places))))

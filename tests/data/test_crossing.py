@@ -10,6 +10,8 @@ import pytest
 from conftest import force_drafts
 
 from specsteer.data.crossing import (
+    CrossedPhrase,
+    Crossing,
     HistoryCrossing,
     PhraseIndex,
     SentSpan,
@@ -126,6 +128,21 @@ def test_refused_drafts_are_read_after_the_kept_text_and_a_chosen_token_counts()
     assert where == {"In Austin, Texas": [(2, "rejected")], "Gregory works at": [(3, "unanswered")]}
 
 
+def test_a_refused_draft_that_extends_a_kept_phrase_is_named_by_what_it_added():
+    history = ["We are a leader in delivering ground-breaking tech services."]
+    transcript = [
+        up("open", prompt=ids(TASK)),
+        up("draft", append=[], draft=ids("a leader in delivering ground-breaking")),
+        verdict(22),  # " ground-breaking" refused
+        up("draft", append=ids("."), draft=[]),
+        verdict(0),
+    ]
+    crossing = crossing_of(transcript, accepted_events(1, 22), "a leader in delivering.", history=history)
+    where = {phrase.text: [(c.round, c.part) for c in phrase.crossings] for phrase in crossing.phrases}
+    # Not "leader in delivering ground-breaking" again: the refused draft added "ground-breaking" to it.
+    assert where == {"leader in delivering": [(1, "accepted")], "in delivering ground-breaking": [(1, "rejected")]}
+
+
 def test_the_prompt_sent_is_read_too_and_a_device_only_generation_crossed_nothing():
     private = f"History: {HISTORY[0]}\n{TASK}"
     crossing = crossing_of([up("open", prompt=ids(private))], [])
@@ -151,6 +168,9 @@ def test_the_result_reads_back_from_its_json():
     stored = HistoryCrossing.from_dict(crossing.to_dict(spans=False))
     assert (stored.count, stored.refused_only, stored.guard) == (1, 1, 3)
     assert "guard was on (n = 3" in HistoryCrossing(guard=3).headline()
+    copied = "people, providing a culture rich in collaboration, innovation, and wellness"
+    long = HistoryCrossing((CrossedPhrase(copied, (Crossing(2, "accepted"),)),))
+    assert "'people, providing a culture rich in collaboration, innovation …'" in long.headline()
 
 
 # --------------------------------------------------------------------------- end to end: a canary in a draft

@@ -844,7 +844,6 @@ def _summary_row(
     drafted = sum(s.drafted for s in stats)
     hygiene = _hygiene(cells, task, prompts) if task and prompts is not None else {}
     privacy = _privacy(cells, prompts, facts) if facts and prompts is not None else {}
-    crossing = _crossing(cells)
     return {
         "method": point.method,
         "alpha": point.alpha,
@@ -858,7 +857,7 @@ def _summary_row(
         "decode_speedup": _speedup(cells, reference, decode_only=True) if reference else None,
         **hygiene,
         **privacy,
-        **crossing,
+        **_crossing(cells),
         "rounds": _mean([s.rounds for s in stats]),
         "new_tokens": _mean([s.new_tokens for s in stats]),
         "uplink_bytes": _mean([s.uplink_bytes for s in stats]),

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from specsteer.data.tasks import PromptPair
@@ -95,9 +95,9 @@ class JoinedRow:
     rouge: dict[str, Interval]  # by METRICS
     tok_per_s: float | None
     device_share: float | None  # of the output's tokens, chosen on the device
+    crossing: dict[str, float]  # by grid.CROSSING_ROW_KEYS: the history that crossed; empty where none audited
     settings: str  # the method's own settings where they are not α, β (P³'s k and τ)
     facts: dict[str, float | None]  # by grid.PRIVACY_ROW_KEYS; empty without private facts
-    crossing: dict[str, float] = field(default_factory=dict)  # by grid.CROSSING_ROW_KEYS; empty if none audited
 
     @property
     def label(self) -> str:
@@ -223,9 +223,9 @@ def join_runs(
                 rouge,
                 summary["tok_per_s"],
                 device / total if total else None,
+                {key: summary[key] for key in CROSSING_ROW_KEYS if key in summary},
                 _method_settings(point, run.config),
                 facts_shares(cells, task, run.prompts, facts),
-                {key: summary[key] for key in CROSSING_ROW_KEYS if key in summary},
             )
         )
     labels = {row.point: row.label for row in rows}

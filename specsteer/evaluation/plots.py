@@ -168,7 +168,6 @@ def display_rows(rows: Sequence[Row]) -> list[dict[str, str]]:
     """The table as strings, one dict per row, keyed by column header (what the UI and CLI show).
     Runs over records with private facts (CoGenesis) add the privacy audit's shares."""
     with_privacy = any("facts_sent" in row for row in rows)
-    with_crossing = any("history_crossed" in row for row in rows)
     return [
         {
             "method": method_label(row["method"]),
@@ -186,7 +185,7 @@ def display_rows(rows: Sequence[Row]) -> list[dict[str, str]]:
             "up B": _number(row.get("uplink_bytes"), 0),
             "down B": _number(row.get("downlink_bytes"), 0),
             **(_privacy_columns(row) if with_privacy else {}),
-            **(_crossing_columns(row) if with_crossing else {}),
+            **(_crossing_columns(row) if any("history_crossed" in other for other in rows) else {}),
         }
         for row in rows
     ]

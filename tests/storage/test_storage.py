@@ -11,14 +11,12 @@ import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
 
 import pytest
 from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 import storage
-from specsteer.data.crossing import CrossedPhrase, Crossing, HistoryCrossing, SentSpan
 from specsteer.evaluation.metrics import ROUGE_KEYS
 from specsteer.evaluation.run_store import CellResult, GridPoint, cell_key
 from specsteer.method.events import GenerationStats, LinkMessage, TokenEvent
@@ -688,22 +686,6 @@ def test_deleting_a_run_cascades_to_its_cells(url):
         session.execute(text("DELETE FROM eval_runs WHERE id = :id"), {"id": run_id})
     with db.session_scope(url) as session:
         assert session.execute(text("SELECT COUNT(*) FROM eval_cells")).scalar() == 0
-
-
-def test_a_cell_keeps_the_history_that_crossed_without_its_spans(url):
-    run_id = storage.create_run("crossed", CONFIG, url=url)
-    span = SentSpan(1, "draft", 0, 3)
-    phrase = CrossedPhrase("InnovTech Solutions", (Crossing(1, "rejected", (span,)),), ((4, 23),))
-    crossing = HistoryCrossing((phrase,), guard=3)
-    storage.save_cell(run_id, replace(_cell("r1", "specsteer", 0.1, 1.0), history_crossed=crossing), url=url)
-    storage.save_cell(run_id, replace(_cell("r2", "slm"), history_crossed=HistoryCrossing(linked=False)), url=url)
-    storage.save_cell(run_id, _cell("r3"), url=url)  # stored before the audit existed: NULL
-    crossed, device, unaudited = storage.run_cells(run_id, url=url)
-    assert crossed.history_crossed == HistoryCrossing(
-        (CrossedPhrase("InnovTech Solutions", (Crossing(1, "rejected"),)),), guard=3
-    )
-    assert crossed.history_crossed.refused_only == 1 and not device.history_crossed.linked
-    assert unaudited.history_crossed is None  # not audited, which is not "nothing crossed"
 
 
 def test_run_survives_an_app_restart(url):

@@ -21,7 +21,8 @@ Why 3 and 2 (``scripts/crossing_phrase_study.py``, docs/THREAT_MODEL.md): on the
 each record's reference answer standing for a personalised output, the rule finds phrases of the user's own
 history in about half of the answers, and phrases of another user's history (what chance and common
 language give) in 3 %. Every 2-word pair would flag another user's history in almost every answer ("of the",
-"to the"), every 3-word run in a third ("the heart of", "as someone who"); 4-word runs miss most names.
+"to the"), every 3-word run in a quarter ("the heart of", "as someone who"); 4-word runs miss 2-word names
+and find the user's own history in a third of the answers.
 
 **Where the text comes from** (:func:`crossed_phrases`): the transcript replayed as the Cloud holds it. The
 opening message's prompt is read as it was sent (for ``llm+``, the private prompt: everything in it
@@ -29,7 +30,8 @@ crossed). Each Draft message appends the tokens the Edge chose since the last ro
 round's verdict keeps the accepted ones (their number from the round's ``accepted`` token events) and drops
 the rest, the rejected drafts; a Draft the transcript ends on never got a verdict (unanswered). The kept
 stream, the output as it was sent, is read once; each round's refused drafts are read after the kept text
-they followed, so a phrase that begins in accepted text and ends in a rejected draft is found. Matching is on
+they followed, so a phrase that begins in accepted text and ends in a rejected draft is found (named by the
+matches that reach into the refused drafts, not the kept phrase again). Matching is on
 decoded text, so a word split across tokens, or across rounds, is one word.
 
 Each phrase comes with every place it crossed (:class:`Crossing`: round, part, the token positions in the

@@ -201,10 +201,8 @@ class GenerationSettings:
         panel offers where history crossed. None where the guard is on already or does not cover the method:
         a method whose Edge sends no tokens, CoSteer's iterative choice, the exact-target variant (which
         refuses it)."""
-        info = method_info(self.method)
-        if self.private_guard or not info.edge_sends_tokens or self.method in _UNGUARDED_METHODS:
-            return None
-        if self.exact and self.sample:
+        covered = method_info(self.method).edge_sends_tokens and self.method not in _UNGUARDED_METHODS
+        if self.private_guard or not covered or (self.exact and self.sample):
             return None
         return replace(self, private_guard=n)
 

@@ -78,6 +78,10 @@ _WORD = re.compile(r"[^\W_]+(?:['’][^\W_]+)*")
 # --------------------------------------------------------------------------- phrases of the history
 
 
+def _key(word: str) -> str:
+    return word.casefold().replace("’", "'")
+
+
 @dataclass(frozen=True)
 class _Word:
     text: str
@@ -86,38 +90,47 @@ class _Word:
 
     @property
     def key(self) -> str:
-        return self.text.casefold().replace("’", "'")
-
-    @property
-    def content(self) -> bool:
-        return self.key not in STOPWORDS
-
-    @property
-    def capitalised(self) -> bool:
-        return self.text[:1].isupper()
+        return _key(self.text)
 
 
 def _words(text: str) -> list[_Word]:
     return [_Word(match.group(), match.start(), match.end()) for match in _WORD.finditer(text)]
 
 
-def _content_runs(words: Sequence[_Word]) -> Iterable[tuple[str, ...]]:
+def _keys(text: str) -> tuple[list[str], list[bool]]:
+    """The text's words without case, and whether each is capitalised (no positions: the history's words)."""
+    words = _WORD.findall(text)
+    return [_key(word) for word in words], [word[:1].isupper() for word in words]
+
+
+def _content_runs(keys: Sequence[str]) -> Iterable[tuple[str, ...]]:
     """Every run of 2 and 3 consecutive content words of the text, function words left out between them."""
-    content = [word.key for word in words if word.content]
+    content = [key for key in keys if key not in STOPWORDS]
     for size in (2, 3):
         for start in range(len(content) - size + 1):
             yield tuple(content[start : start + size])
 
 
-def _candidates(words: Sequence[_Word]) -> Iterable[tuple[str, ...]]:
-    """The text's phrases by the rules (the module doc), as lower-case word tuples."""
-    for start in range(len(words)):
-        run = words[start : start + PHRASE_WORDS]
-        if len(run) == PHRASE_WORDS and sum(word.content for word in run) >= 2:
-            yield tuple(word.key for word in run)
-        pair = words[start : start + NAME_WORDS]
-        if len(pair) == NAME_WORDS and all(word.content and word.capitalised for word in pair):
-            yield tuple(word.key for word in pair)
+def _runs(keys: Sequence[str]) -> Iterable[tuple[str, ...]]:
+    """Every run of a phrase's or a name's length."""
+    for size in (PHRASE_WORDS, NAME_WORDS):
+        for start in range(len(keys) - size + 1):
+            yield tuple(keys[start : start + size])
+
+
+def _candidates(keys: Sequence[str], capitalised: Sequence[bool], first: set[str] | None) -> Iterable[tuple[str, ...]]:
+    """The text's phrases by the rules (the module doc); ``first``: only those starting with one of these
+    words (a set lookup per word, so that a long history costs little)."""
+    for start, key in enumerate(keys):
+        if first is not None and key not in first:
+            continue
+        run = keys[start : start + PHRASE_WORDS]
+        if len(run) == PHRASE_WORDS and sum(word not in STOPWORDS for word in run) >= 2:
+            yield tuple(run)
+        pair = keys[start : start + NAME_WORDS]
+        if len(pair) == NAME_WORDS and all(word not in STOPWORDS for word in pair):
+            if all(capitalised[start : start + NAME_WORDS]):
+                yield tuple(pair)
 
 
 @dataclass(frozen=True)
@@ -127,15 +140,19 @@ class PhraseIndex:
     phrases: frozenset[tuple[str, ...]]
 
     @classmethod
-    def build(cls, history: Iterable[str], public: Iterable[str]) -> PhraseIndex:
+    def build(cls, history: Iterable[str], public: Iterable[str], within: Iterable[str] | None = None) -> PhraseIndex:
         """``history``: the user's private texts (history items, profile); ``public``: what the Cloud gets
-        by design (the plain prompt, which holds the task input)."""
-        known = {run for text in public for run in _content_runs(_words(text))}
+        by design (the plain prompt, which holds the task input); ``within``: when given, only the phrases
+        these texts hold are kept (what crossed: the index then stays that size whatever the history's)."""
+        known = {run for text in public for run in _content_runs(_keys(text)[0])}
+        wanted = None if within is None else {run for text in within for run in _runs(_keys(text)[0])}
+        first = None if wanted is None else {run[0] for run in wanted}
         phrases = {
             phrase
             for text in history
-            for phrase in _candidates(_words(text))
-            if tuple(word for word in phrase if word not in STOPWORDS) not in known
+            for phrase in _candidates(*_keys(text), first)
+            if (wanted is None or phrase in wanted)
+            and tuple(word for word in phrase if word not in STOPWORDS) not in known
         }
         return cls(frozenset(phrases))
 
@@ -395,28 +412,59 @@ def history_crossing(
     generation ``finished``, whose Cloud received ``plain_prompt`` by design (the one call the service, the
     command line and the evaluation grid make). ``tokens``: its settled token events; ``tokenizer``: the
     Specialist's, whose ids the uplink carries; ``guard``: the private-span guard's n it ran with (0: off)."""
-    index = PhraseIndex.build(history, [plain_prompt])
-    return crossed_phrases(index, finished.transcript, tokens, tokenizer, finished.text, guard)
+    return crossed_phrases(history, [plain_prompt], finished.transcript, tokens, tokenizer, finished.text, guard)
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """One text the Cloud could read: its phrases count from character ``after`` on, and (for a round's refused
+    drafts) only those their ``part`` completed."""
+
+    text: _Text
+    after: int = 0
+    part: Part | None = None
 
 
 def crossed_phrases(
-    index: PhraseIndex,
+    history: Iterable[str],
+    public: Iterable[str],
     transcript: Sequence[LinkMessage],
     tokens: Sequence[TokenEvent],
     tokenizer,
     output: str,
     guard: int = 0,
 ) -> HistoryCrossing:
-    """The phrases of ``index`` that crossed in a generation's ``transcript`` (the module doc says how the
-    text is rebuilt). ``tokens``: its settled token events (their ``accepted`` count per round says which
-    drafts the Cloud kept); ``output``: its text."""
-    from specsteer.method.decoding import Detokenizer  # here: it brings torch, which the values above need not
-
+    """The phrases of ``history`` (not in ``public``) that crossed in a generation's ``transcript`` (the module
+    doc says how the text is rebuilt). ``tokens``: its settled token events (their ``accepted`` count per round
+    says which drafts the Cloud kept); ``output``: its text. The work grows with the history's words once and
+    with what crossed, whatever the history's size: only the history's phrases found in what crossed are kept."""
     if not any(message.direction == "uplink" for message in transcript):
         return HistoryCrossing(linked=False, guard=guard)
+    readings = _replayed(transcript, tokens, tokenizer)
+    index = PhraseIndex.build(history, public, within=[reading.text.text for reading in readings])
+    found = [
+        item
+        for reading in readings
+        for item in _crossings(index, reading.text, reading.after)
+        if reading.part is None or item[1].part == reading.part
+    ]
+    return HistoryCrossing(
+        _grouped(found, output),
+        linked=True,
+        guard=guard,
+        private_prompt_sent=any(crossing.part == "prompt" for _, crossing in found),
+    )
+
+
+def _replayed(transcript: Sequence[LinkMessage], tokens: Sequence[TokenEvent], tokenizer) -> list[_Reading]:
+    """The texts the uplink carried, as the Cloud holds them: the opening prompt, each round's refused drafts
+    after the kept text they followed, and the kept stream (the output as sent), last."""
+    from specsteer.method.decoding import Detokenizer  # here: it brings torch, which the values above need not
+
     accepted = Counter(token.round for token in tokens if token.kind == "accepted")
-    found: list[tuple[str, Crossing]] = []
-    kept, detokenizer = _Text(), Detokenizer(tokenizer)  # the output as sent, as the Cloud holds it
+    last_reply = max((number for number, m in enumerate(transcript) if m.direction == "downlink"), default=-1)
+    readings: list[_Reading] = []
+    kept, detokenizer = _Text(), Detokenizer(tokenizer)
     round_ = 0
     for number, message in enumerate(transcript):
         if message.direction != "uplink":
@@ -426,7 +474,7 @@ def crossed_phrases(
             prompt, reader = _Text(), Detokenizer(tokenizer)
             for position, token in enumerate(payload.get("prompt", ())):
                 _push(reader, prompt, token, _Place(number, "prompt", position, 0, "prompt"))
-            found += _crossings(index, prompt)
+            readings.append(_Reading(prompt))
             continue
         if message.kind != "draft":
             continue
@@ -434,29 +482,23 @@ def crossed_phrases(
         for position, token in enumerate(payload.get("append", ())):
             _push(detokenizer, kept, token, _Place(number, "append", position, round_, "chosen"))
         drafts = [int(token) for token in payload.get("draft", ())]
-        answered = any(later.direction == "downlink" for later in transcript[number + 1 :])
+        answered = number < last_reply
         keep = min(accepted.get(round_, 0), len(drafts)) if answered else 0
         if keep < len(drafts):
             refused: Part = "rejected" if answered else "unanswered"
-            places = [
-                _Place(number, "draft", position, round_, "accepted" if position < keep else refused)
-                for position in range(len(drafts))
-            ]
             window = kept.tail(TAIL_CHARS)
             pieces = _draft_pieces(detokenizer, drafts)
             refused_from = len(window.text) + sum(len(piece) for piece in pieces[:keep])
             window.pieces += pieces
-            window.places += places
-            found += [item for item in _crossings(index, window, refused_from) if item[1].part == refused]
+            window.places += [
+                _Place(number, "draft", position, round_, "accepted" if position < keep else refused)
+                for position in range(len(drafts))
+            ]
+            readings.append(_Reading(window, refused_from, refused))
         for position, token in enumerate(drafts[:keep]):
             _push(detokenizer, kept, token, _Place(number, "draft", position, round_, "accepted"))
-    found += _crossings(index, kept)
-    return HistoryCrossing(
-        _grouped(found, output),
-        linked=True,
-        guard=guard,
-        private_prompt_sent=any(crossing.part == "prompt" for _, crossing in found),
-    )
+    readings.append(_Reading(kept))
+    return readings
 
 
 def _push(detokenizer, text: _Text, token: int, place: _Place) -> None:

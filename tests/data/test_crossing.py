@@ -45,7 +45,7 @@ def accepted_events(round_: int, count: int) -> list[TokenEvent]:
 
 
 def crossing_of(transcript, events, output="", history=HISTORY, task=TASK) -> HistoryCrossing:
-    return crossed_phrases(PhraseIndex.build(history, [task]), transcript, events, tiny_tokenizer(), output)
+    return crossed_phrases(history, [task], transcript, events, tiny_tokenizer(), output)
 
 
 def texts(crossing: HistoryCrossing) -> list[str]:
@@ -63,6 +63,13 @@ def test_a_phrase_is_three_words_with_two_content_words_or_a_two_word_name():
     # overlapping matches merged into one phrase.
     assert found == ["InnovTech Solutions", "a senior HR manager"]
     assert index.find("innovtech solutions") == [(0, 19)]  # without case
+
+
+def test_the_index_keeps_only_the_phrases_found_in_what_crossed():
+    crossed = "We met at InnovTech Solutions."
+    index = PhraseIndex.build(HISTORY, [TASK], within=[crossed])
+    assert index.phrases == {("innovtech", "solutions"), ("at", "innovtech", "solutions")}
+    assert index.find(crossed) == PhraseIndex.build(HISTORY, [TASK]).find(crossed)
 
 
 def test_what_the_task_input_holds_is_not_a_phrase_of_the_history():
@@ -163,7 +170,7 @@ def test_a_word_whose_bytes_span_tokens_is_whole():
 
 def test_the_result_reads_back_from_its_json():
     transcript = [up("open", prompt=ids(TASK)), up("draft", append=[], draft=ids("At InnovTech Solutions")), verdict(0)]
-    crossing = crossed_phrases(PhraseIndex.build(HISTORY, [TASK]), transcript, [], tiny_tokenizer(), "", guard=3)
+    crossing = crossed_phrases(HISTORY, [TASK], transcript, [], tiny_tokenizer(), "", guard=3)
     assert HistoryCrossing.from_dict(crossing.to_dict()) == crossing
     stored = HistoryCrossing.from_dict(crossing.to_dict(spans=False))
     assert (stored.count, stored.refused_only, stored.guard) == (1, 1, 3)

@@ -2,17 +2,21 @@
 
 One Gradio Blocks app built from ``ui/`` (one module per tab) over one ``specsteer.service.app_service.AppService``.
 This file is the composition root: it alone chooses where things are kept (the SQL stores of
-``storage/``: SQLite in ``$SPECSTEER_DATA_DIR``, default ./data, or ``DATABASE_URL``) and which
+``storage/``: SQLite in ``$SPECSTEER_DATA_DIR``, default ./data, or ``DATABASE_URL``; beside the user's runs,
+the example runs of ``assets/example_runs.db``, read-only) and which
 pairings may load (``specsteer.service.pairings.catalog``), and hands them to the service the tabs share. The same
 file is the Hugging Face Spaces entry point and the Docker command; host and port come from
-GRADIO_SERVER_NAME / GRADIO_SERVER_PORT.
+GRADIO_SERVER_NAME / GRADIO_SERVER_PORT. Where the data lives, and whether a restart keeps it (a Space's own
+disk does not), is said at start in the log and at the foot of the page (``storage.location``).
 
 The default pairing loads in the background at start-up, and the default sample's prompts are read
 once (``ui.warmup``), so the page opens at once and its first Generate is as fast as the second. Every
 interactive event that runs a model shares one queue slot (concurrency id "models"): a second user waits
 with a visible queue position instead of doubling the memory in use. An evaluation grid has its own slot
 ("grid") and takes the models one cell at a time, after any waiting generation (specsteer/util/turns.py), so
-one visitor's grid never keeps another's generation waiting for more than a cell.
+one visitor's grid never keeps another's generation waiting for more than a cell. One client (one address)
+holds at most a few model jobs at once, queued or running, and a full queue answers "busy, about N s"
+(``ui.fair_queue``).
 
 What one visitor may ask for (grid sizes, tokens, text lengths, request sizes, the server's read
 timeouts) is ``specsteer.service.limits.VisitorLimits``: the public or local defaults by where the app runs
@@ -46,20 +50,29 @@ import gradio as gr  # noqa: E402
 
 import storage  # noqa: E402
 from specsteer.cloud.api import CLOUD_SECRET_ENV  # noqa: E402
+from specsteer.data.datasets import EXAMPLE_RUNS_DB  # noqa: E402
 from specsteer.protocol.exposure import Exposure, secret_problem  # noqa: E402
 from specsteer.service import pairings  # noqa: E402
 from specsteer.service.app_service import AppService  # noqa: E402
 from specsteer.service.campaigns import CampaignService  # noqa: E402
+from specsteer.service.example_runs import RunsWithExamples  # noqa: E402
+from specsteer.service.fair_share import QueuePolicy  # noqa: E402
 from specsteer.service.limits import VisitorLimits, limits_for  # noqa: E402
+from specsteer.stores.protocols import RunStore  # noqa: E402
 from specsteer.util import background  # noqa: E402
 from storage.db import data_dir  # noqa: E402
-from ui import campaign_tab, compare_tab, dashboard_tab, generate_tab, judge_tab, warmup  # noqa: E402
+from storage.location import data_location  # noqa: E402
+from ui import campaign_tab, compare_tab, dashboard_tab, fair_queue, generate_tab, judge_tab, warmup  # noqa: E402
 from ui.http_limits import server_options  # noqa: E402
 from ui.safe_inputs import guard_inputs  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 CSS_PATH = ASSETS / "style.css"
+# The queue: at most this many model jobs wait at once (all clients together; one client holds at most its
+# share, VisitorLimits.queue_share), and beyond them this much room stays for quick calls (a sample, an upload, a
+# stored run), which have concurrency groups of their own and never wait behind a model job (ui/fair_queue.py).
 QUEUE_MAX_SIZE = 64
+QUICK_CALLS_ROOM = 64
 # Gradio's temporary files (every upload, every download): checked this often, removed at this age.
 # An evaluation keeps its records file in the data folder, a history is read at once: none needs its
 # temporary copy for long.
@@ -94,8 +107,19 @@ def launch_options(limits: VisitorLimits | None = None) -> dict:
     return {"theme": theme(), "css_paths": [CSS_PATH], **server_options(limits)}
 
 
+def run_store(examples: Path = EXAMPLE_RUNS_DB) -> RunStore:
+    """The user's evaluation runs (``DATABASE_URL`` / the data folder) with the example runs of ``examples``
+    beside them, read-only and opened as immutable (assets may sit on a read-only filesystem: an image, a
+    Space); the user's alone when that file is absent."""
+    own = storage.SqlRunStore()
+    if not examples.is_file():
+        return own
+    return RunsWithExamples(own, storage.SqlRunStore(storage.read_only_url(examples, immutable=True)))
+
+
 def build_service() -> AppService:
-    """The one service every tab uses, on the database that ``DATABASE_URL`` / the data folder names; a
+    """The one service every tab uses, on the database that ``DATABASE_URL`` / the data folder names (its runs
+    with the example runs beside them: :func:`run_store`); a
         remote Cloud's shared secret comes from ``$SPECSTEER_CLOUD_SECRET`` (never from a form); uploaded records
     files are kept in the data folder's ``uploads/`` (a resumed evaluation finds its file there); whether
         the app serves the public, with its operator's choices, from the environment (specsteer/protocol/exposure.py)."""
@@ -105,7 +129,7 @@ def build_service() -> AppService:
         raise SystemExit(f"error: {problem}")
     return AppService(
         store=storage.SqlGenerationStore(),
-        runs=storage.SqlRunStore(),
+        runs=run_store(),
         pairs=pairings.catalog(SPACE_HARDWARE.placement),
         cloud_secret=secret,
         exposure=Exposure.from_environment(),
@@ -116,7 +140,7 @@ def build_service() -> AppService:
 def build_app(service: AppService | None = None, campaigns: CampaignService | None = None) -> gr.Blocks:
     storage.init_db()  # create the tables now, so the first request does not pay for it
     service = service or build_service()
-    campaigns = campaigns or CampaignService(service, storage.SqlCampaignStore(getattr(service.store, "url", None)))
+    campaigns = campaigns or service.campaigns(storage.SqlCampaignStore(getattr(service.store, "url", None)))
     with gr.Blocks(
         title="SpecSteer", analytics_enabled=False, delete_cache=(TEMP_FILES_CHECK_S, TEMP_FILES_MAX_AGE_S)
     ) as demo:
@@ -132,14 +156,18 @@ def build_app(service: AppService | None = None, campaigns: CampaignService | No
             with gr.Tab("Judge", id="judge"):
                 judging = judge_tab.build(campaigns)
             with gr.Tab("Campaigns", id="campaigns"):
-                panel = campaign_tab.build(campaigns)
+                panel = campaign_tab.build(campaigns, service)
         # Other users (or an earlier run of the app) may have stored comparisons and runs since
         # the page was built: list them afresh whenever a page opens.
         for stored in (comparisons, runs):
             stored.on_load(demo)
         judge_tab.on_load(judging, demo)
         campaign_tab.on_load(panel, demo)
-    demo.queue(default_concurrency_limit=4, max_size=QUEUE_MAX_SIZE)
+        gr.Markdown(data_location(getattr(service.store, "url", None)).page_line(), elem_classes=["ss-note"])
+    # api_open=False: every queued endpoint goes through the queue (and its fair share); Gradio would otherwise
+    # serve them directly at /gradio_api/run/<name> wherever the app is not a Space.
+    demo.queue(default_concurrency_limit=4, max_size=QUEUE_MAX_SIZE + QUICK_CALLS_ROOM, api_open=False)
+    fair_queue.install(demo, QueuePolicy(share=service.limits.queue_share, max_waiting=QUEUE_MAX_SIZE))
     # A value an endpoint's component cannot read gets a message naming the input (ui/safe_inputs.py).
     return guard_inputs(demo)
 
@@ -197,6 +225,7 @@ def shut_down(demo: gr.Blocks, grace_s: float = SHUTDOWN_GRACE_S) -> tuple[str, 
 def main() -> None:
     stop = StopSignal()
     service = build_service()
+    print(data_location().log_line(), file=sys.stderr, flush=True)  # on a Space: whether a restart loses it
     if SPACE_HARDWARE.zero_gpu:
         # No GPU outside a GPU task: the default pairing loads here, on the main thread, and no prompt is read.
         print(gpu_space.preload(service, pairings.default_pairing_id(service.pairs)), file=sys.stderr, flush=True)

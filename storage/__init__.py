@@ -3,13 +3,15 @@
 One module per concern, each a set of small functions that open their own short session:
 
 * ``storage.db`` owns the engine (SQLite with WAL and foreign keys by default, ``DATABASE_URL``
-  for anything else) and hands out sessions; ``storage.models`` declares the tables;
+  for anything else, a SQLite file read-only by ``read_only_url``) and hands out sessions; ``storage.models`` declares the tables;
 * ``storage.histories``, ``storage.generations``, ``storage.comparisons`` (comparisons and their
-  annotations) and ``storage.runs`` (evaluation runs and cells, and ``SqlRunStore``, the
-  evaluation grid's store) read and write them; ``storage.generation_store`` (``SqlGenerationStore``,
-  the application service's store) saves the service's typed values through them;
-* ``storage.judgements`` (the annotation vocabulary, win rates and agreement) and
-  ``storage.exports`` (CSV / JSON-lines files) are pure: they never touch the database.
+  annotations), ``storage.runs`` (evaluation runs and cells), ``storage.campaigns`` and
+  ``storage.campaign_judgements`` read and write them;
+* the adapters, one per store protocol of ``specsteer.stores.protocols``, each ``Sql<Concept>Store`` in
+  ``storage/<concept>_store.py``: ``SqlGenerationStore``, ``SqlRunStore``, ``SqlCampaignStore``;
+* ``storage.exports`` (CSV / JSON-lines files) is pure: it never touches the database. What judgements add
+  up to (win rates, agreement) is ``specsteer.evaluation.preference``'s, and their vocabulary
+  ``specsteer.stores.generations``'.
 
 This package may import ``specsteer``'s light modules (the store protocols and the typed values
 that cross them); the decoding library never imports this package.
@@ -25,15 +27,22 @@ from storage.comparisons import (
     save_annotation,
     save_comparison,
 )
-from storage.db import database_url, get_engine, init_db, missing_sqlite_file, reset_engines, session_scope
+from storage.db import (
+    database_url,
+    get_engine,
+    init_db,
+    missing_sqlite_file,
+    read_only_url,
+    reset_engines,
+    session_scope,
+)
 from storage.exports import write_annotations_csv, write_annotations_jsonl
 from storage.generation_store import SqlGenerationStore
 from storage.generations import get_generation, list_generations, save_generation
 from storage.histories import get_history, list_histories, save_history
-from storage.judgements import SPECIAL_PREFERENCES, summarize_annotations
 from storage.models import ROUGE_KEYS, RUN_STATUSES
+from storage.run_store import SqlRunStore
 from storage.runs import (
-    SqlRunStore,
     StoredRun,
     create_run,
     finished_cell_keys,
@@ -48,7 +57,6 @@ from storage.runs import (
 __all__ = [
     "ROUGE_KEYS",
     "RUN_STATUSES",
-    "SPECIAL_PREFERENCES",
     "SqlCampaignStore",
     "SqlGenerationStore",
     "SqlRunStore",
@@ -58,6 +66,7 @@ __all__ = [
     "create_run",
     "database_url",
     "missing_sqlite_file",
+    "read_only_url",
     "finished_cell_keys",
     "get_comparison",
     "get_engine",
@@ -80,7 +89,6 @@ __all__ = [
     "save_history",
     "session_scope",
     "set_run_status",
-    "summarize_annotations",
     "write_annotations_csv",
     "write_annotations_jsonl",
 ]

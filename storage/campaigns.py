@@ -1,5 +1,5 @@
 """Annotation campaigns, their records' comparisons and their annotators (``storage.campaign_judgements``
-keeps what the annotators judged). Short sessions; typed values of ``specsteer.service.campaign_store``."""
+keeps what the annotators judged). Short sessions; typed values of ``specsteer.stores.campaigns``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from specsteer.service.campaign_store import (
+from specsteer.stores.campaigns import (
     Annotator,
     CampaignItemRef,
     CampaignStatus,
@@ -18,7 +18,7 @@ from specsteer.service.campaign_store import (
 from specsteer.util.jsonable import to_jsonable
 from storage.db import retry_on_locked, session_scope
 from storage.models import CAMPAIGN_STATUSES, Campaign, CampaignAnnotator, CampaignItem
-from storage.values import require_text
+from storage.values import fitting, require_text
 
 
 def _stored(row: Campaign, ready: int) -> StoredCampaign:
@@ -46,12 +46,12 @@ def _ready(session: Session, campaign_id: int) -> int:
 @retry_on_locked()
 def create_campaign(campaign: NewCampaign, *, url: str | None = None) -> StoredCampaign:
     """Store a new campaign and its annotators; DuplicateCampaign when the name is taken."""
-    name = require_text(campaign.name, "campaign name")
+    name = require_text(campaign.name, "campaign name", Campaign.name)
     try:
         with session_scope(url) as session:
             row = Campaign(
                 name=name,
-                task=require_text(campaign.task, "task"),
+                task=require_text(campaign.task, "task", Campaign.task),
                 methods=list(campaign.methods),
                 pairing=campaign.pairing,
                 settings=to_jsonable(dict(campaign.settings)),
@@ -122,7 +122,10 @@ def add_campaign_item(
         with session_scope(url) as session:
             session.add(
                 CampaignItem(
-                    campaign_id=campaign_id, position=position, record_key=record_key, comparison_id=comparison_id
+                    campaign_id=campaign_id,
+                    position=position,
+                    record_key=fitting(record_key, "record id", CampaignItem.record_key),
+                    comparison_id=comparison_id,
                 )
             )
         return True
@@ -152,7 +155,7 @@ def annotator_count(campaign_id: int, *, url: str | None = None) -> int:
 @retry_on_locked()
 def add_annotator(campaign_id: int, name: str, code_hash: str | None, *, url: str | None = None) -> Annotator:
     """A new annotator, or the one of that name already there (two tabs joining at once store one)."""
-    name = require_text(name, "annotator")
+    name = require_text(name, "annotator", CampaignAnnotator.name)
     try:
         with session_scope(url) as session:
             row = CampaignAnnotator(campaign_id=campaign_id, name=name, code_hash=code_hash)

@@ -33,8 +33,8 @@ def save_generation(
         row = Generation(
             history_id=history_id,
             pairing=pairing,
-            method=require_text(method, "method"),
-            task=require_text(task, "task"),
+            method=require_text(method, "method", Generation.method),
+            task=require_text(task, "task", Generation.task),
             input_text=input_text,
             settings=to_jsonable(dict(settings or {})),
             text=text,

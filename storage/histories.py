@@ -18,7 +18,7 @@ from sqlalchemy.exc import IntegrityError
 from specsteer.util.jsonable import to_jsonable
 from storage.db import retry_on_locked, session_scope
 from storage.models import History
-from storage.values import require_text
+from storage.values import fitting, require_text
 
 
 def _item_fields(item: Any) -> dict[str, Any]:
@@ -47,7 +47,7 @@ def save_history(
     *, name: str, schema: str, items: Iterable[Any], user_id: str | None = None, url: str | None = None
 ) -> int:
     """Store an uploaded history; an identical one already stored is reused (its id is returned)."""
-    schema = require_text(schema, "schema")
+    schema = require_text(schema, "schema", History.schema)
     fields = [_item_fields(item) for item in items]
     digest = history_sha256(schema, user_id, fields)
     existing = _history_id_by_hash(digest, url)
@@ -56,9 +56,9 @@ def save_history(
     try:
         with session_scope(url) as session:
             row = History(
-                name=name.strip() or "history",
+                name=fitting(name.strip() or "history", "history name", History.name),
                 schema=schema,
-                user_id=user_id,
+                user_id=None if user_id is None else fitting(user_id, "user id", History.user_id),
                 items=fields,
                 item_count=len(fields),
                 sha256=digest,

@@ -1,9 +1,10 @@
-"""Tables of SpecSteer (SQLAlchemy 2 declarative, typed columns).
+"""Tables of SpecSteer (SQLAlchemy 2 declarative, typed columns), the same on SQLite and PostgreSQL.
 
 Structured values (history items, settings, tokens, stats, transcripts, ratings,
 run configs) are JSON columns: they are read and written whole, never queried
 inside. Values that are aggregated (ROUGE scores) are real columns.
-All timestamps are timezone-aware UTC.
+All timestamps are timezone-aware UTC. Ids are 64-bit on both databases (``Base``),
+and text never holds NUL (``ShortText``, ``LongText``).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    BigInteger,
     Boolean,
     CheckConstraint,
     DateTime,
@@ -24,10 +26,11 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from specsteer.evaluation.run_store import RUN_STATUSES
+from specsteer.stores.runs import RUN_STATUSES
 
 # The ROUGE columns of EvalCell; tests check they are specsteer.evaluation.metrics.ROUGE_KEYS (importing that
 # module here would load the ROUGE scorer into every process that opens the database).
@@ -61,8 +64,40 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value
 
 
+NUL, REPLACEMENT_CHARACTER = "\x00", "\ufffd"
+
+
+class _TextWithoutNul(TypeDecorator[str]):
+    """PostgreSQL's text types cannot hold NUL (U+0000), which a byte-level model may emit and any caller may
+    send; it becomes U+FFFD, the replacement character, on every database, so both keep the same text."""
+
+    cache_ok = True
+
+    def process_bind_param(self, value: str | None, dialect: Dialect) -> str | None:
+        return value.replace(NUL, REPLACEMENT_CHARACTER) if value is not None and NUL in value else value
+
+
+class ShortText(_TextWithoutNul):
+    """``String(length)``: names, keys and labels (PostgreSQL refuses a longer value; the repositories check)."""
+
+    impl = String
+    cache_ok = True
+
+
+class LongText(_TextWithoutNul):
+    """``Text``: inputs, outputs, comments, errors (no length limit)."""
+
+    impl = Text
+    cache_ok = True
+
+
+# The type of every id (and every column holding one): PostgreSQL's INTEGER ends at 2**31 - 1, so ids are
+# BIGINT there; SQLite's are 64-bit already, and only an ``INTEGER PRIMARY KEY`` is its auto-numbered row id.
+ID_TYPE = BigInteger().with_variant(Integer(), "sqlite")
+
+
 class Base(DeclarativeBase):
-    pass
+    type_annotation_map = {int: ID_TYPE}
 
 
 class History(Base):
@@ -71,13 +106,13 @@ class History(Base):
     __tablename__ = "histories"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(255))
-    schema: Mapped[str] = mapped_column(String(32))
-    user_id: Mapped[str | None] = mapped_column(String(255))
+    name: Mapped[str] = mapped_column(ShortText(255))
+    schema: Mapped[str] = mapped_column(ShortText(32))
+    user_id: Mapped[str | None] = mapped_column(ShortText(255))
     items: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     item_count: Mapped[int] = mapped_column(Integer)
     # Content hash: uploading the same history twice yields the same row.
-    sha256: Mapped[str] = mapped_column(String(64), unique=True)
+    sha256: Mapped[str] = mapped_column(ShortText(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
 
@@ -88,12 +123,12 @@ class Generation(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     history_id: Mapped[int | None] = mapped_column(ForeignKey("histories.id", ondelete="SET NULL"), index=True)
-    pairing: Mapped[str] = mapped_column(String(128))
-    method: Mapped[str] = mapped_column(String(64))
-    task: Mapped[str] = mapped_column(String(64))
-    input_text: Mapped[str] = mapped_column(Text)
+    pairing: Mapped[str] = mapped_column(ShortText(128))
+    method: Mapped[str] = mapped_column(ShortText(64))
+    task: Mapped[str] = mapped_column(ShortText(64))
+    input_text: Mapped[str] = mapped_column(LongText)
     settings: Mapped[dict[str, Any]] = mapped_column(JSON)
-    text: Mapped[str] = mapped_column(Text)
+    text: Mapped[str] = mapped_column(LongText)
     tokens: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
     stats: Mapped[dict[str, Any]] = mapped_column(JSON)
     transcript: Mapped[list[dict[str, Any]]] = mapped_column(JSON)
@@ -107,9 +142,9 @@ class Comparison(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     history_id: Mapped[int | None] = mapped_column(ForeignKey("histories.id", ondelete="SET NULL"), index=True)
-    task: Mapped[str] = mapped_column(String(64))
-    input_text: Mapped[str] = mapped_column(Text)
-    pairing: Mapped[str] = mapped_column(String(128))
+    task: Mapped[str] = mapped_column(ShortText(64))
+    input_text: Mapped[str] = mapped_column(LongText)
+    pairing: Mapped[str] = mapped_column(ShortText(128))
     settings: Mapped[dict[str, Any]] = mapped_column(JSON)
     blind: Mapped[bool] = mapped_column(Boolean, default=False)
     # Method names in the order shown (slot 0 = label A, ...).
@@ -135,7 +170,7 @@ class ComparisonOutput(Base):
 
     comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), primary_key=True)
     slot: Mapped[int] = mapped_column(Integer, primary_key=True)
-    label: Mapped[str] = mapped_column(String(8))
+    label: Mapped[str] = mapped_column(ShortText(8))
     generation_id: Mapped[int] = mapped_column(ForeignKey("generations.id"), index=True)
 
     comparison: Mapped[Comparison] = relationship(back_populates="outputs")
@@ -149,14 +184,14 @@ class Annotation(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), index=True)
-    annotator: Mapped[str] = mapped_column(String(255), index=True)
+    annotator: Mapped[str] = mapped_column(ShortText(255), index=True)
     # What the annotator picked, as given (a label such as "B", a method, "tie" or "all_bad") ...
-    preferred: Mapped[str] = mapped_column(String(64))
+    preferred: Mapped[str] = mapped_column(ShortText(64))
     # ... and resolved to a method name (or "tie" / "all_bad"), so analyses need no join.
-    preferred_method: Mapped[str] = mapped_column(String(64))
+    preferred_method: Mapped[str] = mapped_column(ShortText(64))
     # {method: {"personalization": 1-5, "fluency": 1-5}}, keys resolved to method names.
     ratings: Mapped[dict[str, dict[str, int]]] = mapped_column(JSON)
-    comment: Mapped[str] = mapped_column(Text, default="")
+    comment: Mapped[str] = mapped_column(LongText, default="")
     display_order: Mapped[list[str]] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
@@ -177,7 +212,7 @@ class AnnotationPage(Base):
 
     annotation_id: Mapped[int] = mapped_column(ForeignKey("annotations.id", ondelete="CASCADE"), primary_key=True)
     comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), index=True)
-    page: Mapped[str] = mapped_column(String(64))
+    page: Mapped[str] = mapped_column(ShortText(64))
 
 
 class EvalRun(Base):
@@ -191,10 +226,10 @@ class EvalRun(Base):
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(255), unique=True)
+    name: Mapped[str] = mapped_column(ShortText(255), unique=True)
     config: Mapped[dict[str, Any]] = mapped_column(JSON)
-    status: Mapped[str] = mapped_column(String(16), default="pending")
-    error: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(ShortText(16), default="pending")
+    error: Mapped[str | None] = mapped_column(LongText)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, onupdate=utc_now)
 
@@ -208,7 +243,7 @@ class EvalCell(Base):
 
     alpha/beta are NULL for methods that have none, and SQL treats NULLs as
     distinct in UNIQUE constraints, so uniqueness is on ``cell_key``, a canonical
-    non-null string built from all four (see ``specsteer.service.stores.cell_key``).
+    non-null string built from all four (see ``specsteer.stores.runs.cell_key``).
     """
 
     __tablename__ = "eval_cells"
@@ -216,12 +251,12 @@ class EvalCell(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("eval_runs.id", ondelete="CASCADE"))
-    cell_key: Mapped[str] = mapped_column(String(512))
-    record_id: Mapped[str] = mapped_column(String(255))
-    method: Mapped[str] = mapped_column(String(64))
+    cell_key: Mapped[str] = mapped_column(ShortText(512))
+    record_id: Mapped[str] = mapped_column(ShortText(255))
+    method: Mapped[str] = mapped_column(ShortText(64))
     alpha: Mapped[float | None] = mapped_column(Float)
     beta: Mapped[float | None] = mapped_column(Float)
-    output: Mapped[str] = mapped_column(Text, default="")
+    output: Mapped[str] = mapped_column(LongText, default="")
     rouge1: Mapped[float | None] = mapped_column(Float)
     rougeL: Mapped[float | None] = mapped_column(Float)
     rouge1_stemmed: Mapped[float | None] = mapped_column(Float)
@@ -231,6 +266,10 @@ class EvalCell(Base):
     history_crossed: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # tok_per_s, acceptance, rounds, uplink/downlink bytes, seconds, new_tokens, ...
     stats: Mapped[dict[str, Any]] = mapped_column(JSON)
+    # The generation's wall time holds a pause (GenerationStats.timing_disturbed, which the stats say too): a
+    # resume runs the cell again and the new cell takes its place. Added after the table: databases made
+    # before it get the column, false, when they are opened (storage.db).
+    timing_disturbed: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
     run: Mapped[EvalRun] = relationship(back_populates="cells")
@@ -253,10 +292,10 @@ class Campaign(Base):
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    name: Mapped[str] = mapped_column(String(128), unique=True)
-    task: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(ShortText(128), unique=True)
+    task: Mapped[str] = mapped_column(ShortText(64))
     methods: Mapped[list[str]] = mapped_column(JSON)
-    pairing: Mapped[str] = mapped_column(String(128))
+    pairing: Mapped[str] = mapped_column(ShortText(128))
     # The shared GenerationSettings (its method unused: each output's is in ``methods``).
     settings: Mapped[dict[str, Any]] = mapped_column(JSON)
     # Where the records come from: {"source": "sample" | "shared" | "upload", "path": ..., "limit": ...}, or
@@ -264,8 +303,8 @@ class Campaign(Base):
     data: Mapped[dict[str, Any]] = mapped_column(JSON)
     planned: Mapped[int] = mapped_column(Integer)
     open_to_anyone: Mapped[bool] = mapped_column(Boolean, default=False)
-    status: Mapped[str] = mapped_column(String(16), default="preparing")
-    error: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(ShortText(16), default="preparing")
+    error: Mapped[str | None] = mapped_column(LongText)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, onupdate=utc_now)
 
@@ -282,7 +321,7 @@ class CampaignItem(Base):
     id: Mapped[int] = mapped_column(primary_key=True)
     campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"), index=True)
     position: Mapped[int] = mapped_column(Integer)  # the record's place in the records file
-    record_key: Mapped[str] = mapped_column(String(255))
+    record_key: Mapped[str] = mapped_column(ShortText(255))
     comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
@@ -296,9 +335,9 @@ class CampaignAnnotator(Base):
 
     id: Mapped[int] = mapped_column(primary_key=True)
     campaign_id: Mapped[int] = mapped_column(ForeignKey("campaigns.id", ondelete="CASCADE"), index=True)
-    name: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(ShortText(64))
     # The column keeps its first name; it holds "s1$salt$digest" (or, stored before salts, a bare SHA-256).
-    code_hash: Mapped[str | None] = mapped_column("code_sha256", String(64))
+    code_hash: Mapped[str | None] = mapped_column("code_sha256", ShortText(64))
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
 
 
@@ -313,10 +352,10 @@ class CampaignJudgementRow(Base):
     comparison_id: Mapped[int] = mapped_column(ForeignKey("comparisons.id", ondelete="CASCADE"), index=True)
     annotator_id: Mapped[int] = mapped_column(ForeignKey("campaign_annotators.id", ondelete="CASCADE"), index=True)
     slots: Mapped[list[str]] = mapped_column(JSON)  # methods in the order this annotator saw them (slot 0 = A)
-    preference: Mapped[str] = mapped_column(String(16))  # a label ("B"), "tie", "all_good" or "all_bad"
-    preferred_method: Mapped[str] = mapped_column(String(64))  # the label resolved to its method
+    preference: Mapped[str] = mapped_column(ShortText(16))  # a label ("B"), "tie", "all_good" or "all_bad"
+    preferred_method: Mapped[str] = mapped_column(ShortText(64))  # the label resolved to its method
     ratings: Mapped[dict[str, dict[str, int]]] = mapped_column(JSON)  # method -> criterion -> 1-5
-    rationale: Mapped[str] = mapped_column(Text, default="")
+    rationale: Mapped[str] = mapped_column(LongText, default="")
     seconds: Mapped[float | None] = mapped_column(Float)  # from display to save
     saves: Mapped[int] = mapped_column(Integer, default=1)  # how often it was saved (the last one counts)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)

@@ -1,32 +1,39 @@
-"""Evaluation runs and their cells; :class:`SqlRunStore` is the evaluation grid's store.
+"""Evaluation runs and their cells.
 
-``specsteer.evaluation.grid`` runs a grid against the ``specsteer.service.stores.RunStore`` protocol;
-:class:`SqlRunStore` implements it over the functions below for one database URL. The dashboard
-and the scripts read runs back with :func:`get_run`, :func:`list_runs` and :func:`run_cells`.
+``specsteer.evaluation.grid`` runs a grid against the ``specsteer.stores.protocols.RunStore`` protocol;
+``storage.run_store.SqlRunStore`` implements it over the functions below for one database URL. The dashboard
+and the scripts read runs back with :func:`get_run`, :func:`list_runs` and :func:`run_cells`;
+:func:`copy_run` copies a run as it is stored from one database into another (the example runs' builder).
 
 Cells arrive one at a time, the moment each is computed, possibly from several processes working
 on one run (``--shard``): :func:`save_cell` inserts a cell unless the run already has its key,
-without failing and without ending the transaction, so two workers never store a cell twice.
+without failing and without ending the transaction, so two workers never store a cell twice. A cell
+whose timing was disturbed (the process stood still mid-generation) is stored but not finished: a resume
+runs it again, and the new cell takes its place.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, func, select
+from sqlalchemy import CursorResult, delete, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from specsteer.data.crossing import HistoryCrossing
-from specsteer.evaluation.run_store import RUN_STATUSES, CellResult, GridPoint, RunStatus, StoredRun
 from specsteer.method.events import GenerationStats
+from specsteer.stores.runs import RUN_STATUSES, CellResult, GridPoint, RunStatus, StoredRun
 from specsteer.util.jsonable import to_jsonable
 from storage.db import retry_on_locked, session_scope
 from storage.models import ROUGE_KEYS, EvalCell, EvalRun
-from storage.values import require_text
+from storage.values import fitting, require_text
+
+# What copy_run takes of a stored row: every column but the ids, which the target database gives afresh.
+_RUN_COLUMNS = tuple(column.key for column in EvalRun.__table__.columns if column.key != "id")
+_CELL_COLUMNS = tuple(column.key for column in EvalCell.__table__.columns if column.key not in ("id", "run_id"))
 
 
 def _canonical_config(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -58,7 +65,7 @@ def create_run(name: str, config: Mapping[str, Any], *, url: str | None = None) 
 
     Raises ValueError if a run of that name exists with a different config.
     """
-    name = require_text(name, "run name")
+    name = require_text(name, "run name", EvalRun.name)
     canonical = _canonical_config(config)
     existing = _existing_run_id(name, canonical, url)
     if existing is not None:
@@ -120,9 +127,11 @@ def set_run_status(run_id: int, status: RunStatus, *, error: str | None = None, 
 
 
 def finished_cell_keys(run_id: int, *, url: str | None = None) -> set[str]:
-    """Keys of the cells a run already has (skip these when resuming)."""
+    """Keys of the cells a run already has with sound timing (skip these when resuming): a cell whose
+    timing was disturbed is run again."""
     with session_scope(url) as session:
-        return set(session.scalars(select(EvalCell.cell_key).where(EvalCell.run_id == run_id)))
+        query = select(EvalCell.cell_key).where(EvalCell.run_id == run_id, EvalCell.timing_disturbed.is_(False))
+        return set(session.scalars(query))
 
 
 def _rouge_columns(rouge: Mapping[str, float | None]) -> dict[str, float | None]:
@@ -137,7 +146,11 @@ def _insert_ignoring_duplicate(session: Session, values: dict[str, Any]) -> bool
     if dialect in ("sqlite", "postgresql"):
         insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
         statement = insert(EvalCell).values(**values).on_conflict_do_nothing(index_elements=["run_id", "cell_key"])
-        result = cast(CursorResult[Any], session.execute(statement))
+        if session.get_bind().dialect.insert_returning:
+            # The row it returns says whether the cell went in. The row count cannot: where SQLAlchemy adds
+            # RETURNING by itself for the new id (PostgreSQL), it reads -1 whether the row went in or not.
+            return session.execute(statement.returning(EvalCell.id)).first() is not None
+        result = cast(CursorResult[Any], session.execute(statement))  # SQLite before 3.35: no RETURNING
         return result.rowcount == 1
     # Other databases: a savepoint lets the duplicate fail without ending the transaction.
     try:
@@ -150,24 +163,63 @@ def _insert_ignoring_duplicate(session: Session, values: dict[str, Any]) -> bool
 
 @retry_on_locked()
 def save_cell(run_id: int, cell: CellResult, *, url: str | None = None) -> bool:
-    """Persist one cell at once; True if stored, False if the run already had it (never raises for that)."""
+    """Persist one cell at once; True if stored, False if the run already had it (never raises for that).
+    A stored cell of that key whose timing was disturbed is replaced (in the same transaction, so two workers
+    re-timing it store one cell)."""
     point = cell.point
     values = {
         "run_id": run_id,
-        "cell_key": cell.key,
-        "record_id": str(cell.record_id),
-        "method": require_text(point.method, "method"),
+        "cell_key": fitting(cell.key, "cell key", EvalCell.cell_key),
+        "record_id": fitting(str(cell.record_id), "record id", EvalCell.record_id),
+        "method": require_text(point.method, "method", EvalCell.method),
         "alpha": None if point.alpha is None else float(point.alpha),
         "beta": None if point.beta is None else float(point.beta),
         "history_crossed": None if cell.history_crossed is None else cell.history_crossed.to_dict(spans=False),
         "output": cell.output or "",
         "stats": to_jsonable(cell.stats),
+        "timing_disturbed": cell.stats.timing_disturbed,
         **_rouge_columns(cell.rouge),
     }
     with session_scope(url) as session:
         if session.get(EvalRun, run_id) is None:
             raise ValueError(f"run {run_id} does not exist")
+        disturbed = (EvalCell.run_id == run_id, EvalCell.cell_key == cell.key, EvalCell.timing_disturbed.is_(True))
+        session.execute(delete(EvalCell).where(*disturbed))
         return _insert_ignoring_duplicate(session, values)
+
+
+def copy_run(
+    run_id: int,
+    *,
+    source: str | None,
+    target: str,
+    name: str | None = None,
+    cell_stats: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+) -> int:
+    """Copy run ``run_id`` of the database ``source`` into the database ``target`` as it is stored (its config,
+    status, error and times; every cell's columns, its time included, in order), under ``name`` (default its
+    own), each cell's stats passed through ``cell_stats`` when given; the new run's id. ValueError when there
+    is no such run, or ``target`` has a run of that name already."""
+    with session_scope(source) as session:
+        run = session.get(EvalRun, run_id)
+        if run is None:
+            raise ValueError(f"run {run_id} does not exist")
+        copied = {column: getattr(run, column) for column in _RUN_COLUMNS}
+        cells = [
+            {column: getattr(cell, column) for column in _CELL_COLUMNS}
+            for cell in session.scalars(select(EvalCell).where(EvalCell.run_id == run_id).order_by(EvalCell.id))
+        ]
+    copied["name"] = require_text(name or copied["name"], "run name")
+    with session_scope(target) as session:
+        if session.scalar(select(EvalRun.id).where(EvalRun.name == copied["name"])) is not None:
+            raise ValueError(f"run {copied['name']!r} already exists in this database")
+        row = EvalRun(**copied)
+        session.add(row)
+        session.flush()
+        for cell in cells:
+            stats = cell_stats(cell["stats"]) if cell_stats is not None else cell["stats"]
+            session.add(EvalCell(**{**cell, "run_id": row.id, "stats": stats}))
+        return row.id
 
 
 def _cell_result(row: EvalCell) -> CellResult:
@@ -187,31 +239,3 @@ def run_cells(run_id: int, *, url: str | None = None) -> list[CellResult]:
     with session_scope(url) as session:
         rows = session.scalars(select(EvalCell).where(EvalCell.run_id == run_id).order_by(EvalCell.id))
         return [_cell_result(row) for row in rows]
-
-
-class SqlRunStore:
-    """The evaluation grid's ``RunStore`` on one database (default: ``DATABASE_URL`` / the SQLite file)."""
-
-    def __init__(self, url: str | None = None) -> None:
-        self.url = url
-
-    def open_run(self, name: str, config: Mapping[str, Any]) -> int:
-        return create_run(name, config, url=self.url)
-
-    def finished_keys(self, run_id: int) -> set[str]:
-        return finished_cell_keys(run_id, url=self.url)
-
-    def save_cell(self, run_id: int, cell: CellResult) -> bool:
-        return save_cell(run_id, cell, url=self.url)
-
-    def set_status(self, run_id: int, status: RunStatus, error: str | None = None) -> None:
-        set_run_status(run_id, status, error=error, url=self.url)
-
-    def cells(self, run_id: int) -> list[CellResult]:
-        return run_cells(run_id, url=self.url)
-
-    def runs(self) -> list[StoredRun]:
-        return list_runs(url=self.url)
-
-    def run(self, run_id: int) -> StoredRun | None:
-        return get_run(run_id, url=self.url)

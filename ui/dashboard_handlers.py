@@ -13,17 +13,21 @@ import pandas as pd
 from specsteer.data.datasets import DataError
 from specsteer.engine.settings import sentence
 from specsteer.evaluation import plots
-from specsteer.evaluation.deployment import PROFILES
+from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.evaluation.grid import EvalResult, GridProgress
-from specsteer.service.app_service import AppService, EvaluationEvent, Failed, Loading, Status
+from specsteer.evaluation.timing import left_out_sentence
+from specsteer.service.app_service import AppService
 from specsteer.service.evaluation_runs import (
     GridForm,
     chosen_run_ids,
     claim_notes,
     run_label,
+    run_title,
     runtime_note,
     stored_rows,
+    timing_note,
 )
+from specsteer.service.events import EvaluationEvent, Failed, Loading, Status
 from ui import render
 from ui.dashboard_figures import compared_figures, figures, table_update
 from ui.streaming import NOT_YOURS, RUNS, Toast
@@ -93,6 +97,7 @@ def evaluation_frames(
             )
             if cancelled:
                 message += " Run it again under the same name to resume."
+            message = " ".join(filter(None, [message, timing_note(event.cells)]))
             yield DashboardView(
                 render.message_box(message, "warning" if cancelled else "ok"),
                 quality,
@@ -120,7 +125,7 @@ class DashboardTab:
             message = "Choose one or more stored runs."
             gr.Warning(message)
             return DashboardView(render.message_box(message, "error"), gr.skip(), gr.skip(), gr.skip(), gr.skip())
-        runs = []
+        runs, timings = [], []
         for run_id in ids:
             stored = self.service.run_results(run_id)
             if stored is None:
@@ -132,11 +137,14 @@ class DashboardTab:
                     gr.skip(),
                 )
             run, cells = stored.run, stored.cells
-            runs.append((f"#{run.id} {run.name}", stored_rows(run.config, cells)))
+            runs.append((run_title(run), stored_rows(run.config, cells)))
             claims = [runtime_note(run.config), *claim_notes(cells)] if len(ids) == 1 else []
+            timing = timing_note(cells)
+            if timing:
+                timings.append(f"#{run.id}: {timing}" if len(ids) > 1 else timing)
         quality, acceptance, table = compared_figures(runs)
         names = ", ".join(name for name, _ in runs)
-        status = render.message_box(" ".join([f"Showing {names}.", *claims]), "ok")
+        status = render.message_box(" ".join([f"Showing {names}.", *claims, *timings]), "ok")
         return DashboardView(status, quality, acceptance, table_update(table), gr.skip())
 
     def deployment(self, run_ids: Sequence[int] | int | None, profile: str) -> DeploymentView:
@@ -152,24 +160,49 @@ class DashboardTab:
         run = self.service.stored_run(ids[0])
         if run is None:
             return DeploymentView(render.message_box(f"Run #{ids[0]} does not exist.", "error"), None, None, sources)
-        name = f"#{run.id} {run.name}"
+        name = run_title(run)
         try:
             report = self.service.deployment(run.id, profile)
         except ValueError as error:
             return DeploymentView(render.message_box(str(error), "error"), None, None, sources)
         if report.traced == 0:
+            if not report.cells:
+                message = f"Run “{name}” has no finished cells yet: there is nothing to project."
+            elif run.example:
+                message = (
+                    f"The example run “{name}” keeps its cells' outputs and statistics but not their traces (each "
+                    "model pass and link message with its time), so that the examples stay small: none of its "
+                    f"{report.cells} cells can be projected. Choose an example that keeps them (a LongLaMP grid), "
+                    "or run a grid of your own."
+                )
+            else:
+                message = (
+                    f"Run “{name}” was stored before generations kept their traces (each model pass and link "
+                    f"message with its time), so none of its {report.cells} cells can be projected. Run the same "
+                    "grid again under a new name to see its deployment."
+                )
+            return DeploymentView(render.message_box(message, "warning"), None, None, sources)
+        if report.projected == 0:
             message = (
-                f"Run “{name}” has no finished cells yet: there is nothing to project."
-                if not report.cells
-                else f"Run “{name}” was stored before generations kept their traces (each model pass and "
-                "link message with its time), so none of its "
-                f"{report.cells} cells can be projected. Run the same grid again under a new name to "
-                "see its deployment."
+                f"Run “{name}”: {left_out_sentence(report.disturbed, quality_kept=False)} Nothing is left to project."
             )
             return DeploymentView(render.message_box(message, "warning"), None, None, sources)
-        notes = [f"Projected {report.traced} traced generations of run “{name}” onto “{report.profile.label}”."]
+        notes = [
+            f"Projected {report.projected} traced generations of run “{name}” onto “{report.profile.label}”, "
+            "each read as a fresh request (every prompt token, none taken from the recorded run's cache) and "
+            "charged each side's host overhead per round (sources below)."
+        ]
+        first_rtt = report.rows[0]["rtt_ms"] if report.rows else None
+        unrecorded = sum(row["reuse_unrecorded"] for row in report.rows if row["rtt_ms"] == first_rtt)
+        if unrecorded:
+            notes.append(
+                f"{unrecorded} generations were stored before their prompt-cache hits were recorded: their prompts "
+                "are charged as recorded, which may leave part of them out."
+            )
         if report.untraced:
             notes.append(f"{report.untraced} cells stored without a trace are left out.")
+        if report.disturbed:
+            notes.append(left_out_sentence(report.disturbed, quality_kept=False))
         methods = {row["method"] for row in report.rows}
         if "llm" not in methods:
             notes.append("The run has no LLM cells, so there is no speedup over the cloud-streamed LLM to show.")

@@ -1,9 +1,10 @@
 """Dashboard tab: run an evaluation grid on LongLaMP records and look at quality against speed.
 
 The batch itself is the service's ``evaluate`` (the grid of ``specsteer.evaluation.grid.run_grid_events``
-on the run store ``app.py`` chose, ``storage.SqlRunStore``); it stores every finished cell at once,
-so a run survives an app restart and can be reopened (or resumed under the same run name) later.
-Stored runs are read, and an uploaded records file kept, through the service too. This module only
+on the run store ``app.py`` chose: the user's ``storage.SqlRunStore`` with the example runs beside it, read-only,
+``specsteer.service.example_runs``); it stores every finished cell at once, so a run survives an app restart
+and can be reopened (or resumed under the same run name) later. Stored runs are read, and an uploaded records
+file kept, through the service too. This module only
 collects the grid's choices (:class:`GridForm`, turned into one ``EvalSpec``), turns the service's
 events into frames (streamed from a ``ui.streaming.BackgroundRun``, which
 Cancel stops), and draws the figures of ``specsteer.evaluation.plots`` and the table.
@@ -23,7 +24,7 @@ import gradio as gr
 from specsteer.data.datasets import EVALUATION_TASKS
 from specsteer.engine.settings import GenerationSettings
 from specsteer.evaluation import plots
-from specsteer.evaluation.deployment import PROFILES
+from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.method.catalog import CORE_METHODS, METHODS, method_label
 from specsteer.service.app_service import AppService
 from specsteer.service.campaigns import CampaignService
@@ -110,7 +111,7 @@ def build(service: AppService, campaigns: CampaignService | None = None) -> Page
                     multiselect=True,
                     scale=4,
                     allow_custom_value=True,
-                    label="Stored runs (choose several to compare)",
+                    label="Stored runs: yours, then the examples that ship with the app (choose several to compare)",
                     elem_id="run-picker",
                 )
                 show = gr.Button("Show", scale=1, elem_id="show-runs")

@@ -3,8 +3,8 @@
 bootstrap interval, tokens/s, the share of the output chosen on the device, the facts audit, and the paired
 differences of each steering method (P³, SpecSteer) against every other row.
 
-This is how a method added later to another run's records is read, such as P³ beside issue 28's SLM+, LLM
-and SpecSteer run (docs/P3_PLAN.md). Every number is ``join_stored``'s; this module only shows them.
+This is how a method added later to another run's records is read, such as P³ beside a re-test's SLM+, LLM
+and SpecSteer run (docs/research/P3_PLAN.md). Every number is ``join_stored``'s; this module only shows them.
 
 Each steering row is bootstrapped against every other row, so the work grows with the square of the rows:
 a table takes at most ``JOINED_MAX_ROWS`` methods and settings, and one table is computed at a time.

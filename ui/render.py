@@ -18,7 +18,7 @@ from specsteer.evaluation.deployment import DeploymentProfile
 from specsteer.method.catalog import METHOD_INFO, method_label
 from specsteer.method.events import GenerationStats, LinkMessage, TokenEvent
 from specsteer.protocol.emulation import LinkConditions
-from specsteer.service.app_service import CloudCheck, PrivacyReport, RetrievalPreview
+from specsteer.service.events import CloudCheck, PrivacyReport, RetrievalPreview
 
 TASK_LABELS = {
     "review": "Product review",
@@ -527,7 +527,7 @@ def facts_html(exposure: FactExposure | None) -> str:
     return (
         f'<div class="ss-facts-box" id="privacy-facts"><p><b>{esc(exposure.headline())}{":" if notes else "."}</b></p>'
         f"{listed}<p class=\"ss-muted\">{kept} stayed on your device. {sum(exposure.in_output)} of {exposure.total} "
-        "appear in the output. Facts are matched by their content words (docs/COGENESIS.md gives the matcher's "
+        "appear in the output. Facts are matched by their content words (docs/research/COGENESIS.md gives the matcher's "
         "measured precision and recall), so read these as estimates.</p></div>"
     )
 

@@ -1,6 +1,6 @@
 """The Dashboard's α × β view: a stored run's SpecSteer settings as quality against speed, with bootstrap error
 bars, SLM+ and LLM as references and the Pareto front marked (``plots.sweep_figure``), and the choice rule of
-``docs/SWEEP_PLAN.md`` applied. The numbers are the service's (``evaluation_runs.run_sweep``); this module only
+``docs/research/SWEEP_PLAN.md`` applied. The numbers are the service's (``evaluation_runs.run_sweep``); this module only
 shows them.
 
 Hook (one line in ``ui/dashboard_tab.py``, under the results table): ``sweep_view.build(service, runs, show)``.
@@ -35,14 +35,14 @@ def sweep_view(service: AppService, run_ids: Any) -> SweepView:
     report = run_sweep(stored.run.config, stored.cells)
     if report is None:
         return SweepView(render.message_box("This run has no SpecSteer setting: there is no α × β view.", "info"), None)
-    notes = [f"Run “{stored.run.name}”: {report.coverage()}"]
+    notes = [f"Run “{stored.run.name}”: {report.coverage()}", report.speed_note()]
     if report.choice is not None:
-        notes.append("docs/SWEEP_PLAN.md's rule: " + report.choice.statement())
+        notes.append("docs/research/SWEEP_PLAN.md's rule: " + report.choice.statement())
     elif not report.has_reference:
         notes.append("The run has no LLM cells, so the choice rule (SpecSteer − LLM) cannot be applied.")
     if len(ids) > 1:
         notes.append("The view shows one run at a time: the first one chosen.")
-    return SweepView(render.message_box(" ".join(notes), "ok"), plots.sweep_figure(report))
+    return SweepView(render.message_box(" ".join(filter(None, notes)), "ok"), plots.sweep_figure(report))
 
 
 def build(service: AppService, run_ids: gr.Dropdown, show: gr.Button) -> SweepView:

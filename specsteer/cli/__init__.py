@@ -37,12 +37,14 @@ COMMANDS: dict[str, Command] = {
         "generate", "the model pairings, whether each can load here and which runtime auto picks", True
     ),
     "evaluate": Command("evaluate", "a grid of methods and settings over records: ROUGE, speed, privacy; resumable"),
-    "sweep": Command("sweep", "a stored run's α × β sweep: intervals, Pareto front, docs/SWEEP_PLAN.md's choice"),
+    "sweep": Command(
+        "sweep", "a stored run's α × β sweep: intervals, Pareto front, docs/research/SWEEP_PLAN.md's choice"
+    ),
     "report": Command("report", "stored runs over the same records as one table: intervals, device share, facts"),
     "bench": Command("bench", "speed | link | project: tokens/s, the link's self-check, deployment projections"),
     "gpu-profile": Command(
         "gpu_profile",
-        "a GPU's measured Cloud costs (scripts/gpu_costs.py) as a deployment profile, traces re-projected",
+        "a GPU's measured Cloud costs (benchmarks/gpu_costs.py) as a deployment profile, traces re-projected",
     ),
     "models": Command("models", "prepare: make an offline pairing ready to load (verify, assemble, convert)"),
     "llamacpp": Command("llamacpp", "cpu-key | stamp | built | check: set-up's helpers for the llama.cpp runtime"),

@@ -20,6 +20,7 @@ from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
 from specsteer.edge.lora import LoraSettings
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, failures_text, json_rows, run_grid_events
 from specsteer.evaluation.record_lora import PER_RECORD_PREFIX
+from specsteer.evaluation.timing import disturbed_count, left_out_sentence
 from specsteer.method.catalog import PRIVATE_METHODS, SPEED_REFERENCE
 from specsteer.models.registry import DEFAULT_PAIRING
 from specsteer.models.tiny import CROSS_PAIRING_ID, TEST_PAIRING_ID, shared_test_pair, shared_tiny_pair
@@ -281,6 +282,13 @@ def _report(result: EvalResult, spec: EvalSpec, args: argparse.Namespace) -> Non
         f"{len(result.cells)} stored",
         file=sys.stderr,
     )
+    disturbed = disturbed_count(result.cells)
+    if disturbed:
+        print(
+            f"timing: {left_out_sentence(disturbed)} Run again with the same --run-name to re-time "
+            f"{'it' if disturbed == 1 else 'them'}.",
+            file=sys.stderr,
+        )
     if args.plot:
         title = f"SpecSteer evaluation: {spec.task}, run {result.run_name}"
         from specsteer.evaluation.sweep import sweep_report

@@ -216,7 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="forget cached prompts when a session ends (benchmarks time every prompt's reading)",
     )
-    from specsteer.cloud.vllm import add_arguments as add_vllm_arguments
+    from specsteer.cli.vllm_cloud import add_arguments as add_vllm_arguments
 
     add_vllm_arguments(cloud)
     cloud.add_argument(
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _list_pairings() -> int:
-    from specsteer.models.loading import runtime_plan
+    from specsteer.models.planning import runtime_plan
     from specsteer.models.registry import PAIRINGS, pairing_status
     from specsteer.models.weights import ModelLoadError
 
@@ -322,7 +322,8 @@ def _fail(message: str, code: int) -> int:
 
 
 def _generate(args) -> int:
-    from specsteer.data.crossing import history_crossing, history_texts
+    from specsteer.data.crossing import history_texts
+    from specsteer.data.crossing_replay import history_crossing
     from specsteer.data.history import HistoryError, parse_history
     from specsteer.engine.generate import DecodeConfig, Request, cross_tokenizer_problem, generate
 
@@ -469,14 +470,15 @@ def _serve_cloud(args) -> int:
     except ValueError as error:
         return _fail(str(error), 2)
     if args.engine == "vllm":
-        from specsteer.cloud.vllm import serve_from_arguments
+        from specsteer.cli.vllm_cloud import serve_from_arguments
 
         return serve_from_arguments(args, limits, secret, args.header_timeout_s, args.body_timeout_s)
     pair = _cloud_pair(args)
     if isinstance(pair, int):
         return pair
     if budget is None:  # measured now, with the models in memory
-        limits = replace(limits, memory_budget_bytes=default_memory_budget())
+        device = pair.generalist.device if pair.generalist is not None else "cpu"
+        limits = replace(limits, memory_budget_bytes=default_memory_budget(device=device))
     # An Open starts reading its prompts at once, while the Edge reads its own on its machine.
     service = CloudService(
         pair,
@@ -522,16 +524,17 @@ def _test_pair_or_load(args, edge_only: bool = False):
     test_pair = shared_test_pair(args.pairing)
     if test_pair is None:
         return _load(args, edge_only=edge_only)
-    from specsteer.models.loading import lora_runtime_choice, with_specialist_lora
+    from specsteer.models.loading import with_specialist_lora
+    from specsteer.models.planning import lora_plan
     from specsteer.models.weights import ModelLoadError
 
     try:
         lora = specialist_lora_arg(args)
         if lora is None:
             return test_pair
-        choice = lora_runtime_choice(getattr(args, "runtime", "auto"))
+        plan = lora_plan(getattr(args, "runtime", "auto"))
         adapted = with_specialist_lora(test_pair, lora)
-        adapted.runtime_choice = choice.reason
+        adapted.runtime_plan, adapted.runtime_choice = plan, plan.reason
         return adapted
     except ModelLoadError as error:
         return _fail(str(error), 2)
@@ -614,4 +617,5 @@ def format_stats(finished: Finished) -> str:
             if s.device_share is not None
             else ""
         )
+        + (f", timing disturbed: paused {s.paused_s:.1f} s (not the time it computed)" if s.timing_disturbed else "")
     )

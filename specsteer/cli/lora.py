@@ -107,7 +107,8 @@ def _table(args) -> int:
     missing = storage.missing_sqlite_file(args.database)
     if missing is not None:
         return _fail(f"no database file at {missing}", 2)
-    runs = {name: storage.get_run_by_name(name, url=args.database) for name in (args.base, args.lora)}
+    url = storage.read_only_url(args.database)  # a read-only command: the file is never changed
+    runs = {name: storage.get_run_by_name(name, url=url) for name in (args.base, args.lora)}
     absent = [name for name, run in runs.items() if run is None]
     if absent:
         return _fail(f"no run named {absent[0]!r} in this database", 2)
@@ -115,8 +116,8 @@ def _table(args) -> int:
     assert base is not None and lora is not None
     try:
         table = lora_table(
-            storage.run_cells(base.id, url=args.database),
-            storage.run_cells(lora.id, url=args.database),
+            storage.run_cells(base.id, url=url),
+            storage.run_cells(lora.id, url=url),
             task=str(base.config.get("task", "")),
             base_config=base.config,
             lora_config=lora.config,

@@ -1,7 +1,7 @@
 """``specsteer report --run A --run B ...``: stored evaluate runs over the same records read as one table.
 
-For a method added to records another run already holds (P³ beside issue 28's SLM+, LLM and SpecSteer run,
-``docs/P3_PLAN.md``): each row's ROUGE with its record bootstrap interval, tokens/s, the share of the output
+For a method added to records another run already holds (P³ beside a re-test's SLM+, LLM and SpecSteer run,
+``docs/research/P3_PLAN.md``): each row's ROUGE with its record bootstrap interval, tokens/s, the share of the output
 chosen on the device, the facts audit, and the paired differences of P³ and SpecSteer against every other
 row (``specsteer.evaluation.joined``). Read-only.
 
@@ -39,16 +39,17 @@ def main(argv: list[str] | None = None) -> int:
     missing = storage.missing_sqlite_file(args.database)
     if missing is not None:
         return _fail(f"no database file at {missing}")
+    url = storage.read_only_url(args.database)  # a read-only command: the file is never changed
     if len(set(args.run)) != len(args.run):
         return _fail("a run is named twice")
     found = []
     for name in args.run:
-        run = storage.get_run_by_name(name, url=args.database)
+        run = storage.get_run_by_name(name, url=url)
         if run is None:
             return _fail(f"no run named {name!r} in this database")
         found.append(run)
     try:
-        table = join_stored([(run.name, run.config, storage.run_cells(run.id, url=args.database)) for run in found])
+        table = join_stored([(run.name, run.config, storage.run_cells(run.id, url=url)) for run in found])
     except ValueError as error:  # DataError too: the records file is not here
         return _fail(str(error))
     if args.json:

@@ -1,4 +1,4 @@
-"""``specsteer sweep``: a stored run's α × β sweep and the choice rule of ``docs/SWEEP_PLAN.md``, read-only.
+"""``specsteer sweep``: a stored run's α × β sweep and the choice rule of ``docs/research/SWEEP_PLAN.md``, read-only.
 
 Per SpecSteer setting over the records that have every cell of the run: mean ROUGE-L with its bootstrap
 interval, tokens/s, the paired difference SpecSteer − LLM with its interval, the Pareto front, and the
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="specsteer sweep",
         description="A stored run's α × β sweep: quality and speed per SpecSteer setting with bootstrap "
-        "intervals, the difference from LLM, the Pareto front and the setting docs/SWEEP_PLAN.md's rule chooses.",
+        "intervals, the difference from LLM, the Pareto front and the setting docs/research/SWEEP_PLAN.md's rule chooses.",
     )
     parser.add_argument("--run-name", required=True, help="the evaluate run's name")
     parser.add_argument("--database", default=None, help=DATABASE_HELP)
@@ -40,11 +40,12 @@ def main(argv: list[str] | None = None) -> int:
     if missing is not None:
         print(f"error: no database file at {missing}", file=sys.stderr)
         return 2
-    run = storage.get_run_by_name(args.run_name, url=args.database)
+    url = storage.read_only_url(args.database)  # a read-only command: the file is never changed
+    run = storage.get_run_by_name(args.run_name, url=url)
     if run is None:
         print(f"error: no run named {args.run_name!r} in this database", file=sys.stderr)
         return 2
-    cells = storage.run_cells(run.id, url=args.database)
+    cells = storage.run_cells(run.id, url=url)
     report = sweep.sweep_report(
         cells, sweep.config_points(run.config), records_total=sweep.run_record_count(run.config)
     )

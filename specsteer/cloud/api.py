@@ -26,7 +26,7 @@ or broken connection into ``CloudUnreachable``.
 
 Why HTTP rather than WebSocket: a kept-alive HTTP/1.1 exchange on loopback costs a few
 milliseconds more than a call in process (3.8 ms median on a loaded 2-core machine, against 0.02 ms
-for a bare TCP echo: the most any TCP transport could save; ``scripts/http_exchange_overhead.py``),
+for a bare TCP echo: the most any TCP transport could save; ``benchmarks/http_exchange_overhead.py``),
 against a Generalist pass of tens to hundreds of milliseconds; a streamed response gives the
 ``llm`` baseline its one-way stream, and
 each request stays independent, so a lost Cloud or a bad frame fails exactly one request with a

@@ -1,4 +1,4 @@
-"""When an in-process Cloud reads its session's prompts (issue 25): the read-ahead policy, in one place.
+"""When an in-process Cloud reads its session's prompts: the read-ahead policy, in one place.
 
 * ``off``: each Cloud stream reads its prompt with the first Draft (one pass fewer per stream).
 * ``concurrent``: the Cloud reads its prompts in a thread of its own from the Open on, while the Edge
@@ -19,7 +19,7 @@ from typing import Literal, cast
 ReadAhead = Literal["off", "concurrent", "after-first-draft"]
 READ_AHEAD_MODES: tuple[ReadAhead, ...] = ("off", "concurrent", "after-first-draft")
 # What the app and ``specsteer generate`` use, from a measurement on a quiet 2-core AVX2 machine
-# (docs/MEASUREMENTS.md, results/bench_read_ahead.json): SpecSteer's first visible token 0.86x (llama.cpp) and
+# (docs/research/MEASUREMENTS.md, benchmarks/results/bench_read_ahead.json): SpecSteer's first visible token 0.86x (llama.cpp) and
 # 0.71x (transformers) of ``concurrent``'s, its first verified token and tokens/s within the run's noise.
 DEFAULT_READ_AHEAD: ReadAhead = "after-first-draft"
 

@@ -17,14 +17,14 @@ crossed.
 
 Overlapping matches merge into one phrase ("a senior environmental lawyer" rather than its three parts).
 
-Why 3 and 2 (``scripts/crossing_phrase_study.py``, docs/THREAT_MODEL.md): on the 270 CoGenesis records, with
+Why 3 and 2 (``benchmarks/crossing_phrase_study.py``, docs/THREAT_MODEL.md): on the 270 CoGenesis records, with
 each record's reference answer standing for a personalised output, the rule finds phrases of the user's own
 history in about half of the answers, and phrases of another user's history (what chance and common
 language give) in 3 %. Every 2-word pair would flag another user's history in almost every answer ("of the",
 "to the"), every 3-word run in a quarter ("the heart of", "as someone who"); 4-word runs miss 2-word names
 and find the user's own history in a third of the answers.
 
-**Where the text comes from** (:func:`crossed_phrases`): the transcript replayed as the Cloud holds it. The
+**Where the text comes from** (``crossing_replay.crossed_phrases``): the transcript replayed as the Cloud holds it. The
 opening message's prompt is read as it was sent (for ``llm+``, the private prompt: everything in it
 crossed). Each Draft message appends the tokens the Edge chose since the last round, then drafts; the
 round's verdict keeps the accepted ones (their number from the round's ``accepted`` token events) and drops
@@ -40,20 +40,18 @@ transcript's messages) and its places in the output (character spans), for highl
 What it misses: paraphrase, and anything shorter than the rules (one rare word alone, "Bali"); what the
 history does to the choice of words beyond copying them.
 
-The values and the phrase rules are light (storage and the report read them); :func:`crossed_phrases`
-replays ids with the engine's detokenizer, imported when it is called.
+This module holds the phrase rules and the values (light: storage and the report read them); the replay of a
+transcript with the engine's detokenizer is :mod:`specsteer.data.crossing_replay`.
 """
 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from specsteer.data.facts import STOPWORDS
-from specsteer.method.events import Finished, LinkMessage, TokenEvent
 
 PHRASE_WORDS = 3  # a phrase: this many words, at least two of them content words
 NAME_WORDS = 2  # or a name: this many capitalised content words
@@ -179,6 +177,17 @@ class PhraseIndex:
 def phrase_key(text: str) -> tuple[str, ...]:
     """A phrase's words without case: two crossings of one phrase share it."""
     return tuple(word.key for word in _words(text))
+
+
+def phrase_spans(key: tuple[str, ...], text: str) -> tuple[tuple[int, int], ...]:
+    """The character spans of ``text`` whose words are the phrase ``key`` (:func:`phrase_key`), without case."""
+    words = _words(text)
+    size = len(key)
+    return tuple(
+        (words[start].start, words[start + size - 1].end)
+        for start in range(len(words) - size + 1)
+        if tuple(word.key for word in words[start : start + size]) == key
+    )
 
 
 def history_texts(items: Iterable[Any], profile: str | None = None) -> list[str]:
@@ -355,209 +364,3 @@ def _phrase_dict(phrase: CrossedPhrase, spans: bool) -> dict[str, Any]:
     if spans:
         document["output_spans"] = [list(span) for span in phrase.output_spans]
     return document
-
-
-# --------------------------------------------------------------------------- the transcript replayed
-
-
-@dataclass(frozen=True)
-class _Place:
-    """Where one token of the replayed text came from."""
-
-    message: int
-    field: Field
-    position: int
-    round: int
-    part: Part
-
-
-@dataclass
-class _Text:
-    """Decoded text with the place of each token: ``pieces[i]`` is the text token i adds."""
-
-    pieces: list[str] = field(default_factory=list)
-    places: list[_Place] = field(default_factory=list)
-
-    @property
-    def text(self) -> str:
-        return "".join(self.pieces)
-
-    def tail(self, chars: int) -> _Text:
-        """The last tokens whose pieces hold at least ``chars`` characters (all, if fewer)."""
-        total, start = 0, len(self.pieces)
-        while start > 0 and total < chars:
-            start -= 1
-            total += len(self.pieces[start])
-        return _Text(self.pieces[start:], self.places[start:])
-
-    def places_in(self, start: int, end: int) -> list[_Place]:
-        """The places of the tokens whose text overlaps ``[start, end)``, in order."""
-        places, offset = [], 0
-        for piece, place in zip(self.pieces, self.places, strict=True):
-            if offset < end and offset + len(piece) > start:
-                places.append(place)
-            offset += len(piece)
-        return places
-
-
-def history_crossing(
-    finished: Finished,
-    tokens: Sequence[TokenEvent],
-    tokenizer,
-    history: Iterable[str],
-    plain_prompt: str,
-    guard: int = 0,
-) -> HistoryCrossing:
-    """The phrases of ``history`` (the user's private texts: :func:`history_texts`) that crossed in the
-    generation ``finished``, whose Cloud received ``plain_prompt`` by design (the one call the service, the
-    command line and the evaluation grid make). ``tokens``: its settled token events; ``tokenizer``: the
-    Specialist's, whose ids the uplink carries; ``guard``: the private-span guard's n it ran with (0: off)."""
-    return crossed_phrases(history, [plain_prompt], finished.transcript, tokens, tokenizer, finished.text, guard)
-
-
-@dataclass(frozen=True)
-class _Reading:
-    """One text the Cloud could read: its phrases count from character ``after`` on, and (for a round's refused
-    drafts) only those their ``part`` completed."""
-
-    text: _Text
-    after: int = 0
-    part: Part | None = None
-
-
-def crossed_phrases(
-    history: Iterable[str],
-    public: Iterable[str],
-    transcript: Sequence[LinkMessage],
-    tokens: Sequence[TokenEvent],
-    tokenizer,
-    output: str,
-    guard: int = 0,
-) -> HistoryCrossing:
-    """The phrases of ``history`` (not in ``public``) that crossed in a generation's ``transcript`` (the module
-    doc says how the text is rebuilt). ``tokens``: its settled token events (their ``accepted`` count per round
-    says which drafts the Cloud kept); ``output``: its text. The work grows with the history's words once and
-    with what crossed, whatever the history's size: only the history's phrases found in what crossed are kept."""
-    if not any(message.direction == "uplink" for message in transcript):
-        return HistoryCrossing(linked=False, guard=guard)
-    readings = _replayed(transcript, tokens, tokenizer)
-    index = PhraseIndex.build(history, public, within=[reading.text.text for reading in readings])
-    found = [
-        item
-        for reading in readings
-        for item in _crossings(index, reading.text, reading.after)
-        if reading.part is None or item[1].part == reading.part
-    ]
-    return HistoryCrossing(
-        _grouped(found, output),
-        linked=True,
-        guard=guard,
-        private_prompt_sent=any(crossing.part == "prompt" for _, crossing in found),
-    )
-
-
-def _replayed(transcript: Sequence[LinkMessage], tokens: Sequence[TokenEvent], tokenizer) -> list[_Reading]:
-    """The texts the uplink carried, as the Cloud holds them: the opening prompt, each round's refused drafts
-    after the kept text they followed, and the kept stream (the output as sent), last."""
-    from specsteer.method.decoding import Detokenizer  # here: it brings torch, which the values above need not
-
-    accepted = Counter(token.round for token in tokens if token.kind == "accepted")
-    last_reply = max((number for number, m in enumerate(transcript) if m.direction == "downlink"), default=-1)
-    readings: list[_Reading] = []
-    kept, detokenizer = _Text(), Detokenizer(tokenizer)
-    round_ = 0
-    for number, message in enumerate(transcript):
-        if message.direction != "uplink":
-            continue
-        payload = message.payload
-        if message.kind in ("open", "cross-open"):
-            prompt, reader = _Text(), Detokenizer(tokenizer)
-            for position, token in enumerate(payload.get("prompt", ())):
-                _push(reader, prompt, token, _Place(number, "prompt", position, 0, "prompt"))
-            readings.append(_Reading(prompt))
-            continue
-        if message.kind != "draft":
-            continue
-        round_ += 1
-        for position, token in enumerate(payload.get("append", ())):
-            _push(detokenizer, kept, token, _Place(number, "append", position, round_, "chosen"))
-        drafts = [int(token) for token in payload.get("draft", ())]
-        answered = number < last_reply
-        keep = min(accepted.get(round_, 0), len(drafts)) if answered else 0
-        if keep < len(drafts):
-            refused: Part = "rejected" if answered else "unanswered"
-            window = kept.tail(TAIL_CHARS)
-            pieces = _draft_pieces(detokenizer, drafts)
-            refused_from = len(window.text) + sum(len(piece) for piece in pieces[:keep])
-            window.pieces += pieces
-            window.places += [
-                _Place(number, "draft", position, round_, "accepted" if position < keep else refused)
-                for position in range(len(drafts))
-            ]
-            readings.append(_Reading(window, refused_from, refused))
-        for position, token in enumerate(drafts[:keep]):
-            _push(detokenizer, kept, token, _Place(number, "draft", position, round_, "accepted"))
-    readings.append(_Reading(kept))
-    return readings
-
-
-def _push(detokenizer, text: _Text, token: int, place: _Place) -> None:
-    text.pieces.append(detokenizer.push(int(token)))
-    text.places.append(place)
-
-
-def _draft_pieces(detokenizer, drafts: Sequence[int]) -> list[str]:
-    """The text each draft adds after the kept tokens (as the engine's rejected events' pieces)."""
-    pieces, shown = [], ""
-    for end in range(1, len(drafts) + 1):
-        text = detokenizer.peek(list(drafts[:end]))
-        pieces.append(text[len(shown) :] if text.startswith(shown) else "")
-        shown = text if text.startswith(shown) else shown
-    return pieces
-
-
-def _crossings(index: PhraseIndex, text: _Text, after: int = 0) -> list[tuple[str, Crossing]]:
-    """Each phrase of ``text`` (ending beyond character ``after``: :meth:`PhraseIndex.find`), with the round
-    and part of the token that completed it and the tokens that carried it."""
-    whole = text.text
-    found = []
-    for start, end in index.find(whole, after):
-        places = text.places_in(start, end)
-        last = text.places_in(end - 1, end)[-1]
-        found.append((whole[start:end], Crossing(last.round, last.part, _spans(places))))
-    return found
-
-
-def _spans(places: Sequence[_Place]) -> tuple[SentSpan, ...]:
-    """Token places as one span per message field (the positions of a field are consecutive)."""
-    spans: dict[tuple[int, str], list[int]] = {}
-    fields: dict[tuple[int, str], Field] = {}
-    for place in places:
-        spans.setdefault((place.message, place.field), []).append(place.position)
-        fields[(place.message, place.field)] = place.field
-    return tuple(
-        SentSpan(message, fields[(message, name)], min(positions), max(positions) + 1)
-        for (message, name), positions in spans.items()
-    )
-
-
-def _grouped(found: Sequence[tuple[str, Crossing]], output: str) -> tuple[CrossedPhrase, ...]:
-    """One phrase per key, its crossings by round, with its spans in the output; phrases by first crossing."""
-    by_key: dict[tuple[str, ...], tuple[str, list[Crossing]]] = {}
-    for text, crossing in found:
-        by_key.setdefault(phrase_key(text), (text, []))[1].append(crossing)
-    phrases = [
-        CrossedPhrase(text, tuple(sorted(crossings, key=lambda c: c.round)), _output_spans(key, output))
-        for key, (text, crossings) in by_key.items()
-    ]
-    return tuple(sorted(phrases, key=lambda phrase: (phrase.crossings[0].round, phrase.text.casefold())))
-
-
-def _output_spans(key: tuple[str, ...], output: str) -> tuple[tuple[int, int], ...]:
-    words = _words(output)
-    size = len(key)
-    return tuple(
-        (words[start].start, words[start + size - 1].end)
-        for start in range(len(words) - size + 1)
-        if tuple(word.key for word in words[start : start + size]) == key
-    )

@@ -47,6 +47,9 @@ LAMP_TASK_NAMES = {"LaMP_4": "lamp4", "LaMP_5": "lamp5", "LaMP_7": "lamp7"}
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SAMPLES_DIR = REPO_ROOT / "assets" / "samples"
+# Evaluation runs the docs cite, read-only beside the user's own in the app's Dashboard and the default traces of
+# `specsteer gpu-profile` (built by benchmarks/build_example_runs.py).
+EXAMPLE_RUNS_DB = REPO_ROOT / "assets" / "example_runs.db"
 @dataclass(frozen=True)
 class SampleUser:
     """A bundled synthetic user (assets/samples): the history file and an input that suits it."""

@@ -23,7 +23,7 @@ such as "enjoys" or "regularly" left out), and a text states the fact when one w
 (:data:`WINDOW_SLACK` content words longer than the fact) holds at least :data:`COVERAGE` of the
 fact's terms, and never fewer than two (one for a one-term fact). Numbers count as terms. The
 choice of terms and thresholds was measured on a hand-labelled sample
-(``tests/fixtures/fact_matcher_sample.json``; precision and recall in ``docs/COGENESIS.md``,
+(``tests/fixtures/fact_matcher_sample.json``; precision and recall in ``docs/research/COGENESIS.md``,
 checked by ``tests/test_facts.py``). The matcher is lexical: a paraphrase with no shared content
 word is missed, and two texts can share terms by chance; read the counts as estimates.
 

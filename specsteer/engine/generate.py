@@ -52,11 +52,13 @@ from specsteer.method.events import (
     GENERIC_STREAM,
     Finished,
     GenerationStats,
+    RoundStep,
     SegmentPlace,
     TokenEvent,
     TokenKind,
 )
 from specsteer.method.p3 import P3Params
+from specsteer.method.timing import SYSTEM_CLOCK, StepClock, StepTimes, find_pauses
 from specsteer.models.chat import PLAIN_CHAT, ChatFormat, prompt_ids
 from specsteer.models.loading import LoadedPair
 from specsteer.protocol.emulation import LinkConditions
@@ -181,13 +183,15 @@ def generate(
     *,
     cloud: CloudEndpoint | None = None,
     conditions: LinkConditions | None = None,
+    clock: StepClock = SYSTEM_CLOCK,
 ) -> Iterator[TokenEvent | Finished]:
     """Run one method on one request; yields token events, then a Finished.
 
     ``cloud``: where the Cloud is (default: in this process, over the pair's own models; a
     ``specsteer.cloud.client.RemoteCloud`` for ``python -m specsteer cloud``). ``conditions``: emulate that
     network on the link. A Cloud that fails raises a ``specsteer.protocol.link.CloudError`` whose ``partial``
-    holds what was emitted before.
+    holds what was emitted before. ``clock``: what the generation's times are read from (each event closes a
+    step; ``specsteer.method.timing`` finds the pauses among them).
     """
     config.validate()
     prepared = request if isinstance(request, Prepared) else prepare(request)
@@ -210,6 +214,7 @@ def generate(
         cancel or threading.Event(),
         cloud,
         conditions,
+        clock,
     )
 
 
@@ -224,6 +229,7 @@ def generate_ids(
     conditions: LinkConditions | None = None,
     plain_large_ids: list[int] | None = None,
     private_large_ids: list[int] | None = None,
+    clock: StepClock = SYSTEM_CLOCK,
 ) -> Iterator[TokenEvent | Finished]:
     """``generate`` on already tokenized prompts (tests and benchmarks); a cross-tokenizer pair also
     needs ``plain_large_ids``, the plain prompt in the Generalist's ids (and llm+ ``private_large_ids``,
@@ -236,6 +242,7 @@ def generate_ids(
         cancel or threading.Event(),
         cloud,
         conditions,
+        clock,
     )
 
 
@@ -383,6 +390,7 @@ def _run(
     cancel: threading.Event,
     cloud: CloudEndpoint | None,
     conditions: LinkConditions | None,
+    clock: StepClock = SYSTEM_CLOCK,
 ):
     problem = cross_tokenizer_problem(pair, config)
     if problem:
@@ -395,7 +403,7 @@ def _run(
                 f"{METHOD_INFO[config.method].label} on a cross-tokenizer pair needs the private "
                 "prompt in the Generalist's ids too"
             )
-    started = time.perf_counter()
+    steps = StepTimes(clock)  # every event ends a step
     forward_log = ForwardLog()
     # The one place where in-process and remote differ: which transport the link gets.
     link = Link((cloud or InProcessCloud(pair)).transport(), forward_log, conditions)
@@ -411,11 +419,12 @@ def _run(
     try:
         with torch.inference_mode():
             for event in _loop(pair, pair_prompts, config, output, link, stats):
+                elapsed = steps.mark()
                 if stats.first_visible_s is None:
-                    stats.first_visible_s = time.perf_counter() - started
+                    stats.first_visible_s = elapsed
                     link.edge_ready()  # the Edge's prompt is read: an in-process Cloud may read its own now
                 if stats.ttft_s is None and event.emitted:
-                    stats.ttft_s = time.perf_counter() - started
+                    stats.ttft_s = elapsed
                 if event.pending:  # shown, not yet sent: its settled event follows the verdict
                     yield event
                     continue
@@ -426,17 +435,18 @@ def _run(
         link.close()
         stats.sent_text = "".join(sent)
         output.stop_reason = "cloud-error"
-        error.partial = _finished(pair, output, stats, link, started)
+        error.partial = _finished(pair, output, stats, link, steps)
         raise
     finally:
         link.close()  # the Cloud's last report completes the trace; a second close does nothing
     stats.sent_text = "".join(sent)
-    yield _finished(pair, output, stats, link, started)
+    yield _finished(pair, output, stats, link, steps)
 
 
-def _finished(pair: LoadedPair, output: _Output, stats: GenerationStats, link: Link, started: float) -> Finished:
+def _finished(pair: LoadedPair, output: _Output, stats: GenerationStats, link: Link, steps: StepTimes) -> Finished:
     forward_log = link.forward_log
-    seconds = time.perf_counter() - started
+    seconds = steps.mark()
+    stats.pauses, stats.paused_s = find_pauses(steps.steps)
     new_tokens = len(output.detokenizer.ids)
     stats.new_tokens = new_tokens
     stats.seconds = seconds
@@ -658,6 +668,7 @@ def _p3(
     try:
         while output.keep_going():
             round_ += 1
+            started, first_step = time.perf_counter(), len(link.forward_log.trace)
             output.sent.extend(block_text)  # sent now (an answer that never comes does not unsend it)
             drafts = list(link.cloud_drafts(Draft(session=link.session, append=tuple(block), draft=())).ids)
             drafts = drafts[: output.remaining]
@@ -666,6 +677,7 @@ def _p3(
             for position in range(len(drafts)):
                 yield output.pending(drafts[: position + 1], round_)
             decision = edge.check(drafts)
+            _log_round(stats, link.forward_log, len(drafts), decision.accepted, started, first_step)
             stats.rounds += 1
             stats.drafted += len(drafts)
             stats.accepted += decision.accepted
@@ -723,6 +735,7 @@ def _rounds(
     draft_length = DraftLength(config.draft_len, config.adaptive_draft and not every_token)
     while output.keep_going():
         round_ += 1
+        started, first_step = time.perf_counter(), len(forward_log.trace)
         k = 0 if every_token else draft_length.choose(stats, forward_log)
         drafts: list[int] = []
         for token in edge.drafts(min(k, output.remaining), output.cancel):
@@ -733,6 +746,7 @@ def _rounds(
         verdict = link.verify(Draft(session=link.session, keep=keep, append=tuple(append), draft=tuple(drafts)))
         may_extend = output.remaining > len(drafts) and not output.ends_text(drafts)
         settled = edge.settle(verdict, drafts, may_extend)
+        _log_round(stats, forward_log, len(drafts), settled.accepted, started, first_step)
         # The ratios are instrumentation for the UI: read off whichever side
         # computed them, never sent as a message.
         ratios = settled.ratios or link.last_ratios
@@ -759,6 +773,15 @@ def _rounds(
             yield output.emit(settled.chosen, kind, round_, position=settled.accepted)
         append = [settled.chosen] if settled.chosen is not None else []
         keep = settled.accepted if RULE_SPECS[edge.params.rule].reports_kept else -1
+
+
+def _log_round(
+    stats: GenerationStats, forward_log: ForwardLog, drafted: int, accepted: int, started: float, first_step: int
+) -> None:
+    """Add the round begun at ``started`` (``perf_counter``), its steps from ``first_step`` of the trace, to the
+    stats' round log (a few steps summed: cheap beside a round)."""
+    seconds = time.perf_counter() - started
+    stats.round_log.append(RoundStep.of(drafted, accepted, seconds, forward_log.trace[first_step:]))
 
 
 class DraftLength:

@@ -28,6 +28,10 @@ its own thread while the Edge reads or drafts: ``read_ahead``).
 
 ``read_ahead`` may name several policies (specsteer.cloud.read_ahead): each is then a case of the same run,
 its rows carrying it (``read_ahead``), and speedups are against ``llm`` under the same policy.
+
+A generation whose timing was disturbed (the process stood still mid-generation: ``specsteer.method.timing``)
+is left out of its row's speeds and step times (so of the bound's times), and counted in the row's
+``left_out``; its drafts and acceptance still count.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ from specsteer.engine.generate import (
     prepare,
     speculative_bound,
 )
+from specsteer.evaluation.timing import left_out_sentence
 from specsteer.method.catalog import METHOD_INFO, SPEED_REFERENCE, method_info
 from specsteer.method.events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM
 from specsteer.method.p3 import P3Params
@@ -65,7 +70,7 @@ if TYPE_CHECKING:
 
 DEFAULT_METHODS = "slm,slm+,llm,sd,sd-plain,lightcosteer,costeer,specsteer"
 # The adaptive chooser picks k from the bound, so it gets the whole range: at the ~99 % per-token
-# acceptance of SpecSteer α=0.1 the bound keeps rising past k=8 (measured: results/bench_cap.json).
+# acceptance of SpecSteer α=0.1 the bound keeps rising past k=8 (measured: benchmarks/results/bench_cap.json).
 MAX_AUTO_DRAFT = MAX_DRAFT_LEN
 
 
@@ -111,8 +116,19 @@ class Tally:
     uplink_bytes: int = 0
     downlink_bytes: int = 0
     step_seconds: dict[str, list[float]] = field(default_factory=dict)
+    left_out: int = 0  # generations whose timing was disturbed: counted, not timed
 
     def add(self, stats) -> None:
+        self.drafted += stats.drafted
+        self.accepted += stats.accepted
+        self.verified += stats.verified
+        self.rounds += stats.rounds
+        self.device_steps += max(stats.forward_calls.get(EDGE_STREAM, 0) - 1, 0)
+        self.uplink_bytes += stats.uplink_bytes
+        self.downlink_bytes += stats.downlink_bytes
+        if stats.timing_disturbed:
+            self.left_out += 1
+            return
         if stats.ttft_s is not None:
             self.ttft_seconds.append(stats.ttft_s)
         if stats.first_visible_s is not None:
@@ -121,13 +137,6 @@ class Tally:
         self.seconds += stats.seconds
         self.prefill_seconds += stats.prefill_seconds
         self.forward_seconds += sum(stats.forward_seconds.values())
-        self.device_steps += max(stats.forward_calls.get(EDGE_STREAM, 0) - 1, 0)
-        self.drafted += stats.drafted
-        self.accepted += stats.accepted
-        self.verified += stats.verified
-        self.rounds += stats.rounds
-        self.uplink_bytes += stats.uplink_bytes
-        self.downlink_bytes += stats.downlink_bytes
         for name, seconds in stats.step_seconds.items():
             self.step_seconds.setdefault(name, []).append(seconds)
 
@@ -165,8 +174,8 @@ class Tally:
         ``charge_device_steps``: T counts the Specialist steps per round that were really run.
         """
         acceptance = self.token_acceptance  # None before any draft was verified
-        if not METHOD_INFO[self.config.method].speculative or acceptance is None:
-            return None
+        if not METHOD_INFO[self.config.method].speculative or acceptance is None or not self.step_seconds:
+            return None  # (no step times: every generation's timing was disturbed)
         k = self.drafted / self.rounds
         steps = self.device_steps / self.rounds if charge_device_steps else None
         return speculative_bound(
@@ -296,6 +305,7 @@ def run_speed(
                     progress(
                         f"prompt {index + 1}/{len(prompts)} [{pair.runtime_label}] {_label(tally.case)}{shown}: "
                         f"{finished.stats.tok_per_s:.2f} tok/s"
+                        + (" (timing disturbed: left out of the speeds)" if finished.stats.timing_disturbed else "")
                     )
             if pair.runtime in assisted:
                 tokens, seconds = transformers_assisted(pair, prepared, max_new_tokens)
@@ -385,7 +395,8 @@ def _rows(tallies: list[Tally]) -> list[dict]:
                 "draft_len": _draft_label(tally.config) if info.speculative else None,
                 "mean_draft_len": tally.drafted / tally.rounds if tally.rounds and info.speculative else None,
                 "rounds": tally.rounds,
-                "tokens": tally.tokens,
+                "tokens": tally.tokens,  # of the timed generations
+                "left_out": tally.left_out,
                 "uplink_bytes": tally.uplink_bytes,
                 "downlink_bytes": tally.downlink_bytes,
                 "step_ms": {name: 1000 * tally.mean_step(name) for name in tally.step_seconds},
@@ -526,6 +537,9 @@ def format_table(result: dict) -> str:
         ]
         runtime = f"auto→{row['auto_picked']}" if row.get("auto_picked") else row.get("runtime", "")
         lines.append(f"{runtime:12s} {name:{name_width}s} " + " ".join(cells))
+    left_out = sum(row.get("left_out") or 0 for row in result["rows"])
+    if left_out:
+        lines.append(left_out_sentence(left_out, noun="generation"))
     for runtime, reuse in result.get("prefix_reuse", {}).items():
         lines.append(
             f"prefix reuse [{runtime}] {reuse['method']}: first token {reuse['cold_ttft_s']:.2f} s, "

@@ -1,6 +1,6 @@
 """Stored runs over the same records read as one table (``specsteer report --run A --run B ...``).
 
-A comparison planned before its data, such as SpecSteer against P³ (``docs/P3_PLAN.md``), adds a method to
+A comparison planned before its data, such as SpecSteer against P³ (``docs/research/P3_PLAN.md``), adds a method to
 records another run already holds: the new run's cells and the old run's pair up record by record, as
 if one run had computed both. This module joins them and reads the result:
 
@@ -11,7 +11,8 @@ if one run had computed both. This module joins them and reads the result:
 * only the records every row has are kept, so that each mean and each paired difference is over the
   same users.
 
-Each row: mean ROUGE-1 and ROUGE-L (0-100) with a record-level percentile bootstrap interval, tokens/s,
+Each row: mean ROUGE-1 and ROUGE-L (0-100) with a record-level percentile bootstrap interval, tokens/s (cells
+whose timing was disturbed left out and counted, ``specsteer.evaluation.timing``; the ROUGE keeps them),
 the share of the output's tokens chosen on the device (:func:`device_tokens`), and on CoGenesis the facts
 audit's shares (``grid.summarize``: sent to the cloud, beyond the task, in the output), and on any task the
 history that crossed (``specsteer.data.crossing``: the share of generations, the phrases per generation) where
@@ -38,9 +39,10 @@ from specsteer.evaluation.grid import (
     summarize,
 )
 from specsteer.evaluation.metrics import bootstrap_interval
-from specsteer.evaluation.run_store import CellResult, GridPoint
+from specsteer.evaluation.timing import left_out_sentence
 from specsteer.method.catalog import method_label
 from specsteer.method.events import GenerationStats
+from specsteer.stores.runs import CellResult, GridPoint
 
 METRICS = ("rouge1", "rougeL")
 # Methods whose rows are compared with every other row (in this order), rather than only compared with.
@@ -98,6 +100,7 @@ class JoinedRow:
     crossing: dict[str, float]  # by grid.CROSSING_ROW_KEYS: the history that crossed; empty where none audited
     settings: str  # the method's own settings where they are not α, β (P³'s k and τ)
     facts: dict[str, float | None]  # by grid.PRIVACY_ROW_KEYS; empty without private facts
+    speed_left_out: int = 0  # cells whose timing was disturbed: out of tok_per_s, in the ROUGE
 
     @property
     def label(self) -> str:
@@ -226,9 +229,15 @@ def join_runs(
                 {key: summary[key] for key in CROSSING_ROW_KEYS if key in summary},
                 _method_settings(point, run.config),
                 facts_shares(cells, task, run.prompts, facts),
+                summary["speed_left_out"],
             )
         )
     labels = {row.point: row.label for row in rows}
+    left_out = left_out_sentence(
+        sum(row.speed_left_out for row in rows), where={r.label: r.speed_left_out for r in rows}
+    )
+    if left_out:
+        notes.append(f"tok/s: {left_out}")
     pairs = []
     for method in STEERING:
         for ours in (row.point for row in rows if row.point.method == method):
@@ -345,6 +354,7 @@ def table_json(table: JoinedTable) -> dict[str, Any]:
                 "records": row.records,
                 **rouge_fields(row.rouge),
                 "tok_per_s": row.tok_per_s,
+                "speed_left_out": row.speed_left_out,
                 "device_share": row.device_share,
                 **row.facts,
                 **row.crossing,

@@ -16,7 +16,7 @@ so the dashboard shows exactly what ``python -m specsteer evaluate --plot`` writ
 * :func:`write_html` — all of them as one standalone page with plotly.js inline (works offline).
 * :func:`plot_text` — user text (run names) made safe for plotly's labels.
 
-The deployment view takes the rows of ``deployment.projection_rows`` instead (one per (method, α, β)
+The deployment view takes the rows of ``deployment_rows.projection_rows`` instead (one per (method, α, β)
 and RTT, with ``projected_tok_per_s``, ``measured_tok_per_s`` and ``projected_speedup``):
 
 * :func:`deployment_figure` — projected tokens/s against RTT under a profile, beside the speed the
@@ -38,6 +38,7 @@ from plotly.subplots import make_subplots
 
 from specsteer.evaluation.metrics import ROUGE_LABELS
 from specsteer.evaluation.sweep import PointSummary, SweepReport
+from specsteer.evaluation.timing import left_out_sentence
 from specsteer.method.catalog import BASELINES, METHODS, method_label
 
 Row = Mapping[str, Any]
@@ -166,8 +167,10 @@ def _parameter(value: Any) -> str:
 
 def display_rows(rows: Sequence[Row]) -> list[dict[str, str]]:
     """The table as strings, one dict per row, keyed by column header (what the UI and CLI show).
-    Runs over records with private facts (CoGenesis) add the privacy audit's shares."""
+    Runs over records with private facts (CoGenesis) add the privacy audit's shares; rows that left cells out
+    of their speed figures (disturbed timing, ``grid.summarize``'s ``speed_left_out``) add how many."""
     with_privacy = any("facts_sent" in row for row in rows)
+    with_left_out = any(row.get("speed_left_out") for row in rows)
     return [
         {
             "method": method_label(row["method"]),
@@ -181,6 +184,7 @@ def display_rows(rows: Sequence[Row]) -> list[dict[str, str]]:
             "acceptance": _number(None if row.get("acceptance") is None else 100 * row["acceptance"], 1, "%"),
             "tok/s": _number(row.get("tok_per_s"), 2),
             "speedup": _number(row.get("speedup"), 2, "×"),
+            **({"left out of speed": str(row.get("speed_left_out") or 0)} if with_left_out else {}),
             "rounds": _number(row.get("rounds"), 1),
             "up B": _number(row.get("uplink_bytes"), 0),
             "down B": _number(row.get("downlink_bytes"), 0),
@@ -232,7 +236,8 @@ def text_table(rows: Sequence[Row]) -> str:
     widths = {header: max(len(header), *(len(row[header]) for row in shown)) for header in headers}
     lines = ["  ".join(header.ljust(widths[header]) for header in headers)]
     lines += ["  ".join(row[header].ljust(widths[header]) for header in headers) for row in shown]
-    return "\n".join([*lines, "", TABLE_NOTE])
+    left_out = left_out_sentence(sum(row.get("speed_left_out") or 0 for row in rows))
+    return "\n".join([*lines, "", TABLE_NOTE, *([left_out] if left_out else [])])
 
 
 def write_html(

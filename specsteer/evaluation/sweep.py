@@ -1,12 +1,13 @@
 """An α × β sweep of SpecSteer read from a run's cells: quality and speed per setting with record-level bootstrap
-intervals, the Pareto front, and the choice rule of ``docs/SWEEP_PLAN.md`` applied as written.
+intervals, the Pareto front, and the choice rule of ``docs/research/SWEEP_PLAN.md`` applied as written.
 
 Records. Only the records that have a cell at every grid point of the run (every setting, SLM+ and LLM) are
 used, so that every number compares the same records; a run still going (or stopped) says how many that is
 (:attr:`SweepReport.records_complete` of :attr:`SweepReport.records_seen`).
 
 Per point (:class:`PointSummary`): the mean record-level ROUGE-L (0-100) with a percentile bootstrap 95 %
-interval of that mean, tokens/s (total new tokens / total seconds, ``grid.summarize``), and for a SpecSteer
+interval of that mean, tokens/s (total new tokens / total seconds, ``grid.summarize``: cells whose timing was
+disturbed left out, and counted in ``speed_left_out``; the ROUGE keeps them), and for a SpecSteer
 setting the paired difference SpecSteer − LLM (``grid.paired_difference``): mean, interval, records won.
 Every bootstrap resamples records with replacement 10,000 times from ``random.Random(0)``.
 
@@ -30,8 +31,9 @@ from typing import Any
 
 from specsteer.evaluation.grid import PairedDifference, paired_difference, spec_from_config, summarize
 from specsteer.evaluation.metrics import ROUGE_LABELS, bootstrap_interval
-from specsteer.evaluation.run_store import CellResult, GridPoint
+from specsteer.evaluation.timing import left_out_sentence
 from specsteer.method.catalog import BASELINES, method_label
+from specsteer.stores.runs import CellResult, GridPoint
 
 STEERED = "specsteer"
 REFERENCE = "llm"  # what the choice rule compares each setting with
@@ -67,6 +69,7 @@ class PointSummary:
     high: float
     tok_per_s: float | None
     vs_reference: PairedDifference | None = None
+    speed_left_out: int = 0  # cells whose timing was disturbed: out of tok_per_s, in the ROUGE
 
     @property
     def label(self) -> str:
@@ -148,6 +151,16 @@ class SweepReport:
     def has_reference(self) -> bool:
         return any(summary.point.method == REFERENCE for summary in self.references)
 
+    @property
+    def speed_left_out(self) -> int:
+        """Cells of the points shown left out of their tokens/s (disturbed timing)."""
+        return sum(summary.speed_left_out for summary in [*self.settings, *self.references])
+
+    def speed_note(self) -> str:
+        """How many cells the tokens/s left out, and of which points ("" for none)."""
+        shown = [*self.settings, *self.references]
+        return left_out_sentence(self.speed_left_out, where={s.label: s.speed_left_out for s in shown})
+
     def coverage(self) -> str:
         return (
             f"{self.records_complete} of {self.records_seen} records have every cell of the run's "
@@ -176,7 +189,7 @@ def sweep_report(
     grid = tuple(points) if points is not None else tuple(dict.fromkeys(cell.point for cell in cells))
     records = set(complete_records(cells, grid))
     kept = [cell for cell in cells if cell.record_id in records and cell.point in grid]
-    speeds = {(row["method"], row["alpha"], row["beta"]): row["tok_per_s"] for row in summarize(kept)}
+    speeds = {(row["method"], row["alpha"], row["beta"]): row for row in summarize(kept)}
 
     def summary(point: GridPoint) -> PointSummary | None:
         scores = [100 * value for c in kept if c.point == point and (value := c.rouge.get(metric)) is not None]
@@ -186,8 +199,17 @@ def sweep_report(
         versus = None
         if point.method == STEERED:
             versus = paired_difference(kept, point, GridPoint(REFERENCE), metric, draws, seed)
-        speed = speeds.get((point.method, point.alpha, point.beta))
-        return PointSummary(point, len(scores), sum(scores) / len(scores), low, high, speed, versus)
+        speed = speeds.get((point.method, point.alpha, point.beta), {})
+        return PointSummary(
+            point,
+            len(scores),
+            sum(scores) / len(scores),
+            low,
+            high,
+            speed.get("tok_per_s"),
+            versus,
+            speed.get("speed_left_out", 0),
+        )
 
     settings = tuple(s for p in grid if p.method == STEERED and (s := summary(p)) is not None)
     references = tuple(s for name in BASELINES if GridPoint(name) in grid and (s := summary(GridPoint(name))))
@@ -228,6 +250,7 @@ def report_rows(report: SweepReport) -> list[dict[str, Any]]:
                 f"{report.metric}_low": summary.low,
                 f"{report.metric}_high": summary.high,
                 "tok_per_s": summary.tok_per_s,
+                "speed_left_out": summary.speed_left_out,
                 "diff_vs_llm": None if d is None else d.mean,
                 "diff_vs_llm_low": None if d is None else d.low,
                 "diff_vs_llm_high": None if d is None else d.high,
@@ -246,6 +269,7 @@ def report_json(report: SweepReport) -> dict[str, Any]:
         "records_seen": report.records_seen,
         "records_complete": report.records_complete,
         "grid_points": len(report.points),
+        "speed_left_out": report.speed_left_out,
         "bootstrap": {"draws": DRAWS, "seed": SEED, "level": 0.95},
         "rows": report_rows(report),
         "choice": None
@@ -293,6 +317,8 @@ def report_table(report: SweepReport) -> str:
         "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)) for line in [headers, *lines]
     ]
     notes = [report.coverage()]
+    if report.speed_left_out:
+        notes[0] += " " + report.speed_note()
     if report.choice is not None:
         notes.append(report.choice.statement())
     elif not report.has_reference:
@@ -301,6 +327,6 @@ def report_table(report: SweepReport) -> str:
         notes.append("no SpecSteer setting has a record in common with LLM yet: nothing to choose.")
     notes.append(
         "Intervals: percentile bootstrap over records (10,000 resamples, seed 0). front: on the Pareto front of "
-        f"mean {name} and tokens/s. Choice rule: docs/SWEEP_PLAN.md (rules 2-3)."
+        f"mean {name} and tokens/s. Choice rule: docs/research/SWEEP_PLAN.md (rules 2-3)."
     )
     return "\n".join([notes[0], "", *table, "", *notes[1:]]) if lines else "\n".join(["no results", *notes])

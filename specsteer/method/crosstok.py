@@ -91,7 +91,7 @@ the first byte of its next token is taken as the next byte. Completing the byte 
 Specialist token keeps the text fed to both models close to their canonical tokenizations:
 appending the lone byte instead (a one-byte token ``" "`` where the models expect ``" new"``) threw
 real models off their training distribution at every recovery (measured with
-``scripts/crosstok_cost.py``). The rest of the recovered token follows the Specialist alone; as with
+``benchmarks/crosstok_cost.py``). The rest of the recovered token follows the Specialist alone; as with
 Eq. 8, a recovered token is never tested, only conditioned on by the next round.
 
 With a byte-level vocabulary on both sides (every token one byte) ``M`` is the model's own

@@ -1,6 +1,7 @@
 """The Dashboard's decisions, GUI-free: the grid form's values as one EvalSpec (data sources, number lists,
 kept uploads), a stored run's summary rows (with the privacy shares of a CoGenesis run), the claim against
-SLM+ and LLM as the run's bootstrap intervals show it, and how the run picker names runs."""
+SLM+ and LLM as the run's bootstrap intervals show it, the cells its speed figures left out (disturbed timing),
+and how the run picker and messages name runs (the example runs that ship with the app as such)."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from typing import TypeVar
 from specsteer.data.datasets import LONGLAMP_TASKS, resolve_data_source, shared_cogenesis_path, shared_data_path
 from specsteer.evaluation.claims import claim_sentences
 from specsteer.evaluation.grid import EvalSpec, run_facts, run_prompts, summarize
-from specsteer.evaluation.run_store import StoredRun
 from specsteer.evaluation.sweep import SweepReport, config_points, run_record_count, sweep_report
+from specsteer.evaluation.timing import disturbed_count, left_out_sentence
 from specsteer.method.catalog import METHODS
 from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU
 from specsteer.models.runtime_plan import StoredPlan
+from specsteer.stores.runs import StoredRun
 
 SOURCES = {
     "sample": "Bundled sample (synthetic, 3 records per task)",
@@ -136,6 +138,15 @@ def stored_rows(config: Mapping[str, object], cells: Sequence) -> list[dict]:
         return summarize(cells)
 
 
+def timing_note(cells: Sequence) -> str:
+    """How many of a run's cells its speed figures left out (disturbed timing), and how to re-time them; ""
+    when none."""
+    count = disturbed_count(cells)
+    if not count:
+        return ""
+    return f"{left_out_sentence(count)} Run it again under the same name to re-time {'it' if count == 1 else 'them'}."
+
+
 def claim_notes(cells: Sequence) -> list[str]:
     """Each SpecSteer setting against SLM+ and against LLM, record by record on ROUGE-L, with the run's own
     95 % bootstrap intervals and what they show (``specsteer.evaluation.claims``), as sentences for the
@@ -155,11 +166,17 @@ def run_sweep(config: Mapping[str, object], cells: Sequence) -> SweepReport | No
     return sweep_report(cells, points, records_total=total)
 
 
+def run_title(run: StoredRun) -> str:
+    """How messages name a stored run: ``#12 my-grid``, or ``example: cogenesis-sweep-dev40`` for one of the
+    example runs that ship with the app."""
+    return f"example: {run.name}" if run.example else f"#{run.id} {run.name}"
+
+
 def run_label(run: StoredRun) -> str:
     """How the run picker names a stored run (rendered as text, not HTML)."""
     config = run.config or {}
     return (
-        f"#{run.id} {run.name} · {config.get('task', '?')} · {StoredPlan.read(config).runtime} · {run.status} · "
+        f"{run_title(run)} · {config.get('task', '?')} · {StoredPlan.read(config).runtime} · {run.status} · "
         f"{run.cell_count}/{config.get('cells_total', '?')} cells"
     )
 

@@ -1,4 +1,4 @@
-"""scripts/bench_first_click.py on the tiny pair: the app started in a child process, its warm-up waited for,
+"""benchmarks/bench_first_click.py on the tiny pair: the app started in a child process, its warm-up waited for,
 three Generate clicks measured (first, second, cold), the child stopped by its pid. No timing is asserted."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from specsteer.data.datasets import DEFAULT_SAMPLE
 
 pytest.importorskip("gradio_client")
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "bench_first_click.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_first_click.py"
 
 
 @pytest.mark.slow

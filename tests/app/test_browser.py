@@ -235,7 +235,7 @@ def test_a_failed_generation_shows_its_warning_toast(page):
 
 
 def test_a_second_users_generation_runs_while_anothers_grid_is_under_way(page, browser, server):
-    """Fair queue (issue 22): a grid takes the models one cell at a time and a waiting generation goes before
+    """Fair queue: a grid takes the models one cell at a time and a waiting generation goes before
     its next cell, so another user's generation finishes while the grid is still running; then the grid is
     cancelled and stays resumable."""
     expect = sync_api.expect
@@ -505,7 +505,7 @@ def test_deployment_view_projects_a_stored_run(page):
 
 
 def test_teaching_the_specialist_then_generating_with_it(page):
-    """The Generate tab's "Teach the Specialist my history" (issue 27): progress while the adapter trains on
+    """The Generate tab's "Teach the Specialist my history": progress while the adapter trains on
     the device, then a generation whose statistics name the taught Specialist; another history forgets it."""
     expect = sync_api.expect
     page.locator("#sample-user input").click()

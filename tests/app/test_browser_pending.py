@@ -1,4 +1,4 @@
-"""Pending drafts in a real browser (issue 25): a draft appears in the pending look before the Cloud's
+"""Pending drafts in a real browser: a draft appears in the pending look before the Cloud's
 verdict, and the verdict's colour replaces it. The emulated link's round trip (the RTT setting) holds
 every verdict for seconds, so the pending state lasts long enough to be seen on a loaded machine.
 

@@ -1,4 +1,4 @@
-"""Pending drafts on the page (issue 25): the Generate tab's output keeps the settled tokens as appends and
+"""Pending drafts on the page: the Generate tab's output keeps the settled tokens as appends and
 the round's drafts as a tail the verdict replaces; Compare shows drafts only when the methods are named;
 the legend and the statistics name the pending look and the first visible token. No models."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from specsteer.engine.settings import GenerationSettings
 from specsteer.method.events import GenerationStats, TokenEvent
-from specsteer.service.app_service import ComparisonStarted, Generating, Pending, Token
+from specsteer.service.events import ComparisonStarted, Generating, Pending, Token
 from ui import render
 from ui.compare_handlers import comparison_frames
 

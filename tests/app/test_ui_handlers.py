@@ -18,20 +18,20 @@ import pytest
 
 import app
 import storage
-from conftest import widget_settings
 from specsteer.cloud.process import free_loopback_port
 from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_path
 from specsteer.data.history import MAX_UPLOAD_BYTES
-from specsteer.evaluation.deployment import PROFILES
-from specsteer.evaluation.run_store import CellResult, GridPoint
+from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.method.catalog import METHOD_INFO, METHODS, method_label
 from specsteer.method.events import GenerationStats, TokenEvent
 from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.exposure import CLOUD_URL_ENV
 from specsteer.protocol.wire import CloudInfo
 from specsteer.service import judging, page
-from specsteer.service.app_service import CloudCheck, Done, Failed, Generating, Started, Token
-from ui import compare_handlers, dashboard_handlers, generate_handlers, generate_tab, pairs, render, streaming
+from specsteer.service.events import CloudCheck, Done, Failed, Generating, Started, Token
+from specsteer.stores.runs import CellResult, GridPoint
+from testkit import widget_settings
+from ui import compare_handlers, dashboard_handlers, generate_handlers, pairs, render, streaming
 from ui.streaming import BackgroundRun, Throttle, Toast, merge_frames
 
 XSS_SCRIPT = "<script>window.__pwned=1</script>"
@@ -47,6 +47,13 @@ def service():
 
 
 @pytest.fixture
+def app_database(db_url, monkeypatch):
+    """The app's database (``DATABASE_URL``) on SQLite and on PostgreSQL, for the tests of what it saves."""
+    monkeypatch.setenv("DATABASE_URL", db_url)
+    return db_url
+
+
+@pytest.fixture
 def generate(service):
     return generate_handlers.GenerateTab(service)
 
@@ -59,6 +66,11 @@ def compare(service):
 @pytest.fixture
 def dashboard(service):
     return dashboard_handlers.DashboardTab(service)
+
+
+def own_runs(dashboard) -> list[tuple[str, int]]:
+    """The run picker's choices that are the user's runs (listed first; the example runs follow)."""
+    return [(label, run_id) for label, run_id in dashboard.run_choices() if not label.startswith("example:")]
 
 
 def settings(**overrides):
@@ -359,7 +371,7 @@ def test_choosing_an_unavailable_pairing_warns_once_and_goes_back(generate, warn
 # --------------------------------------------------------------------------- generation
 
 
-def test_generation_streams_colours_and_saves(generate):
+def test_generation_streams_colours_and_saves(generate, app_database):
     frames = run_generate(generate, sample_history(), max_new_tokens=40)
     streaming = [frame for frame in frames if "ss-tok" in str(frame.output)]
     assert len(streaming) >= 3, "the output should arrive in several throttled frames"
@@ -401,7 +413,7 @@ def test_every_method_runs_from_the_ui(generate, method):
 def test_a_persona_generation_counts_and_names_its_private_facts(generate):
     sample = DEFAULT_SAMPLE
     loaded = page.read_sample(sample)
-    assert loaded.history.profile and generate_tab.DEFAULTS.prompt_style == "clean"
+    assert loaded.history.profile and page.PAGE_DEFAULTS.prompt_style == "clean"
     assert "Privacy_info" in generate_handlers.history_summary(loaded)
     task = SAMPLE_USERS[sample].input_text
     steered = run_generate(generate, loaded, task="cogenesis", input_text=task, max_new_tokens=6, prompt_style="clean")[
@@ -748,7 +760,7 @@ def test_dashboard_run_shows_figures_table_and_survives_restart(dashboard):
     assert final.quality.data and final.acceptance.data
     assert list(final.table["value"]["method"]) == ["LLM", "SpecSteer", "SpecSteer"]
     storage.reset_engines()  # as after an app restart
-    choices = dashboard.run_choices()
+    choices = own_runs(dashboard)
     assert len(choices) == 1 and "ui-test-run" in choices[0][0] and "3/3 cells" in choices[0][0]
     view = dashboard.open_runs([choices[0][1]])
     assert "Showing #" in view.status and len(view.table["value"]) == 3
@@ -760,7 +772,7 @@ def test_dashboard_compares_runs_and_shows_their_names_as_text(dashboard):
     first = list(dashboard.run_batch(**dashboard_values(run_name="<b>one</b>")))[-1]
     second = list(dashboard.run_batch(**dashboard_values(run_name='<a href="x">two</a>', methods=["slm+"])))[-1]
     assert "finished" in first.status and "finished" in second.status
-    ids = [run_id for _, run_id in dashboard.run_choices()]
+    ids = [run_id for _, run_id in own_runs(dashboard)]
     view = dashboard.open_runs(ids)
     table = view.table["value"]
     assert set(table["run"]) == {f'#{ids[0]} <a href="x">two</a>', f"#{ids[1]} <b>one</b>"}
@@ -915,7 +927,7 @@ def test_a_profile_and_its_sources_are_shown_escaped():
     assert all(render.esc(source.text) in shown for source in profile.sources)
 
 
-# --------------------------------------------------------------------------- public callers (issue 15)
+# --------------------------------------------------------------------------- public callers
 
 
 def test_a_server_path_is_never_read_as_a_history(service, tmp_path, warnings):
@@ -948,18 +960,21 @@ def test_the_dashboard_never_reads_a_server_path_as_records(service, tmp_path):
     assert len(frames) == 1 and "was not uploaded to the app" in frames[0].status
 
 
-def test_in_public_only_the_operators_token_exports_the_annotations(compare):
+def test_in_public_only_the_operators_token_exports_the_annotations(service, compare):
     from specsteer.protocol.exposure import Exposure
+    from specsteer.service.app_service import AppService
+
+    def served_in_public(exposure: Exposure) -> compare_handlers.CompareTab:  # the same stores, the app in public
+        return compare_handlers.CompareTab(AppService(service.store, service.runs, service.pairs, exposure=exposure))
 
     final = run_compare(compare, methods=("slm",))[-1]
     none = [None] * (2 * compare_handlers.MAX_SLOTS)
     assert "Saved annotation" in compare.submit_annotation(PAGE, final.view, "visitor-7", "A", "private note", *none)[0]
-    compare.service.exposure = Exposure(public=True, admin_token="operator-token")  # the app, served in public
+    public = served_in_public(Exposure(public=True, admin_token="operator-token"))
     for token in ("", "guess", "operator-token "):
-        file, message = compare.export_annotations("csv", token)
+        file, message = public.export_annotations("csv", token)
         assert file["value"] is None and "needs the operator&#x27;s token" in message
-    file, message = compare.export_annotations("csv", "operator-token")
+    file, message = public.export_annotations("csv", "operator-token")
     assert "Exported 1" in message and "visitor-7" in Path(file["value"]).read_text()
-    compare.service.exposure = Exposure(public=True)
-    file, message = compare.export_annotations("jsonl", "anything")
+    file, message = served_in_public(Exposure(public=True)).export_annotations("jsonl", "anything")
     assert file["value"] is None and "No token is configured ($SPECSTEER_ADMIN_TOKEN)" in message

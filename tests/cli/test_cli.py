@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import force_drafts
 from specsteer import cli
 from specsteer.models.tiny import tiny_pair
+from testkit import force_drafts
 
 SAMPLE = Path(__file__).resolve().parents[2] / "assets" / "samples" / "review_user.jsonl"
 

@@ -1,5 +1,5 @@
 """`specsteer sweep` on tiny-test evaluate runs (finished and partial), and what `specsteer evaluate` adds for
-issue 28: the privacy shares in a CoGenesis run's --json rows, the claim with its intervals, the α × β plot."""
+a sweep: the privacy shares in a CoGenesis run's --json rows, the claim with its intervals, the α × β plot."""
 
 from __future__ import annotations
 

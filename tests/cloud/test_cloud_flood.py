@@ -1,4 +1,4 @@
-"""The flood of issue 22 against a real Cloud process, on the tiny pair and a time scale of seconds.
+"""A flood of Opens from many addresses against a real Cloud process, on the tiny pair and a time scale of seconds.
 
 One holder of a credential opens 40 sessions (512-token prompts, the largest token budget) from 10
 loopback addresses and keeps the admitted ones alive with Drafts; a real Edge's generation must

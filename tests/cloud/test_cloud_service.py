@@ -261,7 +261,7 @@ def test_error_codes_map_to_the_edges_exceptions():
     assert "SPECSTEER_CLOUD_SECRET" in str(cloud_error("unauthorized", "Refused."))
 
 
-# --- admission by memory and per client (issue 15: one client took the Cloud's memory) -----------------
+# --- admission by memory and per client (one client once took the Cloud's memory) -----------------
 
 
 def test_an_open_that_does_not_fit_the_memory_budget_gets_503_with_retry_after(pair):

@@ -1,4 +1,4 @@
-"""The Cloud reads its prompts while the Edge reads its own (issue 25): ``InProcessCloud(read_ahead=True)``
+"""The Cloud reads its prompts while the Edge reads its own: ``InProcessCloud(read_ahead=True)``
 gives the same tokens as reading them with the first Draft, on every method; the read is one pass per
 Cloud stream, placed before the first Draft. Tiny fp32 random pairs, prefix caches cleared between runs."""
 

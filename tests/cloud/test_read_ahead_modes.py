@@ -1,4 +1,4 @@
-"""The in-process Cloud's read-ahead policies (issue 25, specsteer.cloud.read_ahead): ``off``, ``concurrent`` and
+"""The in-process Cloud's read-ahead policies (specsteer.cloud.read_ahead): ``off``, ``concurrent`` and
 ``after-first-draft`` give the same tokens, verdicts and wire bytes; ``after-first-draft`` starts reading the
 Cloud's prompts only once the Edge has read its own and drafted; no method, cancel or failure leaves the
 read-ahead waiting. Tiny fp32 random pairs; the order of passes is observed, never their durations."""

@@ -374,7 +374,7 @@ def test_generate_cli_runs_the_edge_against_the_cloud(pair, server, monkeypatch,
     assert "Lost the connection" in capsys.readouterr().err and not loads
 
 
-# --- slow, broken and greedy clients (issue 15) ------------------------------------------------------------
+# --- slow, broken and greedy clients -----------------------------------------------------------------------
 
 
 def raw_exchange(url: str, data: bytes, wait_s: float = 10.0) -> tuple[float, bytes]:

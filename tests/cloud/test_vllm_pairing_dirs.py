@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-import specsteer.cloud.vllm as vllm_cloud
+import specsteer.cli.vllm_cloud as vllm_command
 from specsteer.cli.generate import main
 from specsteer.cloud.vllm import pairing_model_dirs
 from specsteer.models.registry import CACHE_MARKER, DEFAULT_PAIRING, PAIRINGS, converted_model_dir, get_pairing
@@ -56,7 +56,7 @@ def test_hub_and_unknown_pairings_ask_for_directories(empty_cache):
 
 
 def test_the_cloud_command_refuses_an_unconverted_pairing_with_that_message(empty_cache, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(vllm_cloud, "vllm_available", lambda: None)  # as if .venv-vllm were there
+    monkeypatch.setattr(vllm_command, "vllm_available", lambda: None)  # as if .venv-vllm were there
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     code = main(["cloud", "--engine", "vllm", "--pairing", DEFAULT_PAIRING, "--port", "0"])
     assert code == 2

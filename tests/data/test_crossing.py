@@ -7,7 +7,7 @@ fp32 pair, with the Specialist made to draft a canary, checks it end to end thro
 from __future__ import annotations
 
 import pytest
-from conftest import force_drafts
+from testkit import force_drafts
 
 from specsteer.data.crossing import (
     CrossedPhrase,
@@ -15,10 +15,9 @@ from specsteer.data.crossing import (
     HistoryCrossing,
     PhraseIndex,
     SentSpan,
-    crossed_phrases,
-    history_crossing,
     history_texts,
 )
+from specsteer.data.crossing_replay import crossed_phrases, history_crossing
 from specsteer.data.history import HistoryItem
 from specsteer.engine.generate import DecodeConfig, Request, collect, generate, prepare
 from specsteer.method.events import LinkMessage, TokenEvent

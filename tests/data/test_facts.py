@@ -45,7 +45,7 @@ def test_a_paraphrase_counts_and_scattered_words_do_not():
 
 
 def test_the_matcher_on_the_hand_labelled_sample():
-    """Precision and recall on 40 fact/text pairs read and labelled by a person (docs/COGENESIS.md)."""
+    """Precision and recall on 40 fact/text pairs read and labelled by a person (docs/research/COGENESIS.md)."""
     pairs = json.loads(SAMPLE.read_text(encoding="utf-8"))["pairs"]
     assert len(pairs) == 40
     decided = [(mentions(pair["fact"], pair["text"]), pair["states_fact"]) for pair in pairs]

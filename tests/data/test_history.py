@@ -274,7 +274,7 @@ def test_overlong_item_is_rejected_with_its_place():
     assert parse_history("w" * MAX_ITEM_CHARS, "h.txt").items[0].text == "w" * MAX_ITEM_CHARS
 
 
-# --- hostile uploads: deep nesting and wide encodings without a mark (issue 15) ---------------
+# --- hostile uploads: deep nesting and wide encodings without a mark -------------------------
 
 
 @pytest.mark.parametrize("filename", ["deep.json", "deep.jsonl", None])

@@ -1,5 +1,5 @@
-"""Output hygiene: layout copying, preambles and refusals, on real-looking outputs (many taken from
-results/longlamp.db), and the report script on a small read-only database."""
+"""Output hygiene: layout copying, preambles and refusals, on real-looking outputs (many taken from the LongLaMP
+grids' stored runs), and the report script on a small read-only database."""
 
 from __future__ import annotations
 
@@ -316,7 +316,7 @@ def test_shares_per_grid_point_in_order_of_appearance():
 
 def _report_module():
     if "hygiene_report" not in sys.modules:  # dataclasses look their module up by name
-        spec = importlib.util.spec_from_file_location("hygiene_report", REPO / "scripts" / "hygiene_report.py")
+        spec = importlib.util.spec_from_file_location("hygiene_report", REPO / "benchmarks" / "hygiene_report.py")
         module = importlib.util.module_from_spec(spec)
         sys.modules["hygiene_report"] = module
         spec.loader.exec_module(module)
@@ -366,16 +366,14 @@ def test_report_tables_from_a_stored_run_without_writing(tmp_path, capsys):
     assert hashlib.sha256(database.read_bytes()).hexdigest() == before
 
 
-def test_report_opens_sqlite_read_only(tmp_path):
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.exc import OperationalError
-
+def test_report_opens_sqlite_read_only(tmp_path, capsys):
     database = tmp_path / "runs.db"
     _stored_run(database, bundled_sample_path("review"), [])
-    engine = create_engine(_report_module().read_only_url(f"sqlite:///{database}"))
-    with engine.connect() as connection, pytest.raises(OperationalError, match="readonly"):
-        connection.execute(text("DELETE FROM eval_runs"))
-    engine.dispose()
+    before = database.read_bytes()
+    assert _report_module().main([f"sqlite:///{database}"]) == 0
+    assert database.read_bytes() == before and [path.name for path in tmp_path.iterdir()] == ["runs.db"]
+    assert _report_module().main([f"sqlite:///{tmp_path / 'absent.db'}"]) == 2
+    assert "no database file at" in capsys.readouterr().err and not (tmp_path / "absent.db").exists()
 
 
 def test_report_names_what_is_missing(tmp_path, capsys):

@@ -25,7 +25,7 @@ INPUT = "Generate the text."
 
 
 def test_task_lists():
-    assert TASKS == ("review", "abstract", "writing", "free", "cogenesis")  # cogenesis: issue 16
+    assert TASKS == ("review", "abstract", "writing", "free", "cogenesis")
     assert ALL_TASKS == TASKS + ("lamp4", "lamp5", "lamp7")
 
 
@@ -174,7 +174,7 @@ def test_empty_input_is_rejected(text):
 
 
 def test_every_history_schema_has_a_default_task():
-    # A persona (cogenesis) is recognised by its record's profile text, not by its items' keys (issue 16).
+    # A persona (cogenesis) is recognised by its record's profile text, not by its items' keys.
     assert set(TASK_FOR_SCHEMA) == set(DETECTABLE_SCHEMAS) | {"cogenesis"}
     assert set(TASK_FOR_SCHEMA.values()) == set(TASKS)
 

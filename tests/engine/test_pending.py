@@ -1,4 +1,4 @@
-"""Pending drafts (issue 25): every draft is on the stream the moment it is drafted, its verdict's events
+"""Pending drafts: every draft is on the stream the moment it is drafted, its verdict's events
 settle the same (round, position), and nothing settled changes. Tiny fp32 random pairs."""
 
 from __future__ import annotations

@@ -1,55 +1,32 @@
-"""scripts/gpu_costs.py on tiny shapes on the CPU, and the deployment profile specsteer.evaluation.gpu_profile makes of it."""
+"""specsteer.evaluation.gpu_costs (benchmarks/gpu_costs.py) on tiny shapes on the CPU, and the deployment profile
+specsteer.evaluation.gpu_profile makes of it."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import subprocess
-import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from specsteer.cli import gpu_profile as gpu_profile_cli
-from specsteer.evaluation import gpu_profile
-from specsteer.evaluation.deployment import (
-    GENERALIST,
-    GENERIC,
-    SPECIALIST,
-    MeasuredRun,
-    get_profile,
-    group_runs,
-    project_runs,
-    projection_rows,
-)
+from specsteer.data.datasets import EXAMPLE_RUNS_DB
+from specsteer.evaluation import gpu_costs, gpu_profile
+from specsteer.evaluation.deployment import GENERALIST, GENERIC, NO_HOST_OVERHEAD, SPECIALIST, MeasuredRun, project_runs
+from specsteer.evaluation.deployment_profiles import get_profile
+from specsteer.evaluation.deployment_rows import DEFAULT_RUNS, group_runs, projection_rows
 from specsteer.evaluation.gpu_profile import MeasuredPassCost, load_costs, measured_cloud_profile, parse_costs
 from specsteer.method.events import TraceStep
 
 REPO = Path(__file__).resolve().parents[2]
-SCRIPT = REPO / "scripts" / "gpu_costs.py"
-COMMITTED_DRY_RUN = REPO / "results" / "gpu_costs_cpu_dryrun.json"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("gpu_costs_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
+SCRIPT = REPO / "benchmarks" / "gpu_costs.py"
 
 
 @pytest.fixture(scope="module")
-def dry_run(tmp_path_factory) -> tuple[Path, dict]:
-    """One real run of the script, as on a GPU machine but tiny and on the CPU (one pair: it is the
-    same code for each)."""
-    out = tmp_path_factory.mktemp("gpu_costs") / "costs.json"
-    command = [sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--pairs", "qwen3", "--threads", "1"]
-    done = subprocess.run(
-        [*command, "--max-seconds", "90", "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=240
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out, json.loads(out.read_text())
+def dry_run(gpu_costs_dry_run) -> tuple[Path, dict]:
+    """The session's one real run of the script (tests/conftest.py)."""
+    return gpu_costs_dry_run
 
 
 # --------------------------------------------------------------------------- the script's JSON
@@ -58,7 +35,7 @@ def dry_run(tmp_path_factory) -> tuple[Path, dict]:
 @pytest.mark.slow  # the dry run fixture: a subprocess that imports torch and transformers
 def test_the_dry_run_writes_every_measurement_with_its_statistics(dry_run):
     _, data = dry_run
-    script = _script()
+    script = gpu_costs
     settings = script.TINY
     assert data["schema"] == "specsteer.gpu_costs/1"
     assert data["dry_run"] is True and data["complete"] is True and data["finished"] is True
@@ -96,7 +73,7 @@ def test_the_dry_run_writes_every_measurement_with_its_statistics(dry_run):
 
 def test_a_spent_budget_stops_cleanly_and_still_writes_the_json(tmp_path):
     out = tmp_path / "costs.json"
-    script = _script()
+    script = gpu_costs
     assert (
         script.main(["--device", "cpu", "--tiny", "--pairs", "llama3", "--max-seconds", "1e-9", "--out", str(out)]) == 0
     )
@@ -107,7 +84,7 @@ def test_a_spent_budget_stops_cleanly_and_still_writes_the_json(tmp_path):
 
 
 def test_repetitions_stop_at_the_budget_and_at_the_unit_time():
-    script = _script()
+    script = gpu_costs
 
     class Clock:
         def __init__(self, left_for: int):
@@ -129,7 +106,7 @@ def test_repetitions_stop_at_the_budget_and_at_the_unit_time():
 
 
 def test_quantiles_and_the_shape_table():
-    script = _script()
+    script = gpu_costs
     assert script.quantile([3.0, 1.0, 2.0], 0.5) == 2.0
     assert script.quantile([1.0, 2.0, 3.0, 4.0], 0.9) == pytest.approx(3.7)
     # The parameter counts the published model cards give (to their rounding).
@@ -250,8 +227,9 @@ def test_what_cannot_be_used_is_refused_with_a_reason(dry_run):
         measured_cloud_profile(parse_costs(lacking), "qwen3")
 
 
-def test_the_committed_dry_run_still_reads_and_says_what_it_is():
-    costs = load_costs(COMMITTED_DRY_RUN)
+@pytest.mark.slow
+def test_a_dry_run_reads_and_says_what_it_is(dry_run):
+    costs = load_costs(dry_run[0])
     assert costs.dry_run and "not a GPU figure" in costs.describe()
     profile = measured_cloud_profile(costs, "qwen3", "paper")
     assert all(math.isfinite(profile.cost(role).seconds(5, False)) for role in (GENERALIST, GENERIC))
@@ -261,16 +239,16 @@ def test_the_committed_dry_run_still_reads_and_says_what_it_is():
 
 
 @pytest.mark.slow
-def test_the_command_projects_stored_traces_with_both_profiles(dry_run, capsys):
+def test_the_command_projects_the_example_traces_with_both_profiles(dry_run, capsys):
+    """With no --database, the example runs' LongLaMP grid (assets/example_runs.db, read-only) is projected."""
     path, _ = dry_run
-    bench = REPO / "results" / "bench_link.json"
-    argv = [str(path), "--from-bench", str(bench), "--rtt-ms", "0,50", "--json"]
+    argv = [str(path), "--rtt-ms", "0,50", "--json"]
     assert gpu_profile_cli.main(argv) == 0
     result = json.loads(capsys.readouterr().out)
     assert result["dry_run"] is True and result["pair"]["large"] == "Qwen3-32B"
-    from specsteer.cli.bench import _bench_runs
+    from specsteer.cli.bench import _stored_runs
 
-    runs = _bench_runs(str(bench))
+    runs = _stored_runs(str(EXAMPLE_RUNS_DB), list(DEFAULT_RUNS))
     published = projection_rows(group_runs(runs), get_profile("paper"), [0.0, 50.0])
     measured = measured_cloud_profile(load_costs(path), "qwen3", "paper", origin=str(path))
     rows = result["projection"]
@@ -303,8 +281,13 @@ def test_a_trace_step_list_projects_under_the_measured_profile(dry_run):
         TraceStep("forward", "generalist", 5, 0.0),  # a round verifying k = 4
     ]
     verify = next(r for r in data["models"]["Qwen3-32B"]["verify"] if r["context"] == context and r["k"] == 4)
-    projected = project_runs([MeasuredRun(trace, 0.0, 5)], profile)
-    assert projected.seconds == pytest.approx(profile.cost(GENERALIST).seconds(100, True) + verify["median_s"])
+    passes = profile.cost(GENERALIST).seconds(100, True) + verify["median_s"]
+    no_host = replace(profile, edge_host=NO_HOST_OVERHEAD, cloud_host=NO_HOST_OVERHEAD)
+    assert project_runs([MeasuredRun(trace, 0.0, 5)], no_host).seconds == pytest.approx(passes)
+    # the base profile's host overhead on top: the Cloud's 1 + 5 logits rows (the Edge's message, and the host
+    # time it costs the Edge, arrive while the Cloud is still reading its prompt)
+    host = 6 * profile.cloud_host.per_row_s
+    assert project_runs([MeasuredRun(trace, 0.0, 5)], profile).seconds == pytest.approx(passes + host)
 
 
 @pytest.mark.slow
@@ -314,7 +297,7 @@ def test_the_real_shapes_build_the_published_models_on_the_meta_device():
     import torch
     import transformers
 
-    script = _script()
+    script = gpu_costs
     published = {  # parameters, to the model cards' rounding
         "Qwen3-0.6B": 0.6e9,
         "Qwen3-32B": 32.8e9,
@@ -329,15 +312,3 @@ def test_the_real_shapes_build_the_published_models_on_the_meta_device():
         built = sum(p.numel() for p in model.parameters())
         assert built == shape.parameters(), name
         assert built == pytest.approx(published[name], rel=0.02), name
-
-
-def test_the_committed_h100_measurement_is_a_complete_gpu_figure_the_profile_reads():
-    """results/gpu_costs_h100.json came from the device machine; the profile takes its medians unchanged."""
-    path = REPO / "results" / "gpu_costs_h100.json"
-    data = json.loads(path.read_text())
-    assert data["complete"] and not data["dry_run"]
-    assert data["device"]["kind"] == "cuda" and "H100" in data["device"]["name"]
-    profile = gpu_profile.profile_from_file(path, "qwen3", "paper", context=1024)
-    verify = next(r for r in data["models"]["Qwen3-32B"]["verify"] if r["context"] == 1024 and r["k"] == 4)
-    assert profile.cost(GENERALIST).seconds(5, first=False) == verify["median_s"]
-    assert "DRY RUN" not in profile.source(f"{GENERALIST}.decode")

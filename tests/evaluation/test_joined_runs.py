@@ -13,9 +13,9 @@ import storage
 from specsteer.evaluation.grid import EvalSpec, paired_difference, run_grid
 from specsteer.evaluation.joined import StoredRun, device_tokens, join_runs
 from specsteer.evaluation.metrics import bootstrap_interval
-from specsteer.evaluation.run_store import GridPoint
 from specsteer.method.catalog import METHODS
 from specsteer.models.tiny import tiny_pair
+from specsteer.stores.runs import GridPoint
 
 pytestmark = pytest.mark.usefixtures("fresh_engines")
 # the tables' order: the catalog's
@@ -24,7 +24,7 @@ ORDER = [method for method in METHODS if method in {"slm+", "llm", "specsteer", 
 
 @pytest.fixture
 def runs(tmp_path, url):
-    """Issue 28's kind of run (slm+, llm, specsteer) over three records, and a P³ run added to two of them."""
+    """A re-test's kind of run (slm+, llm, specsteer) over three records, and a P³ run added to two of them."""
     data = write_records(tmp_path, [cogenesis_record(n) for n in range(3)])
     base = EvalSpec(
         data=data,

@@ -1,4 +1,4 @@
-"""scripts/summarize_runs.py states the claims of specsteer.evaluation.claims (the Dashboard's sentences), not a
+"""benchmarks/summarize_runs.py states the claims of specsteer.evaluation.claims (the Dashboard's sentences), not a
 logic of its own: each SpecSteer setting against SLM+ and LLM with its interval and verdict, on R-L and R-1."""
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ from specsteer.data.crossing import CrossedPhrase, Crossing, HistoryCrossing
 from specsteer.data.datasets import bundled_sample_path
 from specsteer.evaluation.claims import claim_sentences
 from specsteer.evaluation.grid import EvalSpec, load_evaluation_records, run_config
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
+from specsteer.stores.runs import CellResult, GridPoint
 
-SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "summarize_runs.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "summarize_runs.py"
 STEERED = GridPoint("specsteer", 0.1, 1.0)
 CROSSED = CrossedPhrase("InnovTech Solutions", (Crossing(1, "rejected"),))
 # R-L (0-100) per record: SpecSteer above SLM+ on every record, beside LLM on some and below on others.

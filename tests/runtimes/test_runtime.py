@@ -13,12 +13,12 @@ import threading
 import pytest
 import torch
 
-from conftest import require_llamacpp
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
 from specsteer.method.decoding import ForwardLog, Stream
 from specsteer.models.loading import assemble_pair
 from specsteer.models.tiny import IM_END_ID, tiny_model, tiny_tokenizer, write_tiny_gguf
 from specsteer.runtimes.base import PrefixCache, Sequence, TransformersModel
+from testkit import require_llamacpp
 
 # How far a row may be from a fresh evaluation of the same tokens. llama.cpp on the tiny fp32 model
 # measured ~5e-4 between batched and single-token passes; its logits spread over a few units.
@@ -402,7 +402,7 @@ def test_every_row_of_a_long_pass_comes_back(gguf_dir):
 
 def test_a_llamacpp_context_grows_on_demand_and_keeps_what_it_holds(gguf_dir):
     """A context starts small and is replaced by a larger one, its cache copied, only when a pass needs
-    the room (issue 15: every session allocated its whole budget's keys and values at its Open)."""
+    the room (once, every session allocated its whole budget's keys and values at its Open)."""
     from specsteer.runtimes.llamacpp import FIRST_CONTEXT
 
     model = _model("llama.cpp", 17, gguf_dir)

@@ -1,4 +1,4 @@
-"""Issue 22's "judgements can be stuffed" inputs that failed uncleanly: a comparison id beyond any database id,
+"""The "judgements can be stuffed" inputs that failed uncleanly: a comparison id beyond any database id,
 and a run name of 100,000 characters (shown in every visitor's run picker). The stuffing itself is answered by
 campaigns (tests/test_campaigns.py: join codes, one judgement per annotator and comparison)."""
 

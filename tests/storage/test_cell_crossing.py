@@ -8,8 +8,8 @@ import pytest
 
 import storage
 from specsteer.data.crossing import CrossedPhrase, Crossing, HistoryCrossing, SentSpan
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
+from specsteer.stores.runs import CellResult, GridPoint
 
 pytestmark = pytest.mark.usefixtures("fresh_engines")
 

@@ -1,5 +1,6 @@
 """Tests of storage/: engine settings, every table's round trip, validation, exports,
-annotation statistics, resumable evaluation runs, and concurrent writers."""
+annotation statistics, resumable evaluation runs, and concurrent writers; on SQLite and on PostgreSQL
+(``db_url``) except where a test is about SQLite itself."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 import storage
 from specsteer.evaluation.metrics import ROUGE_KEYS
-from specsteer.evaluation.run_store import CellResult, GridPoint, cell_key
 from specsteer.method.events import GenerationStats, LinkMessage, TokenEvent
+from specsteer.stores.campaigns import NewCampaign, NewCampaignJudgement
+from specsteer.stores.generations import Judgement
+from specsteer.stores.runs import CellResult, GridPoint, cell_key
 from storage import db, exports
 from storage.histories import history_sha256
-from storage.judgements import Judgement, summarize_annotations
-from storage.models import Comparison, ComparisonOutput, Generation
+from storage.models import Base, Comparison, ComparisonOutput, Generation
 
 TABLES = {
     "histories",
@@ -62,11 +64,18 @@ def test_default_url_is_sqlite_file_in_data_dir(tmp_path, monkeypatch):
     assert (tmp_path / "nested" / "data").is_dir()
 
 
-def test_database_url_env_wins_and_postgres_scheme_is_normalised(monkeypatch):
+def test_database_url_env_wins_and_postgres_urls_name_the_installed_driver(monkeypatch):
     monkeypatch.setenv("DATABASE_URL", "postgres://user:pw@db.example/specsteer")
-    assert db.database_url() == "postgresql://user:pw@db.example/specsteer"
+    assert db.postgresql_driver() == "psycopg"  # requirements.txt's driver
+    assert db.database_url() == "postgresql+psycopg://user:pw@db.example/specsteer"
+    assert db.normalise_url("postgresql://db.example/x") == "postgresql+psycopg://db.example/x"
+    assert db.normalise_url("postgresql+psycopg2://db.example/x") == "postgresql+psycopg2://db.example/x"
     # Server databases get no SQLite-only arguments (and need no driver to plan this).
     assert db.engine_options(db.database_url()) == {"pool_pre_ping": True}
+    monkeypatch.setattr(db.importlib.util, "find_spec", lambda name: None)
+    assert (
+        db.normalise_url("postgres://db.example/x") == "postgresql://db.example/x"
+    )  # SQLAlchemy names what is missing
 
 
 def test_a_bare_path_names_a_sqlite_file(tmp_path, monkeypatch):
@@ -98,11 +107,11 @@ def test_engine_is_cached_per_url_across_threads(url):
     assert len({id(engine) for engine in engines}) == 1
 
 
-def test_init_db_creates_all_tables_and_is_idempotent(url):
-    db.init_db(url)
-    db.init_db(url)
+def test_init_db_creates_all_tables_and_is_idempotent(db_url):
+    db.init_db(db_url)
+    db.init_db(db_url)
     db.reset_engines()
-    engine = db.init_db(url)  # a fresh engine on an existing schema
+    engine = db.init_db(db_url)  # a fresh engine on an existing schema
     assert set(inspect(engine).get_table_names()) >= TABLES
 
 
@@ -122,8 +131,8 @@ def test_in_memory_sqlite_shares_one_database():
     assert storage.get_history(history_id, url=memory)["name"] == "m"
 
 
-def test_foreign_key_violations_are_rejected(url):
-    with pytest.raises(IntegrityError), db.session_scope(url) as session:
+def test_foreign_key_violations_are_rejected(db_url):
+    with pytest.raises(IntegrityError), db.session_scope(db_url) as session:
         session.add(
             Generation(
                 history_id=999,
@@ -138,16 +147,16 @@ def test_foreign_key_violations_are_rejected(url):
                 transcript=[],
             )
         )
-    with pytest.raises(IntegrityError), db.session_scope(url) as session:
+    with pytest.raises(IntegrityError), db.session_scope(db_url) as session:
         comparison = Comparison(task="review", input_text="", pairing="", settings={}, display_order=["llm"])
         comparison.outputs = [ComparisonOutput(slot=0, label="A", generation_id=12345)]
         session.add(comparison)
-    with db.session_scope(url) as session:
+    with db.session_scope(db_url) as session:
         assert session.execute(text("SELECT COUNT(*) FROM generations")).scalar() == 0
 
 
-def test_session_scope_rolls_back_on_error(url):
-    with pytest.raises(RuntimeError), db.session_scope(url) as session:
+def test_session_scope_rolls_back_on_error(db_url):
+    with pytest.raises(RuntimeError), db.session_scope(db_url) as session:
         session.execute(
             text(
                 "INSERT INTO eval_runs (name, config, status, created_at, updated_at) "
@@ -155,7 +164,7 @@ def test_session_scope_rolls_back_on_error(url):
             )
         )
         raise RuntimeError("boom")
-    assert storage.list_runs(url=url) == []
+    assert storage.list_runs(url=db_url) == []
 
 
 def test_retry_on_locked_reruns_the_unit_of_work():
@@ -205,29 +214,29 @@ class _Item:
         self.fields = fields
 
 
-def test_history_roundtrip_and_dedupe(url):
+def test_history_roundtrip_and_dedupe(db_url):
     items = [{"reviewText": "Great pan.", "summary": "Good"}, {"reviewText": "Too small.", "summary": "Meh"}]
-    first = storage.save_history(name="alice.jsonl", schema="review", items=items, user_id="A1", url=url)
+    first = storage.save_history(name="alice.jsonl", schema="review", items=items, user_id="A1", url=db_url)
     again = storage.save_history(
-        name="renamed.jsonl", schema="review", items=[_Item(**i) for i in items], user_id="A1", url=url
+        name="renamed.jsonl", schema="review", items=[_Item(**i) for i in items], user_id="A1", url=db_url
     )
-    other_user = storage.save_history(name="b.jsonl", schema="review", items=items, user_id="B2", url=url)
+    other_user = storage.save_history(name="b.jsonl", schema="review", items=items, user_id="B2", url=db_url)
     assert again == first and other_user != first
-    stored = storage.get_history(first, url=url)
+    stored = storage.get_history(first, url=db_url)
     assert stored["items"] == items and stored["item_count"] == 2
     assert stored["name"] == "alice.jsonl" and stored["schema"] == "review" and stored["user_id"] == "A1"
     assert stored["sha256"] == history_sha256("review", "A1", items)
     assert stored["created_at"].tzinfo is not None
-    listed = storage.list_histories(url=url)
+    listed = storage.list_histories(url=db_url)
     assert [h["id"] for h in listed] == [other_user, first] and "items" not in listed[0]
-    assert storage.get_history(999, url=url) is None
+    assert storage.get_history(999, url=db_url) is None
 
 
 # -------------------------------------------------------------------- generations
 
 
-def test_generation_roundtrip_accepts_engine_dataclasses(url):
-    history_id = storage.save_history(name="h", schema="plain", items=[{"text": "x"}], url=url)
+def test_generation_roundtrip_accepts_engine_dataclasses(db_url):
+    history_id = storage.save_history(name="h", schema="plain", items=[{"text": "x"}], url=db_url)
     tokens = [
         TokenEvent(id=5, text="Hel", kind="accepted", round=0, ratio=1.7),
         TokenEvent(id=6, text="lo", kind="rejected", round=0, ratio=float("inf")),
@@ -255,32 +264,32 @@ def test_generation_roundtrip_accepts_engine_dataclasses(url):
         stats=stats,
         transcript=transcript,
         history_id=history_id,
-        url=url,
+        url=db_url,
     )
-    stored = storage.get_generation(generation_id, url=url)
+    stored = storage.get_generation(generation_id, url=db_url)
     assert stored["tokens"][0] == {"id": 5, "text": "Hel", "kind": "accepted", "round": 0, "ratio": 1.7}
     assert stored["tokens"][1]["ratio"] is None  # JSON has no Infinity
     assert stored["stats"]["acceptance_rate"] == 0.5 and stored["stats"]["forward_calls"] == {"specialist": 2}
     assert stored["transcript"] == [{"direction": "uplink", "kind": "draft", "bytes": 16, "payload": {"ids": [5, 6]}}]
     assert stored["settings"] == {"alpha": 0.1, "beta": 1.0, "draft_len": 4}
     assert (stored["history_id"], stored["pairing"], stored["text"]) == (history_id, "tiny", "Hello!")
-    assert "tokens" not in storage.list_generations(url=url)[0]
-    assert storage.get_generation(999, url=url) is None
+    assert "tokens" not in storage.list_generations(url=db_url)[0]
+    assert storage.get_generation(999, url=db_url) is None
 
 
 # -------------------------------------------------------------------- comparisons
 
 
-def test_comparison_roundtrip_keeps_the_shown_order(url):
-    comparison_id = _comparison(url, ("slm+", "specsteer", "llm"))
-    stored = storage.get_comparison(comparison_id, url=url)
+def test_comparison_roundtrip_keeps_the_shown_order(db_url):
+    comparison_id = _comparison(db_url, ("slm+", "specsteer", "llm"))
+    stored = storage.get_comparison(comparison_id, url=db_url)
     assert stored["display_order"] == ["slm+", "specsteer", "llm"]
     assert stored["labels"] == {"A": "slm+", "B": "specsteer", "C": "llm"}
     assert [o["label"] for o in stored["outputs"]] == ["A", "B", "C"]
     assert stored["outputs"][1]["text"] == "text of specsteer"
     assert stored["blind"] is True and stored["pairing"] == "tiny"
-    assert [c["id"] for c in storage.list_comparisons(url=url)] == [comparison_id]
-    with db.session_scope(url) as session:
+    assert [c["id"] for c in storage.list_comparisons(url=db_url)] == [comparison_id]
+    with db.session_scope(db_url) as session:
         assert [g.method for g in session.get(Comparison, comparison_id).generations] == ["slm+", "specsteer", "llm"]
 
 
@@ -293,27 +302,27 @@ def test_comparison_roundtrip_keeps_the_shown_order(url):
         ("dup-method", "once per comparison"),
     ],
 )
-def test_comparison_validation(url, ids, message):
-    first, second = _generation(url, "llm"), _generation(url, "llm")
+def test_comparison_validation(db_url, ids, message):
+    first, second = _generation(db_url, "llm"), _generation(db_url, "llm")
     ids = {"none": [], "unknown": [first, 999], "dup-id": [first, first], "dup-method": [first, second]}[ids]
     with pytest.raises(ValueError, match=message):
-        storage.save_comparison(generation_ids=ids, task="review", input_text="x", url=url)
+        storage.save_comparison(generation_ids=ids, task="review", input_text="x", url=db_url)
 
 
 # -------------------------------------------------------------------- annotations
 
 
-def test_annotation_roundtrip_resolves_labels_to_methods(url):
-    comparison_id = _comparison(url)  # A=specsteer, B=llm, C=slm+
+def test_annotation_roundtrip_resolves_labels_to_methods(db_url):
+    comparison_id = _comparison(db_url)  # A=specsteer, B=llm, C=slm+
     annotation_id = storage.save_annotation(
         comparison_id=comparison_id,
         annotator=" ann1 ",
         preferred="A",
         ratings={"A": {"personalization": 5, "fluency": 4.0}, "llm": {"fluency": 3, "personalization": None}},
         comment="A sounds like me",
-        url=url,
+        url=db_url,
     ).id
-    [stored] = storage.list_annotations(url=url)
+    [stored] = storage.list_annotations(url=db_url)
     assert isinstance(stored, Judgement)
     assert stored.id == annotation_id and stored.annotator == "ann1" and stored.comment == "A sounds like me"
     assert (stored.preferred, stored.preferred_method) == ("A", "specsteer")
@@ -321,17 +330,17 @@ def test_annotation_roundtrip_resolves_labels_to_methods(url):
     assert stored.display_order == ("specsteer", "llm", "slm+") and stored.created_at.tzinfo is not None
 
 
-def test_annotation_labels_follow_the_order_this_annotator_saw(url):
-    comparison_id = _comparison(url)
+def test_annotation_labels_follow_the_order_this_annotator_saw(db_url):
+    comparison_id = _comparison(db_url)
     storage.save_annotation(
         comparison_id=comparison_id,
         annotator="ann2",
         preferred="A",
         ratings={"B": {"fluency": 2}},
         display_order=["slm+", "specsteer", "llm"],
-        url=url,
+        url=db_url,
     )
-    [stored] = storage.list_annotations(comparison_id=comparison_id, url=url)
+    [stored] = storage.list_annotations(comparison_id=comparison_id, url=db_url)
     assert stored.preferred_method == "slm+" and stored.ratings == {"specsteer": {"fluency": 2}}
 
 
@@ -362,22 +371,28 @@ def test_annotation_validation_errors(url, changes, message):
     assert storage.list_annotations(url=url) == []
 
 
-def test_tie_and_all_bad_are_accepted(url):
-    comparison_id = _comparison(url)
-    for choice in ("tie", "all_bad", "llm", "C"):
-        storage.save_annotation(comparison_id=comparison_id, annotator="ann", preferred=choice, url=url)
-    assert [a.preferred_method for a in storage.list_annotations(url=url)] == ["tie", "all_bad", "llm", "slm+"]
+def test_every_special_preference_is_accepted(db_url):
+    comparison_id = _comparison(db_url)
+    for choice in ("tie", "all_good", "all_bad", "llm", "C"):
+        storage.save_annotation(comparison_id=comparison_id, annotator="ann", preferred=choice, url=db_url)
+    assert [a.preferred_method for a in storage.list_annotations(url=db_url)] == [
+        "tie",
+        "all_good",
+        "all_bad",
+        "llm",
+        "slm+",
+    ]
 
 
-def test_export_rows_csv_and_jsonl(url, tmp_path):
-    comparison_id = _comparison(url)
+def test_export_rows_csv_and_jsonl(db_url, tmp_path):
+    comparison_id = _comparison(db_url)
     storage.save_annotation(
         comparison_id=comparison_id,
         annotator="ann1",
         preferred="B",
         ratings={"B": {"personalization": 4, "fluency": 5}},
         comment="=cmd|' /C calc'!A0",
-        url=url,
+        url=db_url,
     )
     storage.save_annotation(
         comparison_id=comparison_id,
@@ -385,9 +400,9 @@ def test_export_rows_csv_and_jsonl(url, tmp_path):
         preferred="tie",
         display_order=["llm", "slm+", "specsteer"],
         comment="fine, \"quoted\"\nnewline",
-        url=url,
+        url=db_url,
     )
-    rows = storage.annotations_export_rows(url=url)
+    rows = storage.annotations_export_rows(url=db_url)
     assert [r["annotator"] for r in rows] == ["ann1", "ann2"]
     first = rows[0]
     assert first["preferred_method"] == "llm" and first["task"] == "review" and first["comparison_id"] == comparison_id
@@ -416,139 +431,78 @@ def test_export_rows_csv_and_jsonl(url, tmp_path):
     assert lines[1]["preferred_method"] == "tie" and lines[0]["rating:llm:fluency"] == 5
 
 
-# ---------------------------------------------------------------- annotation stats
-
-
-def _judgement(annotation_id, comparison_id, annotator, preferred, shown, ratings=None):
-    return Judgement(
-        id=annotation_id,
-        comparison_id=comparison_id,
-        annotator=annotator,
-        preferred=preferred,
-        preferred_method=preferred,
-        ratings=ratings or {},
-        display_order=tuple(shown),
-    )
-
-
-def test_win_rates_and_agreement_on_a_hand_computed_example():
-    three, two_a, two_b = ["specsteer", "llm", "slm+"], ["specsteer", "llm"], ["specsteer", "slm+"]
-    annotations = [
-        _judgement(1, 1, "ann1", "specsteer", three, {"specsteer": {"fluency": 4}}),
-        _judgement(2, 1, "ann2", "specsteer", three, {"specsteer": {"fluency": 5}}),
-        _judgement(3, 1, "ann3", "llm", three),
-        _judgement(4, 2, "ann1", "tie", two_a),
-        _judgement(5, 2, "ann2", "llm", two_a),
-        _judgement(6, 3, "ann1", "specsteer", two_b),
-        _judgement(7, 3, "ann1", "slm+", two_b),  # re-judged: replaces annotation 6
-    ]
-    summary = summarize_annotations(annotations)
-    assert summary.judgements == 6 and summary.judges == 3 and summary.names == 3
-    methods = summary.methods
-    assert list(methods) == ["llm", "slm+", "specsteer"]
-    # specsteer shown 3+2+1 = 6 times, preferred twice, one tie where it was shown.
-    specsteer = methods["specsteer"]
-    assert (specsteer.shown, specsteer.wins, specsteer.ties, specsteer.all_bad) == (6, 2, 1, 0)
-    assert specsteer.win_rate == pytest.approx(2 / 6) and specsteer.mean_ratings == {"fluency": 4.5}
-    assert (methods["llm"].shown, methods["llm"].wins, methods["llm"].win_rate) == (5, 2, pytest.approx(0.4))
-    assert (methods["slm+"].shown, methods["slm+"].wins, methods["slm+"].win_rate) == (4, 1, 0.25)
-    # Items with >= 2 annotators: comparison 1 {specsteer: 2, llm: 1}, comparison 2 {tie: 1, llm: 1}.
-    # P1 = (2*1 + 0) / (3*2) = 1/3, P2 = 0 -> P-bar = 1/6.
-    # Pooled shares: specsteer 2/5, llm 2/5, tie 1/5 -> Pe = 9/25; kappa = (1/6 - 9/25) / (16/25) = -29/96.
-    agreement = summary.agreement
-    assert agreement.comparisons == 2 and agreement.judgements == 5
-    assert agreement.percent_agreement == pytest.approx(1 / 6)
-    assert agreement.unanimous == 0
-    assert agreement.fleiss_kappa == pytest.approx(-29 / 96)
-
-
-def test_perfect_agreement_and_undefined_kappa():
-    shown = ["specsteer", "llm"]
-    perfect = [
-        _judgement(1, 1, "a", "llm", shown),
-        _judgement(2, 1, "b", "llm", shown),
-        _judgement(3, 2, "a", "specsteer", shown),
-        _judgement(4, 2, "b", "specsteer", shown),
-    ]
-    agreement = summarize_annotations(perfect).agreement
-    assert agreement.percent_agreement == 1 and agreement.unanimous == 1 and agreement.fleiss_kappa == 1
-    # Everyone always picks the same category: chance agreement is 1, kappa is undefined.
-    assert summarize_annotations(perfect[:2]).agreement.fleiss_kappa is None
-    assert summarize_annotations([]).agreement.percent_agreement is None
-
-
-def test_annotation_summary_from_the_database(url):
-    comparison_id = _comparison(url)
-    storage.save_annotation(comparison_id=comparison_id, annotator="a", preferred="A", url=url)
-    storage.save_annotation(comparison_id=comparison_id, annotator="b", preferred="specsteer", url=url)
-    summary = storage.annotation_summary(url=url)
+def test_annotation_summary_from_the_database(db_url):
+    comparison_id = _comparison(db_url)
+    storage.save_annotation(comparison_id=comparison_id, annotator="a", preferred="A", url=db_url)
+    storage.save_annotation(comparison_id=comparison_id, annotator="b", preferred="specsteer", url=db_url)
+    summary = storage.annotation_summary(url=db_url)
     assert summary.methods["specsteer"].win_rate == 1 and summary.methods["llm"].win_rate == 0
     assert summary.agreement.percent_agreement == 1
-    assert storage.annotation_summary(task="abstract", url=url).judgements == 0
+    assert storage.annotation_summary(task="abstract", url=db_url).judgements == 0
 
 
-def test_a_page_holds_one_judgement_per_comparison_whatever_names_it_types(url):
+def test_a_page_holds_one_judgement_per_comparison_whatever_names_it_types(db_url):
     """One page session that submits under eight names is one judge: each save replaces the last (same id),
     the summary counts one judgement and no agreement; another page is a second judge."""
-    comparison_id = _comparison(url)
+    comparison_id = _comparison(db_url)
     saved = [
         storage.save_annotation(
-            comparison_id=comparison_id, annotator=f"name-{n}", preferred="ABC"[n % 3], page="page-1", url=url
+            comparison_id=comparison_id, annotator=f"name-{n}", preferred="ABC"[n % 3], page="page-1", url=db_url
         )
         for n in range(8)
     ]
     assert [s.replaced for s in saved] == [False] + [True] * 7 and len({s.id for s in saved}) == 1
-    [stored] = storage.list_annotations(url=url)
+    [stored] = storage.list_annotations(url=db_url)
     assert (stored.annotator, stored.preferred, stored.page) == ("name-7", "B", "page-1")
-    summary = storage.annotation_summary(url=url)
+    summary = storage.annotation_summary(url=db_url)
     assert (summary.judgements, summary.judges, summary.names, summary.agreement.comparisons) == (1, 1, 1, 0)
     other = storage.save_annotation(
-        comparison_id=comparison_id, annotator="name-7", preferred="B", page="page-2", url=url
+        comparison_id=comparison_id, annotator="name-7", preferred="B", page="page-2", url=db_url
     )
     assert not other.replaced and other.id != saved[0].id
-    summary = storage.annotation_summary(url=url)
+    summary = storage.annotation_summary(url=db_url)
     assert (summary.judgements, summary.judges, summary.names) == (2, 2, 1)
     assert summary.agreement.comparisons == 1 and summary.agreement.percent_agreement == 1
-    rows = storage.annotations_export_rows(url=url)
+    rows = storage.annotations_export_rows(url=db_url)
     assert len(rows) == 2 and rows[0]["page"] != rows[1]["page"] and len(rows[0]["page"]) <= 16
 
 
-def test_judgements_saved_without_a_page_count_by_name_as_before(url):
-    comparison_id = _comparison(url)
+def test_judgements_saved_without_a_page_count_by_name_as_before(db_url):
+    comparison_id = _comparison(db_url)
     for annotator in ("a", "b", "a"):
-        storage.save_annotation(comparison_id=comparison_id, annotator=annotator, preferred="A", url=url)
-    assert len(storage.list_annotations(url=url)) == 3  # stored apart: no page to replace
-    summary = storage.annotation_summary(url=url)
+        storage.save_annotation(comparison_id=comparison_id, annotator=annotator, preferred="A", url=db_url)
+    assert len(storage.list_annotations(url=db_url)) == 3  # stored apart: no page to replace
+    summary = storage.annotation_summary(url=db_url)
     assert (summary.judgements, summary.judges) == (2, 2)  # each name's latest
-    assert storage.annotations_export_rows(url=url)[0]["page"] == ""
+    assert storage.annotations_export_rows(url=db_url)[0]["page"] == ""
 
 
-def test_a_database_from_before_pages_were_kept_gains_their_table_and_keeps_its_judgements(url):
-    comparison_id = _comparison(url)
-    storage.save_annotation(comparison_id=comparison_id, annotator="old", preferred="A", url=url)
-    with db.get_engine(url).begin() as connection:
+def test_a_database_from_before_pages_were_kept_gains_their_table_and_keeps_its_judgements(db_url):
+    comparison_id = _comparison(db_url)
+    storage.save_annotation(comparison_id=comparison_id, annotator="old", preferred="A", url=db_url)
+    with db.get_engine(db_url).begin() as connection:
         connection.execute(text("DROP TABLE annotation_pages"))  # the schema of an earlier version
     storage.reset_engines()  # the app restarts on the older database
-    [old] = storage.list_annotations(url=url)
+    [old] = storage.list_annotations(url=db_url)
     assert (old.annotator, old.page) == ("old", None)
-    saved = storage.save_annotation(comparison_id=comparison_id, annotator="new", preferred="B", page="p", url=url)
-    assert not saved.replaced and storage.annotation_summary(url=url).judges == 2
+    saved = storage.save_annotation(comparison_id=comparison_id, annotator="new", preferred="B", page="p", url=db_url)
+    assert not saved.replaced and storage.annotation_summary(url=db_url).judges == 2
 
 
-def test_one_page_saving_at_once_stores_one_judgement(url):
+def test_one_page_saving_at_once_stores_one_judgement(db_url):
     """A double click (or a script) saving the same page's judgement from several threads: one row."""
-    comparison_id = _comparison(url)
+    comparison_id = _comparison(db_url)
     start = threading.Barrier(6)
 
     def save(worker: int):
         start.wait()
         return storage.save_annotation(
-            comparison_id=comparison_id, annotator=f"n{worker}", preferred="A", page="one-page", url=url
+            comparison_id=comparison_id, annotator=f"n{worker}", preferred="A", page="one-page", url=db_url
         )
 
     with ThreadPoolExecutor(6) as pool:
         results = list(pool.map(save, range(6)))
-    assert len(storage.list_annotations(url=url)) == 1 and len({result.id for result in results}) == 1
+    assert len(storage.list_annotations(url=db_url)) == 1 and len({result.id for result in results}) == 1
 
 
 def test_export_files_are_written_from_rows_alone(tmp_path):
@@ -593,35 +547,35 @@ def _cell(
     )
 
 
-def test_create_run_resumes_same_config_and_refuses_a_different_one(url):
-    run_id = storage.create_run("grid-1", CONFIG, url=url)
+def test_create_run_resumes_same_config_and_refuses_a_different_one(db_url):
+    run_id = storage.create_run("grid-1", CONFIG, url=db_url)
     reordered = dict(reversed(list(CONFIG.items())), methods=["llm", "specsteer"])
-    assert storage.create_run("grid-1", reordered, url=url) == run_id
+    assert storage.create_run("grid-1", reordered, url=db_url) == run_id
     with pytest.raises(ValueError, match="different config"):
-        storage.create_run("grid-1", {**CONFIG, "limit": 20}, url=url)
-    other = storage.create_run("grid-2", CONFIG, url=url)
+        storage.create_run("grid-1", {**CONFIG, "limit": 20}, url=db_url)
+    other = storage.create_run("grid-2", CONFIG, url=db_url)
     assert other != run_id
-    assert [r.name for r in storage.list_runs(url=url)] == ["grid-2", "grid-1"]
-    run = storage.get_run(run_id, url=url)
+    assert [r.name for r in storage.list_runs(url=db_url)] == ["grid-2", "grid-1"]
+    run = storage.get_run(run_id, url=db_url)
     assert isinstance(run, storage.StoredRun)
     assert run.status == "pending" and run.config["methods"] == ["llm", "specsteer"] and run.cell_count == 0
-    assert storage.get_run_by_name("grid-1", url=url).id == run_id
-    assert storage.get_run(999, url=url) is None and storage.get_run_by_name("nope", url=url) is None
+    assert storage.get_run_by_name("grid-1", url=db_url).id == run_id
+    assert storage.get_run(999, url=db_url) is None and storage.get_run_by_name("nope", url=db_url) is None
 
 
-def test_run_status_transitions(url):
-    run_id = storage.create_run("grid", CONFIG, url=url)
-    created = storage.get_run(run_id, url=url)
-    storage.set_run_status(run_id, "failed", error="OOM", url=url)
-    failed = storage.get_run(run_id, url=url)
+def test_run_status_transitions(db_url):
+    run_id = storage.create_run("grid", CONFIG, url=db_url)
+    created = storage.get_run(run_id, url=db_url)
+    storage.set_run_status(run_id, "failed", error="OOM", url=db_url)
+    failed = storage.get_run(run_id, url=db_url)
     assert (failed.status, failed.error) == ("failed", "OOM")
     assert failed.updated_at >= created.updated_at
-    storage.set_run_status(run_id, "running", url=url)
-    assert storage.get_run(run_id, url=url).error is None
+    storage.set_run_status(run_id, "running", url=db_url)
+    assert storage.get_run(run_id, url=db_url).error is None
     with pytest.raises(ValueError, match="status must be one of"):
-        storage.set_run_status(run_id, "done", url=url)
+        storage.set_run_status(run_id, "done", url=db_url)
     with pytest.raises(ValueError, match="does not exist"):
-        storage.set_run_status(999, "running", url=url)
+        storage.set_run_status(999, "running", url=db_url)
 
 
 def test_cell_keys_are_canonical_and_unforgeable():
@@ -631,8 +585,8 @@ def test_cell_keys_are_canonical_and_unforgeable():
     assert cell_key("a|b", GridPoint("c")) != cell_key("a", GridPoint("b|c"))
 
 
-def test_save_cell_is_idempotent_and_roundtrips_typed_cells(url):
-    run_id = storage.create_run("grid", CONFIG, url=url)
+def test_save_cell_is_idempotent_and_roundtrips_typed_cells(db_url):
+    run_id = storage.create_run("grid", CONFIG, url=db_url)
     rouge = {"rouge1": 0.31, "rougeL": 0.2, "rouge1_stemmed": 0.33, "rougeL_stemmed": 0.21}
     cell = _cell(
         "r1",
@@ -649,24 +603,24 @@ def test_save_cell_is_idempotent_and_roundtrips_typed_cells(url):
         seconds=1.2,
         new_tokens=15,
     )
-    assert storage.save_cell(run_id, cell, url=url) is True
-    assert storage.save_cell(run_id, _cell("r1", "specsteer", 0.1, 1.0, output="other"), url=url) is False
+    assert storage.save_cell(run_id, cell, url=db_url) is True
+    assert storage.save_cell(run_id, _cell("r1", "specsteer", 0.1, 1.0, output="other"), url=db_url) is False
     # NULL alpha/beta (methods without them) must deduplicate too.
-    assert storage.save_cell(run_id, _cell("r1"), url=url) is True
-    assert storage.save_cell(run_id, _cell("r1"), url=url) is False
-    cells = storage.run_cells(run_id, url=url)
+    assert storage.save_cell(run_id, _cell("r1"), url=db_url) is True
+    assert storage.save_cell(run_id, _cell("r1"), url=db_url) is False
+    cells = storage.run_cells(run_id, url=db_url)
     assert cells == [cell, _cell("r1", rouge=dict.fromkeys(ROUGE_KEYS))]  # read back equal to what was saved
-    assert storage.finished_cell_keys(run_id, url=url) == {"r1|specsteer|a=0.1|b=1", "r1|llm|a=-|b=-"}
-    assert storage.get_run(run_id, url=url).cell_count == 2
+    assert storage.finished_cell_keys(run_id, url=db_url) == {"r1|specsteer|a=0.1|b=1", "r1|llm|a=-|b=-"}
+    assert storage.get_run(run_id, url=db_url).cell_count == 2
     with pytest.raises(ValueError, match="does not exist"):
-        storage.save_cell(999, _cell("r1"), url=url)
+        storage.save_cell(999, _cell("r1"), url=db_url)
     with pytest.raises(ValueError, match="unknown ROUGE"):
-        storage.save_cell(run_id, _cell("r2", rouge={"rouge2": 0.1}), url=url)
+        storage.save_cell(run_id, _cell("r2", rouge={"rouge2": 0.1}), url=db_url)
 
 
-def test_cells_stored_by_an_older_version_still_read(url):
-    run_id = storage.create_run("old", CONFIG, url=url)
-    with db.session_scope(url) as session:  # stats without "method", "trace" or "verified", plus a retired key
+def test_cells_stored_by_an_older_version_still_read(db_url):
+    run_id = storage.create_run("old", CONFIG, url=db_url)
+    with db.session_scope(db_url) as session:  # stats without "method", "trace" or "verified", plus a retired key
         session.execute(
             text(
                 "INSERT INTO eval_cells (run_id, cell_key, record_id, method, output, stats, created_at) "
@@ -674,42 +628,127 @@ def test_cells_stored_by_an_older_version_still_read(url):
             ),
             {"run": run_id, "stats": json.dumps({"new_tokens": 3, "seconds": 0.5, "acceptance": 0.9})},
         )
-    [cell] = storage.run_cells(run_id, url=url)
+    [cell] = storage.run_cells(run_id, url=db_url)
     assert cell.point == GridPoint("llm") and cell.stats.method == "llm"
     assert (cell.stats.new_tokens, cell.stats.seconds, cell.stats.verified, cell.stats.trace) == (3, 0.5, 0, [])
 
 
-def test_deleting_a_run_cascades_to_its_cells(url):
-    run_id = storage.create_run("grid", CONFIG, url=url)
-    storage.save_cell(run_id, _cell("r1"), url=url)
-    with db.session_scope(url) as session:
+def test_deleting_a_run_cascades_to_its_cells(db_url):
+    run_id = storage.create_run("grid", CONFIG, url=db_url)
+    storage.save_cell(run_id, _cell("r1"), url=db_url)
+    with db.session_scope(db_url) as session:
         session.execute(text("DELETE FROM eval_runs WHERE id = :id"), {"id": run_id})
-    with db.session_scope(url) as session:
+    with db.session_scope(db_url) as session:
         assert session.execute(text("SELECT COUNT(*) FROM eval_cells")).scalar() == 0
 
 
-def test_run_survives_an_app_restart(url):
-    store = storage.SqlRunStore(url)
+def test_run_survives_an_app_restart(db_url):
+    store = storage.SqlRunStore(db_url)
     run_id = store.open_run("grid", CONFIG)
     store.set_status(run_id, "running")
     for record in ("r1", "r2", "r3"):
         store.save_cell(run_id, _cell(record, "specsteer", 0.1, 1.0))
     keys_before = store.finished_keys(run_id)
     db.reset_engines()  # the app process restarts: no engine, no cached state
-    store = storage.SqlRunStore(url)
+    store = storage.SqlRunStore(db_url)
     assert store.open_run("grid", CONFIG) == run_id
     assert store.finished_keys(run_id) == keys_before
     todo = [r for r in ("r1", "r2", "r3", "r4") if _cell(r, "specsteer", 0.1, 1.0).key not in keys_before]
     assert todo == ["r4"]
-    assert storage.get_run(run_id, url=url).status == "running"
+    assert storage.get_run(run_id, url=db_url).status == "running"
     assert [cell.record_id for cell in store.cells(run_id)] == ["r1", "r2", "r3"]
+
+
+# ------------------------------------------------------ the same on SQLite and PostgreSQL
+
+
+def test_ids_go_beyond_32_bits_on_postgresql(postgres_url):
+    """PostgreSQL's INTEGER ends at 2**31 - 1 (SQLite's row ids are 64-bit): ids and the columns that hold
+    them are BIGINT there. Every table's sequence starts past it, then every repository writes and reads."""
+    start = 2**31 + 7
+    engine = db.init_db(postgres_url)
+    with engine.begin() as connection:
+        for table in Base.metadata.sorted_tables:
+            if "id" in table.c:
+                connection.exec_driver_sql(f"SELECT setval(pg_get_serial_sequence('{table.name}', 'id'), {start})")
+    history_id = storage.save_history(name="h", schema="plain", items=[{"text": "x"}], url=postgres_url)
+    generation_ids = [
+        storage.save_generation(
+            method=m, task="review", input_text="i", text=m, history_id=history_id, url=postgres_url
+        )
+        for m in ("llm", "slm+")
+    ]
+    comparison_id = storage.save_comparison(
+        generation_ids=generation_ids, task="review", input_text="i", history_id=history_id, url=postgres_url
+    )
+    annotation_id = storage.save_annotation(
+        comparison_id=comparison_id, annotator="a", preferred="A", page="p", url=postgres_url
+    ).id
+    run_id = storage.create_run("big", CONFIG, url=postgres_url)
+    assert storage.save_cell(run_id, _cell("r1"), url=postgres_url)
+    campaigns = storage.SqlCampaignStore(postgres_url)
+    campaign = campaigns.create_campaign(
+        NewCampaign("big", "review", ("llm", "slm+"), "tiny", {}, {"source": "sample"}, 1, True, {})
+    )
+    assert campaigns.add_item(campaign.id, 0, "r1", comparison_id)
+    annotator = campaigns.add_annotator(campaign.id, "ann", None)
+    judgement_id = campaigns.save_judgement(
+        NewCampaignJudgement(campaign.id, comparison_id, annotator.id, ("llm", "slm+"), "A", "llm", {}, "", 1.0)
+    )
+    ids = [history_id, *generation_ids, comparison_id, annotation_id, run_id, campaign.id, annotator.id, judgement_id]
+    assert all(identifier > 2**31 for identifier in ids)
+    stored = storage.get_comparison(comparison_id, url=postgres_url)
+    assert [output["generation_id"] for output in stored["outputs"]] == generation_ids
+    assert stored["history_id"] == history_id and storage.get_run(run_id, url=postgres_url).cell_count == 1
+    assert [j.id for j in campaigns.judgements(campaign.id)] == [judgement_id]
+
+
+def test_text_with_nul_is_kept_with_a_replacement_character(db_url):
+    """PostgreSQL's text cannot hold NUL, which a byte-level model may emit and any caller may send: it is
+    stored as U+FFFD on both databases (JSON values keep it: JSON escapes it)."""
+    history_id = storage.save_history(name="h\x00", schema="plain", items=[{"text": "a\x00b"}], url=db_url)
+    generation_id = storage.save_generation(
+        method="llm", task="review", input_text="in\x00put", text="out\x00", tokens=[{"text": "\x00"}], url=db_url
+    )
+    stored = storage.get_generation(generation_id, url=db_url)
+    assert (stored["input_text"], stored["text"]) == ("in\ufffdput", "out\ufffd")
+    assert stored["tokens"] == [{"text": "\x00"}]
+    assert storage.get_history(history_id, url=db_url)["name"] == "h\ufffd"
+    assert storage.get_history(history_id, url=db_url)["items"] == [{"text": "a\x00b"}]
+
+
+def test_values_longer_than_their_column_are_refused_alike(db_url):
+    """PostgreSQL refuses a value longer than its VARCHAR where SQLite would keep it: the repositories refuse
+    it on both, with a sentence, before the database sees it."""
+    run_id = storage.create_run("long", CONFIG, url=db_url)
+    with pytest.raises(ValueError, match="record id is 256 characters long; the limit is 255"):
+        storage.save_cell(run_id, _cell("r" * 256), url=db_url)
+    assert storage.save_cell(run_id, _cell("r" * 255), url=db_url)  # up to the limit
+    with pytest.raises(ValueError, match="run name is 300 characters long"):
+        storage.create_run("n" * 300, CONFIG, url=db_url)
+    with pytest.raises(ValueError, match="history name"):
+        storage.save_history(name="h" * 256, schema="plain", items=[], url=db_url)
+    with pytest.raises(ValueError, match="annotator is 256"):
+        storage.save_annotation(comparison_id=_comparison(db_url), annotator="a" * 256, preferred="A", url=db_url)
+    assert storage.get_run(run_id, url=db_url).cell_count == 1 and storage.list_histories(url=db_url) == []
+
+
+def test_names_differing_in_case_are_different_names_on_both(db_url):
+    campaigns = storage.SqlCampaignStore(db_url)
+    campaign = campaigns.create_campaign(
+        NewCampaign("Study", "review", ("llm",), "tiny", {}, {"source": "sample"}, 1, True, {})
+    )
+    upper, lower = campaigns.add_annotator(campaign.id, "Ann", None), campaigns.add_annotator(campaign.id, "ann", None)
+    assert upper.id != lower.id and campaigns.annotator(campaign.id, "ANN") is None
+    assert campaigns.campaign("study") is None and campaigns.campaign("Study").id == campaign.id
+    assert storage.create_run("Run", CONFIG, url=db_url) != storage.create_run("run", CONFIG, url=db_url)
 
 
 # -------------------------------------------------------------------- concurrency
 
 
-def test_threads_writing_annotations_lose_nothing(url):
-    comparison_id = _comparison(url)
+def test_threads_writing_annotations_lose_nothing(db_url):
+    comparison_id = _comparison(db_url)
     errors: list[BaseException] = []
     ids: list[int] = []
     start = threading.Barrier(8)
@@ -725,7 +764,7 @@ def test_threads_writing_annotations_lose_nothing(url):
                         preferred="ABC"[index % 3],
                         ratings={"A": {"fluency": 1 + index % 5}},
                         comment=f"{worker}-{index}",
-                        url=url,
+                        url=db_url,
                     ).id
                 )
         except BaseException as error:  # reported below; a thread cannot fail the test itself
@@ -737,38 +776,46 @@ def test_threads_writing_annotations_lose_nothing(url):
     for thread in threads:
         thread.join()
     assert errors == []
-    stored = storage.list_annotations(url=url)
+    stored = storage.list_annotations(url=db_url)
     assert len(stored) == 200 and len(set(ids)) == 200
     assert {a.comment for a in stored} == {f"{w}-{i}" for w in range(8) for i in range(25)}
 
 
-def _write_cells_in_another_process(url: str, run_id: int, worker: int, start, results) -> None:
+GRID_CELLS = 20
+
+
+def _write_the_grid_in_another_process(url: str, run_id: int, start, results) -> None:
+    storage.finished_cell_keys(run_id, url=url)  # engine and connection ready before the race starts
     start.wait()
-    inserted = 0
-    for index in range(50):
-        inserted += storage.save_cell(
-            run_id, _cell(f"w{worker}-r{index}", "specsteer", 0.1, 1.0, output=f"out {index}"), url=url
-        )
-        if index % 5 == 0:  # both processes race on the same shared cells too
-            inserted += storage.save_cell(run_id, _cell(f"shared-{index}"), url=url)
-    results.put((worker, inserted))
+    inserted = sum(
+        storage.save_cell(run_id, _cell(f"r{index}", "specsteer", 0.1, 1.0, output=f"out {index}"), url=url)
+        for index in range(GRID_CELLS)
+    )
+    results.put(inserted)
 
 
-def test_processes_writing_cells_lose_nothing(url):
-    run_id = storage.create_run("parallel", CONFIG, url=url)
+def test_two_processes_writing_one_runs_cells_store_each_once(db_url):
+    """Two workers on one run (``--shard`` overlapping completely, the worst case): each process has its own
+    engine and tries every one of the 20 cells at the same moment as the other."""
+    run_id = storage.create_run("parallel", CONFIG, url=db_url)
     context = multiprocessing.get_context("spawn")  # fresh interpreters: no inherited connections
     start, results = context.Barrier(2), context.Queue()
     workers = [
-        context.Process(target=_write_cells_in_another_process, args=(url, run_id, w, start, results)) for w in range(2)
+        context.Process(target=_write_the_grid_in_another_process, args=(db_url, run_id, start, results))
+        for _ in range(2)
     ]
     for worker in workers:
         worker.start()
-    inserted = dict(results.get(timeout=120) for _ in workers)
+    inserted = [results.get(timeout=120) for _ in workers]
     for worker in workers:
         worker.join(timeout=60)
         assert worker.exitcode == 0
-    cells = storage.run_cells(run_id, url=url)
-    assert len(cells) == 2 * 50 + 10
-    assert sum(inserted.values()) == 110  # each shared cell was inserted by exactly one process
-    assert len({c.key for c in cells}) == 110
-    assert storage.get_run(run_id, url=url).cell_count == 110
+    cells = storage.run_cells(run_id, url=db_url)
+    keys = [cell.key for cell in cells]
+    print(
+        f"{db.get_engine(db_url).dialect.name}: 2 processes, {GRID_CELLS} cells each tried: {len(cells)} stored, "
+        f"{len(set(keys))} distinct, inserted {inserted[0]} + {inserted[1]}, {len(keys) - len(set(keys))} twice"
+    )
+    assert len(cells) == len(set(keys)) == GRID_CELLS
+    assert sum(inserted) == GRID_CELLS  # each cell inserted by exactly one process
+    assert storage.get_run(run_id, url=db_url).cell_count == GRID_CELLS

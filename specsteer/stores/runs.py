@@ -1,0 +1,90 @@
+"""What a run store keeps (``protocols.RunStore``): evaluation runs and their cells, as typed values
+(:class:`GridPoint`, :class:`CellResult`, :data:`RunStatus`, :class:`StoredRun`), and the key that names a cell.
+
+``specsteer.evaluation.grid`` stores every cell the moment it is computed; everything that reads runs back
+(summaries, claims, sweeps, joined runs) reads these values. ``storage.SqlRunStore`` turns them into rows.
+Light: no torch, no SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, get_args
+
+from specsteer.data.crossing import HistoryCrossing
+from specsteer.method.events import GenerationStats
+
+# --------------------------------------------------------------------------- the evaluation grid's results
+
+RunStatus = Literal["pending", "running", "finished", "cancelled", "failed"]
+RUN_STATUSES: tuple[RunStatus, ...] = get_args(RunStatus)
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    """A method with the alpha and beta it reads (None for a parameter it does not use)."""
+
+    method: str
+    alpha: float | None = None
+    beta: float | None = None
+
+    @property
+    def label(self) -> str:
+        parameters = [f"{name}={value:g}" for name, value in (("a", self.alpha), ("b", self.beta)) if value is not None]
+        return " ".join([self.method, *parameters])
+
+
+def _key_number(value: float | None) -> str:
+    # 12 significant digits: 0.1 and 0.1000000000001 (float noise from a grid) share a key.
+    return "-" if value is None else format(float(value), ".12g")
+
+
+def _key_text(value: str) -> str:
+    # Escape the separator so that no record id can forge another cell's key.
+    return str(value).replace("%", "%25").replace("|", "%7C")
+
+
+def cell_key(record_id: str, point: GridPoint) -> str:
+    """Canonical key of a grid cell, e.g. ``"rec42|specsteer|a=0.1|b=1"`` (``-`` for no value).
+
+    A run holds at most one cell per key: it is how a resumed run knows what is already done.
+    """
+    return f"{_key_text(record_id)}|{_key_text(point.method)}|a={_key_number(point.alpha)}|b={_key_number(point.beta)}"
+
+
+@dataclass(frozen=True)
+class CellResult:
+    """One finished cell: a record's output under one grid point, its ROUGE scores, the generation's statistics."""
+
+    record_id: str
+    point: GridPoint
+    output: str
+    # F-measures in [0, 1] keyed by ``specsteer.evaluation.metrics.ROUGE_KEYS``; None where a score is missing.
+    rouge: Mapping[str, float | None]
+    stats: GenerationStats
+    # The history that crossed (specsteer.data.crossing; phrases and where they crossed, without spans); None for
+    # a cell stored before the audit existed (not audited, which is not "none crossed").
+    history_crossed: HistoryCrossing | None = None
+
+    @property
+    def key(self) -> str:
+        return cell_key(self.record_id, self.point)
+
+
+@dataclass(frozen=True)
+class StoredRun:
+    """A run as stored, with the number of cells it has so far."""
+
+    id: int
+    name: str
+    config: Mapping[str, Any]
+    status: RunStatus
+    error: str | None
+    created_at: datetime
+    updated_at: datetime
+    cell_count: int
+    # One of the example runs that ship with the app (read-only, beside the user's own: the service's
+    # RunsWithExamples), not one of the user's.
+    example: bool = False

@@ -47,6 +47,23 @@ class GenerateView(NamedTuple, Generic[_V]):
     stats: _V
     retrieved: _V
     privacy: _V
+    panel: _V  # the privacy accordion: opened where phrases of the history crossed
+    guard: _V  # the one-click offer of the private-span guard: shown where the service offers it
+    offer: _V  # the guard's n it offers (None: no offer)
+
+
+def privacy_updates(result: GenerationResult | None) -> tuple[object, object, object]:
+    """(panel, guard, offer) for a generation's end: the privacy panel opened and the guard offered where the
+    service's verdict says phrases of the history crossed; closed offer otherwise."""
+    report = result.privacy if result is not None else None
+    crossed = report is not None and report.verdict == "history crossed"
+    offer = report.guard_offer if report is not None else None
+    label = f"Generate again with the private-span guard (n = {offer.private_guard})" if offer else ""
+    return (
+        gr.update(open=True) if crossed else gr.skip(),
+        gr.update(visible=offer is not None, value=label) if offer else gr.update(visible=False),
+        offer.private_guard if offer else None,
+    )
 
 
 class SampleView(NamedTuple, Generic[_V]):
@@ -116,15 +133,16 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
             if event.partial is not None:  # the Cloud failed midway: what it had emitted is kept
                 yield GenerateView(
                     status,
-                    render.output_html(tokens.html),
+                    render.output_html(render.marked_tokens_html(event.partial.tokens, event.partial.privacy)),
                     _final_stats(event.partial, _after_start(settings)),
                     skip,
                     render.privacy_html(event.partial.privacy),
+                    *privacy_updates(event.partial),
                 )
                 continue
             stats = render.stats_html(live.view("failed")) if live is not None else skip
             output = render.output_html(tokens.html) if live is not None else skip
-            yield GenerateView(status, output, stats, skip, skip)
+            yield GenerateView(status, output, stats, skip, skip, skip, skip, skip)
         elif isinstance(event, Started):
             settings = event.settings
             yield GenerateView(
@@ -133,34 +151,35 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
                 "",
                 render.retrieved_html(event.preview),
                 render.message_box(WAITING_FOR_TRANSCRIPT, "info"),
+                *privacy_updates(None),
             )
         elif isinstance(event, Loading):
-            yield GenerateView(render.message_box(event.message, "busy"), skip, skip, skip, skip)
+            yield GenerateView(render.message_box(event.message, "busy"), *[skip] * (len(GenerateView._fields) - 1))
         elif isinstance(event, Generating):
             started = _after_start(settings)
             live = LiveStats(
                 event.method, event.runtime, event.precision, cloud=started.cloud, link=started.link_conditions()
             )
             running = render.message_box(f"Generating with {method_label(event.method)}…", "busy")
-            yield GenerateView(running, skip, render.stats_html(live.view("running")), skip, skip)
+            yield GenerateView(running, skip, render.stats_html(live.view("running")), skip, skip, skip, skip, skip)
         elif isinstance(event, (Token, Pending)):
             live = _after_start(live)
             live.add(event.event)
             tokens.add(event.event)
             # Every draft is published: the last one of a round may be on screen for a whole verification.
             if isinstance(event, Pending) or throttle.due():
-                yield GenerateView(
-                    running, render.output_html(tokens.html), render.stats_html(live.view("running")), skip, skip
-                )
+                live_stats = render.stats_html(live.view("running"))
+                yield GenerateView(running, render.output_html(tokens.html), live_stats, skip, skip, skip, skip, skip)
         elif isinstance(event, Done):
             result = event.result
             tokens.end()
             yield GenerateView(
                 _done_status(result),
-                render.output_html(tokens.html),
+                render.output_html(render.marked_tokens_html(result.tokens, result.privacy)),
                 _final_stats(result, _after_start(settings)),
                 skip,
                 render.privacy_html(result.privacy),
+                *privacy_updates(result),
             )
 
 
@@ -258,15 +277,18 @@ class GenerateTab:
     def stop(self, request: gr.Request | None = None) -> GenerateView:
         """The Stop button: end this page's generation and show where it ended (saved if it had begun)."""
         skip = gr.skip()
+        rest = [skip] * (len(GenerateView._fields) - 1)
         run = RUNS.stop(request, "generate")
         if run is None:
-            return GenerateView(render.message_box(NOT_YOURS, "warning"), skip, skip, skip, skip)
+            return GenerateView(render.message_box(NOT_YOURS, "warning"), *rest)
         if not run.done:  # still loading the models: it ends without generating once they are loaded
             return GenerateView(
-                render.message_box("Stopped. The models finish loading in the background.", "warning"),
-                skip,
-                skip,
-                skip,
-                skip,
+                render.message_box("Stopped. The models finish loading in the background.", "warning"), *rest
             )
         return GenerateView(*run.state)
+
+    @staticmethod
+    def take_guard_offer(offer: int | None) -> object:
+        """The guard button: the private-span guard widget set to the n the service offered (the page then
+        presses Generate, so the one click re-runs with the guard on)."""
+        return offer if offer else gr.skip()

@@ -49,6 +49,7 @@ def choice_label(method: str) -> str:
 
 
 METHOD_CHOICES = [(choice_label(m), m) for m in METHOD_ORDER]
+PRESS_GENERATE = "() => { document.querySelector('#generate-button').click(); }"
 
 
 def build(service: AppService) -> GenerateControls:
@@ -221,8 +222,10 @@ def build(service: AppService) -> GenerateControls:
                     ),
                     elem_id="retrieved",
                 )
-            with gr.Accordion("Privacy: what was sent to the cloud", open=False, elem_id="privacy-accordion"):
+            with gr.Accordion("Privacy: what was sent to the cloud", open=False, elem_id="privacy-accordion") as panel:
+                guard = gr.Button(visible=False, variant="primary", size="md", elem_id="guard-offer")
                 privacy = gr.HTML(render.message_box(WAITING_FOR_TRANSCRIPT, "info"), elem_id="privacy")
+    offer = gr.State(None)
 
     settings = {
         "pairing": picker.pairing,
@@ -285,10 +288,12 @@ def build(service: AppService) -> GenerateControls:
         status,
         tab.generate,
         [history_state, task, input_text],
-        list(GenerateView(status, output, stats, retrieved, privacy)),
+        list(GenerateView(status, output, stats, retrieved, privacy, panel, guard, offer)),
         inputs_kwargs=settings,
         api_name="generate",
         stop_work=tab.stop,
         stop_api_name="stop_generate",
     )
+    # The guard's one click: its widget set to the offered n, then Generate pressed with every setting as it is.
+    guard.click(tab.take_guard_offer, offer, private_guard, **QUIET).then(None, js=PRESS_GENERATE, **QUIET)
     return GenerateControls(history_state, task, input_text, settings, picker.pairing)

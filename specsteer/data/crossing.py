@@ -52,6 +52,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from specsteer.data.facts import STOPWORDS
+from specsteer.method.events import TokenEvent
 
 PHRASE_WORDS = 3  # a phrase: this many words, at least two of them content words
 NAME_WORDS = 2  # or a name: this many capitalised content words
@@ -280,6 +281,57 @@ class HistoryCrossing:
     def refused_only(self) -> int:
         """Phrases that crossed only in drafts the Cloud refused (or never answered)."""
         return sum(phrase.refused_only for phrase in self.phrases)
+
+    def sent_positions(self) -> dict[tuple[int, Field], frozenset[int]]:
+        """The token positions that carried a phrase, by (transcript message, payload field): what a display of
+        the transcript highlights (empty for an audit read back without its spans)."""
+        positions: dict[tuple[int, Field], set[int]] = {}
+        for phrase in self.phrases:
+            for crossing in phrase.crossings:
+                for span in crossing.spans:
+                    positions.setdefault((span.message, span.field), set()).update(range(span.start, span.end))
+        return {place: frozenset(found) for place, found in positions.items()}
+
+    def token_marks(self, tokens: Sequence[TokenEvent]) -> dict[int, tuple[tuple[int, int], ...]]:
+        """Where the phrases lie in a generation's settled token events, for highlighting: by the event's index
+        in ``tokens``, the character ranges of its text that belong to a phrase. An output token is marked
+        where it overlaps a phrase's span in the output (emitted pieces concatenate to the output); a refused
+        draft wholly, where its round and position carried a phrase the Cloud refused."""
+        output_spans = sorted(span for phrase in self.phrases for span in phrase.output_spans)
+        refused = self._refused_drafts()
+        marks: dict[int, tuple[tuple[int, int], ...]] = {}
+        offset = 0
+        for index, token in enumerate(tokens):
+            if token.pending:
+                continue
+            if not token.emitted:
+                if (token.round, token.position) in refused and token.text:
+                    marks[index] = ((0, len(token.text)),)
+                continue
+            end = offset + len(token.text)
+            inside = tuple(
+                (max(start, offset) - offset, min(stop, end) - offset)
+                for start, stop in output_spans
+                if start < end and stop > offset
+            )
+            if inside:
+                marks[index] = inside
+            offset = end
+        return marks
+
+    def _refused_drafts(self) -> frozenset[tuple[int, int]]:
+        """(round, draft position) of the drafts that carried a phrase in a round whose drafts the Cloud refused:
+        the draft field of the last message the crossing's spans name (the round's own Draft message)."""
+        found: set[tuple[int, int]] = set()
+        for phrase in self.phrases:
+            for crossing in phrase.crossings:
+                if crossing.part not in REFUSED_PARTS or not crossing.spans:
+                    continue
+                last = max(span.message for span in crossing.spans)
+                for span in crossing.spans:
+                    if span.message == last and span.field == "draft":
+                        found.update((crossing.round, position) for position in range(span.start, span.end))
+        return frozenset(found)
 
     def headline(self) -> str:
         """One sentence: which phrases crossed, or that none did, and whether the guard was on."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from specsteer.data.crossing import HistoryCrossing
 from specsteer.data.facts import FactExposure
@@ -31,6 +32,8 @@ from specsteer.stores.generations import StoredOutput
 from specsteer.stores.runs import CellResult, StoredRun
 
 # --------------------------------------------------------------------------- values the events carry
+
+PrivacyVerdict = Literal["failed", "not private", "history crossed", "passed"]
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,18 @@ class PrivacyReport:
     # or the guard is on already or does not cover the method.
     crossing: HistoryCrossing | None = None
     guard_offer: GenerationSettings | None = None
+
+    @property
+    def verdict(self) -> PrivacyVerdict:
+        """The privacy panel's headline: the uplink audit failed; the method sends the private prompt by design;
+        phrases of the history crossed (amber, named); or none did and the audit passed (green, the only one)."""
+        if not self.audit.ok:
+            return "failed"
+        if self.audit.private_prompt_sent:
+            return "not private"
+        if self.crossing is not None and self.crossing.crossed:
+            return "history crossed"
+        return "passed"
 
 
 @dataclass(frozen=True)

@@ -234,3 +234,29 @@ def test_a_canary_the_task_input_names_is_not_reported(pair):
     tokens, finished, crossing = run(pair, alpha=0.0, task_input=f"Write a note to {CANARY} about the garden.")
     assert CANARY in finished.text
     assert not any("Quill" in phrase.text for phrase in crossing.phrases)
+
+
+def marked(tokens, crossing: HistoryCrossing) -> str:
+    """The characters of the token events that token_marks highlights, in order."""
+    marks = crossing.token_marks(tokens)
+    return "".join(tokens[index].text[start:end] for index, ranges in marks.items() for start, end in ranges)
+
+
+@pytest.mark.usefixtures("drafts_canary")
+def test_the_output_tokens_are_marked_where_an_accepted_canary_lies(pair):
+    tokens, finished, crossing = run(pair, alpha=0.0, task_input="Write a note about the garden.")
+    assert marked(tokens, crossing) == CANARY  # exactly the canary's characters, across its tokens
+    marks = crossing.token_marks(tokens)
+    assert all(tokens[index].emitted for index in marks)
+    (span,) = next(phrase for phrase in crossing.phrases if phrase.text == CANARY).crossings[0].spans
+    sent = crossing.sent_positions()[(span.message, span.field)]
+    assert set(range(span.start, span.end)) <= sent
+
+
+@pytest.mark.usefixtures("drafts_canary")
+def test_the_refused_drafts_that_carried_a_canary_are_marked_whole(pair):
+    tokens, finished, crossing = run(pair, alpha=float("inf"), task_input="Write a note about the garden.")
+    marks = crossing.token_marks(tokens)
+    assert marks and all(tokens[index].kind == "rejected" and tokens[index].round == 1 for index in marks)
+    assert marked(tokens, crossing) == CANARY
+    assert HistoryCrossing().token_marks(tokens) == {} and HistoryCrossing().sent_positions() == {}

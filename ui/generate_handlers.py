@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, NamedTuple, TypeVar
 
@@ -47,23 +48,24 @@ class GenerateView(NamedTuple, Generic[_V]):
     stats: _V
     retrieved: _V
     privacy: _V
-    panel: _V  # the privacy accordion: opened where phrases of the history crossed
-    guard: _V  # the one-click offer of the private-span guard: shown where the service offers it
-    offer: _V  # the guard's n it offers (None: no offer)
+    follow_up: _V  # a gr.State: what the privacy panel does once the generation ends (PrivacyFollowUp)
 
 
-def privacy_updates(result: GenerationResult | None) -> tuple[object, object, object]:
-    """(panel, guard, offer) for a generation's end: the privacy panel opened and the guard offered where the
-    service's verdict says phrases of the history crossed; closed offer otherwise."""
+@dataclass(frozen=True)
+class PrivacyFollowUp:
+    """What a generation's end asks of the privacy panel: open where phrases of the history crossed (the
+    service's verdict), and the private-span guard's n where the service offers it (None: no offer)."""
+
+    crossed: bool
+    guard: int | None
+
+
+def privacy_follow_up(result: GenerationResult | None) -> PrivacyFollowUp | None:
     report = result.privacy if result is not None else None
-    crossed = report is not None and report.verdict == "history crossed"
-    offer = report.guard_offer if report is not None else None
-    label = f"Generate again with the private-span guard (n = {offer.private_guard})" if offer else ""
-    return (
-        gr.update(open=True) if crossed else gr.skip(),
-        gr.update(visible=offer is not None, value=label) if offer else gr.update(visible=False),
-        offer.private_guard if offer else None,
-    )
+    if report is None:
+        return None
+    offer = report.guard_offer.private_guard if report.guard_offer is not None else None
+    return PrivacyFollowUp(report.verdict == "history crossed", offer)
 
 
 class SampleView(NamedTuple, Generic[_V]):
@@ -137,12 +139,12 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
                     _final_stats(event.partial, _after_start(settings)),
                     skip,
                     render.privacy_html(event.partial.privacy),
-                    *privacy_updates(event.partial),
+                    privacy_follow_up(event.partial),
                 )
                 continue
             stats = render.stats_html(live.view("failed")) if live is not None else skip
             output = render.output_html(tokens.html) if live is not None else skip
-            yield GenerateView(status, output, stats, skip, skip, skip, skip, skip)
+            yield GenerateView(status, output, stats, skip, skip, skip)
         elif isinstance(event, Started):
             settings = event.settings
             yield GenerateView(
@@ -151,7 +153,7 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
                 "",
                 render.retrieved_html(event.preview),
                 render.message_box(WAITING_FOR_TRANSCRIPT, "info"),
-                *privacy_updates(None),
+                None,
             )
         elif isinstance(event, Loading):
             yield GenerateView(render.message_box(event.message, "busy"), *[skip] * (len(GenerateView._fields) - 1))
@@ -161,7 +163,7 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
                 event.method, event.runtime, event.precision, cloud=started.cloud, link=started.link_conditions()
             )
             running = render.message_box(f"Generating with {method_label(event.method)}…", "busy")
-            yield GenerateView(running, skip, render.stats_html(live.view("running")), skip, skip, skip, skip, skip)
+            yield GenerateView(running, skip, render.stats_html(live.view("running")), skip, skip, skip)
         elif isinstance(event, (Token, Pending)):
             live = _after_start(live)
             live.add(event.event)
@@ -169,7 +171,7 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
             # Every draft is published: the last one of a round may be on screen for a whole verification.
             if isinstance(event, Pending) or throttle.due():
                 live_stats = render.stats_html(live.view("running"))
-                yield GenerateView(running, render.output_html(tokens.html), live_stats, skip, skip, skip, skip, skip)
+                yield GenerateView(running, render.output_html(tokens.html), live_stats, skip, skip, skip)
         elif isinstance(event, Done):
             result = event.result
             tokens.end()
@@ -179,7 +181,7 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
                 _final_stats(result, _after_start(settings)),
                 skip,
                 render.privacy_html(result.privacy),
-                *privacy_updates(result),
+                privacy_follow_up(result),
             )
 
 
@@ -288,7 +290,18 @@ class GenerateTab:
         return GenerateView(*run.state)
 
     @staticmethod
-    def take_guard_offer(offer: int | None) -> object:
+    def follow_privacy(follow_up: PrivacyFollowUp | None) -> tuple[object, object]:
+        """(the privacy accordion, the guard button) once a generation ended: the panel opened where phrases of
+        the history crossed, the guard offered where the service offers it."""
+        opened = gr.update(open=True) if follow_up is not None and follow_up.crossed else gr.skip()
+        if follow_up is None or follow_up.guard is None:
+            return opened, gr.update(visible=False)
+        return opened, gr.update(
+            visible=True, value=f"Generate again with the private-span guard (n = {follow_up.guard})"
+        )
+
+    @staticmethod
+    def take_guard_offer(follow_up: PrivacyFollowUp | None) -> object:
         """The guard button: the private-span guard widget set to the n the service offered (the page then
         presses Generate, so the one click re-runs with the guard on)."""
-        return offer if offer else gr.skip()
+        return follow_up.guard if follow_up is not None and follow_up.guard else gr.skip()

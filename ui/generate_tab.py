@@ -225,7 +225,7 @@ def build(service: AppService) -> GenerateControls:
             with gr.Accordion("Privacy: what was sent to the cloud", open=False, elem_id="privacy-accordion") as panel:
                 guard = gr.Button(visible=False, variant="primary", size="md", elem_id="guard-offer")
                 privacy = gr.HTML(render.message_box(WAITING_FOR_TRANSCRIPT, "info"), elem_id="privacy")
-    offer = gr.State(None)
+    follow_up = gr.State(None)
 
     settings = {
         "pairing": picker.pairing,
@@ -282,18 +282,19 @@ def build(service: AppService) -> GenerateControls:
     test_cloud.click(tab.test_cloud, [cloud, picker.pairing], cloud_check, api_name="test_cloud")
     # The settings widgets reach the handler by GenerationSettings field name; the service reads them
     # into one GenerationSettings (GenerationSettings.from_values).
-    wire_run(
+    generated = wire_run(
         run,
         stop,
         status,
         tab.generate,
         [history_state, task, input_text],
-        list(GenerateView(status, output, stats, retrieved, privacy, panel, guard, offer)),
+        list(GenerateView(status, output, stats, retrieved, privacy, follow_up)),
         inputs_kwargs=settings,
         api_name="generate",
         stop_work=tab.stop,
         stop_api_name="stop_generate",
     )
     # The guard's one click: its widget set to the offered n, then Generate pressed with every setting as it is.
-    guard.click(tab.take_guard_offer, offer, private_guard, **QUIET).then(None, js=PRESS_GENERATE, **QUIET)
+    generated.then(tab.follow_privacy, follow_up, [panel, guard], **QUIET)
+    guard.click(tab.take_guard_offer, follow_up, private_guard, **QUIET).then(None, js=PRESS_GENERATE, **QUIET)
     return GenerateControls(history_state, task, input_text, settings, picker.pairing)

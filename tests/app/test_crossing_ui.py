@@ -54,11 +54,12 @@ def test_a_rejected_draft_with_the_personas_name_turns_the_headline_amber_and_is
         r'<del class="ss-tok ss-tok-rejected"[^>]*><mark class="ss-crossed">([^<]*)</mark></del>', final.output
     )
     assert "".join(marks).replace("\u2423", " ") == PHRASE  # a lone space shows as ␣ in a struck-through draft
-    # The panel opens, and the guard is offered with the n the service chose; one click sets it.
-    panel, guard, offer = final.panel, final.guard, final.offer
-    assert panel["open"] is True and guard["visible"] is True
-    assert offer == SUGGESTED_PRIVATE_GUARD and f"n = {SUGGESTED_PRIVATE_GUARD}" in guard["value"]
-    assert generate_handlers.GenerateTab.take_guard_offer(offer) == SUGGESTED_PRIVATE_GUARD
+    # Once it ends the panel opens and the guard is offered with the n the service chose; one click sets it.
+    follow_up = final.follow_up
+    assert follow_up == generate_handlers.PrivacyFollowUp(crossed=True, guard=SUGGESTED_PRIVATE_GUARD)
+    panel, guard = generate_handlers.GenerateTab.follow_privacy(follow_up)
+    assert panel["open"] is True and guard["visible"] is True and f"n = {SUGGESTED_PRIVATE_GUARD}" in guard["value"]
+    assert generate_handlers.GenerateTab.take_guard_offer(follow_up) == SUGGESTED_PRIVATE_GUARD
 
 
 def test_an_accepted_name_is_marked_inside_its_tokens_colours(monkeypatch):
@@ -77,14 +78,17 @@ def test_without_a_crossing_the_headline_is_green_and_nothing_is_offered():
     top = headline(final)
     assert "ss-box-ok" in top and "Privacy check passed" in top and "No phrase of your history crossed" in top
     assert "ss-crossed" not in final.output and "ss-crossed" not in final.privacy
-    assert final.guard["visible"] is False and final.offer is None and final.panel == gr.skip()
+    assert final.follow_up == generate_handlers.PrivacyFollowUp(crossed=False, guard=None)
+    panel, guard = generate_handlers.GenerateTab.follow_privacy(final.follow_up)
+    assert panel == gr.skip() and guard["visible"] is False
+    assert generate_handlers.GenerateTab.take_guard_offer(final.follow_up) == gr.skip()
 
 
 def test_a_guarded_generation_says_the_guard_was_on_and_offers_it_no_more(monkeypatch):
     force_drafts(monkeypatch, PHRASE.encode() + b" ")
     final = generate(alpha=float("inf"), private_guard=SUGGESTED_PRIVATE_GUARD)[-1]
     assert f"guard was on (n = {SUGGESTED_PRIVATE_GUARD} tokens)" in final.privacy
-    assert final.offer is None and final.guard["visible"] is False
+    assert final.follow_up == generate_handlers.PrivacyFollowUp(crossed=True, guard=None)  # on already
 
 
 def test_markup_in_a_phrase_that_crossed_stays_text():

@@ -6,7 +6,9 @@ RUN holds the setting unguarded (among other cells), GUARD_RUN the same setting 
 ``--private-guard N``; both are CoGenesis runs over the same records file. On the records both have,
 it prints ROUGE-L and ROUGE-1 (guarded minus unguarded, with 95 % bootstrap intervals), acceptance,
 and the private facts sent to the cloud, sent beyond the task, and sent only in rejected drafts
-(``specsteer.data.facts``), pooled, with the records where the guard sent fewer or more facts.
+(``specsteer.data.facts``), pooled, with the records where the guard sent fewer or more facts, and the
+history that crossed (``specsteer.data.crossing``: generations with any, phrases per generation, the phrases)
+where the cells were audited.
 """
 
 from __future__ import annotations
@@ -61,6 +63,14 @@ def main(url: str, plain_name: str, guard_name: str, alpha: float, beta: float) 
             f"the task {shares.sent_beyond_task:.1%}, only in rejected drafts {shares.rejected_only:.1%}, "
             f"in the output {shares.in_output:.1%}"
         )
+        audits = [chosen[record].history_crossed for record in records if chosen[record].history_crossed is not None]
+        if audits:  # cells stored before the history-crossing audit have none
+            print(
+                f"  history crossed (specsteer.data.crossing): in {sum(a.crossed for a in audits)} of {len(audits)} "
+                f"generations, {sum(a.count for a in audits) / len(audits):.2f} phrases per generation "
+                f"({sum(a.refused_only for a in audits)} only in rejected drafts): "
+                + "; ".join(f"'{phrase.text}'" for a in audits for phrase in a.phrases)
+            )
     fewer = more = 0
     for record in records:
         counts = [

@@ -14,7 +14,9 @@ records make a small sample), then the claims those intervals support on ROUGE-L
 (``specsteer.evaluation.claims``, the sentences the Dashboard and ``specsteer evaluate`` print: higher,
 lower or not established on these records, against each baseline). A CoGenesis run also gets the privacy table: per method,
 the share of the records' private facts sent to the cloud (all of them, and those the task did not
-name), found in the output, and sent only in rejected drafts (``specsteer.data.facts``).
+name), found in the output, and sent only in rejected drafts (``specsteer.data.facts``). A run whose cells were
+audited for the history that crossed (``specsteer.data.crossing``) gets its table too: per method, the share of
+generations where a phrase of the history crossed to the cloud, and the phrases per generation.
 """
 
 from __future__ import annotations
@@ -102,6 +104,15 @@ def privacy_table(rows: list[dict]) -> list[str]:
     return lines
 
 
+def crossing_table(rows: list[dict]) -> list[str]:
+    lines = ["| method | α | β | history crossed | phrases per generation |", "|---|---|---|---|---|"]
+    for row in rows:
+        cells = [method_label(row["method"]), _value(row["alpha"], "{:g}"), _value(row["beta"], "{:g}")]
+        cells += [_share(row.get("history_crossed")), _value(row.get("history_phrases"), "{:.1f}")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
 def claims_table(cells: list[CellResult], baselines: list[str]) -> list[str]:
     """Each SpecSteer setting against each baseline on ROUGE-L, record by record (claims.claims' numbers:
     records won, the mean difference (0-100) and its 95 % bootstrap interval), and the verdict."""
@@ -153,6 +164,8 @@ def main(url: str, names: list[str], common: bool = False) -> None:
         print("\n".join(table(rows)) + "\n")
         if facts is not None:
             print("\n".join(privacy_table(rows)) + "\n")
+        if any("history_crossed" in row for row in rows):
+            print("\n".join(crossing_table(rows)) + "\n")
         baselines = [b for b in BASELINES if any(row["method"] == b for row in rows)]
         if not steered_points(kept) or not baselines:
             continue

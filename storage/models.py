@@ -261,6 +261,9 @@ class EvalCell(Base):
     rougeL: Mapped[float | None] = mapped_column(Float)
     rouge1_stemmed: Mapped[float | None] = mapped_column(Float)
     rougeL_stemmed: Mapped[float | None] = mapped_column(Float)
+    # The history that crossed (CellResult.history_crossed as JSON, without spans); NULL for a cell stored
+    # before it existed (not audited). Added after the table: nullable, so older databases gain it on open.
+    history_crossed: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     # tok_per_s, acceptance, rounds, uplink/downlink bytes, seconds, new_tokens, ...
     stats: Mapped[dict[str, Any]] = mapped_column(JSON)
     # The generation's wall time holds a pause (GenerationStats.timing_disturbed, which the stats say too): a

@@ -23,6 +23,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from specsteer.data.crossing import HistoryCrossing
 from specsteer.method.events import GenerationStats
 from specsteer.stores.runs import RUN_STATUSES, CellResult, GridPoint, RunStatus, StoredRun
 from specsteer.util.jsonable import to_jsonable
@@ -173,6 +174,7 @@ def save_cell(run_id: int, cell: CellResult, *, url: str | None = None) -> bool:
         "method": require_text(point.method, "method", EvalCell.method),
         "alpha": None if point.alpha is None else float(point.alpha),
         "beta": None if point.beta is None else float(point.beta),
+        "history_crossed": None if cell.history_crossed is None else cell.history_crossed.to_dict(spans=False),
         "output": cell.output or "",
         # The point's acceptance rule travels in the stats (read back by _cell_result): no column, so databases made
         # before it (the example runs' read-only file among them) read as ever.
@@ -231,6 +233,7 @@ def _cell_result(row: EvalCell) -> CellResult:
         rouge={key: getattr(row, key) for key in ROUGE_KEYS},
         # Rows stored before the stats carried their method still say it in their own column.
         stats=GenerationStats.from_dict({"method": row.method, **row.stats}),
+        history_crossed=None if row.history_crossed is None else HistoryCrossing.from_dict(row.history_crossed),
     )
 
 

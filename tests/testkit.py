@@ -35,6 +35,27 @@ def canary_request(record):
     return canary, prepared
 
 
+def force_drafts(monkeypatch, ids) -> None:
+    """The Edge's Specialist drafts ``ids`` first (as if it copied them from the history), then drafts as it
+    would: what a test of the history that crossed needs from random tiny models."""
+    from specsteer.edge import session
+
+    real = session.drafting
+    forced = list(ids)
+
+    def drafting(stream, k, *args, **kwargs):
+        if not forced:
+            yield from real(stream, k, *args, **kwargs)
+            return
+        for _ in range(min(k, len(forced))):
+            row = stream.predict(1)[0]
+            token = forced.pop(0)
+            stream.append([token])
+            yield token, row
+
+    monkeypatch.setattr(session, "drafting", drafting)
+
+
 @dataclass(frozen=True)
 class ServedApp:
     """The app served in-process (``serve_app``)."""

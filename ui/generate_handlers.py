@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Generic, NamedTuple, TypeVar
 
@@ -47,6 +48,24 @@ class GenerateView(NamedTuple, Generic[_V]):
     stats: _V
     retrieved: _V
     privacy: _V
+    follow_up: _V  # a gr.State: what the privacy panel does once the generation ends (PrivacyFollowUp)
+
+
+@dataclass(frozen=True)
+class PrivacyFollowUp:
+    """What a generation's end asks of the privacy panel: open where phrases of the history crossed (the
+    service's verdict), and the private-span guard's n where the service offers it (None: no offer)."""
+
+    crossed: bool
+    guard: int | None
+
+
+def privacy_follow_up(result: GenerationResult | None) -> PrivacyFollowUp | None:
+    report = result.privacy if result is not None else None
+    if report is None:
+        return None
+    offer = report.guard_offer.private_guard if report.guard_offer is not None else None
+    return PrivacyFollowUp(report.verdict == "history crossed", offer)
 
 
 class SampleView(NamedTuple, Generic[_V]):
@@ -116,15 +135,16 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
             if event.partial is not None:  # the Cloud failed midway: what it had emitted is kept
                 yield GenerateView(
                     status,
-                    render.output_html(tokens.html),
+                    render.output_html(render.marked_tokens_html(event.partial.tokens, event.partial.privacy)),
                     _final_stats(event.partial, _after_start(settings)),
                     skip,
                     render.privacy_html(event.partial.privacy),
+                    privacy_follow_up(event.partial),
                 )
                 continue
             stats = render.stats_html(live.view("failed")) if live is not None else skip
             output = render.output_html(tokens.html) if live is not None else skip
-            yield GenerateView(status, output, stats, skip, skip)
+            yield GenerateView(status, output, stats, skip, skip, skip)
         elif isinstance(event, Started):
             settings = event.settings
             yield GenerateView(
@@ -133,34 +153,35 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
                 "",
                 render.retrieved_html(event.preview),
                 render.message_box(WAITING_FOR_TRANSCRIPT, "info"),
+                None,
             )
         elif isinstance(event, Loading):
-            yield GenerateView(render.message_box(event.message, "busy"), skip, skip, skip, skip)
+            yield GenerateView(render.message_box(event.message, "busy"), *[skip] * (len(GenerateView._fields) - 1))
         elif isinstance(event, Generating):
             started = _after_start(settings)
             live = LiveStats(
                 event.method, event.runtime, event.precision, cloud=started.cloud, link=started.link_conditions()
             )
             running = render.message_box(f"Generating with {method_label(event.method)}…", "busy")
-            yield GenerateView(running, skip, render.stats_html(live.view("running")), skip, skip)
+            yield GenerateView(running, skip, render.stats_html(live.view("running")), skip, skip, skip)
         elif isinstance(event, (Token, Pending)):
             live = _after_start(live)
             live.add(event.event)
             tokens.add(event.event)
             # Every draft is published: the last one of a round may be on screen for a whole verification.
             if isinstance(event, Pending) or throttle.due():
-                yield GenerateView(
-                    running, render.output_html(tokens.html), render.stats_html(live.view("running")), skip, skip
-                )
+                live_stats = render.stats_html(live.view("running"))
+                yield GenerateView(running, render.output_html(tokens.html), live_stats, skip, skip, skip)
         elif isinstance(event, Done):
             result = event.result
             tokens.end()
             yield GenerateView(
                 _done_status(result),
-                render.output_html(tokens.html),
+                render.output_html(render.marked_tokens_html(result.tokens, result.privacy)),
                 _final_stats(result, _after_start(settings)),
                 skip,
                 render.privacy_html(result.privacy),
+                privacy_follow_up(result),
             )
 
 
@@ -261,15 +282,29 @@ class GenerateTab:
     def stop(self, request: gr.Request | None = None) -> GenerateView:
         """The Stop button: end this page's generation and show where it ended (saved if it had begun)."""
         skip = gr.skip()
+        rest = [skip] * (len(GenerateView._fields) - 1)
         run = RUNS.stop(request, "generate")
         if run is None:
-            return GenerateView(render.message_box(NOT_YOURS, "warning"), skip, skip, skip, skip)
+            return GenerateView(render.message_box(NOT_YOURS, "warning"), *rest)
         if not run.done:  # still loading the models: it ends without generating once they are loaded
             return GenerateView(
-                render.message_box("Stopped. The models finish loading in the background.", "warning"),
-                skip,
-                skip,
-                skip,
-                skip,
+                render.message_box("Stopped. The models finish loading in the background.", "warning"), *rest
             )
         return GenerateView(*run.state)
+
+    @staticmethod
+    def follow_privacy(follow_up: PrivacyFollowUp | None) -> tuple[object, object]:
+        """(the privacy accordion, the guard button) once a generation ended: the panel opened where phrases of
+        the history crossed, the guard offered where the service offers it."""
+        opened = gr.update(open=True) if follow_up is not None and follow_up.crossed else gr.skip()
+        if follow_up is None or follow_up.guard is None:
+            return opened, gr.update(visible=False)
+        return opened, gr.update(
+            visible=True, value=f"Generate again with the private-span guard (n = {follow_up.guard})"
+        )
+
+    @staticmethod
+    def take_guard_offer(follow_up: PrivacyFollowUp | None) -> object:
+        """The guard button: the private-span guard widget set to the n the service offered (the page then
+        presses Generate, so the one click re-runs with the guard on)."""
+        return follow_up.guard if follow_up is not None and follow_up.guard else gr.skip()

@@ -19,7 +19,6 @@ from specsteer.cloud.api import CLOUD_SECRET_ENV
 from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS
 from specsteer.data.history import MAX_ITEMS, MAX_UPLOAD_BYTES
 from specsteer.data.tasks import TASK_FOR_SCHEMA, TASKS
-from specsteer.engine.settings import MAX_RTT_MS
 from specsteer.method.catalog import METHOD_INFO, METHODS
 from specsteer.service.app_service import AppService
 from specsteer.service.page import PAGE_DEFAULTS as DEFAULTS
@@ -34,6 +33,7 @@ from ui.generate_handlers import (
     cloud_widget,
     history_summary,
 )
+from ui.link_settings import link_widgets
 from ui.p3_settings import p3_widgets
 from ui.token_details import POPOVER_JS
 from ui.uploads import gradio_uploads
@@ -51,6 +51,7 @@ def choice_label(method: str) -> str:
 
 METHOD_CHOICES = [(choice_label(m), m) for m in METHOD_ORDER]
 ACCEPTANCE_CHOICES = [("Fixed α (the paper's)", "fixed"), ("CDA: α adapted to the cloud models' divergence", "cda")]
+PRESS_GENERATE = "() => { document.querySelector('#generate-button').click(); }"
 
 
 def build(service: AppService) -> GenerateControls:
@@ -187,34 +188,7 @@ def build(service: AppService) -> GenerateControls:
                 cloud_check = gr.HTML(
                     render.message_box(address_problem, "warning") if address_problem else "", elem_id="cloud-check"
                 )
-                with gr.Row():
-                    rtt_ms = gr.Number(
-                        value=DEFAULTS.rtt_ms,
-                        minimum=0,
-                        maximum=MAX_RTT_MS,
-                        label="RTT (ms)",
-                        min_width=90,
-                        elem_id="rtt-ms",
-                    )
-                    uplink_kbps = gr.Number(
-                        value=DEFAULTS.uplink_kbps,
-                        minimum=0,
-                        label="Uplink (kbps)",
-                        min_width=90,
-                        elem_id="uplink-kbps",
-                    )
-                    downlink_kbps = gr.Number(
-                        value=DEFAULTS.downlink_kbps,
-                        minimum=0,
-                        label="Downlink (kbps)",
-                        min_width=90,
-                        elem_id="downlink-kbps",
-                    )
-                gr.Markdown(
-                    "Link emulation: every message waits as it would on that network, inside this app or against "
-                    "a remote Cloud. 0 kbps is unlimited; 0 ms and unlimited emulate nothing.",
-                    elem_classes="ss-note",
-                )
+                link = link_widgets(DEFAULTS)
 
         with gr.Column(scale=3, min_width=420):
             with gr.Row():
@@ -238,8 +212,10 @@ def build(service: AppService) -> GenerateControls:
                     ),
                     elem_id="retrieved",
                 )
-            with gr.Accordion("Privacy: what was sent to the cloud", open=False, elem_id="privacy-accordion"):
+            with gr.Accordion("Privacy: what was sent to the cloud", open=False, elem_id="privacy-accordion") as panel:
+                guard = gr.Button(visible=False, variant="primary", size="md", elem_id="guard-offer")
                 privacy = gr.HTML(render.message_box(WAITING_FOR_TRANSCRIPT, "info"), elem_id="privacy")
+    follow_up = gr.State(None)
 
     settings = {
         "pairing": picker.pairing,
@@ -263,9 +239,7 @@ def build(service: AppService) -> GenerateControls:
         "private_guard": private_guard,
         **p3,
         "cloud": cloud,
-        "rtt_ms": rtt_ms,
-        "uplink_kbps": uplink_kbps,
-        "downlink_kbps": downlink_kbps,
+        **link,
         "specialist_lora": taught.label,
     }
     preview_inputs = [history_state, task, input_text, retrieval_k, prompt_style]
@@ -298,18 +272,21 @@ def build(service: AppService) -> GenerateControls:
     test_cloud.click(tab.test_cloud, [cloud, picker.pairing], cloud_check, api_name="test_cloud")
     # The settings widgets reach the handler by GenerationSettings field name; the service reads them
     # into one GenerationSettings (GenerationSettings.from_values).
-    wire_run(
+    generated = wire_run(
         run,
         stop,
         status,
         tab.generate,
         [history_state, task, input_text],
-        list(GenerateView(status, output, stats, retrieved, privacy)),
+        list(GenerateView(status, output, stats, retrieved, privacy, follow_up)),
         inputs_kwargs=settings,
         api_name="generate",
         stop_work=tab.stop,
         stop_api_name="stop_generate",
     )
+    # The guard's one click: its widget set to the offered n, then Generate pressed with every setting as it is.
+    generated.then(tab.follow_privacy, follow_up, [panel, guard], **QUIET)
+    guard.click(tab.take_guard_offer, follow_up, private_guard, **QUIET).then(None, js=PRESS_GENERATE, **QUIET)
     return GenerateControls(history_state, task, input_text, settings, picker.pairing)
 
 

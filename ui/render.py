@@ -12,6 +12,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from specsteer.data.crossing import HistoryCrossing
 from specsteer.data.facts import FactExposure
 from specsteer.evaluation.deployment import DeploymentProfile
 from specsteer.method.catalog import METHOD_INFO, method_label
@@ -72,8 +73,21 @@ def _visible_whitespace(text: str) -> str:
     return text.replace(" ", "\u2423").replace("\n", "\u21b5")
 
 
-def token_span(event: TokenEvent) -> str:
-    """One token as a span whose CSS class names its kind (ss-tok-accepted, ...)."""
+def marked_text(text: str, marks: Sequence[tuple[int, int]] = ()) -> str:
+    """``text`` escaped, its ``marks`` (character ranges, in order) wrapped as phrases of the history that
+    crossed; the mark sits inside a token's element, so the token keeps its colour."""
+    parts, at = [], 0
+    for start, end in marks:
+        parts.append(esc(text[at:start]))
+        parts.append(f'<mark class="ss-crossed">{esc(text[start:end])}</mark>')
+        at = end
+    parts.append(esc(text[at:]))
+    return "".join(parts)
+
+
+def token_span(event: TokenEvent, marks: Sequence[tuple[int, int]] = ()) -> str:
+    """One token as a span whose CSS class names its kind (ss-tok-accepted, ...); ``marks``: the character
+    ranges of its text that belong to a phrase of the history that crossed."""
     text = event.text
     if not text:
         return ""  # a token ending inside a multi-byte character; a later one carries it
@@ -90,9 +104,11 @@ def token_span(event: TokenEvent) -> str:
         popover = popover_html(event, KIND_LABELS.get(event.kind, event.kind))
         return (
             f'<{tag} class="ss-tok ss-tok-{esc(event.kind)} ss-tip" tabindex="0"{place} aria-label="{esc(title)}">'
-            f"{esc(text)}{popover}</{tag}>"
+            f"{marked_text(text, marks)}{popover}</{tag}>"
         )
-    return f'<{tag} class="ss-tok ss-tok-{esc(event.kind)}"{place} title="{esc(title)}">{esc(text)}</{tag}>'
+    return (
+        f'<{tag} class="ss-tok ss-tok-{esc(event.kind)}"{place} title="{esc(title)}">{marked_text(text, marks)}</{tag}>'
+    )
 
 
 def segment_title(event: TokenEvent) -> str:
@@ -121,14 +137,14 @@ def _segment_open(event: TokenEvent) -> tuple[str, str]:
     )
 
 
-def _segment_piece(event: TokenEvent) -> str:
+def _segment_piece(event: TokenEvent, marks: Sequence[tuple[int, int]] = ()) -> str:
     """One Specialist token inside its segment's element (the segment's tooltip covers it)."""
     text = event.text
     if not text:
         return ""
     if event.kind == "rejected" and not text.strip():
         text = _visible_whitespace(text)
-    return f'<span class="ss-seg-tok" data-token="{event.id}">{esc(text)}</span>'
+    return f'<span class="ss-seg-tok" data-token="{event.id}">{marked_text(text, marks)}</span>'
 
 
 class TokenHtml:
@@ -153,7 +169,8 @@ class TokenHtml:
         self._expected: tuple[int, str, int] | None = None  # (round, kind, position) that continues it
         self._pending: list[str] = []  # the current round's drafts awaiting their verdict
 
-    def add(self, event: TokenEvent) -> None:
+    def add(self, event: TokenEvent, marks: Sequence[tuple[int, int]] = ()) -> None:
+        """Append a token; ``marks``: the character ranges of its text to highlight (:func:`marked_text`)."""
         if event.pending:
             self._pending.append(token_span(event))
             return
@@ -163,12 +180,12 @@ class TokenHtml:
         if self._closing and not continues:
             self._close()
         if segment is None:
-            self._parts.append(token_span(event))
+            self._parts.append(token_span(event, marks))
             return
         if not continues:
             opening, self._closing = _segment_open(event)
             self._parts.append(opening)
-        self._parts.append(_segment_piece(event))
+        self._parts.append(_segment_piece(event, marks))
         self._expected = (event.round, event.kind, segment.position + 1)
         if segment.last:
             self._close()
@@ -188,6 +205,18 @@ class TokenHtml:
             self._html += "".join(self._parts)
             self._parts.clear()
         return self._html + "".join(self._pending) if self._pending else self._html
+
+
+def marked_tokens_html(tokens: Sequence[TokenEvent], report: PrivacyReport | None) -> str:
+    """A finished generation's tokens with the phrases of the history that crossed highlighted (in the output
+    and in the refused drafts that carried them); as streamed where none crossed."""
+    crossing = report.crossing if report is not None else None
+    marks = crossing.token_marks(tokens) if crossing is not None and crossing.crossed else {}
+    rendered = TokenHtml()
+    for index, event in enumerate(tokens):
+        rendered.add(event, marks.get(index, ()))
+    rendered.end()
+    return rendered.html
 
 
 def legend_html(kinds: Sequence[str] = ("pending", "accepted", "rejected", "recovered", "bonus", "plain")) -> str:
@@ -424,15 +453,35 @@ def retrieved_html(preview: RetrievalPreview) -> str:
 _MAX_TRANSCRIPT_ROWS = 300
 
 
-def _ids_cell(ids: Sequence[int], decode) -> str:
+def _decoded_marked(ids: Sequence[int], decode, marked: frozenset[int], quoted: bool = True) -> str:
+    """The ids decoded (``quoted``: as a Python string literal), the runs at ``marked`` positions (they carried a
+    phrase of the history) highlighted: each run decoded on its own, so a word cut between runs may read a
+    little apart."""
+    runs: list[tuple[bool, list[int]]] = []
+    for position, token in enumerate(ids):
+        inside = position in marked
+        if runs and runs[-1][0] == inside:
+            runs[-1][1].append(token)
+        else:
+            runs.append((inside, [token]))
+    pieces = []
+    for inside, run in runs:
+        decoded = str(decode(run))
+        text = esc(repr(decoded)[1:-1] if quoted else decoded)
+        pieces.append(f'<mark class="ss-crossed">{text}</mark>' if inside else text)
+    return "'" + "".join(pieces) + "'" if quoted else "".join(pieces)
+
+
+def _ids_cell(ids: Sequence[int], decode, marked: frozenset[int] = frozenset()) -> str:
     if not ids:
         return '<span class="ss-muted">none</span>'
     shown = ", ".join(str(int(i)) for i in ids[:64]) + (" …" if len(ids) > 64 else "")
-    text = decode(ids)
-    return f'<code class="ss-ids">[{esc(shown)}]</code> <span class="ss-decoded">{esc(repr(text))}</span>'
+    text = _decoded_marked(ids, decode, marked) if marked else esc(repr(decode(ids)))
+    return f'<code class="ss-ids">[{esc(shown)}]</code> <span class="ss-decoded">{text}</span>'
 
 
-def _payload_cell(message: LinkMessage, decode) -> str:
+def _payload_cell(message: LinkMessage, decode, marked: Mapping[str, frozenset[int]] | None = None) -> str:
+    marked = marked or {}
     payload = message.payload
     if message.kind == "open":
         prompt = list(payload.get("prompt", []))
@@ -444,12 +493,15 @@ def _payload_cell(message: LinkMessage, decode) -> str:
         return (
             f'<div>settings: <code>{esc(settings)}</code></div>'
             f'<details class="ss-details"><summary>plain prompt: {len(prompt)} token ids (no history)</summary>'
-            f'<code class="ss-ids">{esc(prompt)}</code><pre class="ss-pre">{esc(decode(prompt))}</pre></details>'
+            f'<code class="ss-ids">{esc(prompt)}</code><pre class="ss-pre">{_prompt_text(prompt, decode, marked)}</pre>'
+            "</details>"
         )
     if message.kind == "draft":
-        parts = [f"<div>drafted: {_ids_cell(list(payload.get('draft', [])), decode)}</div>"]
+        drafted = _ids_cell(list(payload.get("draft", [])), decode, marked.get("draft", frozenset()))
+        parts = [f"<div>drafted: {drafted}</div>"]
         if payload.get("append"):
-            parts.append(f"<div>chosen on device: {_ids_cell(list(payload['append']), decode)}</div>")
+            chosen = _ids_cell(list(payload["append"]), decode, marked.get("append", frozenset()))
+            parts.append(f"<div>chosen on device: {chosen}</div>")
         return "".join(parts)
     if message.kind == "verdict":
         entries = len(payload.get("ids", []))
@@ -465,16 +517,29 @@ def _payload_cell(message: LinkMessage, decode) -> str:
     return esc(message.kind)
 
 
-def transcript_html(transcript: Sequence[LinkMessage], decode) -> str:
-    """Every message that crossed the device-cloud link: direction, kind, bytes and ids (decoded)."""
+def _prompt_text(prompt: Sequence[int], decode, marked: Mapping[str, frozenset[int]]) -> str:
+    """An opening message's prompt decoded; for a method that sends the private prompt, its phrases of the
+    history highlighted."""
+    if marked.get("prompt"):
+        return _decoded_marked(prompt, decode, marked["prompt"], quoted=False)
+    return esc(decode(prompt))
+
+
+def transcript_html(transcript: Sequence[LinkMessage], decode, crossing: HistoryCrossing | None = None) -> str:
+    """Every message that crossed the device-cloud link: direction, kind, bytes and ids (decoded); the tokens
+    that carried a phrase of the history highlighted."""
     if not transcript:
         return message_box("Nothing crossed the link: this method runs entirely on the device.", "ok")
     shown = transcript[:_MAX_TRANSCRIPT_ROWS]
+    sent = crossing.sent_positions() if crossing is not None else {}
+    marked: dict[int, dict[str, frozenset[int]]] = {}
+    for (message, field), positions in sent.items():
+        marked.setdefault(message, {})[field] = positions
     rows = "".join(
         f'<tr class="ss-{esc(message.direction)}"><td>{number}</td>'
         f'<td>{"↑ up" if message.direction == "uplink" else "↓ down"}</td>'
         f"<td>{esc(message.kind)}</td><td class=\"ss-num\">{message.bytes:,}</td>"
-        f"<td>{_payload_cell(message, decode)}</td></tr>"
+        f"<td>{_payload_cell(message, decode, marked.get(number - 1))}</td></tr>"
         for number, message in enumerate(shown, start=1)
     )
     more = ""
@@ -487,18 +552,44 @@ def transcript_html(transcript: Sequence[LinkMessage], decode) -> str:
 
 
 def privacy_html(report: PrivacyReport | None) -> str:
-    """The audit's verdict on what crossed to the cloud, then every message with its ids decoded."""
+    """The panel's headline (``PrivacyReport.verdict``: amber naming the phrases of the history that crossed,
+    green only when none did), then the facts audit and every message with its ids decoded."""
     if report is None:
         return transcript_html([], None)
-    audit = report.audit
-    if audit.private_prompt_sent:
-        verdict = message_box("Not private. " + audit.summary(), "warning" if audit.ok else "error")
-    else:
-        verdict = message_box(
-            ("Privacy check passed. " if audit.ok else "Privacy check FAILED. ") + audit.summary(),
-            "ok" if audit.ok else "error",
-        )
-    return verdict + facts_html(report.facts) + transcript_html(report.transcript, report.token_text)
+    return (
+        f'<div id="privacy-headline">{_headline(report)}</div>'
+        + facts_html(report.facts)
+        + transcript_html(report.transcript, report.token_text, report.crossing)
+    )
+
+
+def _headline(report: PrivacyReport) -> str:
+    audit, crossing, verdict = report.audit, report.crossing, report.verdict
+    if verdict == "failed":
+        prefix = "Not private. " if audit.private_prompt_sent else "Privacy check FAILED. "
+        return message_box(prefix + audit.summary(), "error")
+    if verdict == "not private":
+        return message_box("Not private. " + audit.summary(), "warning")
+    if verdict == "passed":
+        none_crossed = f"{crossing.headline()} " if crossing is not None else ""
+        return message_box("Privacy check passed. " + none_crossed + audit.summary(), "ok")
+    assert crossing is not None  # the verdict says phrases crossed
+    phrases = "".join(
+        f'<li><mark class="ss-crossed">{esc(phrase.text)}</mark> <span class="ss-muted">— {esc(phrase.where())}'
+        "</span></li>"
+        for phrase in crossing.phrases
+    )
+    offer = (
+        f" The button above generates again with the private-span guard on (n = {report.guard_offer.private_guard}"
+        " tokens): the device then never sends a token that would copy that many tokens of your history."
+        if report.guard_offer is not None
+        else ""
+    )
+    return (
+        message_box(f"History crossed. {crossing.headline()}{offer}", "warning")
+        + f'<ul class="ss-crossed-list">{phrases}</ul>'
+        + f'<p class="ss-muted">Protocol check passed: {esc(audit.summary())}</p>'
+    )
 
 
 def facts_html(exposure: FactExposure | None) -> str:

@@ -360,6 +360,8 @@ def _fail(message: str, code: int) -> int:
 
 
 def _generate(args) -> int:
+    from specsteer.data.crossing import history_texts
+    from specsteer.data.crossing_replay import history_crossing
     from specsteer.data.history import HistoryError, parse_history
     from specsteer.engine.generate import DecodeConfig, Request, cross_tokenizer_problem, generate
 
@@ -425,9 +427,13 @@ def _generate(args) -> int:
         # In process the Cloud reads its prompts when DEFAULT_READ_AHEAD says (specsteer.cloud.read_ahead).
         endpoint = cloud or InProcessCloud(pair, read_ahead=DEFAULT_READ_AHEAD)
         events = generate(pair, prepared, config, threading.Event(), cloud=endpoint, conditions=conditions)
+        texts = history_texts(history.items, history.profile)
+        audit = lambda finished, tokens: history_crossing(  # noqa: E731 -- what crossed, once per generation
+            finished, tokens, pair.tokenizer, texts, prepared.prompts.plain, config.private_guard
+        )
         if args.json:
-            return _print_json(events)
-        return _print_coloured(events, colour=not (args.no_color or os.environ.get("NO_COLOR")))
+            return _print_json(events, audit)
+        return _print_coloured(events, audit, colour=not (args.no_color or os.environ.get("NO_COLOR")))
     except CloudError as error:
         return _cloud_failed(error, args.json)
     finally:
@@ -581,29 +587,31 @@ def specialist_lora_arg(args):
     return read_lora(directory) if directory else None
 
 
-def _print_json(events) -> int:
+def _print_json(events, audit) -> int:
+    """One JSON document; ``audit(finished, tokens)`` is the generation's history that crossed."""
     from specsteer.protocol.link import CloudError
 
-    tokens: list[dict] = []
+    tokens: list[TokenEvent] = []
     try:
         for event in events:
             if isinstance(event, TokenEvent):
                 if not event.pending:  # the document lists settled tokens; a draft's verdict follows it
-                    tokens.append({"id": event.id, "text": event.text, "kind": event.kind})
+                    tokens.append(event)
                 continue
-            print(json.dumps(_document(event, tokens), ensure_ascii=False))
+            print(json.dumps(_document(event, tokens, audit), ensure_ascii=False))
     except CloudError as error:  # the document of what was generated, and why it stopped
         if error.partial is not None:
             failure = {"code": error.code, "message": str(error)}
-            print(json.dumps({**_document(error.partial, tokens), "error": failure}, ensure_ascii=False))
+            print(json.dumps({**_document(error.partial, tokens, audit), "error": failure}, ensure_ascii=False))
         raise
     return 0
 
 
-def _document(finished: Finished, tokens: list[dict]) -> dict:
+def _document(finished: Finished, tokens: list[TokenEvent], audit) -> dict:
     return {
         "text": finished.text,
-        "tokens": tokens,
+        "tokens": [{"id": token.id, "text": token.text, "kind": token.kind} for token in tokens],
+        "history_crossed": audit(finished, tokens).to_dict(),
         "stats": finished.stats.to_dict(),
         "transcript": [
             {"direction": m.direction, "bytes": m.bytes, "payload": {"kind": m.kind, **m.payload}}
@@ -612,18 +620,22 @@ def _document(finished: Finished, tokens: list[dict]) -> dict:
     }
 
 
-def _print_coloured(events, colour: bool) -> int:
+def _print_coloured(events, audit, colour: bool) -> int:
     from specsteer.cli.terminal import TerminalStream
 
     out = sys.stdout
     stream = TerminalStream(out, colour)
+    tokens: list[TokenEvent] = []
     for event in events:
         if isinstance(event, Finished):
             stream.end()
             out.write("\n")
             print(format_stats(event), file=out)
+            print(f"[history crossed] {audit(event, tokens).headline()}", file=out)
             break
         stream.add(event)
+        if not event.pending:
+            tokens.append(event)
     return 0
 
 

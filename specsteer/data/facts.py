@@ -46,7 +46,8 @@ WINDOW_SLACK = 12  # a window is the fact's term count plus this many content wo
 
 
 _WORD = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
-_STOPWORDS = frozenset(
+# Function words: never the content of a fact (the history-crossing audit, data.crossing, shares them).
+STOPWORDS = frozenset(
     """
 a about above after again against all also am an and any are as at be been before being below between both
 but by can could did do does doing down during each few for from further had has have having he her here
@@ -93,7 +94,7 @@ def stem(word: str) -> str:
 
 
 def _is_content(word: str) -> bool:
-    return word not in _STOPWORDS and word not in _GENERIC and (len(word) >= 3 or any(c.isdigit() for c in word))
+    return word not in STOPWORDS and word not in _GENERIC and (len(word) >= 3 or any(c.isdigit() for c in word))
 
 
 def content_terms(text: str) -> list[str]:

@@ -61,6 +61,11 @@ SETTING_NAMES = {
     "token_details": "Token details",
 }
 MAX_RTT_MS = 2000.0  # an emulated round trip longer than this is a mistake, not a network
+# The private-span guard's n that the privacy panel offers where history crossed: 3 tokens, about the 3 words
+# of the history-crossing audit's phrases (specsteer.data.crossing; a 2-token name still passes).
+SUGGESTED_PRIVATE_GUARD = 3
+# Methods whose Edge sends tokens that the guard does not cover: CoSteer's iterative choice.
+_UNGUARDED_METHODS = ("costeer",)
 
 
 class SettingsError(ValueError):
@@ -207,6 +212,16 @@ class GenerationSettings:
         """The same settings with another method (a comparison runs one settings value per method)."""
         method_info(method)  # ValueError naming the known methods
         return replace(self, method=method)
+
+    def guarded(self, n: int = SUGGESTED_PRIVATE_GUARD) -> GenerationSettings | None:
+        """These settings with the private-span guard on (``n`` tokens): the one-click change the privacy
+        panel offers where history crossed. None where the guard is on already or does not cover the method:
+        a method whose Edge sends no tokens, CoSteer's iterative choice, the exact-target variant (which
+        refuses it)."""
+        covered = method_info(self.method).edge_sends_tokens and self.method not in _UNGUARDED_METHODS
+        if self.private_guard or not covered or (self.exact and self.sample):
+            return None
+        return replace(self, private_guard=n)
 
     def decode_config(self) -> DecodeConfig:
         """The engine's config; the exact-target variant applies only when sampling."""

@@ -14,7 +14,9 @@ if one run had computed both. This module joins them and reads the result:
 Each row: mean ROUGE-1 and ROUGE-L (0-100) with a record-level percentile bootstrap interval, tokens/s (cells
 whose timing was disturbed left out and counted, ``specsteer.evaluation.timing``; the ROUGE keeps them),
 the share of the output's tokens chosen on the device (:func:`device_tokens`), and on CoGenesis the facts
-audit's shares (``grid.summarize``: sent to the cloud, beyond the task, in the output). Then the paired
+audit's shares (``grid.summarize``: sent to the cloud, beyond the task, in the output), and on any task the
+history that crossed (``specsteer.data.crossing``: the share of generations, the phrases per generation) where
+the cells were audited. Then the paired
 differences of each steering method (P³, SpecSteer) against every other row, with their verdicts.
 """
 
@@ -28,6 +30,7 @@ from typing import Any
 from specsteer.data.tasks import PromptPair
 from specsteer.evaluation.claims import METRIC_NAMES, VERDICT_TEXT, verdict
 from specsteer.evaluation.grid import (
+    CROSSING_ROW_KEYS,
     PRIVACY_ROW_KEYS,
     PairedDifference,
     paired_difference,
@@ -105,6 +108,7 @@ class JoinedRow:
     rouge: dict[str, Interval]  # by METRICS
     tok_per_s: float | None
     device_share: float | None  # of the output's tokens, chosen on the device
+    crossing: dict[str, float]  # by grid.CROSSING_ROW_KEYS: the history that crossed; empty where none audited
     settings: str  # the method's own settings where they are not α, β (P³'s k and τ)
     facts: dict[str, float | None]  # by grid.PRIVACY_ROW_KEYS; empty without private facts
     speed_left_out: int = 0  # cells whose timing was disturbed: out of tok_per_s, in the ROUGE
@@ -232,6 +236,7 @@ def join_runs(
                 rouge,
                 summary["tok_per_s"],
                 device / total if total else None,
+                {key: summary[key] for key in CROSSING_ROW_KEYS if key in summary},
                 _method_settings(point, run.config),
                 facts_shares(cells, task, run.prompts, facts),
                 summary["speed_left_out"],
@@ -284,6 +289,14 @@ def share_text(value: float | None) -> str:
 
 
 FACTS_HEADER = f" {'facts sent':>11} {'beyond task':>12} {'in output':>10}"
+CROSSING_HEADER = f" {'history crossed':>15} {'phrases':>7}"
+
+
+def crossing_cells(crossing: Mapping[str, float]) -> str:
+    """A row's history-crossing audit under CROSSING_HEADER (share of generations, mean phrases; "—" if none
+    was audited)."""
+    phrases = crossing.get("history_phrases")
+    return f" {share_text(crossing.get('history_crossed')):>15} {'—' if phrases is None else f'{phrases:.1f}':>7}"
 
 
 def facts_cells(facts: Mapping[str, float | None]) -> str:
@@ -315,10 +328,13 @@ def table_text(table: JoinedTable, title: str = "") -> str:
     lines = [title] if title else []
     lines.append(f"{len(table.records)} records that every row has; ROUGE 0–100, mean [{level} record bootstrap]")
     has_facts = any(row.facts for row in table.rows)
+    has_crossing = any(row.crossing for row in table.rows)
     width = max(len("method"), *(len(row.label) for row in table.rows))
     header = f"{'method':<{width}} {'R-1':>22} {'R-L':>22} {'tok/s':>6} {'on device':>9}"
     if has_facts:
         header += FACTS_HEADER
+    if has_crossing:
+        header += CROSSING_HEADER
     lines.append(header + "  run")
     for row in table.rows:
         speed = "—" if row.tok_per_s is None else f"{row.tok_per_s:.2f}"
@@ -328,6 +344,8 @@ def table_text(table: JoinedTable, title: str = "") -> str:
         )
         if has_facts:
             line += facts_cells(row.facts)
+        if has_crossing:
+            line += crossing_cells(row.crossing)
         lines.append(f"{line}  {row.run}")
     lines += differences_lines(table.differences, level)
     lines += [f"note: {note}" for note in table.notes]
@@ -351,6 +369,7 @@ def table_json(table: JoinedTable) -> dict[str, Any]:
                 "speed_left_out": row.speed_left_out,
                 "device_share": row.device_share,
                 **row.facts,
+                **row.crossing,
             }
             for row in table.rows
         ],

@@ -50,7 +50,9 @@ SPEED_LABELS = {"tok_per_s": "tokens / s", "speedup": "speedup over LLM (×, sam
 TABLE_NOTE = (
     "ROUGE: F-measure × 100, mean over records; R-1 / R-L unstemmed (LaMP protocol), 'stem' with the "
     "Porter stemmer. tok/s: total new tokens / total seconds. acceptance: accepted / drafted tokens. "
-    "speedup: tok/s over LLM's on the same records in the same run. rounds, bytes: mean per generation."
+    "speedup: tok/s over LLM's on the same records in the same run. rounds, bytes: mean per generation. "
+    "history crossed: generations where a run of 3 words (or a 2-word name) of the user's history, not in the "
+    "input, crossed to the cloud in any message, rejected drafts included; phrases/gen: how many, on average."
 )
 
 
@@ -254,9 +256,17 @@ def display_rows(rows: Sequence[Row]) -> list[dict[str, str]]:
             "up B": _number(row.get("uplink_bytes"), 0),
             "down B": _number(row.get("downlink_bytes"), 0),
             **(_privacy_columns(row) if with_privacy else {}),
+            **(_crossing_columns(row) if any("history_crossed" in other for other in rows) else {}),
         }
         for row in rows
     ]
+
+
+def _crossing_columns(row: Row) -> dict[str, str]:
+    """The history that crossed (``specsteer.data.crossing``): the share of generations where any phrase of the
+    history crossed to the cloud, and the phrases per generation; "–" where no cell was audited."""
+    share = None if row.get("history_crossed") is None else 100 * row["history_crossed"]
+    return {"history crossed": _number(share, 0, "%"), "phrases/gen": _number(row.get("history_phrases"), 1)}
 
 
 def _privacy_columns(row: Row) -> dict[str, str]:

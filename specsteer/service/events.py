@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
+from specsteer.data.crossing import HistoryCrossing
 from specsteer.data.facts import FactExposure
 from specsteer.data.privacy import UplinkAudit
 from specsteer.data.tasks import PromptPair
@@ -30,6 +32,8 @@ from specsteer.stores.generations import StoredOutput
 from specsteer.stores.runs import CellResult, StoredRun
 
 # --------------------------------------------------------------------------- values the events carry
+
+PrivacyVerdict = Literal["failed", "not private", "history crossed", "passed"]
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,23 @@ class PrivacyReport:
     token_text: Callable[[Sequence[int]], str]
     # Which of the persona's private facts reached the cloud (specsteer.data.facts); None without a profile.
     facts: FactExposure | None = None
+    # The phrases of the history that crossed, on any history (specsteer.data.crossing), and the settings to
+    # generate again with the private-span guard on (the panel's one-click offer): None where none crossed
+    # or the guard is on already or does not cover the method.
+    crossing: HistoryCrossing | None = None
+    guard_offer: GenerationSettings | None = None
+
+    @property
+    def verdict(self) -> PrivacyVerdict:
+        """The privacy panel's headline: the uplink audit failed; the method sends the private prompt by design;
+        phrases of the history crossed (amber, named); or none did and the audit passed (green, the only one)."""
+        if not self.audit.ok:
+            return "failed"
+        if self.audit.private_prompt_sent:
+            return "not private"
+        if self.crossing is not None and self.crossing.crossed:
+            return "history crossed"
+        return "passed"
 
 
 @dataclass(frozen=True)

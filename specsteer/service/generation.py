@@ -22,6 +22,8 @@ from pathlib import Path
 
 from specsteer.cloud.in_process import InProcessCloud
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD
+from specsteer.data.crossing import history_texts
+from specsteer.data.crossing_replay import history_crossing
 from specsteer.data.facts import method_exposure, split_private_facts
 from specsteer.data.history import MAX_UPLOAD_BYTES, HistoryError, parse_history
 from specsteer.data.privacy import audit_uplink
@@ -230,7 +232,8 @@ class GenerationService:
     ) -> GenerationResult:
         """Audit a generation's uplink and save it; a failed save still returns the output."""
         facts = split_private_facts(history.history.profile or "") if history is not None else ()
-        privacy = self._privacy(pair, prepared, tokens, finished, facts)
+        texts = history_texts(history.history.items, history.history.profile) if history is not None else []
+        privacy = self._privacy(pair, prepared, tokens, finished, settings, facts, texts)
         saved_id, save_error = None, None
         try:
             history_id = self.store.save_history(history) if history is not None else None
@@ -408,7 +411,9 @@ class GenerationService:
         prepared: Prepared,
         tokens: Sequence[TokenEvent],
         finished: Finished,
+        settings: GenerationSettings,
         facts: Sequence[str] = (),
+        history: Sequence[str] = (),
     ) -> PrivacyReport | None:
         if METHOD_INFO[finished.stats.method].device_only:
             return None
@@ -430,11 +435,16 @@ class GenerationService:
             if facts
             else None
         )
+        crossing = history_crossing(
+            finished, tokens, tokenizer, history, prepared.prompts.plain, settings.private_guard
+        )
         return PrivacyReport(
             audit,
             tuple(finished.transcript),
             lambda ids: str(tokenizer.decode(list(ids), skip_special_tokens=False)),
             exposure,
+            crossing,
+            settings.guarded() if crossing.crossed else None,
         )
 
     def _save_generation(

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, get_args
 
+from specsteer.data.crossing import HistoryCrossing
 from specsteer.method.catalog import acceptance_label, method_label
 from specsteer.method.events import GenerationStats
 
@@ -81,6 +82,9 @@ class CellResult:
     # F-measures in [0, 1] keyed by ``specsteer.evaluation.metrics.ROUGE_KEYS``; None where a score is missing.
     rouge: Mapping[str, float | None]
     stats: GenerationStats
+    # The history that crossed (specsteer.data.crossing; phrases and where they crossed, without spans); None for
+    # a cell stored before the audit existed (not audited, which is not "none crossed").
+    history_crossed: HistoryCrossing | None = None
 
     @property
     def key(self) -> str:

@@ -11,6 +11,7 @@ import pytest
 
 from specsteer import cli
 from specsteer.models.tiny import tiny_pair
+from testkit import force_drafts
 
 SAMPLE = Path(__file__).resolve().parents[2] / "assets" / "samples" / "review_user.jsonl"
 
@@ -45,7 +46,8 @@ def test_json_contract(tiny_models, capsys):
     code, out, _ = generate(capsys, "--json", "--alpha", "0.5")
     assert code == 0
     document = json.loads(out)
-    assert set(document) == {"text", "tokens", "stats", "transcript"}
+    assert set(document) == {"text", "tokens", "history_crossed", "stats", "transcript"}
+    assert document["history_crossed"]["linked"] and document["history_crossed"]["guard"] == 0
     assert all(set(t) == {"id", "text", "kind"} for t in document["tokens"])
     assert "".join(t["text"] for t in document["tokens"] if t["kind"] != "rejected") == document["text"]
     stats = document["stats"]
@@ -65,6 +67,18 @@ def test_json_contract(tiny_models, capsys):
     assert stats["uplink_bytes"] == sum(m["bytes"] for m in document["transcript"] if m["direction"] == "uplink")
     assert all(set(m) == {"direction", "bytes", "payload"} for m in document["transcript"])
     assert document["transcript"][0]["payload"]["kind"] == "open"
+
+
+def test_the_json_names_the_history_that_crossed(tiny_models, capsys, monkeypatch):
+    force_drafts(monkeypatch, b"hour flight and ")  # words of the sample history (its first review), one round
+    code, out, _ = generate(capsys, "--json", "--alpha", "0", "--draft-len", "16", "--max-new-tokens", "20")
+    crossed = json.loads(out)["history_crossed"]
+    assert code == 0 and crossed["count"] == 1 and crossed["phrases"][0]["text"] == "hour flight and"
+    (where,) = crossed["phrases"][0]["crossings"]
+    assert (where["round"], where["part"]) == (1, "accepted")
+    assert where["spans"] == [{"message": 1, "field": "draft", "start": 0, "end": 15}]
+    code, out, _ = generate(capsys, "--alpha", "1.0", "--private-guard", "3")
+    assert "[history crossed]" in out and "guard was on (n = 3 tokens)" in out
 
 
 def test_infinite_alpha_is_valid_json(tiny_models, capsys):

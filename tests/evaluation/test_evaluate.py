@@ -15,14 +15,18 @@ import pytest
 
 import storage
 from specsteer.cli import evaluate as evaluate_cli
+from specsteer.data.crossing import CrossedPhrase, Crossing, HistoryCrossing
 from specsteer.data.datasets import DataError, bundled_sample_path
+from specsteer.evaluation import plots
 from specsteer.evaluation.grid import (
+    CROSSING_ROW_KEYS,
     JSON_ROW_KEYS,
     EvalResult,
     EvalSpec,
     GridProgress,
     RecordPair,
     grid_points,
+    json_rows,
     load_evaluation_records,
     pending_cells,
     run_cell,
@@ -171,6 +175,10 @@ def test_end_to_end_batch_stores_every_cell_and_summarizes(pair, url):
     for cell in result.cells:
         assert all(0.0 <= cell.rouge[key] <= 1.0 for key in ROUGE_KEYS)
         assert cell.stats.new_tokens >= 1 and cell.stats.seconds > 0
+        # Every cell is audited for the history that crossed; a device-only one sent nothing.
+        assert cell.history_crossed is not None
+        assert cell.history_crossed.linked == (cell.point.method not in ("slm", "slm+"))
+    assert all("history_crossed" in row and "history_phrases" in row for row in result.rows)
     assert [(row["method"], row["alpha"], row["beta"]) for row in result.rows] == [
         (point.method, point.alpha, point.beta) for point in points
     ]
@@ -295,6 +303,22 @@ def test_speedup_is_measured_against_llm_on_the_same_records():
     assert summarize(slower_llm)[1]["speedup"] == pytest.approx(4.0)  # measured, never a constant
 
 
+def test_the_history_that_crossed_is_summarized_over_the_audited_cells():
+    phrase = CrossedPhrase("InnovTech Solutions", (Crossing(1, "rejected"),))
+    audits = [HistoryCrossing((phrase, replace(phrase, text="Gregory Simmons"))), HistoryCrossing(), None]
+    cells = [
+        replace(_cell(record, "specsteer", 10, 1.0, alpha=0.1, beta=1.0), history_crossed=audit)
+        for record, audit in zip(("r1", "r2", "r3"), audits, strict=True)
+    ]
+    (row,) = summarize(cells)
+    # r3 was stored before the audit: left out, neither "crossed" nor "none crossed".
+    assert row["history_crossed"] == pytest.approx(0.5) and row["history_phrases"] == pytest.approx(1.0)
+    assert tuple(json_rows([row])[0]) == JSON_ROW_KEYS + CROSSING_ROW_KEYS
+    assert "history_crossed" not in summarize(cells[2:])[0]
+    shown = plots.display_rows([row])[0]
+    assert (shown["history crossed"], shown["phrases/gen"]) == ("50%", "1.0")
+
+
 def test_without_llm_speedup_is_null():
     rows = summarize([_cell("r1", "slm", 10, 1.0)])
     assert rows[0]["speedup"] is None
@@ -372,7 +396,7 @@ def test_cli_json_contract_and_plot(tmp_path):
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert list(document) == ["rows"]
-    assert [tuple(row) for row in document["rows"]] == [JSON_ROW_KEYS] * 3
+    assert [tuple(row) for row in document["rows"]] == [JSON_ROW_KEYS + CROSSING_ROW_KEYS] * 3
     assert [(row["method"], row["alpha"], row["beta"]) for row in document["rows"]] == [
         ("llm", None, None),
         ("specsteer", 1.0, 1.0),

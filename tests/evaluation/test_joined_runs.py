@@ -74,6 +74,9 @@ def test_the_report_joins_a_p3_run_to_the_steered_run_record_by_record(runs, cap
     )
     assert rows["slm+"]["device_share"] == 1.0 and rows["llm"]["device_share"] == 0.0
     assert {"facts_sent", "facts_sent_beyond_task", "facts_in_output"} <= set(rows["p3"])
+    # The history that crossed, over the records kept: SLM+ sends nothing; the others as their cells say.
+    assert rows["slm+"]["history_crossed"] == 0.0 and rows["slm+"]["history_phrases"] == 0.0
+    assert rows["p3"]["history_phrases"] == pytest.approx(statistics.fmean(c.history_crossed.count for c in p3))
     # P³ − SpecSteer pairs the two runs' cells by record.
     expected = paired_difference([*p3, *steered], GridPoint("p3"), GridPoint("specsteer", 1.0, 1.0))
     (found,) = [d for d in document["differences"] if d["metric"] == "rougeL" and d["ours"] == rows["p3"]["label"]
@@ -89,6 +92,7 @@ def test_the_report_joins_a_p3_run_to_the_steered_run_record_by_record(runs, cap
     assert main(["report", "--run", "steered", "--run", "p3", "--database", url]) == 0
     text = capsys.readouterr().out
     assert "P³ k=3 τ=0.05 − SpecSteer α=1 β=1: R-L" in text and "on device" in text
+    assert "history crossed" in text and "phrases" in text
 
 
 def test_runs_that_cannot_be_joined_are_refused_with_the_reason(runs, tmp_path, capsys):

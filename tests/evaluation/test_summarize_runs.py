@@ -7,6 +7,7 @@ import runpy
 from pathlib import Path
 
 import storage
+from specsteer.data.crossing import CrossedPhrase, Crossing, HistoryCrossing
 from specsteer.data.datasets import bundled_sample_path
 from specsteer.evaluation.claims import claim_sentences
 from specsteer.evaluation.grid import EvalSpec, load_evaluation_records, run_config
@@ -15,6 +16,7 @@ from specsteer.stores.runs import CellResult, GridPoint
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "summarize_runs.py"
 STEERED = GridPoint("specsteer", 0.1, 1.0)
+CROSSED = CrossedPhrase("InnovTech Solutions", (Crossing(1, "rejected"),))
 # R-L (0-100) per record: SpecSteer above SLM+ on every record, beside LLM on some and below on others.
 SCORES = {GridPoint("slm+"): [10, 12, 11], GridPoint("llm"): [15, 12, 20], STEERED: [14, 16, 15]}
 
@@ -30,6 +32,8 @@ def test_the_script_prints_the_claims_of_claims_py(url, capsys):
             "an output",
             {"rouge1": v / 100, "rougeL": v / 100, "rouge1_stemmed": v / 100, "rougeL_stemmed": v / 100},
             GenerationStats(method=point.method, new_tokens=4, seconds=1.0),
+            # SpecSteer's first record: one phrase of the history crossed; the other cells crossed none.
+            HistoryCrossing((CROSSED,) if (point, record_id) == (STEERED, ids[0]) else ()),
         )
         for point, values in SCORES.items()
         for record_id, v in zip(ids, values, strict=True)
@@ -47,3 +51,4 @@ def test_the_script_prints_the_claims_of_claims_py(url, capsys):
     assert "SpecSteer α=0.1 β=1 − LLM: R-L −0.67" in out and "not established on these records" in out
     assert "| α=0.1 β=1 | 3/3 better, +4.00 [" in out  # the record-by-record table, with the verdict
     assert "stronger baseline" not in out
+    assert "| SpecSteer | 0.1 | 1 | 33% | 0.3 |" in out and "| LLM | – | – | 0% | 0.0 |" in out

@@ -15,10 +15,10 @@ import pytest
 
 import storage
 from specsteer.cloud.process import free_loopback_port, start_cloud_process
-from specsteer.data.datasets import bundled_sample_path, sample_history_path
+from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_path, sample_history_path
 from specsteer.data.history import parse_history
 from specsteer.engine.generate import Request, chat_ids, prepare
-from specsteer.engine.settings import GenerationSettings, SettingsError
+from specsteer.engine.settings import SUGGESTED_PRIVATE_GUARD, GenerationSettings, SettingsError
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress
 from specsteer.method.catalog import METHOD_INFO
 from specsteer.models.calibration import RuntimeChoice
@@ -46,6 +46,7 @@ from specsteer.service.events import (
 from specsteer.service.pair_catalog import PairCatalog
 from specsteer.stores.generations import NamedHistory, NewComparison, NewGeneration
 from specsteer.util.jsonable import to_jsonable
+from testkit import force_drafts
 
 INPUT = "Write a review of a power bank with great battery life"
 
@@ -200,6 +201,30 @@ def test_device_only_methods_have_no_privacy_report(service, history):
     for method in ("slm", "slm+"):
         *_, done = service.generate(history, "review", INPUT, values(method=method))
         assert METHOD_INFO[method].device_only and done.result.privacy is None
+
+
+def test_the_privacy_report_names_the_history_that_crossed_and_offers_the_guard(service, monkeypatch):
+    """The default persona's name, drafted by the Specialist in one round (forced here: the tiny models copy
+    nothing) and accepted (alpha 0), is named; the report offers the same settings with the guard on, and a generation
+    with them says the guard was on."""
+    path = sample_history_path(DEFAULT_SAMPLE)
+    persona = NamedHistory(parse_history(path.read_bytes(), filename=path.name), "persona")
+    task_input = SAMPLE_USERS[DEFAULT_SAMPLE].input_text
+    force_drafts(monkeypatch, b"Gregory Simmons ")  # 16 bytes: one round's drafts, a space before the bonus token
+    *_, done = service.generate(
+        persona, "cogenesis", task_input, values(alpha=0.0, draft_len=16.0, max_new_tokens=20.0)
+    )
+    privacy = done.result.privacy
+    crossing = privacy.crossing
+    assert "Gregory Simmons" in [phrase.text for phrase in crossing.phrases] and crossing.guard == 0
+    assert "'Gregory Simmons'" in crossing.headline()
+    offer = privacy.guard_offer  # the settings of this generation, the guard on
+    asked = GenerationSettings.from_values(values(alpha=0.0, draft_len=16.0, max_new_tokens=20.0))
+    assert offer == replace(asked, private_guard=SUGGESTED_PRIVATE_GUARD)
+    *_, guarded = service.generate(persona, "cogenesis", task_input, offer)
+    assert guarded.result.privacy.crossing.guard == SUGGESTED_PRIVATE_GUARD
+    assert guarded.result.privacy.guard_offer is None  # on already
+    assert GenerationSettings(pairing=TEST_PAIRING_ID, method="llm").guarded() is None  # the Edge sends nothing
 
 
 @pytest.mark.parametrize(

@@ -52,6 +52,7 @@ from specsteer.evaluation.grid.runner import (
 from specsteer.evaluation.grid.spec import MAX_RUN_NAME_CHARS, EvalSpec, decode_config, grid_points, spec_from_config
 from specsteer.evaluation.grid.specialists import RecordPair, SpecialistChoice
 from specsteer.evaluation.grid.summary import (
+    CROSSING_ROW_KEYS,
     JSON_ROW_KEYS,
     PRIVACY_ROW_KEYS,
     PairedDifference,
@@ -62,6 +63,7 @@ from specsteer.evaluation.grid.summary import (
 )
 
 __all__ = [
+    "CROSSING_ROW_KEYS",
     "JSON_ROW_KEYS",
     "MAX_RUN_NAME_CHARS",
     "NOISE_POOL_RECORDS",

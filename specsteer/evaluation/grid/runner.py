@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from specsteer.data.crossing import history_texts
+from specsteer.data.crossing_replay import history_crossing
 from specsteer.data.datasets import Record
 from specsteer.edge.lora import TrainingStopped
 from specsteer.engine.generate import DecodeConfig, Prepared, collect, generate
@@ -163,12 +165,18 @@ def run_cell(
     serving: RecordPair, cell: GridCell, prepared: Prepared, spec: EvalSpec, cancel: threading.Event
 ) -> CellResult | None:
     """One cell: its generation on the record's pair, scored against the record's reference, with the record's
-    adapter training in its stats. None when ``cancel`` cut it short (not a result). Stores nothing."""
-    _, result = collect(generate(serving.pair, prepared, decode_config(cell.point, spec), cancel))
+    adapter training in its stats and the history-crossing audit (``specsteer.data.crossing``). None when ``cancel`` cut it short (not a result). Stores nothing."""
+    config = decode_config(cell.point, spec)
+    tokens, result = collect(generate(serving.pair, prepared, config, cancel))
     if result.stats.stop_reason == "cancelled":
         return None
     rouge = rouge_scores(result.text, cell.record.output)
-    return CellResult(cell.record.id, cell.point, result.text, rouge, with_training(result.stats, serving.adapter))
+    history = history_texts(cell.record.profile, cell.record.user_profile)
+    crossed = history_crossing(
+        result, tokens, serving.pair.tokenizer, history, prepared.prompts.plain, config.private_guard
+    )
+    stats = with_training(result.stats, serving.adapter)
+    return CellResult(cell.record.id, cell.point, result.text, rouge, stats, crossed)
 
 
 def finish_grid_run(run: GridRun, store: RunStore, computed: int, failures: list[CellFailure]) -> EvalResult:

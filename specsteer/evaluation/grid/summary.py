@@ -22,6 +22,10 @@ Summary (:func:`summarize`), one row per (method, alpha, beta):
 * ``layout_copy``, ``preamble``, ``refusal`` — output hygiene (``specsteer.data.hygiene``): the share of
   outputs that copy the prompt's item layout, open with a preamble, or refuse; given when the
   summary has the run's prompts (the grid's own result, ``run_prompts`` for a stored run).
+* ``history_crossed``, ``history_phrases`` — the history-crossing audit (``specsteer.data.crossing``), on any
+  task: the share of generations where a phrase of the record's history (items and profile, not in the plain
+  prompt) crossed the link, in any uplink message, rejected drafts included, and the mean phrases per
+  generation. Each cell stores its audit; a cell stored before the audit existed has none and is left out.
 * ``rounds``, ``new_tokens``, ``uplink_bytes``, ``downlink_bytes`` — means per generation.
 
 Paired differences (:func:`paired_difference`): two grid points compared record by record on one ROUGE metric,
@@ -63,6 +67,10 @@ JSON_ROW_KEYS = (
 # facts (CoGenesis): sent to the cloud, sent though the task did not name them, in the output, sent only in
 # rejected drafts. ``--json`` rows carry them after JSON_ROW_KEYS when the run's rows have them.
 PRIVACY_ROW_KEYS = ("facts_sent", "facts_sent_beyond_task", "facts_in_output", "facts_rejected_only")
+# The history that crossed (``specsteer.data.crossing``), on any task: the share of the row's generations where
+# any phrase of the history crossed, and the mean phrases per generation, over the cells audited (cells stored
+# before the audit have none). ``--json`` rows carry them after the others when any row has them.
+CROSSING_ROW_KEYS = ("history_crossed", "history_phrases")
 
 
 def _row_order(point: GridPoint) -> tuple:
@@ -127,6 +135,15 @@ def _privacy(
     return dict(zip(PRIVACY_ROW_KEYS, values, strict=True))
 
 
+def _crossing(cells: Sequence[CellResult]) -> dict[str, float]:
+    """The share of the audited cells where history crossed, and their mean phrases (empty: none audited)."""
+    audited = [cell.history_crossed for cell in cells if cell.history_crossed is not None]
+    if not audited:
+        return {}
+    values = (sum(c.crossed for c in audited) / len(audited), sum(c.count for c in audited) / len(audited))
+    return dict(zip(CROSSING_ROW_KEYS, values, strict=True))
+
+
 def _summary_row(
     point: GridPoint,
     cells: Sequence[CellResult],
@@ -155,6 +172,7 @@ def _summary_row(
         "speed_left_out": len(cells) - len(timed),
         **hygiene,
         **privacy,
+        **_crossing(cells),
         "rounds": _mean([s.rounds for s in stats]),
         "new_tokens": _mean([s.new_tokens for s in stats]),
         "uplink_bytes": _mean([s.uplink_bytes for s in stats]),
@@ -238,6 +256,8 @@ def paired_difference(
 def json_rows(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """The command line's ``--json`` rows: exactly JSON_ROW_KEYS, then PRIVACY_ROW_KEYS when any row has the
     privacy audit's shares (a CoGenesis run: the same shares the summary table and the Dashboard show, null
-    for a row without them), non-finite numbers as null."""
+    for a row without them), then CROSSING_ROW_KEYS when any row has the history-crossing audit's, non-finite
+    numbers as null."""
     keys = JSON_ROW_KEYS + (PRIVACY_ROW_KEYS if any(PRIVACY_ROW_KEYS[0] in row for row in rows) else ())
+    keys += CROSSING_ROW_KEYS if any(CROSSING_ROW_KEYS[0] in row for row in rows) else ()
     return [to_jsonable({key: row.get(key) for key in keys}) for row in rows]

@@ -141,6 +141,7 @@ def ray_run(spec: EvalSpec, url: str, pair, cancel: threading.Event | None = Non
 # --------------------------------------------------------------------------- on a local cluster of two workers
 
 
+@pytest.mark.slow
 def test_two_workers_store_the_sequential_runs_cells_and_numbers(cluster, pair, sequential, db_url):
     log, _ = cluster
     log.unlink(missing_ok=True)
@@ -167,6 +168,7 @@ def test_two_workers_store_the_sequential_runs_cells_and_numbers(cluster, pair, 
     assert len(workers_of_record) == 3 and all(len(pids) == 1 for pids in workers_of_record.values())
 
 
+@pytest.mark.slow
 def test_a_worker_killed_mid_cell_has_the_cell_run_again_and_stored_once(cluster, pair, sequential, url):
     log, exit_plan = cluster
     log.unlink(missing_ok=True)
@@ -181,46 +183,39 @@ def test_a_worker_killed_mid_cell_has_the_cell_run_again_and_stored_once(cluster
     assert len(tries) == 2 and tries[0] != tries[1]  # started in one process, finished in its restart
 
 
-def test_a_ray_run_resumes_the_sequential_runs_pending_cells_and_the_other_way(cluster, pair, sequential, url):
-    store = storage.SqlRunStore(url)
-    spec = replace(SPEC, run_name="both")
+@pytest.mark.slow
+def test_a_run_resumed_on_ray_cancelled_and_resumed_from_the_command_line(
+    cluster, pair, sequential, tmp_path, monkeypatch, capsys
+):
+    database = f"sqlite:///{tmp_path / 'runs.db'}"
+    store = storage.SqlRunStore(database)
+    spec = replace(SPEC, run_name="resumed")
     events = run_grid_events(spec, store, pair=pair)
     for event in events:
-        if event.stage == "running" and event.done == 5:
+        if event.stage == "running" and event.done == 3:
             break
-    events.close()  # five cells stored sequentially, the run left cancelled
-    result = ray_run(spec, url, pair).pop()
-    assert (result.status, result.computed) == ("finished", 7)
-    assert by_key(result.cells) == sequential
+    events.close()  # three cells stored by the sequential runner, the run left cancelled
 
-
-def test_cancel_stops_the_workers_and_leaves_the_run_resumable(cluster, pair, sequential, url):
-    spec = replace(SPEC, run_name="cancelled")
     cancel = threading.Event()
-    events = []
-    for event in run_grid_on_ray(spec, storage.SqlRunStore(url), TWO_WORKERS, pair=pair, cancel=cancel):
-        events.append(event)
-        if isinstance(event, GridProgress) and event.stage == "running" and event.done >= 2:
-            cancel.set()
-    result = events.pop()
-    assert result.status == "cancelled" and result.computed < 12
-    assert events[-1].stage == "cancelled"
-    assert storage.get_run_by_name("cancelled", url=url).status == "cancelled"
-    resumed = ray_run(spec, url, pair).pop()
-    assert (resumed.status, resumed.computed) == ("finished", 12 - result.computed)
-    assert by_key(resumed.cells) == sequential
+    seen = []
+    for event in run_grid_on_ray(spec, store, TWO_WORKERS, pair=pair, cancel=cancel):
+        seen.append(event)
+        if isinstance(event, GridProgress) and event.stage == "running" and event.done >= 5:
+            cancel.set()  # the workers' generations in flight stop within a token
+    result = seen.pop()
+    assert seen[0].done == 3  # the pending cells only
+    assert result.status == "cancelled" and 2 <= result.computed < 9 and len(result.cells) == 3 + result.computed
+    assert seen[-1].stage == "cancelled" and storage.get_run_by_name("resumed", url=database).status == "cancelled"
+    assert {cell.key: numbers(cell) for cell in result.cells}.items() <= sequential.items()
 
-
-def test_the_command_line_runs_the_grid_on_ray(cluster, pair, sequential, tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(evaluate_cli, "shared_tiny_pair", lambda: pair)
-    database = f"sqlite:///{tmp_path / 'cli.db'}"
     arguments = ["--data", SAMPLE, "--task", "review", "--methods", "llm,slm+,specsteer", "--alpha", "1,0.1"]
     arguments += ["--max-new-tokens", "6", "--retrieval-k", "1", "--pairing", TEST_PAIRING_ID, "--dtype", "fp32"]
-    code = evaluate_cli.main([*arguments, "--database", database, "--run-name", "cli", "--ray", "auto"])
-    assert code == 0, capsys.readouterr().err
-    assert "[12/12] finished" in capsys.readouterr().err
-    run = storage.get_run_by_name("cli", url=database)
-    assert by_key(storage.run_cells(run.id, url=database)) == sequential
+    arguments += ["--database", database, "--run-name", "resumed", "--ray", "auto", "--ray-workers", "2"]
+    assert evaluate_cli.main(arguments) == 0, capsys.readouterr().err
+    assert f"[{3 + result.computed}/12] loading" in capsys.readouterr().err
+    run = storage.get_run_by_name("resumed", url=database)
+    assert run.status == "finished" and by_key(storage.run_cells(run.id, url=database)) == sequential
 
 
 # --------------------------------------------------------------------------- without Ray

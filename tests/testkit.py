@@ -173,6 +173,23 @@ def generate_cli(capsys, *arguments: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+RAY_REQUIRED_ENV = "SPECSTEER_REQUIRE_RAY"
+
+
+def require_ray() -> None:
+    """Skip a test of grids on Ray where Ray (the optional extra, requirements-ray.txt) is not installed; fail
+    instead where the run says it must be there (CI sets SPECSTEER_REQUIRE_RAY=1: scripts/setup.sh --dev
+    installs the extra)."""
+    from specsteer.evaluation.grid.ray_executor import ray_status
+
+    usable, reason = ray_status()
+    if usable:
+        return
+    if os.environ.get(RAY_REQUIRED_ENV, "").strip() in ("1", "true", "yes"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
 def widget_settings(pairing: str, max_new_tokens: int, **overrides) -> dict:
     """The Generate tab's settings widgets' values (by GenerationSettings field name) for a short greedy
     SpecSteer run on ``pairing``, as the widgets send them; ``overrides`` change single fields."""

@@ -19,6 +19,7 @@ from specsteer.data.datasets import EVALUATION_TASKS, resolve_data_source
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
 from specsteer.edge.lora import LoraSettings
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, failures_text, json_rows, run_grid_events
+from specsteer.evaluation.grid.ray_executor import RayCluster, connected, run_grid_on_ray
 from specsteer.evaluation.record_lora import PER_RECORD_PREFIX
 from specsteer.evaluation.timing import disturbed_count, left_out_sentence
 from specsteer.method.catalog import PRIVATE_METHODS, SPEED_REFERENCE
@@ -144,9 +145,41 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="I/N",
         help="run only records I, I+N, ... of the run, so that N workers share it (0-based)",
     )
+    _ray_arguments(parser)
     parser.add_argument("--json", action="store_true", help='print {"rows": [...]} instead of a table')
     parser.add_argument("--plot", default=None, help="write the figures as one standalone HTML file")
     return parser
+
+
+def _ray_arguments(parser: argparse.ArgumentParser) -> None:
+    """The grid's cells on a Ray cluster (the optional extra, requirements-ray.txt)."""
+    group = parser.add_argument_group("Ray (pip install -r requirements-ray.txt)")
+    group.add_argument(
+        "--ray",
+        default=None,
+        metavar="ADDRESS",
+        help="run the cells on the Ray cluster at ADDRESS (HOST:PORT, or ray://HOST:PORT), or 'auto': the "
+        "cluster RAY_ADDRESS names or `ray start` started on this machine, else a local one for this run; "
+        "each worker loads the pair once, and this process stores every cell",
+    )
+    group.add_argument("--ray-workers", type=int, default=None, metavar="N", help="default: one per node")
+    group.add_argument(
+        "--ray-worker-cpus",
+        type=int,
+        default=None,
+        metavar="N",
+        help="CPUs each worker reserves and computes on; default: a node's CPUs shared by its workers",
+    )
+
+
+def _ray_cluster(args: argparse.Namespace) -> RayCluster | None:
+    if args.ray is None:
+        if args.ray_workers is not None or args.ray_worker_cpus is not None:
+            raise ValueError("--ray-workers and --ray-worker-cpus go with --ray")
+        return None
+    cluster = RayCluster(args.ray, args.ray_workers, args.ray_worker_cpus)
+    cluster.check()
+    return cluster
 
 
 def _lora_training_arguments(parser: argparse.ArgumentParser) -> None:
@@ -234,11 +267,15 @@ def main(argv: list[str] | None = None) -> int:
         spec = spec_from_args(args)
         if SPEED_REFERENCE not in spec.methods:
             print(f"warning: {SPEED_REFERENCE} is not among the methods, so speedup is null", file=sys.stderr)
+        cluster = _ray_cluster(args)
         pair = shared_tiny_pair() if spec.pairing == TEST_PAIRING_ID else shared_test_pair(spec.pairing)
-        with _cancel_on_signals(cancel):
-            result = _print_progress(
-                run_grid_events(spec, SqlRunStore(args.database), pair=pair, cancel=cancel, shard=args.shard)
-            )
+        store = SqlRunStore(args.database)
+        if cluster is None:
+            with _cancel_on_signals(cancel):
+                result = _print_progress(run_grid_events(spec, store, pair=pair, cancel=cancel, shard=args.shard))
+        else:
+            with connected(cluster), _cancel_on_signals(cancel):  # ray.init first: it takes SIGTERM
+                result = _print_progress(run_grid_on_ray(spec, store, cluster, pair, cancel, args.shard))
     except LoraError as error:  # the adapter given is bad input
         return _fail(str(error), 2)
     except ModelLoadError as error:

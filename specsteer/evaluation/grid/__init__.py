@@ -12,6 +12,8 @@ One job per module:
 * :mod:`~specsteer.evaluation.grid.events`: what a running grid reports (progress, failed cells, the result);
 * :mod:`~specsteer.evaluation.grid.runner`: opening a run, running one cell, the sequential loop that stores
   each cell the moment it finishes, finishing the run;
+* :mod:`~specsteer.evaluation.grid.ray_executor`: the runner's steps with the cells on a Ray cluster's workers
+  (``evaluate --ray``; Ray is an optional extra, imported there only);
 * :mod:`~specsteer.evaluation.grid.summary`: summary rows and paired differences over a run's cells.
 
 Command line (``python -m specsteer evaluate --help``). ``--data`` is a file, or ``shared`` (the

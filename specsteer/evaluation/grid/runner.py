@@ -14,18 +14,20 @@ methods on the same records.
 Before the first timed cell one short SpecSteer generation (``WARMUP_TOKENS``, not stored) runs
 all three streams once, so one-off start-up costs are not charged to the first method.
 
-The steps, each usable by another executor: :func:`open_grid_run` (the spec checked, the records prepared, the
-Specialist chosen, the run opened or resumed and its pending cells listed, ``plan.pending_cells``), then for
-each cell the pair serving its record (``specialists.RecordPairs``) and :func:`run_cell` (one generation,
-scored; it stores nothing), then :func:`finish_grid_run` (the run's final status and summary). The store is
-written here only: the run's status, and each cell as it comes.
+The steps, each usable by another executor (``ray_executor`` runs the cells on a Ray cluster with them):
+:func:`open_grid_run` (the spec checked, the records prepared, the Specialist chosen, the run opened or resumed
+and its pending cells listed, ``plan.pending_cells``), :func:`warm_up` on the pair, then for each cell the pair
+serving its record (``specialists.RecordPairs``) and :func:`attempt_cell` (one generation, scored, or the cell's
+failure; it stores nothing), :func:`keep_failures` as cells fail, then :func:`finish_grid_run` (the run's final
+status and summary); :func:`status_kept_on_error` around them. The store is written here only: the run's status,
+and each cell as it comes.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Generator, Iterator
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Generator, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -161,6 +163,36 @@ def _check_methods_run_on(pair: LoadedPair, spec: EvalSpec) -> None:
         raise ValueError(problem)
 
 
+def attempt_cell(
+    serving: RecordPair | str, cell: GridCell, prepared: Prepared, spec: EvalSpec, cancel: threading.Event
+) -> CellResult | CellFailure | None:
+    """:func:`run_cell` on the pair serving the record, or the cell's failure: the record has no pair
+    (``serving`` says why), or its generation raised. None when ``cancel`` cut it short."""
+    if isinstance(serving, str):
+        return CellFailure(cell.record.id, cell.point, serving)
+    try:
+        return run_cell(serving, cell, prepared, spec, cancel)
+    except Exception as error:  # noqa: BLE001 -- one cell's failure, whatever it is, must not end the run
+        return CellFailure(cell.record.id, cell.point, f"{type(error).__name__}: {error}")
+
+
+def keep_failures(store: RunStore, run_id: int, failures: Sequence[CellFailure]) -> None:
+    """The run's failed cells so far in its error text, at once (the run goes on)."""
+    store.set_status(run_id, "running", error=failures_text(failures))
+
+
+@contextmanager
+def status_kept_on_error(store: RunStore, run_id: int) -> Iterator[None]:
+    """An exception leaving the block marks the run failed; KeyboardInterrupt, or a consumer closing the
+    generator the block is in, marks it cancelled. Either way the same run name resumes it."""
+    try:
+        yield
+    except BaseException as error:
+        status: RunStatus = "failed" if isinstance(error, Exception) else "cancelled"
+        store.set_status(run_id, status, error=type(error).__name__ + (f": {error}" if str(error) else ""))
+        raise
+
+
 def run_cell(
     serving: RecordPair, cell: GridCell, prepared: Prepared, spec: EvalSpec, cancel: threading.Event
 ) -> CellResult | None:
@@ -226,18 +258,13 @@ def run_grid_events(
     cancel = cancel or threading.Event()
     run, pair = open_grid_run(spec, store, pair, shard)
     computed, failures = 0, list[CellFailure]()
-    try:
+    with status_kept_on_error(store, run.run_id):
         if run.pending:
             yield GridProgress(run.total - len(run.pending), run.total, "loading")
             pair = pair if pair is not None else run.load()
             _check_methods_run_on(pair, spec)
             pairs = run.choice.record_pairs(pair, run.target.specialist_name)
             computed, failures = yield from _run_cells(run, pairs, store, cancel, turn)
-    except BaseException as error:
-        # Exceptions are failures; KeyboardInterrupt, or a consumer closing the generator, a stop.
-        status: RunStatus = "failed" if isinstance(error, Exception) else "cancelled"
-        store.set_status(run.run_id, status, error=type(error).__name__ + (f": {error}" if str(error) else ""))
-        raise
     result = finish_grid_run(run, store, computed, failures)
     yield GridProgress(len(result.cells), run.total, result.status)
     yield result
@@ -255,7 +282,7 @@ def _run_cells(
     if run.pending:
         yield GridProgress(done, run.total, "warmup")
         with turn():
-            _warm_up(pairs.base, run.prepared[run.pending[0].record.id], run.spec, cancel)
+            warm_up(pairs.base, run.prepared[run.pending[0].record.id], run.spec, cancel)
     for cell in run.pending:
         if cancel.is_set():
             break
@@ -267,7 +294,7 @@ def _run_cells(
             break  # a cut-short generation is not a result
         if isinstance(outcome, CellFailure):
             failures.append(outcome)
-            store.set_status(run.run_id, "running", error=failures_text(failures))
+            keep_failures(store, run.run_id, failures)
             yield GridProgress(done + computed, run.total, "cell-failed", cell.point, cell.record.id, outcome.message)
             continue
         store.save_cell(run.run_id, outcome)
@@ -285,16 +312,14 @@ def _cell_outcome(
 
     serving = yield from pairs.serve(cell.record, cancel, training)
     if isinstance(serving, str):
-        return CellFailure(cell.record.id, cell.point, serving)
+        return attempt_cell(serving, cell, run.prepared[cell.record.id], run.spec, cancel)
     yield GridProgress(done, run.total, "running", cell.point, cell.record.id)
-    try:
-        with turn():
-            return run_cell(serving, cell, run.prepared[cell.record.id], run.spec, cancel)
-    except Exception as error:  # noqa: BLE001 -- one cell's failure, whatever it is, must not end the run
-        return CellFailure(cell.record.id, cell.point, f"{type(error).__name__}: {error}")
+    with turn():
+        return attempt_cell(serving, cell, run.prepared[cell.record.id], run.spec, cancel)
 
 
-def _warm_up(pair: LoadedPair, prepared: Prepared, spec: EvalSpec, cancel: threading.Event) -> None:
+def warm_up(pair: LoadedPair, prepared: Prepared, spec: EvalSpec, cancel: threading.Event) -> None:
+    """One short SpecSteer generation (``WARMUP_TOKENS``, not stored): one-off start-up costs off the first cell."""
     warmup = DecodeConfig(method="specsteer", draft_len=spec.draft_len, max_new_tokens=WARMUP_TOKENS)
     collect(generate(pair, prepared, warmup, cancel))
 

@@ -6,7 +6,8 @@ One module per concern, each a set of small functions that open their own short 
   for anything else, a SQLite file read-only by ``read_only_url``) and hands out sessions; ``storage.models`` declares the tables;
 * ``storage.histories``, ``storage.generations``, ``storage.comparisons`` (comparisons and their
   annotations) and ``storage.runs`` (evaluation runs and cells, and ``SqlRunStore``, the
-  evaluation grid's store) read and write them; ``storage.generation_store`` (``SqlGenerationStore``,
+  evaluation grid's store) and ``storage.judge_scores`` (LLM judges' grades of runs' cells, ``SqlJudgeStore``)
+  read and write them; ``storage.generation_store`` (``SqlGenerationStore``,
   the application service's store) saves the service's typed values through them;
 * ``storage.judgements`` (the annotation vocabulary, win rates and agreement) and
   ``storage.exports`` (CSV / JSON-lines files) are pure: they never touch the database.
@@ -38,6 +39,7 @@ from storage.exports import write_annotations_csv, write_annotations_jsonl
 from storage.generation_store import SqlGenerationStore
 from storage.generations import get_generation, list_generations, save_generation
 from storage.histories import get_history, list_histories, save_history
+from storage.judge_scores import SqlJudgeStore, run_scores, run_verdicts
 from storage.judgements import SPECIAL_PREFERENCES, summarize_annotations
 from storage.models import ROUGE_KEYS, RUN_STATUSES
 from storage.runs import (
@@ -59,6 +61,7 @@ __all__ = [
     "SPECIAL_PREFERENCES",
     "SqlCampaignStore",
     "SqlGenerationStore",
+    "SqlJudgeStore",
     "SqlRunStore",
     "StoredRun",
     "annotation_summary",
@@ -82,6 +85,8 @@ __all__ = [
     "list_runs",
     "reset_engines",
     "run_cells",
+    "run_scores",
+    "run_verdicts",
     "save_annotation",
     "save_cell",
     "save_comparison",

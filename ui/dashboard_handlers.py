@@ -27,6 +27,7 @@ from specsteer.service.evaluation_runs import (
     stored_rows,
     timing_note,
 )
+from specsteer.service.judge_report import JudgeReader, run_table
 from ui import render
 from ui.dashboard_figures import compared_figures, figures, table_update
 from ui.streaming import NOT_YOURS, RUNS, Toast
@@ -109,9 +110,10 @@ def evaluation_frames(
 class DashboardTab:
     """The tab's handlers over one service."""
 
-    def __init__(self, service: AppService, uploads: UploadCheck = any_path) -> None:
+    def __init__(self, service: AppService, uploads: UploadCheck = any_path, judges: JudgeReader | None = None) -> None:
         self.service = service
         self.uploads = uploads  # which paths run_batch may read (build() passes Gradio's own uploads)
+        self.judges = judges  # the runs' LLM-judge grades, shown beside ROUGE (None: no judge column)
 
     def run_choices(self) -> list[tuple[str, int]]:
         """Stored runs for the run picker, newest first."""
@@ -136,8 +138,11 @@ class DashboardTab:
                     gr.skip(),
                 )
             run, cells = stored.run, stored.cells
-            runs.append((run_title(run), stored_rows(run.config, cells)))
-            claims = [runtime_note(run.config), *claim_notes(cells)] if len(ids) == 1 else []
+            rows, judged = stored_rows(run.config, cells), list[str]()
+            if self.judges is not None:
+                rows, judged = run_table(self.judges, run.id, rows)
+            runs.append((run_title(run), rows))
+            claims = [runtime_note(run.config), *claim_notes(cells), *judged] if len(ids) == 1 else []
             timing = timing_note(cells)
             if timing:
                 timings.append(f"#{run.id}: {timing}" if len(ids) > 1 else timing)

@@ -13,7 +13,7 @@ count line per baseline. The Dashboard's claim notes and ``specsteer evaluate``'
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -50,7 +50,7 @@ class Claim:
         return verdict(self.difference)
 
 
-def _setting_label(point: GridPoint) -> str:
+def setting_label(point: GridPoint) -> str:
     return " ".join(
         [
             method_label(point.method),
@@ -66,15 +66,20 @@ def claim_sentence(claim: Claim) -> str:
     numbers = f"{d.mean:+.2f} [{d.low:+.2f}, {d.high:+.2f}]".replace("-", "−")
     level = f"{100 * d.level:g} % bootstrap"
     return (
-        f"{_setting_label(d.ours)} − {method_label(d.theirs.method)}: {METRIC_NAMES.get(d.metric, d.metric)} "
+        f"{setting_label(d.ours)} − {method_label(d.theirs.method)}: {METRIC_NAMES.get(d.metric, d.metric)} "
         f"{numbers} ({d.wins}/{d.records} better, {level}): {VERDICT_TEXT[claim.verdict]}."
     )
 
 
 def steered_points(cells: Sequence[CellResult]) -> list[GridPoint]:
     """The run's SpecSteer settings, strict to permissive (α descending), then β ascending."""
+    return steering_settings(cell.point for cell in cells)
+
+
+def steering_settings(points: Iterable[GridPoint]) -> list[GridPoint]:
+    """The SpecSteer settings among ``points``, once each, in :func:`steered_points`' order."""
     return sorted(
-        {cell.point for cell in cells if cell.point.method == "specsteer"},
+        {point for point in points if point.method == "specsteer"},
         key=lambda point: (-(point.alpha or 0.0), point.beta or 0.0),
     )
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol, get_args
 
+from specsteer.method.catalog import METHOD_INFO
 from specsteer.method.events import GenerationStats
 
 # --------------------------------------------------------------------------- the evaluation grid's results
@@ -33,6 +34,12 @@ class GridPoint:
     def label(self) -> str:
         parameters = [f"{name}={value:g}" for name, value in (("a", self.alpha), ("b", self.beta)) if value is not None]
         return " ".join([self.method, *parameters])
+
+
+def grid_point(method: str, alpha: float | None, beta: float | None) -> GridPoint:
+    """The grid point of ``method`` at the setting (α, β): each kept only where the method reads it."""
+    info = METHOD_INFO[method]
+    return GridPoint(method, alpha if info.takes_alpha else None, beta if info.takes_beta else None)
 
 
 def _key_number(value: float | None) -> str:

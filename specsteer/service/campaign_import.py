@@ -31,7 +31,7 @@ from typing import Any
 from specsteer.data.datasets import DataError, Record, load_task_records, resolve_data_source
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.evaluation.grid import spec_from_config
-from specsteer.evaluation.run_store import CellResult, GridPoint, StoredRun, cell_key
+from specsteer.evaluation.run_store import CellResult, GridPoint, StoredRun, cell_key, grid_point
 from specsteer.method.catalog import METHOD_INFO, PRIVATE_METHODS, method_label
 from specsteer.service.campaign_store import NewCampaign, RunSource
 from specsteer.service.campaigns import (
@@ -90,12 +90,6 @@ class RunSelection:
 
 def _value_text(value: float | None) -> str:
     return "-" if value is None else format(float(value), ".12g")  # as cell keys compare them
-
-
-def grid_point(method: str, alpha: float | None, beta: float | None) -> GridPoint:
-    """The grid point of ``method`` at this setting (α, β only where the method reads them)."""
-    info = METHOD_INFO[method]
-    return GridPoint(method, alpha if info.takes_alpha else None, beta if info.takes_beta else None)
 
 
 def choose_methods(requested: Sequence[str], run_methods: Sequence[str]) -> tuple[str, ...]:

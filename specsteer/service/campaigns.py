@@ -18,7 +18,9 @@
   second save replaces the first).
 * **Results** (:meth:`report`, :meth:`export_rows`): ``specsteer.service.preference`` over the latest
   judgements: Bradley–Terry leaderboard with bootstrap intervals, win matrix, position bias, Fleiss' κ,
-  Krippendorff's α, per-annotator counts and median times.
+  Krippendorff's α, per-annotator counts and median times. An export row of a campaign made from a run's
+  outputs also carries the LLM judge's grades of those outputs, where the run has any
+  (``specsteer.service.judge_report.export_fields``).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from specsteer.service.campaign_store import (
     StoredCampaignJudgement,
 )
 from specsteer.service.join_codes import JoinAttempts, check_code, issue_codes
+from specsteer.service.judge_report import JudgeReader, export_fields
 from specsteer.service.preference import CampaignJudgement, PreferenceReport, preference_report
 from specsteer.service.stores import RATING_CRITERIA, NamedHistory, StoredComparison, StoredOutput, slot_label
 from specsteer.util.jsonable import to_jsonable
@@ -263,10 +266,12 @@ def _rationale(text: object) -> str:
 class CampaignService:
     """Campaigns over the application service's comparisons; thread-safe (the store is)."""
 
-    def __init__(self, app: AppService, store: CampaignStore) -> None:
+    def __init__(self, app: AppService, store: CampaignStore, judges: JudgeReader | None = None) -> None:
         self.app = app
         self.store = store
         self.attempts = JoinAttempts()  # failed joins per client (specsteer.service.join_codes)
+        # LLM-judge grades of the runs campaigns are made from: an export row carries its outputs' grades.
+        self.judges = judges
 
     # ----------------------------------------------------------------------- the operator
 
@@ -605,6 +610,9 @@ class CampaignService:
         self._operator(token, "Exporting a campaign's judgements")
         rows: list[dict[str, Any]] = []
         for campaign in self._chosen(name):
+            source = RunSource.of(campaign.data)
+            scores = self.judges.scores(source.run_id) if source is not None and self.judges is not None else []
+            records = {item.comparison_id: item.record_key for item in self.store.items(campaign.id)} if scores else {}
             for judgement in self.store.judgements(campaign.id):
                 stored = self.app.store.comparison(judgement.comparison_id)
                 texts = {output.method: output.text for output in stored.outputs} if stored else {}
@@ -631,6 +639,8 @@ class CampaignService:
                 for method in judgement.slots:
                     for criterion in RATING_CRITERIA:
                         row[f"rating:{method}:{criterion}"] = judgement.ratings.get(method, {}).get(criterion)
+                if source is not None and judgement.comparison_id in records:
+                    row |= export_fields(scores, records[judgement.comparison_id], campaign.methods, source)
                 rows.append(row)
         return rows
 

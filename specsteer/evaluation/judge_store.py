@@ -1,0 +1,129 @@
+"""What an LLM judge's results need from wherever they are kept: the :class:`JudgeStore` protocol and its typed
+values (:class:`JudgeIdentity`, :class:`JudgeScore`, :class:`PairVerdict`).
+
+A score belongs to one cell of a stored evaluation run (``specsteer.evaluation.run_store``), one judge and one
+criterion (``specsteer.evaluation.judge_rubric``); a verdict to two cells of one record shown in one order.
+Each keeps the prompt the judge was sent and its answer, and, where it has no score, why
+(``reason_kind`` and a sentence). ``storage.SqlJudgeStore`` keeps them beside the run's cells; a test can hand
+``specsteer.evaluation.judge_run`` a dictionary-backed one. Light: no torch, no SQLAlchemy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Literal, Protocol
+
+from specsteer.evaluation.judge_rubric import RUBRIC_VERSION, TRANSIENT_REASONS, ReasonKind, Winner
+from specsteer.evaluation.run_store import GridPoint, cell_key
+
+JudgeKind = Literal["endpoint", "local"]
+WEAK_JUDGE = "weak judge"  # how a local fallback judge's scores are labelled wherever they appear
+
+
+@dataclass(frozen=True)
+class JudgeIdentity:
+    """Who judged: the model that answered, reached how, under which rubric. ``weak``: the local fallback (the
+    offline Generalist), labelled a weak judge wherever its scores appear."""
+
+    model: str
+    kind: JudgeKind
+    weak: bool = False
+    rubric: str = RUBRIC_VERSION
+
+    @property
+    def key(self) -> str:
+        """What scores are stored under: one judge's scores of one cell never mix with another's."""
+        return f"{self.kind}:{self.model}|{self.rubric}"
+
+    @property
+    def label(self) -> str:
+        """E.g. ``gpt-4o (endpoint)`` or ``qwen2.5-coder-1.5b-instruct-q4_k_m (local, weak judge)``."""
+        return f"{self.model} ({self.kind}, {WEAK_JUDGE})" if self.weak else f"{self.model} ({self.kind})"
+
+
+@dataclass(frozen=True)
+class JudgeScore:
+    """One cell's grade on one criterion by one judge: ``score`` 1-10, or None with the reason."""
+
+    record_id: str
+    point: GridPoint
+    criterion: str
+    judge: JudgeIdentity
+    score: float | None
+    prompt: str
+    answer: str
+    reason_kind: ReasonKind | None = None
+    reason: str | None = None
+    created_at: datetime | None = None
+
+    @property
+    def cell_key(self) -> str:
+        return cell_key(self.record_id, self.point)
+
+    @property
+    def settled(self) -> bool:
+        """Scored, or failed for a reason asking again would not change (a malformed answer, a refusal)."""
+        return self.score is not None or self.reason_kind not in TRANSIENT_REASONS
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    """One judge's verdict on two cells of one record, ``first`` shown as A and ``second`` as B."""
+
+    record_id: str
+    first: GridPoint
+    second: GridPoint
+    criterion: str
+    judge: JudgeIdentity
+    winner: Winner | None
+    prompt: str
+    answer: str
+    reason_kind: ReasonKind | None = None
+    reason: str | None = None
+    created_at: datetime | None = None
+
+    @property
+    def first_key(self) -> str:
+        return cell_key(self.record_id, self.first)
+
+    @property
+    def second_key(self) -> str:
+        return cell_key(self.record_id, self.second)
+
+    @property
+    def settled(self) -> bool:
+        return self.winner is not None or self.reason_kind not in TRANSIENT_REASONS
+
+    @property
+    def preferred(self) -> GridPoint | None:
+        """The point the verdict prefers; None for a tie or no verdict."""
+        return {"first": self.first, "second": self.second}.get(self.winner or "")
+
+
+class JudgeStore(Protocol):
+    """Judge scores and pairwise verdicts of stored runs' cells.
+
+    Several processes may judge one run: a save keeps the first settled result of its key and reports a later
+    one as not stored; a result that is not settled (a timeout) is replaced by the next one of its key."""
+
+    def settled_scores(self, run_id: int, judge_key: str) -> set[tuple[str, str]]:
+        """(cell key, criterion) of every settled score of this judge (:attr:`JudgeScore.settled`)."""
+        ...
+
+    def save_score(self, run_id: int, score: JudgeScore) -> bool: ...
+
+    def scores(self, run_id: int) -> list[JudgeScore]:
+        """Every score of the run, every judge's; empty where the store keeps none (or has no place for any:
+        a read-only database made before judges)."""
+        ...
+
+    def settled_verdicts(self, run_id: int, judge_key: str) -> set[tuple[str, str, str]]:
+        """(first key, second key, criterion) of every settled verdict of this judge."""
+        ...
+
+    def save_verdict(self, run_id: int, verdict: PairVerdict) -> bool: ...
+
+    def verdicts(self, run_id: int) -> list[PairVerdict]:
+        """Every pairwise verdict of the run (empty as :meth:`scores` is)."""
+        ...

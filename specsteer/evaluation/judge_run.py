@@ -25,7 +25,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from specsteer.data.datasets import DataError, Record, load_task_records
 from specsteer.evaluation.grid import spec_from_config
@@ -36,6 +36,7 @@ from specsteer.evaluation.judge_rubric import (
     Criterion,
     JudgeContext,
     Reading,
+    Winner,
     pair_prompt,
     read_score,
     read_verdict,
@@ -168,6 +169,14 @@ class JudgeDone:
     cancelled: bool = False
 
 
+def _question(item: _Item, context: JudgeContext) -> tuple[str, str, Callable[[str], Reading]]:
+    """The prompt for ``item``, the pattern its answer should match, and the reader of that answer."""
+    if len(item.cells) == 1:
+        return score_prompt(item.criterion, context, item.cells[0].output), SCORE_ANSWER_PATTERN, read_score
+    first, second = item.cells
+    return pair_prompt(item.criterion, context, first.output, second.output), VERDICT_ANSWER_PATTERN, read_verdict
+
+
 def _reading(judge: Judge, prompt: str, pattern: str, read: Callable[[str], Reading]) -> tuple[str, Reading]:
     try:
         answer = judge.ask(prompt, pattern)
@@ -215,54 +224,27 @@ def judge_run_events(
         if cancel.is_set():
             yield _stopped(done - 1, len(items), len(pending), outcomes)
             return
-        context = contexts[item.record_id]
         started = time.monotonic()
+        prompt, pattern, read = _question(item, contexts[item.record_id])
+        answer, reading = _reading(judge, prompt, pattern, read)
+        if cancel.is_set():  # the answer was cut short by the stop: nothing of it is stored
+            yield _stopped(done - 1, len(items), len(pending), outcomes)
+            return
+        exchange = {"prompt": prompt, "answer": answer, "reason_kind": reading.reason_kind, "reason": reading.reason}
         if len(item.cells) == 1:
             cell = item.cells[0]
-            prompt = score_prompt(item.criterion, context, cell.output)
-            answer, reading = _reading(judge, prompt, SCORE_ANSWER_PATTERN, read_score)
-            if cancel.is_set():  # the answer was cut short by the stop: nothing of it is stored
-                yield _stopped(done - 1, len(items), len(pending), outcomes)
-                return
-            value = reading.value if isinstance(reading.value, float) else None
+            score = reading.value if isinstance(reading.value, float) else None
             store.save_score(
-                run_id,
-                JudgeScore(
-                    cell.record_id,
-                    cell.point,
-                    item.criterion,
-                    identity,
-                    value,
-                    prompt,
-                    answer,
-                    reading.reason_kind,
-                    reading.reason,
-                ),
+                run_id, JudgeScore(cell.record_id, cell.point, item.criterion, identity, score, **exchange)
             )
-            outcomes["scored" if value is not None else str(reading.reason_kind)] += 1
+            outcomes["scored" if score is not None else str(reading.reason_kind)] += 1
         else:
             first, second = item.cells
-            prompt = pair_prompt(item.criterion, context, first.output, second.output)
-            answer, reading = _reading(judge, prompt, VERDICT_ANSWER_PATTERN, read_verdict)
-            if cancel.is_set():
-                yield _stopped(done - 1, len(items), len(pending), outcomes)
-                return
-            winner = reading.value if isinstance(reading.value, str) else None
-            store.save_verdict(
-                run_id,
-                PairVerdict(
-                    item.record_id,
-                    first.point,
-                    second.point,
-                    item.criterion,
-                    identity,
-                    winner,  # type: ignore[arg-type]
-                    prompt,
-                    answer,
-                    reading.reason_kind,
-                    reading.reason,
-                ),
+            winner = cast(Winner, reading.value) if isinstance(reading.value, str) else None
+            verdict = PairVerdict(
+                item.record_id, first.point, second.point, item.criterion, identity, winner, **exchange
             )
+            store.save_verdict(run_id, verdict)
             outcomes["verdict" if winner is not None else str(reading.reason_kind)] += 1
         yield JudgeProgress(done, len(pending), item.what, _outcome(reading), time.monotonic() - started)
     yield JudgeDone(len(pending), len(items) - len(pending), dict(outcomes))

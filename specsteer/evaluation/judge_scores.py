@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specsteer.evaluation.claims import METRIC_NAMES, Claim, claim_sentence, steering_settings
-from specsteer.evaluation.grid import PairedDifference
+from specsteer.evaluation.grid import PairedDifference, paired_values
 from specsteer.evaluation.judge_rubric import CRITERIA, CRITERION_LABELS, REASON_KINDS, SCALE
 from specsteer.evaluation.judge_store import WEAK_JUDGE, JudgeIdentity, JudgeScore
 from specsteer.evaluation.metrics import bootstrap_interval
@@ -108,29 +108,11 @@ def paired_differences(
                 if not theirs:
                     continue
                 for point in steering_settings(points):
-                    ours = graded.get((judge, criterion, point), {})
-                    shared = sorted(set(ours) & set(theirs))
-                    if not shared:
-                        continue
-                    differences = [ours[record] - theirs[record] for record in shared]
-                    low, high = bootstrap_interval(differences, DRAWS, SEED, LEVEL)
                     metric = f"{_weak(judge)}judge {CRITERION_LABELS.get(criterion, criterion)}"
-                    found.append(
-                        (
-                            judge,
-                            PairedDifference(
-                                point,
-                                GridPoint(baseline),
-                                metric,
-                                len(shared),
-                                sum(d > 0 for d in differences),
-                                sum(differences) / len(differences),
-                                low,
-                                high,
-                                LEVEL,
-                            ),
-                        )
-                    )
+                    ours = graded.get((judge, criterion, point), {})
+                    difference = paired_values(point, GridPoint(baseline), metric, ours, theirs, DRAWS, SEED, LEVEL)
+                    if difference is not None:
+                        found.append((judge, difference))
     return found
 
 

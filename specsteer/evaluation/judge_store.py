@@ -42,8 +42,24 @@ class JudgeIdentity:
         return f"{self.model} ({self.kind}, {WEAK_JUDGE})" if self.weak else f"{self.model} ({self.kind})"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Exchange:
+    """What the judge was sent and answered, and, where the answer gave nothing, why (``reason_kind``: a
+    ``judge_rubric.ReasonKind``, and a sentence)."""
+
+    prompt: str = ""
+    answer: str = ""
+    reason_kind: ReasonKind | None = None
+    reason: str | None = None
+    created_at: datetime | None = None
+
+    def _settled(self, value: object) -> bool:
+        # A result, or a failure asking again would not change (a malformed answer, a refusal).
+        return value is not None or self.reason_kind not in TRANSIENT_REASONS
+
+
 @dataclass(frozen=True)
-class JudgeScore:
+class JudgeScore(Exchange):
     """One cell's grade on one criterion by one judge: ``score`` 1-10, or None with the reason."""
 
     record_id: str
@@ -51,11 +67,6 @@ class JudgeScore:
     criterion: str
     judge: JudgeIdentity
     score: float | None
-    prompt: str
-    answer: str
-    reason_kind: ReasonKind | None = None
-    reason: str | None = None
-    created_at: datetime | None = None
 
     @property
     def cell_key(self) -> str:
@@ -63,12 +74,11 @@ class JudgeScore:
 
     @property
     def settled(self) -> bool:
-        """Scored, or failed for a reason asking again would not change (a malformed answer, a refusal)."""
-        return self.score is not None or self.reason_kind not in TRANSIENT_REASONS
+        return self._settled(self.score)
 
 
 @dataclass(frozen=True)
-class PairVerdict:
+class PairVerdict(Exchange):
     """One judge's verdict on two cells of one record, ``first`` shown as A and ``second`` as B."""
 
     record_id: str
@@ -77,11 +87,6 @@ class PairVerdict:
     criterion: str
     judge: JudgeIdentity
     winner: Winner | None
-    prompt: str
-    answer: str
-    reason_kind: ReasonKind | None = None
-    reason: str | None = None
-    created_at: datetime | None = None
 
     @property
     def first_key(self) -> str:
@@ -93,7 +98,7 @@ class PairVerdict:
 
     @property
     def settled(self) -> bool:
-        return self.winner is not None or self.reason_kind not in TRANSIENT_REASONS
+        return self._settled(self.winner)
 
     @property
     def preferred(self) -> GridPoint | None:

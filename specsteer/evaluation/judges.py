@@ -13,7 +13,8 @@ endpoint the operator configures, or the offline Generalist here as a weak fallb
   composition root; nothing a visitor of the app sends reaches it (the app only shows stored scores). The
   key travels in the Authorization header and is never printed, stored or part of the judge's identity.
 * :class:`LocalJudge` — the Generalist of a loaded pair (the offline pairing's 1.5B model), greedy, through the
-  project's engine (method ``llm``, so its prefix cache reads a record's shared context once). Its scores are
+  project's engine (method ``llm``, so its prefix cache reads a record's shared context once), stopped as soon
+  as its answer holds a grade or a verdict in double brackets. Its scores are
   labelled a **weak judge** (:attr:`JudgeIdentity.weak`) wherever they appear: a small model's grades are a
   plumbing check and a rough signal, not the paper's GPT-4 judge.
 """
@@ -21,6 +22,7 @@ endpoint the operator configures, or the offline Generalist here as a weak fallb
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -236,6 +238,8 @@ def _detail(response: httpx.Response) -> str:
 # --------------------------------------------------------------------------- the offline Generalist, a weak judge
 
 DEFAULT_LOCAL_MAX_TOKENS = 160
+# A grade or a verdict in double brackets, the rubric's end of an answer (not "[[N]]" echoed from the prompt).
+_ANSWERED = re.compile(r"\[\[\s*(?:[+-]?\d+(?:\.\d+)?|A|B|C|tie)\s*\]\]", re.IGNORECASE)
 
 
 class LocalJudge:
@@ -260,12 +264,22 @@ class LocalJudge:
         return self._identity
 
     def ask(self, prompt: str, answer_pattern: str) -> str:
-        from specsteer.engine.generate import DecodeConfig, chat_ids, collect, generate_ids
+        """The Generalist's greedy answer, ended as soon as it holds a complete ``[[…]]`` (what the rubric asks
+        it to end with: what would follow is not read) or at the token budget."""
+        from specsteer.engine.generate import DecodeConfig, chat_ids, generate_ids
+        from specsteer.method.events import Finished
 
         ids = chat_ids(self.pair.tokenizer, prompt, self.pair.chat)
         config = DecodeConfig(method="llm", max_new_tokens=self.max_new_tokens)
-        _tokens, finished = collect(generate_ids(self.pair, ids, ids, config, self.cancel))
-        return finished.text[:MAX_REPLY_CHARS]
+        enough = threading.Event()  # this answer's own stop; the run's cancel stops it too
+        text = ""
+        for event in generate_ids(self.pair, ids, ids, config, enough):
+            if isinstance(event, Finished):
+                return event.text[:MAX_REPLY_CHARS]
+            text += event.text
+            if self.cancel.is_set() or _ANSWERED.search(text):
+                enough.set()
+        return text[:MAX_REPLY_CHARS]
 
     def close(self) -> None:
         pass

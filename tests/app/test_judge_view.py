@@ -32,9 +32,11 @@ def test_a_judged_run_shows_its_grades_beside_rouge(dashboard):
         for point, score in ((LLM, llm), (STEER, steer)):
             storage.save_cell(run_id, CellResult(record, point, "out", {"rougeL": 0.2}, GenerationStats(point.method)))
             kind = None if score is not None else "malformed"
-            judges.save_score(run_id, JudgeScore(record, point, "personalization", WEAK, score, "p", "a", kind, kind))
+            judges.save_score(
+                run_id, JudgeScore(record, point, "personalization", WEAK, score, reason_kind=kind, reason=kind)
+            )
     for first, second in ((LLM, STEER), (STEER, LLM)):
-        judges.save_verdict(run_id, PairVerdict("r1", first, second, "personalization", WEAK, "first", "p", "a"))
+        judges.save_verdict(run_id, PairVerdict("r1", first, second, "personalization", WEAK, "first"))
     view = dashboard.open_runs([run_id])
     table = view.table["value"]
     assert list(table["weak judge: personalization"]) == ["6.00 [5.00, 7.00]", "7.00 [7.00, 7.00]"]

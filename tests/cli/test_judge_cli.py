@@ -95,7 +95,7 @@ def scripted_grades(url: str, run_id: int) -> None:
     store = storage.SqlJudgeStore(url)
     for cell in storage.run_cells(run_id, url=url):
         grade = GRADES[cell.point.method]
-        store.save_score(run_id, JudgeScore(cell.record_id, cell.point, "personalization", SCRIPTED, grade, "p", "a"))
+        store.save_score(run_id, JudgeScore(cell.record_id, cell.point, "personalization", SCRIPTED, grade))
 
 
 def test_the_grades_read_back_beside_rouge_everywhere(run, capsys, tmp_path):

@@ -25,7 +25,7 @@ SLM, LLM, STEER = GridPoint("slm+"), GridPoint("llm"), GridPoint("specsteer", 1.
 
 
 def verdict(record, first, second, winner, criterion="personalization", judge=JUDGE):
-    return PairVerdict(record, first, second, criterion, judge, winner, "p", "a")
+    return PairVerdict(record, first, second, criterion, judge, winner)
 
 
 def test_position_bias_counts_the_pairs_that_flip_with_the_order():
@@ -56,7 +56,7 @@ def test_position_bias_counts_the_pairs_that_flip_with_the_order():
 
 
 def grades(values: dict[tuple[str, GridPoint], float | None], criterion="personalization") -> list[JudgeScore]:
-    return [JudgeScore(record, point, criterion, JUDGE, score, "p", "a") for (record, point), score in values.items()]
+    return [JudgeScore(record, point, criterion, JUDGE, score) for (record, point), score in values.items()]
 
 
 def campaign_from(run: str, run_id: int, alpha=1.0, beta=1.0) -> StoredCampaign:

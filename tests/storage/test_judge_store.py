@@ -20,9 +20,10 @@ LLM, STEERED = GridPoint("llm"), GridPoint("specsteer", 0.1, 1.0)
 
 
 def grade(point=LLM, score=7.0, judge=ENDPOINT, kind=None, record="r1", criterion="personalization") -> JudgeScore:
+    reason = None if kind is None else f"a {kind}"
     return JudgeScore(
-        record, point, criterion, judge, score, "the prompt\x00 sent", "Rating: [[7]]", kind,
-        None if kind is None else f"a {kind}",
+        record, point, criterion, judge, score, prompt="the prompt\x00 sent", answer="Rating: [[7]]", reason_kind=kind,
+        reason=reason,
     )  # fmt: skip
 
 
@@ -75,7 +76,7 @@ def test_verdicts_are_kept_per_order(db_url):
     run_id = a_run(db_url)
 
     def verdict(first, second, winner, kind=None):
-        return PairVerdict("r1", first, second, "overall", WEAK, winner, "p", "a", kind, kind and "why")
+        return PairVerdict("r1", first, second, "overall", WEAK, winner, reason_kind=kind, reason=kind and "why")
 
     assert store.save_verdict(run_id, verdict(LLM, STEERED, "first"))
     assert store.save_verdict(run_id, verdict(STEERED, LLM, None, "timeout"))

@@ -42,7 +42,7 @@ from specsteer.evaluation.judge_rubric import (
     read_verdict,
     score_prompt,
 )
-from specsteer.evaluation.judge_store import JudgeScore, JudgeStore, PairVerdict
+from specsteer.evaluation.judge_store import Exchange, JudgeStore
 from specsteer.evaluation.judges import Judge, JudgeFailure
 from specsteer.evaluation.run_store import CellResult, GridPoint, cell_key
 
@@ -230,21 +230,17 @@ def judge_run_events(
         if cancel.is_set():  # the answer was cut short by the stop: nothing of it is stored
             yield _stopped(done - 1, len(items), len(pending), outcomes)
             return
-        exchange = {"prompt": prompt, "answer": answer, "reason_kind": reading.reason_kind, "reason": reading.reason}
+        said = Exchange(prompt=prompt, answer=answer, reason_kind=reading.reason_kind, reason=reading.reason)
         if len(item.cells) == 1:
             cell = item.cells[0]
             score = reading.value if isinstance(reading.value, float) else None
-            store.save_score(
-                run_id, JudgeScore(cell.record_id, cell.point, item.criterion, identity, score, **exchange)
-            )
+            store.save_score(run_id, said.as_score(cell.record_id, cell.point, item.criterion, identity, score))
             outcomes["scored" if score is not None else str(reading.reason_kind)] += 1
         else:
             first, second = item.cells
             winner = cast(Winner, reading.value) if isinstance(reading.value, str) else None
-            verdict = PairVerdict(
-                item.record_id, first.point, second.point, item.criterion, identity, winner, **exchange
-            )
-            store.save_verdict(run_id, verdict)
+            shown = (first.point, second.point)
+            store.save_verdict(run_id, said.as_verdict(item.record_id, shown, item.criterion, identity, winner))
             outcomes["verdict" if winner is not None else str(reading.reason_kind)] += 1
         yield JudgeProgress(done, len(pending), item.what, _outcome(reading), time.monotonic() - started)
     yield JudgeDone(len(pending), len(items) - len(pending), dict(outcomes))

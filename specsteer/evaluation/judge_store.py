@@ -10,9 +10,9 @@ Each keeps the prompt the judge was sent and its answer, and, where it has no sc
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from specsteer.evaluation.judge_rubric import RUBRIC_VERSION, TRANSIENT_REASONS, ReasonKind, Winner
 from specsteer.evaluation.run_store import GridPoint, cell_key
@@ -56,6 +56,26 @@ class Exchange:
     def _settled(self, value: object) -> bool:
         # A result, or a failure asking again would not change (a malformed answer, a refusal).
         return value is not None or self.reason_kind not in TRANSIENT_REASONS
+
+    def _said(self) -> dict[str, Any]:
+        return {field.name: getattr(self, field.name) for field in fields(Exchange)}
+
+    def as_score(
+        self, record_id: str, point: GridPoint, criterion: str, judge: JudgeIdentity, score: float | None
+    ) -> JudgeScore:
+        """This exchange as one cell's grade."""
+        return JudgeScore(record_id, point, criterion, judge, score, **self._said())
+
+    def as_verdict(
+        self,
+        record_id: str,
+        shown: tuple[GridPoint, GridPoint],
+        criterion: str,
+        judge: JudgeIdentity,
+        winner: Winner | None,
+    ) -> PairVerdict:
+        """This exchange as the verdict on two cells shown in this order."""
+        return PairVerdict(record_id, shown[0], shown[1], criterion, judge, winner, **self._said())
 
 
 @dataclass(frozen=True)

@@ -9,11 +9,12 @@ import json
 import sqlite3
 
 import pytest
+from evaluation.test_joined_runs import retest_spec
 from evaluation.test_record_lora import cogenesis_record, write_records
 
 import storage
 from specsteer.cli import main
-from specsteer.evaluation.grid import EvalSpec, run_grid
+from specsteer.evaluation.grid import run_grid
 from specsteer.evaluation.judge_store import JudgeIdentity, JudgeScore
 from specsteer.models.tiny import tiny_pair
 
@@ -26,19 +27,8 @@ def run(tmp_path_factory):
     """A finished run of SLM+, LLM and SpecSteer (α = 1) over three records (4 new tokens each)."""
     storage.reset_engines()
     folder = tmp_path_factory.mktemp("judged")
-    data = write_records(folder, [cogenesis_record(n) for n in range(3)])
     url = f"sqlite:///{folder / 'runs.db'}"
-    spec = EvalSpec(
-        data=data,
-        task="cogenesis",
-        methods=("slm+", "llm", "specsteer"),
-        alphas=(1.0,),
-        max_new_tokens=4,
-        retrieval_k=2,
-        prompt_style="clean",
-        runtime="transformers",
-        run_name="steered",
-    )
+    spec = retest_spec(write_records(folder, [cogenesis_record(n) for n in range(3)]), max_new_tokens=4)
     result = run_grid(spec, storage.SqlRunStore(url), pair=tiny_pair(seed=0, generalist_seed=1))
     assert result.status == "finished" and len(result.cells) == 9
     yield url, result.run_id, folder

@@ -144,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     missing = storage.missing_sqlite_file(args.database)
     if missing is not None:
         return _fail(f"no database file at {missing}", 2)
-    url = args.database
+    # Summing up writes nothing: the database (the example runs' read-only file, say) is opened for reading.
+    url = storage.read_only_url(args.database) if args.summary else args.database
     run = storage.get_run_by_name(args.run, url=url)
     if run is None:
         return _fail(f"no run named {args.run!r} in this database", 2)

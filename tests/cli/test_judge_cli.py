@@ -98,7 +98,7 @@ def test_the_grades_read_back_beside_rouge_everywhere(run, capsys, tmp_path):
     assert not grades[("scripted-judge", "llm")]["weak_judge"]
     (llm,) = [d for d in document["differences"] if d["judge"] == "scripted-judge" and d["theirs"] == "llm"]
     assert (llm["mean"], llm["wins"], llm["verdict"]) == (1.0, 3, "higher")
-    assert document["position_bias"] and document["human_agreement"] == []
+    assert isinstance(document["position_bias"], list) and document["human_agreement"] == []
 
     assert main(["report", "--run", "steered", "--database", url]) == 0
     text = capsys.readouterr().out
@@ -121,6 +121,9 @@ def test_the_grades_read_back_beside_rouge_everywhere(run, capsys, tmp_path):
     for argv in (["report", "--run", "steered"], ["sweep", "--run-name", "steered"]):
         assert main([*argv, "--database", str(examples)]) == 0
         assert "LLM judge" not in capsys.readouterr().out
+    examples.chmod(0o444)
+    assert main(["judge", "--run", "steered", "--database", str(examples), "--summary"]) == 0
+    assert "no judge grades stored for these cells" in capsys.readouterr().out
 
 
 def test_a_campaign_from_the_run_gets_the_judges_agreement_and_its_grades_in_the_export(run, capsys, tmp_path):

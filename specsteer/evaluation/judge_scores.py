@@ -15,13 +15,13 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specsteer.evaluation.claims import METRIC_NAMES, Claim, claim_sentence, steering_settings
+from specsteer.evaluation.claims import METRIC_NAMES, Claim, claim_sentence, setting_label, steering_settings
 from specsteer.evaluation.grid import PairedDifference, paired_values
 from specsteer.evaluation.judge_rubric import CRITERIA, CRITERION_LABELS, REASON_KINDS, SCALE
 from specsteer.evaluation.judge_store import WEAK_JUDGE, JudgeIdentity, JudgeScore
 from specsteer.evaluation.metrics import bootstrap_interval
 from specsteer.evaluation.run_store import CellResult, GridPoint
-from specsteer.method.catalog import BASELINES
+from specsteer.method.catalog import BASELINES, METHODS
 
 DRAWS, SEED, LEVEL = 10_000, 0, 0.95
 
@@ -44,12 +44,10 @@ class ScoreSummary:
         return self.scored + sum(self.failures.values())
 
     def text(self) -> str:
-        """E.g. ``6.10 [5.70, 6.45] (n=40)``, or ``no grade`` with the failures."""
-        failed = sum(self.failures.values())
-        missing = f", {failed} without a grade" if failed else ""
+        """E.g. ``6.10 [5.70, 6.45] (n=40)``, or ``no grade (3 asked)``."""
         if self.mean is None:
-            return f"no grade ({failed} asked)"
-        return f"{self.mean:.2f} [{self.low:.2f}, {self.high:.2f}] (n={self.scored}{missing})"
+            return f"no grade ({sum(self.failures.values())} asked)"
+        return f"{self.mean:.2f} [{self.low:.2f}, {self.high:.2f}] (n={self.scored})"
 
 
 def _selected(scores: Sequence[JudgeScore], records: Collection[str] | None) -> list[JudgeScore]:
@@ -87,7 +85,9 @@ def score_summaries(scores: Sequence[JudgeScore], records: Collection[str] | Non
 
 
 def _point_order(point: GridPoint) -> tuple:
-    return (point.method, -(point.alpha or 0.0), point.beta or 0.0)
+    # The catalog's method order (SLM+, LLM, SpecSteer, ...), strict to permissive α within a method.
+    rank = METHODS.index(point.method) if point.method in METHODS else len(METHODS)
+    return (rank, point.method, -(point.alpha or 0.0), point.beta or 0.0)
 
 
 def paired_differences(
@@ -108,16 +108,12 @@ def paired_differences(
                 if not theirs:
                     continue
                 for point in steering_settings(points):
-                    metric = f"{_weak(judge)}judge {CRITERION_LABELS.get(criterion, criterion)}"
+                    metric = column_header(judge, criterion)
                     ours = graded.get((judge, criterion, point), {})
                     difference = paired_values(point, GridPoint(baseline), metric, ours, theirs, DRAWS, SEED, LEVEL)
                     if difference is not None:
                         found.append((judge, difference))
     return found
-
-
-def _weak(judge: JudgeIdentity) -> str:
-    return f"{WEAK_JUDGE}: " if judge.weak else ""
 
 
 # --------------------------------------------------------------------------- how they are shown
@@ -210,7 +206,7 @@ def summary_lines(
             rouge = rouge_beside(cells, summary.point, graded) if cells else ""
             beside = f"; {rouge} on the same records" if rouge else ""
             lines.append(
-                f"  {CRITERION_LABELS.get(summary.criterion, summary.criterion):<22} {summary.point.label:<24} "
+                f"  {CRITERION_LABELS.get(summary.criterion, summary.criterion):<22} {setting_label(summary.point):<22} "
                 f"{summary.text()}{why}{beside}"
             )
     lines += [claim_sentence(Claim(difference)) for _, difference in paired_differences(chosen)]

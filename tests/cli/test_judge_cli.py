@@ -105,7 +105,7 @@ def test_the_grades_read_back_beside_rouge_everywhere(run, capsys, tmp_path):
     assert "LLM judge, run 'steered', the same records:" in text
     assert "scripted-judge (endpoint), rubric cogenesis-1:" in text and "7.00 [7.00, 7.00] (n=3)" in text
     assert "R-L" in text and "on the same records" in text
-    assert "SpecSteer α=1 β=1 − LLM: judge personalization +1.00" in text
+    assert "SpecSteer α=1 β=1 − LLM: judge: personalization +1.00" in text
     assert main(["report", "--run", "steered", "--database", url, "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["judge"]["steered"]["grades"]
     assert main(["sweep", "--run-name", "steered", "--database", url]) == 0

@@ -2,10 +2,13 @@
 ``specsteer.evaluation.judge_store.JudgeStore`` on one database.
 
 A result is stored the moment the judge's answer is read, keyed by run, cell key(s), judge and criterion
-(``judge_scores``, ``judge_verdicts``): a settled one (a grade, a verdict, a malformed answer, a refusal) is kept
-and a later one of its key reported as not stored; one that failed on the way to the judge (a timeout) is
-replaced by the next. Reading a database that has no judge tables (the example runs' file, opened read-only and
-made before judges) gives no results rather than an error.
+(``judge_scores``, ``judge_verdicts``): a grade (a verdict) is kept and a later one of its key reported as not
+stored; a row without one (a timeout, a malformed answer) is replaced by the next save of its key (a new answer,
+or the stored answer read again by a better reader). Which results are *settled*, so that a run does not ask
+again, is :attr:`JudgeScore.settled`'s rule: all but the failures on the way to the judge.
+
+Reading a database that has no judge tables (the example runs' file, opened read-only and made before judges)
+gives no results rather than an error.
 """
 
 from __future__ import annotations
@@ -27,9 +30,12 @@ def _has(session: Session, table: type[JudgeScoreRow] | type[JudgeVerdictRow]) -
     return inspect(session.get_bind()).has_table(table.__tablename__)
 
 
+def _answered(table: type[JudgeScoreRow] | type[JudgeVerdictRow]) -> Any:
+    return table.score.is_not(None) if table is JudgeScoreRow else table.winner.is_not(None)  # type: ignore[union-attr]
+
+
 def _settled(table: type[JudgeScoreRow] | type[JudgeVerdictRow]) -> Any:
-    done = table.score.is_not(None) if table is JudgeScoreRow else table.winner.is_not(None)  # type: ignore[union-attr]
-    return or_(done, table.reason_kind.is_(None), table.reason_kind.not_in(sorted(TRANSIENT_REASONS)))
+    return or_(_answered(table), table.reason_kind.is_(None), table.reason_kind.not_in(sorted(TRANSIENT_REASONS)))
 
 
 def _judge_columns(judge: JudgeIdentity, table: Any) -> dict[str, Any]:
@@ -75,7 +81,8 @@ def settled_scores(run_id: int, judge_key: str, *, url: str | None = None) -> se
 
 @retry_on_locked()
 def save_score(run_id: int, score: JudgeScore, *, url: str | None = None) -> bool:
-    """Store one grade (or its absence with the reason); False when a settled one of its key is there."""
+    """Store one grade (or its absence with the reason) in place of one without a grade; False when a grade of its
+    key is there."""
     values = {
         "run_id": run_id,
         "cell_key": fitting(score.cell_key, "cell key", JudgeScoreRow.cell_key),
@@ -99,7 +106,7 @@ def save_score(run_id: int, score: JudgeScore, *, url: str | None = None) -> boo
             JudgeScoreRow.judge_key == values["judge_key"],
             JudgeScoreRow.criterion == score.criterion,
         )
-        session.execute(delete(JudgeScoreRow).where(*same, ~_settled(JudgeScoreRow)))
+        session.execute(delete(JudgeScoreRow).where(*same, ~_answered(JudgeScoreRow)))
         return insert_unless_present(session, JudgeScoreRow, values, ("run_id", "cell_key", "judge_key", "criterion"))
 
 
@@ -142,7 +149,8 @@ def settled_verdicts(run_id: int, judge_key: str, *, url: str | None = None) -> 
 
 @retry_on_locked()
 def save_verdict(run_id: int, verdict: PairVerdict, *, url: str | None = None) -> bool:
-    """Store one verdict (or its absence with the reason); False when a settled one of its key is there."""
+    """Store one verdict (or its absence with the reason) in place of one without a verdict; False when a verdict
+    of its key is there."""
     values = {
         "run_id": run_id,
         "record_id": fitting(str(verdict.record_id), "record id", JudgeVerdictRow.record_id),
@@ -162,7 +170,7 @@ def save_verdict(run_id: int, verdict: PairVerdict, *, url: str | None = None) -
     with session_scope(url) as session:
         _require_run(session, run_id)
         same = [getattr(JudgeVerdictRow, column) == values[column] for column in unique]
-        session.execute(delete(JudgeVerdictRow).where(*same, ~_settled(JudgeVerdictRow)))
+        session.execute(delete(JudgeVerdictRow).where(*same, ~_answered(JudgeVerdictRow)))
         return insert_unless_present(session, JudgeVerdictRow, values, unique)
 
 

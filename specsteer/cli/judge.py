@@ -180,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
                 outcomes = (
                     ", ".join(f"{count} {kind}" for kind, count in sorted(done.outcomes.items())) or "nothing new"
                 )
-                print(f"judged {done.asked} ({outcomes}); {done.skipped} already settled", file=sys.stderr)
+                reread = f"; {done.reread} stored answers read again gave a grade or verdict" if done.reread else ""
+                print(f"judged {done.asked} ({outcomes}); {done.skipped} already settled{reread}", file=sys.stderr)
                 if done.cancelled:
                     _summary(args, run, cells, store, url, plan)
                     return _fail(f"stopped; run the same command to continue judging {run.name!r}", 130)

@@ -30,7 +30,10 @@ same inputs, with the grade in the same double-bracket form, but the prompt is w
   (CoGenesis's four texts fit whole; a LongLaMP history does not), and an answer to :data:`MAX_ANSWER_CHARS`;
 * the repository reads the grade with no rule given for an answer with several grades or none; here one with
   no grade, several different grades, or a grade outside 1-10 is *malformed* and gets no score, and a reply
-  that declines is a *refusal* (:func:`read_score`); the reason is stored instead of a score;
+  that declines is a *refusal* (:func:`read_score`); the reason is stored instead of a score. Where an answer
+  has no grade in brackets, one written without them (``Grade: 8``, ``Rating: 7/10``: the small local judge
+  often writes so) is read when it is the only one. Answers are stored, so a later reader re-reads them
+  (``specsteer.evaluation.judge_run``);
 * **pairwise judging** (:func:`pair_prompt`, :func:`read_verdict`) is beyond the repository's judge: two
   outputs for the same record on one criterion, "A", "B" or a tie. It is asked in both orders to measure the
   judge's position bias (``specsteer.service.judge_report``).
@@ -197,6 +200,12 @@ class Reading:
 
 _SCORE = re.compile(r"\[\[\s*([+-]?\d+(?:\.\d+)?)\s*\]\]")
 _VERDICT = re.compile(r"\[\[\s*(A|B|tie|C)\s*\]\]", re.IGNORECASE)
+# A grade or verdict written without the brackets ("### Grade: 8", "Rating: 7/10", "**Verdict:** B"), read only where
+# the answer has none in brackets: the small local judge often writes them so.
+_BARE_SCORE = re.compile(
+    r"\b(?:rating|grade|score)\b\W{0,4}[:=]\W{0,4}([+-]?\d+(?:\.\d+)?)(?!\.?\d)(?:\s*/\s*10\b)?", re.IGNORECASE
+)
+_BARE_VERDICT = re.compile(r"\bverdict\b\W{0,4}[:=]\W{0,4}(A|B|tie|C)\b", re.IGNORECASE)
 # Phrases of a reply that declines the task (read only when it gives no grade).
 _REFUSAL = re.compile(
     r"\b(I\s+(?:can(?:no|')t|cannot|am\s+(?:not\s+able|unable)|won'?t)|I'm\s+(?:sorry|unable|not\s+able)|"
@@ -219,9 +228,12 @@ def _missing(answer: str, what: str) -> Reading:
 
 
 def read_score(answer: str) -> Reading:
-    """The 1-10 grade in ``answer`` (``[[N]]``, decimals allowed); malformed when there is none, several
-    different ones or one outside the scale; a refusal when the judge declined."""
-    found = {float(match) for match in _SCORE.findall(answer)}
+    """The 1-10 grade in ``answer`` (``[[N]]``, decimals allowed; where there is none, a grade written without
+    the brackets, ``Rating: N`` or ``Grade: N``); malformed when there is none, several different ones or one
+    outside the scale; a refusal when the judge declined."""
+    found = {float(match) for match in _SCORE.findall(answer)} or {
+        float(match) for match in _BARE_SCORE.findall(answer)
+    }
     if not found:
         return _missing(answer, "grade in [[N]] form")
     if len(found) > 1:
@@ -238,8 +250,9 @@ Winner = Literal["first", "second", "tie"]
 
 def read_verdict(answer: str) -> Reading:
     """ "first" (A), "second" (B) or "tie" from ``answer`` (``[[A]]``, ``[[B]]``, ``[[tie]]``; ``[[C]]`` is read as
-    a tie); malformed for none or several different verdicts, a refusal when the judge declined."""
-    found = {match.upper() for match in _VERDICT.findall(answer)}
+    a tie; where there is none, ``Verdict: A`` without the brackets); malformed for none or several different
+    verdicts, a refusal when the judge declined."""
+    found = {match.upper() for match in _VERDICT.findall(answer) or _BARE_VERDICT.findall(answer)}
     found = {"TIE" if value == "C" else value for value in found}
     if not found:
         return _missing(answer, "verdict in [[A]], [[B]] or [[tie]] form")

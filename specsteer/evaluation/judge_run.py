@@ -10,6 +10,8 @@ moment it is read.
   HTTP error) is asked again. Work goes record by record, a record's single grades before its pairs, so that
   a local judge's prefix cache reads the record's context once.
 * **Errors** never stop the run: the cell is stored without a score, with the reason's kind and a sentence.
+  Every answer is stored, so a run first reads this judge's stored answers that gave no grade again with the
+  current readers (:func:`reread_answers`): a reader made better later grades them without asking again.
 * **Progress**: :func:`judge_run_events` yields a :class:`JudgeProgress` per item asked, then a
   :class:`JudgeDone`; a set ``cancel`` ends it after the item in flight (everything stored so far stays).
 
@@ -24,7 +26,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
 from specsteer.data.datasets import DataError, Record, load_task_records
@@ -166,6 +168,7 @@ class JudgeDone:
     asked: int
     skipped: int
     outcomes: Mapping[str, int] = field(default_factory=dict)  # "scored" / "verdict" / a reason kind -> count
+    reread: int = 0  # stored answers without a grade (verdict) that the current readers read one from
     cancelled: bool = False
 
 
@@ -185,8 +188,8 @@ def _reading(judge: Judge, prompt: str, pattern: str, read: Callable[[str], Read
     return answer, read(answer)
 
 
-def _stopped(done: int, items: int, pending: int, outcomes: Counter[str]) -> JudgeDone:
-    return JudgeDone(done, items - pending, dict(outcomes), cancelled=True)
+def _stopped(done: int, items: int, pending: int, outcomes: Counter[str], reread: int) -> JudgeDone:
+    return JudgeDone(done, items - pending, dict(outcomes), reread, cancelled=True)
 
 
 def _outcome(reading: Reading) -> str:
@@ -215,6 +218,7 @@ def judge_run_events(
         raise ValueError("pairwise judging needs at least two grid points")
     records = complete_records([r for r in order if r in contexts], cells, points, plan.records)
     identity = judge.identity
+    reread = reread_answers(run_id, store, identity.key)
     scored = store.settled_scores(run_id, identity.key)
     compared = store.settled_verdicts(run_id, identity.key)
     items = work_items(records, plan, points)
@@ -222,13 +226,13 @@ def judge_run_events(
     outcomes: Counter[str] = Counter()
     for done, item in enumerate(pending, start=1):
         if cancel.is_set():
-            yield _stopped(done - 1, len(items), len(pending), outcomes)
+            yield _stopped(done - 1, len(items), len(pending), outcomes, reread)
             return
         started = time.monotonic()
         prompt, pattern, read = _question(item, contexts[item.record_id])
         answer, reading = _reading(judge, prompt, pattern, read)
         if cancel.is_set():  # the answer was cut short by the stop: nothing of it is stored
-            yield _stopped(done - 1, len(items), len(pending), outcomes)
+            yield _stopped(done - 1, len(items), len(pending), outcomes, reread)
             return
         said = Exchange(prompt=prompt, answer=answer, reason_kind=reading.reason_kind, reason=reading.reason)
         if len(item.cells) == 1:
@@ -243,7 +247,25 @@ def judge_run_events(
             store.save_verdict(run_id, said.as_verdict(item.record_id, shown, item.criterion, identity, winner))
             outcomes["verdict" if winner is not None else str(reading.reason_kind)] += 1
         yield JudgeProgress(done, len(pending), item.what, _outcome(reading), time.monotonic() - started)
-    yield JudgeDone(len(pending), len(items) - len(pending), dict(outcomes))
+    yield JudgeDone(len(pending), len(items) - len(pending), dict(outcomes), reread)
+
+
+def reread_answers(run_id: int, store: JudgeStore, judge_key: str) -> int:
+    """Read this judge's stored answers that gave no grade (no verdict) again with the current readers, storing
+    the grade (verdict) of each that now reads as one; how many. No judge is asked."""
+    found = 0
+    for score in store.scores(run_id):
+        if score.judge.key == judge_key and score.score is None and score.answer:
+            reading = read_score(score.answer)
+            if isinstance(reading.value, float):
+                found += store.save_score(run_id, replace(score, score=reading.value, reason_kind=None, reason=None))
+    for verdict in store.verdicts(run_id):
+        if verdict.judge.key == judge_key and verdict.winner is None and verdict.answer:
+            reading = read_verdict(verdict.answer)
+            if isinstance(reading.value, str):
+                winner = cast(Winner, reading.value)
+                found += store.save_verdict(run_id, replace(verdict, winner=winner, reason_kind=None, reason=None))
+    return found
 
 
 def _settled(item: _Item, scored: set[tuple[str, str]], compared: set[tuple[str, str, str]]) -> bool:

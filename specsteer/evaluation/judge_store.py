@@ -129,8 +129,9 @@ class PairVerdict(Exchange):
 class JudgeStore(Protocol):
     """Judge scores and pairwise verdicts of stored runs' cells.
 
-    Several processes may judge one run: a save keeps the first settled result of its key and reports a later
-    one as not stored; a result that is not settled (a timeout) is replaced by the next one of its key."""
+    Several processes may judge one run: a save keeps the first grade (verdict) of its key and reports a later
+    one as not stored; a result without one (a timeout, a malformed answer) is replaced by the next save of its
+    key: a new answer, or the stored answer read again."""
 
     def settled_scores(self, run_id: int, judge_key: str) -> set[tuple[str, str]]:
         """(cell key, criterion) of every settled score of this judge (:attr:`JudgeScore.settled`)."""

@@ -90,6 +90,11 @@ def test_a_history_is_bounded():
         ("It reads well, maybe a seven.", None, "malformed"),
         ("", None, "malformed"),
         ("I'm sorry, but I can't help with grading this.", None, "refusal"),
+        # Without the brackets (the small local judge often writes so): read when it is the only grade.
+        ("### Grade: 8\n#### Reasoning: close to her voice.", 8.0, None),
+        ("**Rating:** 7/10", 7.0, None),
+        ("Grade: 8, though a Rating: 3 fits too", None, "malformed"),
+        ("Rating: [[5]] (Grade: 2 before I read it again)", 5.0, None),
     ],
 )
 def test_a_grade_is_read_or_the_reason_it_is_not(answer, score, kind):
@@ -108,6 +113,7 @@ def test_a_grade_is_read_or_the_reason_it_is_not(answer, score, kind):
         ("[[A]] no, [[B]]", None, "malformed"),
         ("Both are fine.", None, "malformed"),
         ("As an AI, I cannot choose.", None, "refusal"),
+        ("**Verdict:** B, it keeps her voice.", "second", None),
     ],
 )
 def test_a_verdict_is_read_or_the_reason_it_is_not(answer, winner, kind):
@@ -150,7 +156,7 @@ class MemoryJudgeStore:
 
     def save_score(self, run_id, score):
         key = (run_id, score.cell_key, score.judge.key, score.criterion)
-        if key in self.grades and self.grades[key].settled:
+        if key in self.grades and self.grades[key].score is not None:
             return False
         self.grades[key] = score
         return True
@@ -167,7 +173,7 @@ class MemoryJudgeStore:
 
     def save_verdict(self, run_id, verdict):
         key = (run_id, verdict.first_key, verdict.second_key, verdict.judge.key, verdict.criterion)
-        if key in self.pairs and self.pairs[key].settled:
+        if key in self.pairs and self.pairs[key].winner is not None:
             return False
         self.pairs[key] = verdict
         return True
@@ -270,6 +276,25 @@ def test_judging_again_asks_only_what_is_not_settled():
     other = ScriptedJudge(by_method, model="another")
     run_all(other, store, criteria=("personalization",))
     assert len(other.prompts) == 9
+
+
+def test_stored_answers_without_a_grade_are_read_again_before_anything_is_asked():
+    store = MemoryJudgeStore()
+    judge = ScriptedJudge(by_method)
+    run_all(judge, store, records=2, criteria=("personalization",), points=POINTS[:2], pairwise=True)
+    llm = next(s for s in store.scores(1) if s.point == POINTS[1] and s.record_id == "r0")
+    pair = next(v for v in store.verdicts(1) if v.record_id == "r1")
+    # As an older reader left them: no grade, no verdict, the answers kept.
+    store.grades[(1, llm.cell_key, llm.judge.key, llm.criterion)] = replace(
+        llm, score=None, answer="### Grade: 6", reason_kind="malformed", reason="no grade"
+    )
+    key = (1, pair.first_key, pair.second_key, pair.judge.key, pair.criterion)
+    store.pairs[key] = replace(pair, winner=None, answer="Verdict: B", reason_kind="malformed", reason="none")
+    again = ScriptedJudge(by_method)
+    events = run_all(again, store, records=2, criteria=("personalization",), points=POINTS[:2], pairwise=True)
+    assert events[-1].reread == 2 and again.prompts == []
+    assert next(s for s in store.scores(1) if s.cell_key == llm.cell_key).score == 6
+    assert store.pairs[key].winner == "second" and store.pairs[key].reason_kind is None
 
 
 def test_the_plan_chooses_points_records_and_criteria():

@@ -58,7 +58,10 @@ def test_grades_are_kept_per_run_cell_judge_and_criterion(db_url):
         (first.cell_key, "overall"),
         (scores[3].cell_key, "personalization"),
     }
-    assert not store.save_score(run_id, grade(point=STEERED, score=8.0))
+    # A row without a grade gives way to one with a grade (an answer read again, say); a grade never does.
+    assert store.save_score(run_id, grade(point=STEERED, score=8.0))
+    assert not store.save_score(run_id, grade(point=STEERED, score=None, kind="malformed"))
+    assert [s.score for s in store.scores(run_id) if s.point == STEERED] == [8.0]
 
 
 def test_a_timeout_is_replaced_by_the_next_answer(db_url):

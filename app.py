@@ -14,7 +14,9 @@ once (``ui.warmup``), so the page opens at once and its first Generate is as fas
 interactive event that runs a model shares one queue slot (concurrency id "models"): a second user waits
 with a visible queue position instead of doubling the memory in use. An evaluation grid has its own slot
 ("grid") and takes the models one cell at a time, after any waiting generation (specsteer/util/turns.py), so
-one visitor's grid never keeps another's generation waiting for more than a cell.
+one visitor's grid never keeps another's generation waiting for more than a cell. One client (one address)
+holds at most a few model jobs at once, queued or running, and a full queue answers "busy, about N s"
+(``ui.fair_queue``).
 
 What one visitor may ask for (grid sizes, tokens, text lengths, request sizes, the server's read
 timeouts) is ``specsteer.service.limits.VisitorLimits``: the public or local defaults by where the app runs
@@ -49,24 +51,28 @@ import gradio as gr  # noqa: E402
 import storage  # noqa: E402
 from specsteer.cloud.api import CLOUD_SECRET_ENV  # noqa: E402
 from specsteer.data.datasets import EXAMPLE_RUNS_DB  # noqa: E402
-from specsteer.evaluation.run_store import RunStore  # noqa: E402
 from specsteer.protocol.exposure import Exposure, secret_problem  # noqa: E402
 from specsteer.service import pairings  # noqa: E402
 from specsteer.service.app_service import AppService  # noqa: E402
 from specsteer.service.campaigns import CampaignService  # noqa: E402
 from specsteer.service.example_runs import JudgesWithExamples, RunsWithExamples  # noqa: E402
-from specsteer.service.judge_report import JudgeReader  # noqa: E402
+from specsteer.service.fair_share import QueuePolicy  # noqa: E402
 from specsteer.service.limits import VisitorLimits, limits_for  # noqa: E402
+from specsteer.stores.protocols import JudgeReader, RunStore  # noqa: E402
 from specsteer.util import background  # noqa: E402
 from storage.db import data_dir  # noqa: E402
 from storage.location import data_location  # noqa: E402
-from ui import campaign_tab, compare_tab, dashboard_tab, generate_tab, judge_tab, warmup  # noqa: E402
+from ui import campaign_tab, compare_tab, dashboard_tab, fair_queue, generate_tab, judge_tab, warmup  # noqa: E402
 from ui.http_limits import server_options  # noqa: E402
 from ui.safe_inputs import guard_inputs  # noqa: E402
 
 ASSETS = Path(__file__).resolve().parent / "assets"
 CSS_PATH = ASSETS / "style.css"
+# The queue: at most this many model jobs wait at once (all clients together; one client holds at most its
+# share, VisitorLimits.queue_share), and beyond them this much room stays for quick calls (a sample, an upload, a
+# stored run), which have concurrency groups of their own and never wait behind a model job (ui/fair_queue.py).
 QUEUE_MAX_SIZE = 64
+QUICK_CALLS_ROOM = 64
 # Gradio's temporary files (every upload, every download): checked this often, removed at this age.
 # An evaluation keeps its records file in the data folder, a history is read at once: none needs its
 # temporary copy for long.
@@ -145,7 +151,7 @@ def build_app(service: AppService | None = None, campaigns: CampaignService | No
     service = service or build_service()
     url = getattr(service.store, "url", None)
     judges = judge_reader(url)
-    campaigns = campaigns or CampaignService(service, storage.SqlCampaignStore(url), judges)
+    campaigns = campaigns or service.campaigns(storage.SqlCampaignStore(url), judges)
     with gr.Blocks(
         title="SpecSteer", analytics_enabled=False, delete_cache=(TEMP_FILES_CHECK_S, TEMP_FILES_MAX_AGE_S)
     ) as demo:
@@ -161,7 +167,7 @@ def build_app(service: AppService | None = None, campaigns: CampaignService | No
             with gr.Tab("Judge", id="judge"):
                 judging = judge_tab.build(campaigns)
             with gr.Tab("Campaigns", id="campaigns"):
-                panel = campaign_tab.build(campaigns)
+                panel = campaign_tab.build(campaigns, service)
         # Other users (or an earlier run of the app) may have stored comparisons and runs since
         # the page was built: list them afresh whenever a page opens.
         for stored in (comparisons, runs):
@@ -169,7 +175,10 @@ def build_app(service: AppService | None = None, campaigns: CampaignService | No
         judge_tab.on_load(judging, demo)
         campaign_tab.on_load(panel, demo)
         gr.Markdown(data_location(getattr(service.store, "url", None)).page_line(), elem_classes=["ss-note"])
-    demo.queue(default_concurrency_limit=4, max_size=QUEUE_MAX_SIZE)
+    # api_open=False: every queued endpoint goes through the queue (and its fair share); Gradio would otherwise
+    # serve them directly at /gradio_api/run/<name> wherever the app is not a Space.
+    demo.queue(default_concurrency_limit=4, max_size=QUEUE_MAX_SIZE + QUICK_CALLS_ROOM, api_open=False)
+    fair_queue.install(demo, QueuePolicy(share=service.limits.queue_share, max_waiting=QUEUE_MAX_SIZE))
     # A value an endpoint's component cannot read gets a message naming the input (ui/safe_inputs.py).
     return guard_inputs(demo)
 

@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import storage  # noqa: E402
 from specsteer.data.facts import fact_shares, method_exposure  # noqa: E402
 from specsteer.evaluation import grid as evaluate  # noqa: E402
-from specsteer.evaluation.run_store import CellResult, GridPoint  # noqa: E402
+from specsteer.stores.runs import CellResult, GridPoint  # noqa: E402
 
 GUARDED = GridPoint("specsteer-guarded")  # the guarded cells' point here, so that the two can be paired
 

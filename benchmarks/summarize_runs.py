@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import storage  # noqa: E402
 from specsteer.evaluation import grid as evaluate  # noqa: E402
 from specsteer.evaluation.claims import claim_sentences, claims, steered_points  # noqa: E402
-from specsteer.evaluation.run_store import CellResult  # noqa: E402
 from specsteer.evaluation.sweep import complete_records  # noqa: E402
 from specsteer.method.catalog import BASELINES, method_label  # noqa: E402
 from specsteer.models.runtime_plan import StoredPlan  # noqa: E402
+from specsteer.stores.runs import CellResult  # noqa: E402
 
 
 def _value(value, fmt: str) -> str:

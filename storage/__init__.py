@@ -5,12 +5,14 @@ One module per concern, each a set of small functions that open their own short 
 * ``storage.db`` owns the engine (SQLite with WAL and foreign keys by default, ``DATABASE_URL``
   for anything else, a SQLite file read-only by ``read_only_url``) and hands out sessions; ``storage.models`` declares the tables;
 * ``storage.histories``, ``storage.generations``, ``storage.comparisons`` (comparisons and their
-  annotations) and ``storage.runs`` (evaluation runs and cells, and ``SqlRunStore``, the
-  evaluation grid's store) and ``storage.judge_scores`` (LLM judges' grades of runs' cells, ``SqlJudgeStore``)
-  read and write them; ``storage.generation_store`` (``SqlGenerationStore``,
-  the application service's store) saves the service's typed values through them;
-* ``storage.judgements`` (the annotation vocabulary, win rates and agreement) and
-  ``storage.exports`` (CSV / JSON-lines files) are pure: they never touch the database.
+  annotations), ``storage.runs`` (evaluation runs and cells), ``storage.campaigns``,
+  ``storage.campaign_judgements`` and ``storage.judge_scores`` (LLM judges' grades and verdicts of runs' cells)
+  read and write them;
+* the adapters, one per store protocol of ``specsteer.stores.protocols``, each ``Sql<Concept>Store`` in
+  ``storage/<concept>_store.py``: ``SqlGenerationStore``, ``SqlRunStore``, ``SqlCampaignStore``, ``SqlJudgeStore``;
+* ``storage.exports`` (CSV / JSON-lines files) is pure: it never touches the database. What judgements add
+  up to (win rates, agreement) is ``specsteer.evaluation.preference``'s, and their vocabulary
+  ``specsteer.stores.generations``'.
 
 This package may import ``specsteer``'s light modules (the store protocols and the typed values
 that cross them); the decoding library never imports this package.
@@ -39,11 +41,11 @@ from storage.exports import write_annotations_csv, write_annotations_jsonl
 from storage.generation_store import SqlGenerationStore
 from storage.generations import get_generation, list_generations, save_generation
 from storage.histories import get_history, list_histories, save_history
-from storage.judge_scores import SqlJudgeStore, run_scores, run_verdicts
-from storage.judgements import SPECIAL_PREFERENCES, summarize_annotations
+from storage.judge_scores import run_scores, run_verdicts
+from storage.judge_store import SqlJudgeStore
 from storage.models import ROUGE_KEYS, RUN_STATUSES
+from storage.run_store import SqlRunStore
 from storage.runs import (
-    SqlRunStore,
     StoredRun,
     create_run,
     finished_cell_keys,
@@ -58,7 +60,6 @@ from storage.runs import (
 __all__ = [
     "ROUGE_KEYS",
     "RUN_STATUSES",
-    "SPECIAL_PREFERENCES",
     "SqlCampaignStore",
     "SqlGenerationStore",
     "SqlJudgeStore",
@@ -94,7 +95,6 @@ __all__ = [
     "save_history",
     "session_scope",
     "set_run_status",
-    "summarize_annotations",
     "write_annotations_csv",
     "write_annotations_jsonl",
 ]

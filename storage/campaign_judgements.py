@@ -1,6 +1,6 @@
 """What a campaign's annotators judged: one row per annotator and comparison (a second save replaces
 the first), and the flat rows of its export. Short sessions; typed values of
-``specsteer.service.campaign_store``; the checks on what a person typed are the service's."""
+``specsteer.stores.campaigns``; the checks on what a person typed are the service's."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from specsteer.service.campaign_store import NewCampaignJudgement, StoredCampaignJudgement
+from specsteer.stores.campaigns import NewCampaignJudgement, StoredCampaignJudgement
 from specsteer.util.jsonable import to_jsonable
 from storage.db import retry_on_locked, session_scope
 from storage.models import CampaignAnnotator, CampaignItem, CampaignJudgementRow, utc_now

@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from specsteer.service.campaign_store import (
+from specsteer.stores.campaigns import (
     Annotator,
     CampaignItemRef,
     CampaignStatus,

@@ -1,5 +1,5 @@
 """Annotation campaigns, their records' comparisons and their annotators (``storage.campaign_judgements``
-keeps what the annotators judged). Short sessions; typed values of ``specsteer.service.campaign_store``."""
+keeps what the annotators judged). Short sessions; typed values of ``specsteer.stores.campaigns``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from specsteer.service.campaign_store import (
+from specsteer.stores.campaigns import (
     Annotator,
     CampaignItemRef,
     CampaignStatus,

@@ -4,8 +4,8 @@ A comparison keeps its outputs in the order shown (labels A, B, C…); each anno
 them in another order (blind mode reshuffles), so an annotation stores the order its annotator saw
 and is stored with labels resolved to method names. A judgement saved from a page keeps which
 page session saved it (``annotation_pages``): one per page and comparison, a re-submit replaces it.
-The vocabulary and the statistics over judgements are in the pure ``storage.judgements``; export
-files in ``storage.exports``.
+The vocabulary of judgements is ``specsteer.stores.generations``', what they add up to
+``specsteer.evaluation.preference``; export files are ``storage.exports``.
 """
 
 from __future__ import annotations
@@ -20,18 +20,20 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from specsteer.service.stores import MAX_COMPARISON_OUTPUTS, RATING_CRITERIA, AnnotationSaved, slot_label
+from specsteer.evaluation.preference import summarize_annotations
+from specsteer.stores.generations import (
+    MAX_COMPARISON_OUTPUTS,
+    RATING_CRITERIA,
+    RATING_RANGE,
+    SPECIAL_PREFERENCES,
+    AnnotationSaved,
+    AnnotationSummary,
+    Judgement,
+    slot_label,
+)
 from specsteer.util.jsonable import to_jsonable
 from storage.db import retry_on_locked, session_scope
 from storage.exports import display_order_text, rating_column
-from storage.judgements import (
-    RATING_MAX,
-    RATING_MIN,
-    SPECIAL_PREFERENCES,
-    AnnotationSummary,
-    Judgement,
-    summarize_annotations,
-)
 from storage.models import Annotation, AnnotationPage, Comparison, ComparisonOutput, Generation, utc_now
 from storage.values import require_text
 
@@ -156,10 +158,12 @@ def _resolve_choice(choice: str, label_to_method: Mapping[str, str], what: str) 
 def _validated_score(value: Any, where: str) -> int:
     # Sliders hand over floats such as 4.0; accept whole numbers only.
     if isinstance(value, bool) or not isinstance(value, (int, float)) or float(value) != int(value):
-        raise ValueError(f"rating {where} must be a whole number from {RATING_MIN} to {RATING_MAX}, got {value!r}")
+        raise ValueError(
+            f"rating {where} must be a whole number from {RATING_RANGE[0]} to {RATING_RANGE[1]}, got {value!r}"
+        )
     score = int(value)
-    if not RATING_MIN <= score <= RATING_MAX:
-        raise ValueError(f"rating {where} must be from {RATING_MIN} to {RATING_MAX}, got {score}")
+    if not RATING_RANGE[0] <= score <= RATING_RANGE[1]:
+        raise ValueError(f"rating {where} must be from {RATING_RANGE[0]} to {RATING_RANGE[1]}, got {score}")
     return score
 
 
@@ -200,8 +204,9 @@ def save_annotation(
     ``display_order`` is the list of method names in the order this annotator
     saw them (labels A, B, ... refer to it); default: the comparison's order.
     ``preferred`` and the keys of ``ratings`` may be labels or method names;
-    ``preferred`` may also be "tie" or "all_bad". Scores are whole numbers 1-5
-    per criterion in RATING_CRITERIA; a None score means "not rated".
+    ``preferred`` may also be a special preference (SPECIAL_PREFERENCES). Scores are
+    whole numbers in RATING_RANGE per criterion in RATING_CRITERIA; a None score means
+    "not rated".
     ``page``: the page session that judged, as stored; its earlier judgement of
     the comparison, if any, is replaced (and keeps its id).
     """
@@ -241,6 +246,7 @@ def _store_annotation(
             raise ValueError(f"comparison {comparison_id} does not exist")
         shown = _validated_display_order(display_order, list(comparison.display_order))
         label_to_method = {slot_label(slot): method for slot, method in enumerate(shown)}
+        preferred_method: str
         if preferred in SPECIAL_PREFERENCES:
             preferred_method = preferred
         else:
@@ -306,7 +312,8 @@ def list_annotations(
 
 
 def annotation_summary(*, task: str | None = None, url: str | None = None) -> AnnotationSummary:
-    """Win rates and agreement (``storage.judgements``) over the stored annotations, optionally of one task."""
+    """Win rates and agreement (``specsteer.evaluation.preference``) over the stored annotations, optionally of one
+    task."""
     return summarize_annotations(list_annotations(task=task, url=url))
 
 

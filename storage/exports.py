@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any
 
-from specsteer.service.stores import slot_label
+from specsteer.stores.generations import slot_label
 from specsteer.util.jsonable import to_jsonable
 
 RATING_COLUMN_PREFIX = "rating:"

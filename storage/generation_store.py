@@ -1,6 +1,6 @@
 """``SqlGenerationStore``: the application service's ``GenerationStore`` on this package's repositories.
 
-The service hands over typed values (``specsteer.service.stores``); this module turns them into the
+The service hands over typed values (``specsteer.stores.generations``); this module turns them into the
 rows of ``histories``, ``generations``, ``comparisons`` and ``annotations``, and rows back into them. A generation's stored settings are its
 ``GenerationSettings`` as JSON with the history's name beside them (what reproducing it needs); a
 comparison's are the shared settings without the method, with the methods in the order shown.
@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from specsteer.method.events import GenerationStats
-from specsteer.service.stores import (
+from specsteer.stores.generations import (
     AnnotationSaved,
     AnnotationSummary,
     ExportFormat,

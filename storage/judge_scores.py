@@ -1,5 +1,5 @@
-"""LLM judges' grades and pairwise verdicts of evaluation runs' cells; :class:`SqlJudgeStore` is
-``specsteer.evaluation.judge_store.JudgeStore`` on one database.
+"""LLM judges' grades and pairwise verdicts of evaluation runs' cells (``storage.judge_store.SqlJudgeStore``
+is ``specsteer.stores.protocols.JudgeStore`` over these functions).
 
 A result is stored the moment the judge's answer is read, keyed by run, cell key(s), judge and criterion
 (``judge_scores``, ``judge_verdicts``): a grade (a verdict) is kept and a later one of its key reported as not
@@ -18,9 +18,16 @@ from typing import Any, cast
 from sqlalchemy import delete, inspect, or_, select
 from sqlalchemy.orm import Session
 
-from specsteer.evaluation.judge_rubric import TRANSIENT_REASONS, ReasonKind, Winner
-from specsteer.evaluation.judge_store import JudgeIdentity, JudgeKind, JudgeScore, PairVerdict
-from specsteer.evaluation.run_store import GridPoint
+from specsteer.stores.judges import (
+    TRANSIENT_REASONS,
+    JudgeIdentity,
+    JudgeKind,
+    JudgeScore,
+    PairVerdict,
+    ReasonKind,
+    Winner,
+)
+from specsteer.stores.runs import GridPoint
 from storage.db import insert_unless_present, retry_on_locked, session_scope
 from storage.models import EvalRun, JudgeScoreRow, JudgeVerdictRow
 from storage.values import fitting, require_text
@@ -196,28 +203,3 @@ def run_verdicts(run_id: int, *, url: str | None = None) -> list[PairVerdict]:
             )
             for row in session.scalars(query)
         ]
-
-
-class SqlJudgeStore:
-    """``JudgeStore`` on one database (default: ``DATABASE_URL`` / the SQLite file)."""
-
-    def __init__(self, url: str | None = None) -> None:
-        self.url = url
-
-    def settled_scores(self, run_id: int, judge_key: str) -> set[tuple[str, str]]:
-        return settled_scores(run_id, judge_key, url=self.url)
-
-    def save_score(self, run_id: int, score: JudgeScore) -> bool:
-        return save_score(run_id, score, url=self.url)
-
-    def scores(self, run_id: int) -> list[JudgeScore]:
-        return run_scores(run_id, url=self.url)
-
-    def settled_verdicts(self, run_id: int, judge_key: str) -> set[tuple[str, str, str]]:
-        return settled_verdicts(run_id, judge_key, url=self.url)
-
-    def save_verdict(self, run_id: int, verdict: PairVerdict) -> bool:
-        return save_verdict(run_id, verdict, url=self.url)
-
-    def verdicts(self, run_id: int) -> list[PairVerdict]:
-        return run_verdicts(run_id, url=self.url)

@@ -30,7 +30,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-from specsteer.evaluation.run_store import RUN_STATUSES
+from specsteer.stores.runs import RUN_STATUSES
 
 # The ROUGE columns of EvalCell; tests check they are specsteer.evaluation.metrics.ROUGE_KEYS (importing that
 # module here would load the ROUGE scorer into every process that opens the database).
@@ -243,7 +243,7 @@ class EvalCell(Base):
 
     alpha/beta are NULL for methods that have none, and SQL treats NULLs as
     distinct in UNIQUE constraints, so uniqueness is on ``cell_key``, a canonical
-    non-null string built from all four (see ``specsteer.service.stores.cell_key``).
+    non-null string built from all four (see ``specsteer.stores.runs.cell_key``).
     """
 
     __tablename__ = "eval_cells"
@@ -364,7 +364,7 @@ class CampaignJudgementRow(Base):
 
 class JudgeScoreRow(Base):
     """One judge's grade (1-10) of one cell of a run on one criterion, with the prompt and the answer; no grade
-    where ``reason_kind`` says why (specsteer.evaluation.judge_store.JudgeScore). A table of its own beside
+    where ``reason_kind`` says why (specsteer.stores.judges.JudgeScore). A table of its own beside
     eval_cells: a database made before judges gains it when opened for writing, and one opened read-only
     (the example runs) simply has no judge scores."""
 

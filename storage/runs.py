@@ -1,7 +1,7 @@
-"""Evaluation runs and their cells; :class:`SqlRunStore` is the evaluation grid's store.
+"""Evaluation runs and their cells.
 
-``specsteer.evaluation.grid`` runs a grid against the ``specsteer.service.stores.RunStore`` protocol;
-:class:`SqlRunStore` implements it over the functions below for one database URL. The dashboard
+``specsteer.evaluation.grid`` runs a grid against the ``specsteer.stores.protocols.RunStore`` protocol;
+``storage.run_store.SqlRunStore`` implements it over the functions below for one database URL. The dashboard
 and the scripts read runs back with :func:`get_run`, :func:`list_runs` and :func:`run_cells`;
 :func:`copy_run` copies a run as it is stored from one database into another (the example runs' builder).
 
@@ -21,8 +21,8 @@ from typing import Any, cast
 from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
 
-from specsteer.evaluation.run_store import RUN_STATUSES, CellResult, GridPoint, RunStatus, StoredRun
 from specsteer.method.events import GenerationStats
+from specsteer.stores.runs import RUN_STATUSES, CellResult, GridPoint, RunStatus, StoredRun
 from specsteer.util.jsonable import to_jsonable
 from storage.db import insert_unless_present, retry_on_locked, session_scope
 from storage.models import ROUGE_KEYS, EvalCell, EvalRun
@@ -214,31 +214,3 @@ def run_cells(run_id: int, *, url: str | None = None) -> list[CellResult]:
     with session_scope(url) as session:
         rows = session.scalars(select(EvalCell).where(EvalCell.run_id == run_id).order_by(EvalCell.id))
         return [_cell_result(row) for row in rows]
-
-
-class SqlRunStore:
-    """The evaluation grid's ``RunStore`` on one database (default: ``DATABASE_URL`` / the SQLite file)."""
-
-    def __init__(self, url: str | None = None) -> None:
-        self.url = url
-
-    def open_run(self, name: str, config: Mapping[str, Any]) -> int:
-        return create_run(name, config, url=self.url)
-
-    def finished_keys(self, run_id: int) -> set[str]:
-        return finished_cell_keys(run_id, url=self.url)
-
-    def save_cell(self, run_id: int, cell: CellResult) -> bool:
-        return save_cell(run_id, cell, url=self.url)
-
-    def set_status(self, run_id: int, status: RunStatus, error: str | None = None) -> None:
-        set_run_status(run_id, status, error=error, url=self.url)
-
-    def cells(self, run_id: int) -> list[CellResult]:
-        return run_cells(run_id, url=self.url)
-
-    def runs(self) -> list[StoredRun]:
-        return list_runs(url=self.url)
-
-    def run(self, run_id: int) -> StoredRun | None:
-        return get_run(run_id, url=self.url)

@@ -2,8 +2,8 @@
 
 import contextlib
 import os
-import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 # Tests must never reach a model hub; the offline pairing and tiny models cover loading.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -12,7 +12,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402  (after the environment is set)
 
-from specsteer.models.tiny import TEST_PAIRING_ID  # noqa: E402
+from testkit import serve_app  # noqa: E402
 
 # The tiny test models are dominated by per-op overhead, where a second thread only
 # adds synchronisation; the integration tests on the real pair ask for two themselves.
@@ -27,23 +27,6 @@ def record():
 
     path = shared_data_path("review") or bundled_sample_path("review")
     return load_records(path, limit=1)[0]
-
-
-def canary_request(record):
-    """(canary, a prepared review request whose history carries the canary in one retrieved item): what a
-    privacy test on real models checks never reaches the Cloud."""
-    from specsteer.data.history import HistoryItem
-    from specsteer.engine.generate import Request, prepare
-
-    canary = "Zyxwvut canary 90210 marmalade-octopus"
-    history = list(record.profile[:3]) + [
-        HistoryItem(
-            {"reviewText": f"{canary}. This pen writes well.", "summary": "pen", "description": "pen", "overall": "5"}
-        )
-    ]
-    prepared = prepare(Request(task="review", input_text=record.input, history=history, retrieval_k=4))
-    assert canary in prepared.prompts.private and canary not in prepared.prompts.plain
-    return canary, prepared
 
 
 @pytest.fixture
@@ -75,7 +58,6 @@ def postgres_server(request):
     else a server this session starts in a temporary directory and stops at its end (tests/postgres_for_tests.py).
     Skipped where PostgreSQL or its driver is not installed; failed instead under SPECSTEER_REQUIRE_POSTGRES=1."""
     import postgres_for_tests as server
-
     from storage.db import postgresql_driver
 
     given = os.environ.get(server.URL_ENV, "").strip()
@@ -196,115 +178,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 def app_server(tmp_path_factory):
     """The app served in-process on a free loopback port, with the tiny test pair and a fresh
     database: yields (url, data directory)."""
-    import storage
-    from specsteer.service import pairings
-
-    data = tmp_path_factory.mktemp("app-data")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv(pairings.TEST_PAIR_ENV, "tiny")
-        patch.setenv("SPECSTEER_DATA_DIR", str(data))
-        patch.delenv("DATABASE_URL", raising=False)
-        patch.setenv("HF_HUB_OFFLINE", "1")
-        patch.setenv("GRADIO_ANALYTICS_ENABLED", "False")
-        storage.reset_engines()
-        import app
-
-        demo = app.build_app()
-        port = _free_port()
-        demo.launch(
-            prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options()
-        )
-        try:
-            yield f"http://127.0.0.1:{port}/", data
-        finally:
-            demo.close()
-            storage.reset_engines()
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-LLAMA_REQUIRED_ENV = "SPECSTEER_REQUIRE_LLAMA_CPP"
-
-
-def require_llamacpp() -> None:
-    """Skip a llama.cpp test where llama-cpp-python is not built; fail instead where the run says it
-    must be there (CI sets SPECSTEER_REQUIRE_LLAMA_CPP=1, so a broken build cannot pass as skips)."""
-    from specsteer.runtimes import llamacpp
-
-    usable, reason = llamacpp.status()
-    if usable:
-        return
-    if os.environ.get(LLAMA_REQUIRED_ENV, "").strip() in ("1", "true", "yes"):
-        pytest.fail(reason)
-    pytest.skip(reason)
-
-
-CROSS_MODELS_REQUIRED_ENV = "SPECSTEER_REQUIRE_CROSS_MODELS"
-
-
-def require_cross_models(pairing_id: str) -> None:
-    """Skip a test of an offline cross-tokenizer pairing whose opt-in weights (requirements-cross-models.txt)
-    are not installed or converted here; fail instead where the run says they must be there (CI sets
-    SPECSTEER_REQUIRE_CROSS_MODELS=1: scripts/setup.sh --dev installs them)."""
-    from specsteer.models.registry import PAIRINGS, pairing_status
-
-    usable, reason = pairing_status(PAIRINGS[pairing_id])
-    if usable:
-        return
-    message = f"{pairing_id}: {reason}"
-    if os.environ.get(CROSS_MODELS_REQUIRED_ENV, "").strip() in ("1", "true", "yes"):
-        pytest.fail(message)
-    pytest.skip(message)
-
-
-def widget_settings(pairing: str, max_new_tokens: int, **overrides) -> dict:
-    """The Generate tab's settings widgets' values (by GenerationSettings field name) for a short greedy
-    SpecSteer run on ``pairing``, as the widgets send them; ``overrides`` change single fields."""
-    values = dict(
-        pairing=pairing,
-        runtime="auto",
-        method="specsteer",
-        alpha=0.1,
-        beta=1.0,
-        draft_len=4,
-        max_new_tokens=max_new_tokens,
-        decoding="greedy",
-        seed=0,
-        temperature=1.0,
-        top_p=1.0,
-        retrieval_k=3,
-        downlink_top_k=64,
-        exact=False,
-        adaptive_draft=False,
-        prompt_style="paper",
-        cloud="",
-        rtt_ms=0,
-        uplink_kbps=0,
-        downlink_kbps=0,
-    )
-    values.update(overrides)
-    return values
-
-
-# A short greedy SpecSteer request to the app's /generate endpoint on the tiny pair (by GenerationSettings'
-# field names; those left out take the widgets' values).
-API_GENERATE = dict(
-    task="review",
-    input_text="Write a review of a power bank with great battery life",
-    pairing=TEST_PAIRING_ID,
-    method="specsteer",
-    alpha=0.1,
-    beta=1.0,
-    draft_len=4,
-    max_new_tokens=40,
-    decoding="greedy",
-    seed=0,
-    retrieval_k=3,
-)
+    with serve_app(tmp_path_factory.mktemp("app-data")) as served:
+        yield served.url, served.data
 
 
 @pytest.fixture
@@ -331,3 +206,20 @@ def warnings(monkeypatch):
     shown: list[str] = []
     monkeypatch.setattr(gr, "Warning", lambda message, *args, **kwargs: shown.append(message))
     return shown
+
+
+@pytest.fixture(scope="session")
+def gpu_costs_dry_run(tmp_path_factory):
+    """(path, data) of one real run of benchmarks/gpu_costs.py, as on a GPU machine but tiny and on the CPU (one
+    pair: it is the same code for each); shared by the tests of the costs, the profile and the engine benchmark."""
+    import json
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("gpu_costs") / "costs.json"
+    command = [sys.executable, str(repo / "benchmarks" / "gpu_costs.py"), "--device", "cpu", "--tiny"]
+    command += ["--pairs", "qwen3", "--threads", "1", "--max-seconds", "90", "--out", str(out)]
+    done = subprocess.run(command, cwd=repo, capture_output=True, text=True, timeout=240)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return out, json.loads(out.read_text())

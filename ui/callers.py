@@ -2,13 +2,25 @@
 
 Neither proves a person. A session hash is whatever the caller sends (a page makes a new one on each load;
 an API caller makes up as many as it likes), so what is keyed by it is labelled unverified where it is
-shown. The address is the connection's (behind a proxy, the proxy's, unless the server is told to trust
-its forwarding header), which a caller cannot choose but many people may share.
+shown. The address is the connection's, which a caller cannot choose but many people may share; on a
+Hugging Face Space every connection is the Space's proxy's, and the client is the address the proxy
+reports in ``X-Forwarded-For`` (``specsteer.service.fair_share.client_key``), trusted there alone.
 """
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from typing import Any
+
+from specsteer.protocol.exposure import SPACE_ENV
+from specsteer.service.fair_share import client_key
+
+
+def behind_space_proxy(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the app runs on a Hugging Face Space (``$SPACE_ID`` set), whose proxy is the only peer of
+    every connection and reports the client's address in ``X-Forwarded-For``."""
+    return bool((os.environ if environ is None else environ).get(SPACE_ENV))
 
 
 def page_session(request: Any) -> str | None:
@@ -17,7 +29,12 @@ def page_session(request: Any) -> str | None:
     return str(session) if session else None
 
 
-def client_address(request: Any) -> str:
-    """The client's address as the connection shows it, or "" when there is none (a direct call)."""
-    client = getattr(request, "client", None)
-    return str(getattr(client, "host", "") or "")
+def client_address(request: Any, on_space: bool | None = None) -> str:
+    """The client a request counts against (``fair_share.client_key``): the connection's address, or on a Space
+    (``on_space``; by default ``behind_space_proxy()``) the one its proxy reports."""
+    peer = getattr(getattr(request, "client", None), "host", None)
+    headers = getattr(request, "headers", None)
+    # A proxy may add its own header line rather than extend the caller's: read them all, in order.
+    forwarded = ", ".join(headers.getlist("x-forwarded-for")) if headers is not None else ""
+    on_space = behind_space_proxy() if on_space is None else on_space
+    return client_key(peer, forwarded, on_space)

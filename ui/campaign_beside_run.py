@@ -14,7 +14,8 @@ from typing import Any
 
 import gradio as gr
 
-from specsteer.service.campaigns import CampaignError, CampaignService
+from specsteer.service.campaign_values import CampaignError
+from specsteer.service.campaigns import CampaignService
 from ui import campaign_render
 from ui.render import message_box
 from ui.wiring import QUIET

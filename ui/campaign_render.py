@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from specsteer.method.catalog import method_label
-from specsteer.service.campaigns import CampaignReport, CampaignStatusView, JudgeView
+from specsteer.service.campaign_values import CampaignReport, CampaignStatusView, JudgeView
 from ui.render import comparison_slot_html, esc
 
 SHORTCUTS = (

@@ -14,8 +14,10 @@ import gradio as gr
 
 from specsteer.data.datasets import EVALUATION_TASKS
 from specsteer.method.catalog import PRIVATE_METHODS, method_label
-from specsteer.service.app_service import ExportRefused, Failed
-from specsteer.service.campaigns import CampaignError, CampaignRequest, CampaignService
+from specsteer.service.app_service import AppService
+from specsteer.service.campaign_values import CampaignError, CampaignRequest
+from specsteer.service.campaigns import CampaignService
+from specsteer.service.events import ExportRefused, Failed
 from ui import campaign_render, pairs
 from ui.gpu_space import on_gpu
 from ui.render import esc, message_box
@@ -46,8 +48,11 @@ def _whole(value: object, what: str) -> int | None:
 
 
 class CampaignHandlers:
-    def __init__(self, service: CampaignService) -> None:
+    """The panel's handlers over the campaigns and the app's service (which keeps an uploaded records file)."""
+
+    def __init__(self, service: CampaignService, app: AppService) -> None:
         self.service = service
+        self.app = app
 
     def names(self) -> list[str]:
         return [campaign.name for campaign in self.service.campaigns()]
@@ -81,7 +86,7 @@ class CampaignHandlers:
             if data == "upload":
                 if not upload:
                     raise CampaignError("Upload a records file, or choose the bundled sample or the shared records.")
-                data = str(self.service.app.keep_records(upload, task))
+                data = str(self.app.keep_records(upload, task))
             request = CampaignRequest(
                 name=name or "",
                 task=task,
@@ -161,8 +166,8 @@ class CampaignHandlers:
         )
 
 
-def build(service: CampaignService) -> CampaignHandlers:
-    handlers = CampaignHandlers(service)
+def build(service: CampaignService, app: AppService) -> CampaignHandlers:
+    handlers = CampaignHandlers(service, app)
     with gr.Accordion("New campaign", open=False, elem_id="campaign-create"):
         with gr.Row():
             name = gr.Textbox(label="Name", max_length=64, elem_id="campaign-name")
@@ -178,7 +183,7 @@ def build(service: CampaignService) -> CampaignHandlers:
             label="Methods",
             elem_id="campaign-methods",
         )
-        picker = pairs.pairing_picker(service.app.pairs, "Pairing", "campaign-")
+        picker = pairs.pairing_picker(app.pairs, "Pairing", "campaign-")
         with gr.Row():
             alpha = gr.Number(value=0.1, label="SpecSteer α", elem_id="campaign-alpha")
             beta = gr.Number(value=1.0, label="β", elem_id="campaign-beta")

@@ -11,8 +11,8 @@ from typing import NamedTuple
 import gradio as gr
 
 from specsteer.service import judging
-from specsteer.service.app_service import (
-    AppService,
+from specsteer.service.app_service import AppService
+from specsteer.service.events import (
     ComparisonEvent,
     ComparisonSaved,
     ComparisonStarted,
@@ -33,7 +33,7 @@ from specsteer.service.judging import (
     comparison_label,
     summary_rows,
 )
-from specsteer.service.stores import RATING_CRITERIA, NamedHistory, slot_label
+from specsteer.stores.generations import RATING_CRITERIA, NamedHistory, slot_label
 from ui import render
 from ui.callers import page_session
 from ui.streaming import NOT_YOURS, RUNS, Throttle, Toast

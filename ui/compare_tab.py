@@ -22,7 +22,7 @@ import gradio as gr
 from specsteer.method.catalog import CORE_METHODS, method_label
 from specsteer.service.app_service import AppService
 from specsteer.service.judging import COMPARED_METHODS, SUMMARY_HEADERS
-from specsteer.service.stores import RATING_CRITERIA, slot_label
+from specsteer.stores.generations import RATING_CRITERIA, slot_label
 from ui import pairs, render
 from ui.compare_handlers import MAX_SLOTS, CompareTab, CompareView, JudgedView, flattened, preference_choices
 from ui.wiring import QUIET, GenerateControls, PageRefresh, wire_run

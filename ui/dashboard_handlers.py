@@ -13,10 +13,10 @@ import pandas as pd
 from specsteer.data.datasets import DataError
 from specsteer.engine.settings import sentence
 from specsteer.evaluation import plots
-from specsteer.evaluation.deployment import PROFILES
+from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.evaluation.grid import EvalResult, GridProgress
 from specsteer.evaluation.timing import left_out_sentence
-from specsteer.service.app_service import AppService, EvaluationEvent, Failed, Loading, Status
+from specsteer.service.app_service import AppService
 from specsteer.service.evaluation_runs import (
     GridForm,
     chosen_run_ids,
@@ -27,6 +27,7 @@ from specsteer.service.evaluation_runs import (
     stored_rows,
     timing_note,
 )
+from specsteer.service.events import EvaluationEvent, Failed, Loading, Status
 from specsteer.service.judge_report import JudgeReader, run_table
 from ui import render
 from ui.dashboard_figures import compared_figures, figures, table_update
@@ -191,7 +192,18 @@ class DashboardTab:
                 f"Run “{name}”: {left_out_sentence(report.disturbed, quality_kept=False)} Nothing is left to project."
             )
             return DeploymentView(render.message_box(message, "warning"), None, None, sources)
-        notes = [f"Projected {report.projected} traced generations of run “{name}” onto “{report.profile.label}”."]
+        notes = [
+            f"Projected {report.projected} traced generations of run “{name}” onto “{report.profile.label}”, "
+            "each read as a fresh request (every prompt token, none taken from the recorded run's cache) and "
+            "charged each side's host overhead per round (sources below)."
+        ]
+        first_rtt = report.rows[0]["rtt_ms"] if report.rows else None
+        unrecorded = sum(row["reuse_unrecorded"] for row in report.rows if row["rtt_ms"] == first_rtt)
+        if unrecorded:
+            notes.append(
+                f"{unrecorded} generations were stored before their prompt-cache hits were recorded: their prompts "
+                "are charged as recorded, which may leave part of them out."
+            )
         if report.untraced:
             notes.append(f"{report.untraced} cells stored without a trace are left out.")
         if report.disturbed:

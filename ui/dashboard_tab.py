@@ -24,7 +24,7 @@ import gradio as gr
 from specsteer.data.datasets import EVALUATION_TASKS
 from specsteer.engine.settings import GenerationSettings
 from specsteer.evaluation import plots
-from specsteer.evaluation.deployment import PROFILES
+from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.method.catalog import CORE_METHODS, METHODS, method_label
 from specsteer.service.app_service import AppService
 from specsteer.service.campaigns import CampaignService

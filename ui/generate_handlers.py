@@ -15,8 +15,8 @@ from specsteer.data.tasks import TASK_FOR_SCHEMA
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.method.catalog import method_label
 from specsteer.protocol.exposure import IN_PROCESS, Exposure
-from specsteer.service.app_service import (
-    AppService,
+from specsteer.service.app_service import AppService
+from specsteer.service.events import (
     Done,
     Failed,
     Generating,
@@ -28,7 +28,7 @@ from specsteer.service.app_service import (
     Token,
 )
 from specsteer.service.page import read_sample
-from specsteer.service.stores import NamedHistory
+from specsteer.stores.generations import NamedHistory
 from ui import render
 from ui.streaming import NOT_YOURS, RUNS, LiveStats, Throttle, Toast
 from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path

@@ -19,9 +19,10 @@ from specsteer.cloud.api import CLOUD_SECRET_ENV
 from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS
 from specsteer.data.history import MAX_ITEMS, MAX_UPLOAD_BYTES
 from specsteer.data.tasks import TASK_FOR_SCHEMA, TASKS
-from specsteer.engine.settings import MAX_RTT_MS, GenerationSettings
+from specsteer.engine.settings import MAX_RTT_MS
 from specsteer.method.catalog import METHOD_INFO, METHODS
 from specsteer.service.app_service import AppService
+from specsteer.service.page import PAGE_DEFAULTS as DEFAULTS
 from specsteer.service.page import environment_cloud, read_sample
 from ui import lora_teach, pairs, render
 from ui.generate_handlers import (
@@ -48,9 +49,6 @@ def choice_label(method: str) -> str:
 
 
 METHOD_CHOICES = [(choice_label(m), m) for m in METHOD_ORDER]
-# The widgets start at the settings' defaults, except the prompt style: the app starts with the clean one,
-# which does not invite the small Specialist to copy the history's layout (README, output hygiene).
-DEFAULTS = GenerationSettings(pairing="", prompt_style="clean")
 
 
 def build(service: AppService) -> GenerateControls:

@@ -139,7 +139,7 @@ def budgets(public: bool | None = None) -> dict[str, GpuBudget]:
     (default: as the environment says) or a local app."""
     from specsteer.method.catalog import PRIVATE_METHODS
     from specsteer.protocol.exposure import Exposure
-    from specsteer.service.campaigns import MAX_RECORDS
+    from specsteer.service.campaign_checks import MAX_RECORDS
     from specsteer.service.limits import limits_for
 
     limits = limits_for(Exposure.from_environment().public if public is None else public)

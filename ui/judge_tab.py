@@ -13,15 +13,16 @@ from typing import Any
 import gradio as gr
 
 from specsteer.method.catalog import PRIVATE_METHODS
-from specsteer.service.campaigns import CampaignError, CampaignService, JudgeView, Seat
-from specsteer.service.stores import RATING_CRITERIA, slot_label
+from specsteer.service.campaign_values import CampaignError, JudgeView, Seat
+from specsteer.service.campaigns import CampaignService
+from specsteer.stores.generations import RATING_CRITERIA, SPECIAL_PREFERENCE_LABELS, SPECIAL_PREFERENCES, slot_label
 from ui import campaign_render
 from ui.callers import client_address
 from ui.render import message_box
 from ui.wiring import QUIET
 
 MAX_SLOTS = len(PRIVATE_METHODS)
-SPECIAL = [("Tie", "tie"), ("All good", "all_good"), ("All bad", "all_bad")]
+SPECIAL = [(SPECIAL_PREFERENCE_LABELS[choice], choice) for choice in SPECIAL_PREFERENCES]
 
 # Keys: digits pick a slot, T/G/X the special choices, Enter saves and moves on, arrows skip / go back.
 # Inactive while typing in a text field (Ctrl+Enter saves from the rationale) and while the tab is hidden.

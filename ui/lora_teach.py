@@ -12,8 +12,9 @@ import gradio as gr
 
 from specsteer.service.app_service import AppService
 from specsteer.service.lora_teaching import TeachDone, TeachFailed
-from specsteer.service.stores import NamedHistory
+from specsteer.stores.generations import NamedHistory
 from ui import render
+from ui.streaming import TEACHING_CONCURRENCY_ID
 from ui.wiring import QUIET
 
 BASE_NOTE = (
@@ -62,7 +63,14 @@ def build(
         button = gr.Button("Teach the Specialist my history", size="md", elem_id="lora-teach-button")
         status = gr.HTML(render.message_box(BASE_NOTE, "info"), elem_id="lora-teach-status")
     label = gr.State("")
-    button.click(panel.teach, [history, task, pairing, runtime], [status, label], api_name="teach_specialist")
+    button.click(
+        panel.teach,
+        [history, task, pairing, runtime],
+        [status, label],
+        api_name="teach_specialist",
+        concurrency_id=TEACHING_CONCURRENCY_ID,
+        concurrency_limit=1,
+    )
     for trigger in (history.change, pairing.change):
         trigger(panel.forget, None, [status, label], **QUIET)
     return TeachControls(label)

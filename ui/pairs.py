@@ -26,7 +26,7 @@ from specsteer.models.registry import PAIRINGS, Pairing
 from specsteer.models.tiny import CROSS_PAIRING_ID as TINY_CROSS_PAIRING_ID
 from specsteer.models.tiny import TEST_PAIRING_ID as TINY_PAIRING_ID
 from specsteer.runtimes.base import RUNTIME_CHOICES
-from specsteer.service.app_service import PairCatalog
+from specsteer.service.pair_catalog import PairCatalog
 from specsteer.service.pairings import default_pairing_id, methods_run_by
 from ui.wiring import QUIET
 

@@ -18,7 +18,7 @@ from specsteer.evaluation.deployment import DeploymentProfile
 from specsteer.method.catalog import METHOD_INFO, method_label
 from specsteer.method.events import GenerationStats, LinkMessage, TokenEvent
 from specsteer.protocol.emulation import LinkConditions
-from specsteer.service.app_service import CloudCheck, PrivacyReport, RetrievalPreview
+from specsteer.service.events import CloudCheck, PrivacyReport, RetrievalPreview
 
 TASK_LABELS = {
     "review": "Product review",

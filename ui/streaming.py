@@ -41,6 +41,12 @@ MODELS_CONCURRENCY_ID = "models"  # every interactive event that runs a model sh
 # An evaluation grid has a slot of its own: its cells take turns with the interactive events in the
 # service (specsteer.util.turns), so a grid never keeps a generation in Gradio's queue behind it.
 GRID_CONCURRENCY_ID = "grid"
+# Teaching the Specialist (LoRA training) runs one at a time on the machine (service.lora_teaching): a second
+# waits in the queue with its position shown, not in a worker thread.
+TEACHING_CONCURRENCY_ID = "teaching"
+# The model jobs: what a client's fair share of the queue counts (ui.fair_queue). Every other event is quick
+# (a sample, an upload, a stored run) and has a group of its own, so it never waits behind these.
+MODEL_LANES = (MODELS_CONCURRENCY_ID, GRID_CONCURRENCY_ID, TEACHING_CONCURRENCY_ID)
 NOT_YOURS = (
     "Nothing of yours is running here: a run can be stopped only from the page (browser session) that started it."
 )

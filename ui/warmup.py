@@ -1,5 +1,5 @@
 """The start-up warm-up on the page: ``start`` asks the service to get the Generate tab's default request
-ready (its pairing loaded, its prompts read; ``AppService.warm_up``), ``build`` puts a progress line under
+ready (its pairing loaded, its prompts read; ``GenerationService.warm_up``), ``build`` puts a progress line under
 the header that each page follows until the models are ready.
 """
 
@@ -16,10 +16,9 @@ from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS
 from specsteer.data.tasks import TASK_FOR_SCHEMA
 from specsteer.service import pairings
 from specsteer.service.app_service import AppService
-from specsteer.service.page import environment_cloud, read_sample
+from specsteer.service.page import PAGE_DEFAULTS, environment_cloud, read_sample
 from specsteer.service.warmup import WarmUp
 from ui import render
-from ui.generate_tab import DEFAULTS
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +31,7 @@ def start(service: AppService) -> WarmUp | None:
     when that request cannot run here (the reason is logged; a click then reports it)."""
     history = read_sample(DEFAULT_SAMPLE)
     task = TASK_FOR_SCHEMA.get(history.history.schema, "free")
-    settings = replace(DEFAULTS, pairing=pairings.default_pairing_id(service.pairs), cloud=environment_cloud()[0])
+    settings = replace(PAGE_DEFAULTS, pairing=pairings.default_pairing_id(service.pairs), cloud=environment_cloud()[0])
     try:
         return service.warm_up(history, task, SAMPLE_USERS[DEFAULT_SAMPLE].input_text, settings)
     except ValueError as error:

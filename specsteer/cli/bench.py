@@ -12,6 +12,7 @@ from typing import Any
 
 from specsteer.cli.generate import add_lora_argument, p3_arguments, p3_params, runtime_argument, specialist_lora_arg
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD, READ_AHEAD_MODES, ReadAhead, parse_read_ahead
+from specsteer.data.datasets import EXAMPLE_RUNS_DB
 from specsteer.engine.generate import DecodeConfig
 from specsteer.evaluation.bench import (
     DEFAULT_METHODS,
@@ -23,7 +24,8 @@ from specsteer.evaluation.bench import (
     prefix_reuse,
     run_speed,
 )
-from specsteer.evaluation.deployment import DEFAULT_RTTS_MS, PROFILES, get_profile
+from specsteer.evaluation.deployment_profiles import PROFILES, get_profile
+from specsteer.evaluation.deployment_rows import DEFAULT_RTTS_MS, DEFAULT_RUNS
 from specsteer.runtimes.base import TransformersModel, parse_split
 from specsteer.runtimes.machine import machine_info
 from specsteer.util.jsonable import to_jsonable
@@ -151,7 +153,12 @@ def main(argv: list[str] | None = None) -> int:
     project.add_argument("--json", action="store_true")
     project.add_argument("--profile", required=True, help=f"one of {', '.join(PROFILES)}")
     project.add_argument("--rtt-ms", type=_numbers, default=list(DEFAULT_RTTS_MS))
-    project.add_argument("--database", default=None, metavar="URL", help="an evaluation database (with --run)")
+    project.add_argument(
+        "--database",
+        default=None,
+        metavar="URL",
+        help=f"an evaluation database (default: the example runs, assets/example_runs.db, run {DEFAULT_RUNS[0]})",
+    )
     project.add_argument(
         "--run", action="append", default=[], metavar="NAME", help="an evaluation run's name; repeat for several"
     )
@@ -163,9 +170,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _speed(args) -> int:
     from specsteer.engine.generate import cross_tokenizer_problem
-    from specsteer.models.loading import load_pair, lora_runtime_choice, runtime_plan, with_specialist_lora
+    from specsteer.models.loading import load_planned, with_specialist_lora
+    from specsteer.models.planning import lora_plan, runtime_plan
     from specsteer.models.registry import DEFAULT_PAIRING, get_pairing
-    from specsteer.models.runtime_plan import RuntimePlan
     from specsteer.models.tiny import shared_test_pair
     from specsteer.models.weights import ModelLoadError
 
@@ -183,16 +190,14 @@ def _speed(args) -> int:
         lora = specialist_lora_arg(args)  # only transformers serves one: llama.cpp refused, auto picks transformers
         if lora is not None:
             for runtime in args.runtime:
-                lora_runtime_choice(runtime)
+                lora_plan(runtime)
             test_pair = with_specialist_lora(test_pair, lora) if test_pair is not None else None
         # "auto" is a row of its own: for each method, the row of the runtime auto picks for it (both are
         # measured in this run, so the auto row is a measurement, not an estimate).
         auto_plans = (
             {
-                case.config.method: (
-                    runtime_plan(get_pairing(pairing), "auto", log, method=case.config.method)
-                    if lora is None
-                    else RuntimePlan.uniform(lora_runtime_choice("auto"))
+                case.config.method: runtime_plan(
+                    get_pairing(pairing), "auto", log, case.config.method, lora=lora is not None
                 )
                 for case in cases
             }
@@ -201,18 +206,15 @@ def _speed(args) -> int:
         )
         auto_picks = {method: plan.label for method, plan in auto_plans.items()}
         pairs = [test_pair] if test_pair is not None else []
-        # (label, what load_pair is asked): each fixed runtime as named, then each plan auto made that no fixed
-        # runtime is (a hand-off to llama.cpp is llama.cpp's label with "+handoff": loaded by asking for auto)
-        requests = [(r, r, "specsteer") for r in args.runtime if r != "auto"] if test_pair is None else []
-        requests += [(plan.label, plan.runtime if plan.label == plan.runtime else "auto", method)
-                     for method, plan in auto_plans.items()]  # fmt: skip
-        for label, runtime, method in requests:
-            if label in {p.runtime_label for p in pairs}:
+        # Each fixed runtime as named, then each plan auto made that no fixed runtime is (a hand-off to
+        # llama.cpp is llama.cpp's label with "+handoff"), each planned once and loaded once.
+        fixed = [r for r in args.runtime if r != "auto"] if test_pair is None else []
+        plans = [runtime_plan(get_pairing(pairing), r, log, lora=lora is not None) for r in fixed]
+        for plan in [*plans, *auto_plans.values()]:
+            if plan.label in {p.runtime_label for p in pairs}:
                 continue
-            pair = load_pair(
-                pairing, dtype=args.dtype, progress=log, runtime=runtime, specialist_lora=lora, method=method
-            )
-            if pair.runtime_label not in {p.runtime_label for p in pairs}:
+            pair = load_planned(get_pairing(pairing), plan, args.dtype, log, specialist_lora=lora)
+            if pair.runtime_label not in {p.runtime_label for p in pairs}:  # a refused split: its fallback's label
                 pairs.append(pair)
         unavailable = next(
             filter(None, (cross_tokenizer_problem(pair, case.config) for pair in pairs for case in cases)), None
@@ -244,7 +246,8 @@ def _link(args) -> int:
     from specsteer.cloud.client import RemoteCloud
     from specsteer.cloud.process import start_cloud_process
     from specsteer.evaluation.bench_link import link_rows, run_link_bench
-    from specsteer.models.loading import load_pair, lora_runtime_choice, with_specialist_lora
+    from specsteer.models.loading import load_pair, with_specialist_lora
+    from specsteer.models.planning import lora_plan
     from specsteer.models.registry import DEFAULT_PAIRING
     from specsteer.models.runtime_plan import plan_record
     from specsteer.models.tiny import shared_test_pair
@@ -266,7 +269,7 @@ def _link(args) -> int:
         # Cloud is started without the Edge's adapter: its generic copy is the base Specialist).
         lora = specialist_lora_arg(args)
         if lora is not None:
-            lora_runtime_choice(args.runtime)
+            lora_plan(args.runtime)
         test_pair = shared_test_pair(pairing)
         if test_pair is not None:
             edge = test_pair if lora is None else with_specialist_lora(test_pair, lora)
@@ -318,13 +321,13 @@ def _link(args) -> int:
 
 
 def _project(args) -> int:
-    from specsteer.evaluation.deployment import group_runs, projection_rows
+    from specsteer.evaluation.deployment_rows import group_runs, projection_rows
 
     try:
         profile = get_profile(args.profile)
-        if bool(args.from_bench) == bool(args.database or args.run):
+        if args.from_bench and (args.database or args.run):
             raise ValueError("give either --from-bench FILE or --database URL with --run NAME")
-        traced = _bench_runs(args.from_bench) if args.from_bench else _stored_runs(args.database, args.run)
+        traced = traces_to_project(args.from_bench, args.database, args.run)
     except (ValueError, OSError, KeyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -340,7 +343,8 @@ def _project(args) -> int:
             "label": profile.label,
             "sources": {s.number: s.text for s in profile.sources},
         },
-        "source": args.from_bench or {"database": args.database, "runs": args.run},
+        "source": args.from_bench
+        or {"database": args.database or str(EXAMPLE_RUNS_DB), "runs": args.run or list(DEFAULT_RUNS)},
         "generations": len(runs),
         "left_out": left_out,  # generations whose timing was disturbed (not projected)
     }
@@ -348,9 +352,19 @@ def _project(args) -> int:
     return 0
 
 
+def traces_to_project(from_bench: str | None, database: str | None, runs: list[str]) -> list:
+    """The traces a projection reads: a ``bench link`` result, an evaluation database's runs, or by default
+    the example runs' traced LongLaMP grid (read-only)."""
+    if from_bench:
+        return _bench_runs(from_bench)
+    if not database and not EXAMPLE_RUNS_DB.is_file():
+        raise ValueError(f"no {EXAMPLE_RUNS_DB} (the example runs): give --database URL --run NAME, or --from-bench")
+    return _stored_runs(database or str(EXAMPLE_RUNS_DB), runs or list(DEFAULT_RUNS))
+
+
 def timed_traces(runs: list) -> tuple[list, int]:
     """The traces with sound timing (``deployment.timed_runs``), saying on stderr how many were left out."""
-    from specsteer.evaluation.deployment import timed_runs
+    from specsteer.evaluation.deployment_rows import timed_runs
     from specsteer.evaluation.timing import left_out_sentence
 
     kept, left_out = timed_runs(runs)
@@ -361,7 +375,7 @@ def timed_traces(runs: list) -> tuple[list, int]:
 
 def _bench_runs(path: str) -> list:
     """The lowest-RTT runs of a ``bench link`` result: the same generations measured without link delay."""
-    from specsteer.evaluation.deployment import TracedGeneration
+    from specsteer.evaluation.deployment_rows import TracedGeneration
 
     runs = [TracedGeneration.from_json(run) for run in json.loads(Path(path).read_text())["runs"]]
     base = min((run.rtt_ms for run in runs), default=0.0)
@@ -371,7 +385,7 @@ def _bench_runs(path: str) -> list:
 def _stored_runs(url: str | None, names: list[str]) -> list:
     """The traced cells of evaluation runs, read through storage: this command's composition root."""
     import storage
-    from specsteer.evaluation.deployment import TracedGeneration
+    from specsteer.evaluation.deployment_rows import TracedGeneration
 
     if not names:
         raise ValueError("name at least one --run")

@@ -26,7 +26,8 @@ from specsteer.runtimes.base import RUNTIME_CHOICES
 from specsteer.util.jsonable import to_jsonable
 
 if TYPE_CHECKING:
-    from specsteer.service.campaigns import CampaignReport, CampaignService, CampaignStatusView
+    from specsteer.service.campaign_values import CampaignReport, CampaignStatusView
+    from specsteer.service.campaigns import CampaignService
 
 COMMANDS = ("create", "generate", "status", "leaderboard", "export")
 # ``create``'s generation settings when it generates (left None by the parser, so that --from-run can tell
@@ -132,12 +133,12 @@ def _service(url: str | None) -> CampaignService:
     # The composition root: storage is imported here, not at module level (the library never needs it).
     import storage
     from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
-    from specsteer.service.app_service import AppService, PairCatalog
-    from specsteer.service.campaigns import CampaignService
+    from specsteer.service.app_service import AppService
+    from specsteer.service.pair_catalog import PairCatalog
 
     pairs = PairCatalog({TEST_PAIRING_ID: shared_tiny_pair})  # the tiny pair for tests, beside the registry's
     app = AppService(store=storage.SqlGenerationStore(url), runs=storage.SqlRunStore(url), pairs=pairs)
-    return CampaignService(app, storage.SqlCampaignStore(url), storage.SqlJudgeStore(url))
+    return app.campaigns(storage.SqlCampaignStore(url), storage.SqlJudgeStore(url))
 
 
 def status_json(view: CampaignStatusView) -> dict[str, Any]:
@@ -159,8 +160,8 @@ def status_json(view: CampaignStatusView) -> dict[str, Any]:
 
 
 def _generate(service: CampaignService, name: str, shard: tuple[int, int]) -> int:
-    from specsteer.service.app_service import Failed
-    from specsteer.service.campaigns import CampaignGenerated, CampaignProgress
+    from specsteer.service.campaign_values import CampaignGenerated, CampaignProgress
+    from specsteer.service.events import Failed
     from specsteer.util.background import stop_signals_handled
 
     cancel = threading.Event()
@@ -178,8 +179,8 @@ def _generate(service: CampaignService, name: str, shard: tuple[int, int]) -> in
 
 
 def main(argv: list[str] | None = None) -> int:
-    from specsteer.service.app_service import ExportRefused
-    from specsteer.service.campaigns import CampaignError, CampaignRequest
+    from specsteer.service.campaign_values import CampaignError, CampaignRequest
+    from specsteer.service.events import ExportRefused
 
     args = build_parser().parse_args(argv)
     service = _service(args.database)

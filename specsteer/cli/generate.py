@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _list_pairings() -> int:
-    from specsteer.models.loading import runtime_plan
+    from specsteer.models.planning import runtime_plan
     from specsteer.models.registry import PAIRINGS, pairing_status
     from specsteer.models.weights import ModelLoadError
 
@@ -471,7 +471,8 @@ def _serve_cloud(args) -> int:
     if isinstance(pair, int):
         return pair
     if budget is None:  # measured now, with the models in memory
-        limits = replace(limits, memory_budget_bytes=default_memory_budget())
+        device = pair.generalist.device if pair.generalist is not None else "cpu"
+        limits = replace(limits, memory_budget_bytes=default_memory_budget(device=device))
     # An Open starts reading its prompts at once, while the Edge reads its own on its machine.
     service = CloudService(
         pair,
@@ -517,16 +518,17 @@ def _test_pair_or_load(args, edge_only: bool = False):
     test_pair = shared_test_pair(args.pairing)
     if test_pair is None:
         return _load(args, edge_only=edge_only)
-    from specsteer.models.loading import lora_runtime_choice, with_specialist_lora
+    from specsteer.models.loading import with_specialist_lora
+    from specsteer.models.planning import lora_plan
     from specsteer.models.weights import ModelLoadError
 
     try:
         lora = specialist_lora_arg(args)
         if lora is None:
             return test_pair
-        choice = lora_runtime_choice(getattr(args, "runtime", "auto"))
+        plan = lora_plan(getattr(args, "runtime", "auto"))
         adapted = with_specialist_lora(test_pair, lora)
-        adapted.runtime_choice = choice.reason
+        adapted.runtime_plan, adapted.runtime_choice = plan, plan.reason
         return adapted
     except ModelLoadError as error:
         return _fail(str(error), 2)

@@ -1,6 +1,7 @@
 """``specsteer gpu-profile COSTS.json``: the Cloud's costs measured on a GPU (benchmarks/gpu_costs.py) as a deployment
 profile beside the published one it is paired with, and stored traces re-projected with both (by default the
-example runs' LongLaMP grid, read-only)."""
+example runs' LongLaMP grid, read-only); with ``--engine-bench BENCH.json`` also the engine benchmark's runs
+(benchmarks/engine_bench.py) beside their own traces projected with the same GPU's measured passes."""
 
 from __future__ import annotations
 
@@ -8,23 +9,20 @@ import argparse
 import json
 import sys
 
-from specsteer.data.datasets import EXAMPLE_RUNS_DB
-from specsteer.evaluation.deployment import (
-    DEFAULT_RTTS_MS,
-    GENERALIST,
-    GENERIC,
-    PROFILES,
-    DeploymentProfile,
-    get_profile,
-)
+from specsteer.evaluation.deployment import GENERALIST, GENERIC, DeploymentProfile
+from specsteer.evaluation.deployment_profiles import PROFILES, get_profile
+from specsteer.evaluation.deployment_rows import DEFAULT_RTTS_MS
 from specsteer.evaluation.gpu_profile import (
-    DEFAULT_RUNS,
+    bench_comparison,
     choose_context,
     cost_rows,
+    format_bench_comparison,
     format_costs,
     format_projection,
     load_costs,
+    load_engine_bench,
     measured_cloud_profile,
+    one_gpu_profile,
     projection_comparison,
 )
 
@@ -39,13 +37,9 @@ def _numbers(text: str) -> list[float]:
 def _stored_traces(args) -> tuple[list, int]:
     """The traces to project, read the way ``bench project`` reads them (its composition root), with sound
     timing, and how many were left out."""
-    from specsteer.cli.bench import _bench_runs, _stored_runs, timed_traces
+    from specsteer.cli.bench import timed_traces, traces_to_project
 
-    if args.from_bench:
-        return timed_traces(_bench_runs(args.from_bench))
-    if not args.database and not EXAMPLE_RUNS_DB.is_file():
-        raise ValueError(f"no {EXAMPLE_RUNS_DB} (the example runs): give --database URL --run NAME, or --from-bench")
-    return timed_traces(_stored_runs(args.database or str(EXAMPLE_RUNS_DB), args.run or list(DEFAULT_RUNS)))
+    return timed_traces(traces_to_project(args.from_bench, args.database, args.run))
 
 
 def _published_text(profile: DeploymentProfile, number: str) -> str | None:
@@ -73,6 +67,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--from-bench", default=None, metavar="FILE", help="the JSON of `bench link --json`")
     parser.add_argument("--no-projection", action="store_true", help="only the costs, no stored traces")
+    parser.add_argument(
+        "--engine-bench",
+        default=None,
+        metavar="FILE",
+        help="the JSON of benchmarks/engine_bench.py: its runs beside their traces projected with these costs",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     try:
@@ -80,6 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         published = get_profile(args.base)
         measured = measured_cloud_profile(costs, args.pair, published, args.context, origin=args.costs)
         runs, left_out = ([], 0) if args.no_projection else _stored_traces(args)
+        bench = load_engine_bench(args.engine_bench) if args.engine_bench else None
+        one_gpu = one_gpu_profile(costs, args.pair, args.context, origin=args.costs) if bench else None
     except (ValueError, OSError, KeyError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -89,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     prompts = sorted(costs.models[large].prefill)
     costs_table = cost_rows(published, measured, sizes, prompts)
     projection = projection_comparison(runs, published, measured, args.rtt_ms) if runs else []
+    beside = bench_comparison(bench, one_gpu, args.pair) if bench is not None and one_gpu is not None else []
     if args.json:
         result = {
             "costs_file": args.costs,
@@ -105,6 +108,15 @@ def main(argv: list[str] | None = None) -> int:
             "projection": projection,
             "generations": len(runs),
             "left_out": left_out,  # generations whose timing was disturbed (not projected)
+            "engine_bench": {
+                "file": args.engine_bench,
+                "device": bench.device if bench else None,
+                "dry_run": bench.dry_run if bench else None,
+                "profile": {"name": one_gpu.name, "sources": {s.number: s.text for s in one_gpu.sources}}
+                if one_gpu
+                else None,
+                "rows": beside,
+            },
         }
         print(json.dumps(result, indent=1))
         return 0
@@ -121,4 +133,11 @@ def main(argv: list[str] | None = None) -> int:
     if projection:
         print(f"\nStored traces ({len(runs)} generations) projected with {published.name!r} and {measured.name!r}:")
         print(format_projection(projection, published.name))
+    if bench is not None and one_gpu is not None:
+        dry = " (DRY RUN: not a figure)" if bench.dry_run else ""
+        print(
+            f"\nThe engine benchmark {args.engine_bench} on {bench.device}{dry}, beside its own traces projected with"
+        )
+        print(f"{one_gpu.name!r}: {one_gpu.label}; no host overhead charged")
+        print(format_bench_comparison(beside) if beside else f"(no run of the pair {args.pair!r} in it)")
     return 0

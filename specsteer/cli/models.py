@@ -7,7 +7,8 @@ import sys
 import time
 from pathlib import Path
 
-from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS, cross_tokenizer_message, get_pairing
+from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS, get_pairing
+from specsteer.models.runtime_plan import PROMPT_READER
 from specsteer.models.weights import ModelLoadError, load_tokenizer, offline_gguf, prepare_offline
 from specsteer.runtimes.base import RUNTIME_CHOICES
 
@@ -17,47 +18,35 @@ def _directory_size(path: Path) -> int:
 
 
 def _prepare_command(pairing_id: str, runtime: str) -> int:
-    """Everything a pairing needs before its first load on ``runtime``: the verified GGUF files and
-    tokenizers (llama.cpp), or the converted weights (transformers)."""
-    from specsteer.models.loading import runtime_plan  # the pair loader builds on this module
+    """Every file a pairing's plan reads on ``runtime`` before its first load: the verified GGUF files and
+    tokenizers (llama.cpp), the converted weights (transformers, and the Specialist's prompt reader)."""
+    from specsteer.models.planning import runtime_plan  # the plan reads the calibration and llama.cpp's check
 
     pairing = get_pairing(pairing_id)
-    if pairing.cross_tokenizer:
-        print(cross_tokenizer_message(pairing), file=sys.stderr)
-        return 1
     say = lambda line: print(f"  {line}", flush=True)  # noqa: E731
     try:
         plan = runtime_plan(pairing, runtime, say)
     except ModelLoadError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1
-    chosen = plan.runtime
-    print(f"preparing {pairing.id} for the {chosen} runtime", flush=True)
-    small, _, large = chosen.partition("/")  # a split plan: the Specialist's runtime, then the Generalist's
-    for spec, runtime_of_spec in ((pairing.specialist, small), (pairing.generalist, large or small)):
+    print(f"preparing {pairing.id} for the {plan.runtime} runtime", flush=True)
+    for model in plan.models(pairing):
+        spec = model.spec
         if spec.kind != "offline":
             print(f"{spec.name}: a {spec.kind} model, nothing to prepare")
             continue
         started = time.perf_counter()
         try:
             load_tokenizer(spec, say)
-            path = offline_gguf(spec, say) if runtime_of_spec == "llama.cpp" else prepare_offline(spec, say)
+            path = offline_gguf(spec, say) if model.runtime == "llama.cpp" else prepare_offline(spec, say)
         except ModelLoadError as error:
             print(f"error: {error}", file=sys.stderr)
             return 1
         size = path.stat().st_size if path.is_file() else _directory_size(path)
-        print(f"{spec.name}: {path} ({size / 1e9:.2f} GB, {time.perf_counter() - started:.1f} s)", flush=True)
-    spec = pairing.specialist
-    if plan.specialist.prompt_reader and spec.kind == "offline":
-        # The calibration measured the Specialist's fp32 conversion reading prompts faster than llama.cpp here:
-        # auto hands its long prompts over, so the conversion is made now rather than at the first load.
-        started = time.perf_counter()
-        try:
-            path = prepare_offline(spec, say)
-        except ModelLoadError as error:
-            print(f"error: {error}", file=sys.stderr)
-            return 1
-        print(f"{spec.name}: {path} (fp32 prompt reader, {time.perf_counter() - started:.1f} s)", flush=True)
+        # The prompt reader: the calibration measured the Specialist's conversion reading prompts faster than
+        # llama.cpp here, so auto hands its long prompts over; the conversion is made now, not at the first load.
+        what = f"{model.dtype} prompt reader, " if model.role == PROMPT_READER else ""
+        print(f"{spec.name}: {path} ({what}{size / 1e9:.2f} GB, {time.perf_counter() - started:.1f} s)", flush=True)
     return 0
 
 

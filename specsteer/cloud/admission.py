@@ -22,6 +22,10 @@ sessions, oldest-idle first and only as many as it needs: a session idle for ``r
 (or opened ``unstarted_timeout_s`` ago and never used). When the refusal is the credential's own
 cap, only its own sessions are taken. When even all reclaimable sessions would not make room,
 none is taken and the Open is refused (503) with the seconds after which one could be.
+
+The budget itself (:func:`memory_budget`) is a share of the memory free where the caches live, once the
+models are loaded: the host's available memory for models on the CPU, the GPU's free memory (less a
+headroom for the passes' activations, :func:`gpu_memory_budget`) for models on a GPU.
 """
 
 from __future__ import annotations
@@ -42,6 +46,9 @@ _KEY_CONTEXT = b"specsteer-edge-key\x00"  # so that the MAC of a name is used fo
 # The ``cloud`` command's share of the memory budget for one credential: whoever floods with one
 # credential leaves at least half the budget to the others (a library CloudService has no share: 1.0).
 CLOUD_CLIENT_SHARE = 0.5
+# The share of a GPU's memory kept out of the caches' budget: a pass's activations and logits, and the
+# allocator's blocks that are cached but not free, need room beside the sessions' keys and values.
+GPU_HEADROOM = 0.1
 
 
 # --------------------------------------------------------------------------- identity
@@ -78,6 +85,22 @@ def bearer_token(authorization: str) -> str:
     """The token of an ``Authorization: Bearer TOKEN`` header ("" when it is not one)."""
     scheme, _, token = authorization.partition(" ")
     return token.strip() if scheme.lower() == "bearer" else ""
+
+
+# --------------------------------------------------------------------------- the budget
+
+
+def memory_budget(free_bytes: int, share: float = 0.5, reserve_bytes: int = 0) -> int:
+    """The sessions' caches' budget: ``share`` of the memory free now past ``reserve_bytes`` (at least 1)."""
+    if not 0 < share <= 1:
+        raise ValueError("the budget's share must be in (0, 1]")
+    return max(1, int(max(0, free_bytes - reserve_bytes) * share))
+
+
+def gpu_memory_budget(free_bytes: int, total_bytes: int, share: float = 0.5) -> int:
+    """The budget on a GPU reporting ``free_bytes`` of ``total_bytes`` free (``torch.cuda.mem_get_info``):
+    the share of what is free beyond :data:`GPU_HEADROOM` of the card."""
+    return memory_budget(free_bytes, share, int(total_bytes * GPU_HEADROOM))
 
 
 # --------------------------------------------------------------------------- admission

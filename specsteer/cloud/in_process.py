@@ -8,6 +8,7 @@ from collections.abc import Iterable, Iterator
 
 from specsteer.cloud.read_ahead import ReadAhead, read_ahead_mode
 from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
+from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy
 from specsteer.models.loading import LoadedPair
 from specsteer.protocol.link import Arrival, Reply, Transport, cloud_error
 from specsteer.protocol.wire import CloudInfo, CloudReport
@@ -63,12 +64,16 @@ class InProcessCloud:
     ``read_ahead`` (specsteer.cloud.read_ahead): when the Cloud reads its prompts, in a thread of its own
     (``CloudService``; llama.cpp and torch release the GIL while they compute): ``concurrent`` (or True)
     while the Edge reads its private prompt, as on two machines; ``after-first-draft`` once the Edge has
-    drafted; ``off`` (or False) with the first Draft."""
+    drafted; ``off`` (or False) with the first Draft. ``acceptance``: who decides SpecSteer's rounds
+    (specsteer.method.acceptance: the ratio test, or a measurement's scripted verdicts)."""
 
-    def __init__(self, pair: LoadedPair, read_ahead: ReadAhead | bool = False) -> None:
+    def __init__(
+        self, pair: LoadedPair, read_ahead: ReadAhead | bool = False, acceptance: AcceptancePolicy = RATIO_TEST
+    ) -> None:
         self.pair = pair
         self.read_ahead: ReadAhead = read_ahead_mode(read_ahead)
+        self.acceptance = acceptance
 
     def transport(self) -> Transport:
         limits = ServiceLimits(idle_timeout_s=None, max_session_life_s=None)
-        return LocalTransport(CloudService(self.pair, limits, read_ahead=self.read_ahead))
+        return LocalTransport(CloudService(self.pair, limits, read_ahead=self.read_ahead, acceptance=self.acceptance))

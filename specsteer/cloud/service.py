@@ -22,7 +22,8 @@ Admission by memory
 A session's caches are the big cost: one context per Cloud stream, each sized for its prompt, its
 token budget and the draft headroom (``ModelRuntime.sequence_bytes`` says what such a context may
 come to hold). An Open is admitted only when the sessions' reserved bytes plus its own fit
-``memory_budget_bytes`` (``python -m specsteer cloud`` sets it from the machine's memory), when the
+``memory_budget_bytes`` (``python -m specsteer cloud`` sets it from the memory where the Generalist's caches
+live: the host's, or the GPU's), when the
 client (``handle``'s ``client``: the credential the request carried, ``specsteer.cloud.admission``, never
 its source address) holds fewer than ``max_sessions_per_client`` sessions and at most
 ``max_client_share`` of the budget, and when ``max_sessions`` is not reached. An Open that does not
@@ -59,6 +60,7 @@ import torch
 from specsteer.cloud import admission
 from specsteer.cloud.read_ahead import ReadAhead, read_ahead_mode
 from specsteer.cloud.verifier import Cloud, CrossCloud, finite_settings_problem
+from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy
 from specsteer.method.decoding import ForwardLog
 from specsteer.models.loading import LoadedPair
 from specsteer.protocol.rules import CROSS_RULES, RULE_SPECS, Rule
@@ -149,10 +151,14 @@ class ServiceLimits:
         return {**asdict(self), "max_frame_bytes": self.max_frame_bytes}
 
 
-def default_memory_budget(share: float = 0.5) -> int:
-    """``share`` of the memory this machine has available now (call it once the models are loaded):
-    the ``cloud`` command's budget for the sessions' caches when none is given."""
-    return max(1, int(available_memory_bytes() * share))
+def default_memory_budget(share: float = 0.5, device: str = "cpu") -> int:
+    """``share`` of the memory available now where the caches live (call it once the models are loaded):
+    the ``cloud`` command's budget for the sessions' caches when none is given. ``device``: the Generalist's
+    (``ModelRuntime.device``); on a GPU the budget is the card's free memory, not the host's."""
+    if device.startswith("cuda"):
+        free, total = torch.cuda.mem_get_info(torch.device(device))
+        return admission.gpu_memory_budget(free, total, share)
+    return admission.memory_budget(available_memory_bytes(), share)
 
 
 def available_memory_bytes() -> int:
@@ -237,7 +243,8 @@ class CloudService:
     the Edge reads its private prompt (as two machines do); the first Draft waits for it.
     ``after-first-draft``, that thread waits for :meth:`edge_ready` (or the first request that needs the
     prompts, or the close). ``off``, a session reads its prompts with its first Draft (one pass fewer per
-    stream).
+    stream). ``acceptance`` (specsteer.method.acceptance): who decides the rounds of SpecSteer's rule, the ratio
+    test unless a measurement scripts it (same-tokenizer pairs).
     """
 
     def __init__(
@@ -248,7 +255,11 @@ class CloudService:
         reuse_prefixes: bool = True,
         notice: Callable[[str], None] | None = None,
         read_ahead: ReadAhead | bool = False,
+        acceptance: AcceptancePolicy = RATIO_TEST,
     ):
+        if pair.cross is not None and acceptance != RATIO_TEST:
+            raise ValueError("a cross-tokenizer pair's Cloud decides its segments by the ratio test only")
+        self.acceptance = acceptance
         self.pair = pair.cloud_side()  # the base Specialist as the generic copy: an Edge's LoRA adapter stays there
         self.notice = notice  # one line for the operator when a session is reclaimed or abandoned
         self.limits = limits
@@ -448,7 +459,7 @@ class CloudService:
                 cross.vocabularies,
                 log,
             )
-        return Cloud(self.pair.generalist, self.pair.specialist, self.pair.vocab_size, log)
+        return Cloud(self.pair.generalist, self.pair.specialist, self.pair.vocab_size, log, self.acceptance)
 
     def _verify(self, message: Draft) -> Answer:
         session = self._find(message.session)

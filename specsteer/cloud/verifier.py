@@ -15,7 +15,8 @@ from typing import TypeVar
 
 import torch
 
-from specsteer.method.decoding import ForwardLog, Sampler, Stream, draft, match_test, ratio_test, steering_entries
+from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy, RoundDecider, RoundScores
+from specsteer.method.decoding import ForwardLog, Sampler, Stream, draft, match_test, steering_entries
 from specsteer.method.events import GENERALIST_STREAM, GENERIC_STREAM
 from specsteer.protocol.rules import RULE_SPECS, CoSteerCandidates, PublicRows, Rule, SteeredTopK
 from specsteer.protocol.wire import DRAFT_HEADROOM, MAX_DRAFT_LEN, CrossOpen, Draft, Open, Tokens, Verdict
@@ -95,11 +96,11 @@ class _CloudStreams:
         return self.large, self.generic
 
 
-_Opening = TypeVar("_Opening", bound=Open)
+_Opened = TypeVar("_Opened")
 
 
-def _opened(settings: _Opening | None) -> _Opening:
-    """A session's Open, which every request after it reads."""
+def _opened(settings: _Opened | None) -> _Opened:
+    """What a session's Open set up (the Open itself, its decider), which every request after it reads."""
     if settings is None:
         raise RuntimeError("the Cloud session has not been opened")
     return settings
@@ -120,10 +121,19 @@ class Cloud(_CloudStreams):
     anything is changed, so that a faulty Edge gets an error and the session stays usable.
     """
 
-    def __init__(self, generalist, generic_specialist, vocab_size: int, forward_log: ForwardLog):
+    def __init__(
+        self,
+        generalist,
+        generic_specialist,
+        vocab_size: int,
+        forward_log: ForwardLog,
+        acceptance: AcceptancePolicy = RATIO_TEST,
+    ):
         super().__init__(generalist, generic_specialist, forward_log)
         self._vocab_size = vocab_size
         self._settings: Open | None = None
+        self._acceptance = acceptance  # who decides the ratio rule's rounds (specsteer.method.acceptance)
+        self._decider: RoundDecider | None = None
         self._rows: tuple[torch.Tensor, torch.Tensor | None] | None = None  # last verify rows, exact mode
         # P³: the last round's Cloud drafts and the Generalist's row before each ([m, V]), to take them back
         self._drafted: tuple[list[int], list[torch.Tensor]] = ([], [])
@@ -144,6 +154,7 @@ class Cloud(_CloudStreams):
                 self._generic, list(message.prompt), self._vocab_size, self._forward_log, GENERIC_STREAM, self.capacity
             )
         self._sampler = self._session_sampler(message)
+        self._decider = self._acceptance.start(message.seed)
 
     def problem(self, message: Draft) -> str | None:
         """Why ``message`` cannot be applied to this session, or None."""
@@ -185,9 +196,10 @@ class Cloud(_CloudStreams):
 
         self.last_ratios = []
         if settings.rule is Rule.RATIO:
-            accepted, self.last_ratios = ratio_test(
+            scores = RoundScores(
                 large_rows, _needed(generic_rows, settings.rule), drafts, settings.alpha, self._sampler
             )
+            accepted, self.last_ratios = _opened(self._decider).decide(scores)
         else:
             accepted = match_test(large_rows, drafts)
         self._rewind(accepted, k, large_rows, generic_rows)

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -51,6 +52,7 @@ from specsteer.method.events import (
     GENERIC_STREAM,
     Finished,
     GenerationStats,
+    RoundStep,
     SegmentPlace,
     TokenEvent,
     TokenKind,
@@ -666,6 +668,7 @@ def _p3(
     try:
         while output.keep_going():
             round_ += 1
+            started, first_step = time.perf_counter(), len(link.forward_log.trace)
             output.sent.extend(block_text)  # sent now (an answer that never comes does not unsend it)
             drafts = list(link.cloud_drafts(Draft(session=link.session, append=tuple(block), draft=())).ids)
             drafts = drafts[: output.remaining]
@@ -674,6 +677,7 @@ def _p3(
             for position in range(len(drafts)):
                 yield output.pending(drafts[: position + 1], round_)
             decision = edge.check(drafts)
+            _log_round(stats, link.forward_log, len(drafts), decision.accepted, started, first_step)
             stats.rounds += 1
             stats.drafted += len(drafts)
             stats.accepted += decision.accepted
@@ -731,6 +735,7 @@ def _rounds(
     draft_length = DraftLength(config.draft_len, config.adaptive_draft and not every_token)
     while output.keep_going():
         round_ += 1
+        started, first_step = time.perf_counter(), len(forward_log.trace)
         k = 0 if every_token else draft_length.choose(stats, forward_log)
         drafts: list[int] = []
         for token in edge.drafts(min(k, output.remaining), output.cancel):
@@ -741,6 +746,7 @@ def _rounds(
         verdict = link.verify(Draft(session=link.session, keep=keep, append=tuple(append), draft=tuple(drafts)))
         may_extend = output.remaining > len(drafts) and not output.ends_text(drafts)
         settled = edge.settle(verdict, drafts, may_extend)
+        _log_round(stats, forward_log, len(drafts), settled.accepted, started, first_step)
         # The ratios are instrumentation for the UI: read off whichever side
         # computed them, never sent as a message.
         ratios = settled.ratios or link.last_ratios
@@ -767,6 +773,15 @@ def _rounds(
             yield output.emit(settled.chosen, kind, round_, position=settled.accepted)
         append = [settled.chosen] if settled.chosen is not None else []
         keep = settled.accepted if RULE_SPECS[edge.params.rule].reports_kept else -1
+
+
+def _log_round(
+    stats: GenerationStats, forward_log: ForwardLog, drafted: int, accepted: int, started: float, first_step: int
+) -> None:
+    """Add the round begun at ``started`` (``perf_counter``), its steps from ``first_step`` of the trace, to the
+    stats' round log (a few steps summed: cheap beside a round)."""
+    seconds = time.perf_counter() - started
+    stats.round_log.append(RoundStep.of(drafted, accepted, seconds, forward_log.trace[first_step:]))
 
 
 class DraftLength:

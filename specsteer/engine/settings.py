@@ -83,7 +83,7 @@ class GenerationSettings:
     """Everything that decides one generation except the history and the input."""
 
     pairing: str
-    runtime: str = "auto"  # specsteer.runtimes.base.RUNTIME_CHOICES; "auto": loading.choose_runtime decides
+    runtime: str = "auto"  # specsteer.runtimes.base.RUNTIME_CHOICES; "auto": models.planning.runtime_plan decides
     method: str = "specsteer"
     alpha: float = 0.1
     beta: float = 1.0

@@ -13,9 +13,9 @@ LightCoSteer token, one for a whole ``llm`` stream): the round trips a link char
 
 The check of the model (``bench link``)
 ---------------------------------------
-``projected_tok_per_s`` replays each method's runs at one RTT under this machine's own profile
-(``deployment.measured_profile``: the passes' costs fitted on those runs, the time outside passes
-and link waits as a per-step host overhead) with the link they ran over. The fit preserves the
+``projected_tok_per_s`` replays each method's runs at one RTT, as they ran (``deployment.AS_RECORDED``),
+under this machine's own profile (:func:`measured_profile`: the passes' costs fitted on those runs, the
+time outside passes and link waits as a per-step host overhead) with the link they ran over. The fit preserves the
 compute, so what it checks is the rest: that the projection's account of the link -- who waits for
 whom, a round trip per lockstep exchange, one latency for a pipelined stream, bandwidth on a
 serialized wire -- matches what the real HTTP service and the emulated network did.
@@ -27,25 +27,36 @@ HTTP request per round against one stream for ``llm``), which is why the check f
 others: out of sample, so on a shared machine it also carries the drift of the passes' speed
 between runs, which has nothing to do with the link.
 
-The rows' shared parts (grouping runs, measured speed, acceptance, ``projection_rows``) live with
-the projection in ``specsteer.evaluation.deployment``.
+The rows' shared parts (grouping runs, measured speed, acceptance, ``projection_rows``) live in
+``specsteer.evaluation.deployment_rows``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from specsteer.evaluation.deployment import (
+    AS_RECORDED,
+    GENERALIST,
+    GENERIC,
+    HOST_NUMBERS,
+    ROLES,
+    SPECIALIST,
     DeploymentProfile,
-    TracedGeneration,
-    acceptance_summary,
-    group_runs,
-    measured_profile,
-    measured_tok_per_s,
+    HostOverhead,
+    Source,
+    StreamCost,
+    TracedRun,
+    as_trace,
+    host_rows,
+    is_device_only,
     project_runs,
+    role_of,
 )
+from specsteer.evaluation.deployment_rows import TracedGeneration, acceptance_summary, group_runs, measured_tok_per_s
 from specsteer.method.catalog import METHOD_INFO
-from specsteer.protocol.emulation import LinkConditions
+from specsteer.method.costs import PassSample, fit_pass_cost, flat_cost, proportional_cost
+from specsteer.protocol.emulation import NO_LINK, LinkConditions
 
 
 def run_link_bench(
@@ -106,9 +117,9 @@ def link_rows(runs: Sequence[TracedGeneration], uplink_kbps: float, downlink_kbp
             every_method = [run for run in runs if run.rtt_ms == rtt]
             lowest = [run for run in method_runs if run.rtt_ms == base_rtt]
             measured = measured_tok_per_s(at)
-            own = project_runs(at, profiles.fitted(at, rtt))
-            shared = project_runs(at, profiles.fitted(every_method, rtt))
-            predicted = project_runs(at, profiles.fitted(lowest, base_rtt).at_rtt(rtt))
+            own = project_runs(at, profiles.fitted(at, rtt), AS_RECORDED)
+            shared = project_runs(at, profiles.fitted(every_method, rtt), AS_RECORDED)
+            predicted = project_runs(at, profiles.fitted(lowest, base_rtt).at_rtt(rtt), AS_RECORDED)
             rows.append(
                 {
                     "method": key[0],
@@ -153,3 +164,90 @@ class _ProfileCache:
 
 def _error(projected: float, measured: float) -> float | None:
     return projected / measured - 1 if measured else None
+
+
+# --------------------------------------------------------------------------- this machine's own profile
+
+
+def pass_samples(runs: Iterable[TracedRun]) -> dict[str, tuple[list[PassSample], list[PassSample]]]:
+    """Measured passes per role: (prefill passes, decode passes)."""
+    samples: dict[str, tuple[list[PassSample], list[PassSample]]] = {}
+    for run in runs:
+        steps = as_trace(run.trace)
+        device_only = is_device_only(steps)
+        seen: set[str] = set()
+        for step in steps:
+            if step.kind != "forward":
+                continue
+            prefill, decode = samples.setdefault(role_of(step.who, device_only), ([], []))
+            (decode if step.who in seen else prefill).append(PassSample(step.size, step.seconds))
+            seen.add(step.who)
+    return samples
+
+
+def measured_profile(
+    runs: Iterable[TracedRun],
+    link: LinkConditions = NO_LINK,
+    name: str = "this-machine",
+    label: str = "This machine (measured)",
+) -> DeploymentProfile:
+    """The profile of the machine that produced ``runs``, fitted from their own passes.
+
+    Each role's prefill and decode costs are fitted separately against tokens per pass; the time a
+    generation spent outside passes and link waits becomes a host overhead, the same per logits row and
+    per message sent on either side. Projecting the runs with it as they ran (:data:`AS_RECORDED`,
+    and ``link`` set to the conditions they ran under) reproduces their measured total time -- the model's
+    self-check. The Cloud's passes are one after the other, as they ran here.
+    """
+    runs = list(runs)
+    if not runs:
+        raise ValueError("no runs to measure a profile from")
+    samples = pass_samples(runs)
+    costs: dict[str, StreamCost | None] = {role: None for role in ROLES}
+    sources = []
+    for role, (prefill, decode) in samples.items():
+        prefill_cost = fit_pass_cost(prefill, proportional_cost)
+        decode_cost = fit_pass_cost(decode, flat_cost) if decode else prefill_cost
+        costs[role] = StreamCost(decode_cost, prefill_cost)
+        sources.append(Source(f"{role}.prefill", f"measured here: fit over {len(prefill)} first passes"))
+        sources.append(
+            Source(
+                f"{role}.decode",
+                f"measured here: fit over {len(decode)} later passes"
+                + ("" if decode else " (none: the prefill fit stands in)"),
+            )
+        )
+    outside = sum(run.seconds - sum(step.seconds for step in as_trace(run.trace)) for run in runs)
+    units = sum(_host_units(as_trace(run.trace)) for run in runs)
+    overhead = max(0.0, outside) / units if units else 0.0
+    for number in ("link.rtt_ms", "link.uplink_kbps", "link.downlink_kbps", "link.overhead_bytes"):
+        sources.append(Source(number, "the conditions the measured runs ran under"))
+    sources.append(Source("cloud_parallel", "measured here: in process the Cloud's passes run one after the other"))
+    host_source = f"measured here: time outside passes and link waits over {units} logits rows and messages"
+    sources += [Source(number, host_source) for number in HOST_NUMBERS]
+    host = HostOverhead(overhead, overhead)
+    return DeploymentProfile(
+        name,
+        label,
+        costs[SPECIALIST],
+        costs[GENERALIST],
+        costs[GENERIC],
+        link,
+        tuple(sources),
+        cloud_parallel=False,
+        edge_host=host,
+        cloud_host=host,
+    )
+
+
+def _host_units(steps) -> int:
+    """The logits rows and messages of a trace, the units its host overhead is charged in."""
+    seen: set[str] = set()
+    units = 0
+    for step in steps:
+        if step.kind == "forward":
+            units += host_rows(step, step.who not in seen)
+            seen.add(step.who)
+        else:
+            units += 1
+    return units

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from specsteer.evaluation.grid import PairedDifference, paired_difference
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.catalog import BASELINES, method_label
+from specsteer.stores.runs import CellResult, GridPoint
 
 Verdict = Literal["higher", "lower", "not established"]
 METRIC_NAMES = {"rougeL": "R-L", "rouge1": "R-1", "rougeL_stemmed": "R-L stem", "rouge1_stemmed": "R-1 stem"}

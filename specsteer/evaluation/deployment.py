@@ -1,4 +1,7 @@
-"""Deployment projection: a generation's speed on two machines joined by a network, and the profiles.
+"""Deployment projection: a generation's speed on two machines joined by a network, replayed from its trace.
+
+The bundled profiles, each number with its source: ``deployment_profiles``; the rows of projected speeds that
+``bench project`` and the Dashboard show: ``deployment_rows`` (both in ``specsteer.evaluation``).
 
 Every generation records its timeline (``GenerationStats.trace``, a list of
 :class:`~specsteer.method.events.TraceStep`): each forward pass (which model stream, how many tokens,
@@ -17,6 +20,9 @@ The Edge (device) and the Cloud each keep a clock, starting at 0.
   alone -- the ``slm``/``slm+`` baselines -- so all of its passes are the device Specialist's, whatever
   the stream is called.) The first pass of a stream is its prompt prefill and is charged at the
   profile's prefill cost; later passes at its decode cost, ``base + per_token * tokens``.
+* Every pass also costs its side's host overhead per logits row it hands over, and every message its
+  sender's host overhead per message (:class:`HostOverhead`: the Python loop, handing the logits to the host, sampling, the
+  ratio test and steering, top-k, frames, KV-cache crops), Edge and Cloud apart.
 * The Cloud's two passes of one round (Generalist, then generic Specialist, with no message in
   between) run one after the other, or side by side when the profile says ``cloud_parallel``.
 * A message leaves its sender at the sender's clock, waits for its direction's wire to be free
@@ -32,6 +38,20 @@ token; the ``llm`` baseline's Cloud sends token after token without waiting for 
 messages are pipelined behind its own decoding and the whole stream pays the latency once (plus the
 uplink of the prompt). The projection's end is the later of the two clocks.
 
+Prompt reads (:class:`PromptReads`)
+----------------------------------
+A recorded run may have found part of a prompt in a prefix cache (an evaluation grid runs every method on
+one record's prompts; ``GenerationStats.reused_tokens`` says how many tokens per stream), so its first pass
+read only the rest. A deployed request is charged what it would read, by one rule: **every prompt token is
+read** (:data:`FRESH`, what every figure shows), except the tokens :class:`PromptReads` grants to a side's
+cache -- only where the deployment would hold them: the Edge's own earlier request over the same private
+prompt (``edge_cached``: a regenerate, or a user's next request whose private prompt begins the same), the
+Cloud's prefix cache shared across users (``cloud_cached``: the leading tokens of the plain prompt that
+every request of the task template shares). Never the recorded run's hits: they came from other methods
+run on the same prompt, which a deployment does not do. A trace stored without ``reused_tokens`` (before
+they were recorded) is charged as recorded. :data:`AS_RECORDED` replays what ran, hits included (the
+self-check of ``specsteer.evaluation.bench_link.measured_profile``).
+
 The time split follows the critical path: each clock carries how much of its time was device
 compute, cloud compute and link (latency, transmission and waiting for the wire); a receiver that
 waits for a message inherits the sender's split plus the link time.
@@ -41,19 +61,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from types import MappingProxyType
 from typing import NamedTuple, Protocol
 
-from specsteer.method.costs import PassCost, PassSample, check_number, fit_pass_cost, flat_cost, proportional_cost
-from specsteer.method.events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM, STREAMS, GenerationStats, TraceStep
-from specsteer.protocol.emulation import NO_LINK, LinkConditions
+from specsteer.method.costs import PassCost, check_number
+from specsteer.method.events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM, STREAMS, TraceStep
+from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.wire import DIRECTIONS, DOWNLINK, UPLINK
 
 # The three model roles a profile prices, and the streams they run.
 SPECIALIST, GENERALIST, GENERIC = "specialist", "generalist", "generic_specialist"
 ROLES = (SPECIALIST, GENERALIST, GENERIC)
 _CLOUD_ROLE = {GENERALIST_STREAM: GENERALIST, GENERIC_STREAM: GENERIC}
-
-DEFAULT_RTTS_MS: tuple[float, ...] = (0.0, 10.0, 20.0, 50.0, 100.0, 150.0, 200.0)
 
 
 # --------------------------------------------------------------------------- what things cost
@@ -82,6 +101,74 @@ class StreamCost:
         return cls(PassCost(1.0 / decode_tok_per_s - per_token, per_token), PassCost(0.0, per_token))
 
 
+@dataclass(frozen=True)
+class HostOverhead:
+    """One side's host time outside the model passes: per logits row its passes hand to the host (the loop,
+    sampling, the ratio test and steering, top-k over the vocabulary, KV-cache crops: a row for each token
+    of a later pass, one for a stream's first pass, whose prompt yields its last row) and per message it
+    sends (settling the round, encoding the frame)."""
+
+    per_row_s: float = 0.0
+    per_message_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_number("per_row_s", self.per_row_s)
+        check_number("per_message_s", self.per_message_s)
+
+    def plus(self, other: HostOverhead) -> HostOverhead:
+        return HostOverhead(self.per_row_s + other.per_row_s, self.per_message_s + other.per_message_s)
+
+
+def host_rows(step: TraceStep, first: bool) -> int:
+    """The logits rows a pass hands to the host, as the host overhead counts them."""
+    return 1 if first else step.size
+
+
+NO_HOST_OVERHEAD = HostOverhead()
+
+
+@dataclass(frozen=True)
+class PromptReads:
+    """Which prompt tokens a projected request reads (the rule: the module docstring).
+
+    ``recorded``: charge each stream's first pass as the trace recorded it, the recorded run's cache hits
+    kept. Otherwise the whole prompt (the recorded first pass plus the stream's ``reused_tokens``) less the
+    tokens the deployment's cache holds: ``edge_cached`` leading tokens of the Edge's prompt, ``cloud_cached``
+    of the Cloud's (both Cloud models read the plain prompt). At least one token is always read.
+    """
+
+    recorded: bool = False
+    edge_cached: int = 0
+    cloud_cached: int = 0
+
+    def __post_init__(self) -> None:
+        if self.edge_cached < 0 or self.cloud_cached < 0:
+            raise ValueError("cached prompt tokens cannot be negative")
+
+    def first_pass(self, size: int, reused: int | None, on_edge: bool) -> int:
+        """Tokens charged for a stream's first pass, recorded at ``size`` with ``reused`` tokens found cached
+        (None: not recorded)."""
+        if self.recorded or reused is None:
+            return size
+        whole = size + reused
+        cached = self.edge_cached if on_edge else self.cloud_cached
+        return max(1, whole - cached)
+
+    def describe(self) -> str:
+        if self.recorded:
+            return "as recorded (the recorded run's prefix-cache hits kept)"
+        held = [
+            f"{n} leading tokens of the {side} prompt cached"
+            for side, n in (("Edge's", self.edge_cached), ("Cloud's", self.cloud_cached))
+            if n
+        ]
+        return "fresh: every prompt token read" + (f" but {' and '.join(held)}" if held else "")
+
+
+FRESH = PromptReads()
+AS_RECORDED = PromptReads(recorded=True)
+
+
 class Source(NamedTuple):
     """Where one number of a profile comes from: ``number`` names it (see ``profile_numbers``)."""
 
@@ -96,8 +183,7 @@ class DeploymentProfile:
     A role's cost may be ``None`` when it is unknown (a profile measured from traces that never ran
     that model); projecting a trace that needs it then fails. ``cloud_parallel``: the Cloud runs a
     round's Generalist and generic-Specialist passes side by side instead of one after the other.
-    ``overhead_per_step_s``: host time per trace step outside the model passes (sampling, the
-    verification test, serialization), charged to the side taking the step.
+    ``edge_host`` / ``cloud_host``: each side's host time outside the model passes (:class:`HostOverhead`).
     """
 
     name: str
@@ -108,14 +194,14 @@ class DeploymentProfile:
     link: LinkConditions
     sources: tuple[Source, ...]
     cloud_parallel: bool = False
-    overhead_per_step_s: float = 0.0
+    edge_host: HostOverhead = NO_HOST_OVERHEAD
+    cloud_host: HostOverhead = NO_HOST_OVERHEAD
 
     def __post_init__(self) -> None:
         if not self.name or not self.name.strip():
             raise ValueError("a profile needs a name")
         if not self.label or not self.label.strip():
             raise ValueError(f"profile {self.name!r} needs a label")
-        check_number("overhead_per_step_s", self.overhead_per_step_s)
         needed = set(profile_numbers(self))
         given = [source.number for source in self.sources]
         unknown = sorted(set(given) - needed)
@@ -155,6 +241,11 @@ class DeploymentProfile:
         return replace(self, link=self.link.with_rtt(rtt_ms), sources=sources)
 
 
+HOST_NUMBERS = tuple(
+    f"{side}.{part}" for side in ("edge_host", "cloud_host") for part in ("per_row_s", "per_message_s")
+)
+
+
 def profile_numbers(profile: DeploymentProfile) -> list[str]:
     """The names of every number and setting of a profile that needs a source."""
     numbers = []
@@ -167,7 +258,7 @@ def profile_numbers(profile: DeploymentProfile) -> list[str]:
         "link.downlink_kbps",
         "link.overhead_bytes",
         "cloud_parallel",
-        "overhead_per_step_s",
+        *HOST_NUMBERS,
     ]
     return numbers
 
@@ -184,26 +275,32 @@ class TracedRun(Protocol):
     def seconds(self) -> float: ...
     @property
     def new_tokens(self) -> int: ...
+    @property
+    def reused_tokens(self) -> Mapping[str, int]: ...
 
 
 class MeasuredRun(NamedTuple):
-    """A trace with its measured wall time and tokens, when there is no GenerationStats at hand."""
+    """A trace with its measured wall time and tokens, when there is no GenerationStats at hand;
+    ``reused_tokens``: prompt tokens each stream found cached (empty: not recorded)."""
 
     trace: Sequence[TraceStep]
     seconds: float
     new_tokens: int
+    reused_tokens: Mapping[str, int] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
 class TimeSplit:
-    """Seconds of a critical path spent in device compute, cloud compute and on the link."""
+    """Seconds of a critical path spent in device compute, cloud compute and on the link; ``host_s`` is the
+    part of the first two that is host overhead (:class:`HostOverhead`)."""
 
     device_s: float = 0.0
     cloud_s: float = 0.0
     link_s: float = 0.0
+    host_s: float = 0.0
 
-    def plus(self, device_s: float = 0.0, cloud_s: float = 0.0, link_s: float = 0.0) -> TimeSplit:
-        return TimeSplit(self.device_s + device_s, self.cloud_s + cloud_s, self.link_s + link_s)
+    def plus(self, device_s: float = 0.0, cloud_s: float = 0.0, link_s: float = 0.0, host_s: float = 0.0) -> TimeSplit:
+        return TimeSplit(self.device_s + device_s, self.cloud_s + cloud_s, self.link_s + link_s, self.host_s + host_s)
 
 
 @dataclass(frozen=True)
@@ -220,6 +317,8 @@ class Projection:
     device_s: float  # the time split along the critical path; the three add up to ``seconds``
     cloud_s: float
     link_s: float
+    host_s: float = 0.0  # of device_s and cloud_s, the host overhead on the critical path
+    prompt_tokens: int = 0  # prompt tokens charged to the streams' first passes (PromptReads)
 
     @property
     def tok_per_s(self) -> float:
@@ -265,36 +364,51 @@ class _Clock:
     """One side's time, and how the critical path that led to it splits."""
 
     on_device: bool
+    host: HostOverhead
     at: float = 0.0
     path: TimeSplit = field(default_factory=TimeSplit)
 
-    def compute(self, seconds: float) -> None:
+    def compute(self, seconds: float, host_s: float = 0.0) -> None:
+        """``seconds`` of this side's work, of which ``host_s`` host overhead."""
         self.at += seconds
-        self.path = self.path.plus(device_s=seconds) if self.on_device else self.path.plus(cloud_s=seconds)
+        if self.on_device:
+            self.path = self.path.plus(device_s=seconds, host_s=host_s)
+        else:
+            self.path = self.path.plus(cloud_s=seconds, host_s=host_s)
 
 
 class _Replay:
     """The two-clock replay of one trace (see the module docstring)."""
 
-    def __init__(self, profile: DeploymentProfile, device_only: bool):
+    def __init__(self, profile: DeploymentProfile, device_only: bool, reads: PromptReads, reused: Mapping[str, int]):
         self.profile = profile
         self.device_only = device_only
-        self.edge = _Clock(on_device=True)
-        self.cloud = _Clock(on_device=False)
+        self.reads = reads
+        self.reused = reused
+        self.edge = _Clock(on_device=True, host=profile.edge_host)
+        self.cloud = _Clock(on_device=False, host=profile.cloud_host)
         self.wire_free = {UPLINK: 0.0, DOWNLINK: 0.0}
         self.seen_streams: set[str] = set()
         self.cloud_round_start: float | None = None  # when this round's first cloud pass began
         self.cloud_round_streams: set[str] = set()
         self.last_direction: str | None = None
         self.round_trips = 0
+        self.prompt_tokens = 0
 
     def forward(self, step: TraceStep) -> None:
         first = step.who not in self.seen_streams
         self.seen_streams.add(step.who)
         role = role_of(step.who, self.device_only)
-        seconds = self.profile.cost(role).seconds(step.size, first) + self.profile.overhead_per_step_s
-        if role == SPECIALIST:
-            self.edge.compute(seconds)
+        clock = self.edge if role == SPECIALIST else self.cloud
+        tokens = step.size
+        if first:
+            recorded = self.reused.get(step.who) if self.reused else None
+            tokens = self.reads.first_pass(step.size, recorded, on_edge=clock is self.edge)
+            self.prompt_tokens += tokens
+        host = clock.host.per_row_s * host_rows(step, first)
+        seconds = self.profile.cost(role).seconds(tokens, first) + host
+        if clock is self.edge:
+            self.edge.compute(seconds, host)
             return
         start = self.cloud.at
         round_start = self.cloud_round_start
@@ -304,11 +418,12 @@ class _Replay:
         else:
             self.cloud_round_start, self.cloud_round_streams = start, set()
         self.cloud_round_streams.add(step.who)
-        self.cloud.compute(max(0.0, start + seconds - self.cloud.at))
+        added = max(0.0, start + seconds - self.cloud.at)
+        self.cloud.compute(added, min(host, added))
 
     def message(self, step: TraceStep) -> None:
         sender, receiver = (self.edge, self.cloud) if step.who == UPLINK else (self.cloud, self.edge)
-        sender.compute(self.profile.overhead_per_step_s)  # serialization and the like, before it leaves
+        sender.compute(sender.host.per_message_s, sender.host.per_message_s)  # settling the round, the frame
         link = self.profile.link
         start = max(sender.at, self.wire_free[step.who])
         self.wire_free[step.who] = start + link.transmission_s(step.who, step.size)
@@ -325,10 +440,18 @@ class _Replay:
         return self.edge if self.edge.at >= self.cloud.at else self.cloud
 
 
-def project(trace: Iterable, profile: DeploymentProfile, tokens: int) -> Projection:
-    """Replay one generation's trace under ``profile``; ``tokens`` is what it emitted."""
+def project(
+    trace: Iterable,
+    profile: DeploymentProfile,
+    tokens: int,
+    reused: Mapping[str, int] | None = None,
+    reads: PromptReads = FRESH,
+) -> Projection:
+    """Replay one generation's trace under ``profile``; ``tokens`` is what it emitted, ``reused`` the prompt
+    tokens each stream found cached when it ran (``GenerationStats.reused_tokens``; None or empty: not
+    recorded), ``reads`` the rule for what the deployed request reads of its prompts."""
     steps = as_trace(trace)
-    replay = _Replay(profile, is_device_only(steps))
+    replay = _Replay(profile, is_device_only(steps), reads, reused or {})
     uplink = downlink = 0
     for step in steps:
         if step.kind == "forward":
@@ -351,12 +474,14 @@ def project(trace: Iterable, profile: DeploymentProfile, tokens: int) -> Project
         end.path.device_s,
         end.path.cloud_s,
         end.path.link_s,
+        end.path.host_s,
+        replay.prompt_tokens,
     )
 
 
-def project_runs(runs: Iterable[TracedRun], profile: DeploymentProfile) -> Projection:
+def project_runs(runs: Iterable[TracedRun], profile: DeploymentProfile, reads: PromptReads = FRESH) -> Projection:
     """Several generations projected one after the other: times, tokens and bytes add up."""
-    projections = [project(run.trace, profile, run.new_tokens) for run in runs]
+    projections = [project(run.trace, profile, run.new_tokens, run.reused_tokens, reads) for run in runs]
     if not projections:
         raise ValueError("no runs to project")
     return Projection(
@@ -370,485 +495,6 @@ def project_runs(runs: Iterable[TracedRun], profile: DeploymentProfile) -> Proje
         sum(p.device_s for p in projections),
         sum(p.cloud_s for p in projections),
         sum(p.link_s for p in projections),
+        sum(p.host_s for p in projections),
+        sum(p.prompt_tokens for p in projections),
     )
-
-
-# --------------------------------------------------------------------------- this machine's own profile
-
-
-def pass_samples(runs: Iterable[TracedRun]) -> dict[str, tuple[list[PassSample], list[PassSample]]]:
-    """Measured passes per role: (prefill passes, decode passes)."""
-    samples: dict[str, tuple[list[PassSample], list[PassSample]]] = {}
-    for run in runs:
-        steps = as_trace(run.trace)
-        device_only = is_device_only(steps)
-        seen: set[str] = set()
-        for step in steps:
-            if step.kind != "forward":
-                continue
-            prefill, decode = samples.setdefault(role_of(step.who, device_only), ([], []))
-            (decode if step.who in seen else prefill).append(PassSample(step.size, step.seconds))
-            seen.add(step.who)
-    return samples
-
-
-def measured_profile(
-    runs: Iterable[TracedRun],
-    link: LinkConditions = NO_LINK,
-    name: str = "this-machine",
-    label: str = "This machine (measured)",
-) -> DeploymentProfile:
-    """The profile of the machine that produced ``runs``, fitted from their own passes.
-
-    Each role's prefill and decode costs are fitted separately against tokens per pass; the time a
-    generation spent outside passes and link waits becomes ``overhead_per_step_s``. Projecting the
-    runs with it (and ``link`` set to the conditions they ran under) reproduces their measured total
-    time -- the model's self-check. The Cloud's passes are one after the other, as they ran here.
-    """
-    runs = list(runs)
-    if not runs:
-        raise ValueError("no runs to measure a profile from")
-    samples = pass_samples(runs)
-    costs: dict[str, StreamCost | None] = {role: None for role in ROLES}
-    sources = []
-    for role, (prefill, decode) in samples.items():
-        prefill_cost = fit_pass_cost(prefill, proportional_cost)
-        decode_cost = fit_pass_cost(decode, flat_cost) if decode else prefill_cost
-        costs[role] = StreamCost(decode_cost, prefill_cost)
-        sources.append(Source(f"{role}.prefill", f"measured here: fit over {len(prefill)} first passes"))
-        sources.append(
-            Source(
-                f"{role}.decode",
-                f"measured here: fit over {len(decode)} later passes"
-                + ("" if decode else " (none: the prefill fit stands in)"),
-            )
-        )
-    outside = sum(run.seconds - sum(step.seconds for step in as_trace(run.trace)) for run in runs)
-    steps = sum(len(run.trace) for run in runs)
-    overhead = max(0.0, outside) / steps if steps else 0.0
-    for number in ("link.rtt_ms", "link.uplink_kbps", "link.downlink_kbps", "link.overhead_bytes"):
-        sources.append(Source(number, "the conditions the measured runs ran under"))
-    sources.append(Source("cloud_parallel", "measured here: in process the Cloud's passes run one after the other"))
-    sources.append(
-        Source("overhead_per_step_s", f"measured here: time outside passes and link waits over {steps} steps")
-    )
-    return DeploymentProfile(
-        name,
-        label,
-        costs[SPECIALIST],
-        costs[GENERALIST],
-        costs[GENERIC],
-        link,
-        tuple(sources),
-        cloud_parallel=False,
-        overhead_per_step_s=overhead,
-    )
-
-
-# --------------------------------------------------------------------------- methods against RTT
-
-
-class MethodRate(NamedTuple):
-    """One method's projected speed at one round-trip time (its runs summed)."""
-
-    method: str
-    rtt_ms: float
-    tok_per_s: float
-    seconds: float
-    tokens: int
-    round_trips: int
-    uplink_bytes: int
-    downlink_bytes: int
-
-
-@dataclass(frozen=True)
-class SpeedupSummary:
-    """Projected tokens/s of each method across RTTs under one profile, and speedups over a reference."""
-
-    profile: str
-    label: str
-    rtts_ms: tuple[float, ...]
-    rates: tuple[MethodRate, ...]
-    reference: str = "llm"
-
-    @property
-    def methods(self) -> tuple[str, ...]:
-        return tuple(dict.fromkeys(rate.method for rate in self.rates))
-
-    def tok_per_s(self, method: str, rtt_ms: float) -> float:
-        for rate in self.rates:
-            if rate.method == method and rate.rtt_ms == rtt_ms:
-                return rate.tok_per_s
-        raise KeyError((method, rtt_ms))
-
-    def speedups(self, method: str = "specsteer") -> tuple[float, ...]:
-        """``method``'s projected speed over the reference's, at each RTT."""
-        return tuple(self.tok_per_s(method, rtt) / self.tok_per_s(self.reference, rtt) for rtt in self.rtts_ms)
-
-
-def summarize_speedups(
-    runs_by_method: Mapping[str, Sequence[TracedRun]],
-    profile: DeploymentProfile,
-    rtts_ms: Sequence[float] = DEFAULT_RTTS_MS,
-    reference: str = "llm",
-) -> SpeedupSummary:
-    """Project every method's runs at every RTT (the profile's bandwidths kept)."""
-    rates = []
-    for rtt in rtts_ms:
-        at_rtt = profile.at_rtt(rtt)
-        for method, runs in runs_by_method.items():
-            if not runs:
-                continue
-            total = project_runs(runs, at_rtt)
-            rates.append(
-                MethodRate(
-                    method,
-                    float(rtt),
-                    total.tok_per_s,
-                    total.seconds,
-                    total.tokens,
-                    total.round_trips,
-                    total.uplink_bytes,
-                    total.downlink_bytes,
-                )
-            )
-    return SpeedupSummary(profile.name, profile.label, tuple(float(r) for r in rtts_ms), tuple(rates), reference)
-
-
-# --------------------------------------------------------------------------- rows: grouped runs at each RTT
-#
-# What ``python -m specsteer bench project`` prints and the dashboard shows for a stored run
-# (:func:`deployment_rows`): each method's projected speed at each RTT under a profile, next to what
-# was measured here. ``specsteer.evaluation.bench_link`` prints rows of the same shape for ``bench link``.
-
-
-@dataclass(frozen=True)
-class TracedGeneration:
-    """One generation as the projections need it, with what identifies its method and what it measured."""
-
-    method: str
-    alpha: float | None
-    beta: float | None
-    rtt_ms: float
-    prompt: int
-    new_tokens: int
-    seconds: float
-    drafted: int
-    accepted: int
-    verified: int
-    trace: tuple[TraceStep, ...]
-    # its wall time holds a pause (GenerationStats.timing_disturbed): left out of every projection and measured
-    # speed (timed_runs), since its passes' times and its seconds are not what it computed
-    disturbed: bool = False
-
-    @classmethod
-    def of(
-        cls,
-        stats: GenerationStats,
-        alpha: float | None,
-        beta: float | None = None,
-        rtt_ms: float = 0.0,
-        prompt: int = 0,
-    ) -> TracedGeneration:
-        return cls(
-            stats.method,
-            alpha,
-            beta,
-            rtt_ms,
-            prompt,
-            stats.new_tokens,
-            stats.seconds,
-            stats.drafted,
-            stats.accepted,
-            stats.verified,
-            tuple(as_trace(stats.trace)),
-            stats.timing_disturbed,
-        )
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "trace": [list(step) for step in self.trace]}
-
-    @classmethod
-    def from_json(cls, data: Mapping) -> TracedGeneration:
-        return cls(**{"beta": None, **data, "trace": tuple(as_trace(data["trace"]))})
-
-
-def timed_runs(runs: Iterable[TracedGeneration]) -> tuple[list[TracedGeneration], int]:
-    """The runs whose timing is sound, and how many were left out for a disturbed one: a row's projected and
-    measured speeds are then over the same generations."""
-    runs = list(runs)
-    kept = [run for run in runs if not run.disturbed]
-    return kept, len(runs) - len(kept)
-
-
-GroupKey = tuple[str, float | None, float | None]  # (method, alpha, beta)
-
-
-def group_runs(runs: Iterable[TracedGeneration]) -> dict[GroupKey, list[TracedGeneration]]:
-    groups: dict[GroupKey, list[TracedGeneration]] = {}
-    for run in runs:
-        groups.setdefault((run.method, run.alpha, run.beta), []).append(run)
-    return groups
-
-
-def measured_tok_per_s(runs: Sequence[TracedGeneration]) -> float:
-    seconds = sum(run.seconds for run in runs)
-    return sum(run.new_tokens for run in runs) / seconds if seconds > 0 else 0.0
-
-
-def acceptance_summary(runs: Sequence[TracedGeneration]) -> dict:
-    """Acceptance as the benchmark reports it: per draft sent, and per draft tested (the bound's a)."""
-    drafted = sum(run.drafted for run in runs)
-    verified = sum(run.verified for run in runs)
-    accepted = sum(run.accepted for run in runs)
-    return {
-        "acceptance": accepted / drafted if drafted else None,
-        "token_acceptance": accepted / verified if verified else None,
-    }
-
-
-def projection_rows(
-    groups: Mapping[GroupKey, Sequence[TracedGeneration]],
-    profile: DeploymentProfile,
-    rtts_ms: Sequence[float],
-    reference: str = "llm",
-) -> list[dict]:
-    """Each group's runs projected under ``profile`` at each RTT (its bandwidths kept), with the speed
-    they were measured at here and the projected speedup over the ``reference`` method."""
-    rows = []
-    for rtt in rtts_ms:
-        at_rtt = profile.at_rtt(rtt)
-        projected = {key: project_runs(runs, at_rtt) for key, runs in groups.items() if runs}
-        reference_speed = next((p.tok_per_s for (method, *_), p in projected.items() if method == reference), None)
-        for (method, alpha, beta), projection in projected.items():
-            runs = groups[(method, alpha, beta)]
-            rows.append(
-                {
-                    "method": method,
-                    "alpha": alpha,
-                    "beta": beta,
-                    "rtt_ms": float(rtt),
-                    "measured_tok_per_s": measured_tok_per_s(runs),
-                    "projected_tok_per_s": projection.tok_per_s,
-                    "projected_speedup": projection.tok_per_s / reference_speed if reference_speed else None,
-                    "rounds": projection.round_trips,
-                    "uplink_bytes": projection.uplink_bytes,
-                    "downlink_bytes": projection.downlink_bytes,
-                    "tokens": projection.tokens,
-                    "runs": len(runs),
-                    "device_s": projection.device_s,
-                    "cloud_s": projection.cloud_s,
-                    "link_s": projection.link_s,
-                    **acceptance_summary(runs),
-                }
-            )
-    return rows
-
-
-def deployment_rows(cells: Iterable, profile_name: str, rtts_ms: Sequence[float] = DEFAULT_RTTS_MS) -> list[dict]:
-    """For a stored evaluation run (``stores.CellResult`` s): every method's projected tokens/s at
-    each RTT under a bundled profile, next to what was measured here. Cells without a trace (runs
-    stored before traces existed) are left out, and so are cells whose timing was disturbed
-    (:func:`timed_runs`); device-only methods' cells are projected too where they have one."""
-    traced = [TracedGeneration.of(cell.stats, cell.point.alpha, cell.point.beta) for cell in cells if cell.stats.trace]
-    runs, _ = timed_runs(traced)
-    return projection_rows(group_runs(runs), get_profile(profile_name), rtts_ms)
-
-
-# --------------------------------------------------------------------------- bundled profiles
-#
-# Every number below is a published measurement, a value derived from one (the derivation is in
-# its source text), or marked "assumed" with the reason. The Qwen team's speed benchmark reports
-# (prompt + 2048 generated tokens) / time at batch size 1 for prompts of 1 and 6144 tokens; with a
-# one-token prompt that is the decode rate, and the extra time of the 6144-token run per prompt
-# token bounds the prompt cost from above (that run also decodes at a longer context).
-
-QWEN_SPEED_BENCHMARK = (
-    "Qwen team's speed benchmark (Qwen3, SGLang 0.4.6, BF16, batch 1, NVIDIA H20 96GB), "
-    "https://qwen.readthedocs.io/en/latest/getting_started/speed_benchmark.html"
-)
-EXECUTORCH_LLAMA = (
-    "ExecuTorch Llama example, Llama 3.2 1B SpinQuant on a OnePlus 12 (Snapdragon 8 Gen 3 CPU, "
-    "XNNPACK + KleidiAI, prompt of 64 tokens), "
-    "https://github.com/pytorch/executorch/blob/main/examples/models/llama/README.md"
-)
-OPENSIGNAL_US_2019 = (
-    "Opensignal, State of Mobile: USA, May 2019 (Q1 2019; 4G latency 44.1-66.4 ms across states, "
-    "4G upload 6.3 Mbps, download 21.3 Mbps), "
-    "https://www.telecomengine.com/article/opensignal-benchmarks-5g-readiness-with-new-usa-analysis/"
-)
-OOKLA_US_JUNE_2022 = (
-    "Ookla Speedtest Global Index, United States fixed broadband, June 2022 (median download "
-    "153.80 Mbps, upload 21.60 Mbps, latency 14 ms), "
-    "https://www.telecompetitor.com/cox-nears-200-mbps-download-in-june-ookla-speedtest-results/"
-)
-EDGE_LAPTOP_PAPER = (
-    "Tummalapalli et al., LLM Inference at the Edge: Mobile, NPU, and GPU Performance Efficiency "
-    "Trade-offs Under Sustained Load, arXiv:2603.23640 (Qwen 2.5 1.5B 4-bit on a laptop RTX 4050 "
-    "sustains 131.7 tok/s), https://arxiv.org/abs/2603.23640"
-)
-SPECSTEER_PAPER = "SpecSteer paper (arXiv:2603.16219), Table 4 and Appendix D"
-WIRE_FRAMING = (
-    "derived from the protocol headers of one small message in one segment: IPv4 20 B (RFC 791) + "
-    "TCP 20 B + timestamps option 12 B (RFC 9293, RFC 7323) + TLS 1.3 record 22 B (RFC 8446) + "
-    "masked WebSocket frame header 6 B (RFC 6455) = 80 B; assumed: WebSocket over TLS, ACKs not counted"
-)
-
-
-def _prompt_rate_from_qwen_table(speed_at_1: float, speed_at_6144: float) -> float:
-    """Prompt tokens/s bounded from the Qwen benchmark's 1-token and 6144-token rows."""
-    extra_seconds = (6144 + 2048) / speed_at_6144 - (1 + 2048) / speed_at_1
-    return 6144 / extra_seconds
-
-
-def _qwen_stream(speed_at_1: float, speed_at_6144: float) -> StreamCost:
-    return StreamCost.from_rates(speed_at_1, _prompt_rate_from_qwen_table(speed_at_1, speed_at_6144))
-
-
-def _qwen_source(model: str, speed_at_1: float, speed_at_6144: float) -> str:
-    return (
-        f"{QWEN_SPEED_BENCHMARK}: {model} {speed_at_1} tok/s at a 1-token prompt (decode step), "
-        f"{speed_at_6144} tok/s at 6144 (prompt cost derived as above: "
-        f"{_prompt_rate_from_qwen_table(speed_at_1, speed_at_6144):.0f} tok/s)"
-    )
-
-
-NO_HOST_OVERHEAD = (
-    "assumed 0: host work outside the passes (sampling, the ratio test, serialization) is small "
-    "next to these pass times; the measured profile of this machine includes it"
-)
-CLOUD_ONE_AFTER_OTHER = (
-    "assumed: one GPU serving both Cloud models runs their passes one after the other "
-    "(the conservative choice; the generic Specialist's pass is short either way)"
-)
-
-
-def _phone_4g() -> DeploymentProfile:
-    link = LinkConditions(rtt_ms=(44.1 + 66.4) / 2, uplink_kbps=6300, downlink_kbps=21300, overhead_bytes=80)
-    return DeploymentProfile(
-        name="phone-4g",
-        label="Phone SoC (1B-class Specialist) + Qwen3-32B on a datacentre GPU, over 4G",
-        specialist=StreamCost.from_rates(decode_tok_per_s=50.2, prompt_tok_per_s=260.5),
-        generalist=_qwen_stream(20.72, 77.82),
-        generic_specialist=_qwen_stream(414.17, 1426.46),
-        link=link,
-        cloud_parallel=False,
-        sources=(
-            Source(
-                "specialist.decode",
-                f"{EXECUTORCH_LLAMA}: decode 50.2 tok/s; a further token in a pass at the "
-                "prefill rate 260.5 tok/s. A 1B model stands in for the paper's 0.6B Specialist (a 0.6B model "
-                "would step faster: conservative)",
-            ),
-            Source("specialist.prefill", f"{EXECUTORCH_LLAMA}: prefill 260.5 tok/s"),
-            Source("generalist.decode", _qwen_source("Qwen3-32B", 20.72, 77.82)),
-            Source("generalist.prefill", _qwen_source("Qwen3-32B", 20.72, 77.82)),
-            Source("generic_specialist.decode", _qwen_source("Qwen3-0.6B", 414.17, 1426.46)),
-            Source("generic_specialist.prefill", _qwen_source("Qwen3-0.6B", 414.17, 1426.46)),
-            Source("link.rtt_ms", f"{OPENSIGNAL_US_2019}: the middle of the 44.1-66.4 ms range"),
-            Source("link.uplink_kbps", f"{OPENSIGNAL_US_2019}: 4G upload 6.3 Mbps"),
-            Source("link.downlink_kbps", f"{OPENSIGNAL_US_2019}: download 21.3 Mbps"),
-            Source("link.overhead_bytes", WIRE_FRAMING),
-            Source("cloud_parallel", CLOUD_ONE_AFTER_OTHER),
-            Source("overhead_per_step_s", NO_HOST_OVERHEAD),
-        ),
-    )
-
-
-def _laptop_wifi() -> DeploymentProfile:
-    laptop_prompt_rate = 2000.0
-    link = LinkConditions(rtt_ms=14.0, uplink_kbps=21600, downlink_kbps=153800, overhead_bytes=80)
-    return DeploymentProfile(
-        name="laptop-wifi",
-        label="Laptop GPU (1.5B Specialist) + Qwen3-8B on a cloud GPU, over home Wi-Fi",
-        specialist=StreamCost.from_rates(decode_tok_per_s=131.7, prompt_tok_per_s=laptop_prompt_rate),
-        generalist=_qwen_stream(81.73, 296.25),
-        generic_specialist=_qwen_stream(227.80, 838.28),
-        link=link,
-        cloud_parallel=False,
-        sources=(
-            Source(
-                "specialist.decode",
-                f"{EDGE_LAPTOP_PAPER}: 131.7 tok/s decode; a further token in a pass at the assumed prompt rate below",
-            ),
-            Source(
-                "specialist.prefill",
-                f"assumed {laptop_prompt_rate:.0f} tok/s: no published prompt rate was found "
-                "for this laptop; the order of magnitude a laptop GPU reaches on a 1.5B 4-bit model (only the "
-                "first pass of a generation and a draft's extra tokens use it)",
-            ),
-            Source("generalist.decode", _qwen_source("Qwen3-8B", 81.73, 296.25)),
-            Source("generalist.prefill", _qwen_source("Qwen3-8B", 81.73, 296.25)),
-            Source("generic_specialist.decode", _qwen_source("Qwen3-1.7B (nearest size to 1.5B)", 227.80, 838.28)),
-            Source("generic_specialist.prefill", _qwen_source("Qwen3-1.7B (nearest size to 1.5B)", 227.80, 838.28)),
-            Source(
-                "link.rtt_ms",
-                f"{OOKLA_US_JUNE_2022}: 14 ms median latency, measured to a nearby test server "
-                "(a cloud region farther away adds to it: optimistic)",
-            ),
-            Source("link.uplink_kbps", f"{OOKLA_US_JUNE_2022}: median upload 21.60 Mbps"),
-            Source("link.downlink_kbps", f"{OOKLA_US_JUNE_2022}: median download 153.80 Mbps"),
-            Source("link.overhead_bytes", WIRE_FRAMING),
-            Source("cloud_parallel", CLOUD_ONE_AFTER_OTHER),
-            Source("overhead_per_step_s", NO_HOST_OVERHEAD),
-        ),
-    )
-
-
-def _paper() -> DeploymentProfile:
-    small = StreamCost.from_rates(
-        decode_tok_per_s=58.57, prompt_tok_per_s=_prompt_rate_from_qwen_table(414.17, 1426.46)
-    )
-    small_source = (
-        "derived: the paper gives no Specialist speed; Qwen's benchmark with Transformers (BF16, H20) "
-        "reports Qwen3-0.6B at 58.57 tok/s, and with the paper's Vanilla LLM at 22.58 tok/s and its "
-        "Cloud passes side by side that predicts LightCoSteer at 1/(1/22.58 + 1/58.57) = 16.3 tok/s "
-        f"against the paper's 16.03 (Table 4). {QWEN_SPEED_BENCHMARK}"
-    )
-    prompt_source = (
-        "assumed: the paper gives no prompt rates; taken from the SGLang rows of the Qwen benchmark "
-        f"(derived as above). {QWEN_SPEED_BENCHMARK}"
-    )
-    return DeploymentProfile(
-        name="paper",
-        label="The paper's setting: Qwen3-0.6B / Qwen3-32B side by side, no network",
-        specialist=small,
-        generalist=StreamCost.from_rates(
-            decode_tok_per_s=22.58, prompt_tok_per_s=_prompt_rate_from_qwen_table(20.72, 77.82)
-        ),
-        generic_specialist=small,
-        link=LinkConditions(rtt_ms=0.0, overhead_bytes=0),
-        cloud_parallel=True,
-        sources=(
-            Source("specialist.decode", small_source),
-            Source("specialist.prefill", prompt_source),
-            Source(
-                "generalist.decode",
-                f"{SPECSTEER_PAPER}: Vanilla LLM (Qwen3-32B) 22.58 tok/s; a further token "
-                f"in a pass at the prompt rate below",
-            ),
-            Source("generalist.prefill", prompt_source),
-            Source("generic_specialist.decode", small_source),
-            Source("generic_specialist.prefill", prompt_source),
-            Source(
-                "link.rtt_ms",
-                "assumed 0: the paper reports no network conditions; its speeds read as "
-                "measured with both sides on one server",
-            ),
-            Source("link.uplink_kbps", "assumed unlimited (no network, as above)"),
-            Source("link.downlink_kbps", "assumed unlimited (no network, as above)"),
-            Source("link.overhead_bytes", "assumed 0 (no network, as above)"),
-            Source("cloud_parallel", f"{SPECSTEER_PAPER}: D.2 'the Cloud runs p_L and p_S0 in parallel'"),
-            Source("overhead_per_step_s", NO_HOST_OVERHEAD),
-        ),
-    )
-
-
-PROFILES: dict[str, DeploymentProfile] = {p.name: p for p in (_phone_4g(), _laptop_wifi(), _paper())}
-
-
-def get_profile(name: str) -> DeploymentProfile:
-    try:
-        return PROFILES[name]
-    except KeyError:
-        raise ValueError(f"unknown deployment profile {name!r}; choose one of {', '.join(PROFILES)}") from None

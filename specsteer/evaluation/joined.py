@@ -36,10 +36,10 @@ from specsteer.evaluation.grid import (
     summarize,
 )
 from specsteer.evaluation.metrics import bootstrap_interval
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.evaluation.timing import left_out_sentence
 from specsteer.method.catalog import method_label
 from specsteer.method.events import GenerationStats
+from specsteer.stores.runs import CellResult, GridPoint
 
 METRICS = ("rouge1", "rougeL")
 # Methods whose rows are compared with every other row (in this order), rather than only compared with.

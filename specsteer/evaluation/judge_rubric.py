@@ -51,8 +51,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-# Bumped whenever a prompt's wording changes: stored scores name the rubric they were given under.
-RUBRIC_VERSION = "cogenesis-1"
+from specsteer.stores.judges import ReasonKind
 
 Criterion = Literal["personalization", "overall", "overall_without_profile"]
 CRITERIA: tuple[Criterion, ...] = get_args(Criterion)
@@ -183,11 +182,6 @@ def pair_prompt(criterion: Criterion, context: JudgeContext, first: str, second:
 
 # --------------------------------------------------------------------------- reading the answer
 
-ReasonKind = Literal["timeout", "unreachable", "http", "malformed", "refusal"]
-REASON_KINDS: tuple[ReasonKind, ...] = get_args(ReasonKind)
-# Failures of the way to the judge, not of its answer: a later run asks again.
-TRANSIENT_REASONS: frozenset[str] = frozenset({"timeout", "unreachable", "http"})
-
 
 @dataclass(frozen=True)
 class Reading:
@@ -243,9 +237,6 @@ def read_score(answer: str) -> Reading:
     if not SCALE[0] <= score <= SCALE[1]:
         return Reading(None, "malformed", f"the grade {score:g} is outside {SCALE[0]}-{SCALE[1]}")
     return Reading(score)
-
-
-Winner = Literal["first", "second", "tie"]
 
 
 def read_verdict(answer: str) -> Reading:

@@ -38,15 +38,15 @@ from specsteer.evaluation.judge_rubric import (
     Criterion,
     JudgeContext,
     Reading,
-    Winner,
     pair_prompt,
     read_score,
     read_verdict,
     score_prompt,
 )
-from specsteer.evaluation.judge_store import Exchange, JudgeStore
 from specsteer.evaluation.judges import Judge, JudgeFailure
-from specsteer.evaluation.run_store import CellResult, GridPoint, cell_key
+from specsteer.stores.judges import Exchange, Winner
+from specsteer.stores.protocols import JudgeStore
+from specsteer.stores.runs import CellResult, GridPoint, cell_key
 
 MAX_PAIRWISE_POINTS = 8  # 8 points: 28 pairs, 56 verdicts a record and criterion
 

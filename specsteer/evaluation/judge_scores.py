@@ -3,7 +3,7 @@ percentile bootstrap interval (``metrics.bootstrap_interval``: records resampled
 cells were graded and how many were not, by reason; and SpecSteer's settings against SLM+ and LLM record by
 record (the paired difference with its interval and the verdict ``claims`` reads off it).
 
-Pure over stored :class:`~specsteer.evaluation.judge_store.JudgeScore` values: ``specsteer judge``, ``report``,
+Pure over stored :class:`~specsteer.stores.judges.JudgeScore` values: ``specsteer judge``, ``report``,
 ``sweep``, the Dashboard's run table (:func:`row_columns`) and the campaign export read the same numbers. A weak
 judge's (the local fallback's) figures say so in every header and line.
 """
@@ -17,11 +17,11 @@ from typing import Any
 
 from specsteer.evaluation.claims import METRIC_NAMES, Claim, claim_sentence, setting_label, steering_settings
 from specsteer.evaluation.grid import PairedDifference, paired_values
-from specsteer.evaluation.judge_rubric import CRITERIA, CRITERION_LABELS, REASON_KINDS, SCALE
-from specsteer.evaluation.judge_store import WEAK_JUDGE, JudgeIdentity, JudgeScore
+from specsteer.evaluation.judge_rubric import CRITERIA, CRITERION_LABELS, SCALE
 from specsteer.evaluation.metrics import bootstrap_interval
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.catalog import BASELINES, METHODS
+from specsteer.stores.judges import REASON_KINDS, WEAK_JUDGE, JudgeIdentity, JudgeScore
+from specsteer.stores.runs import CellResult, GridPoint
 
 DRAWS, SEED, LEVEL = 10_000, 0, 0.95
 

@@ -29,8 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from specsteer.evaluation.judge_rubric import ReasonKind
-from specsteer.evaluation.judge_store import JudgeIdentity
+from specsteer.stores.judges import JudgeIdentity, ReasonKind
 
 if TYPE_CHECKING:
     import httpx

@@ -36,8 +36,8 @@ from specsteer.evaluation.joined import (
 )
 from specsteer.evaluation.metrics import bootstrap_interval
 from specsteer.evaluation.record_lora import PER_RECORD_LABEL
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.catalog import method_label
+from specsteer.stores.runs import CellResult, GridPoint
 
 METRICS = ("rouge1", "rougeL")
 # (method, with LoRA): the table's rows in order

@@ -16,7 +16,7 @@ so the dashboard shows exactly what ``python -m specsteer evaluate --plot`` writ
 * :func:`write_html` — all of them as one standalone page with plotly.js inline (works offline).
 * :func:`plot_text` — user text (run names) made safe for plotly's labels.
 
-The deployment view takes the rows of ``deployment.projection_rows`` instead (one per (method, α, β)
+The deployment view takes the rows of ``deployment_rows.projection_rows`` instead (one per (method, α, β)
 and RTT, with ``projected_tok_per_s``, ``measured_tok_per_s`` and ``projected_speedup``):
 
 * :func:`deployment_figure` — projected tokens/s against RTT under a profile, beside the speed the

@@ -31,9 +31,9 @@ from typing import Any
 
 from specsteer.evaluation.grid import PairedDifference, paired_difference, spec_from_config, summarize
 from specsteer.evaluation.metrics import ROUGE_LABELS, bootstrap_interval
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.evaluation.timing import left_out_sentence
 from specsteer.method.catalog import BASELINES, method_label
+from specsteer.stores.runs import CellResult, GridPoint
 
 STEERED = "specsteer"
 REFERENCE = "llm"  # what the choice rule compares each setting with

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from specsteer.evaluation.run_store import CellResult
+from specsteer.stores.runs import CellResult
 
 
 def timed_cells(cells: Iterable[CellResult]) -> list[CellResult]:

@@ -7,7 +7,7 @@ statistics and the device-cloud transcript of that generation.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal, NamedTuple
 
@@ -111,6 +111,41 @@ class TraceStep(NamedTuple):
     seconds: float
 
 
+class RoundStep(NamedTuple):
+    """One speculative round as it ran: ``drafted`` drafts sent, ``accepted`` of them kept, and its wall
+    time from the first draft to the settled verdict split by who spent it. ``edge_s``: the Specialist's
+    passes; ``cloud_s``: the Cloud's (the Generalist and the generic copy, as the Cloud reported them);
+    ``link_s``: the time the link itself took (0 in process); the rest (:attr:`host_s`) is host work: the
+    loop, framing, the ratio test, steering, sampling, cache crops. The first round also holds the prompts' reads
+    (the Edge's first draft pass reads its private prompt; a Cloud reading ahead reports its prompt passes with the
+    first verdict), which may run side by side: its parts can add up to more than its wall time. A tuple, like
+    TraceStep, so that a stored log stays small as JSON."""
+
+    drafted: int
+    accepted: int
+    seconds: float
+    edge_s: float
+    cloud_s: float
+    link_s: float
+
+    @property
+    def host_s(self) -> float:
+        return max(0.0, self.seconds - self.edge_s - self.cloud_s - self.link_s)
+
+    @classmethod
+    def of(cls, drafted: int, accepted: int, seconds: float, steps: Sequence[TraceStep]) -> RoundStep:
+        """The round that took ``seconds`` and whose passes and messages are ``steps`` (its slice of the trace)."""
+        edge = cloud = link = 0.0
+        for step in steps:
+            if step.kind == "message":
+                link += step.seconds
+            elif step.who == EDGE_STREAM:
+                edge += step.seconds
+            else:
+                cloud += step.seconds
+        return cls(drafted, accepted, seconds, edge, cloud, link)
+
+
 @dataclass
 class GenerationStats:
     method: str
@@ -147,6 +182,9 @@ class GenerationStats:
     first_visible_s: float | None = None
     reused_tokens: dict[str, int] = field(default_factory=dict)  # prompt tokens read from the prefix cache, per stream
     trace: list[TraceStep] = field(default_factory=list)  # every forward pass and message, in order
+    # Every speculative round in order (the Edge drafts, the Cloud verifies): drafts, kept, and its time split
+    # (RoundStep); empty for the methods without rounds. What a replayed acceptance reads back.
+    round_log: list[RoundStep] = field(default_factory=list)
     # The text of every token id the Edge sent, in the order sent: drafts (accepted or rejected) and the
     # tokens it chose; "" where the Edge sends none (device-only methods, llm, llm+). Privacy audits read it.
     sent_text: str = ""
@@ -184,6 +222,7 @@ class GenerationStats:
         known = {item.name for item in fields(cls)}
         values = {key: value for key, value in stored.items() if key in known}
         values["trace"] = [TraceStep(*step) for step in values.get("trace") or ()]
+        values["round_log"] = [RoundStep(*step) for step in values.get("round_log") or ()]
         return cls(**{"method": "", **values})
 
 

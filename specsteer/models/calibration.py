@@ -13,16 +13,17 @@ on the default pairing's shapes:
 * ``verify_s``: one (k+1)-token pass with a logits row for every token (a verification).
 
 For the transformers runtime the timing uses a model of the same architecture and sizes (read from the
-GGUF's metadata by llama.cpp) with arbitrary weights in the dtype this machine would run (a matrix product costs the same whatever its values), so
-calibration never waits for the one-time GGUF conversion. It is skipped where this CPU has no fast bf16
-(no AVX512-BF16, no AMX): transformers would run fp32 there, which measured 3.9x slower than llama.cpp
-end to end (docs/research/MEASUREMENTS.md), so nothing can be gained and a minute of set-up would be lost.
+GGUF's metadata by llama.cpp) with arbitrary weights (a matrix product costs the same whatever its values), so
+calibration never waits for the one-time GGUF conversion (specsteer.models.model_timing).
 
-Where it is skipped for lack of fast bf16, one thing is still timed (:class:`PromptReading`): the
-Specialist reading a long prompt on llama.cpp and on transformers fp32. Where transformers reads it at
-least HANDOFF_MARGIN times faster, ``auto`` keeps llama.cpp for every stream and has the Specialist's long
-prompts read by its fp32 conversion, handing the keys and values over (specsteer.runtimes.prompt_handoff):
-the first token at the faster reader's pace, the decoding at llama.cpp's.
+First, wherever llama.cpp works, the Specialist's prompt reading is timed (:class:`PromptReading`,
+specsteer.models.prompt_reading): llama.cpp against transformers fp32 and bf16, bf16 in a child process,
+never assumed from the CPU's flags. Where the faster transformers reader reads at least HANDOFF_MARGIN times
+faster than llama.cpp, the Specialist's long prompts are read by it and handed to llama.cpp
+(specsteer.runtimes.prompt_handoff): the first token at the faster reader's pace, the decoding at llama.cpp's.
+The runtimes are then compared whole only where bf16 proved faster than fp32 (AVX512-BF16, AMX): elsewhere
+transformers would run fp32, which measured 3.9x slower than llama.cpp end to end
+(docs/research/MEASUREMENTS.md), so nothing can be gained and minutes of set-up would be lost.
 
 The numbers are kept per CPU, build and pairing. :func:`estimate` turns them into the seconds of a
 reference request for one method -- the DESIGN §6 bound for the speculative ones -- and
@@ -33,32 +34,19 @@ from __future__ import annotations
 
 import hashlib
 import json
-import statistics
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from specsteer.method.catalog import method_info
+from specsteer.models.model_timing import PROMPT_TOKENS, K, ModelTiming, time_model
+from specsteer.models.prompt_reading import PromptReading
 
-K = 4  # the draft length timed; SpecSteer's default
-PROMPT_TOKENS = 256
-REPEATS = 3
 # The reference request the estimate is for: the default sample's prompts and a demo-length answer.
 PRIVATE_PROMPT_TOKENS = 825  # the Specialist's prompt with retrieved history
 PLAIN_PROMPT_TOKENS = 180  # the task alone (Generalist, generic copy)
 NEW_TOKENS = 128
 ASSUMED_ACCEPTANCE = 0.8  # per-token acceptance of the offline pair at α = 0.1 (measured 0.78-0.86)
-
-
-@dataclass(frozen=True)
-class ModelTiming:
-    model: str
-    prompt_tok_s: float
-    step_s: float
-    verify_s: float  # one pass over K + 1 tokens, every row's logits
-
-    def prompt_s(self, tokens: int) -> float:
-        return tokens / self.prompt_tok_s
 
 
 @dataclass(frozen=True)
@@ -70,30 +58,6 @@ class RuntimeTiming:
     detail: str = ""  # e.g. llama.cpp's configuration and buffer types
 
 
-HANDOFF_MARGIN = 1.15  # transformers must read prompts this much faster for the hand-off (2 GB more, a copy)
-HANDOFF_PROMPT_TOKENS = 512  # a long private prompt's share read in one timing (the reference is 825)
-
-
-@dataclass(frozen=True)
-class PromptReading:
-    """The Specialist reading one long prompt on each runtime, where the runtimes are not compared whole."""
-
-    tokens: int
-    llamacpp_tok_s: float
-    transformers_tok_s: float  # fp32: what the Specialist's conversion computes in on this CPU
-
-    @property
-    def handoff(self) -> bool:
-        return self.transformers_tok_s >= HANDOFF_MARGIN * self.llamacpp_tok_s
-
-    def reason(self) -> str:
-        verdict = "read by transformers fp32 and handed to llama.cpp" if self.handoff else "read by llama.cpp"
-        return (
-            f"the Specialist's long prompts are {verdict} (measured here: {self.transformers_tok_s:.0f} against "
-            f"{self.llamacpp_tok_s:.0f} tok/s over {self.tokens} tokens)"
-        )
-
-
 @dataclass(frozen=True)
 class Calibration:
     key: str
@@ -102,10 +66,22 @@ class Calibration:
     timings: tuple[RuntimeTiming, ...]
     skipped: tuple[str, ...]  # one sentence per runtime not measured, saying why
     seconds: float  # what the calibration itself took
-    prompt_reading: PromptReading | None = None  # timed where the runtimes are not compared whole
+    prompt_reading: PromptReading | None = None  # timed wherever llama.cpp works (before: only without fast bf16)
 
     def timing(self, runtime: str) -> RuntimeTiming | None:
         return next((t for t in self.timings if t.runtime == runtime), None)
+
+    def reading(self) -> PromptReading | None:
+        """The Specialist's prompt reading, transformers against llama.cpp: timed on its own, or, in a calibration
+        saved before that was timed beside the whole comparison, the comparison's own prompt reads."""
+        if self.prompt_reading is not None:
+            return self.prompt_reading
+        llama, torch = self.timing("llama.cpp"), self.timing("transformers")
+        if llama is None or torch is None:
+            return None
+        return PromptReading(
+            PROMPT_TOKENS, llama.specialist.prompt_tok_s, torch.specialist.prompt_tok_s, torch.precision
+        )
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1) + "\n"
@@ -140,9 +116,10 @@ class RuntimeChoice:
     runtime: str
     reason: str  # one sentence for the runtime note, `pairings` and a generation's statistics
     calibrated: bool = False  # chosen from this machine's measured costs (then a per-stream plan may refine it)
-    # "transformers": the Specialist's long prompts are read by its fp32 conversion and handed to llama.cpp
+    # "transformers": the Specialist's long prompts are read by its conversion and handed to llama.cpp
     # (a llama.cpp choice only, where PromptReading measured it faster); "" for none
     prompt_reader: str = ""
+    reader_dtype: str = ""  # what the prompt reader computes in: "fp32" or "bf16" ("" without a reader)
 
 
 # --------------------------------------------------------------------------- estimating
@@ -201,51 +178,6 @@ def choose(calibration: Calibration, method: str, usable: tuple[str, ...]) -> Ru
 # --------------------------------------------------------------------------- measuring
 
 
-def _median_seconds(action, repeats: int = REPEATS) -> float:
-    samples = []
-    for _ in range(repeats):
-        started = time.perf_counter()
-        action()
-        samples.append(time.perf_counter() - started)
-    return statistics.median(samples)
-
-
-def _warmed_ids(model, count: int, seed: int) -> list[int]:
-    """``count`` random token ids for timing ``model``, after one short warm-up read: first-call costs
-    (thread pools, kernel selection) stay out of the numbers."""
-    import numpy as np
-
-    ids = np.random.default_rng(seed).integers(100, min(model.output_rows, 20_000), count).tolist()
-    warm = model.new_sequence(16)
-    warm.extend(ids[:8], 1)
-    warm.close()
-    return ids
-
-
-def time_model(model, name: str) -> ModelTiming:
-    """Prompt, step and verification costs of one loaded ModelRuntime (its sequence interface)."""
-
-    ids = _warmed_ids(model, PROMPT_TOKENS + 2 * (K + 1) + 8, seed=0)
-    sequence = model.new_sequence(len(ids) + 8)
-    try:
-        started = time.perf_counter()
-        sequence.extend(ids[:PROMPT_TOKENS], 1)
-        prompt_s = time.perf_counter() - started
-        position = iter(ids[PROMPT_TOKENS:])
-        step_s = _median_seconds(lambda: sequence.extend([next(position)], 1))
-        base = len(sequence.tokens)
-        draft = ids[-(K + 1) :]
-
-        def verify() -> None:
-            sequence.extend(draft, K + 1)
-            sequence.crop(base)
-
-        verify_s = _median_seconds(verify)
-    finally:
-        sequence.close()
-    return ModelTiming(name, PROMPT_TOKENS / prompt_s, step_s, verify_s)
-
-
 def _llamacpp_timing(pairing) -> tuple[RuntimeTiming, list[dict[str, str]]]:
     """llama.cpp's costs, and each model's GGUF metadata (the shapes the transformers timing copies)."""
     from specsteer.models.weights import gguf_path
@@ -270,58 +202,8 @@ def _llamacpp_timing(pairing) -> tuple[RuntimeTiming, list[dict[str, str]]]:
             model.close()
 
 
-def config_from_gguf_metadata(metadata: dict[str, str]):
-    """A transformers config with the architecture and sizes a GGUF file declares (its weights aside)."""
-    from transformers import AutoConfig
-
-    arch = metadata["general.architecture"]
-
-    def number(key: str, kind=int):
-        return kind(float(metadata[f"{arch}.{key}"]))
-
-    sizes = dict(
-        hidden_size=number("embedding_length"),
-        intermediate_size=number("feed_forward_length"),
-        num_hidden_layers=number("block_count"),
-        num_attention_heads=number("attention.head_count"),
-        num_key_value_heads=number("attention.head_count_kv"),
-        vocab_size=int(metadata["n_vocab"]),
-        max_position_embeddings=number("context_length"),
-        rms_norm_eps=number("attention.layer_norm_rms_epsilon", float),
-    )
-    if f"{arch}.attention.key_length" in metadata:
-        sizes["head_dim"] = number("attention.key_length")
-    return AutoConfig.for_model(arch, **sizes)
-
-
-def random_twin(metadata: dict[str, str], dtype):
-    """A transformers model with the GGUF's architecture and sizes and arbitrary weights (timing only)."""
-    import torch
-    from transformers import AutoModelForCausalLM
-
-    from specsteer.runtimes.attention import use_packed_gqa
-
-    config = config_from_gguf_metadata(metadata)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
-    model = model.to_empty(device="cpu")
-    # Small values tiled from one random block: as fast to compute with as trained weights (no denormals,
-    # nothing infinite), and seconds faster than drawing a random number per weight.
-    block = (torch.randn(4096, generator=torch.Generator().manual_seed(0)) * 0.02).to(dtype)
-    with torch.no_grad():
-        for tensor in model.parameters():
-            if tensor.numel():
-                flat = tensor.view(-1)
-                whole = flat.numel() // block.numel() * block.numel()
-                flat[:whole].view(-1, block.numel()).copy_(block.expand(whole // block.numel(), -1))
-                flat[whole:].copy_(block[: flat.numel() - whole])
-    # The rotary frequencies were made on the meta device (to_empty left garbage): make them for real.
-    model.model.rotary_emb = type(model.model.rotary_emb)(config)
-    use_packed_gqa(model)
-    return model.eval()
-
-
 def _transformers_timing(pairing, dtype_name: str, shapes: list[dict[str, str]]) -> RuntimeTiming:
+    from specsteer.models.model_timing import random_twin
     from specsteer.runtimes.base import TransformersModel
     from specsteer.runtimes.hardware import resolve_dtype
 
@@ -332,39 +214,6 @@ def _transformers_timing(pairing, dtype_name: str, shapes: list[dict[str, str]])
         timings.append(time_model(model, spec.name))
         del model
     return RuntimeTiming("transformers", dtype_name, timings[0], timings[1], "arbitrary weights of the same shapes")
-
-
-def _prompt_rate(model, tokens: int) -> float:
-    """Tokens per second of ``model`` reading a ``tokens``-token prompt into a fresh sequence (median of 2)."""
-    ids = _warmed_ids(model, tokens, seed=1)
-
-    def read() -> None:
-        sequence = model.new_sequence(tokens + 8)
-        try:
-            sequence.extend(ids, 1)
-        finally:
-            sequence.close()
-
-    return tokens / _median_seconds(read, repeats=2)
-
-
-def _prompt_reading(pairing) -> PromptReading:
-    """The Specialist's prompt reading on llama.cpp (its GGUF) and transformers fp32 (same shapes)."""
-    import torch
-
-    from specsteer.models.weights import gguf_path
-    from specsteer.runtimes import llamacpp
-    from specsteer.runtimes.base import TransformersModel
-
-    spec = pairing.specialist
-    model = llamacpp.LlamaCppModel(gguf_path(spec), name=spec.name)
-    try:
-        llamacpp_rate = _prompt_rate(model, HANDOFF_PROMPT_TOKENS)
-        shape = {**model.metadata(), "n_vocab": str(model.output_rows)}
-    finally:
-        model.close()
-    twin = TransformersModel(random_twin(shape, torch.float32), spec.name)
-    return PromptReading(HANDOFF_PROMPT_TOKENS, llamacpp_rate, _prompt_rate(twin, HANDOFF_PROMPT_TOKENS))
 
 
 def calibration_key(pairing_id: str) -> str:
@@ -398,33 +247,33 @@ def saved_calibration(pairing_id: str) -> Calibration | None:
 
 def calibrate(pairing_id: str, say=print) -> Calibration:
     """Time every runtime that works here on ``pairing_id``'s models, and save the result."""
+    from specsteer.models.prompt_reading import measure_prompt_reading
     from specsteer.models.registry import PAIRINGS
     from specsteer.models.weights import prepared_ggufs
     from specsteer.runtimes import llamacpp
-    from specsteer.runtimes.hardware import default_dtype, read_cpu
+    from specsteer.runtimes.hardware import read_cpu
 
     pairing = PAIRINGS[pairing_id]
     started = time.monotonic()
     timings, skipped, reading = [], [], None
     usable, reason = llamacpp.status(prepared_ggufs((pairing.specialist, pairing.generalist)))
-    dtype = default_dtype()
     if not usable:
         # Nothing to choose between: auto runs transformers wherever llama.cpp does not work.
         skipped.append(f"llama.cpp is unavailable: {reason}")
-    elif dtype != "bf16":
-        skipped.append(
-            "runtimes not compared whole: this CPU has no fast bf16 (no AVX512-BF16, no AMX), so transformers "
-            "would run fp32, measured several times slower than llama.cpp at decoding on such CPUs; auto runs "
-            "llama.cpp"
-        )
-        say("timing the Specialist's prompt reading on llama.cpp and transformers fp32…")
-        reading = _prompt_reading(pairing)
     else:
+        say("timing the Specialist's prompt reading: llama.cpp, transformers fp32, and bf16 in a child process…")
+        reading = measure_prompt_reading(pairing, say)
+    if reading is not None and reading.dtype != "bf16":
+        skipped.append(
+            f"runtimes not compared whole: bf16 is not fast here ({reading.alternative}), so transformers would "
+            "run fp32, measured several times slower than llama.cpp at decoding on such CPUs; auto runs llama.cpp"
+        )
+    elif reading is not None:
         say("timing llama.cpp…")
         timing, shapes = _llamacpp_timing(pairing)
         timings.append(timing)
-        say(f"timing transformers ({dtype}, arbitrary weights of the same shapes)…")
-        timings.append(_transformers_timing(pairing, dtype, shapes))
+        say("timing transformers (bf16, proven fast here; arbitrary weights of the same shapes)…")
+        timings.append(_transformers_timing(pairing, "bf16", shapes))
     result = Calibration(
         calibration_key(pairing_id),
         read_cpu()[0],
@@ -455,8 +304,9 @@ def describe(calibration: Calibration) -> str:
         if timing.detail:
             lines.append(f"  {timing.runtime:12s} {timing.detail}")
     lines.extend(f"  skipped: {line}" for line in calibration.skipped)
-    if calibration.prompt_reading is not None:
-        lines.append(f"  prompt reading: {calibration.prompt_reading.reason()}")
+    reading = calibration.reading()
+    if reading is not None:
+        lines.append(f"  prompt reading: {reading.reason()}")
     usable = tuple(t.runtime for t in calibration.timings)
     for method in METHODS:
         choice = choose(calibration, method, usable)

@@ -1,10 +1,11 @@
-"""Loading a pairing: its Specialist and Generalist as one :class:`LoadedPair`, on the runtime chosen for it.
+"""Loading a pairing: its Specialist and Generalist as one :class:`LoadedPair`, as a runtime plan says.
 
 A pair shares one tokenizer (checked at load), or, for a cross-tokenizer pairing (``specsteer.method.crosstok``),
-each side keeps its own (:class:`GeneralistTokens`). :func:`load_pair` chooses the runtime
-(:func:`runtime_choice`: llama.cpp, or transformers, per this machine's calibration), loads both models
-through ``specsteer.models.weights`` (where each model's weights come from, verified, assembled and converted)
-and keeps the last pairs loaded for the next request.
+each side keeps its own (:class:`GeneralistTokens`). :func:`load_planned` executes a plan
+(specsteer.models.planning decides it: each stream's runtime, the prompt reader, the adapter's runtime, the
+files): it loads every model the plan names through ``specsteer.models.weights`` (where each model's weights
+come from, verified, assembled and converted), attaches the prompt reader, merges an adapter, and keeps the
+last pairs loaded for the next request. :func:`load_pair` plans and executes in one call.
 """
 
 from __future__ import annotations
@@ -17,38 +18,15 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from specsteer.models.calibration import RuntimeChoice
 from specsteer.models.chat import PLAIN_CHAT, ChatFormat
-from specsteer.models.lora import LORA_RUNTIME_MESSAGE, LORA_RUNTIME_REASON, LoraError, SpecialistLora
-from specsteer.models.registry import (
-    DEFAULT_PAIRING,
-    ModelSpec,
-    Pairing,
-    converted_cache_ready,
-    cross_tokenizer_message,
-    get_pairing,
-)
-from specsteer.models.runtime_plan import HANDOFF_LABEL, RuntimePlan
-from specsteer.models.weights import (
-    ModelLoadError,
-    Progress,
-    gguf_path,
-    load_llamacpp,
-    load_model,
-    load_tokenizer,
-    prepared_ggufs,
-    quiet,
-)
+from specsteer.models.lora import LORA_RUNTIME_MESSAGE, LoraError, SpecialistLora
+from specsteer.models.planning import runtime_plan
+from specsteer.models.registry import DEFAULT_PAIRING, Pairing, get_pairing
+from specsteer.models.runtime_plan import HANDOFF_LABEL, PROMPT_READER, PlannedModel, RuntimePlan
+from specsteer.models.weights import ModelLoadError, Progress, load_llamacpp, load_model, load_tokenizer, quiet
 from specsteer.runtimes import llamacpp
 from specsteer.runtimes.attention import use_packed_gqa
-from specsteer.runtimes.base import (
-    RUNTIME_CHOICES,
-    RUNTIMES,
-    ModelRuntime,
-    TransformersModel,
-    check_runtime,
-    parse_split,
-)
+from specsteer.runtimes.base import ModelRuntime, TransformersModel
 from specsteer.runtimes.hardware import default_device, resolve_dtype
 from specsteer.runtimes.prompt_handoff import HANDOFF_MIN_TOKENS
 
@@ -86,7 +64,7 @@ class LoadedPair:
     vocab_size: int  # ids usable by both models (min of padded sizes, >= len(tokenizer))
     eos_token_ids: frozenset[int]
     chat: ChatFormat = PLAIN_CHAT
-    runtime_choice: str = ""  # why this runtime runs the request (loading.runtime_choice), for its statistics
+    runtime_choice: str = ""  # why this runtime runs the request (the plan's reason), for its statistics
     runtime_plan: RuntimePlan | None = None  # each stream's runtime and why (the latest request's); None: built by hand
     # Set on a cross-tokenizer pair: then ``tokenizer``, ``vocab_size``, ``eos_token_ids`` and ``chat``
     # are the Specialist's, and this holds the Generalist's side.
@@ -332,8 +310,6 @@ def as_runtime(model: ModelRuntime | PreTrainedModel) -> ModelRuntime:
     return model if isinstance(model, ModelRuntime) else TransformersModel(model)
 
 
-CROSS_RUNTIME_NOTE = "a pair of two tokenizers runs both models on one runtime, chosen without calibration"
-
 _MAX_LOADED_PAIRS = 2  # two pairs of the default size already take ~10 GB in bf16
 _loaded: OrderedDict[tuple, LoadedPair] = OrderedDict()
 _loaded_lock = threading.Lock()
@@ -350,36 +326,46 @@ def load_pair(
     method: str = "specsteer",
     specialist_lora: SpecialistLora | None = None,
 ) -> LoadedPair:
-    """Load (or return the already loaded) Specialist/Generalist pair. Thread-safe.
+    """Plan (specsteer.models.planning.runtime_plan) and load (:func:`load_planned`) the Specialist/Generalist
+    pair, or return the one already loaded. Thread-safe.
 
-    ``specialist_lora``: the Edge's Specialist with that adapter merged in (:func:`with_specialist_lora`);
-    only the transformers runtime serves one, so "auto" picks it and "llama.cpp" is refused.
-
-    ``edge_only``: the Specialist alone (its weights and tokenizer), for an Edge whose Cloud runs in
-    another process (``generate --cloud``): the Generalist's weights are never read.
-
-    ``runtime``: "llama.cpp" (GGUF files read directly; CPU), "transformers" (any model; ``dtype``
-    and ``device`` apply to it only, the dtype defaulting to what this machine computes fast), or
-    "auto" (see :func:`runtime_choice`: per ``method``, from this machine's calibration). Raises ModelLoadError with an actionable message; an
-    unknown pairing id raises registry.UnknownPairingError (a KeyError and a ValueError).
+    ``runtime``: "llama.cpp" (GGUF files read directly; CPU), "transformers" (any model; ``dtype`` and
+    ``device`` apply to it only, the dtype defaulting to what this machine computes fast), a split such as
+    "transformers/llama.cpp", or "auto" (per ``method``, from this machine's calibration). ``specialist_lora``:
+    the Edge's Specialist with that adapter merged in (only transformers serves one: "auto" plans it there,
+    "llama.cpp" is refused). ``edge_only``: the Specialist alone (its weights and tokenizer), for an Edge whose
+    Cloud runs in another process (``generate --cloud``): the Generalist's weights are never read. Raises
+    ModelLoadError with an actionable message; an unknown pairing id raises registry.UnknownPairingError (a
+    KeyError and a ValueError).
     """
     pairing = pairing if isinstance(pairing, Pairing) else get_pairing(pairing)
-    if pairing.cross_tokenizer:
-        raise ModelLoadError(cross_tokenizer_message(pairing))
+    plan = runtime_plan(pairing, runtime, progress, method, lora=specialist_lora is not None)
+    return load_planned(pairing, plan, dtype, progress, device, edge_only, specialist_lora)
+
+
+def load_planned(
+    pairing: Pairing,
+    plan: RuntimePlan,
+    dtype: str | torch.dtype | None = None,
+    progress: Progress | None = None,
+    device: str | torch.device | None = None,
+    edge_only: bool = False,
+    specialist_lora: SpecialistLora | None = None,
+) -> LoadedPair:
+    """The pair ``plan`` describes (every model it names on its runtime, the prompt reader attached, the adapter
+    merged), or the one already loaded. Where auto's split is refused at load (the GGUF's token ids disagree),
+    the plan's fallback loads instead, saying so; a split asked for by name is refused."""
     report = progress or quiet
-    if specialist_lora is not None:  # transformers only, both streams (the generic copy shares its runtime)
-        plan = RuntimePlan.uniform(lora_runtime_choice(runtime))
-    else:
-        plan = runtime_plan(pairing, runtime, report, method)
+    if specialist_lora is not None and not plan.lora:
+        raise ValueError("a LoRA Specialist loads only on a plan made for one (runtime_plan(..., lora=True))")
     try:
-        pair = _load_planned(pairing, plan, dtype, device, report, edge_only)
+        pair = _load_cached(pairing, plan, dtype, device, report, edge_only)
     except SplitVocabularyError as error:
-        if parse_split(runtime) is not None:
+        if plan.fallback is None:
             raise  # a split asked for by name is refused, not replaced
-        fallback = runtime_choice(pairing, runtime, report, method)
-        report(f"{error}; running both models on {fallback.runtime} instead")
-        plan = RuntimePlan.uniform(RuntimeChoice(fallback.runtime, f"{fallback.reason} (a split was refused: {error})"))
-        pair = _load_planned(pairing, plan, dtype, device, report, edge_only)
+        report(f"{error}; running both models on {plan.fallback.runtime} instead")
+        plan = plan.refused(str(error))
+        pair = _load_cached(pairing, plan, dtype, device, report, edge_only)
     report(f"ready: {pairing.label} ({pair.runtime}, {pair.precision}): {plan.reason}")
     if specialist_lora is None:
         return pair
@@ -388,7 +374,7 @@ def load_pair(
     return adapted
 
 
-def _load_planned(
+def _load_cached(
     pairing: Pairing,
     plan: RuntimePlan,
     dtype: str | torch.dtype | None,
@@ -396,27 +382,17 @@ def _load_planned(
     report: Progress,
     edge_only: bool,
 ) -> LoadedPair:
-    runtimes = (plan.specialist.runtime,) if edge_only else (plan.specialist.runtime, plan.generalist.runtime)
-    reader = plan.specialist.prompt_reader if plan.specialist.runtime == "llama.cpp" else ""
-    on_torch = "transformers" in runtimes
+    models = plan.models(pairing, edge_only)
+    on_torch = any(model.runtime == "transformers" and not model.dtype for model in models)
     torch_dtype = resolve_dtype(dtype) if on_torch else None
     target_device = (torch.device(device) if device is not None else default_device()) if on_torch else None
-    key = (
-        pairing.id,
-        pairing.specialist,
-        pairing.generalist,
-        runtimes,
-        reader,
-        torch_dtype,
-        str(target_device),
-        edge_only,
-    )
+    key = (pairing.id, models, torch_dtype, str(target_device))
     cached = _cached_pair(key)
     if cached is None:
         with _loading_lock:
             cached = _cached_pair(key)  # another caller may have loaded it while this one waited
             if cached is None:
-                cached = _load_pair_uncached(pairing, runtimes, torch_dtype, target_device, report, edge_only, reader)
+                cached = _load_pair_uncached(pairing, models, torch_dtype, target_device, report)
                 with _loaded_lock:
                     _loaded[key] = cached
                     while len(_loaded) > _MAX_LOADED_PAIRS:
@@ -425,15 +401,6 @@ def _load_planned(
     cached.runtime_plan = plan
     cached.runtime_choice = plan.reason
     return cached
-
-
-def lora_runtime_choice(requested: str) -> RuntimeChoice:
-    """The runtime of a pair whose Specialist carries a LoRA adapter: transformers, or a refusal."""
-    if requested in ("auto", "transformers"):
-        return RuntimeChoice("transformers", LORA_RUNTIME_REASON)
-    if requested == "llama.cpp" or parse_split(requested) is not None:
-        raise LoraError(LORA_RUNTIME_MESSAGE)
-    raise ValueError(f"unknown runtime {requested!r}; choose one of {', '.join(RUNTIME_CHOICES)}")
 
 
 _MAX_ADAPTED_PAIRS = 2  # each holds a merged copy of its Specialist beside the base pair's
@@ -469,6 +436,23 @@ def with_specialist_lora(pair: LoadedPair, lora: SpecialistLora, progress: Progr
     return adapted
 
 
+def on_streams(pair: LoadedPair, edge: torch.cuda.Stream | None, cloud: torch.cuda.Stream | None) -> LoadedPair:
+    """``pair`` (transformers models, no adapter) with the Edge's Specialist passing on the CUDA stream ``edge`` and
+    the Cloud's Generalist and generic copy on ``cloud``: one GPU standing in for the two machines (the same
+    weights; each side its own caches and queue, so a Cloud reading ahead runs beside the Edge)."""
+    models = (pair.specialist, pair.generalist)
+    if pair.lora is not None or not all(isinstance(model, TransformersModel) for model in models):
+        raise ValueError("streams are for a pair of transformers models without an adapter")
+    small, large = pair.specialist, pair.generalist
+    assert isinstance(small, TransformersModel) and isinstance(large, TransformersModel)
+    return replace(
+        pair,
+        specialist=TransformersModel(small.model, small.name, stream=edge),
+        generalist=TransformersModel(large.model, large.name, stream=cloud),
+        generic_specialist=TransformersModel(small.model, f"{small.name} (the Cloud's generic copy)", stream=cloud),
+    )
+
+
 def release_specialist_lora(adapted: LoadedPair) -> None:
     """Forget the merged copy :func:`with_specialist_lora` kept for ``adapted`` (per-record adapters: a record's
     copy is never asked for again), so that its memory goes once no caller holds it."""
@@ -476,123 +460,6 @@ def release_specialist_lora(adapted: LoadedPair) -> None:
         for key, (_, kept) in list(_adapted.items()):
             if kept is adapted:
                 del _adapted[key]
-
-
-def choose_runtime(
-    pairing: Pairing, requested: str = "auto", progress: Progress | None = None, method: str = "specsteer"
-) -> str:
-    """The runtime a pairing loads on (:func:`runtime_plan` without the reasons): one runtime's name, or
-    "transformers/llama.cpp" for a split (what ``load_pair(runtime=...)`` accepts back)."""
-    return runtime_plan(pairing, requested, progress, method).runtime
-
-
-def runtime_plan(
-    pairing: Pairing, requested: str = "auto", progress: Progress | None = None, method: str = "specsteer"
-) -> RuntimePlan:
-    """Each stream's runtime for ``method``, and why (specsteer.models.runtime_plan).
-
-    ``requested``: a runtime's name or "auto" (:func:`runtime_choice`), or an explicit split "A/B" (the
-    Specialist and its generic copy on A, the Generalist on B). "auto" splits only where this machine's
-    calibration measured both runtimes and the split is estimated cheaper; otherwise it is
-    :func:`runtime_choice`'s one runtime, with its reason (never a split assumed without a measurement).
-    """
-    split = parse_split(requested)
-    if split is not None and pairing.separate_tokenizers:
-        raise ModelLoadError(
-            f"pairing {pairing.id!r} uses two tokenizers: both models run on one runtime (a split passes token "
-            f"ids between runtimes, and the two vocabularies share none); choose auto, llama.cpp or transformers "
-            f"({requested!r} given)"
-        )
-    if split is not None:
-        if "auto" in split:
-            raise ValueError(f"a split runtime names two runtimes, e.g. transformers/llama.cpp ({requested!r} given)")
-        check_runtime(requested)
-        small, large = (runtime_choice(pairing, part, progress, method) for part in split)
-        return RuntimePlan(small, large)
-    choice = runtime_choice(pairing, requested, progress, method)
-    if requested != "auto" or not choice.calibrated:
-        return RuntimePlan.uniform(choice)
-    from specsteer.models.calibration import saved_calibration
-    from specsteer.models.runtime_plan import plan_streams
-
-    calibration = saved_calibration(pairing.id)
-    plan = plan_streams(calibration, method, RUNTIMES) if calibration is not None else None
-    if plan is None:
-        return RuntimePlan.uniform(choice)
-    if plan.specialist.runtime == "transformers" and choice.runtime != "transformers" and not converted_ready(pairing):
-        (progress or quiet)(
-            "auto runs the Specialist on transformers here (measured faster at reading its private prompt); "
-            "its first load converts the GGUF file once, about a minute"
-        )
-    return plan
-
-
-def runtime_choice(
-    pairing: Pairing, requested: str = "auto", progress: Progress | None = None, method: str = "specsteer"
-) -> RuntimeChoice:
-    """The runtime a pairing loads on for ``method``, and why.
-
-    "auto": transformers for models that are not GGUF files or where a GPU is present; otherwise the
-    runtime this machine's calibration (specsteer.models.calibration: each working runtime timed once, per CPU)
-    estimates fastest for ``method``; llama.cpp when there is no calibration yet, and transformers when
-    llama.cpp is missing or failed its check here (the progress callback says why). An explicit
-    "llama.cpp" that cannot be honoured raises ModelLoadError naming the fallback.
-    """
-    if requested not in RUNTIME_CHOICES:
-        raise ValueError(f"unknown runtime {requested!r}; choose one of {', '.join(RUNTIME_CHOICES)}")
-    if requested == "transformers":
-        return RuntimeChoice(requested, "transformers was asked for")
-    specs = (pairing.specialist, pairing.generalist)
-    not_gguf = [spec for spec in specs if spec.kind not in ("offline", "gguf")]
-    if requested == "llama.cpp":
-        if not_gguf:
-            gguf_path(not_gguf[0])  # raises the message that names the transformers runtime
-        available, reason = llamacpp.status(prepared_ggufs(specs))
-        if not available:
-            raise ModelLoadError(reason)
-        return RuntimeChoice(requested, "llama.cpp was asked for")
-    if not_gguf:
-        return RuntimeChoice("transformers", "these models are not GGUF files, and llama.cpp reads only those")
-    if torch.cuda.is_available():
-        return RuntimeChoice("transformers", "a GPU is present, and transformers runs the models on it")
-    available, reason = llamacpp.status(prepared_ggufs(specs))
-    if not available:
-        (progress or quiet)(f"{reason} Using the transformers runtime.")
-        return RuntimeChoice("transformers", reason)
-    if pairing.separate_tokenizers:
-        # Calibration times one pair's runtimes for a shared vocabulary, and a split or a prompt hand-off
-        # passes token ids between runtimes: neither applies across tokenizers, so both models go on llama.cpp.
-        return RuntimeChoice(
-            "llama.cpp", f"both models are GGUF files and llama.cpp passed its check here ({CROSS_RUNTIME_NOTE})"
-        )
-    from specsteer.models.calibration import choose, saved_calibration
-
-    calibration = saved_calibration(pairing.id)
-    choice = choose(calibration, method, RUNTIMES) if calibration is not None else None
-    if choice is None:
-        missing = (
-            "; ".join(calibration.skipped)
-            if calibration is not None and calibration.skipped
-            else "no calibration; run `specsteer calibrate`"
-        )
-        reason = f"both models are GGUF files and llama.cpp passed its check here ({missing})"
-        reading = calibration.prompt_reading if calibration is not None else None
-        if reading is not None and reading.handoff:
-            return RuntimeChoice("llama.cpp", f"{reason}; {reading.reason()}", prompt_reader="transformers")
-        return RuntimeChoice("llama.cpp", reason)
-    if choice.runtime == "transformers" and not converted_ready(pairing):
-        # The first transformers load converts both GGUF files (about a minute each); say so, once.
-        (progress or quiet)(
-            "auto picks transformers here (measured faster for this method); its first load "
-            "converts the GGUF files once, about a minute per model"
-        )
-    return choice
-
-
-def converted_ready(pairing: Pairing) -> bool:
-    return all(
-        converted_cache_ready(spec) for spec in (pairing.specialist, pairing.generalist) if spec.kind == "offline"
-    )
 
 
 def _cached_pair(key: tuple) -> LoadedPair | None:
@@ -605,80 +472,64 @@ def _cached_pair(key: tuple) -> LoadedPair | None:
 
 def _load_pair_uncached(
     pairing: Pairing,
-    runtimes: tuple[str, ...],
+    planned: tuple[PlannedModel, ...],
     dtype: torch.dtype | None,
     device: torch.device | None,
     progress: Progress,
-    edge_only: bool = False,
-    prompt_reader: str = "",
 ) -> LoadedPair:
+    """Every model of ``planned`` (the plan's models: the Specialist, the Generalist unless an Edge loads alone,
+    the prompt reader where there is one) on its runtime, assembled into one pair."""
+    streams = [model for model in planned if model.role != PROMPT_READER]
+    edge_only = len(streams) == 1
     # Tokenizers first: they are small, and a mismatch must be found before a large download or load.
     # An Edge alone cannot compare (the Generalist's tokenizer ships with its weights): its Cloud did.
     tokenizer = load_tokenizer(pairing.specialist, progress)
     if pairing.separate_tokenizers:
-        return _load_cross_pair(pairing, tokenizer, runtimes, dtype, device, progress, edge_only)
+        large_tokenizer = load_tokenizer(pairing.generalist, progress)  # an Edge alone renders the CrossOpen too
+        models = _load_models(streams, dtype, device, progress)
+        return assemble_cross_pair(
+            pairing.id,
+            models[0],
+            None if edge_only else models[1],
+            tokenizer,
+            large_tokenizer,
+            pairing.specialist.chat,
+            pairing.generalist.chat,
+        )
     if not edge_only:
         check_tokenizers_match(tokenizer, load_tokenizer(pairing.generalist, progress), pairing.id)
     chat = pair_chat_format(pairing, progress)
-    specs = (pairing.specialist,) if edge_only else (pairing.specialist, pairing.generalist)
-    models = _load_models(specs, runtimes, dtype, device, progress)
-    if prompt_reader:
-        attach_prompt_reader(models[0], pairing.specialist, progress)
-    return assemble_pair(pairing.id, models[0], models[1] if len(models) > 1 else None, tokenizer, chat)
+    models = _load_models(streams, dtype, device, progress)
+    for reader in (model for model in planned if model.role == PROMPT_READER):
+        attach_prompt_reader(models[0], reader, progress)
+    return assemble_pair(pairing.id, models[0], None if edge_only else models[1], tokenizer, chat)
 
 
 def _load_models(
-    specs: tuple[ModelSpec, ...],
-    runtimes: tuple[str, ...],
-    dtype: torch.dtype | None,
-    device: torch.device | None,
-    progress: Progress,
+    planned: list[PlannedModel], dtype: torch.dtype | None, device: torch.device | None, progress: Progress
 ) -> list[ModelRuntime]:
-    """Each model on its runtime (``runtimes`` in the order of ``specs``)."""
+    """Each model on its runtime."""
     return [
-        load_llamacpp(spec, progress)
-        if runtime == "llama.cpp"
-        else TransformersModel(load_model(spec, dtype, progress, device), spec.name)
-        for spec, runtime in zip(specs, runtimes)
+        load_llamacpp(model.spec, progress)
+        if model.runtime == "llama.cpp"
+        else TransformersModel(load_model(model.spec, dtype, progress, device), model.spec.name)
+        for model in planned
     ]
 
 
-def attach_prompt_reader(model: ModelRuntime, spec: ModelSpec, progress: Progress) -> None:
-    """Have the Specialist's fp32 conversion read its long prompts for llama.cpp (runtimes.prompt_handoff).
-    Where that cannot be (no conversion can be made, another state layout), llama.cpp reads them itself
-    and the progress callback says why: a slower first token, never a failed load."""
+def attach_prompt_reader(model: ModelRuntime, reader: PlannedModel, progress: Progress) -> None:
+    """Have the Specialist's conversion (in the plan's dtype: fp32, or bf16 where this CPU proved it fast) read
+    its long prompts for llama.cpp (runtimes.prompt_handoff). Where that cannot be (no conversion can be made,
+    another state layout), llama.cpp reads them itself and the progress callback says why: a slower first
+    token, never a failed load."""
     from specsteer.runtimes.prompt_handoff import HandoffUnsupported
 
+    spec = reader.spec
     try:
-        reader = TransformersModel(load_model(spec, torch.float32, progress, "cpu"), f"{spec.name} fp32")
-        model.attach_prompt_reader(reader)  # type: ignore[attr-defined]
+        loaded = load_model(spec, reader.dtype, progress, "cpu")
+        model.attach_prompt_reader(TransformersModel(loaded, f"{spec.name} {reader.dtype}"))  # type: ignore[attr-defined]
     except (ModelLoadError, HandoffUnsupported) as error:
         progress(f"the Specialist's prompts stay with llama.cpp: {error}")
-
-
-def _load_cross_pair(
-    pairing: Pairing,
-    tokenizer: PreTrainedTokenizerBase,
-    runtimes: tuple[str, ...],
-    dtype: torch.dtype | None,
-    device: torch.device | None,
-    progress: Progress,
-    edge_only: bool,
-) -> LoadedPair:
-    """A pairing of two tokenizers. The Generalist's tokenizer is loaded even for an
-    Edge alone: the Edge renders the plain prompt in the Generalist's ids for the CrossOpen."""
-    large_tokenizer = load_tokenizer(pairing.generalist, progress)
-    specs = (pairing.specialist,) if edge_only else (pairing.specialist, pairing.generalist)
-    models = _load_models(specs, runtimes, dtype, device, progress)
-    return assemble_cross_pair(
-        pairing.id,
-        models[0],
-        models[1] if len(models) > 1 else None,
-        tokenizer,
-        large_tokenizer,
-        pairing.specialist.chat,
-        pairing.generalist.chat,
-    )
 
 
 def pair_chat_format(pairing: Pairing, progress: Progress | None = None) -> ChatFormat:

@@ -254,16 +254,18 @@ def tiny_pair(
     dtype: torch.dtype = torch.float32,
     eos_bias: float = 0.0,
     quiet_ids: tuple[int, ...] = (),
+    device: str | torch.device = "cpu",
 ) -> LoadedPair:
     """Two tiny models sharing tiny_tokenizer(); different seeds give different models (``quiet_ids``:
-    see tiny_model).
+    see tiny_model). Built on the CPU, then moved to ``device`` in ``dtype`` (the same weights everywhere).
 
     By default both output layers are padded past the tokenizer's 259 ids, to different sizes (320
     and 352), as with real pairs such as Qwen2.5 1.5B/32B: ``vocab_size`` is the smaller one, and
     code that slices logits by a model's own size instead of ``pair.vocab_size`` fails loudly.
     """
-    specialist = tiny_model(seed, specialist_vocab, eos_bias=eos_bias, quiet_ids=quiet_ids).to(dtype)
-    generalist = tiny_model(generalist_seed, generalist_vocab, eos_bias=eos_bias, quiet_ids=quiet_ids).to(dtype)
+    specialist = tiny_model(seed, specialist_vocab, eos_bias=eos_bias, quiet_ids=quiet_ids).to(device, dtype)
+    generalist = tiny_model(generalist_seed, generalist_vocab, eos_bias=eos_bias, quiet_ids=quiet_ids)
+    generalist = generalist.to(device, dtype)
     # Its own id is the one the hooks name it by, so a Cloud serving it (``cloud --pairing tiny-test``)
     # and an Edge that chose it agree on what they run.
     return assemble_pair(TEST_PAIRING_ID, specialist, generalist, tiny_tokenizer(), CHATML_CHAT)

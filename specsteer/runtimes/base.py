@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from collections.abc import Sequence as Seq
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -53,7 +55,7 @@ def parse_split(requested: str) -> tuple[str, str] | None:
 def check_runtime(requested: str) -> str:
     """``requested`` as a runtime request every entry point accepts (``--runtime`` of generate, cloud,
     evaluate and bench): "auto", a runtime's name, or a split "A/B" of two runtimes' names (the one spelling
-    :func:`specsteer.models.loading.runtime_plan` reads). ValueError saying what is accepted otherwise."""
+    :func:`specsteer.models.planning.runtime_plan` reads). ValueError saying what is accepted otherwise."""
     if not isinstance(requested, str):  # what an API caller may send instead (None, a number, a list)
         raise ValueError(f"unknown runtime {requested!r}; choose {RUNTIME_SPELLING}")
     name = requested.strip()
@@ -196,6 +198,11 @@ class ModelRuntime(ABC):
     def end_token_ids(self) -> frozenset[int]:
         """Ids the model's own configuration says end a generation."""
 
+    @property
+    def device(self) -> str:
+        """Where its caches live ("cpu", "cuda:0"): the memory the Cloud's admission counts."""
+        return "cpu"
+
     @abstractmethod
     def new_sequence(self, capacity: int) -> Sequence:
         """An empty sequence able to hold ``capacity`` tokens."""
@@ -215,25 +222,46 @@ class ModelRuntime(ABC):
 # --------------------------------------------------------------------------- transformers
 
 
-class TransformersSequence(Sequence):
-    """A DynamicCache of one transformers model."""
+def logits_to_host(logits: torch.Tensor) -> torch.Tensor:
+    """A pass's logits rows as the decoding core reads them: fp32 on the CPU, in one device-to-host copy (the
+    pass's only wait for the device; every decision after it is made on the host). Converted on the device,
+    so the copy is the one transfer whatever the weights' dtype."""
+    return logits.float().cpu()
 
-    def __init__(self, model) -> None:
+
+@contextmanager
+def _on_stream(stream: torch.cuda.Stream | None) -> Iterator[None]:
+    if stream is None:
+        yield
+        return
+    with torch.cuda.stream(stream):
+        yield
+
+
+class TransformersSequence(Sequence):
+    """A DynamicCache of one transformers model; its passes run on ``stream`` when one is given (a CUDA
+    stream of its own: an Edge and a Cloud sharing one GPU, each on its own stream)."""
+
+    def __init__(self, model, stream: torch.cuda.Stream | None = None) -> None:
         from transformers import DynamicCache
 
         super().__init__()
         self._model = model
+        self._stream = stream
         self._cache = DynamicCache()
 
     def extend(self, ids: list[int], rows: int) -> torch.Tensor:
         check_rows(ids, rows)
-        input_ids = torch.tensor([ids], dtype=torch.long, device=self._model.device)
-        # logits_to_keep: the LM head over a 150k vocabulary costs as much as a few layers, so
-        # only the rows asked for are computed.
-        with torch.inference_mode():
+        with torch.inference_mode(), _on_stream(self._stream):
+            # The ids go to the device without waiting (host memory the copy reads at once); the only wait of
+            # the pass is the one copy of its logits back.
+            input_ids = torch.tensor([ids], dtype=torch.long).to(self._model.device, non_blocking=True)
+            # logits_to_keep: the LM head over a 150k vocabulary costs as much as a few layers, so
+            # only the rows asked for are computed.
             out = self._model(input_ids=input_ids, past_key_values=self._cache, use_cache=True, logits_to_keep=rows)
+            logits = logits_to_host(out.logits[0])  # [rows, V]
         self.tokens.extend(ids)
-        return out.logits[0].float().cpu()  # [rows, V]
+        return logits
 
     def crop(self, length: int) -> None:
         if length < len(self.tokens):
@@ -264,13 +292,19 @@ class TransformersSequence(Sequence):
 
 
 class TransformersModel(ModelRuntime):
-    """A transformers causal LM (``model``: a PreTrainedModel in eval mode)."""
+    """A transformers causal LM (``model``: a PreTrainedModel in eval mode). ``stream``: a CUDA stream its
+    passes run on (None: the device's current stream); two runtimes over one module may run on two."""
 
     runtime = "transformers"
 
-    def __init__(self, model, name: str = "") -> None:
+    def __init__(self, model, name: str = "", stream: torch.cuda.Stream | None = None) -> None:
         self.model = model
+        self.stream = stream
         super().__init__(name or getattr(model.config, "name_or_path", "") or type(model).__name__)
+
+    @property
+    def device(self) -> str:
+        return str(self.model.device)
 
     @property
     def output_rows(self) -> int:
@@ -288,7 +322,7 @@ class TransformersModel(ModelRuntime):
         return frozenset(int(i) for i in (configured if isinstance(configured, (list, tuple)) else [configured]))
 
     def new_sequence(self, capacity: int) -> Sequence:
-        return TransformersSequence(self.model)
+        return TransformersSequence(self.model, self.stream)
 
     def sequence_bytes(self, capacity: int) -> int:
         # A DynamicCache grows with its tokens: keys and values of every layer, in the weights' dtype.

@@ -37,6 +37,7 @@ from specsteer.runtimes.llamacpp_probe import proven_configuration
 from specsteer.runtimes.prompt_handoff import (
     HANDOFF_MIN_TOKENS,
     HandoffUnsupported,
+    RowsOutOfRange,
     StateLayout,
     as_c_buffer,
     read_layout,
@@ -455,9 +456,12 @@ class LlamaCppSequence(Sequence):
             keys, values = read.cached_rows()  # type: ignore[attr-defined]
         finally:
             read.close()
+        try:
+            state = sequence_state(keys, values, layout)
+        except RowsOutOfRange:
+            return None  # llama.cpp reads this prompt itself
         if len(ids) > self._size:
             self._grow(len(ids))
-        state = sequence_state(keys, values, layout)
         if not self._ll.llama_state_seq_set_data(self._context, as_c_buffer(state), len(state), _SEQ):
             self._ll.llama_memory_seq_rm(self._memory, _SEQ, 0, -1)
             raise RuntimeError(f"llama.cpp refused the {len(ids)}-token prompt read by {reader.name}")

@@ -116,7 +116,8 @@ class ProbeReport:
 # --------------------------------------------------------------------------- the parent's side
 
 
-def _signal_name(code: int) -> str:
+def signal_name(code: int) -> str:
+    """SIGSEGV for a child process's return code -11 (what killed it)."""
     try:
         return signal.Signals(-code).name
     except ValueError:
@@ -142,7 +143,7 @@ def run_config(config: LlamaConfig, paths: Sequence[Path], timeout: float = CHIL
         return ProbeOutcome(
             config.name,
             False,
-            f"the child process crashed with {_signal_name(done.returncode)} in llama.cpp's native code",
+            f"the child process crashed with {signal_name(done.returncode)} in llama.cpp's native code",
             seconds,
         )
     if done.returncode != 0:

@@ -1,11 +1,14 @@
 """A llama.cpp sequence whose long prompt another runtime read: the keys and values handed over as a state.
 
-On a CPU without fast bf16 (AVX2), transformers fp32 reads a long prompt faster than llama.cpp's 4-bit
-kernels, and llama.cpp decodes several times faster (docs/research/MEASUREMENTS.md). The Specialist's private prompt
-decides when the first token is on screen, its decoding how soon the answer ends; a hand-off takes both: a
-transformers model of the *same weights* (the fp32 conversion of the GGUF) reads the prompt, and its keys
-and values are written into the llama.cpp context with ``llama_state_seq_set_data``, after which llama.cpp
-decodes as if it had read the prompt itself.
+Transformers can read a long prompt faster than llama.cpp's 4-bit kernels -- in fp32 on an AVX2 CPU, in bf16
+where the CPU computes bf16 fast (AVX512-BF16, AMX) -- while llama.cpp decodes several times faster
+(docs/research/MEASUREMENTS.md). The Specialist's private prompt decides when the first token is on screen,
+its decoding how soon the answer ends; a hand-off takes both: a transformers model of the *same weights* (the
+conversion of the GGUF, in the dtype the calibration measured fastest: specsteer.models.prompt_reading) reads
+the prompt, and its keys and values are written into the llama.cpp context with ``llama_state_seq_set_data``
+as f16 rows, llama.cpp's own cache type (bf16 values are exact in f16 within f16's range), after which
+llama.cpp decodes as if it had read the prompt itself. Rows f16 cannot hold are never written: llama.cpp then
+reads that prompt itself (:class:`RowsOutOfRange`).
 
 The state's layout is llama.cpp's own (``llama_context::state_seq_get_data``): a magic number and the
 sequence id, the stream count and the cell count, per cell its position, one sequence id and that id,
@@ -32,6 +35,10 @@ HANDOFF_MIN_TOKENS = 256  # shorter prompts are read by llama.cpp itself: too li
 
 class HandoffUnsupported(RuntimeError):
     """This llama.cpp build or model stores its cache in a way the hand-off does not write."""
+
+
+class RowsOutOfRange(HandoffUnsupported):
+    """A handed-over key or value is not finite in f16 (llama.cpp's cache type): this prompt stays with llama.cpp."""
 
 
 @dataclass(frozen=True)
@@ -72,22 +79,28 @@ def state_size(layout: StateLayout, tokens: int) -> int:
 
 
 def sequence_state(keys: list[np.ndarray], values: list[np.ndarray], layout: StateLayout) -> bytes:
-    """Sequence 0's state holding ``keys[layer]`` and ``values[layer]``, each [tokens, kv_heads * head_dim]."""
+    """Sequence 0's state holding ``keys[layer]`` and ``values[layer]``, each [tokens, kv_heads * head_dim] (any
+    float dtype; written as f16). RowsOutOfRange where f16 cannot hold one of them."""
     if len(keys) != layout.n_layer or len(values) != layout.n_layer:
         raise HandoffUnsupported(f"{len(keys)} layers handed over, the model has {layout.n_layer}")
     tokens, width = keys[0].shape
     if width * 2 != layout.k_row_bytes:
         raise HandoffUnsupported(f"a key row of {width} values does not fill llama.cpp's {layout.k_row_bytes} bytes")
+    with np.errstate(over="ignore"):  # an overflow becomes inf, refused just below
+        keys = [k.astype(np.float16, order="C") for k in keys]
+        values = [v.astype(np.float16, order="C") for v in values]
+    if not all(np.isfinite(rows).all() for rows in (*keys, *values)):
+        raise RowsOutOfRange("a key or value handed over is beyond f16's range, llama.cpp's cache type")
     parts = [struct.pack("<IiII", STATE_MAGIC, 0, 1, tokens)]
     parts += [struct.pack("<iIi", position, 1, 0) for position in range(tokens)]
     parts.append(struct.pack("<II", int(layout.v_trans), layout.n_layer))
     for k in keys:
-        parts += [struct.pack("<iQ", GGML_TYPE_F16, layout.k_row_bytes), k.astype(np.float16, order="C").tobytes()]
+        parts += [struct.pack("<iQ", GGML_TYPE_F16, layout.k_row_bytes), k.tobytes()]
     for v in values:
         if layout.v_trans:  # each dimension's values across the cells
-            parts += [struct.pack("<iII", GGML_TYPE_F16, 2, width), np.ascontiguousarray(v.T, np.float16).tobytes()]
+            parts += [struct.pack("<iII", GGML_TYPE_F16, 2, width), np.ascontiguousarray(v.T).tobytes()]
         else:
-            parts += [struct.pack("<iQ", GGML_TYPE_F16, layout.k_row_bytes), v.astype(np.float16, order="C").tobytes()]
+            parts += [struct.pack("<iQ", GGML_TYPE_F16, layout.k_row_bytes), v.tobytes()]
     return b"".join(parts)
 
 

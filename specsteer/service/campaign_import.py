@@ -1,6 +1,6 @@
 """An annotation campaign made from the outputs an evaluation run stored: no generation, no model loaded.
 
-``specsteer evaluate`` stores every cell's output (``specsteer.evaluation.run_store.CellResult``); a campaign
+``specsteer evaluate`` stores every cell's output (``specsteer.stores.runs.CellResult``); a campaign
 over the same records and methods would compute them again (minutes of CPU, and llama.cpp's batching may
 change a token). :func:`create_from_run` instead builds each record's comparison from the run's cells:
 
@@ -31,20 +31,14 @@ from typing import Any
 from specsteer.data.datasets import DataError, Record, load_task_records, resolve_data_source
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.evaluation.grid import spec_from_config
-from specsteer.evaluation.run_store import CellResult, GridPoint, StoredRun, cell_key, grid_point
 from specsteer.method.catalog import METHOD_INFO, PRIVATE_METHODS, method_label
-from specsteer.service.campaign_store import NewCampaign, RunSource
-from specsteer.service.campaigns import (
-    MAX_ANNOTATORS,
-    MAX_RECORDS,
-    CampaignError,
-    CampaignService,
-    CreatedCampaign,
-    clean_name,
-    record_history,
-)
+from specsteer.service.campaign_checks import MAX_ANNOTATORS, MAX_RECORDS, clean_name, record_history
+from specsteer.service.campaign_values import CampaignError, CreatedCampaign
+from specsteer.service.campaigns import CampaignService
 from specsteer.service.join_codes import issue_codes
-from specsteer.service.stores import NewComparison, NewGeneration
+from specsteer.stores.campaigns import NewCampaign, RunSource
+from specsteer.stores.generations import NewComparison, NewGeneration
+from specsteer.stores.runs import CellResult, GridPoint, StoredRun, cell_key, grid_point
 from specsteer.util.jsonable import to_jsonable
 
 
@@ -242,7 +236,7 @@ def select_from_run(run: StoredRun, cells: Sequence[CellResult], request: RunCam
 def find_run(campaigns: CampaignService, name: str) -> StoredRun:
     if not isinstance(name, str) or not name.strip():
         raise CampaignError("Name the evaluation run whose outputs the campaign compares.")
-    for run in campaigns.app.stored_runs():
+    for run in campaigns.runs.runs():
         if run.name == name.strip():
             return run
     raise CampaignError(f"There is no stored evaluation run named {name.strip()[:128]!r}.")
@@ -251,10 +245,10 @@ def find_run(campaigns: CampaignService, name: str) -> StoredRun:
 def create_from_run(campaigns: CampaignService, request: RunCampaignRequest, token: str = "") -> CreatedCampaign:
     """Store a campaign whose comparisons are stored run ``request.run``'s outputs (no generation), ready at
     once; CampaignError, with nothing stored, for anything that does not fit (see the module's text)."""
-    campaigns._operator(token, "Creating a campaign")
+    campaigns.check_operator(token, "Creating a campaign")
     name = clean_name(request.name, "campaign name")
     run = find_run(campaigns, request.run)
-    selection = select_from_run(run, campaigns.app.runs.cells(run.id), request)
+    selection = select_from_run(run, campaigns.runs.cells(run.id), request)
     names = tuple(dict.fromkeys(clean_name(annotator, "annotator's name") for annotator in request.annotators))
     if len(names) > MAX_ANNOTATORS:
         raise CampaignError(f"A campaign has at most {MAX_ANNOTATORS} named annotators.")
@@ -286,7 +280,7 @@ def create_from_run(campaigns: CampaignService, request: RunCampaignRequest, tok
 
 def save_comparison(campaigns: CampaignService, selection: RunSelection, chosen: RunRecord) -> int:
     """One record's comparison, as :meth:`CampaignService.generate` stores one, from the run's cells."""
-    store, task, record = campaigns.app.store, selection.task, chosen.record
+    store, task, record = campaigns.comparisons, selection.task, chosen.record
     history = record_history(record, task)
     history_id = store.save_history(history)
     generation_ids = tuple(

@@ -6,7 +6,7 @@
   here, shown once, only a salted hash kept: ``specsteer.service.join_codes``, which also limits how
   often one client may fail to join), or the campaign open to anyone. On a public app only the
   holder of the operator's token may create one (its generation costs the host) or export.
-* **Generate** (:meth:`CampaignService.generate`): each record through ``AppService.compare``, its
+* **Generate** (:meth:`CampaignService.generate`): each record through ``GenerationService.compare``, its
   comparison linked to the campaign as soon as it is saved; records already done are skipped, so a
   stopped campaign resumes without duplicates, and ``shard=(i, n)`` lets n workers share it.
   The app's panel runs it as a queued event in the models' one slot, so it never overlaps a visitor's
@@ -16,271 +16,111 @@
   annotator and comparison: deterministic, different per annotator); :meth:`save` checks everything
   and stores the judgement with the seconds from display to save (one per annotator and comparison: a
   second save replaces the first).
-* **Results** (:meth:`report`, :meth:`export_rows`): ``specsteer.service.preference`` over the latest
+* **Results** (:meth:`report`, :meth:`export_rows`): ``specsteer.evaluation.preference`` over the latest
   judgements: Bradley–Terry leaderboard with bootstrap intervals, win matrix, position bias, Fleiss' κ,
   Krippendorff's α, per-annotator counts and median times. An export row of a campaign made from a run's
   outputs also carries the LLM judge's grades of those outputs, where the run has any
   (``specsteer.service.judge_report.export_fields``).
+
+What campaigns take and give is ``specsteer.service.campaign_values``; their limits, the checks of what a
+person types and the blind order are ``specsteer.service.campaign_checks``.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
-import random
 import re
 import shutil
 import tempfile
 import threading
 import time
 import unicodedata
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from specsteer.data.datasets import (
-    COGENESIS_TASK,
-    EVALUATION_TASKS,
-    DataError,
-    Record,
-    load_task_records,
-    resolve_data_source,
-)
-from specsteer.data.history import History
+from specsteer.data.datasets import COGENESIS_TASK, EVALUATION_TASKS, DataError, load_task_records, resolve_data_source
 from specsteer.engine.settings import GenerationSettings, sentence
-from specsteer.method.catalog import PRIVATE_METHODS, method_label
-from specsteer.protocol.exposure import ADMIN_TOKEN_ENV
-from specsteer.service.app_service import AnnotationExport, AppService, ComparisonSaved, ExportRefused, Failed, Stopped
-from specsteer.service.campaign_store import (
-    SPECIAL_CHOICES,
-    Annotator,
-    CampaignStore,
+from specsteer.evaluation.preference import CampaignJudgement, as_campaign_judgement, preference_report
+from specsteer.method.catalog import PRIVATE_METHODS
+from specsteer.service.campaign_checks import (
+    MAX_ANNOTATORS,
+    MAX_NAME_CHARS,
+    MAX_OPEN_ANNOTATORS,
+    MAX_RECORDS,
+    MAX_SECONDS,
+    annotator_order,
+    clean_name,
+    record_history,
+    slot_order,
+    valid_ratings,
+    valid_rationale,
+)
+from specsteer.service.campaign_values import (
+    CampaignError,
+    CampaignEvent,
+    CampaignGenerated,
+    CampaignProgress,
+    CampaignReport,
+    CampaignRequest,
+    CampaignStatusView,
+    CreatedCampaign,
+    JudgeView,
+    Seat,
+)
+from specsteer.service.checks import RequestChecks
+from specsteer.service.events import AnnotationExport, ComparisonSaved, Failed, Stopped
+from specsteer.service.generation import GenerationService
+from specsteer.service.join_codes import JoinAttempts, check_code, issue_codes
+from specsteer.service.judge_report import export_fields
+from specsteer.service.limits import stored_id
+from specsteer.stores.campaigns import (
     NewCampaign,
     NewCampaignJudgement,
     RunSource,
     StoredCampaign,
     StoredCampaignJudgement,
 )
-from specsteer.service.join_codes import JoinAttempts, check_code, issue_codes
-from specsteer.service.judge_report import JudgeReader, export_fields
-from specsteer.service.preference import CampaignJudgement, PreferenceReport, preference_report
-from specsteer.service.stores import RATING_CRITERIA, NamedHistory, StoredComparison, StoredOutput, slot_label
+from specsteer.stores.generations import (
+    RATING_CRITERIA,
+    SPECIAL_PREFERENCES,
+    StoredComparison,
+    StoredOutput,
+    slot_label,
+)
+from specsteer.stores.protocols import CampaignStore, GenerationStore, JudgeReader, RunStore
 from specsteer.util.jsonable import to_jsonable
 
 log = logging.getLogger(__name__)
-
-MAX_NAME_CHARS = 64
-MAX_RECORDS = 500  # comparisons per campaign: what one operator's click may start
-MAX_ANNOTATORS = 100  # named by the operator
-MAX_OPEN_ANNOTATORS = 1000  # joined by name alone: bounds the rows one visitor's script can add
-MAX_RATIONALE_CHARS = 2000
-MAX_SECONDS = 24 * 3600.0  # a display older than a day is not a judgement time
-RATING_RANGE = (1, 5)
-_NAME = re.compile(r"^[\w][\w .@+-]*$")  # letters, digits, space and . @ + - _ ; no markup, no control characters
-_MARKUP = re.compile(r"<\s*[A-Za-z/!?]|&#?\w+;|javascript:", re.IGNORECASE)
-DATA_SOURCES = ("sample", "shared", "shared:dev", "upload")
-
-
-class CampaignError(ValueError):
-    """A request about a campaign that cannot be done; the message says why, as a sentence."""
-
-
-# --------------------------------------------------------------------------- values
-
-
-@dataclass(frozen=True)
-class CampaignRequest:
-    """What an operator asks for. ``data``: "sample", "shared", "shared:dev" or a kept upload's path."""
-
-    name: str
-    task: str
-    data: str
-    methods: tuple[str, ...]
-    settings: Mapping[str, object]  # GenerationSettings' fields (pairing, α, β, max_new_tokens, …)
-    limit: int | None = None
-    annotators: tuple[str, ...] = ()  # each gets a join code; none: the campaign is open to anyone
-    open_to_anyone: bool = False
-
-
-@dataclass(frozen=True)
-class CreatedCampaign:
-    campaign: StoredCampaign
-    codes: Mapping[str, str]  # annotator -> join code, shown once
-
-
-@dataclass(frozen=True)
-class CampaignProgress:
-    campaign: str
-    ready: int
-    planned: int
-    record_key: str  # the record just stored
-
-
-@dataclass(frozen=True)
-class CampaignGenerated:
-    campaign: str
-    status: str  # "ready", "stopped", "preparing" (this shard done, others not yet)
-    ready: int
-    planned: int
-    generated: int  # by this call
-
-
-CampaignEvent = CampaignProgress | CampaignGenerated | Failed
-
-
-@dataclass(frozen=True)
-class Seat:
-    """An annotator who joined a campaign (held by their browser session; never shown to others)."""
-
-    campaign_id: int
-    campaign: str
-    annotator_id: int
-    annotator: str
-
-
-@dataclass(frozen=True)
-class JudgeView:
-    """Position ``position`` (0-based) of ``total`` in the annotator's order; ``slots`` the outputs in the
-    order this annotator sees them (label A first); ``previous`` their saved judgement, if any."""
-
-    campaign: str
-    position: int
-    total: int
-    judged: int  # comparisons this annotator has judged
-    comparison_id: int
-    task: str
-    input_text: str
-    slots: tuple[StoredOutput, ...]
-    shown_at: float  # time.time() when shown: the save's timer starts here
-    previous: StoredCampaignJudgement | None = None
-
-    @property
-    def labels(self) -> tuple[str, ...]:
-        return tuple(slot_label(slot) for slot in range(len(self.slots)))
-
-    @property
-    def progress(self) -> str:
-        return f"{self.position + 1} of {self.total} · judged {self.judged}"
-
-
-@dataclass(frozen=True)
-class CampaignStatusView:
-    campaign: StoredCampaign
-    annotators: int
-    judgements: int
-    source: str | None = None  # where the outputs came from, for a campaign made from a stored run
-
-
-@dataclass(frozen=True)
-class CampaignReport:
-    campaigns: tuple[str, ...]
-    open_to_anyone: bool  # any of them lets anyone join by name
-    report: PreferenceReport
-    sources: tuple[str, ...] = ()  # where the outputs came from, for each of them made from a stored run
-
-
-# --------------------------------------------------------------------------- checks
-
-
-def clean_name(value: object, what: str) -> str:
-    """A campaign's or an annotator's name: 1-64 letters, digits, spaces and . @ + - _ ; CampaignError else."""
-    if not isinstance(value, str):
-        raise CampaignError(f"The {what} must be text.")
-    text = unicodedata.normalize("NFKC", value).strip()
-    if not text:
-        raise CampaignError(f"Enter the {what}.")
-    if len(text) > MAX_NAME_CHARS:
-        raise CampaignError(f"The {what} is {len(text)} characters long; the limit is {MAX_NAME_CHARS}.")
-    if not _NAME.match(text):
-        raise CampaignError(f"The {what} may hold letters, digits, spaces and . @ + - _ only.")
-    return text
-
-
-def record_history(record: Record, task: str) -> NamedHistory:
-    """A record's history as a campaign's comparison keeps it (named after the record)."""
-    return NamedHistory(History(record.profile, task, record.user_id, record.user_profile), f"record {record.id}")
-
-
-def blind_key(campaign_id: int, annotator: str, comparison_id: int, what: str) -> int:
-    digest = hashlib.sha256(f"{campaign_id}\x00{annotator}\x00{comparison_id}\x00{what}".encode()).digest()
-    return int.from_bytes(digest[:8], "big")
-
-
-def annotator_order(campaign_id: int, annotator: str, comparison_ids: Sequence[int]) -> list[int]:
-    """The comparisons in this annotator's own order (deterministic, different per annotator)."""
-    return sorted(comparison_ids, key=lambda cid: (blind_key(campaign_id, annotator, cid, "order"), cid))
-
-
-def slot_order(campaign_id: int, annotator: str, comparison_id: int, count: int) -> list[int]:
-    """Which stored output sits in each slot for this annotator (a deterministic shuffle)."""
-    order = list(range(count))
-    random.Random(blind_key(campaign_id, annotator, comparison_id, "slots")).shuffle(order)
-    return order
-
-
-def _ratings(
-    ratings: Mapping[str, Mapping[str, object]] | None, label_to_method: Mapping[str, str]
-) -> dict[str, dict[str, int]]:
-    result: dict[str, dict[str, int]] = {}
-    for label, scores in (ratings or {}).items():
-        if label not in label_to_method:
-            raise CampaignError(f"There is no output {str(label)[:8]!r} to rate here.")
-        if not isinstance(scores, Mapping):
-            raise CampaignError("Ratings map each output to its scores.")
-        kept: dict[str, int] = {}
-        for criterion, value in scores.items():
-            if criterion not in RATING_CRITERIA:
-                raise CampaignError(f"Unknown rating {str(criterion)[:40]!r}: rate {', '.join(RATING_CRITERIA)}.")
-            if value is None:
-                continue
-            if isinstance(value, bool) or not isinstance(value, int | float) or float(value) != int(value):
-                raise CampaignError(f"A rating is a whole number from {RATING_RANGE[0]} to {RATING_RANGE[1]}.")
-            if not RATING_RANGE[0] <= int(value) <= RATING_RANGE[1]:
-                raise CampaignError(f"A rating is a whole number from {RATING_RANGE[0]} to {RATING_RANGE[1]}.")
-            kept[criterion] = int(value)
-        if kept:
-            result[label_to_method[label]] = kept
-    return result
-
-
-def _rationale(text: object) -> str:
-    if text is None:
-        return ""
-    if not isinstance(text, str):
-        raise CampaignError("The rationale must be text.")
-    text = text.strip()
-    if len(text) > MAX_RATIONALE_CHARS:
-        raise CampaignError(
-            f"The rationale is {len(text)} characters long; the limit is {MAX_RATIONALE_CHARS}. Nothing was saved."
-        )
-    if _MARKUP.search(text) or any(unicodedata.category(ch) == "Cc" and ch not in "\n\t" for ch in text):
-        raise CampaignError("Write the rationale as plain text (no markup, no control characters). Nothing was saved.")
-    return text
-
 
 # --------------------------------------------------------------------------- the service
 
 
 class CampaignService:
-    """Campaigns over the application service's comparisons; thread-safe (the store is)."""
+    """Campaigns kept in ``store`` over the comparisons of ``comparisons``, generated by ``generation``, or made
+    from the stored evaluation runs of ``runs``; ``checks`` decide what settings and callers may do. Thread-safe
+    (the stores are). ``AppService.campaigns`` builds one over the app's own."""
 
-    def __init__(self, app: AppService, store: CampaignStore, judges: JudgeReader | None = None) -> None:
-        self.app = app
+    def __init__(
+        self,
+        store: CampaignStore,
+        comparisons: GenerationStore,
+        generation: GenerationService,
+        runs: RunStore,
+        checks: RequestChecks,
+        judges: JudgeReader | None = None,
+    ) -> None:
         self.store = store
+        self.comparisons = comparisons
+        self.generation = generation
+        self.runs = runs
+        self.checks = checks
         self.attempts = JoinAttempts()  # failed joins per client (specsteer.service.join_codes)
         # LLM-judge grades of the runs campaigns are made from: an export row carries its outputs' grades.
         self.judges = judges
 
     # ----------------------------------------------------------------------- the operator
-
-    def _operator(self, token: str, what: str) -> None:
-        if not self.app.exposure.may_export_all(token):
-            configured = (
-                "" if self.app.exposure.admin_token else f" No token is configured (${ADMIN_TOKEN_ENV}), so none is."
-            )
-            raise ExportRefused(f"{what} needs the operator's token on this public app.{configured}")
 
     def campaign(self, name: str) -> StoredCampaign:
         if not isinstance(name, str) or not name.strip() or len(name) > MAX_NAME_CHARS * 4:
@@ -295,7 +135,7 @@ class CampaignService:
 
     def create(self, request: CampaignRequest, token: str = "") -> CreatedCampaign:
         """Check and store a campaign (nothing generated yet: :meth:`generate` / :meth:`start`)."""
-        self._operator(token, "Creating a campaign")
+        self.check_operator(token, "Creating a campaign")
         name = clean_name(request.name, "campaign name")
         if request.task not in EVALUATION_TASKS:
             raise CampaignError(f"Choose a task ({', '.join(EVALUATION_TASKS)}).")
@@ -314,8 +154,7 @@ class CampaignService:
         ):
             raise CampaignError(f"The number of records is 1 to {MAX_RECORDS}.")
         try:
-            settings = self.app._valid({**dict(request.settings), "method": methods[0]})
-            self.app.pairs.check(settings.pairing, edge_only=settings.remote)
+            settings = self.checks.runnable({**dict(request.settings), "method": methods[0]})
         except ValueError as error:
             raise CampaignError(sentence(str(error))) from None
         source, path = self._data(request.data, request.task)
@@ -356,7 +195,7 @@ class CampaignService:
                 return data, resolve_data_source(data, task)
             except (DataError, ValueError) as error:
                 raise CampaignError(sentence(str(error))) from None
-        if not Path(data).is_file():  # an uploaded file, kept by AppService.keep_records
+        if not Path(data).is_file():  # an uploaded file, kept by EvaluationService.keep_records
             raise CampaignError("The uploaded records file is gone; upload it again.")
         return "upload", str(Path(data))
 
@@ -390,7 +229,7 @@ class CampaignService:
                 break
             history = record_history(record, campaign.task)
             saved = None
-            for event in self.app.compare(
+            for event in self.generation.compare(
                 history, campaign.task, record.input, settings, campaign.methods, True, cancel
             ):
                 if isinstance(event, ComparisonSaved):
@@ -427,7 +266,7 @@ class CampaignService:
         """ExportRefused unless this caller may create, generate or export (anyone locally; in public, the
         holder of the operator's token); ``what`` names the refused act. A caller checks it before reading
         anything a visitor sent (an uploaded records file)."""
-        self._operator(token, what)
+        self.checks.operator(token, what)
 
     def status(self, name: str) -> CampaignStatusView:
         campaign = self.campaign(name)
@@ -492,7 +331,7 @@ class CampaignService:
 
     def _shown(self, seat: Seat, comparison_id: int) -> tuple[StoredComparison, tuple[StoredOutput, ...]]:
         """A comparison and its outputs in the order this annotator sees them (a shuffle of method order)."""
-        stored = self.app.store.comparison(comparison_id)
+        stored = self.comparisons.comparison(comparison_id)
         if stored is None:
             raise CampaignError(f"Comparison #{comparison_id} is gone.")
         canonical = sorted(stored.outputs, key=lambda output: output.method)
@@ -542,11 +381,11 @@ class CampaignService:
         if [output.method for output in shown] != [output.method for output in view.slots]:
             raise CampaignError("This comparison is not shown to you in this order; reload it.")
         labels = {slot_label(slot): output.method for slot, output in enumerate(view.slots)}
-        if not isinstance(preference, str) or not (preference in labels or preference in SPECIAL_CHOICES):
-            options = ", ".join([*labels, *SPECIAL_CHOICES])
+        if not isinstance(preference, str) or not (preference in labels or preference in SPECIAL_PREFERENCES):
+            options = ", ".join([*labels, *SPECIAL_PREFERENCES])
             raise CampaignError(f"Choose the preferred output ({options}). Nothing was saved.")
-        checked_ratings = _ratings(ratings, labels)
-        text = _rationale(rationale)
+        checked_ratings = valid_ratings(ratings, labels)
+        text = valid_rationale(rationale)
         elapsed = (time.time() if now is None else now) - view.shown_at
         seconds = round(elapsed, 3) if 0 <= elapsed <= MAX_SECONDS else None
         judgement_id = self.store.save_judgement(
@@ -590,7 +429,7 @@ class CampaignService:
         preference on the same records, read together (the Dashboard). A campaign made from a stored run's
         outputs belongs beside that run only (matched by the run it records); one that generated its own
         outputs, beside every run over the same records (file and task). Those of the run itself first."""
-        run = self.app.stored_run(run_id) if isinstance(run_id, int) and 0 < run_id < 2**63 else None
+        run = self.runs.run(run_id) if stored_id(run_id) else None
         if run is None:
             raise CampaignError(f"There is no stored run #{str(run_id)[:24]}.")
         data, task = run.config.get("data"), run.config.get("task")
@@ -607,14 +446,14 @@ class CampaignService:
 
     def export_rows(self, name: str | None = None, token: str = "") -> list[dict[str, Any]]:
         """Every judgement as a flat row (every field; the outputs' texts by slot)."""
-        self._operator(token, "Exporting a campaign's judgements")
+        self.check_operator(token, "Exporting a campaign's judgements")
         rows: list[dict[str, Any]] = []
         for campaign in self._chosen(name):
             source = RunSource.of(campaign.data)
             scores = self.judges.scores(source.run_id) if source is not None and self.judges is not None else []
             records = {item.comparison_id: item.record_key for item in self.store.items(campaign.id)} if scores else {}
             for judgement in self.store.judgements(campaign.id):
-                stored = self.app.store.comparison(judgement.comparison_id)
+                stored = self.comparisons.comparison(judgement.comparison_id)
                 texts = {output.method: output.text for output in stored.outputs} if stored else {}
                 row: dict[str, Any] = {
                     "campaign": campaign.name,
@@ -660,26 +499,3 @@ class CampaignService:
             shutil.rmtree(folder, ignore_errors=True)
             raise
         return AnnotationExport(path, count)
-
-
-def as_campaign_judgement(judgement: StoredCampaignJudgement) -> CampaignJudgement:
-    """A stored judgement as the statistics read it (slot index or special choice, ratings per slot)."""
-    slots = tuple(judgement.slots)
-    preference: Any = judgement.preference
-    if preference not in SPECIAL_CHOICES:
-        preference = ord(preference) - ord("A")
-    return CampaignJudgement(
-        comparison_id=judgement.comparison_id,
-        annotator=judgement.annotator,
-        slots=slots,
-        preference=preference,
-        ratings=tuple(dict(judgement.ratings.get(method, {})) for method in slots),
-        seconds=judgement.seconds,
-    )
-
-
-def method_names(methods: Sequence[str]) -> str:
-    return ", ".join(method_label(method) for method in methods)
-
-
-__all__ = ["Annotator", "CampaignError", "CampaignRequest", "CampaignService", "JudgeView", "Seat"]

@@ -14,12 +14,12 @@ from typing import TypeVar
 from specsteer.data.datasets import LONGLAMP_TASKS, resolve_data_source, shared_cogenesis_path, shared_data_path
 from specsteer.evaluation.claims import claim_sentences
 from specsteer.evaluation.grid import EvalSpec, run_facts, run_prompts, summarize
-from specsteer.evaluation.run_store import StoredRun
 from specsteer.evaluation.sweep import SweepReport, config_points, run_record_count, sweep_report
 from specsteer.evaluation.timing import disturbed_count, left_out_sentence
 from specsteer.method.catalog import METHODS
 from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU
 from specsteer.models.runtime_plan import StoredPlan
+from specsteer.stores.runs import StoredRun
 
 SOURCES = {
     "sample": "Bundled sample (synthetic, 3 records per task)",

@@ -15,8 +15,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from specsteer.evaluation.judge_store import JudgeScore, JudgeStore, PairVerdict
-from specsteer.evaluation.run_store import CellResult, RunStatus, RunStore, StoredRun
+from specsteer.stores.judges import JudgeScore, PairVerdict
+from specsteer.stores.protocols import JudgeStore, RunStore
+from specsteer.stores.runs import CellResult, RunStatus, StoredRun
 
 # Example runs' ids start here: far beyond what a user's database numbers its runs (one a grid), below the
 # largest integer a page's JavaScript holds exactly (2**53), which the run picker's values pass through.

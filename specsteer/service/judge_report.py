@@ -23,31 +23,19 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from specsteer.evaluation.claims import setting_label
 from specsteer.evaluation.judge_rubric import CRITERION_LABELS
 from specsteer.evaluation.judge_scores import row_columns, scale_note
-from specsteer.evaluation.judge_store import JudgeIdentity, JudgeScore, PairVerdict
-from specsteer.evaluation.run_store import GridPoint, StoredRun, grid_point
-from specsteer.service.campaign_store import (
-    SPECIAL_CHOICES,
-    CampaignItemRef,
-    RunSource,
-    StoredCampaign,
-    StoredCampaignJudgement,
-)
-from specsteer.service.preference import wilson_interval
+from specsteer.evaluation.preference import wilson_interval
+from specsteer.stores.campaigns import CampaignItemRef, RunSource, StoredCampaign, StoredCampaignJudgement
+from specsteer.stores.generations import SPECIAL_PREFERENCES
+from specsteer.stores.judges import JudgeIdentity, JudgeScore, PairVerdict
+from specsteer.stores.protocols import JudgeReader
+from specsteer.stores.runs import GridPoint, StoredRun, grid_point
 
 CONFIDENCE = 0.95
-
-
-class JudgeReader(Protocol):
-    """The reading half of ``specsteer.evaluation.judge_store.JudgeStore``."""
-
-    def scores(self, run_id: int) -> list[JudgeScore]: ...
-
-    def verdicts(self, run_id: int) -> list[PairVerdict]: ...
 
 
 @dataclass(frozen=True)
@@ -233,7 +221,7 @@ class HumanAgreement:
 
 def human_pairs(judgement: StoredCampaignJudgement) -> list[tuple[str, str]]:
     """The (winner, loser) methods a judgement orders: the preferred output beats every other one shown."""
-    if judgement.preference in SPECIAL_CHOICES:
+    if judgement.preference in SPECIAL_PREFERENCES:
         return []
     winner = judgement.preferred_method
     return [(winner, other) for other in judgement.slots if other != winner]

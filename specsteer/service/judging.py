@@ -29,8 +29,10 @@ from typing import Protocol
 from specsteer.method.catalog import PRIVATE_METHODS, method_label
 from specsteer.method.events import GenerationStats
 from specsteer.service.limits import stored_id
-from specsteer.service.stores import (
+from specsteer.stores.generations import (
     RATING_CRITERIA,
+    SPECIAL_PREFERENCE_LABELS,
+    SPECIAL_PREFERENCES,
     AnnotationSummary,
     NewAnnotation,
     StoredComparison,
@@ -41,8 +43,9 @@ from specsteer.service.stores import (
 # Blind comparisons judge the methods that keep the private context on the device; llm+ (which sends it)
 # is offered by the Generate tab and the evaluation, where it is labelled as sending it.
 COMPARED_METHODS = PRIVATE_METHODS
-PREFERENCE_EXTRAS = [("Tie", "tie"), ("All bad", "all_bad")]
-SUMMARY_HEADERS = ["method", "shown", "wins", "win rate", "ties", "all bad", "personalization", "fluency"]
+# Besides an output, an annotator may choose a special preference, the same list as a campaign's.
+PREFERENCE_EXTRAS = [(SPECIAL_PREFERENCE_LABELS[choice], choice) for choice in SPECIAL_PREFERENCES]
+SUMMARY_HEADERS = ["method", "shown", "wins", "win rate", "ties", "all good", "all bad", "personalization", "fluency"]
 
 
 class SavedOutputs(Protocol):
@@ -132,6 +135,7 @@ def summary_rows(summary: AnnotationSummary) -> tuple[list[list], str]:
                 judged.wins,
                 round(judged.win_rate, 3),
                 judged.ties,
+                judged.all_good,
                 judged.all_bad,
                 _round(means.get("personalization")),
                 _round(means.get("fluency")),
@@ -194,7 +198,7 @@ def judgement(view: ComparisonView | None, form: JudgementForm, session: str | N
     if not form.annotator.strip():
         raise ValueError("Enter your name as annotator.")
     if not form.preferred:
-        raise ValueError("Pick the output you prefer (or tie / all bad).")
+        raise ValueError("Pick the output you prefer (or tie / all good / all bad).")
     return NewAnnotation(
         comparison_id=view.comparison_id,
         annotator=form.annotator.strip(),

@@ -51,13 +51,23 @@ class VisitorLimits:
     body_timeout_s: float  # the longest a whole request body may take
     # Teaching the Specialist a history (a LoRA adapter, service.lora_teaching): the most training steps; 0 = no cap.
     max_lora_steps: int = 0
+    # The model jobs (generations, comparisons, grids, campaign generations, trainings) one client may hold in
+    # the app's queue at once, queued or running (service.fair_share; the number is argued in docs/THREAT_MODEL.md).
+    queue_share: int = 4
 
     def grid_problem(
-        self, methods: Sequence[str], alphas: Sequence[float], betas: Sequence[float], records: int, operator: bool
+        self,
+        methods: Sequence[str],
+        alphas: Sequence[float],
+        betas: Sequence[float],
+        records: int | None,
+        operator: bool,
     ) -> str | None:
-        """Why a grid of ``records`` records over these methods and values is refused, or None. The cells
-        are counted as each method takes α and β (a method that takes neither is one cell a record).
-        ``operator``: the caller holds the operator's token (or the app is local)."""
+        """Why a grid of ``records`` records (None: every record of its file) over these methods and values
+        is refused, or None. The cells are counted as each method takes α and β (a method that takes
+        neither is one cell a record). ``operator``: the caller holds the operator's token (or the app is
+        local). A caller is told the cap that applies to it: a visitor the visitor's, the operator the
+        operator's."""
         from specsteer.method.catalog import METHOD_INFO
 
         for what, values in (("α", alphas), ("β", betas)):
@@ -68,18 +78,20 @@ class VisitorLimits:
             info = METHOD_INFO.get(method)
             if info is not None:
                 points += (len(alphas) if info.takes_alpha else 1) * (len(betas) if info.takes_beta else 1)
-        cells = points * max(records, 0)
-        if records > self.max_records or cells > self.max_grid_cells:
+        if records is None:
+            size = f"This grid reads every record of its file ({points} method settings each)"
+            counted = self.max_records + 1  # more than any cap allows
+        else:
+            size = f"This grid has {points * max(records, 0)} cells ({points} method settings × {records} records)"
+            counted = records
+        cells = points * max(counted, 0)
+        if not operator and (counted > self.open_records or cells > self.open_grid_cells):
             return (
-                f"This grid has {cells} cells ({points} method settings × {records} records); the limit is "
-                f"{self.max_grid_cells} cells over at most {self.max_records} records."
+                f"{size}. Without the operator's token a grid may have {self.open_grid_cells} cells over "
+                f"{self.open_records} records: choose fewer methods, values or records, or enter the operator's token."
             )
-        if not operator and (records > self.open_records or cells > self.open_grid_cells):
-            return (
-                f"This grid has {cells} cells ({points} method settings × {records} records). Without the "
-                f"operator's token a grid may have {self.open_grid_cells} cells over {self.open_records} records: "
-                "choose fewer methods, values or records, or enter the operator's token."
-            )
+        if counted > self.max_records or cells > self.max_grid_cells:
+            return f"{size}; the limit is {self.max_grid_cells} cells over at most {self.max_records} records."
         return None
 
     def tokens_problem(self, max_new_tokens: object) -> str | None:
@@ -117,6 +129,7 @@ PUBLIC_LIMITS = VisitorLimits(
     body_idle_timeout_s=15.0,
     body_timeout_s=120.0,
     max_lora_steps=16,  # about two epochs of a sample user's 8 items; minutes on a 2-core CPU
+    queue_share=4,  # a person's generation, comparison, grid and campaign at once; 16 clients to fill the queue
 )
 
 # Locally the user is the operator: no token, larger grids and files; text and request caps still hold
@@ -136,6 +149,7 @@ LOCAL_LIMITS = VisitorLimits(
     header_timeout_s=30.0,
     body_idle_timeout_s=60.0,
     body_timeout_s=600.0,
+    queue_share=64,  # the user is the operator: the whole queue
 )
 
 

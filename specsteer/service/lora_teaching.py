@@ -30,7 +30,7 @@ from specsteer.edge.lora import (
 from specsteer.models.loading import LoadedPair
 from specsteer.models.lora import LoraError, SpecialistLora
 from specsteer.models.weights import ModelLoadError
-from specsteer.service.stores import NamedHistory
+from specsteer.stores.generations import NamedHistory
 from specsteer.util.background import Background
 
 

@@ -1,6 +1,6 @@
-"""What a page of the app starts from, GUI-free: the bundled sample users (one catalogue,
-``specsteer.data.datasets.SAMPLE_USERS``) read as named histories, and the Cloud setting's starting value from
-the environment."""
+"""What a page of the app starts from, GUI-free: the settings its widgets start at, the bundled sample users (one
+catalogue, ``specsteer.data.datasets.SAMPLE_USERS``) read as named histories, and the Cloud setting's starting
+value from the environment. The Generate tab starts from these, and the start-up warm-up reads the same request."""
 
 from __future__ import annotations
 
@@ -8,9 +8,13 @@ import os
 
 from specsteer.data.datasets import SAMPLE_USERS, sample_history_path
 from specsteer.data.history import parse_history
-from specsteer.engine.settings import sentence
+from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.protocol.exposure import CLOUD_URL_ENV, cloud_address
-from specsteer.service.stores import NamedHistory
+from specsteer.stores.generations import NamedHistory
+
+# A page's widgets start at the settings' defaults, except the prompt style: the app starts with the clean one,
+# which does not invite the small Specialist to copy the history's layout (README, output hygiene).
+PAGE_DEFAULTS = GenerationSettings(pairing="", prompt_style="clean")
 
 
 def read_sample(sample: str) -> NamedHistory:

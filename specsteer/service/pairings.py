@@ -14,7 +14,7 @@ from specsteer.models.tiny import CROSS_PAIRING_ID as TINY_CROSS_PAIRING_ID
 from specsteer.models.tiny import TEST_PAIRING_ID as TINY_PAIRING_ID
 from specsteer.models.tiny import shared_tiny_pair
 from specsteer.runtimes.placement import Placement
-from specsteer.service.app_service import PairCatalog
+from specsteer.service.pair_catalog import PairCatalog
 
 TEST_PAIR_ENV = "SPECSTEER_TEST_PAIR"
 

@@ -2,11 +2,11 @@
 prompts read once, in the background while the page is already served.
 
 :class:`WarmUp` runs one piece of work in a ``Background`` thread and keeps its :class:`WarmUpState`
-(what it is doing, for a progress line; ready or failed). ``AppService.warm_up`` gives it the work: load
-the pair, then run the default request for a single token without saving anything, so that every stream
-of the first real generation (the Specialist on the private prompt, the Cloud's Generalist and generic
-copy on the plain one) finds its prompt in the model's prefix cache. A click while it runs waits for it
-(``AppService._load``): two generations at once would share the same cores.
+(what it is doing, for a progress line; ready or failed). ``GenerationService.warm_up`` gives it the work,
+:func:`warm`: load the pair, then run the default request for a single token without saving anything, so
+that every stream of the first real generation (the Specialist on the private prompt, the Cloud's
+Generalist and generic copy on the plain one) finds its prompt in the model's prefix cache. A click while
+it runs waits for it (``PairLoader.load``): two generations at once would share the same cores.
 """
 
 from __future__ import annotations
@@ -14,9 +14,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
+from specsteer.cloud.in_process import InProcessCloud
+from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD
+from specsteer.engine.generate import Prepared, generate
+from specsteer.engine.settings import GenerationSettings
+from specsteer.method.events import Finished
+from specsteer.service.pair_catalog import PairCatalog
 from specsteer.util.background import Background
 
 Phase = Literal["loading", "reading", "ready", "failed"]
@@ -73,3 +79,33 @@ class WarmUp:
 
     def stop(self, timeout: float | None = None) -> None:
         self._work.stop(timeout)
+
+
+def warm(
+    pairs: PairCatalog,
+    settings: GenerationSettings,
+    prepared: Prepared,
+    say: Callable[[Phase, str], None],
+    cancel: threading.Event,
+) -> str:
+    """The start-up warm-up's work (:class:`WarmUp`): load the pair of ``settings``, then read the prepared
+    request's prompts once, one token long, saving nothing."""
+    started = time.monotonic()
+    pair = pairs.load(
+        settings.pairing,
+        settings.runtime,
+        lambda line: say("loading", f"Loading the models: {line}"),
+        edge_only=settings.remote,
+        method=settings.method,
+    )
+    loaded = time.monotonic() - started
+    if settings.remote or cancel.is_set():  # a remote Cloud reads its own prompts; only the Edge is here
+        return f"Models ready ({loaded:.0f} s)."
+    say("reading", f"Models loaded in {loaded:.0f} s; reading the default sample's prompts…")
+    config = replace(settings.decode_config(), max_new_tokens=1)
+    for event in generate(
+        pair, prepared, config, cancel=cancel, cloud=InProcessCloud(pair, read_ahead=DEFAULT_READ_AHEAD)
+    ):
+        if isinstance(event, Finished):
+            break
+    return f"Models ready ({time.monotonic() - started:.0f} s), the default sample's prompts read."

@@ -7,6 +7,8 @@ and a temporary database.
 from __future__ import annotations
 
 import csv
+import logging
+import os
 import time
 from pathlib import Path
 
@@ -20,8 +22,8 @@ from gradio_client import Client, handle_file  # noqa: E402
 from gradio_client.utils import Status  # noqa: E402
 
 import storage  # noqa: E402
-from conftest import API_GENERATE  # noqa: E402
-from specsteer.service.stores import RATING_CRITERIA  # noqa: E402
+from specsteer.stores.generations import RATING_CRITERIA  # noqa: E402
+from testkit import API_GENERATE  # noqa: E402
 from ui.compare_handlers import MAX_SLOTS  # noqa: E402
 
 GENERATE = API_GENERATE
@@ -238,6 +240,26 @@ def test_a_server_path_sent_as_a_file_is_refused(server, tmp_path):
     assert "Read 2 items" in summary
 
 
+def test_a_refused_input_names_the_file_as_sent_and_logs_one_warning_line(server, caplog, capfd):
+    """Issue 35: a refused server path came back resolved ("../../etc/hostname" as "/tmp/etc/hostname"), and
+    every refused input wrote a ~20-line traceback to the server's log."""
+    named = {"path": "../../etc/hostname", "meta": {"_type": "gradio.FileData"}}
+    capfd.readouterr()
+    with caplog.at_level(logging.WARNING, logger="ui.safe_inputs"):
+        answer = call_raw(server, "upload_history", named)
+        refused_choice = call_raw(server, "load_sample", "<b>no such sample</b>")
+    assert "event: error" in answer and "../../etc/hostname: this file was not uploaded to the app" in answer, answer
+    assert os.path.abspath("../../etc/hostname") not in answer
+    assert "event: error" in refused_choice and "no such sample" in refused_choice
+    lines = [record for record in caplog.records if record.name == "ui.safe_inputs"]
+    assert [record.levelno for record in lines] == [logging.WARNING, logging.WARNING]
+    first, second = (record.getMessage() for record in lines)
+    assert first.startswith("refused an input of /upload_history: ../../etc/hostname")
+    assert second.startswith("refused an input of /load_sample: ")
+    assert all("\n" not in text for text in (first, second)) and all(record.exc_info is None for record in lines)
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_a_non_ascii_cloud_secret_stops_the_app_at_start_up(monkeypatch):
     import app
 
@@ -253,7 +275,7 @@ def test_a_public_app_never_contacts_a_visitor_named_cloud(tmp_path, monkeypatch
     import threading
 
     import app
-    from conftest import _free_port
+    from testkit import free_port
 
     connections = []
     listener = socket.create_server(("127.0.0.1", 0))
@@ -279,7 +301,7 @@ def test_a_public_app_never_contacts_a_visitor_named_cloud(tmp_path, monkeypatch
     monkeypatch.delenv("DATABASE_URL", raising=False)
     storage.reset_engines()
     demo = app.build_app()
-    port = _free_port()
+    port = free_port()
     demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options())
     try:
         client = Client(f"http://127.0.0.1:{port}/", verbose=False, analytics_enabled=False)

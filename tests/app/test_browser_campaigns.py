@@ -29,8 +29,9 @@ def campaign(app_server):
     """A campaign of 2 comparisons (llm vs specsteer) for two named annotators, in the served app's database."""
     import storage
     from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
-    from specsteer.service.app_service import AppService, PairCatalog
-    from specsteer.service.campaigns import CampaignRequest, CampaignService
+    from specsteer.service.app_service import AppService
+    from specsteer.service.campaign_values import CampaignRequest
+    from specsteer.service.pair_catalog import PairCatalog
 
     database = storage.database_url()
     app = AppService(
@@ -38,7 +39,7 @@ def campaign(app_server):
         storage.SqlRunStore(database),
         PairCatalog({TEST_PAIRING_ID: shared_tiny_pair}),
     )
-    service = CampaignService(app, storage.SqlCampaignStore(database))
+    service = app.campaigns(storage.SqlCampaignStore(database))
     created = service.create(
         CampaignRequest(
             CAMPAIGN,

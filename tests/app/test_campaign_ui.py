@@ -10,8 +10,9 @@ import pytest
 
 import storage
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
-from specsteer.service.app_service import AppService, PairCatalog
-from specsteer.service.campaigns import CampaignRequest, CampaignService
+from specsteer.service.app_service import AppService
+from specsteer.service.campaign_values import CampaignRequest
+from specsteer.service.pair_catalog import PairCatalog
 from ui.judge_tab import MAX_SLOTS, SHORTCUTS_JS
 
 gradio_client = pytest.importorskip("gradio_client")
@@ -28,7 +29,7 @@ def served(app_server):
         storage.SqlRunStore(database),
         PairCatalog({TEST_PAIRING_ID: shared_tiny_pair}),
     )
-    service = CampaignService(app, storage.SqlCampaignStore(database))
+    service = app.campaigns(storage.SqlCampaignStore(database))
     created = service.create(
         CampaignRequest(
             "ui-study",

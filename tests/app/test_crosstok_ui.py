@@ -12,14 +12,15 @@ import pytest
 
 import app
 import storage
-from conftest import widget_settings
 from specsteer import cli
 from specsteer.engine.generate import CROSS_TOKENIZER_METHODS
 from specsteer.method.catalog import METHOD_INFO, METHODS, method_label
 from specsteer.method.events import SegmentPlace, TokenEvent
 from specsteer.models.tiny import CROSS_PAIRING_ID, narrow_cross_pair
 from specsteer.service import judging, page, pairings
-from specsteer.service.app_service import AppService, PairCatalog
+from specsteer.service.app_service import AppService
+from specsteer.service.pair_catalog import PairCatalog
+from testkit import widget_settings
 from ui import compare_handlers, dashboard_handlers, generate_handlers, pairs, render
 
 XSS = '<img src=x onerror="window.__pwned=1">'

@@ -15,8 +15,8 @@ import pytest
 import app
 import storage
 from specsteer.data.datasets import EXAMPLE_RUNS_DB
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats, TraceStep
+from specsteer.stores.runs import CellResult, GridPoint
 from ui import dashboard_handlers, sweep_view
 
 REPO = Path(__file__).resolve().parents[2]

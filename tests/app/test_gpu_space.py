@@ -17,11 +17,11 @@ import pytest
 import torch
 
 import app
-from conftest import widget_settings
 from specsteer.method.catalog import PRIVATE_METHODS
 from specsteer.runtimes.placement import Placement
 from specsteer.service import page
 from specsteer.service.limits import PUBLIC_LIMITS
+from testkit import widget_settings
 from ui import gpu_space, pairs
 
 MODEL_HANDLERS = ("generate", "compare", "evaluate", "campaign_generate")

@@ -9,9 +9,9 @@ import gradio as gr
 import pytest
 from evaluation.test_record_lora import cogenesis_record, write_records
 
-from specsteer.evaluation.run_store import CellResult, GridPoint, StoredRun
 from specsteer.method.events import GenerationStats
-from specsteer.service.app_service import RunResults
+from specsteer.service.events import RunResults
+from specsteer.stores.runs import CellResult, GridPoint, StoredRun
 from ui import joined_view
 
 RECORDS = ("0_1", "1_1", "2_1")

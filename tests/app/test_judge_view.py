@@ -8,9 +8,9 @@ import pytest
 
 import app
 import storage
-from specsteer.evaluation.judge_store import JudgeIdentity, JudgeScore, PairVerdict
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
+from specsteer.stores.judges import JudgeIdentity, JudgeScore, PairVerdict
+from specsteer.stores.runs import CellResult, GridPoint
 from ui import dashboard_handlers
 
 pytestmark = pytest.mark.usefixtures("tiny_app")

@@ -9,8 +9,9 @@ from service.test_service import MemoryStore
 
 import storage
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
-from specsteer.service.app_service import AppService, PairCatalog
+from specsteer.service.app_service import AppService
 from specsteer.service.limits import PUBLIC_LIMITS
+from specsteer.service.pair_catalog import PairCatalog
 from ui.lora_teach import BASE_NOTE, TeachPanel
 
 

@@ -7,8 +7,8 @@ import pytest
 
 import app
 import storage
-from conftest import widget_settings
 from specsteer.service import judging, page
+from testkit import widget_settings
 from ui import compare_handlers, generate_handlers, generate_tab, pairs
 
 pytestmark = pytest.mark.usefixtures("tiny_app")

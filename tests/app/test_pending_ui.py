@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from specsteer.engine.settings import GenerationSettings
 from specsteer.method.events import GenerationStats, TokenEvent
-from specsteer.service.app_service import ComparisonStarted, Generating, Pending, Token
+from specsteer.service.events import ComparisonStarted, Generating, Pending, Token
 from ui import render
 from ui.compare_handlers import comparison_frames
 

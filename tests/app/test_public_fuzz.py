@@ -46,8 +46,8 @@ SMALL = {"max_new_tokens": 4, "records": 1, "methods": ["slm"], "pairing": TEST_
 def public_app(tmp_path_factory):
     """(base url, the named endpoints' parameters) of the public app."""
     import storage
-    from conftest import _free_port
     from specsteer.service import pairings
+    from testkit import free_port
 
     data = tmp_path_factory.mktemp("fuzz-data")
     with pytest.MonkeyPatch.context() as patch:
@@ -60,7 +60,7 @@ def public_app(tmp_path_factory):
         import app
 
         demo = app.build_app()
-        port = _free_port()
+        port = free_port()
         demo.launch(
             prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options()
         )

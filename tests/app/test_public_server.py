@@ -31,8 +31,8 @@ ANSWER_WITHIN_S = 5.0  # far below the 150 s+ the probe's connections stayed ope
 def server(tmp_path_factory):
     """(port, Gradio's temporary folder) of a public app with LIMITS."""
     import storage
-    from conftest import _free_port
     from specsteer.service import pairings
+    from testkit import free_port
 
     data = tmp_path_factory.mktemp("data")
     temp = tmp_path_factory.mktemp("gradio-temp")
@@ -46,7 +46,7 @@ def server(tmp_path_factory):
         import app
 
         demo = app.build_app()
-        port = _free_port()
+        port = free_port()
         demo.launch(
             prevent_thread_lock=True,
             server_name="127.0.0.1",

@@ -27,9 +27,9 @@ import httpx  # noqa: E402
 from gradio_client import Client  # noqa: E402
 
 import storage  # noqa: E402
-from conftest import API_GENERATE  # noqa: E402
 from specsteer.cloud.process import free_loopback_port, start_cloud_process  # noqa: E402
 from specsteer.util import background  # noqa: E402
+from testkit import API_GENERATE  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EXIT_LIMIT_S = 15.0

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 import gradio as gr
 
-from specsteer.evaluation.run_store import CellResult, GridPoint, StoredRun
 from specsteer.method.events import GenerationStats
-from specsteer.service.app_service import RunResults
+from specsteer.service.events import RunResults
+from specsteer.stores.runs import CellResult, GridPoint, StoredRun
 from ui import sweep_view
 
 CONFIG = {

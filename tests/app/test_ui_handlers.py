@@ -18,20 +18,20 @@ import pytest
 
 import app
 import storage
-from conftest import widget_settings
 from specsteer.cloud.process import free_loopback_port
 from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_path
 from specsteer.data.history import MAX_UPLOAD_BYTES
-from specsteer.evaluation.deployment import PROFILES
-from specsteer.evaluation.run_store import CellResult, GridPoint
+from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.method.catalog import METHOD_INFO, METHODS, method_label
 from specsteer.method.events import GenerationStats, TokenEvent
 from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.exposure import CLOUD_URL_ENV
 from specsteer.protocol.wire import CloudInfo
 from specsteer.service import judging, page
-from specsteer.service.app_service import CloudCheck, Done, Failed, Generating, Started, Token
-from ui import compare_handlers, dashboard_handlers, generate_handlers, generate_tab, pairs, render, streaming
+from specsteer.service.events import CloudCheck, Done, Failed, Generating, Started, Token
+from specsteer.stores.runs import CellResult, GridPoint
+from testkit import widget_settings
+from ui import compare_handlers, dashboard_handlers, generate_handlers, pairs, render, streaming
 from ui.streaming import BackgroundRun, Throttle, Toast, merge_frames
 
 XSS_SCRIPT = "<script>window.__pwned=1</script>"
@@ -413,7 +413,7 @@ def test_every_method_runs_from_the_ui(generate, method):
 def test_a_persona_generation_counts_and_names_its_private_facts(generate):
     sample = DEFAULT_SAMPLE
     loaded = page.read_sample(sample)
-    assert loaded.history.profile and generate_tab.DEFAULTS.prompt_style == "clean"
+    assert loaded.history.profile and page.PAGE_DEFAULTS.prompt_style == "clean"
     assert "Privacy_info" in generate_handlers.history_summary(loaded)
     task = SAMPLE_USERS[sample].input_text
     steered = run_generate(generate, loaded, task="cogenesis", input_text=task, max_new_tokens=6, prompt_style="clean")[
@@ -960,18 +960,21 @@ def test_the_dashboard_never_reads_a_server_path_as_records(service, tmp_path):
     assert len(frames) == 1 and "was not uploaded to the app" in frames[0].status
 
 
-def test_in_public_only_the_operators_token_exports_the_annotations(compare):
+def test_in_public_only_the_operators_token_exports_the_annotations(service, compare):
     from specsteer.protocol.exposure import Exposure
+    from specsteer.service.app_service import AppService
+
+    def served_in_public(exposure: Exposure) -> compare_handlers.CompareTab:  # the same stores, the app in public
+        return compare_handlers.CompareTab(AppService(service.store, service.runs, service.pairs, exposure=exposure))
 
     final = run_compare(compare, methods=("slm",))[-1]
     none = [None] * (2 * compare_handlers.MAX_SLOTS)
     assert "Saved annotation" in compare.submit_annotation(PAGE, final.view, "visitor-7", "A", "private note", *none)[0]
-    compare.service.exposure = Exposure(public=True, admin_token="operator-token")  # the app, served in public
+    public = served_in_public(Exposure(public=True, admin_token="operator-token"))
     for token in ("", "guess", "operator-token "):
-        file, message = compare.export_annotations("csv", token)
+        file, message = public.export_annotations("csv", token)
         assert file["value"] is None and "needs the operator&#x27;s token" in message
-    file, message = compare.export_annotations("csv", "operator-token")
+    file, message = public.export_annotations("csv", "operator-token")
     assert "Exported 1" in message and "visitor-7" in Path(file["value"]).read_text()
-    compare.service.exposure = Exposure(public=True)
-    file, message = compare.export_annotations("jsonl", "anything")
+    file, message = served_in_public(Exposure(public=True)).export_annotations("jsonl", "anything")
     assert file["value"] is None and "No token is configured ($SPECSTEER_ADMIN_TOKEN)" in message

@@ -15,8 +15,8 @@ from evaluation.test_record_lora import cogenesis_record, write_records
 import storage
 from specsteer.cli import main
 from specsteer.evaluation.grid import run_grid
-from specsteer.evaluation.judge_store import JudgeIdentity, JudgeScore
 from specsteer.models.tiny import tiny_pair
+from specsteer.stores.judges import JudgeIdentity, JudgeScore
 
 SCRIPTED = JudgeIdentity("scripted-judge", "endpoint")
 GRADES = {"slm+": 3.0, "llm": 6.0, "specsteer": 7.0}
@@ -129,12 +129,11 @@ def test_the_grades_read_back_beside_rouge_everywhere(run, capsys, tmp_path):
 def test_a_campaign_from_the_run_gets_the_judges_agreement_and_its_grades_in_the_export(run, capsys, tmp_path):
     from specsteer.service.app_service import AppService, PairCatalog
     from specsteer.service.campaign_import import RunCampaignRequest, create_from_run
-    from specsteer.service.campaigns import CampaignService
 
     url, run_id, _ = run
     scripted_grades(url, run_id)
     app = AppService(storage.SqlGenerationStore(url), storage.SqlRunStore(url), PairCatalog())
-    campaigns = CampaignService(app, storage.SqlCampaignStore(url), storage.SqlJudgeStore(url))
+    campaigns = app.campaigns(storage.SqlCampaignStore(url), storage.SqlJudgeStore(url))
     created = create_from_run(campaigns, RunCampaignRequest("study", "steered", annotators=("ann",)))
     seat = campaigns.join("study", "ann", created.codes["ann"])
     preferred = []

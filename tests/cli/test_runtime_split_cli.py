@@ -74,7 +74,8 @@ def split_loads(cache, gguf_dir, monkeypatch):  # noqa: F811 -- the imported fix
     texts = generalist.token_texts()
     state = {"refuse": False, "loaded": []}
 
-    def fake_load(pairing, runtimes, *args, **kwargs):
+    def fake_load(pairing, planned, *args, **kwargs):
+        runtimes = tuple(model.runtime for model in planned)
         state["loaded"].append(runtimes)
         swapped = [texts[1], texts[0], *texts[2:]] if state["refuse"] else texts
         monkeypatch.setattr(generalist, "token_texts", lambda: swapped)

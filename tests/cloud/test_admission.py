@@ -19,8 +19,8 @@ from specsteer.cloud.admission import ANONYMOUS, SHARED, Holding, admit, credent
 from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
 from specsteer.data.datasets import bundled_sample_path
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
-from specsteer.evaluation import grid as evaluate
 from specsteer.evaluation.grid import EvalSpec, run_grid
+from specsteer.evaluation.grid import runner as grid_runner
 from specsteer.models.tiny import tiny_pair
 from specsteer.protocol.link import CloudUnreachable, SessionGone, cloud_error
 from specsteer.protocol.wire import Draft, Open, decode, encode
@@ -247,7 +247,7 @@ def test_an_evaluation_survives_a_seven_minute_pause(pair, monkeypatch):
 
 
 def test_a_failed_cell_is_recorded_with_its_message_and_the_run_goes_on(pair, monkeypatch):
-    real = evaluate.generate
+    real = grid_runner.generate
     failed_once = []
 
     def flaky(pair_, prepared, config, *args, **options):
@@ -256,10 +256,10 @@ def test_a_failed_cell_is_recorded_with_its_message_and_the_run_goes_on(pair, mo
             raise CloudUnreachable("Lost the connection to the Cloud at http://cloud (reset).", "unreachable")
         return real(pair_, prepared, config, *args, **options)
 
-    monkeypatch.setattr(evaluate, "generate", flaky)
+    monkeypatch.setattr(grid_runner, "generate", flaky)
     store = MemoryStore()
     spec = replace(FAST, run_name="flaky")
-    events = list(evaluate.run_grid_events(spec, store, pair=pair))
+    events = list(grid_runner.run_grid_events(spec, store, pair=pair))
     result = events[-1]
     assert result.status == "failed" and result.computed == 3 and len(result.failures) == 1
     failure = result.failures[0]
@@ -268,7 +268,7 @@ def test_a_failed_cell_is_recorded_with_its_message_and_the_run_goes_on(pair, mo
     assert status == "failed" and "1 cell(s) failed" in error and "Lost the connection" in error
     failed = [event for event in events[:-1] if event.stage == "cell-failed"]
     assert len(failed) == 1 and "Lost the connection" in failed[0].describe()
-    monkeypatch.setattr(evaluate, "generate", real)  # the Cloud is back: a resume runs only that cell
+    monkeypatch.setattr(grid_runner, "generate", real)  # the Cloud is back: a resume runs only that cell
     again = run_grid(spec, store, pair=pair)
     assert again.status == "finished" and again.computed == 1 and len(again.cells) == 4
     assert store.status[again.run_id] == ("finished", None)
@@ -280,9 +280,9 @@ def test_the_evaluate_cli_prints_failed_cells_not_a_traceback(pair, tmp_path, mo
         yield  # a generator, as generate is
 
     monkeypatch.setattr(evaluate_cli, "shared_tiny_pair", lambda: pair)
-    real = evaluate.generate
+    real = grid_runner.generate
     monkeypatch.setattr(
-        evaluate,
+        grid_runner,
         "generate",
         lambda p, prepared, config, *a, **k: (gone if config.method == "llm" else real)(p, prepared, config, *a, **k),
     )
@@ -293,7 +293,7 @@ def test_the_evaluate_cli_prints_failed_cells_not_a_traceback(pair, tmp_path, mo
     assert code == 1 and "Traceback" not in err
     assert "error: 1 cell(s) failed" in err and "without a message" in err
     # A failure outside any cell (here, in the warm-up) is one line too.
-    monkeypatch.setattr(evaluate, "generate", gone)
+    monkeypatch.setattr(grid_runner, "generate", gone)
     assert evaluate_cli.main([*arguments[:-1], f"sqlite:///{tmp_path / 'd.db'}"]) == 1
     err = capsys.readouterr().err
     assert err.strip().splitlines()[-1].startswith("error: SessionGone") and "Traceback" not in err

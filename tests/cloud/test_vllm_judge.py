@@ -21,9 +21,9 @@ from specsteer.cloud.vllm.launch import launch_engine, wait_ready
 from specsteer.evaluation.judge_rubric import SCORE_ANSWER_PATTERN, VERDICT_ANSWER_PATTERN, JudgeContext
 from specsteer.evaluation.judge_run import JudgePlan, judge_run_events
 from specsteer.evaluation.judges import EndpointJudge, EndpointSettings
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
 from specsteer.models.tiny import VLLM_PAIRING_ID, shared_test_pair
+from specsteer.stores.runs import CellResult, GridPoint
 
 _MISSING = vllm_available()
 if _MISSING and os.environ.get("SPECSTEER_REQUIRE_VLLM") == "1":

@@ -22,8 +22,9 @@ from specsteer.edge.lora import (
     training_items,
 )
 from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
-from specsteer.models.loading import load_pair, lora_runtime_choice, with_specialist_lora
+from specsteer.models.loading import load_pair, with_specialist_lora
 from specsteer.models.lora import ADAPTER_WEIGHTS, LORA_RUNTIME_MESSAGE, LoraError, read_lora
+from specsteer.models.planning import lora_plan
 from specsteer.models.tiny import tiny_pair
 from specsteer.protocol.wire import Open, decode_stream
 
@@ -119,8 +120,8 @@ def test_llama_cpp_is_refused_and_auto_picks_transformers(trained):
     with pytest.raises(LoraError) as refused:
         load_pair("offline-qwen2.5-coder", runtime="llama.cpp", specialist_lora=trained[0].lora)
     assert str(refused.value) == LORA_RUNTIME_MESSAGE
-    choice = lora_runtime_choice("auto")
-    assert choice.runtime == "transformers" and "LoRA" in choice.reason
+    plan = lora_plan("auto")
+    assert plan.runtime == "transformers" and "LoRA" in plan.reason and plan.lora
 
 
 def test_a_changed_or_partial_adapter_is_refused(tmp_path, trained):

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import canary_request
 from specsteer.data.privacy import audit_uplink
 from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
+from testkit import canary_request
 
 pytestmark = pytest.mark.integration
 
@@ -20,7 +20,7 @@ def pair(request):
     from specsteer.models.registry import DEFAULT_PAIRING
 
     if request.param == "llama.cpp":
-        from conftest import require_llamacpp
+        from testkit import require_llamacpp
 
         require_llamacpp()
     torch.set_num_threads(2)  # real models: matrix work that two cores do share

@@ -7,19 +7,21 @@ import json
 import pytest
 
 from specsteer.cli import bench as bench_cli
+from specsteer.data.datasets import EXAMPLE_RUNS_DB
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
 from specsteer.evaluation.bench_link import link_rows
-from specsteer.evaluation.deployment import (
-    PROFILES,
+from specsteer.evaluation.deployment import project_runs
+from specsteer.evaluation.deployment_profiles import PROFILES
+from specsteer.evaluation.deployment_rows import (
+    DEFAULT_RUNS,
     TracedGeneration,
     deployment_rows,
     group_runs,
-    project_runs,
     projection_rows,
 )
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import TraceStep
 from specsteer.models.tiny import tiny_pair
+from specsteer.stores.runs import CellResult, GridPoint
 
 ROW_KEYS = {"method", "rtt_ms", "measured_tok_per_s", "projected_tok_per_s", "rounds", "uplink_bytes", "downlink_bytes"}
 
@@ -80,8 +82,13 @@ def test_link_and_project_commands(tmp_path, capsys, monkeypatch):
         (method, rtt) for method in ("llm", "lightcosteer", "specsteer") for rtt in (0.0, 100.0)
     }
     assert all(ROW_KEYS <= set(row) for row in projected["rows"])
-    assert bench_cli.main(["project", "--profile", "paper"]) == 2  # no source named
+    assert bench_cli.main(["project", "--profile", "paper", "--from-bench", str(saved), "--run", "x"]) == 2
     assert "either" in capsys.readouterr().err
+    # No source named: the example runs' traced LongLaMP grid.
+    assert bench_cli.main(["project", "--json", "--profile", "paper", "--rtt-ms", "0"]) == 0
+    example = json.loads(capsys.readouterr().out)
+    assert example["source"] == {"database": str(EXAMPLE_RUNS_DB), "runs": list(DEFAULT_RUNS)}
+    assert example["generations"] > 0
 
 
 def test_the_self_check_is_exact_at_the_rtt_it_was_fitted_on(pair):
@@ -136,6 +143,7 @@ def _stats(pair, run: TracedGeneration, trace=None):
         new_tokens=run.new_tokens,
         seconds=run.seconds,
         trace=list(run.trace) if trace is None else trace,
+        reused_tokens=dict(run.reused_tokens),
     )
 
 

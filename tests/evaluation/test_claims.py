@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from specsteer.evaluation.claims import Claim, claim_sentence, claim_sentences, claims, verdict
 from specsteer.evaluation.grid import PairedDifference
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
+from specsteer.stores.runs import CellResult, GridPoint
 
 STEERED = GridPoint("specsteer", 0.1, 1.0)
 

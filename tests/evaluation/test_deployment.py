@@ -5,26 +5,30 @@ from __future__ import annotations
 import json
 import math
 import time
+from dataclasses import replace
 
 import pytest
 
 from specsteer.engine import generate as engine
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.evaluation.bench_link import measured_profile
 from specsteer.evaluation.deployment import (
-    PROFILES,
+    AS_RECORDED,
+    HOST_NUMBERS,
+    NO_HOST_OVERHEAD,
     ROLES,
     DeploymentProfile,
+    HostOverhead,
     MeasuredRun,
     Source,
     StreamCost,
     as_trace,
-    get_profile,
-    measured_profile,
     profile_numbers,
     project,
     project_runs,
-    summarize_speedups,
 )
+from specsteer.evaluation.deployment_profiles import PROFILES, get_profile
+from specsteer.evaluation.deployment_rows import summarize_speedups
 from specsteer.method import costs
 from specsteer.method.costs import PassCost, PassSample, fit_pass_cost
 from specsteer.method.events import TraceStep
@@ -50,7 +54,7 @@ ALL_NUMBERS = [f"{role}.{part}" for role in ROLES for part in ("decode", "prefil
     "link.downlink_kbps",
     "link.overhead_bytes",
     "cloud_parallel",
-    "overhead_per_step_s",
+    *HOST_NUMBERS,
 ]
 
 
@@ -62,7 +66,7 @@ def flat_profile(
     prefill_per_token: float = 0.001,
     generalist_prefill_per_token: float = 0.002,
     parallel: bool = False,
-    overhead: float = 0.0,
+    host: HostOverhead = NO_HOST_OVERHEAD,
 ) -> DeploymentProfile:
     """Decode passes cost a flat step; prefills a fixed time per prompt token."""
 
@@ -78,7 +82,8 @@ def flat_profile(
         link,
         tuple(Source(n, "test") for n in ALL_NUMBERS),
         cloud_parallel=parallel,
-        overhead_per_step_s=overhead,
+        edge_host=host,
+        cloud_host=host,
     )
 
 
@@ -267,9 +272,11 @@ def test_a_trace_without_messages_runs_on_the_device():
     assert projection.round_trips == 0
 
 
-def test_host_overhead_is_charged_per_step():
-    with_overhead = project(LOCKSTEP, flat_profile(LinkConditions(rtt_ms=100), overhead=0.001), tokens=4)
-    assert with_overhead.seconds == pytest.approx(0.284 + len(LOCKSTEP) * 0.001)
+def test_host_overhead_is_charged_per_row_and_message():
+    # LOCKSTEP's rows: first passes 1 each (specialist+, generalist), later passes 1 + 1 + 2; messages: 5.
+    with_overhead = project(LOCKSTEP, flat_profile(LinkConditions(rtt_ms=100), host=HostOverhead(0.001, 0.001)), 4)
+    assert with_overhead.seconds == pytest.approx(0.284 + (2 + 4 + 5) * 0.001)
+    assert with_overhead.host_s == pytest.approx((2 + 4 + 5) * 0.001)
 
 
 def test_projection_reads_stored_json_traces():
@@ -377,21 +384,12 @@ def test_profiles_need_a_source_for_every_number():
             good.generalist,
             good.generic_specialist,
             NO_LINK,
-            good.sources[:-1] + (Source("overhead_per_step_s", " "),),
+            good.sources[:-1] + (Source(good.sources[-1].number, " "),),
         )
     with pytest.raises(ValueError, match="needs a name"):
         DeploymentProfile("", "p", good.specialist, good.generalist, good.generic_specialist, NO_LINK, good.sources)
-    with pytest.raises(ValueError, match="overhead_per_step_s"):
-        DeploymentProfile(
-            "p",
-            "p",
-            good.specialist,
-            good.generalist,
-            good.generic_specialist,
-            NO_LINK,
-            good.sources,
-            overhead_per_step_s=-1.0,
-        )
+    with pytest.raises(ValueError, match="per_row_s"):
+        HostOverhead(per_row_s=-1.0)
 
 
 def test_unknown_profile_names_list_the_known_ones():
@@ -438,8 +436,10 @@ def test_own_profile_reproduces_a_synthetic_trace():
     ]
     seconds = sum(step.seconds for step in trace) + 0.0042  # some host time outside the passes
     profile = measured_profile([MeasuredRun(trace, seconds, 3)])
-    assert project(trace, profile, 3).seconds == pytest.approx(seconds, rel=1e-12)
-    assert profile.overhead_per_step_s == pytest.approx(0.0042 / len(trace))
+    assert project(trace, profile, 3, reads=AS_RECORDED).seconds == pytest.approx(seconds, rel=1e-12)
+    # rows: first passes 1 each (specialist+, generalist, specialist0), later passes 1+1+1+1+3+3; messages: 5
+    assert profile.edge_host == profile.cloud_host
+    assert profile.edge_host.per_row_s == profile.edge_host.per_message_s == pytest.approx(0.0042 / 18)
     assert profile.cloud_parallel is False
 
 
@@ -450,7 +450,7 @@ def test_own_profile_reproduces_a_real_generation(pair, method):
         generate_ids(pair, plain, private, DecodeConfig(method=method, max_new_tokens=8, draft_len=3))
     )
     stats = finished.stats
-    projection = project(stats.trace, measured_profile([stats]), stats.new_tokens)
+    projection = project(stats.trace, measured_profile([stats]), stats.new_tokens, stats.reused_tokens, AS_RECORDED)
     assert projection.seconds == pytest.approx(stats.seconds, rel=1e-9)
     assert projection.tokens == stats.new_tokens
     assert (projection.uplink_bytes, projection.downlink_bytes) == (stats.uplink_bytes, stats.downlink_bytes)
@@ -463,7 +463,8 @@ def test_one_profile_for_many_runs_reproduces_their_total(pair):
         collect(generate_ids(pair, plain, private, DecodeConfig(method=m, max_new_tokens=6)))[1].stats
         for m in ("llm", "specsteer", "lightcosteer")
     ]
-    assert project_runs(runs, measured_profile(runs)).seconds == pytest.approx(sum(r.seconds for r in runs), rel=1e-9)
+    projected = project_runs(runs, measured_profile(runs), AS_RECORDED)
+    assert projected.seconds == pytest.approx(sum(r.seconds for r in runs), rel=1e-9)
 
 
 # --------------------------------------------------------------------------- link emulation
@@ -659,7 +660,7 @@ def test_every_bundled_number_has_a_source(name):
     assert set(ALL_NUMBERS) == sourced  # bundled profiles price every role
     for source in profile.sources:
         text = source.text
-        cited = any(marker in text for marker in ("http", "SpecSteer paper", "RFC"))
+        cited = any(marker in text for marker in ("http", "SpecSteer paper", "RFC", "benchmarks/results/"))
         assert cited or "assumed" in text.lower(), f"{name}: {source.number} has neither a citation nor 'assumed'"
 
 
@@ -670,9 +671,12 @@ def test_bundled_numbers_are_wired_as_published():
     assert phone.link.rtt_ms == pytest.approx(55.25)
     paper = PROFILES["paper"]
     assert paper.cloud_parallel and paper.link.rtt_ms == 0
-    # A long llm stream under the paper's profile runs at the paper's Vanilla LLM speed.
+    # A long llm stream under the paper's profile runs at the paper's Vanilla LLM speed, less the host overhead.
     stream = [M(UPLINK, 100), F("generalist", 1)] + [M(DOWNLINK, 9), F("generalist", 1)] * 999 + [M(DOWNLINK, 9)]
-    assert project(stream, paper, 1000).tok_per_s == pytest.approx(22.58, rel=0.01)
+    no_host = replace(paper, edge_host=NO_HOST_OVERHEAD, cloud_host=NO_HOST_OVERHEAD)
+    assert project(stream, no_host, 1000).tok_per_s == pytest.approx(22.58, rel=0.01)
+    host = paper.cloud_host.per_row_s * 1000 + paper.cloud_host.per_message_s * 1000 + paper.edge_host.per_message_s
+    assert project(stream, paper, 1000).seconds == pytest.approx(project(stream, no_host, 1000).seconds + host)
 
 
 def test_profiles_sweep_rtt_and_projections_export():

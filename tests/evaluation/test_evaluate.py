@@ -16,20 +16,25 @@ import pytest
 import storage
 from specsteer.cli import evaluate as evaluate_cli
 from specsteer.data.datasets import DataError, bundled_sample_path
-from specsteer.evaluation import grid as evaluate
 from specsteer.evaluation.grid import (
+    JSON_ROW_KEYS,
     EvalResult,
     EvalSpec,
     GridProgress,
+    RecordPair,
     grid_points,
     load_evaluation_records,
+    pending_cells,
+    run_cell,
     run_grid,
     run_grid_events,
     summarize,
 )
-from specsteer.evaluation.run_store import CellResult, GridPoint
+from specsteer.evaluation.metrics import ROUGE_KEYS
+from specsteer.method.catalog import METHODS
 from specsteer.method.events import GenerationStats
 from specsteer.models.tiny import tiny_pair
+from specsteer.stores.runs import CellResult, GridPoint
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = str(bundled_sample_path("review"))
@@ -125,8 +130,42 @@ def test_the_grid_needs_only_the_store_protocol(pair):
     assert again.run_id == result.run_id and again.computed == 0 and again.cells == result.cells
 
 
+def test_pending_cells_are_the_grid_in_run_order_less_the_finished_and_other_shards():
+    spec = replace(FAST, limit=3)
+    records, _ = load_evaluation_records(spec)
+    points = spec.points()
+    everything = pending_cells(records, points, set())
+    assert len(records) == 3 and [(cell.record.id, cell.point) for cell in everything] == [
+        (record.id, point) for record in records for point in points
+    ]
+    assert pending_cells(records, points, {everything[0].key, everything[-1].key}) == everything[1:-1]
+    first, second = (pending_cells(records, points, set(), shard=(index, 2)) for index in (0, 1))
+    assert [cell.record.id for cell in second] == [records[1].id] * len(points)
+    assert sorted(first + second, key=everything.index) == everything
+
+
+def test_one_cell_run_alone_is_the_cell_the_grid_stored(pair):
+    """Another executor runs the same cells: run_cell on the record's pair gives what the grid stored."""
+    spec = replace(FAST, methods=("specsteer", "llm"), limit=2, run_name="cell-by-cell")
+    stored = run_grid(spec, MemoryStore(), pair=pair).cells
+    records, prepared = load_evaluation_records(spec)
+    cells = pending_cells(records, spec.points(), set())
+    alone = [run_cell(RecordPair(pair), cell, prepared[cell.record.id], spec, threading.Event()) for cell in cells]
+    assert len(stored) == len(alone) == 4
+    for mine, theirs in zip(alone, stored, strict=True):
+        assert mine is not None and (mine.key, mine.output, mine.rouge) == (theirs.key, theirs.output, theirs.rouge)
+        assert (mine.stats.new_tokens, mine.stats.drafted, mine.stats.accepted) == (
+            theirs.stats.new_tokens,
+            theirs.stats.drafted,
+            theirs.stats.accepted,
+        )
+    cancelled = threading.Event()
+    cancelled.set()
+    assert run_cell(RecordPair(pair), cells[0], prepared[cells[0].record.id], spec, cancelled) is None
+
+
 def test_end_to_end_batch_stores_every_cell_and_summarizes(pair, url):
-    spec = replace(FAST, methods=evaluate.METHODS, alphas=(1.0, 0.1), run_name="e2e")
+    spec = replace(FAST, methods=METHODS, alphas=(1.0, 0.1), run_name="e2e")
     events = list(run_grid_events(spec, storage.SqlRunStore(url), pair=pair))
     result = events[-1]
     updates = events[:-1]
@@ -136,7 +175,7 @@ def test_end_to_end_batch_stores_every_cell_and_summarizes(pair, url):
     assert storage.get_run_by_name("e2e", url=url).status == "finished"
     assert storage.run_cells(result.run_id, url=url) == result.cells
     for cell in result.cells:
-        assert all(0.0 <= cell.rouge[key] <= 1.0 for key in evaluate.ROUGE_KEYS)
+        assert all(0.0 <= cell.rouge[key] <= 1.0 for key in ROUGE_KEYS)
         assert cell.stats.new_tokens >= 1 and cell.stats.seconds > 0
     assert [(row["method"], row["alpha"], row["beta"]) for row in result.rows] == [
         (point.method, point.alpha, point.beta) for point in points
@@ -339,14 +378,14 @@ def test_cli_json_contract_and_plot(tmp_path):
     assert done.returncode == 0, done.stderr
     document = json.loads(done.stdout)
     assert list(document) == ["rows"]
-    assert [tuple(row) for row in document["rows"]] == [evaluate.JSON_ROW_KEYS] * 3
+    assert [tuple(row) for row in document["rows"]] == [JSON_ROW_KEYS] * 3
     assert [(row["method"], row["alpha"], row["beta"]) for row in document["rows"]] == [
         ("llm", None, None),
         ("specsteer", 1.0, 1.0),
         ("specsteer", 0.1, 1.0),
     ]
     assert document["rows"][0]["speedup"] == pytest.approx(1.0)
-    assert all(0 <= row[key] <= 100 for row in document["rows"] for key in evaluate.ROUGE_KEYS)
+    assert all(0 <= row[key] <= 100 for row in document["rows"] for key in ROUGE_KEYS)
     assert "[1/6] llm rec=sample-review-0" in done.stderr
     assert not re.search(r"<script[^>]*\bsrc=", plot.read_text(encoding="utf-8"))
 

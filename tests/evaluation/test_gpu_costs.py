@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,16 +13,9 @@ import pytest
 from specsteer.cli import gpu_profile as gpu_profile_cli
 from specsteer.data.datasets import EXAMPLE_RUNS_DB
 from specsteer.evaluation import gpu_costs, gpu_profile
-from specsteer.evaluation.deployment import (
-    GENERALIST,
-    GENERIC,
-    SPECIALIST,
-    MeasuredRun,
-    get_profile,
-    group_runs,
-    project_runs,
-    projection_rows,
-)
+from specsteer.evaluation.deployment import GENERALIST, GENERIC, NO_HOST_OVERHEAD, SPECIALIST, MeasuredRun, project_runs
+from specsteer.evaluation.deployment_profiles import get_profile
+from specsteer.evaluation.deployment_rows import DEFAULT_RUNS, group_runs, projection_rows
 from specsteer.evaluation.gpu_profile import MeasuredPassCost, load_costs, measured_cloud_profile, parse_costs
 from specsteer.method.events import TraceStep
 
@@ -32,16 +24,9 @@ SCRIPT = REPO / "benchmarks" / "gpu_costs.py"
 
 
 @pytest.fixture(scope="module")
-def dry_run(tmp_path_factory) -> tuple[Path, dict]:
-    """One real run of the script, as on a GPU machine but tiny and on the CPU (one pair: it is the
-    same code for each)."""
-    out = tmp_path_factory.mktemp("gpu_costs") / "costs.json"
-    command = [sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--pairs", "qwen3", "--threads", "1"]
-    done = subprocess.run(
-        [*command, "--max-seconds", "90", "--out", str(out)], cwd=REPO, capture_output=True, text=True, timeout=240
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return out, json.loads(out.read_text())
+def dry_run(gpu_costs_dry_run) -> tuple[Path, dict]:
+    """The session's one real run of the script (tests/conftest.py)."""
+    return gpu_costs_dry_run
 
 
 # --------------------------------------------------------------------------- the script's JSON
@@ -263,7 +248,7 @@ def test_the_command_projects_the_example_traces_with_both_profiles(dry_run, cap
     assert result["dry_run"] is True and result["pair"]["large"] == "Qwen3-32B"
     from specsteer.cli.bench import _stored_runs
 
-    runs = _stored_runs(str(EXAMPLE_RUNS_DB), list(gpu_profile.DEFAULT_RUNS))
+    runs = _stored_runs(str(EXAMPLE_RUNS_DB), list(DEFAULT_RUNS))
     published = projection_rows(group_runs(runs), get_profile("paper"), [0.0, 50.0])
     measured = measured_cloud_profile(load_costs(path), "qwen3", "paper", origin=str(path))
     rows = result["projection"]
@@ -296,8 +281,13 @@ def test_a_trace_step_list_projects_under_the_measured_profile(dry_run):
         TraceStep("forward", "generalist", 5, 0.0),  # a round verifying k = 4
     ]
     verify = next(r for r in data["models"]["Qwen3-32B"]["verify"] if r["context"] == context and r["k"] == 4)
-    projected = project_runs([MeasuredRun(trace, 0.0, 5)], profile)
-    assert projected.seconds == pytest.approx(profile.cost(GENERALIST).seconds(100, True) + verify["median_s"])
+    passes = profile.cost(GENERALIST).seconds(100, True) + verify["median_s"]
+    no_host = replace(profile, edge_host=NO_HOST_OVERHEAD, cloud_host=NO_HOST_OVERHEAD)
+    assert project_runs([MeasuredRun(trace, 0.0, 5)], no_host).seconds == pytest.approx(passes)
+    # the base profile's host overhead on top: the Cloud's 1 + 5 logits rows (the Edge's message, and the host
+    # time it costs the Edge, arrive while the Cloud is still reading its prompt)
+    host = 6 * profile.cloud_host.per_row_s
+    assert project_runs([MeasuredRun(trace, 0.0, 5)], profile).seconds == pytest.approx(passes + host)
 
 
 @pytest.mark.slow

@@ -13,9 +13,9 @@ import storage
 from specsteer.evaluation.grid import EvalSpec, paired_difference, run_grid
 from specsteer.evaluation.joined import StoredRun, device_tokens, join_runs
 from specsteer.evaluation.metrics import bootstrap_interval
-from specsteer.evaluation.run_store import GridPoint
 from specsteer.method.catalog import METHODS
 from specsteer.models.tiny import tiny_pair
+from specsteer.stores.runs import GridPoint
 
 pytestmark = pytest.mark.usefixtures("fresh_engines")
 # the tables' order: the catalog's

@@ -31,11 +31,11 @@ from specsteer.evaluation.judge_scores import (
     summary_json,
     summary_lines,
 )
-from specsteer.evaluation.judge_store import JudgeIdentity, JudgeScore, PairVerdict
 from specsteer.evaluation.judges import JudgeFailure
 from specsteer.evaluation.metrics import bootstrap_interval
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
+from specsteer.stores.judges import JudgeIdentity, JudgeScore, PairVerdict
+from specsteer.stores.runs import CellResult, GridPoint
 
 CONTEXT = JudgeContext(
     task="Write an invitation to the harbour party.",

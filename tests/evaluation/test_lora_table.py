@@ -13,9 +13,9 @@ import storage
 from specsteer.evaluation.grid import paired_difference, run_grid
 from specsteer.evaluation.lora_table import LORA_TAG, config_notes, lora_table, specsteer_point
 from specsteer.evaluation.metrics import bootstrap_interval
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
 from specsteer.models.tiny import tiny_pair
+from specsteer.stores.runs import CellResult, GridPoint
 
 pytestmark = pytest.mark.usefixtures("fresh_engines")
 

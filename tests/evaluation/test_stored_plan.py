@@ -38,9 +38,17 @@ def test_a_stored_plan_reads_back_from_every_shape_stored():
     assert old_split.mixed and old_split.generalist == "llama.cpp"
     assert StoredPlan.read({}).runtime == "transformers"  # before the runtime choice
     assert StoredPlan.read({"runtime": plan_record(SPLIT)}).generalist == "llama.cpp"  # a record as the value
-    assert new.prompt_reader == old.prompt_reader == ""
+    assert new.reader == old.reader == ""
     handed = RuntimePlan.uniform(RuntimeChoice("llama.cpp", "measured", prompt_reader="transformers"))
-    assert StoredPlan.read({"runtime": "llama.cpp", PLAN_KEY: plan_record(handed)}).prompt_reader == "transformers"
+    assert StoredPlan.read({"runtime": "llama.cpp", PLAN_KEY: plan_record(handed)}).reader == "transformers fp32"
+    # a record stored before the reader's dtype was: the fp32 reader, the only one there was
+    before = plan_record(handed)
+    del before["specialist_pair"]["prompt_reader_dtype"]  # type: ignore[attr-defined]
+    assert StoredPlan.read({"runtime": "llama.cpp", PLAN_KEY: before}).reader == "transformers fp32"
+    bf16 = RuntimePlan.uniform(
+        RuntimeChoice("llama.cpp", "measured", prompt_reader="transformers", reader_dtype="bf16")
+    )
+    assert StoredPlan.read({"runtime": "llama.cpp", PLAN_KEY: plan_record(bf16)}).reader == "transformers bf16"
 
 
 def test_the_dashboard_names_the_runtime_of_old_and_new_runs():
@@ -87,7 +95,9 @@ def test_a_resume_whose_prompt_hand_off_differs_from_the_runs_is_refused_with_th
     # the same plan (other words for its reasons) resumes; the stored record is kept
     reworded = RuntimePlan.uniform(RuntimeChoice("llama.cpp", "measured again", prompt_reader="transformers"))
     assert open_or_resume(store, "handed", run_config(spec, "p", "llama.cpp", None, 1, plan=reworded)) == run_id
-    with pytest.raises(ValueError, match="read by transformers .the hand-off., and this machine's plan now runs no "):
+    with pytest.raises(
+        ValueError, match="read by transformers fp32 .the hand-off., and this machine's plan now runs no "
+    ):
         open_or_resume(store, "handed", run_config(spec, "p", "llama.cpp", None, 1, plan=alone))
     # the other way round, llama.cpp by name is the way to run as the stored run ran
     open_or_resume(store, "alone", run_config(spec, "p", "llama.cpp", None, 1, plan=alone))
@@ -105,7 +115,8 @@ def loads(cache, gguf_dir, monkeypatch):  # noqa: F811 -- the imported fixtures
     texts = generalist.token_texts()
     state = {"refuse": False, "loaded": []}
 
-    def fake_load(pairing, runtimes, *args, **kwargs):
+    def fake_load(pairing, planned, *args, **kwargs):
+        runtimes = tuple(model.runtime for model in planned)
         state["loaded"].append(runtimes)
         if runtimes == ("llama.cpp", "llama.cpp"):
             small = LlamaCppModel(gguf_dir / "small.gguf", threads=1)

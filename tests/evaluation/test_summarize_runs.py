@@ -10,8 +10,8 @@ import storage
 from specsteer.data.datasets import bundled_sample_path
 from specsteer.evaluation.claims import claim_sentences
 from specsteer.evaluation.grid import EvalSpec, load_evaluation_records, run_config
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
+from specsteer.stores.runs import CellResult, GridPoint
 
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "summarize_runs.py"
 STEERED = GridPoint("specsteer", 0.1, 1.0)

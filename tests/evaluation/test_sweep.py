@@ -9,9 +9,9 @@ import pytest
 from specsteer.evaluation import plots
 from specsteer.evaluation.grid import paired_difference
 from specsteer.evaluation.metrics import bootstrap_interval
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.evaluation.sweep import choose, complete_records, pareto_front, report_json, report_table, sweep_report
 from specsteer.method.events import GenerationStats
+from specsteer.stores.runs import CellResult, GridPoint
 
 LLM, SLM_PLUS = GridPoint("llm"), GridPoint("slm+")
 

@@ -9,13 +9,13 @@ import pytest
 from specsteer.engine.generate import DecodeConfig
 from specsteer.evaluation import plots
 from specsteer.evaluation.bench import BenchCase, Tally, _rows, format_table
-from specsteer.evaluation.deployment import TracedGeneration, deployment_rows, timed_runs
+from specsteer.evaluation.deployment_rows import TracedGeneration, deployment_rows, timed_runs
 from specsteer.evaluation.grid import json_rows, summarize
 from specsteer.evaluation.joined import StoredRun, join_runs, table_json, table_text
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.evaluation.sweep import report_json, report_table, sweep_report
 from specsteer.evaluation.timing import disturbed_count, left_out_sentence, timed_cells
 from specsteer.method.events import GenerationStats, TraceStep
+from specsteer.stores.runs import CellResult, GridPoint
 
 LLM, STEERED = GridPoint("llm"), GridPoint("specsteer", 0.1, 1.0)
 RECORDS = ("r1", "r2", "r3")

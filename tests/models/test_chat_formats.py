@@ -304,8 +304,10 @@ class _ListStore:
 
 
 def test_the_app_service_generates_on_the_qwen3_pairing_and_audits_the_prompt_it_sent(hub_cache, url):
-    from specsteer.service.app_service import AppService, Done, PairCatalog
-    from specsteer.service.stores import NamedHistory
+    from specsteer.service.app_service import AppService
+    from specsteer.service.events import Done
+    from specsteer.service.pair_catalog import PairCatalog
+    from specsteer.stores.generations import NamedHistory
 
     cache_qwen3_pairing(hub_cache)
     service = AppService(store=_ListStore(), runs=storage.SqlRunStore(url), pairs=PairCatalog())

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import canary_request
 from specsteer.data.privacy import audit_uplink
 from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
+from testkit import canary_request
 
 pytestmark = pytest.mark.integration
 
@@ -24,8 +24,8 @@ CROSS_PAIRINGS = ("offline-smollm2__qwen2.5-coder", "offline-smollm2__gemma3")
 def pair(request):
     import torch
 
-    from conftest import require_cross_models, require_llamacpp
     from specsteer.models.loading import clear_loaded_pairs, load_pair
+    from testkit import require_cross_models, require_llamacpp
 
     pairing_id, runtime = request.param
     require_cross_models(pairing_id)

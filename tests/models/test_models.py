@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from specsteer.cli import models as models_cli
-from specsteer.models import loading
+from specsteer.models import loading, planning
 from specsteer.models import weights as models
 from specsteer.models.loading import check_tokenizers_match, load_pair, shared_vocab_size
 from specsteer.models.registry import (
@@ -408,11 +408,11 @@ def test_auto_runs_an_offline_cross_pairing_on_llama_cpp_without_a_calibration(m
     monkeypatch.setattr(loading.llamacpp, "status", lambda paths: (True, "llama.cpp works here"))
     monkeypatch.setattr(calibration, "saved_calibration", _must_not_be_called)
     monkeypatch.setattr(loading.torch.cuda, "is_available", lambda: False)
-    plan = loading.runtime_plan(PAIRINGS["offline-smollm2__qwen2.5-coder"], "auto")
+    plan = planning.runtime_plan(PAIRINGS["offline-smollm2__qwen2.5-coder"], "auto")
     assert plan.runtime == "llama.cpp" and not plan.specialist.prompt_reader
-    assert loading.CROSS_RUNTIME_NOTE in plan.reason
+    assert planning.CROSS_RUNTIME_NOTE in plan.reason
     monkeypatch.setattr(loading.llamacpp, "status", lambda paths: (False, "llama.cpp failed its check here."))
-    assert loading.runtime_plan(PAIRINGS["offline-smollm2__qwen2.5-coder"], "auto").runtime == "transformers"
+    assert planning.runtime_plan(PAIRINGS["offline-smollm2__qwen2.5-coder"], "auto").runtime == "transformers"
 
 
 def test_output_layer_smaller_than_the_tokenizer_is_refused():

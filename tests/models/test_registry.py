@@ -20,7 +20,7 @@ from specsteer.models.registry import (
     pairing_status,
     resolve_pairing,
 )
-from specsteer.service.app_service import PairCatalog
+from specsteer.service.pair_catalog import PairCatalog
 from ui.pairs import pairing_choices
 
 REPO = Path(__file__).resolve().parents[2]

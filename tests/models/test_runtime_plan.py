@@ -3,40 +3,55 @@ calibration, a split pair of tiny models that generates, and the refusal of toke
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from conftest import require_llamacpp
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
 from specsteer.method.catalog import METHODS, method_info
 from specsteer.models import calibration as cal
-from specsteer.models import loading
+from specsteer.models import loading, planning
 from specsteer.models.calibration import RuntimeChoice
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS
-from specsteer.models.runtime_plan import RuntimePlan, plan_costs, plan_streams
+from specsteer.models.runtime_plan import PROMPT_READER, RuntimePlan, plan_costs, plan_streams
 from specsteer.models.tiny import tiny_pair, tiny_tokenizer, write_tiny_gguf
 from specsteer.runtimes import llamacpp
 from specsteer.runtimes import llamacpp_probe as probe
 from specsteer.runtimes.base import RUNTIMES, TransformersModel
+from testkit import require_llamacpp
 
 USABLE = tuple(RUNTIMES)
 
 
-def _timing(runtime: str, small: tuple[float, float, float], large: tuple[float, float, float]) -> cal.RuntimeTiming:
+def _timing(
+    runtime: str, small: tuple[float, float, float], large: tuple[float, float, float], precision: str = "bf16"
+) -> cal.RuntimeTiming:
     """Each model's (prompt tok/s, step s, 5-token pass s) on one runtime."""
-    return cal.RuntimeTiming(runtime, "x", cal.ModelTiming("small", *small), cal.ModelTiming("large", *large))
+    return cal.RuntimeTiming(runtime, precision, cal.ModelTiming("small", *small), cal.ModelTiming("large", *large))
 
 
-def _calibration(*timings: cal.RuntimeTiming) -> cal.Calibration:
-    return cal.Calibration("k", "cpu", DEFAULT_PAIRING, timings, (), 10.0)
+def _calibration(*timings: cal.RuntimeTiming, reading: cal.PromptReading | None = None) -> cal.Calibration:
+    return cal.Calibration("k", "cpu", DEFAULT_PAIRING, timings, (), 10.0, reading)
 
 
 # A CPU with AMX (a measured machine's shape, made plainer): bf16 reads prompts 8x faster, 4-bit steps faster,
 # the Generalist's most (its steps and passes decide the throughput; the Specialist's prompt the first token).
 FAST_READ = ((1600.0, 0.05, 0.06), (640.0, 0.2, 0.25))
 FAST_STEP = ((200.0, 0.04, 0.06), (80.0, 0.06, 0.09))
-PROMPT_HEAVY = _calibration(_timing("llama.cpp", *FAST_STEP), _timing("transformers", *FAST_READ))
+HANDOFF_HEAVY = _calibration(_timing("llama.cpp", *FAST_STEP, "Q4_K_M"), _timing("transformers", *FAST_READ))
+# A CPU where bf16 also steps the small model faster than 4-bit (and the large one slower still): nothing of the
+# Specialist is left for llama.cpp to do faster, so its pair runs on transformers and the Generalist on llama.cpp.
+FAST_READ_AND_STEP = ((1600.0, 0.03, 0.06), (640.0, 0.3, 0.4))
+PROMPT_HEAVY = _calibration(_timing("llama.cpp", *FAST_STEP, "Q4_K_M"), _timing("transformers", *FAST_READ_AND_STEP))
+# An AVX512-BF16 EPYC: the Specialist reads a long prompt at 449 tok/s in bf16 against llama.cpp's 259 (measured
+# there); its steps and the Generalist's are llama.cpp's to win (made up, in that machine's proportions).
+AVX512_BF16 = _calibration(
+    _timing("llama.cpp", (259.0, 0.030, 0.045), (95.0, 0.075, 0.11), "Q4_K_M"),
+    _timing("transformers", (449.0, 0.060, 0.075), (170.0, 0.19, 0.23)),
+    reading=cal.PromptReading(512, 259.0, 449.0, "bf16", "fp32 230 tok/s"),
+)
 # The reverse: llama.cpp reads prompts faster, transformers steps and verifies faster.
-DECODE_HEAVY_REVERSED = _calibration(_timing("llama.cpp", *FAST_READ), _timing("transformers", *FAST_STEP))
+DECODE_HEAVY_REVERSED = _calibration(_timing("llama.cpp", *FAST_READ_AND_STEP), _timing("transformers", *FAST_STEP))
 # Prompts cheap on both, decoding much cheaper on llama.cpp: nothing to gain from a split.
 DECODE_BOUND = _calibration(
     _timing("llama.cpp", (4000.0, 0.02, 0.03), (2000.0, 0.05, 0.07)),
@@ -99,6 +114,34 @@ def test_a_tie_keeps_one_runtime():
     assert plan is not None and not plan.mixed
 
 
+def test_where_bf16_reads_faster_and_4bit_steps_faster_llama_cpp_steps_a_prompt_bf16_read():
+    """The third choice for the Specialist pair: llama.cpp, its long private prompt read by transformers bf16."""
+    plan = plan_streams(HANDOFF_HEAVY, "specsteer", USABLE)
+    assert plan is not None and not plan.mixed and plan.runtime == "llama.cpp"
+    assert plan.reader == "transformers bf16" and plan.label == "llama.cpp+handoff"
+    assert "read by transformers bf16 and handed to llama.cpp (measured here: 1600 against 200" in plan.reason
+    costs = {
+        (cost.specialist, cost.generalist, cost.reader): cost for cost in plan_costs(HANDOFF_HEAVY, "specsteer", USABLE)
+    }
+    handed, alone = costs[("llama.cpp", "llama.cpp", "bf16")], costs[("llama.cpp", "llama.cpp", "")]
+    split = costs[("transformers", "llama.cpp", "")]
+    # The private prompt at bf16's pace, the steps at llama.cpp's: before the split and llama.cpp alone.
+    assert handed.first_visible_s < split.first_visible_s < alone.first_visible_s
+    assert handed.end_to_end_s < min(split.end_to_end_s, alone.end_to_end_s)
+    # The generic copy's short task prompt (under HANDOFF_MIN_TOKENS) is llama.cpp's to read, and costed so.
+    assert handed.end_to_end_s - alone.end_to_end_s == pytest.approx(
+        cal.PRIVATE_PROMPT_TOKENS / 1600.0 - cal.PRIVATE_PROMPT_TOKENS / 200.0
+    )
+    # A method that never reads the private prompt has nothing to hand over.
+    assert plan_streams(HANDOFF_HEAVY, "llm", USABLE).reader == ""
+
+
+def test_the_hand_off_is_offered_only_where_the_reading_was_measured_worth_it():
+    within = _calibration(*HANDOFF_HEAVY.timings, reading=cal.PromptReading(512, 200.0, 220.0, "bf16"))
+    assert not any(cost.reader for cost in plan_costs(within, "specsteer", USABLE))
+    assert not any(cost.reader for cost in plan_costs(HANDOFF_HEAVY, "specsteer", ("llama.cpp",)))  # no transformers
+
+
 def test_the_specialist_pair_is_one_choice():
     """The plan has no separate choice for the generic copy: the Specialist and its copy share a runtime."""
     plan = RuntimePlan(RuntimeChoice("transformers", "a"), RuntimeChoice("llama.cpp", "b"))
@@ -116,7 +159,7 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path))
     monkeypatch.delenv(probe.ENV_FORCE, raising=False)
     monkeypatch.setattr(llamacpp, "status", lambda models=(): (True, "llama-cpp-python (test)"))
-    monkeypatch.setattr(loading, "converted_ready", lambda pairing: True)
+    monkeypatch.setattr(planning, "converted_ready", lambda pairing: True)
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     yield tmp_path
 
@@ -129,12 +172,12 @@ def _save(calibration: cal.Calibration) -> None:
 
 def test_without_calibration_auto_keeps_one_runtime_and_says_so(cache):
     pairing = PAIRINGS[DEFAULT_PAIRING]
-    plan = loading.runtime_plan(pairing, method="specsteer")
+    plan = planning.runtime_plan(pairing, method="specsteer")
     assert not plan.mixed and plan.runtime == "llama.cpp"
     assert "no calibration; run `specsteer calibrate`" in plan.reason
     # A calibration that timed nothing (a CPU without fast bf16) says why instead.
     _save(cal.Calibration("k", "cpu", DEFAULT_PAIRING, (), ("nothing timed: no fast bf16",), 0.1))
-    plan = loading.runtime_plan(pairing, method="specsteer")
+    plan = planning.runtime_plan(pairing, method="specsteer")
     assert plan.runtime == "llama.cpp" and "nothing timed: no fast bf16" in plan.reason
 
 
@@ -144,20 +187,44 @@ def test_auto_hands_long_prompts_to_llama_cpp_where_the_calibration_measured_tra
     faster = cal.PromptReading(512, llamacpp_tok_s=100.0, transformers_tok_s=150.0)
     _save(cal.Calibration("k", "cpu", DEFAULT_PAIRING, (), ("not compared: no fast bf16",), 0.1, faster))
     assert cal.saved_calibration(DEFAULT_PAIRING).prompt_reading == faster  # read back from its JSON
-    plan = loading.runtime_plan(pairing, method="specsteer")
+    plan = planning.runtime_plan(pairing, method="specsteer")
     assert plan.runtime == "llama.cpp" and plan.specialist.prompt_reader == "transformers"
     assert "read by transformers fp32 and handed to llama.cpp (measured here: 150 against 100 tok/s" in plan.reason
     assert plan.to_dict()["specialist_pair"]["prompt_reader"] == "transformers"
     # llama.cpp asked for by name is llama.cpp alone: the benchmarks' comparison.
-    assert loading.runtime_plan(pairing, "llama.cpp", method="specsteer").specialist.prompt_reader == ""
+    assert planning.runtime_plan(pairing, "llama.cpp", method="specsteer").specialist.prompt_reader == ""
     # Within the margin (2 GB more and a copy are not worth 10 %): llama.cpp reads its own prompts.
     close = cal.PromptReading(512, llamacpp_tok_s=100.0, transformers_tok_s=110.0)
     _save(cal.Calibration("k", "cpu", DEFAULT_PAIRING, (), ("not compared: no fast bf16",), 0.1, close))
-    plan = loading.runtime_plan(pairing, method="specsteer")
+    plan = planning.runtime_plan(pairing, method="specsteer")
     assert (
         plan.specialist.prompt_reader == "" and "read by llama.cpp (measured here: 110 against 100" not in plan.reason
     )
     assert "prompt_reader" not in plan.to_dict()["specialist_pair"]
+
+
+def test_given_an_avx512_bf16_calibration_auto_hands_the_prompt_over_from_bf16(cache):
+    """Before, the hand-off read only in fp32, so auto ran llama.cpp alone here and the first token waited on its
+    reading (259 tok/s); now bf16's 449 tok/s read the private prompt and llama.cpp decodes from there."""
+    pairing = PAIRINGS[DEFAULT_PAIRING]
+    alone = next(cost for cost in plan_costs(AVX512_BF16, "specsteer", USABLE) if not cost.reader)
+    assert (alone.specialist, alone.generalist) == ("llama.cpp", "llama.cpp")  # what auto ran without bf16's reader
+    _save(AVX512_BF16)
+    plan = planning.runtime_plan(pairing, method="specsteer")
+    assert (plan.runtime, plan.reader) == ("llama.cpp", "transformers bf16")
+    assert "read by transformers bf16 and handed to llama.cpp (measured here: 449 against 259 tok/s" in plan.reason
+    assert plan.to_dict()["specialist_pair"]["prompt_reader_dtype"] == "bf16"
+    reader = plan.models(pairing)[-1]
+    assert (reader.role, reader.spec, reader.runtime, reader.dtype) == (
+        PROMPT_READER,
+        pairing.specialist,
+        "transformers",
+        "bf16",
+    )
+    assert planning.runtime_plan(pairing, "llama.cpp", method="specsteer").reader == ""  # by name: llama.cpp alone
+    # A calibration saved before the reading was timed beside the whole comparison: its 256-token reads decide.
+    _save(replace(AVX512_BF16, prompt_reading=None))
+    assert planning.runtime_plan(pairing, method="specsteer").reader == "transformers bf16"
 
 
 def test_a_calibration_saved_before_prompt_reading_was_timed_still_reads(cache):
@@ -170,26 +237,33 @@ def test_a_calibration_saved_before_prompt_reading_was_timed_still_reads(cache):
 def test_auto_splits_where_the_calibration_measured_it(cache):
     pairing = PAIRINGS[DEFAULT_PAIRING]
     _save(PROMPT_HEAVY)
-    plan = loading.runtime_plan(pairing, method="specsteer")
+    plan = planning.runtime_plan(pairing, method="specsteer")
     assert plan.runtime == "transformers/llama.cpp"
-    assert loading.choose_runtime(pairing, method="specsteer") == "transformers/llama.cpp"
-    assert loading.runtime_plan(pairing, method="llm").runtime == "llama.cpp"
+    # where the split's token ids turn out to disagree at load, auto's single-runtime choice loads instead
+    assert plan.fallback == RuntimePlan.uniform(planning.runtime_choice(pairing, method="specsteer"))
+    assert planning.runtime_plan(pairing, method="llm").runtime == "llama.cpp"
     # Asked for by name: honoured as asked, a split included.
-    assert loading.runtime_plan(pairing, "llama.cpp", method="specsteer").runtime == "llama.cpp"
-    asked = loading.runtime_plan(pairing, "llama.cpp/transformers", method="specsteer")
+    assert planning.runtime_plan(pairing, "llama.cpp", method="specsteer").runtime == "llama.cpp"
+    asked = planning.runtime_plan(pairing, "llama.cpp/transformers", method="specsteer")
+    assert asked.fallback is None  # a split asked for by name is refused, never replaced
     assert (asked.specialist.runtime, asked.generalist.runtime) == ("llama.cpp", "transformers")
     with pytest.raises(ValueError, match="two runtimes"):
-        loading.runtime_plan(pairing, "auto/llama.cpp")
+        planning.runtime_plan(pairing, "auto/llama.cpp")
 
 
 def test_a_refused_split_falls_back_to_one_runtime(cache, monkeypatch):
     """auto's split whose token ids disagree loads on one runtime, saying why; a split asked for is refused."""
     split = RuntimePlan(RuntimeChoice("transformers", "reads faster"), RuntimeChoice("llama.cpp", "steps faster"))
-    monkeypatch.setattr(loading, "runtime_plan", lambda *args, **kwargs: split)
-    monkeypatch.setattr(loading, "runtime_choice", lambda *args, **kwargs: RuntimeChoice("llama.cpp", "today's"))
+    fallback = RuntimePlan.uniform(RuntimeChoice("llama.cpp", "today's"))
+
+    def plan(pairing, requested, *args, **kwargs):  # auto's split carries its fallback; one asked for has none
+        return replace(split, fallback=fallback) if requested == "auto" else split
+
+    monkeypatch.setattr(loading, "runtime_plan", plan)
     loaded: list[tuple[str, ...]] = []
 
-    def fake_load(pairing, runtimes, *args, **kwargs):
+    def fake_load(pairing, planned, *args, **kwargs):
+        runtimes = tuple(model.runtime for model in planned)
         loaded.append(runtimes)
         if len(set(runtimes)) > 1:
             raise loading.SplitVocabularyError("ids disagree")
@@ -206,6 +280,14 @@ def test_a_refused_split_falls_back_to_one_runtime(cache, monkeypatch):
     with pytest.raises(loading.SplitVocabularyError):
         loading.load_pair(DEFAULT_PAIRING, runtime="transformers/llama.cpp")
     loading.clear_loaded_pairs()
+
+
+def test_an_adapter_loads_only_on_a_plan_made_for_one():
+    """Loading decides nothing: an adapter given with a plan made without it is refused, not re-planned."""
+    llama = RuntimePlan.uniform(RuntimeChoice("llama.cpp", "measured"))
+    with pytest.raises(ValueError, match="a plan made for one"):
+        loading.load_planned(PAIRINGS[DEFAULT_PAIRING], llama, specialist_lora=object())  # type: ignore[arg-type]
+    assert planning.runtime_plan(PAIRINGS[DEFAULT_PAIRING], "auto", lora=True) == planning.lora_plan("auto")
 
 
 # --------------------------------------------------------------------------- a split pair of tiny models

@@ -255,7 +255,8 @@ def test_audit_catches_a_leaking_edge(pair, monkeypatch):
 
 def test_the_cloud_has_no_way_to_receive_the_history():
     parameters = set(inspect.signature(Cloud.__init__).parameters)
-    assert parameters == {"self", "generalist", "generic_specialist", "vocab_size", "forward_log"}
+    # acceptance: the Cloud's own decision rule (specsteer.method.acceptance), set where the Cloud is built
+    assert parameters == {"self", "generalist", "generic_specialist", "vocab_size", "forward_log", "acceptance"}
     assert set(inspect.signature(CloudService.__init__).parameters) == {
         "self",
         "pair",
@@ -264,6 +265,7 @@ def test_the_cloud_has_no_way_to_receive_the_history():
         "reuse_prefixes",
         "notice",  # a log line per reclaimed session: the Cloud's own words, out to its operator
         "read_ahead",  # the policy (specsteer.cloud.read_ahead): when an Open's prompts are read
+        "acceptance",  # the policy (specsteer.method.acceptance): who decides a round, set by the Cloud's owner
     }
     uplink_fields = {f.name for kind in (Open, Draft) for f in dataclasses.fields(kind)}
     assert uplink_fields == {

@@ -13,12 +13,12 @@ import threading
 import pytest
 import torch
 
-from conftest import require_llamacpp
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
 from specsteer.method.decoding import ForwardLog, Stream
 from specsteer.models.loading import assemble_pair
 from specsteer.models.tiny import IM_END_ID, tiny_model, tiny_tokenizer, write_tiny_gguf
 from specsteer.runtimes.base import PrefixCache, Sequence, TransformersModel
+from testkit import require_llamacpp
 
 # How far a row may be from a fresh evaluation of the same tokens. llama.cpp on the tiny fp32 model
 # measured ~5e-4 between batched and single-token passes; its logits spread over a few units.

@@ -14,10 +14,10 @@ import sys
 
 import pytest
 
-from conftest import require_llamacpp
 from specsteer.evaluation.bench import auto_rows
 from specsteer.models import calibration as cal
-from specsteer.models.loading import choose_runtime, runtime_choice
+from specsteer.models.model_timing import random_twin, time_model
+from specsteer.models.planning import runtime_choice, runtime_plan
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS
 from specsteer.models.tiny import tiny_model, write_tiny_gguf
 from specsteer.models.weights import ModelLoadError
@@ -25,6 +25,7 @@ from specsteer.runtimes import llamacpp, llamacpp_child
 from specsteer.runtimes import llamacpp_probe as probe
 from specsteer.runtimes.base import TransformersModel
 from specsteer.runtimes.machine import machine_info
+from testkit import require_llamacpp
 
 
 @pytest.fixture
@@ -71,9 +72,9 @@ def test_no_working_configuration_makes_llamacpp_unavailable_and_auto_falls_back
     usable, reason = llamacpp.status()
     assert not usable and "SIGSEGV" in reason
     pairing = PAIRINGS[DEFAULT_PAIRING]
-    assert choose_runtime(pairing, "auto", lambda line: None) == "transformers"
+    assert runtime_plan(pairing, "auto", lambda line: None).runtime == "transformers"
     with pytest.raises(ModelLoadError, match="failed its check"):
-        choose_runtime(pairing, "llama.cpp")
+        runtime_plan(pairing, "llama.cpp")
 
 
 def test_a_child_that_reports_an_error_is_a_failure_with_its_last_line(cache, monkeypatch):
@@ -181,7 +182,7 @@ def test_the_estimate_charges_what_each_method_reads_and_decodes():
 
 def test_auto_uses_the_saved_calibration(cache, monkeypatch):
     monkeypatch.setattr(llamacpp, "status", lambda models=(): (True, "llama-cpp-python (test)"))
-    monkeypatch.setattr("specsteer.models.loading.converted_ready", lambda pairing: True)
+    monkeypatch.setattr("specsteer.models.planning.converted_ready", lambda pairing: True)
     pairing = PAIRINGS[DEFAULT_PAIRING]
     assert runtime_choice(pairing, method="specsteer").runtime == "llama.cpp"  # nothing measured yet
     target = cal.calibration_path(DEFAULT_PAIRING)
@@ -195,7 +196,7 @@ def test_auto_uses_the_saved_calibration(cache, monkeypatch):
 
 
 def test_time_model_measures_a_real_runtime():
-    timing = cal.time_model(TransformersModel(tiny_model(1), "tiny"), "tiny")
+    timing = time_model(TransformersModel(tiny_model(1), "tiny"), "tiny")
     assert timing.prompt_tok_s > 0 and timing.step_s > 0 and timing.verify_s > 0
 
 
@@ -209,7 +210,7 @@ def test_the_twin_for_timing_has_the_gguf_shapes(tmp_path):
     model = LlamaCppModel(tmp_path / "tiny.gguf", threads=1)
     metadata = {**model.metadata(), "n_vocab": str(model.output_rows)}
     model.close()
-    twin = cal.random_twin(metadata, torch.float32)
+    twin = random_twin(metadata, torch.float32)
     reference = tiny_model(2).config
     for name in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads"):
         assert getattr(twin.config, name) == getattr(reference, name), name

@@ -14,11 +14,17 @@ import pytest
 import storage
 from specsteer.data.datasets import bundled_sample_path, load_task_records
 from specsteer.evaluation.grid import EvalSpec, run_grid
-from specsteer.evaluation.run_store import GridPoint
 from specsteer.models.tiny import TEST_PAIRING_ID, tiny_pair
-from specsteer.service.app_service import AppService, Failed, PairCatalog
+from specsteer.service.app_service import AppService
 from specsteer.service.campaign_import import RunCampaignRequest, create_from_run
-from specsteer.service.campaigns import CampaignError, CampaignGenerated, CampaignService
+from specsteer.service.campaign_values import CampaignError, CampaignGenerated
+from specsteer.service.campaigns import CampaignService
+from specsteer.service.evaluation import EvaluationService
+from specsteer.service.events import Failed
+from specsteer.service.generation import GenerationService
+from specsteer.service.pair_catalog import PairCatalog
+from specsteer.service.pair_loading import PairLoader
+from specsteer.stores.runs import GridPoint
 
 SAMPLE = str(bundled_sample_path("review").resolve())
 SPEC = EvalSpec(
@@ -36,7 +42,7 @@ SPEC = EvalSpec(
 
 def make_service(url: str) -> CampaignService:
     app = AppService(storage.SqlGenerationStore(url), storage.SqlRunStore(url), PairCatalog())
-    return CampaignService(app, storage.SqlCampaignStore(url))
+    return app.campaigns(storage.SqlCampaignStore(url))
 
 
 @pytest.fixture(scope="module")
@@ -63,8 +69,14 @@ def no_models(monkeypatch):
     monkeypatch.setattr(tiny, "shared_tiny_pair", refuse)
     monkeypatch.setattr(tiny, "tiny_pair", refuse)
     monkeypatch.setattr(PairCatalog, "load", refuse)
-    for name in ("_load", "_settings_pair", "compare", "generate", "evaluate"):
-        monkeypatch.setattr(AppService, name, refuse)
+    for owner, name in (
+        (PairLoader, "load"),
+        (PairLoader, "for_settings"),
+        (GenerationService, "compare"),
+        (GenerationService, "generate"),
+        (EvaluationService, "evaluate"),
+    ):
+        monkeypatch.setattr(owner, name, refuse)
 
 
 @pytest.fixture
@@ -77,7 +89,7 @@ def run_records():
 
 
 def cells_at(service, run_id, point):
-    return {cell.record_id: cell for cell in service.app.runs.cells(run_id) if cell.point == point}
+    return {cell.record_id: cell for cell in service.runs.cells(run_id) if cell.point == point}
 
 
 def test_the_comparisons_are_the_run_cells_outputs_ready_at_once(service, db):
@@ -93,7 +105,7 @@ def test_the_comparisons_are_the_run_cells_outputs_ready_at_once(service, db):
     points = [GridPoint("slm+"), GridPoint("llm"), GridPoint("specsteer", 0.1, 1.0)]
     by_point = {point.method: cells_at(service, db[1], point) for point in points}
     for item, record in zip(items, records, strict=True):
-        comparison = service.app.store.comparison(item.comparison_id)
+        comparison = service.comparisons.comparison(item.comparison_id)
         assert comparison.input_text == record.input and comparison.task == "review"
         for output in comparison.outputs:
             cell = by_point[output.method][record.id]
@@ -151,7 +163,7 @@ def test_what_does_not_fit_is_refused_and_stores_nothing(service, request_, mess
 
 def test_a_store_failure_midway_leaves_the_campaign_failed(service, monkeypatch):
     calls = []
-    save = service.app.store.save_comparison
+    save = service.comparisons.save_comparison
 
     def fail_second(comparison):
         calls.append(comparison)
@@ -159,7 +171,7 @@ def test_a_store_failure_midway_leaves_the_campaign_failed(service, monkeypatch)
             raise RuntimeError("disk full")
         return save(comparison)
 
-    monkeypatch.setattr(service.app.store, "save_comparison", fail_second)
+    monkeypatch.setattr(service.comparisons, "save_comparison", fail_second)
     with pytest.raises(CampaignError, match="disk full"):
         create_from_run(service, RunCampaignRequest("broken", "dev", methods=("slm+", "llm")))
     campaign = service.campaign("broken")

@@ -17,30 +17,29 @@ import pytest
 import storage
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
 from specsteer.protocol.exposure import Exposure
-from specsteer.service.app_service import AppService, ExportRefused, PairCatalog
-from specsteer.service.campaigns import (
-    MAX_RATIONALE_CHARS,
-    CampaignError,
-    CampaignGenerated,
-    CampaignProgress,
-    CampaignRequest,
-    CampaignService,
-    annotator_order,
-)
+from specsteer.service.app_service import AppService
+from specsteer.service.campaign_checks import MAX_RATIONALE_CHARS, annotator_order
+from specsteer.service.campaign_values import CampaignError, CampaignGenerated, CampaignProgress, CampaignRequest
+from specsteer.service.campaigns import CampaignService
+from specsteer.service.events import ExportRefused
 from specsteer.service.join_codes import FAILURES_PER_CAMPAIGN
+from specsteer.service.pair_catalog import PairCatalog
 
 SETTINGS = {"pairing": TEST_PAIRING_ID, "max_new_tokens": 4, "alpha": 0.1}
 METHODS = ("slm+", "llm", "specsteer")
 
 
-def make_service(url: str, exposure: Exposure | None = None) -> CampaignService:
-    app = AppService(
+def make_app(url: str, exposure: Exposure | None = None) -> AppService:
+    return AppService(
         storage.SqlGenerationStore(url),
         storage.SqlRunStore(url),
         PairCatalog({TEST_PAIRING_ID: shared_tiny_pair}),
         exposure=exposure,
     )
-    return CampaignService(app, storage.SqlCampaignStore(url))
+
+
+def make_service(url: str, exposure: Exposure | None = None) -> CampaignService:
+    return make_app(url, exposure).campaigns(storage.SqlCampaignStore(url))
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +70,7 @@ def test_the_campaign_is_ready_with_one_comparison_per_record(service):
     items = service.store.items(status.campaign.id)
     assert [item.position for item in items] == [0, 1]
     for item in items:
-        assert sorted(service.app.store.comparison(item.comparison_id).methods) == sorted(METHODS)
+        assert sorted(service.comparisons.comparison(item.comparison_id).methods) == sorted(METHODS)
 
 
 def test_joining_needs_the_code_given_to_the_name(service, db):
@@ -184,7 +183,8 @@ def test_export_holds_every_field_with_formulas_neutralised(service, db, tmp_pat
 
 
 def test_public_app_needs_the_token_to_create_and_export_not_to_judge(db):
-    public = make_service(db[0], Exposure(public=True, admin_token="op-secret"))
+    app = make_app(db[0], Exposure(public=True, admin_token="op-secret"))
+    public = app.campaigns(storage.SqlCampaignStore(db[0]))
     request = CampaignRequest("pub", "review", "sample", METHODS, SETTINGS, limit=1)
     with pytest.raises(ExportRefused):
         public.create(request, token="")
@@ -198,22 +198,23 @@ def test_public_app_needs_the_token_to_create_and_export_not_to_judge(db):
 
 def test_in_public_a_wrong_token_refuses_the_create_before_the_upload_is_read(db, tmp_path, monkeypatch):
     """The panel's create checks the operator's token first: a refused call opens and parses nothing."""
-    from specsteer.service import app_service
+    from specsteer.service import evaluation
     from ui.campaign_tab import CampaignHandlers
 
-    public = make_service(db[0], Exposure(public=True, admin_token="op-secret"))
+    app = make_app(db[0], Exposure(public=True, admin_token="op-secret"))
+    public = app.campaigns(storage.SqlCampaignStore(db[0]))
     upload = tmp_path / "records.jsonl"
     upload.write_bytes(b"x" * 1024)
     touched: list[object] = []
-    monkeypatch.setattr(public.app, "keep_records", lambda *args: touched.append(args))
-    monkeypatch.setattr(app_service, "load_records", lambda *args, **kwargs: touched.append(args))
+    monkeypatch.setattr(app, "keep_records", lambda *args: touched.append(args))
+    monkeypatch.setattr(evaluation, "load_records", lambda *args, **kwargs: touched.append(args))
     real_open = type(upload).open
     monkeypatch.setattr(type(upload), "open", lambda path, *a, **k: touched.append(path) or real_open(path, *a, **k))
 
     def create(token, upload_path):
         form = dict(name="from-upload", task="review", data="upload", limit=1, methods=["llm", "specsteer"])
         settings = dict(pairing=TEST_PAIRING_ID, runtime="auto", alpha=0.1, beta=1.0, max_new_tokens=4)
-        return CampaignHandlers(public).create(
+        return CampaignHandlers(public, app).create(
             **form, **settings, upload=str(upload_path), annotators="", open_to_anyone=False, token=token
         )
 
@@ -373,10 +374,12 @@ def test_two_saves_at_once_store_one_judgement(service, db):
 
 
 @pytest.mark.parametrize("limit, tokens", [(float("inf"), 4), (2, float("nan")), ("many", 4), (1.5, 4), (10**30, 4)])
-def test_the_panel_refuses_numbers_that_are_not_whole(service, limit, tokens):
+def test_the_panel_refuses_numbers_that_are_not_whole(db, limit, tokens):
     from ui.campaign_tab import CampaignHandlers
 
-    shown, _choices, created = CampaignHandlers(service).create(
+    app = make_app(db[0])
+    service = app.campaigns(storage.SqlCampaignStore(db[0]))
+    shown, _choices, created = CampaignHandlers(service, app).create(
         "numbers",
         "review",
         "sample",

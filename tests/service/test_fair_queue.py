@@ -17,7 +17,7 @@ pytest.importorskip("gradio_client")
 from gradio_client import Client  # noqa: E402
 
 import storage  # noqa: E402
-from conftest import API_GENERATE  # noqa: E402
+from testkit import API_GENERATE  # noqa: E402
 from ui import pairs  # noqa: E402
 
 # 10 SpecSteer settings + SLM + LLM = 12 points × 3 records = 36 cells.

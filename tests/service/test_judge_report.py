@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from specsteer.evaluation.judge_store import JudgeIdentity, JudgeScore, PairVerdict
-from specsteer.evaluation.run_store import GridPoint, StoredRun
-from specsteer.service.campaign_store import CampaignItemRef, RunSource, StoredCampaign, StoredCampaignJudgement
+from specsteer.evaluation.preference import wilson_interval
 from specsteer.service.example_runs import EXAMPLE_IDS_FROM, JudgesWithExamples
 from specsteer.service.judge_report import (
     export_fields,
@@ -18,7 +16,9 @@ from specsteer.service.judge_report import (
     run_campaigns,
     run_table,
 )
-from specsteer.service.preference import wilson_interval
+from specsteer.stores.campaigns import CampaignItemRef, RunSource, StoredCampaign, StoredCampaignJudgement
+from specsteer.stores.judges import JudgeIdentity, JudgeScore, PairVerdict
+from specsteer.stores.runs import GridPoint, StoredRun
 
 JUDGE = JudgeIdentity("small", "local", weak=True)
 SLM, LLM, STEER = GridPoint("slm+"), GridPoint("llm"), GridPoint("specsteer", 1.0, 1.0)

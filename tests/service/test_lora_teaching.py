@@ -12,10 +12,12 @@ import storage
 from specsteer.data.datasets import sample_history_path
 from specsteer.data.history import parse_history
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
-from specsteer.service.app_service import AppService, Done, Failed, PairCatalog
+from specsteer.service.app_service import AppService
+from specsteer.service.events import Done, Failed
 from specsteer.service.limits import PUBLIC_LIMITS
 from specsteer.service.lora_teaching import TeachDone, TeachFailed, TeachProgress
-from specsteer.service.stores import NamedHistory
+from specsteer.service.pair_catalog import PairCatalog
+from specsteer.stores.generations import NamedHistory
 
 
 @pytest.fixture(scope="module")

@@ -7,15 +7,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specsteer.models import loading
+from specsteer.models import planning
 from specsteer.models.calibration import RuntimeChoice
 from specsteer.models.registry import DEFAULT_PAIRING, get_pairing
 from specsteer.models.runtime_plan import RuntimePlan
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
 from specsteer.runtimes.placement import Placement
-from specsteer.service import app_service as service_module
+from specsteer.service import pair_catalog as service_module
 from specsteer.service import pairings
-from specsteer.service.app_service import PairCatalog
+from specsteer.service.pair_catalog import PairCatalog
 
 
 def fake_gpu(monkeypatch, capability=(9, 0)) -> None:
@@ -66,7 +66,7 @@ def test_on_a_cpu_auto_and_the_note_are_as_before(monkeypatch, pairing_id):
 def test_on_a_gpu_auto_picks_transformers_and_the_note_names_the_device(monkeypatch):
     fake_gpu(monkeypatch)
     # The offline pair is GGUF files that llama.cpp reads on a CPU: with a GPU present auto still picks transformers.
-    assert loading.runtime_choice(get_pairing(DEFAULT_PAIRING)).runtime == "transformers"
+    assert planning.runtime_choice(get_pairing(DEFAULT_PAIRING)).runtime == "transformers"
     note = PairCatalog(placement=Placement.detect()).runtime_note(DEFAULT_PAIRING)
     assert "transformers" in note and "the GPU (cuda, bf16)" in note and "CPU build" in note
     note = PairCatalog(placement=Placement.detect()).runtime_note("qwen3-0.6b__qwen3-32b")  # not GGUF files

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 import storage
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
 from specsteer.service.app_service import AppService
 from specsteer.service.example_runs import EXAMPLE_IDS_FROM, ExampleRunsAreReadOnly, RunsWithExamples
+from specsteer.stores.runs import CellResult, GridPoint
 
 
 def _cell(record: str, output: str) -> CellResult:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from specsteer.models.calibration import RuntimeChoice
 from specsteer.models.runtime_plan import RuntimePlan
-from specsteer.service import app_service as service_module
-from specsteer.service.app_service import PairCatalog
+from specsteer.service import pair_catalog as service_module
+from specsteer.service.pair_catalog import PairCatalog
 
 
 def test_the_note_of_a_split_names_both_runtimes_and_the_reasons(monkeypatch):
@@ -18,3 +18,14 @@ def test_the_note_of_a_split_names_both_runtimes_and_the_reasons(monkeypatch):
     assert note.startswith("Auto splits the streams here: the Specialist and its generic copy on transformers")
     assert "the Generalist on llama.cpp" in note and "1194 tok/s" in note and "verifies 90 ms" in note
     assert "quantization noise" in note  # why the Specialist and its copy never run apart
+
+
+def test_the_note_of_a_hand_off_says_who_reads_the_private_prompt(monkeypatch):
+    """A calibration that compared the runtimes whole (a CPU with fast bf16) and handed the prompt over: the note
+    gives the plan's reason, which names the bf16 reader, not the whole-runtime estimate alone."""
+    reason = "llama.cpp+handoff (transformers bf16) is estimated …; the Specialist's long prompts are read by transformers bf16"
+    handed = RuntimePlan.uniform(RuntimeChoice("llama.cpp", reason, True, "transformers", "bf16"))
+    monkeypatch.setattr(service_module, "runtime_plan", lambda pairing, requested, progress: handed)
+    monkeypatch.setattr(service_module, "_measured_choice", lambda pairing: " Measured here: llama.cpp is fastest.")
+    note = PairCatalog().runtime_note("offline-qwen2.5-coder")
+    assert note.startswith("Auto picks llama.cpp here") and "read by transformers bf16" in note

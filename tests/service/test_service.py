@@ -26,9 +26,10 @@ from specsteer.models.runtime_plan import RuntimePlan
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
 from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.wire import PROTOCOL_VERSION
-from specsteer.service import app_service as service_module
-from specsteer.service.app_service import (
-    AppService,
+from specsteer.service import generation as generation_module
+from specsteer.service import pair_catalog as catalog_module
+from specsteer.service.app_service import AppService
+from specsteer.service.events import (
     ComparisonSaved,
     ComparisonStarted,
     Done,
@@ -36,14 +37,14 @@ from specsteer.service.app_service import (
     Generating,
     Loading,
     OutputDone,
-    PairCatalog,
     Pending,
     Started,
     Status,
     Stopped,
     Token,
 )
-from specsteer.service.stores import NamedHistory, NewComparison, NewGeneration
+from specsteer.service.pair_catalog import PairCatalog
+from specsteer.stores.generations import NamedHistory, NewComparison, NewGeneration
 from specsteer.util.jsonable import to_jsonable
 
 INPUT = "Write a review of a power bank with great battery life"
@@ -228,7 +229,7 @@ def test_a_model_failure_is_a_message(service, store, history, monkeypatch):
     def broken(*_args, **_kwargs):
         raise RuntimeError("the kernel fell over")
 
-    monkeypatch.setattr(service_module, "generate", broken)
+    monkeypatch.setattr(generation_module, "generate", broken)
     *_, failed = service.generate(history, "review", INPUT, values())
     assert failed == Failed("Generation failed (RuntimeError): the kernel fell over.")
     assert store.generations == []
@@ -356,14 +357,14 @@ def test_the_runtime_note_says_what_auto_picks_and_why(monkeypatch):
         "Auto picks transformers: these models are not GGUF files, and llama.cpp reads only those."
     )
     llama = RuntimePlan.uniform(RuntimeChoice("llama.cpp", "no calibration; run `specsteer calibrate`"))
-    monkeypatch.setattr(service_module, "runtime_plan", lambda pairing, requested, progress: llama)
+    monkeypatch.setattr(catalog_module, "runtime_plan", lambda pairing, requested, progress: llama)
     assert catalog.runtime_note("offline-qwen2.5-coder").startswith("Auto picks llama.cpp here: both models are GGUF")
 
     def missing(pairing, requested, progress):
         progress("llama-cpp-python is not installed.")
         return RuntimePlan.uniform(RuntimeChoice("transformers", "llama-cpp-python is not installed."))
 
-    monkeypatch.setattr(service_module, "runtime_plan", missing)
+    monkeypatch.setattr(catalog_module, "runtime_plan", missing)
     assert catalog.runtime_note("offline-qwen2.5-coder") == (
         "Auto picks transformers here: llama-cpp-python is not installed."
     )

@@ -9,11 +9,12 @@ import pytest
 import storage
 from specsteer.data.datasets import bundled_sample_path
 from specsteer.data.history import HistoryError
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
 from specsteer.protocol.exposure import Exposure
-from specsteer.service.app_service import AppService, ExportRefused
-from specsteer.service.stores import NewAnnotation
+from specsteer.service.app_service import AppService
+from specsteer.service.events import ExportRefused
+from specsteer.stores.generations import NewAnnotation
+from specsteer.stores.runs import CellResult, GridPoint
 
 METHODS = ("slm", "llm", "specsteer", "slm+")
 
@@ -71,7 +72,7 @@ def test_the_export_needs_the_operators_token_in_public_and_says_when_there_is_n
     service.annotate(NewAnnotation(comparison, "visitor", "tie", {}, "note", METHODS))
     exported = service.export_annotations("jsonl")
     assert exported.count == 1 and "visitor" in exported.path.read_text()
-    service.exposure = Exposure(public=True, admin_token="operator-token")
+    service = AppService(service.store, service.runs, exposure=Exposure(public=True, admin_token="operator-token"))
     with pytest.raises(ExportRefused, match="needs the operator's token"):
         service.export_annotations("csv", "guess")
     assert service.export_annotations("csv", "operator-token").count == 1

@@ -17,9 +17,10 @@ from specsteer.data.history import HistoryError, parse_history
 from specsteer.evaluation.grid import EvalSpec
 from specsteer.models.tiny import TEST_PAIRING_ID
 from specsteer.protocol.exposure import Exposure
-from specsteer.service.app_service import AppService, Failed
+from specsteer.service.app_service import AppService
+from specsteer.service.events import Failed
 from specsteer.service.limits import LOCAL_LIMITS, PUBLIC_LIMITS, limits_for
-from specsteer.service.stores import NewAnnotation
+from specsteer.stores.generations import NewAnnotation
 from specsteer.util.turns import ModelTurns
 
 NESTED = "[" * 10_000 + "]" * 10_000
@@ -98,6 +99,21 @@ def test_a_grid_beyond_the_visitor_cap_needs_the_operator_token(public):
     assert "the limit is 2000 cells" in first_failure(public.evaluate(huge, operator_token=TOKEN))
 
 
+def test_a_visitor_over_every_cap_is_told_the_visitors_cap_and_the_operator_the_operators(public):
+    """Issue 35: a visitor whose grid was beyond the operator's cap too was told that cap ("2000 cells over at
+    most 50 records"), which the visitor cannot reach without the token, instead of its own (24 over 8)."""
+    huge = grid(alphas=tuple(float(i) for i in range(1, 17)), betas=tuple(float(i) for i in range(1, 17)), limit=50)
+    for spec in (huge, replace_spec(huge, limit=None)):
+        message = first_failure(public.evaluate(spec))
+        assert "a grid may have 24 cells over 8 records" in message and "operator's token" in message, message
+        assert "2000 cells" not in message and "at most 50 records" not in message
+    every = first_failure(public.evaluate(replace_spec(grid(), limit=None)))
+    assert every.startswith("This grid reads every record of its file") and "24 cells over 8 records" in every
+    assert "the limit is 2000 cells over at most 50 records" in first_failure(
+        public.evaluate(huge, operator_token=TOKEN)
+    )
+
+
 def test_a_run_name_longer_than_the_cap_is_refused_and_not_stored(public):
     message = first_failure(public.evaluate(grid(run_name="x" * 100_000)))
     assert "run name has 100,000 characters" in message and "120" in message
@@ -144,7 +160,7 @@ def test_histories_share_the_depth_check():
 
 
 def test_a_rejected_upload_leaves_nothing_in_the_uploads_folder(public, tmp_path, monkeypatch):
-    from specsteer.service import app_service as service_module
+    from specsteer.service import evaluation as service_module
 
     monkeypatch.setattr(service_module, "MAX_RECORDS_UPLOAD_ITEMS", 10)  # the cap, made small to stay quick
     nested = tmp_path / "nested.json"

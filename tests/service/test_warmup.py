@@ -13,8 +13,10 @@ from specsteer.data.datasets import sample_history_path
 from specsteer.data.history import parse_history
 from specsteer.method.events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM
 from specsteer.models.tiny import TEST_PAIRING_ID, tiny_pair
-from specsteer.service.app_service import AppService, Done, Loading, PairCatalog
-from specsteer.service.stores import NamedHistory
+from specsteer.service.app_service import AppService
+from specsteer.service.events import Done, Loading
+from specsteer.service.pair_catalog import PairCatalog
+from specsteer.stores.generations import NamedHistory
 
 INPUT = "Write a review of a power bank with great battery life"
 

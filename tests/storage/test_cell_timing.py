@@ -13,9 +13,9 @@ from sqlalchemy import text, update
 import storage
 from specsteer.data.datasets import bundled_sample_path
 from specsteer.evaluation.grid import EvalSpec, run_grid
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
 from specsteer.models.tiny import tiny_pair
+from specsteer.stores.runs import CellResult, GridPoint
 from storage import db
 from storage.models import EvalCell
 

@@ -9,10 +9,10 @@ import sqlite3
 import pytest
 
 import storage
-from specsteer.evaluation.judge_store import JudgeIdentity, JudgeScore, PairVerdict
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats
-from storage.judge_scores import SqlJudgeStore
+from specsteer.stores.judges import JudgeIdentity, JudgeScore, PairVerdict
+from specsteer.stores.runs import CellResult, GridPoint
+from storage.judge_store import SqlJudgeStore
 
 ENDPOINT = JudgeIdentity("gpt-judge", "endpoint")
 WEAK = JudgeIdentity("small-model", "local", weak=True)

@@ -13,8 +13,8 @@ from sqlalchemy import make_url
 from sqlalchemy.exc import OperationalError
 
 import storage
-from specsteer.evaluation.run_store import CellResult, GridPoint
 from specsteer.method.events import GenerationStats, TraceStep
+from specsteer.stores.runs import CellResult, GridPoint
 from storage.runs import copy_run
 
 

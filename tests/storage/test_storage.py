@@ -19,12 +19,12 @@ from sqlalchemy.exc import IntegrityError, OperationalError
 
 import storage
 from specsteer.evaluation.metrics import ROUGE_KEYS
-from specsteer.evaluation.run_store import CellResult, GridPoint, cell_key
 from specsteer.method.events import GenerationStats, LinkMessage, TokenEvent
-from specsteer.service.campaign_store import NewCampaign, NewCampaignJudgement
+from specsteer.stores.campaigns import NewCampaign, NewCampaignJudgement
+from specsteer.stores.generations import Judgement
+from specsteer.stores.runs import CellResult, GridPoint, cell_key
 from storage import db, exports
 from storage.histories import history_sha256
-from storage.judgements import Judgement, summarize_annotations
 from storage.models import Base, Comparison, ComparisonOutput, Generation
 
 TABLES = {
@@ -371,11 +371,17 @@ def test_annotation_validation_errors(url, changes, message):
     assert storage.list_annotations(url=url) == []
 
 
-def test_tie_and_all_bad_are_accepted(db_url):
+def test_every_special_preference_is_accepted(db_url):
     comparison_id = _comparison(db_url)
-    for choice in ("tie", "all_bad", "llm", "C"):
+    for choice in ("tie", "all_good", "all_bad", "llm", "C"):
         storage.save_annotation(comparison_id=comparison_id, annotator="ann", preferred=choice, url=db_url)
-    assert [a.preferred_method for a in storage.list_annotations(url=db_url)] == ["tie", "all_bad", "llm", "slm+"]
+    assert [a.preferred_method for a in storage.list_annotations(url=db_url)] == [
+        "tie",
+        "all_good",
+        "all_bad",
+        "llm",
+        "slm+",
+    ]
 
 
 def test_export_rows_csv_and_jsonl(db_url, tmp_path):
@@ -423,67 +429,6 @@ def test_export_rows_csv_and_jsonl(db_url, tmp_path):
     lines = [json.loads(line) for line in buffer.getvalue().splitlines()]
     assert lines[0]["comment"] == "=cmd|' /C calc'!A0"  # JSONL keeps text verbatim
     assert lines[1]["preferred_method"] == "tie" and lines[0]["rating:llm:fluency"] == 5
-
-
-# ---------------------------------------------------------------- annotation stats
-
-
-def _judgement(annotation_id, comparison_id, annotator, preferred, shown, ratings=None):
-    return Judgement(
-        id=annotation_id,
-        comparison_id=comparison_id,
-        annotator=annotator,
-        preferred=preferred,
-        preferred_method=preferred,
-        ratings=ratings or {},
-        display_order=tuple(shown),
-    )
-
-
-def test_win_rates_and_agreement_on_a_hand_computed_example():
-    three, two_a, two_b = ["specsteer", "llm", "slm+"], ["specsteer", "llm"], ["specsteer", "slm+"]
-    annotations = [
-        _judgement(1, 1, "ann1", "specsteer", three, {"specsteer": {"fluency": 4}}),
-        _judgement(2, 1, "ann2", "specsteer", three, {"specsteer": {"fluency": 5}}),
-        _judgement(3, 1, "ann3", "llm", three),
-        _judgement(4, 2, "ann1", "tie", two_a),
-        _judgement(5, 2, "ann2", "llm", two_a),
-        _judgement(6, 3, "ann1", "specsteer", two_b),
-        _judgement(7, 3, "ann1", "slm+", two_b),  # re-judged: replaces annotation 6
-    ]
-    summary = summarize_annotations(annotations)
-    assert summary.judgements == 6 and summary.judges == 3 and summary.names == 3
-    methods = summary.methods
-    assert list(methods) == ["llm", "slm+", "specsteer"]
-    # specsteer shown 3+2+1 = 6 times, preferred twice, one tie where it was shown.
-    specsteer = methods["specsteer"]
-    assert (specsteer.shown, specsteer.wins, specsteer.ties, specsteer.all_bad) == (6, 2, 1, 0)
-    assert specsteer.win_rate == pytest.approx(2 / 6) and specsteer.mean_ratings == {"fluency": 4.5}
-    assert (methods["llm"].shown, methods["llm"].wins, methods["llm"].win_rate) == (5, 2, pytest.approx(0.4))
-    assert (methods["slm+"].shown, methods["slm+"].wins, methods["slm+"].win_rate) == (4, 1, 0.25)
-    # Items with >= 2 annotators: comparison 1 {specsteer: 2, llm: 1}, comparison 2 {tie: 1, llm: 1}.
-    # P1 = (2*1 + 0) / (3*2) = 1/3, P2 = 0 -> P-bar = 1/6.
-    # Pooled shares: specsteer 2/5, llm 2/5, tie 1/5 -> Pe = 9/25; kappa = (1/6 - 9/25) / (16/25) = -29/96.
-    agreement = summary.agreement
-    assert agreement.comparisons == 2 and agreement.judgements == 5
-    assert agreement.percent_agreement == pytest.approx(1 / 6)
-    assert agreement.unanimous == 0
-    assert agreement.fleiss_kappa == pytest.approx(-29 / 96)
-
-
-def test_perfect_agreement_and_undefined_kappa():
-    shown = ["specsteer", "llm"]
-    perfect = [
-        _judgement(1, 1, "a", "llm", shown),
-        _judgement(2, 1, "b", "llm", shown),
-        _judgement(3, 2, "a", "specsteer", shown),
-        _judgement(4, 2, "b", "specsteer", shown),
-    ]
-    agreement = summarize_annotations(perfect).agreement
-    assert agreement.percent_agreement == 1 and agreement.unanimous == 1 and agreement.fleiss_kappa == 1
-    # Everyone always picks the same category: chance agreement is 1, kappa is undefined.
-    assert summarize_annotations(perfect[:2]).agreement.fleiss_kappa is None
-    assert summarize_annotations([]).agreement.percent_agreement is None
 
 
 def test_annotation_summary_from_the_database(db_url):

@@ -1,21 +1,19 @@
-"""What annotation campaigns need from wherever they are kept: typed values and a small protocol.
+"""What a campaign store keeps (``protocols.CampaignStore``): annotation campaigns, their annotators and
+judgements, as typed values.
 
-``storage.SqlCampaignStore`` implements it; ``specsteer.service.campaigns`` uses it. Like
-``specsteer.service.stores``, this module imports nothing heavy, so ``storage`` can implement it
-without loading the decoding library. Repositories check what they store (a unique campaign name,
-one judgement per annotator and comparison); the service checks everything a person typed.
+``specsteer.service.campaigns`` uses them; ``storage.SqlCampaignStore`` turns them into rows. Repositories
+check what they store (a unique campaign name, one judgement per annotator and comparison); the service checks
+everything a person typed. Light: no torch, no SQLAlchemy.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
-from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 CampaignStatus = Literal["preparing", "ready", "stopped", "failed"]
-SPECIAL_CHOICES = ("tie", "all_good", "all_bad")  # besides a slot's label
 
 
 RUN_SOURCE = "run"  # ``NewCampaign.data["source"]`` of a campaign made from an evaluation run's stored outputs
@@ -152,49 +150,3 @@ class StoredCampaignJudgement:
     saves: int
     created_at: datetime | None = None
     updated_at: datetime | None = None
-
-
-class CampaignStore(Protocol):
-    def create_campaign(self, campaign: NewCampaign) -> StoredCampaign:
-        """DuplicateCampaign when the name is taken."""
-        ...
-
-    def campaign(self, name: str) -> StoredCampaign | None: ...
-
-    def campaign_by_id(self, campaign_id: int) -> StoredCampaign | None: ...
-
-    def campaigns(self) -> list[StoredCampaign]:
-        """Newest first."""
-        ...
-
-    def set_status(self, campaign_id: int, status: CampaignStatus, error: str | None = None) -> None: ...
-
-    def items(self, campaign_id: int) -> list[CampaignItemRef]:
-        """In record order."""
-        ...
-
-    def add_item(self, campaign_id: int, position: int, record_key: str, comparison_id: int) -> bool:
-        """False (and nothing stored) when the record already has its comparison."""
-        ...
-
-    def annotator(self, campaign_id: int, name: str) -> Annotator | None: ...
-
-    def annotator_count(self, campaign_id: int) -> int: ...
-
-    def add_annotator(self, campaign_id: int, name: str, code_hash: str | None) -> Annotator:
-        """The existing one when the name is taken."""
-        ...
-
-    def set_code_hash(self, annotator_id: int, code_hash: str) -> None:
-        """Keep another stored form of the annotator's join code (the same code, hashed anew)."""
-        ...
-
-    def save_judgement(self, judgement: NewCampaignJudgement) -> int:
-        """Inserts, or replaces the annotator's earlier judgement of the comparison; the row's id."""
-        ...
-
-    def judgements(self, campaign_id: int | None, annotator_id: int | None = None) -> list[StoredCampaignJudgement]:
-        """Oldest first; of one campaign (None: every campaign), optionally of one annotator."""
-        ...
-
-    def write_export(self, kind: Literal["csv", "jsonl"], rows: Sequence[Mapping[str, Any]], target: Path) -> int: ...

@@ -1,8 +1,13 @@
-"""What an annotation campaign's judgements add up to: a leaderboard that holds up, and how far to trust it.
+"""What annotators' judgements add up to: every statistic of the app's judgements, in one module.
 
-Pure: numpy and the standard library only (no torch, no database, no gradio), so every statistic is
-tested on hand-made judgements. The store keeps :class:`CampaignJudgement` values; :func:`preference_report`
-turns any collection of them (one campaign, or several with distinct comparison ids) into:
+One cohesive module, though longer than most: every statistic here reads the same judgement (the methods shown
+in the order shown, what was preferred, the ratings) with the same checks and the same vocabulary (the special
+preferences of ``specsteer.stores.generations``), and the Compare tab's summary and a campaign's report share
+their tallies and their agreement. Pure: numpy and the standard library only (no torch, no database, no
+gradio, no service), so every statistic is tested on hand-made judgements.
+
+A campaign's store keeps :class:`CampaignJudgement` values; :func:`preference_report` turns any collection of
+them (one campaign, or several with distinct comparison ids) into:
 
 * **Pairwise outcomes** (:func:`pairwise_outcomes`). A judgement that prefers one slot is read as that
   slot's method beating every other method shown; it says nothing about the others among themselves.
@@ -30,10 +35,14 @@ turns any collection of them (one campaign, or several with distinct comparison 
   interval, against the rate expected if position did not matter. It measures position as such only when
   methods are assigned to slots at random (or balanced), as a campaign's blind order per annotator does;
   with a fixed order it mixes position with method.
-* **Agreement**: Fleiss' κ on the preferred method (:func:`preference_agreement`, the same definition as
-  ``storage.judgements`` uses today, with "all_good" as one more category), and Krippendorff's α with the
-  interval metric for each rating criterion (:func:`rating_agreement`), missing ratings allowed.
+* **Agreement**: Fleiss' κ on the preferred method (:func:`fleiss_agreement`, the methods and the special
+  preferences as categories), and Krippendorff's α with the interval metric for each rating criterion
+  (:func:`rating_agreement`), missing ratings allowed.
 * **Annotators** (:func:`annotator_activity`): judgements per annotator and median seconds per judgement.
+
+The Compare tab's quick judgements (``specsteer.stores.generations.Judgement``, one per page session and
+comparison) add up to :func:`summarize_annotations`: the same tallies per method (:func:`preference_tallies`),
+mean ratings, and the same agreement, between page sessions.
 
 The input is one judgement per annotator per comparison (the store keeps the latest); a duplicate, or a
 comparison id shown with different methods, is refused rather than guessed at.
@@ -46,15 +55,22 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Literal, get_args
 
 import numpy as np
 from numpy.typing import NDArray
 
-from specsteer.service.stores import MAX_COMPARISON_OUTPUTS, Agreement, Judgement, slot_label
+from specsteer.stores.campaigns import StoredCampaignJudgement
+from specsteer.stores.generations import (
+    MAX_COMPARISON_OUTPUTS,
+    SPECIAL_PREFERENCES,
+    Agreement,
+    AnnotationSummary,
+    Judgement,
+    MethodJudgements,
+    SpecialPreference,
+    slot_label,
+)
 
-SpecialPreference = Literal["tie", "all_good", "all_bad"]
-SPECIAL_PREFERENCES: tuple[SpecialPreference, ...] = get_args(SpecialPreference)
 Preference = int | SpecialPreference  # a slot (0 is label A), or one of the special preferences
 
 DEFAULT_RESAMPLES = 1000
@@ -147,16 +163,11 @@ def parse_preference(text: str, slots: Sequence[str]) -> Preference:
 
 
 def from_judgements(judgements: Iterable[Judgement]) -> list[CampaignJudgement]:
-    """Today's stored judgements (``specsteer.service.stores.Judgement``) as campaign judgements, without times.
-
-    Like ``storage.judgements.latest_judgements``, only each annotator's latest judgement of a comparison
-    (highest id) is kept.
-    """
-    latest: dict[tuple[int, str], Judgement] = {}
-    for judgement in sorted(judgements, key=lambda j: j.id):
-        latest[(judgement.comparison_id, judgement.annotator)] = judgement
+    """The Compare tab's judgements (``specsteer.stores.generations.Judgement``) as campaign judgements, without
+    times: each judge's latest of a comparison (:func:`latest_judgements`), the judge (``Judgement.judge``, a page
+    session or a name) as the annotator."""
     converted = []
-    for judgement in latest.values():
+    for judgement in latest_judgements(judgements):
         slots = tuple(judgement.display_order)
         chosen = judgement.preferred_method
         if chosen not in SPECIAL_PREFERENCES and chosen not in slots:
@@ -164,13 +175,27 @@ def from_judgements(judgements: Iterable[Judgement]) -> list[CampaignJudgement]:
         converted.append(
             CampaignJudgement(
                 comparison_id=judgement.comparison_id,
-                annotator=judgement.annotator,
+                annotator=":".join(judgement.judge),
                 slots=slots,
                 preference=chosen if chosen in SPECIAL_PREFERENCES else slots.index(chosen),
                 ratings=tuple(dict(judgement.ratings.get(method, {})) for method in slots) if judgement.ratings else (),
             )
         )
     return converted
+
+
+def as_campaign_judgement(judgement: StoredCampaignJudgement) -> CampaignJudgement:
+    """A campaign's stored judgement as the statistics read it (slot index or special preference, ratings per
+    slot)."""
+    slots = tuple(judgement.slots)
+    return CampaignJudgement(
+        comparison_id=judgement.comparison_id,
+        annotator=judgement.annotator,
+        slots=slots,
+        preference=parse_preference(judgement.preference, slots),
+        ratings=tuple(dict(judgement.ratings.get(method, {})) for method in slots),
+        seconds=judgement.seconds,
+    )
 
 
 def _checked(judgements: Iterable[CampaignJudgement]) -> list[CampaignJudgement]:
@@ -202,6 +227,24 @@ def _method_order(judgements: Sequence[CampaignJudgement], methods: Iterable[str
     if not all(isinstance(method, str) and method for method in listed):
         raise ValueError("methods must be non-empty strings")
     return tuple(sorted(listed | {method for judgement in judgements for method in judgement.slots}))
+
+
+# --------------------------------------------------------------------------- tallies per method
+
+
+def preference_tallies(choices: Iterable[tuple[Sequence[str], str]]) -> dict[str, Counter[str]]:
+    """Per method, over (the methods a judgement showed, what it chose: a method or a special preference) pairs:
+    the judgements that showed it ("judgements"), preferred it ("wins"), preferred another ("losses"), and chose
+    each special preference while it was shown (counted under that preference's name)."""
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    for shown, chosen in choices:
+        for method in shown:
+            counts[method]["judgements"] += 1
+            if chosen in SPECIAL_PREFERENCES:
+                counts[method][chosen] += 1
+            else:
+                counts[method]["wins" if chosen == method else "losses"] += 1
+    return counts
 
 
 # --------------------------------------------------------------------------- pairwise outcomes and the win matrix
@@ -534,16 +577,11 @@ def leaderboard(
     listed = _checked(judgements)
     extra = list(methods)
     fit = bradley_terry(listed, resamples=resamples, confidence=confidence, seed=seed, prior_games=prior_games)
-    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    counts = preference_tallies((judgement.slots, judgement.category) for judgement in listed)
     shown_in: dict[str, set[int]] = defaultdict(set)
     for judgement in listed:
         for method in judgement.slots:
             shown_in[method].add(judgement.comparison_id)
-            counts[method]["judgements"] += 1
-            if isinstance(judgement.preference, int):
-                counts[method]["wins" if judgement.preferred_method == method else "losses"] += 1
-            else:
-                counts[method][judgement.preference] += 1
 
     order = _method_order(listed, extra)
     strength: dict[str, tuple[float, float | None, float | None]] = {}
@@ -673,13 +711,38 @@ def position_bias(judgements: Iterable[CampaignJudgement], confidence: float = 0
 # --------------------------------------------------------------------------- agreement
 
 
-def preference_agreement(judgements: Iterable[CampaignJudgement]) -> Agreement:
-    """Agreement on what was preferred, over the comparisons judged by two or more annotators.
+def fleiss_agreement(categories: Iterable[tuple[object, str]]) -> Agreement:
+    """The agreement (:class:`specsteer.stores.generations.Agreement`) of (comparison, category chosen) pairs, one
+    per judgement, over the comparisons judged two or more times: Fleiss' κ for a varying number of raters per
+    comparison."""
+    by_comparison: dict[object, Counter[str]] = defaultdict(Counter)
+    for comparison, category in categories:
+        by_comparison[comparison][category] += 1
+    items = [counts for counts in by_comparison.values() if sum(counts.values()) >= 2]
+    if not items:
+        return Agreement(0, 0, None, None, None)
+    rated = sum(sum(counts.values()) for counts in items)
+    observed = sum(
+        sum(n * (n - 1) for n in counts.values()) / (sum(counts.values()) * (sum(counts.values()) - 1))
+        for counts in items
+    ) / len(items)
+    totals: Counter[str] = Counter()
+    for counts in items:
+        totals.update(counts)
+    expected = sum((n / rated) ** 2 for n in totals.values())
+    return Agreement(
+        comparisons=len(items),
+        judgements=rated,
+        percent_agreement=observed,
+        unanimous=sum(1 for counts in items if len(counts) == 1) / len(items),
+        fleiss_kappa=(observed - expected) / (1 - expected) if expected < 1 else None,
+    )
 
-    The definition of ``storage.judgements`` (see :class:`specsteer.service.stores.Agreement`): Fleiss' κ for a
-    varying number of raters per comparison, the categories being the method preferred (whatever slot it
-    sat in) and "tie", "all_good", "all_bad"."""
-    return Agreement.of((judgement.comparison_id, judgement.category) for judgement in _checked(judgements))
+
+def preference_agreement(judgements: Iterable[CampaignJudgement]) -> Agreement:
+    """Agreement on what was preferred (:func:`fleiss_agreement`), over the comparisons judged by two or more
+    annotators, the categories being the method preferred (whatever slot it sat in) and the special preferences."""
+    return fleiss_agreement((judgement.comparison_id, judgement.category) for judgement in _checked(judgements))
 
 
 def krippendorff_alpha_interval(units: Iterable[Sequence[float]]) -> float | None:
@@ -819,4 +882,56 @@ def preference_report(
         position_bias=position_bias(listed, confidence),
         agreement=preference_agreement(listed),
         rating_agreement=rating_agreement(listed),
+    )
+
+
+# --------------------------------------------------------------------------- the Compare tab's summary
+
+
+def latest_judgements(judgements: Iterable[Judgement]) -> list[Judgement]:
+    """Each judge's latest judgement per comparison (a re-judgement replaces the earlier one). The judge is
+    the page session that saved it (:attr:`Judgement.judge`), not the name typed: one page that types
+    eight names is one judge."""
+    latest: dict[tuple[int, tuple[str, str]], Judgement] = {}
+    for judgement in sorted(judgements, key=lambda j: j.id):
+        latest[(judgement.comparison_id, judgement.judge)] = judgement
+    return list(latest.values())
+
+
+def mean_ratings(ratings: Iterable[Mapping[str, Mapping[str, float]]]) -> dict[str, dict[str, float]]:
+    """Per method (in name order), the mean score of each criterion it was rated on (in name order), over
+    judgements' ratings (method -> criterion -> score)."""
+    scores: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    for rated in ratings:
+        for method, criteria in rated.items():
+            for criterion, score in criteria.items():
+                scores[method][criterion].append(score)
+    return {
+        method: {criterion: sum(values) / len(values) for criterion, values in sorted(by_criterion.items())}
+        for method, by_criterion in sorted(scores.items())
+    }
+
+
+def summarize_annotations(judgements: Iterable[Judgement]) -> AnnotationSummary:
+    """Win rates and mean ratings per method, and agreement between judges (page sessions), over each judge's
+    latest judgement of a comparison."""
+    latest = latest_judgements(judgements)
+    tallies = preference_tallies((judgement.display_order, judgement.preferred_method) for judgement in latest)
+    means = mean_ratings(judgement.ratings for judgement in latest)
+    return AnnotationSummary(
+        judgements=len(latest),
+        judges=len({judgement.judge for judgement in latest}),
+        names=len({judgement.annotator for judgement in latest}),
+        methods={
+            method: MethodJudgements(
+                shown=count["judgements"],
+                wins=count["wins"],
+                ties=count["tie"],
+                all_good=count["all_good"],
+                all_bad=count["all_bad"],
+                mean_ratings=means.get(method, {}),
+            )
+            for method, count in sorted(tallies.items())
+        },
+        agreement=fleiss_agreement((judgement.comparison_id, judgement.preferred_method) for judgement in latest),
     )

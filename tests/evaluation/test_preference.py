@@ -1,4 +1,4 @@
-"""Preference statistics of annotation campaigns (specsteer.service.preference), on hand-made and synthetic judgements.
+"""Preference statistics of annotation campaigns (specsteer.evaluation.preference), on hand-made and synthetic judgements.
 
 The synthetic judgements are drawn from known Bradley–Terry strengths: an annotator shown k outputs prefers
 output i with probability e^(s_i) / sum over the shown of e^(s_j) (Luce's choice rule, which is Bradley–Terry
@@ -14,7 +14,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from specsteer.service.preference import (
+from specsteer.evaluation.preference import (
     SPECIAL_PREFERENCES,
     CampaignJudgement,
     PairwiseOutcome,
@@ -30,11 +30,11 @@ from specsteer.service.preference import (
     preference_agreement,
     preference_report,
     rating_agreement,
+    summarize_annotations,
     wilson_interval,
     win_matrix,
 )
-from specsteer.service.stores import Judgement
-from storage.judgements import summarize_annotations
+from specsteer.stores.generations import Judgement
 
 TRUE_STRENGTHS = (-1.0, -0.5, 0.0, 0.5, 1.0)  # mean 0, as the fit anchors its own
 METHODS = tuple(f"m{i}" for i in range(len(TRUE_STRENGTHS)))
@@ -333,6 +333,78 @@ def _stored(annotation_id, comparison_id, annotator, preferred, shown, ratings=N
         ratings=ratings or {},
         display_order=tuple(shown),
     )
+
+
+# --------------------------------------------------------------------------- the Compare tab's summary
+
+
+def test_win_rates_and_agreement_on_a_hand_computed_example():
+    three, two_a, two_b = ["specsteer", "llm", "slm+"], ["specsteer", "llm"], ["specsteer", "slm+"]
+    annotations = [
+        _stored(1, 1, "ann1", "specsteer", three, {"specsteer": {"fluency": 4}}),
+        _stored(2, 1, "ann2", "specsteer", three, {"specsteer": {"fluency": 5}}),
+        _stored(3, 1, "ann3", "llm", three),
+        _stored(4, 2, "ann1", "tie", two_a),
+        _stored(5, 2, "ann2", "llm", two_a),
+        _stored(6, 3, "ann1", "specsteer", two_b),
+        _stored(7, 3, "ann1", "slm+", two_b),  # re-judged: replaces annotation 6
+    ]
+    summary = summarize_annotations(annotations)
+    assert summary.judgements == 6 and summary.judges == 3 and summary.names == 3
+    methods = summary.methods
+    assert list(methods) == ["llm", "slm+", "specsteer"]
+    # specsteer shown 3+2+1 = 6 times, preferred twice, one tie where it was shown.
+    specsteer = methods["specsteer"]
+    assert (specsteer.shown, specsteer.wins, specsteer.ties, specsteer.all_bad) == (6, 2, 1, 0)
+    assert specsteer.win_rate == pytest.approx(2 / 6) and specsteer.mean_ratings == {"fluency": 4.5}
+    assert (methods["llm"].shown, methods["llm"].wins, methods["llm"].win_rate) == (5, 2, pytest.approx(0.4))
+    assert (methods["slm+"].shown, methods["slm+"].wins, methods["slm+"].win_rate) == (4, 1, 0.25)
+    # Items with >= 2 annotators: comparison 1 {specsteer: 2, llm: 1}, comparison 2 {tie: 1, llm: 1}.
+    # P1 = (2*1 + 0) / (3*2) = 1/3, P2 = 0 -> P-bar = 1/6.
+    # Pooled shares: specsteer 2/5, llm 2/5, tie 1/5 -> Pe = 9/25; kappa = (1/6 - 9/25) / (16/25) = -29/96.
+    agreement = summary.agreement
+    assert agreement.comparisons == 2 and agreement.judgements == 5
+    assert agreement.percent_agreement == pytest.approx(1 / 6)
+    assert agreement.unanimous == 0
+    assert agreement.fleiss_kappa == pytest.approx(-29 / 96)
+
+
+def test_perfect_agreement_and_undefined_kappa():
+    shown = ["specsteer", "llm"]
+    perfect = [
+        _stored(1, 1, "a", "llm", shown),
+        _stored(2, 1, "b", "llm", shown),
+        _stored(3, 2, "a", "specsteer", shown),
+        _stored(4, 2, "b", "specsteer", shown),
+    ]
+    agreement = summarize_annotations(perfect).agreement
+    assert agreement.percent_agreement == 1 and agreement.unanimous == 1 and agreement.fleiss_kappa == 1
+    # Everyone always picks the same category: chance agreement is 1, kappa is undefined.
+    assert summarize_annotations(perfect[:2]).agreement.fleiss_kappa is None
+    assert summarize_annotations([]).agreement.percent_agreement is None
+
+
+def test_the_compare_summary_counts_every_special_preference_as_the_leaderboard_does():
+    shown = ["specsteer", "llm"]
+    stored = [
+        _stored(1, 1, "ann", "all_good", shown),
+        _stored(2, 2, "ann", "all_bad", shown),
+        _stored(3, 3, "ann", "tie", shown),
+        _stored(4, 4, "ann", "llm", shown),
+    ]
+    methods = summarize_annotations(stored).methods
+    llm = methods["llm"]
+    assert (llm.shown, llm.wins, llm.ties, llm.all_good, llm.all_bad) == (4, 1, 1, 1, 1)
+    rows = {row.method: row for row in leaderboard(from_judgements(stored), resamples=10).rows}
+    for method, judged in methods.items():
+        row = rows[method]
+        assert (row.judgements, row.wins, row.ties, row.all_good, row.all_bad) == (
+            judged.shown,
+            judged.wins,
+            judged.ties,
+            judged.all_good,
+            judged.all_bad,
+        )
 
 
 def test_fleiss_kappa_matches_todays_summary():

@@ -1,21 +1,32 @@
-"""What an LLM judge's results need from wherever they are kept: the :class:`JudgeStore` protocol and its typed
-values (:class:`JudgeIdentity`, :class:`JudgeScore`, :class:`PairVerdict`).
+"""What a judge store keeps (``protocols.JudgeStore``): an LLM judge's grades and pairwise verdicts of stored
+runs' cells, as typed values (:class:`JudgeIdentity`, :class:`JudgeScore`, :class:`PairVerdict`), and the
+vocabulary they are stored in (the rubric's version, why a result is missing, a verdict's winner).
 
-A score belongs to one cell of a stored evaluation run (``specsteer.evaluation.run_store``), one judge and one
-criterion (``specsteer.evaluation.judge_rubric``); a verdict to two cells of one record shown in one order.
+A score belongs to one cell of a stored evaluation run (``runs``), one judge and one criterion
+(``specsteer.evaluation.judge_rubric``); a verdict to two cells of one record shown in one order.
 Each keeps the prompt the judge was sent and its answer, and, where it has no score, why
 (``reason_kind`` and a sentence). ``storage.SqlJudgeStore`` keeps them beside the run's cells; a test can hand
-``specsteer.evaluation.judge_run`` a dictionary-backed one. Light: no torch, no SQLAlchemy.
+``specsteer.evaluation.judge_run`` a dictionary-backed store. Light: no torch, no SQLAlchemy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, get_args
 
-from specsteer.evaluation.judge_rubric import RUBRIC_VERSION, TRANSIENT_REASONS, ReasonKind, Winner
-from specsteer.evaluation.run_store import GridPoint, cell_key
+from specsteer.stores.runs import GridPoint, cell_key
+
+# Bumped whenever a prompt's wording changes (``specsteer.evaluation.judge_rubric``): stored scores name the
+# rubric they were given under.
+RUBRIC_VERSION = "cogenesis-1"
+
+ReasonKind = Literal["timeout", "unreachable", "http", "malformed", "refusal"]
+REASON_KINDS: tuple[ReasonKind, ...] = get_args(ReasonKind)
+# Failures of the way to the judge, not of its answer: a later run asks again.
+TRANSIENT_REASONS: frozenset[str] = frozenset({"timeout", "unreachable", "http"})
+
+Winner = Literal["first", "second", "tie"]
 
 JudgeKind = Literal["endpoint", "local"]
 WEAK_JUDGE = "weak judge"  # how a local fallback judge's scores are labelled wherever they appear
@@ -45,7 +56,7 @@ class JudgeIdentity:
 @dataclass(frozen=True, kw_only=True)
 class Exchange:
     """What the judge was sent and answered, and, where the answer gave nothing, why (``reason_kind``: a
-    ``judge_rubric.ReasonKind``, and a sentence)."""
+    ``ReasonKind``, and a sentence)."""
 
     prompt: str = ""
     answer: str = ""
@@ -124,32 +135,3 @@ class PairVerdict(Exchange):
     def preferred(self) -> GridPoint | None:
         """The point the verdict prefers; None for a tie or no verdict."""
         return {"first": self.first, "second": self.second}.get(self.winner or "")
-
-
-class JudgeStore(Protocol):
-    """Judge scores and pairwise verdicts of stored runs' cells.
-
-    Several processes may judge one run: a save keeps the first grade (verdict) of its key and reports a later
-    one as not stored; a result without one (a timeout, a malformed answer) is replaced by the next save of its
-    key: a new answer, or the stored answer read again."""
-
-    def settled_scores(self, run_id: int, judge_key: str) -> set[tuple[str, str]]:
-        """(cell key, criterion) of every settled score of this judge (:attr:`JudgeScore.settled`)."""
-        ...
-
-    def save_score(self, run_id: int, score: JudgeScore) -> bool: ...
-
-    def scores(self, run_id: int) -> list[JudgeScore]:
-        """Every score of the run, every judge's; empty where the store keeps none (or has no place for any:
-        a read-only database made before judges)."""
-        ...
-
-    def settled_verdicts(self, run_id: int, judge_key: str) -> set[tuple[str, str, str]]:
-        """(first key, second key, criterion) of every settled verdict of this judge."""
-        ...
-
-    def save_verdict(self, run_id: int, verdict: PairVerdict) -> bool: ...
-
-    def verdicts(self, run_id: int) -> list[PairVerdict]:
-        """Every pairwise verdict of the run (empty as :meth:`scores` is)."""
-        ...

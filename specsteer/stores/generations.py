@@ -1,26 +1,19 @@
-"""What the library needs from wherever its outputs are kept: a small typed protocol, implemented in ``storage``.
+"""What a generation store keeps (``protocols.GenerationStore``): histories, generations, comparisons and the
+annotators' judgements of them, as typed values.
 
-The library never imports a database. Everything that crosses this boundary is a typed value defined here
-(the evaluation grid's store is ``specsteer.evaluation.run_store``).
-
-The application service: ``specsteer.service.app_service`` saves every generation and comparison, reads saved
-  comparisons back, and saves and sums up annotators' judgements of them, all through a
-  :class:`GenerationStore`; ``storage.SqlGenerationStore`` is the one the app uses, chosen in
-  ``app.py``, and a test can hand the service an in-memory one. Values: :class:`NamedHistory`,
-  :class:`NewGeneration`, :class:`NewComparison`, the stored comparisons and the annotators' judgements.
-
-This module imports nothing heavy (no torch, no SQLAlchemy), so ``storage`` can implement the
-protocol without loading the decoding library.
+The application service (``specsteer.service``) saves every generation and comparison, reads saved comparisons
+back, and saves and sums up annotators' judgements of them in these values; ``storage.SqlGenerationStore``
+turns them into rows. The vocabulary of every judgement, the Compare tab's and a campaign's, is here too: slots
+labelled A, B, …, the one list of special preferences, the rating criteria and their range. What judgements add
+up to is ``specsteer.evaluation.preference``. Light: no torch, no SQLAlchemy.
 """
 
 from __future__ import annotations
 
-from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
-from typing import Literal, Protocol
+from typing import Literal, get_args
 
 from specsteer.data.history import History
 from specsteer.engine.settings import GenerationSettings
@@ -29,8 +22,19 @@ from specsteer.method.events import GenerationStats, LinkMessage, TokenEvent
 # --------------------------------------------------------------------------- the application service's generations, comparisons and judgements
 
 
-RATING_CRITERIA = ("personalization", "fluency")  # what an annotator scores each output on, 1-5
+RATING_CRITERIA = ("personalization", "fluency")  # what an annotator scores each output on
+RATING_RANGE = (1, 5)  # a score is a whole number from the first to the last
 MAX_COMPARISON_OUTPUTS = 26  # one letter label each
+
+# What an annotator may choose instead of an output: the one list the Compare tab, campaigns, their stores and
+# exports read. None of them ranks one method above another.
+SpecialPreference = Literal["tie", "all_good", "all_bad"]
+SPECIAL_PREFERENCES: tuple[SpecialPreference, ...] = get_args(SpecialPreference)
+SPECIAL_PREFERENCE_LABELS: Mapping[SpecialPreference, str] = {
+    "tie": "Tie",
+    "all_good": "All good",
+    "all_bad": "All bad",
+}
 
 
 def slot_label(slot: int) -> str:
@@ -107,7 +111,7 @@ class NewAnnotation:
     """One annotator's judgement of a comparison as they saw it (``display_order``: slot 0 is label A).
 
     ``preferred`` and the keys of ``ratings`` are labels ("B") or method names; ``preferred`` may also
-    be "tie" or "all_bad". A None score is "not rated".
+    be a special preference (:data:`SPECIAL_PREFERENCES`). A None score is "not rated".
 
     ``page``: the page session that judged, as stored (``specsteer.service.judging.page_key``, never the
     session itself): a page holds one judgement per comparison, so its next one replaces it. None: a
@@ -138,8 +142,8 @@ class Judgement:
     id: int
     comparison_id: int
     annotator: str
-    preferred: str  # as given: a label ("B"), a method, "tie" or "all_bad"
-    preferred_method: str  # resolved: a method name, "tie" or "all_bad"
+    preferred: str  # as given: a label ("B"), a method or a special preference
+    preferred_method: str  # resolved: a method name or a special preference
     ratings: Mapping[str, Mapping[str, int]]  # method -> criterion -> score (1-5); unrated ones absent
     display_order: tuple[str, ...]  # methods in the order this annotator saw them (slot 0 = A)
     comment: str = ""
@@ -160,6 +164,7 @@ class MethodJudgements:
     shown: int
     wins: int  # judgements that preferred it
     ties: int  # "tie" judgements while it was shown
+    all_good: int  # "all_good" judgements while it was shown
     all_bad: int  # "all_bad" judgements while it was shown
     mean_ratings: Mapping[str, float]  # criterion -> mean score, for the criteria it was rated on
 
@@ -175,7 +180,7 @@ class Agreement:
     ``percent_agreement`` is the mean over those comparisons of the share of annotator pairs that
     agree (Fleiss' observed agreement P-bar); ``unanimous`` the share of comparisons where all agree.
     ``fleiss_kappa`` is Fleiss' kappa in its form for a varying number of raters per item, with the
-    methods, "tie" and "all_bad" as categories; with two raters it equals Scott's pi (pooled
+    methods and the special preferences as categories; with two raters it equals Scott's pi (pooled
     marginals), not Cohen's kappa. Each is None where undefined (no such comparison, or a chance
     agreement of 1).
     """
@@ -185,32 +190,6 @@ class Agreement:
     percent_agreement: float | None
     unanimous: float | None
     fleiss_kappa: float | None
-
-    @classmethod
-    def of(cls, categories: Iterable[tuple[object, str]]) -> Agreement:
-        """The agreement of (comparison, category chosen) pairs, one per judgement."""
-        by_comparison: dict[object, Counter[str]] = defaultdict(Counter)
-        for comparison, category in categories:
-            by_comparison[comparison][category] += 1
-        items = [counts for counts in by_comparison.values() if sum(counts.values()) >= 2]
-        if not items:
-            return cls(0, 0, None, None, None)
-        rated = sum(sum(counts.values()) for counts in items)
-        observed = sum(
-            sum(n * (n - 1) for n in counts.values()) / (sum(counts.values()) * (sum(counts.values()) - 1))
-            for counts in items
-        ) / len(items)
-        totals: Counter[str] = Counter()
-        for counts in items:
-            totals.update(counts)
-        expected = sum((n / rated) ** 2 for n in totals.values())
-        return cls(
-            comparisons=len(items),
-            judgements=rated,
-            percent_agreement=observed,
-            unanimous=sum(1 for counts in items if len(counts) == 1) / len(items),
-            fleiss_kappa=(observed - expected) / (1 - expected) if expected < 1 else None,
-        )
 
 
 @dataclass(frozen=True)
@@ -226,35 +205,3 @@ class AnnotationSummary:
 
 
 ExportFormat = Literal["csv", "jsonl"]
-
-
-class GenerationStore(Protocol):
-    """Keeps histories, generations and comparisons; each call returns the new row's id."""
-
-    def save_history(self, history: NamedHistory) -> int:
-        """An identical history saved before is not saved twice: its id is returned."""
-        ...
-
-    def save_generation(self, generation: NewGeneration) -> int: ...
-
-    def save_comparison(self, comparison: NewComparison) -> int:
-        """ValueError when a generation id is unknown or a method appears twice."""
-        ...
-
-    def recent_comparisons(self, limit: int) -> list[StoredComparison]:
-        """The newest ``limit`` comparisons, newest first."""
-        ...
-
-    def comparison(self, comparison_id: int) -> StoredComparison | None: ...
-
-    def save_annotation(self, annotation: NewAnnotation) -> AnnotationSaved:
-        """Stores it, or replaces its page's earlier judgement of the comparison; ValueError, naming what is
-        wrong, for an unknown comparison, label or score."""
-        ...
-
-    def annotation_summary(self) -> AnnotationSummary: ...
-
-    def write_annotations(self, kind: ExportFormat, target: Path) -> int:
-        """Every annotation as one row of a CSV or JSON-lines file at ``target``; how many. Writes
-        nothing when there is none."""
-        ...

@@ -1,9 +1,9 @@
-"""What the evaluation grid needs from wherever its results are kept: the :class:`RunStore` protocol and its
-typed values (:class:`GridPoint`, :class:`CellResult`, :data:`RunStatus`, :class:`StoredRun`).
+"""What a run store keeps (``protocols.RunStore``): evaluation runs and their cells, as typed values
+(:class:`GridPoint`, :class:`CellResult`, :data:`RunStatus`, :class:`StoredRun`), and the key that names a cell.
 
-``specsteer.evaluation.grid`` runs a grid against any RunStore; ``storage.SqlRunStore`` (SQLite, or
-``DATABASE_URL``) is the one the app and the command line use, and a test can hand it a dictionary-backed
-fake. Light: no torch, no SQLAlchemy.
+``specsteer.evaluation.grid`` stores every cell the moment it is computed; everything that reads runs back
+(summaries, claims, sweeps, joined runs) reads these values. ``storage.SqlRunStore`` turns them into rows.
+Light: no torch, no SQLAlchemy.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, Protocol, get_args
+from typing import Any, Literal, get_args
 
 from specsteer.method.catalog import METHOD_INFO
 from specsteer.method.events import GenerationStats
@@ -91,40 +91,3 @@ class StoredRun:
     # One of the example runs that ship with the app (read-only, beside the user's own: the service's
     # RunsWithExamples), not one of the user's.
     example: bool = False
-
-
-class RunStore(Protocol):
-    """Runs by name, each with a config, a status and the cells computed so far.
-
-    Several workers (threads, processes, machines) may share one store and one run: ``save_cell``
-    must keep the first cell of a key and report a later one as not stored, never fail on it.
-    """
-
-    def open_run(self, name: str, config: Mapping[str, Any]) -> int:
-        """The id of the run called ``name``: a new one, or the existing one when its config is the same
-        (a resume). ValueError when a run of that name exists with another config."""
-        ...
-
-    def finished_keys(self, run_id: int) -> set[str]:
-        """The :func:`cell_key` of every cell the run already has, except those whose timing was disturbed
-        (``stats.timing_disturbed``), which a resume runs again. (A store may also call those finished.)"""
-        ...
-
-    def save_cell(self, run_id: int, cell: CellResult) -> bool:
-        """Keep ``cell`` at once; False when the run already had a cell of that key, unless that one's timing
-        was disturbed: the new cell then takes its place."""
-        ...
-
-    def set_status(self, run_id: int, status: RunStatus, error: str | None = None) -> None:
-        """Record the run's status and its error text (None clears it)."""
-        ...
-
-    def cells(self, run_id: int) -> list[CellResult]:
-        """The run's cells in the order they were saved."""
-        ...
-
-    def runs(self) -> list[StoredRun]:
-        """Every run, newest first (what the dashboard lists)."""
-        ...
-
-    def run(self, run_id: int) -> StoredRun | None: ...

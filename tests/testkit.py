@@ -1,0 +1,170 @@
+"""What tests share besides fixtures: helpers and request values, imported by name (``from testkit import ...``).
+
+They live here, not in a conftest.py, because pytest imports every conftest.py under the same module name: a
+``from testkit import`` resolves to whichever conftest was imported last (tests/gpu's, in a whole run).
+"""
+
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from specsteer.models.tiny import TEST_PAIRING_ID
+
+
+def canary_request(record):
+    """(canary, a prepared review request whose history carries the canary in one retrieved item): what a
+    privacy test on real models checks never reaches the Cloud."""
+    from specsteer.data.history import HistoryItem
+    from specsteer.engine.generate import Request, prepare
+
+    canary = "Zyxwvut canary 90210 marmalade-octopus"
+    history = list(record.profile[:3]) + [
+        HistoryItem(
+            {"reviewText": f"{canary}. This pen writes well.", "summary": "pen", "description": "pen", "overall": "5"}
+        )
+    ]
+    prepared = prepare(Request(task="review", input_text=record.input, history=history, retrieval_k=4))
+    assert canary in prepared.prompts.private and canary not in prepared.prompts.plain
+    return canary, prepared
+
+
+@dataclass(frozen=True)
+class ServedApp:
+    """The app served in-process (``serve_app``)."""
+
+    url: str  # http://127.0.0.1:PORT/
+    data: Path  # its data folder (database, kept uploads)
+    service: Any  # its AppService
+    demo: Any  # its gr.Blocks
+
+
+@contextmanager
+def serve_app(data: Path, environ: dict[str, str] | None = None, **app_attributes: Any) -> Iterator[ServedApp]:
+    """The app served in-process on a free loopback port with the tiny test pair and a fresh database in
+    ``data``; ``environ``: more of its environment (``SPECSTEER_PUBLIC``…); ``app_attributes``: module
+    constants of ``app`` to set while it is built (``QUEUE_MAX_SIZE``…). Stopped as the app stops
+    (``app.shut_down``: its runs cancelled, the database closed)."""
+    import storage
+    from specsteer.service import pairings
+    from specsteer.util import background
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(pairings.TEST_PAIR_ENV, "tiny")
+        patch.setenv("SPECSTEER_DATA_DIR", str(data))
+        patch.delenv("DATABASE_URL", raising=False)
+        patch.delenv("SPACE_ID", raising=False)
+        patch.setenv("HF_HUB_OFFLINE", "1")
+        patch.setenv("GRADIO_ANALYTICS_ENABLED", "False")
+        for name, value in (environ or {}).items():
+            patch.setenv(name, value)
+        storage.reset_engines()
+        import app
+
+        for name, value in app_attributes.items():
+            patch.setattr(app, name, value)
+        service = app.build_service()
+        demo = app.build_app(service)
+        port = free_port()
+        demo.launch(
+            prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **app.launch_options()
+        )
+        try:
+            yield ServedApp(f"http://127.0.0.1:{port}/", data, service, demo)
+        finally:
+            # shut_down marks the whole process as closing (every later run cancelled at once): here only until
+            # the patch is undone, so that the tests after these run as usual.
+            patch.setattr(background, "_closing", threading.Event())
+            app.shut_down(demo)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+LLAMA_REQUIRED_ENV = "SPECSTEER_REQUIRE_LLAMA_CPP"
+
+
+def require_llamacpp() -> None:
+    """Skip a llama.cpp test where llama-cpp-python is not built; fail instead where the run says it
+    must be there (CI sets SPECSTEER_REQUIRE_LLAMA_CPP=1, so a broken build cannot pass as skips)."""
+    from specsteer.runtimes import llamacpp
+
+    usable, reason = llamacpp.status()
+    if usable:
+        return
+    if os.environ.get(LLAMA_REQUIRED_ENV, "").strip() in ("1", "true", "yes"):
+        pytest.fail(reason)
+    pytest.skip(reason)
+
+
+CROSS_MODELS_REQUIRED_ENV = "SPECSTEER_REQUIRE_CROSS_MODELS"
+
+
+def require_cross_models(pairing_id: str) -> None:
+    """Skip a test of an offline cross-tokenizer pairing whose opt-in weights (requirements-cross-models.txt)
+    are not installed or converted here; fail instead where the run says they must be there (CI sets
+    SPECSTEER_REQUIRE_CROSS_MODELS=1: scripts/setup.sh --dev installs them)."""
+    from specsteer.models.registry import PAIRINGS, pairing_status
+
+    usable, reason = pairing_status(PAIRINGS[pairing_id])
+    if usable:
+        return
+    message = f"{pairing_id}: {reason}"
+    if os.environ.get(CROSS_MODELS_REQUIRED_ENV, "").strip() in ("1", "true", "yes"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def widget_settings(pairing: str, max_new_tokens: int, **overrides) -> dict:
+    """The Generate tab's settings widgets' values (by GenerationSettings field name) for a short greedy
+    SpecSteer run on ``pairing``, as the widgets send them; ``overrides`` change single fields."""
+    values = dict(
+        pairing=pairing,
+        runtime="auto",
+        method="specsteer",
+        alpha=0.1,
+        beta=1.0,
+        draft_len=4,
+        max_new_tokens=max_new_tokens,
+        decoding="greedy",
+        seed=0,
+        temperature=1.0,
+        top_p=1.0,
+        retrieval_k=3,
+        downlink_top_k=64,
+        exact=False,
+        adaptive_draft=False,
+        prompt_style="paper",
+        cloud="",
+        rtt_ms=0,
+        uplink_kbps=0,
+        downlink_kbps=0,
+    )
+    values.update(overrides)
+    return values
+
+
+# A short greedy SpecSteer request to the app's /generate endpoint on the tiny pair (by GenerationSettings'
+# field names; those left out take the widgets' values).
+API_GENERATE = dict(
+    task="review",
+    input_text="Write a review of a power bank with great battery life",
+    pairing=TEST_PAIRING_ID,
+    method="specsteer",
+    alpha=0.1,
+    beta=1.0,
+    draft_len=4,
+    max_new_tokens=40,
+    decoding="greedy",
+    seed=0,
+    retrieval_k=3,
+)

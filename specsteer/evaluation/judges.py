@@ -267,17 +267,23 @@ class LocalJudge:
         it to end with: what would follow is not read) or at the token budget."""
         from specsteer.engine.generate import DecodeConfig, chat_ids, generate_ids
         from specsteer.method.events import Finished
+        from specsteer.protocol.link import CloudRefused
 
         ids = chat_ids(self.pair.tokenizer, prompt, self.pair.chat)
         config = DecodeConfig(method="llm", max_new_tokens=self.max_new_tokens)
         enough = threading.Event()  # this answer's own stop; the run's cancel stops it too
         text = ""
-        for event in generate_ids(self.pair, ids, ids, config, enough):
-            if isinstance(event, Finished):
-                return event.text[:MAX_REPLY_CHARS]
-            text += event.text
-            if self.cancel.is_set() or _ANSWERED.search(text):
-                enough.set()
+        try:
+            for event in generate_ids(self.pair, ids, ids, config, enough):
+                if isinstance(event, Finished):
+                    return event.text[:MAX_REPLY_CHARS]
+                text += event.text
+                if self.cancel.is_set() or _ANSWERED.search(text):
+                    enough.set()
+        except CloudRefused as error:
+            # The in-process Cloud's limits (a prompt longer than a frame holds): asking again would not change
+            # it, so the cell is settled without a grade, and the run goes on.
+            raise JudgeFailure("refusal", f"the local judge cannot take this prompt: {error}") from None
         return text[:MAX_REPLY_CHARS]
 
     def close(self) -> None:

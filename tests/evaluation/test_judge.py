@@ -393,3 +393,17 @@ def test_the_dashboard_table_shows_the_judge_column():
     rows = row_columns([{"method": "llm", "records": 4}], graded_run())
     shown = plots.display_rows(rows)
     assert shown[0]["weak judge: personalization"] == "6.00 [6.00, 6.00]"
+
+
+def test_a_prompt_too_long_for_the_local_judge_is_a_refusal_not_a_crash():
+    from specsteer.evaluation.judges import LocalJudge
+    from specsteer.models.tiny import shared_test_pair
+
+    pair = shared_test_pair("tiny-test")
+    assert pair is not None
+    judge = LocalJudge(pair, "tiny-test-generalist", max_new_tokens=4)
+    assert isinstance(judge.ask("Grade this. Rating: [[N]]", SCORE_ANSWER_PATTERN), str)  # a short one is asked
+    with pytest.raises(JudgeFailure) as failure:
+        judge.ask("a long profile " * 20_000, SCORE_ANSWER_PATTERN)
+    assert failure.value.kind == "refusal"
+    assert "larger than this Cloud accepts" in str(failure.value)

@@ -156,7 +156,8 @@ def scale_note(scores: Sequence[JudgeScore]) -> str:
     counted = ", ".join(f"{failures[kind]} {kind}" for kind in REASON_KINDS if failures[kind])
     missing = f" Without a grade: {counted}." if counted else ""
     weak = (
-        " A weak judge is the offline Generalist grading here (a small model): a rough signal, not the paper's judge."
+        " A weak judge is the offline Generalist grading here (a small model; on a run of its own pairing, the one"
+        " behind LLM's outputs and SpecSteer's Cloud, so it may favour them): a rough signal, not the paper's judge."
         if any(judge.weak for judge in judges(scores))
         else ""
     )

@@ -29,6 +29,23 @@ def record():
     return load_records(path, limit=1)[0]
 
 
+@pytest.fixture(scope="session")
+def pair():
+    """The tiny fp32 pair most tests decode with (seeds 0 and 1), built once per session; a module that needs
+    another pair defines its own ``pair``. Shared, so no test may change it (LoRA tests build their own)."""
+    from specsteer.models.tiny import tiny_pair
+
+    return tiny_pair(seed=0, generalist_seed=1)
+
+
+@pytest.fixture(scope="session")
+def tiny_pair_56():
+    """A second tiny fp32 pair (seeds 5 and 6), whose models disagree more often than ``pair``'s, built once."""
+    from specsteer.models.tiny import tiny_pair
+
+    return tiny_pair(seed=5, generalist_seed=6)
+
+
 @pytest.fixture
 def fresh_engines():
     """Drop the database engines that earlier tests (or the app) cached, before and after."""

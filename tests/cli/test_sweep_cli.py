@@ -13,17 +13,11 @@ from specsteer.cli import evaluate as evaluate_cli
 from specsteer.cli import sweep as sweep_cli
 from specsteer.evaluation import grid
 from specsteer.evaluation.claims import VERDICT_TEXT
-from specsteer.models.tiny import tiny_pair
 from specsteer.service import evaluation_runs
 
 GRID = ["--methods", "slm+,llm,specsteer", "--alpha", "1,0.1", "--beta", "1", "--pairing", "tiny-test"]
 FAST = ["--max-new-tokens", "3", "--retrieval-k", "1"]
 PROFILE = "Name: Ada Park\nPrivacy_info: Takes cello lessons every Tuesday; Is saving money for a shop in Lisbon"
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair()
 
 
 @pytest.fixture(autouse=True)

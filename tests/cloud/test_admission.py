@@ -21,16 +21,10 @@ from specsteer.data.datasets import bundled_sample_path
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
 from specsteer.evaluation.grid import EvalSpec, run_grid
 from specsteer.evaluation.grid import runner as grid_runner
-from specsteer.models.tiny import tiny_pair
 from specsteer.protocol.link import CloudUnreachable, SessionGone, cloud_error
 from specsteer.protocol.wire import Draft, Open, decode, encode
 
 pytestmark = pytest.mark.usefixtures("fresh_engines")
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
 
 
 class Clock:

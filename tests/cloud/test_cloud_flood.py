@@ -24,7 +24,6 @@ from specsteer.cloud.client import RemoteCloud
 from specsteer.cloud.process import start_cloud_process
 from specsteer.cloud.service import CloudService
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
-from specsteer.models.tiny import tiny_pair
 from specsteer.protocol.wire import MAX_NEW_TOKENS, Draft, Open, encode
 
 pytestmark = pytest.mark.slow
@@ -34,11 +33,6 @@ SECRET = "flood test secret"
 SERVER_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", SECRET_ENV: SECRET}
 OPENS, ADDRESSES, PROMPT_TOKENS = 40, 10, 512
 BUDGET_IN_FLOOD_SESSIONS = 12  # the memory budget holds this many of the flood's sessions
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
 
 
 def flood_prompt(pair) -> tuple[int, ...]:

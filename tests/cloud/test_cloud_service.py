@@ -7,14 +7,8 @@ import pytest
 from specsteer.cloud.in_process import LocalTransport
 from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
-from specsteer.models.tiny import tiny_pair
 from specsteer.protocol.link import CloudRefused, CloudUnreachable, SessionGone, VersionMismatch, cloud_error
 from specsteer.protocol.wire import PROTOCOL_VERSION, Draft, Open, Tokens, Verdict, decode, encode
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
 
 
 class Clock:

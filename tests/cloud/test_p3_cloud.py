@@ -7,16 +7,10 @@ import pytest
 import torch
 
 from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
-from specsteer.models.tiny import tiny_pair
 from specsteer.protocol.wire import Draft, Open, Tokens, decode, encode
 
 SESSION = (1).to_bytes(16, "little")
 PROMPT = (1, 2, 3, 4)
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
 
 
 def _greedy(pair, ids: list[int], count: int) -> list[int]:

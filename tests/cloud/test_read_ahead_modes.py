@@ -20,11 +20,6 @@ from specsteer.protocol.link import Link
 READER = "specsteer-cloud-read-ahead"  # the read-ahead thread's name (CloudService._open)
 
 
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
-
-
 class WatchedCloud(InProcessCloud):
     """An in-process Cloud whose service is kept, and whose ``edge_ready`` hints are written to ``journal``."""
 

@@ -42,11 +42,6 @@ SECRET = "correct horse battery staple"
 SERVER_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", SECRET_ENV: SECRET}
 
 
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
-
-
 def serve(tmp_path, *arguments, port=None):
     log = (tmp_path / f"cloud-{time.monotonic_ns()}.log").open("wb")
     return start_cloud_process(

@@ -5,16 +5,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import pytest
-
 from specsteer.cloud.in_process import InProcessCloud
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
-from specsteer.models.tiny import tiny_pair
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
 
 
 class NamedCloud:

@@ -6,14 +6,8 @@ import pytest
 
 from specsteer.engine.generate import DecodeConfig, chat_ids, collect, generate_ids
 from specsteer.method.decoding import PrivateSpanGuard
-from specsteer.models.tiny import tiny_pair
 
 N = 2  # short spans, so that the tiny random models copy some of them when unguarded (the control)
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
 
 
 def prompts(pair, topic: str) -> tuple[list[int], list[int]]:

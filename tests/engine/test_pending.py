@@ -12,12 +12,6 @@ import pytest
 from specsteer.cli.terminal import TerminalStream
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
 from specsteer.method.events import TokenEvent
-from specsteer.models.tiny import tiny_pair
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
 
 
 def prompts(pair):

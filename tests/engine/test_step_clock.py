@@ -10,14 +10,8 @@ import pytest
 
 from specsteer.engine.generate import DecodeConfig, collect, generate_ids
 from specsteer.method.timing import StepClock
-from specsteer.models.tiny import tiny_pair
 
 JUMP_S = 300.0
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
 
 
 class JumpingClock:

@@ -20,15 +20,9 @@ from specsteer.evaluation.deployment_rows import (
     projection_rows,
 )
 from specsteer.method.events import TraceStep
-from specsteer.models.tiny import tiny_pair
 from specsteer.stores.runs import CellResult, GridPoint
 
 ROW_KEYS = {"method", "rtt_ms", "measured_tok_per_s", "projected_tok_per_s", "rounds", "uplink_bytes", "downlink_bytes"}
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair()
 
 
 def traced(pair, method: str, alpha: float | None = None, rtt_ms: float = 0.0) -> TracedGeneration:

@@ -32,7 +32,6 @@ from specsteer.evaluation.deployment_rows import summarize_speedups
 from specsteer.method import costs
 from specsteer.method.costs import PassCost, PassSample, fit_pass_cost
 from specsteer.method.events import TraceStep
-from specsteer.models.tiny import tiny_pair
 from specsteer.protocol.emulation import NO_LINK, LinkConditions, LinkEmulator
 from specsteer.protocol.link import Arrival, Link, Reply
 from specsteer.protocol.wire import DOWNLINK, UPLINK, CloudInfo, CloudReport, Draft, Open, Verdict, decode, encode
@@ -136,11 +135,6 @@ def emulate(trace: list[TraceStep], conditions: LinkConditions) -> MeasuredRun:
         else:
             steps.append(step._replace(seconds=emulator.carry(step.who, step.size)))
     return MeasuredRun(steps, clock.now, 1)
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
 
 
 def prompts(pair):

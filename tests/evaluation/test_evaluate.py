@@ -33,18 +33,12 @@ from specsteer.evaluation.grid import (
 from specsteer.evaluation.metrics import ROUGE_KEYS
 from specsteer.method.catalog import METHODS
 from specsteer.method.events import GenerationStats
-from specsteer.models.tiny import tiny_pair
 from specsteer.stores.runs import CellResult, GridPoint
 
 REPO = Path(__file__).resolve().parents[2]
 SAMPLE = str(bundled_sample_path("review"))
 # Short prompts and outputs keep every generation of the byte-level tiny models in milliseconds.
 FAST = EvalSpec(data=SAMPLE, task="review", methods=("llm", "slm+"), alphas=(1.0,), max_new_tokens=3, retrieval_k=1)
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair()
 
 
 pytestmark = pytest.mark.usefixtures("fresh_engines")

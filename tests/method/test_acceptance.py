@@ -18,15 +18,14 @@ from specsteer.method import acceptance
 from specsteer.method.acceptance import RATIO_TEST, ReplayedRounds, ScriptedRate
 from specsteer.method.events import RoundStep
 from specsteer.method.reference import specsteer
-from specsteer.models.tiny import tiny_pair
 
 PLAIN = "Write about rivers."
 PRIVATE = "History: I fish on the Loire every weekend.\nWrite about rivers."
 
 
 @pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=5, generalist_seed=6)
+def pair(tiny_pair_56):
+    return tiny_pair_56
 
 
 @pytest.fixture(scope="module")

@@ -21,11 +21,6 @@ from specsteer.method.decoding import (
 from specsteer.models.tiny import tiny_pair
 
 
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
-
-
 def prompts(pair, n: int):
     """Distinct (plain, private) prompts: the private one carries extra 'history' ids first."""
     tokenizer = pair.tokenizer

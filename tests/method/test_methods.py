@@ -8,7 +8,6 @@ from specsteer.data.history import HistoryItem
 from specsteer.engine import generate as engine
 from specsteer.engine.generate import DecodeConfig, Request, collect, generate
 from specsteer.method.catalog import METHOD_INFO, METHODS, method_info, method_label
-from specsteer.models.tiny import tiny_pair
 
 REQUEST = Request(
     task="free",
@@ -16,11 +15,6 @@ REQUEST = Request(
     retrieval_k=1,
     history=[HistoryItem({"text": "I always write about battery life and chargers."})],
 )
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
 
 
 def _run(pair, method: str, **settings):

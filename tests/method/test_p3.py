@@ -22,8 +22,8 @@ MAX_NEW = 20
 
 
 @pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=5, generalist_seed=6)
+def pair(tiny_pair_56):
+    return tiny_pair_56
 
 
 @pytest.fixture(scope="module")

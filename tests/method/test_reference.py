@@ -13,12 +13,11 @@ import torch
 
 from specsteer.engine.generate import DecodeConfig, chat_ids, collect, generate_ids
 from specsteer.method.reference import specsteer
-from specsteer.models.tiny import tiny_pair
 
 
 @pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=5, generalist_seed=6)
+def pair(tiny_pair_56):
+    return tiny_pair_56
 
 
 def _next_logits(model, vocab: int):

@@ -25,7 +25,6 @@ from specsteer.models.registry import (
     PAIRINGS,
     ModelSpec,
     Pairing,
-    converted_cache_ready,
     converted_model_dir,
     gguf_stamp,
     model_status,
@@ -485,27 +484,3 @@ def test_tiny_tokenizer_splits_multibyte_characters_and_has_a_chat_template():
     )
     assert prompt == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
     assert tokenizer.eos_token_id == IM_END_ID and len(tokenizer) == TOKENIZER_SIZE
-
-
-# --------------------------------------------------------------------------- the real offline pair
-
-
-@pytest.mark.integration
-def test_real_default_pair_loads_from_the_cache(monkeypatch):
-    # Use the real cache (converting once if needed) rather than this module's temporary one.
-    monkeypatch.delenv("SPECSTEER_CACHE", raising=False)
-    pairing = PAIRINGS[DEFAULT_PAIRING]
-    roles = (pairing.specialist, pairing.generalist)
-    if any(package_problems(spec) and not converted_cache_ready(spec) for spec in roles):
-        pytest.skip("offline model packages not installed (scripts/install_models.sh)")
-    pair = load_pair(DEFAULT_PAIRING, dtype="bf16", runtime="transformers")
-    assert pair.vocab_size == 151936
-    im_end = pair.tokenizer.convert_tokens_to_ids("<|im_end|>")
-    assert {im_end, pair.tokenizer.convert_tokens_to_ids("<|endoftext|>")} <= pair.eos_token_ids
-    prompt = pair.tokenizer.apply_chat_template(
-        [{"role": "user", "content": "Say hi."}], tokenize=False, add_generation_prompt=True
-    )
-    ids = pair.tokenizer.encode(prompt)
-    with torch.no_grad():
-        out = pair.specialist.model.generate(torch.tensor([ids]), max_new_tokens=8, do_sample=False)
-    assert pair.tokenizer.decode(out[0, len(ids) :], skip_special_tokens=True).strip()

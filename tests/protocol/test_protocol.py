@@ -16,7 +16,6 @@ from specsteer.data.history import HistoryItem
 from specsteer.data.privacy import audit_uplink, audit_wire
 from specsteer.engine import generate as engine
 from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
-from specsteer.models.tiny import tiny_pair
 from specsteer.protocol.link import Link, Reply
 from specsteer.protocol.wire import (
     DOWNLINK,
@@ -38,11 +37,6 @@ from specsteer.protocol.wire import (
 
 CANARY = "QUOKKA-canary-4417 purple kazoo"
 SESSION = bytes(range(16))
-
-
-@pytest.fixture(scope="module")
-def pair():
-    return tiny_pair(seed=0, generalist_seed=1)
 
 
 def history_with_canary():

@@ -11,30 +11,10 @@ from specsteer.data.privacy import audit_uplink
 from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
 from testkit import canary_request
 
-pytestmark = pytest.mark.integration
 
-CROSS_PAIRINGS = ("offline-smollm2__qwen2.5-coder", "offline-smollm2__gemma3")
-
-
-@pytest.fixture(
-    scope="module",
-    params=[(pairing, runtime) for pairing in CROSS_PAIRINGS for runtime in ("transformers", "llama.cpp")],
-    ids=lambda param: "-".join(param),
-)
-def pair(request):
-    import torch
-
-    from specsteer.models.loading import clear_loaded_pairs, load_pair
-    from testkit import require_cross_models, require_llamacpp
-
-    pairing_id, runtime = request.param
-    require_cross_models(pairing_id)
-    if runtime == "llama.cpp":
-        require_llamacpp()
-    torch.set_num_threads(2)  # real models: matrix work that two cores do share
-    yield load_pair(pairing_id, runtime=runtime)
-    torch.set_num_threads(1)
-    clear_loaded_pairs()  # one real pair in memory at a time
+@pytest.fixture
+def pair(cross_pair):
+    return cross_pair
 
 
 def _prompt_ids(pair, prepared):

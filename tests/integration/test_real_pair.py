@@ -9,24 +9,10 @@ from specsteer.data.privacy import audit_uplink
 from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
 from testkit import canary_request
 
-pytestmark = pytest.mark.integration
 
-
-@pytest.fixture(scope="module", params=["llama.cpp", "transformers"])
-def pair(request):
-    import torch
-
-    from specsteer.models.loading import clear_loaded_pairs, load_pair
-    from specsteer.models.registry import DEFAULT_PAIRING
-
-    if request.param == "llama.cpp":
-        from testkit import require_llamacpp
-
-        require_llamacpp()
-    torch.set_num_threads(2)  # real models: matrix work that two cores do share
-    yield load_pair(DEFAULT_PAIRING, runtime=request.param)
-    torch.set_num_threads(1)
-    clear_loaded_pairs()  # one real pair in memory at a time
+@pytest.fixture
+def pair(default_pair):
+    return default_pair
 
 
 def test_offline_pair_generates_personalized_text_for_a_real_record(pair, record):

@@ -1,0 +1,65 @@
+"""The integration tier: tests on the real offline models (the GGUF files, their conversions, the real
+tokenizers), loaded once per session and runtime.
+
+Every test under this folder is marked ``integration``; a plain ``pytest`` leaves the tier out (pytest.ini)
+and ``bash scripts/test.sh`` (the README's command, which CI runs) includes it. The pairs are session
+fixtures parametrized by runtime: pytest groups the tests by parameter, so each real pair is loaded once and
+released before the next one loads (one real pair of each fixture in memory at a time).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from testkit import require_cross_models, require_llamacpp
+
+RUNTIMES = ("llama.cpp", "transformers")
+CROSS_PAIRINGS = ("offline-smollm2__qwen2.5-coder", "offline-smollm2__gemma3")
+
+
+def pytest_collection_modifyitems(config, items):
+    here = os.path.dirname(__file__) + os.sep
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.integration)
+
+
+def _loaded(pairing_id: str, runtime: str):
+    """The pair loaded on ``runtime`` with two threads (real models: matrix work two cores do share),
+    released afterwards with the loader's own cache."""
+    import torch
+
+    from specsteer.models.loading import clear_loaded_pairs, load_pair
+
+    torch.set_num_threads(2)
+    try:
+        yield load_pair(pairing_id, runtime=runtime)
+    finally:
+        torch.set_num_threads(1)
+        clear_loaded_pairs()
+
+
+@pytest.fixture(scope="session", params=RUNTIMES)
+def default_pair(request):
+    """The default offline pair (Qwen2.5-Coder 0.5B / 1.5B) on each runtime."""
+    from specsteer.models.registry import DEFAULT_PAIRING
+
+    if request.param == "llama.cpp":
+        require_llamacpp()
+    yield from _loaded(DEFAULT_PAIRING, request.param)
+
+
+@pytest.fixture(
+    scope="session",
+    params=[(pairing, runtime) for pairing in CROSS_PAIRINGS for runtime in ("transformers", "llama.cpp")],
+    ids=lambda param: "-".join(param),
+)
+def cross_pair(request):
+    """Each offline cross-tokenizer pairing on each runtime (opt-in weights: requirements-cross-models.txt)."""
+    pairing_id, runtime = request.param
+    require_cross_models(pairing_id)
+    if runtime == "llama.cpp":
+        require_llamacpp()
+    yield from _loaded(pairing_id, runtime)

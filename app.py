@@ -56,10 +56,10 @@ from specsteer.protocol.exposure import Exposure, secret_problem  # noqa: E402
 from specsteer.service import pairings  # noqa: E402
 from specsteer.service.app_service import AppService  # noqa: E402
 from specsteer.service.campaigns import CampaignService  # noqa: E402
-from specsteer.service.example_runs import RunsWithExamples  # noqa: E402
+from specsteer.service.example_runs import JudgesWithExamples, RunsWithExamples  # noqa: E402
 from specsteer.service.fair_share import QueuePolicy  # noqa: E402
 from specsteer.service.limits import VisitorLimits, limits_for  # noqa: E402
-from specsteer.stores.protocols import RunStore  # noqa: E402
+from specsteer.stores.protocols import JudgeReader, RunStore  # noqa: E402
 from specsteer.util import background  # noqa: E402
 from storage.db import data_dir  # noqa: E402
 from storage.location import data_location  # noqa: E402
@@ -118,6 +118,15 @@ def run_store(examples: Path = EXAMPLE_RUNS_DB) -> RunStore:
     return RunsWithExamples(own, storage.SqlRunStore(storage.read_only_url(examples, immutable=True)))
 
 
+def judge_reader(url: str | None = None, examples: Path = EXAMPLE_RUNS_DB) -> JudgeReader:
+    """The LLM-judge grades of :func:`run_store`'s runs in the database ``url`` (default: ``DATABASE_URL`` / the
+    data folder), by the same ids (an example run's: none, where its read-only file has no judge tables)."""
+    own = storage.SqlJudgeStore(url)
+    if not examples.is_file():
+        return own
+    return JudgesWithExamples(own, storage.SqlJudgeStore(storage.read_only_url(examples, immutable=True)))
+
+
 def build_service() -> AppService:
     """The one service every tab uses, on the database that ``DATABASE_URL`` / the data folder names (its runs
     with the example runs beside them: :func:`run_store`); a
@@ -141,7 +150,9 @@ def build_service() -> AppService:
 def build_app(service: AppService | None = None, campaigns: CampaignService | None = None) -> gr.Blocks:
     storage.init_db()  # create the tables now, so the first request does not pay for it
     service = service or build_service()
-    campaigns = campaigns or service.campaigns(storage.SqlCampaignStore(getattr(service.store, "url", None)))
+    url = getattr(service.store, "url", None)
+    judges = judge_reader(url)
+    campaigns = campaigns or service.campaigns(storage.SqlCampaignStore(url), judges)
     with gr.Blocks(
         title="SpecSteer", analytics_enabled=False, delete_cache=(TEMP_FILES_CHECK_S, TEMP_FILES_MAX_AGE_S)
     ) as demo:
@@ -153,7 +164,7 @@ def build_app(service: AppService | None = None, campaigns: CampaignService | No
             with gr.Tab("Compare & annotate", id="compare"):
                 comparisons = compare_tab.build(service, controls)
             with gr.Tab("Dashboard", id="dashboard"):
-                runs = dashboard_tab.build(service, campaigns)
+                runs = dashboard_tab.build(service, campaigns, judges)
             with gr.Tab("Judge", id="judge"):
                 judging = judge_tab.build(campaigns)
             with gr.Tab("Campaigns", id="campaigns"):

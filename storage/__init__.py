@@ -5,10 +5,11 @@ One module per concern, each a set of small functions that open their own short 
 * ``storage.db`` owns the engine (SQLite with WAL and foreign keys by default, ``DATABASE_URL``
   for anything else, a SQLite file read-only by ``read_only_url``) and hands out sessions; ``storage.models`` declares the tables;
 * ``storage.histories``, ``storage.generations``, ``storage.comparisons`` (comparisons and their
-  annotations), ``storage.runs`` (evaluation runs and cells), ``storage.campaigns`` and
-  ``storage.campaign_judgements`` read and write them;
+  annotations), ``storage.runs`` (evaluation runs and cells), ``storage.campaigns``,
+  ``storage.campaign_judgements`` and ``storage.judge_scores`` (LLM judges' grades and verdicts of runs' cells)
+  read and write them;
 * the adapters, one per store protocol of ``specsteer.stores.protocols``, each ``Sql<Concept>Store`` in
-  ``storage/<concept>_store.py``: ``SqlGenerationStore``, ``SqlRunStore``, ``SqlCampaignStore``;
+  ``storage/<concept>_store.py``: ``SqlGenerationStore``, ``SqlRunStore``, ``SqlCampaignStore``, ``SqlJudgeStore``;
 * ``storage.exports`` (CSV / JSON-lines files) is pure: it never touches the database. What judgements add
   up to (win rates, agreement) is ``specsteer.evaluation.preference``'s, and their vocabulary
   ``specsteer.stores.generations``'.
@@ -40,6 +41,8 @@ from storage.exports import write_annotations_csv, write_annotations_jsonl
 from storage.generation_store import SqlGenerationStore
 from storage.generations import get_generation, list_generations, save_generation
 from storage.histories import get_history, list_histories, save_history
+from storage.judge_scores import run_scores, run_verdicts
+from storage.judge_store import SqlJudgeStore
 from storage.models import ROUGE_KEYS, RUN_STATUSES
 from storage.run_store import SqlRunStore
 from storage.runs import (
@@ -59,6 +62,7 @@ __all__ = [
     "RUN_STATUSES",
     "SqlCampaignStore",
     "SqlGenerationStore",
+    "SqlJudgeStore",
     "SqlRunStore",
     "StoredRun",
     "annotation_summary",
@@ -82,6 +86,8 @@ __all__ = [
     "list_runs",
     "reset_engines",
     "run_cells",
+    "run_scores",
+    "run_verdicts",
     "save_annotation",
     "save_cell",
     "save_comparison",

@@ -35,12 +35,13 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar, cast
 from urllib.parse import quote, unquote
 
-from sqlalchemy import Engine, MetaData, create_engine, event, inspect, make_url, text
+from sqlalchemy import CursorResult, Engine, MetaData, create_engine, event, inspect, make_url, text
+from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError, IntegrityError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 from sqlalchemy.schema import CreateColumn
@@ -325,6 +326,29 @@ def session_scope(url: str | None = None) -> Iterator[Session]:
         raise
     finally:
         session.close()
+
+
+def insert_unless_present(session: Session, model: Any, values: dict[str, Any], unique: tuple[str, ...]) -> bool:
+    """Insert one row of ``model`` unless a row with the same ``unique`` columns (a unique constraint's) is
+    there; True when it went in. Never fails on the duplicate and never ends the transaction, so that workers
+    racing to store the same row store it once."""
+    dialect = session.get_bind().dialect
+    if dialect.name in ("sqlite", "postgresql"):
+        insert = sqlite.insert if dialect.name == "sqlite" else postgresql.insert
+        statement = insert(model).values(**values).on_conflict_do_nothing(index_elements=list(unique))
+        if dialect.insert_returning:
+            # The row it returns says whether it went in. The row count cannot: where SQLAlchemy adds
+            # RETURNING by itself for the new id (PostgreSQL), it reads -1 whether the row went in or not.
+            return session.execute(statement.returning(model.id)).first() is not None
+        result = cast(CursorResult[Any], session.execute(statement))  # SQLite before 3.35: no RETURNING
+        return result.rowcount == 1
+    # Other databases: a savepoint lets the duplicate fail without ending the transaction.
+    try:
+        with session.begin_nested():
+            session.add(model(**values))
+        return True
+    except IntegrityError:
+        return False
 
 
 # -------------------------------------------------------------------------- retry

@@ -362,3 +362,66 @@ class CampaignJudgementRow(Base):
     saves: Mapped[int] = mapped_column(Integer, default=1)  # how often it was saved (the last one counts)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now, onupdate=utc_now)
+
+
+# --------------------------------------------------------------------------- LLM judges of evaluation runs
+
+
+class JudgeScoreRow(Base):
+    """One judge's grade (1-10) of one cell of a run on one criterion, with the prompt and the answer; no grade
+    where ``reason_kind`` says why (specsteer.stores.judges.JudgeScore). A table of its own beside
+    eval_cells: a database made before judges gains it when opened for writing, and one opened read-only
+    (the example runs) simply has no judge scores."""
+
+    __tablename__ = "judge_scores"
+    __table_args__ = (UniqueConstraint("run_id", "cell_key", "judge_key", "criterion", name="uq_judge_score_once"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("eval_runs.id", ondelete="CASCADE"), index=True)
+    cell_key: Mapped[str] = mapped_column(ShortText(512))
+    record_id: Mapped[str] = mapped_column(ShortText(255))
+    method: Mapped[str] = mapped_column(ShortText(64))
+    alpha: Mapped[float | None] = mapped_column(Float)
+    beta: Mapped[float | None] = mapped_column(Float)
+    criterion: Mapped[str] = mapped_column(ShortText(32))
+    judge_key: Mapped[str] = mapped_column(ShortText(320))  # JudgeIdentity.key: kind, model and rubric
+    judge_model: Mapped[str] = mapped_column(ShortText(255))
+    judge_kind: Mapped[str] = mapped_column(ShortText(16))
+    weak: Mapped[bool] = mapped_column(Boolean, default=False)
+    rubric: Mapped[str] = mapped_column(ShortText(32))
+    score: Mapped[float | None] = mapped_column(Float)
+    reason_kind: Mapped[str | None] = mapped_column(ShortText(16))
+    reason: Mapped[str | None] = mapped_column(LongText)
+    prompt: Mapped[str] = mapped_column(LongText)
+    answer: Mapped[str] = mapped_column(LongText, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)
+
+
+class JudgeVerdictRow(Base):
+    """One judge's verdict on two cells of one record shown in one order (first as A), on one criterion:
+    "first", "second" or "tie", or none where ``reason_kind`` says why. Both orders of a pair are two rows."""
+
+    __tablename__ = "judge_verdicts"
+    __table_args__ = (
+        UniqueConstraint("run_id", "first_key", "second_key", "judge_key", "criterion", name="uq_judge_verdict_once"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(ForeignKey("eval_runs.id", ondelete="CASCADE"), index=True)
+    record_id: Mapped[str] = mapped_column(ShortText(255))
+    first_key: Mapped[str] = mapped_column(ShortText(512))
+    second_key: Mapped[str] = mapped_column(ShortText(512))
+    first: Mapped[dict[str, Any]] = mapped_column(JSON)  # the grid point: {"method", "alpha", "beta"}
+    second: Mapped[dict[str, Any]] = mapped_column(JSON)
+    criterion: Mapped[str] = mapped_column(ShortText(32))
+    judge_key: Mapped[str] = mapped_column(ShortText(320))
+    judge_model: Mapped[str] = mapped_column(ShortText(255))
+    judge_kind: Mapped[str] = mapped_column(ShortText(16))
+    weak: Mapped[bool] = mapped_column(Boolean, default=False)
+    rubric: Mapped[str] = mapped_column(ShortText(32))
+    winner: Mapped[str | None] = mapped_column(ShortText(8))
+    reason_kind: Mapped[str | None] = mapped_column(ShortText(16))
+    reason: Mapped[str | None] = mapped_column(LongText)
+    prompt: Mapped[str] = mapped_column(LongText)
+    answer: Mapped[str] = mapped_column(LongText, default="")
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime, default=utc_now)

@@ -18,16 +18,14 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
-from sqlalchemy import CursorResult, delete, func, select
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import delete, func, select
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.orm import Session
 
 from specsteer.data.crossing import HistoryCrossing
 from specsteer.method.events import GenerationStats
 from specsteer.stores.runs import RUN_STATUSES, CellResult, GridPoint, RunStatus, StoredRun
 from specsteer.util.jsonable import to_jsonable
-from storage.db import retry_on_locked, session_scope
+from storage.db import insert_unless_present, retry_on_locked, session_scope
 from storage.models import ROUGE_KEYS, EvalCell, EvalRun
 from storage.values import fitting, require_text
 
@@ -141,26 +139,6 @@ def _rouge_columns(rouge: Mapping[str, float | None]) -> dict[str, float | None]
     return {key: (None if (value := rouge.get(key)) is None else float(value)) for key in ROUGE_KEYS}
 
 
-def _insert_ignoring_duplicate(session: Session, values: dict[str, Any]) -> bool:
-    dialect = session.get_bind().dialect.name
-    if dialect in ("sqlite", "postgresql"):
-        insert = sqlite.insert if dialect == "sqlite" else postgresql.insert
-        statement = insert(EvalCell).values(**values).on_conflict_do_nothing(index_elements=["run_id", "cell_key"])
-        if session.get_bind().dialect.insert_returning:
-            # The row it returns says whether the cell went in. The row count cannot: where SQLAlchemy adds
-            # RETURNING by itself for the new id (PostgreSQL), it reads -1 whether the row went in or not.
-            return session.execute(statement.returning(EvalCell.id)).first() is not None
-        result = cast(CursorResult[Any], session.execute(statement))  # SQLite before 3.35: no RETURNING
-        return result.rowcount == 1
-    # Other databases: a savepoint lets the duplicate fail without ending the transaction.
-    try:
-        with session.begin_nested():
-            session.add(EvalCell(**values))
-        return True
-    except IntegrityError:
-        return False
-
-
 @retry_on_locked()
 def save_cell(run_id: int, cell: CellResult, *, url: str | None = None) -> bool:
     """Persist one cell at once; True if stored, False if the run already had it (never raises for that).
@@ -187,7 +165,7 @@ def save_cell(run_id: int, cell: CellResult, *, url: str | None = None) -> bool:
             raise ValueError(f"run {run_id} does not exist")
         disturbed = (EvalCell.run_id == run_id, EvalCell.cell_key == cell.key, EvalCell.timing_disturbed.is_(True))
         session.execute(delete(EvalCell).where(*disturbed))
-        return _insert_ignoring_duplicate(session, values)
+        return insert_unless_present(session, EvalCell, values, ("run_id", "cell_key"))
 
 
 def copy_run(

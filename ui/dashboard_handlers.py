@@ -34,6 +34,7 @@ from specsteer.service.evaluation_runs import (
     timing_note,
 )
 from specsteer.service.events import EvaluationEvent, Failed, Loading, Status
+from specsteer.service.judge_report import JudgeReader, run_table
 from ui import render
 from ui.dashboard_figures import compared_figures, differences_frame, figures, table_update
 from ui.streaming import NOT_YOURS, RUNS, Toast
@@ -142,9 +143,10 @@ def _unprojected(status: str, sources: object) -> DeploymentView:
 class DashboardTab:
     """The tab's handlers over one service."""
 
-    def __init__(self, service: AppService, uploads: UploadCheck = any_path) -> None:
+    def __init__(self, service: AppService, uploads: UploadCheck = any_path, judges: JudgeReader | None = None) -> None:
         self.service = service
         self.uploads = uploads  # which paths run_batch may read (build() passes Gradio's own uploads)
+        self.judges = judges  # the runs' LLM-judge grades, shown beside ROUGE (None: no judge column)
 
     def run_choices(self) -> list[tuple[str, int]]:
         """Stored runs for the run picker, newest first."""
@@ -174,9 +176,12 @@ class DashboardTab:
                 return _status_only(render.message_box(f"Run #{run_id} does not exist.", "error"))
             run, cells = stored.run, stored.cells
             numbers = run_numbers(run, cells)
-            runs.append((run_title(run), list(numbers.rows)))
+            rows, judged = list(numbers.rows), list[str]()
+            if self.judges is not None:
+                rows, judged = run_table(self.judges, run.id, rows)
+            runs.append((run_title(run), rows))
             differences.append((run_title(run), numbers.differences))
-            notes = [runtime_note(run.config), *numbers.counts] if len(ids) == 1 else []
+            notes = [runtime_note(run.config), *numbers.counts, *judged] if len(ids) == 1 else []
             timing = timing_note(cells)
             if timing:
                 timings.append(f"#{run.id}: {timing}" if len(ids) > 1 else timing)

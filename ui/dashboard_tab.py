@@ -35,6 +35,7 @@ from specsteer.method.catalog import CORE_METHODS, METHODS, method_label
 from specsteer.service.app_service import AppService
 from specsteer.service.campaigns import CampaignService
 from specsteer.service.evaluation_runs import MAX_SERIES, GridForm, source_choices
+from specsteer.service.judge_report import JudgeReader
 from ui import campaign_beside_run, joined_view, pairs, render, sweep_view
 from ui.dashboard_figures import TABLE_HEADERS
 from ui.dashboard_handlers import DEFAULT_PROFILE, PROFILE_CHOICES, DashboardTab, DashboardView, DeploymentView
@@ -76,9 +77,12 @@ class DashboardOpening:
         opened.then(self.tab.deployment, self.deployment_inputs, list(self.deployment), **QUIET)
 
 
-def build(service: AppService, campaigns: CampaignService | None = None) -> DashboardOpening:
-    """Builds the tab; returns what a page that opens does (lists the stored runs and shows the default one)."""
-    tab = DashboardTab(service, gradio_uploads())
+def build(
+    service: AppService, campaigns: CampaignService | None = None, judges: JudgeReader | None = None
+) -> DashboardOpening:
+    """Builds the tab (``judges``: the runs' LLM-judge grades, a column beside ROUGE); returns what a page that
+    opens does (lists the stored runs and shows the default one)."""
+    tab = DashboardTab(service, gradio_uploads(), judges)
     gr.Markdown(
         "Runs a grid of methods × α × β over LongLaMP records and stores every result as it finishes. "
         "ROUGE is the F-measure × 100; speed is measured in this run, so compare methods within a run. "

@@ -40,6 +40,9 @@ COMMANDS: dict[str, Command] = {
     "sweep": Command(
         "sweep", "a stored run's α × β sweep: intervals, Pareto front, docs/research/SWEEP_PLAN.md's choice"
     ),
+    "judge": Command(
+        "judge", "an LLM judge's grades of a stored run (CoGenesis's rubric, 1-10), pairwise bias; resumable"
+    ),
     "report": Command("report", "stored runs over the same records as one table: intervals, device share, facts"),
     "bench": Command("bench", "speed | link | project: tokens/s, the link's self-check, deployment projections"),
     "gpu-profile": Command(

@@ -138,7 +138,7 @@ def _service(url: str | None) -> CampaignService:
 
     pairs = PairCatalog({TEST_PAIRING_ID: shared_tiny_pair})  # the tiny pair for tests, beside the registry's
     app = AppService(store=storage.SqlGenerationStore(url), runs=storage.SqlRunStore(url), pairs=pairs)
-    return app.campaigns(storage.SqlCampaignStore(url))
+    return app.campaigns(storage.SqlCampaignStore(url), storage.SqlJudgeStore(url))
 
 
 def status_json(view: CampaignStatusView) -> dict[str, Any]:

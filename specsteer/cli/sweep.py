@@ -2,8 +2,9 @@
 
 Per SpecSteer setting over the records that have every cell of the run: mean ROUGE-L with its bootstrap
 interval, tokens/s, the paired difference SpecSteer − LLM with its interval, the Pareto front, and the
-setting the plan's rules 2-3 choose (``specsteer.evaluation.sweep``). It works on a run still going: the
-first line says how many records have every cell. Nothing is written to the database.
+setting the plan's rules 2-3 choose (``specsteer.evaluation.sweep``); then, for a run an LLM judge graded
+(``specsteer judge``), its grades on the same records. It works on a run still going: the first line says how
+many records have every cell. Nothing is written to the database.
 
 Exit status: 0 shown, 2 bad input (no such run, no such database file).
 """
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     import storage  # the composition root: the one place here that reads the SQL store
+    from specsteer.evaluation.judge_scores import summary_json, summary_lines
 
     args = build_parser().parse_args(argv)
     missing = storage.missing_sqlite_file(args.database)
@@ -46,15 +48,22 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no run named {args.run_name!r} in this database", file=sys.stderr)
         return 2
     cells = storage.run_cells(run.id, url=url)
-    report = sweep.sweep_report(
-        cells, sweep.config_points(run.config), records_total=sweep.run_record_count(run.config)
-    )
+    points = sweep.config_points(run.config)
+    report = sweep.sweep_report(cells, points, records_total=sweep.run_record_count(run.config))
+    # An LLM judge's grades of the sweep's complete records (specsteer judge), where the run has any.
+    scores = storage.run_scores(run.id, url=url)
+    records = set(sweep.complete_records(cells, points))
     if args.json:
         document = {"run": run.name, "status": run.status, **sweep.report_json(report)}
+        if scores:
+            document["judge"] = summary_json(scores, records)
         print(json.dumps(document, ensure_ascii=False, allow_nan=False))
     else:
         print(f"run {run.name!r} ({run.status}, task {run.config.get('task', '?')}, {len(cells)} cells stored)")
         print(sweep.report_table(report))
+        lines = summary_lines(scores, records, cells)
+        if lines:
+            print("\nLLM judge, the same records:\n" + "\n".join(lines))
     if args.plot:
         from specsteer.evaluation import plots
 

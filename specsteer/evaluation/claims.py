@@ -14,7 +14,7 @@ the count lines and one table row per claim (:func:`claim_row`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -84,8 +84,13 @@ def claim_row(claim: Claim) -> dict[str, str]:
 
 def steered_points(cells: Sequence[CellResult]) -> list[GridPoint]:
     """The run's SpecSteer settings, strict to permissive (α descending), then β ascending, the fixed α before CDA."""
+    return steering_settings(cell.point for cell in cells)
+
+
+def steering_settings(points: Iterable[GridPoint]) -> list[GridPoint]:
+    """The SpecSteer settings among ``points``, once each, in :func:`steered_points`' order."""
     return sorted(
-        {cell.point for cell in cells if cell.point.method == "specsteer"},
+        {point for point in points if point.method == "specsteer"},
         key=lambda point: (
             -(point.alpha or 0.0),
             point.beta or 0.0,

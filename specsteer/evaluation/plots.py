@@ -233,7 +233,8 @@ def _parameter(value: Any) -> str:
 def display_rows(rows: Sequence[Row]) -> list[dict[str, str]]:
     """The table as strings, one dict per row, keyed by column header (what the UI and CLI show).
     Runs over records with private facts (CoGenesis) add the privacy audit's shares; rows that left cells out
-    of their speed figures (disturbed timing, ``grid.summarize``'s ``speed_left_out``) add how many."""
+    of their speed figures (disturbed timing, ``grid.summarize``'s ``speed_left_out``) add how many; rows with
+    an LLM judge's grades (``judge_scores.row_columns``) add a column per judge and criterion."""
     with_privacy = any("facts_sent" in row for row in rows)
     with_left_out = any(row.get("speed_left_out") for row in rows)
     with_cda = any(row.get("cda_lambda") is not None for row in rows)
@@ -257,6 +258,8 @@ def display_rows(rows: Sequence[Row]) -> list[dict[str, str]]:
             "down B": _number(row.get("downlink_bytes"), 0),
             **(_privacy_columns(row) if with_privacy else {}),
             **(_crossing_columns(row) if any("history_crossed" in other for other in rows) else {}),
+            # An LLM judge's grades, mean [interval] per criterion (judge_scores.row_columns), where the run has any.
+            **row.get("judge", {}),
         }
         for row in rows
     ]

@@ -50,7 +50,7 @@ from specsteer.service.pair_loading import PairLoader
 from specsteer.service.remote_clouds import RemoteClouds
 from specsteer.service.warmup import WarmUp, WarmUpState
 from specsteer.stores.generations import AnnotationSummary, ExportFormat, NamedHistory, NewAnnotation, StoredComparison
-from specsteer.stores.protocols import CampaignStore, GenerationStore, RunStore
+from specsteer.stores.protocols import CampaignStore, GenerationStore, JudgeReader, RunStore
 from specsteer.stores.runs import StoredRun
 from specsteer.util.turns import ModelTurns
 
@@ -93,9 +93,10 @@ class AppService:
         )
         self.annotation = AnnotationService(store, self.limits, self.exposure)
 
-    def campaigns(self, store: CampaignStore) -> CampaignService:
-        """Annotation campaigns kept in ``store``, over this service's comparisons, runs and checks."""
-        return CampaignService(store, self.store, self.generation, self.runs, self.checks)
+    def campaigns(self, store: CampaignStore, judges: JudgeReader | None = None) -> CampaignService:
+        """Annotation campaigns kept in ``store``, over this service's comparisons, runs and checks; an export
+        row carries the grades ``judges`` keeps of its run's outputs."""
+        return CampaignService(store, self.store, self.generation, self.runs, self.checks, judges)
 
     @property
     def uploads(self) -> Path | None:

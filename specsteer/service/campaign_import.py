@@ -44,7 +44,7 @@ from specsteer.service.campaigns import CampaignService
 from specsteer.service.join_codes import issue_codes
 from specsteer.stores.campaigns import NewCampaign, RunSource
 from specsteer.stores.generations import NewComparison, NewGeneration
-from specsteer.stores.runs import CellResult, GridPoint, StoredRun, cell_key
+from specsteer.stores.runs import CellResult, GridPoint, StoredRun, cell_key, grid_point
 from specsteer.util.jsonable import to_jsonable
 
 
@@ -107,12 +107,6 @@ def proposed(run: StoredRun) -> RunCampaignRequest:
 
 def _value_text(value: float | None) -> str:
     return "-" if value is None else format(float(value), ".12g")  # as cell keys compare them
-
-
-def grid_point(method: str, alpha: float | None, beta: float | None) -> GridPoint:
-    """The grid point of ``method`` at this setting (α, β only where the method reads them)."""
-    info = METHOD_INFO[method]
-    return GridPoint(method, alpha if info.takes_alpha else None, beta if info.takes_beta else None)
 
 
 def choose_methods(requested: Sequence[str], run_methods: Sequence[str]) -> tuple[str, ...]:

@@ -18,7 +18,9 @@
   second save replaces the first).
 * **Results** (:meth:`report`, :meth:`export_rows`): ``specsteer.evaluation.preference`` over the latest
   judgements: Bradley–Terry leaderboard with bootstrap intervals, win matrix, position bias, Fleiss' κ,
-  Krippendorff's α, per-annotator counts and median times.
+  Krippendorff's α, per-annotator counts and median times. An export row of a campaign made from a run's
+  outputs also carries the LLM judge's grades of those outputs, where the run has any
+  (``specsteer.service.judge_report.export_fields``).
 
 What campaigns take and give is ``specsteer.service.campaign_values``; their limits, the checks of what a
 person types and the blind order are ``specsteer.service.campaign_checks``.
@@ -75,6 +77,7 @@ from specsteer.service.checks import RequestChecks
 from specsteer.service.events import AnnotationExport, ComparisonSaved, Failed, Stopped
 from specsteer.service.generation import GenerationService
 from specsteer.service.join_codes import JoinAttempts, check_code, issue_codes
+from specsteer.service.judge_report import export_fields
 from specsteer.service.limits import stored_id
 from specsteer.stores.campaigns import (
     NewCampaign,
@@ -90,7 +93,7 @@ from specsteer.stores.generations import (
     StoredOutput,
     slot_label,
 )
-from specsteer.stores.protocols import CampaignStore, GenerationStore, RunStore
+from specsteer.stores.protocols import CampaignStore, GenerationStore, JudgeReader, RunStore
 from specsteer.util.jsonable import to_jsonable
 
 log = logging.getLogger(__name__)
@@ -119,6 +122,7 @@ class CampaignService:
         generation: GenerationService,
         runs: RunStore,
         checks: RequestChecks,
+        judges: JudgeReader | None = None,
     ) -> None:
         self.store = store
         self.comparisons = comparisons
@@ -127,6 +131,8 @@ class CampaignService:
         self.checks = checks
         self.attempts = JoinAttempts()  # failed joins per client (specsteer.service.join_codes)
         self.paces = StoredPaces(runs)  # the stored runs' measured speeds, for estimates
+        # LLM-judge grades of the runs campaigns are made from: an export row carries its outputs' grades.
+        self.judges = judges
 
     # ----------------------------------------------------------------------- the operator
 
@@ -509,6 +515,9 @@ class CampaignService:
         self.check_operator(token, "Exporting a campaign's judgements")
         rows: list[dict[str, Any]] = []
         for campaign in self._chosen(name):
+            source = RunSource.of(campaign.data)
+            scores = self.judges.scores(source.run_id) if source is not None and self.judges is not None else []
+            records = {item.comparison_id: item.record_key for item in self.store.items(campaign.id)} if scores else {}
             for judgement in self.store.judgements(campaign.id):
                 stored = self.comparisons.comparison(judgement.comparison_id)
                 texts = {output.method: output.text for output in stored.outputs} if stored else {}
@@ -535,6 +544,8 @@ class CampaignService:
                 for method in judgement.slots:
                     for criterion in RATING_CRITERIA:
                         row[f"rating:{method}:{criterion}"] = judgement.ratings.get(method, {}).get(criterion)
+                if source is not None and judgement.comparison_id in records:
+                    row |= export_fields(scores, records[judgement.comparison_id], campaign.methods, source)
                 rows.append(row)
         return rows
 

@@ -5,7 +5,8 @@ new run and cell goes, and a read-only store of example runs (``assets/example_r
 ``benchmarks/build_example_runs.py`` builds). Both are listed, the user's first; an example run is marked
 (``StoredRun.example``) and numbered from :data:`EXAMPLE_IDS_FROM` up, so that one id never names two runs
 and the pickers, the service and its checks take an example's id as they take any other. Nothing is ever
-written to the examples: a write aimed at one is refused before it reaches the store.
+written to the examples: a write aimed at one is refused before it reaches the store. :class:`JudgesWithExamples`
+reads the judge grades of those runs by the same ids.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from specsteer.stores.protocols import RunStore
+from specsteer.stores.judges import JudgeScore, PairVerdict
+from specsteer.stores.protocols import JudgeStore, RunStore
 from specsteer.stores.runs import CellResult, RunStatus, StoredRun
 
 # Example runs' ids start here: far beyond what a user's database numbers its runs (one a grid), below the
@@ -81,3 +83,25 @@ class RunsWithExamples:
         if not self.is_example(run_id):
             return self.own.cells(run_id)
         return self.examples.cells(run_id - EXAMPLE_IDS_FROM)
+
+
+class JudgesWithExamples:
+    """The judge grades and verdicts of :class:`RunsWithExamples`' runs, by the same ids: an example's from the
+    examples' store (none, where that read-only file has no judge tables), every other run's from ``own``."""
+
+    def __init__(self, own: JudgeStore, examples: JudgeStore) -> None:
+        self.own = own
+        self.examples = examples
+
+    def _source(self, run_id: int) -> tuple[JudgeStore, int]:
+        if RunsWithExamples.is_example(run_id):
+            return self.examples, run_id - EXAMPLE_IDS_FROM
+        return self.own, run_id
+
+    def scores(self, run_id: int) -> list[JudgeScore]:
+        store, stored_id = self._source(run_id)
+        return store.scores(stored_id)
+
+    def verdicts(self, run_id: int) -> list[PairVerdict]:
+        store, stored_id = self._source(run_id)
+        return store.verdicts(stored_id)

@@ -3,10 +3,11 @@
 * :class:`GenerationStore`: histories, generations, comparisons and annotators' judgements of them (the
   application service, ``specsteer.service``);
 * :class:`CampaignStore`: annotation campaigns, their annotators and judgements (``specsteer.service.campaigns``);
-* :class:`RunStore`: evaluation runs and their cells (the grid, ``specsteer.evaluation.grid``, and the service).
+* :class:`RunStore`: evaluation runs and their cells (the grid, ``specsteer.evaluation.grid``, and the service);
+* :class:`JudgeStore`: an LLM judge's grades and verdicts of runs' cells (``specsteer.evaluation.judge_run``).
 
 The values that cross them are frozen dataclasses beside this module (``generations``, ``campaigns``,
-``runs``). ``storage`` implements each as ``Sql<Concept>Store`` in ``storage/<concept>_store.py``; a test hands
+``runs``, ``judges``). ``storage`` implements each as ``Sql<Concept>Store`` in ``storage/<concept>_store.py``; a test hands
 the service or the grid a dictionary-backed fake. Light: no torch, no SQLAlchemy.
 """
 
@@ -35,6 +36,7 @@ from specsteer.stores.generations import (
     NewGeneration,
     StoredComparison,
 )
+from specsteer.stores.judges import JudgeScore, PairVerdict
 from specsteer.stores.runs import CellResult, RunStatus, StoredRun
 
 
@@ -154,3 +156,36 @@ class RunStore(Protocol):
         ...
 
     def run(self, run_id: int) -> StoredRun | None: ...
+
+
+class JudgeReader(Protocol):
+    """The reading half of :class:`JudgeStore` (what reports, the Dashboard and exports need)."""
+
+    def scores(self, run_id: int) -> list[JudgeScore]:
+        """Every score of the run, every judge's; empty where the store keeps none (or has no place for any:
+        a read-only database made before judges)."""
+        ...
+
+    def verdicts(self, run_id: int) -> list[PairVerdict]:
+        """Every pairwise verdict of the run (empty as :meth:`scores` is)."""
+        ...
+
+
+class JudgeStore(JudgeReader, Protocol):
+    """Judge scores and pairwise verdicts of stored runs' cells.
+
+    Several processes may judge one run: a save keeps the first grade (verdict) of its key and reports a later
+    one as not stored; a result without one (a timeout, a malformed answer) is replaced by the next save of its
+    key: a new answer, or the stored answer read again."""
+
+    def settled_scores(self, run_id: int, judge_key: str) -> set[tuple[str, str]]:
+        """(cell key, criterion) of every settled score of this judge (:attr:`JudgeScore.settled`)."""
+        ...
+
+    def save_score(self, run_id: int, score: JudgeScore) -> bool: ...
+
+    def settled_verdicts(self, run_id: int, judge_key: str) -> set[tuple[str, str, str]]:
+        """(first key, second key, criterion) of every settled verdict of this judge."""
+        ...
+
+    def save_verdict(self, run_id: int, verdict: PairVerdict) -> bool: ...

@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import Any, Literal, get_args
 
 from specsteer.data.crossing import HistoryCrossing
-from specsteer.method.catalog import acceptance_label, method_label
+from specsteer.method.catalog import METHOD_INFO, acceptance_label, method_label
 from specsteer.method.events import GenerationStats
 
 # --------------------------------------------------------------------------- the evaluation grid's results
@@ -50,6 +50,12 @@ class GridPoint:
     def display(self) -> str:
         """The method's label and its setting: "SpecSteer α=1 β=1 CDA λ=1", "LLM"."""
         return " ".join(filter(None, [method_label(self.method), self.setting]))
+
+
+def grid_point(method: str, alpha: float | None, beta: float | None) -> GridPoint:
+    """The grid point of ``method`` at the setting (α, β): each kept only where the method reads it."""
+    info = METHOD_INFO[method]
+    return GridPoint(method, alpha if info.takes_alpha else None, beta if info.takes_beta else None)
 
 
 def _key_number(value: float | None) -> str:

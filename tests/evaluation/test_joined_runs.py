@@ -22,11 +22,9 @@ pytestmark = pytest.mark.usefixtures("fresh_engines")
 ORDER = [method for method in METHODS if method in {"slm+", "llm", "specsteer", "p3"}]
 
 
-@pytest.fixture
-def runs(tmp_path, url):
-    """A re-test's kind of run (slm+, llm, specsteer) over three records, and a P³ run added to two of them."""
-    data = write_records(tmp_path, [cogenesis_record(n) for n in range(3)])
-    base = EvalSpec(
+def retest_spec(data: str, **changes) -> EvalSpec:
+    """A re-test's kind of run, named "steered": SLM+, LLM and SpecSteer at α = 1 over the records of ``data``."""
+    spec = EvalSpec(
         data=data,
         task="cogenesis",
         methods=("slm+", "llm", "specsteer"),
@@ -37,6 +35,14 @@ def runs(tmp_path, url):
         runtime="transformers",
         run_name="steered",
     )
+    return replace(spec, **changes)
+
+
+@pytest.fixture
+def runs(tmp_path, url):
+    """A re-test's kind of run (slm+, llm, specsteer) over three records, and a P³ run added to two of them."""
+    data = write_records(tmp_path, [cogenesis_record(n) for n in range(3)])
+    base = retest_spec(data)
     pair = tiny_pair(seed=0, generalist_seed=1)
     store = storage.SqlRunStore(url)
     run_grid(base, store, pair=pair)

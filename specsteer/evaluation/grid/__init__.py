@@ -60,6 +60,7 @@ from specsteer.evaluation.grid.summary import (
     PairedDifference,
     json_rows,
     paired_difference,
+    paired_values,
     row_point,
     summarize,
 )
@@ -92,6 +93,7 @@ __all__ = [
     "open_grid_run",
     "open_or_resume",
     "paired_difference",
+    "paired_values",
     "pending_cells",
     "record_request",
     "resumable_config",

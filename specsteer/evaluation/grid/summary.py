@@ -229,16 +229,28 @@ def paired_difference(
     """``ours`` minus ``theirs`` on ``metric`` over the records both have, with a percentile bootstrap
     interval (records resampled with replacement, ``draws`` times, a fixed seed); None without a shared
     record or a score."""
-    scores: dict[tuple[GridPoint, str], float] = {}
+    scores: dict[GridPoint, dict[str, float]] = {ours: {}, theirs: {}}
     for cell in cells:
-        if (score := cell.rouge.get(metric)) is not None:
-            scores[(cell.point, cell.record_id)] = 100 * score
-    records = sorted(
-        {record for point, record in scores if point == ours} & {record for point, record in scores if point == theirs}
-    )
+        if cell.point in scores and (score := cell.rouge.get(metric)) is not None:
+            scores[cell.point][cell.record_id] = 100 * score
+    return paired_values(ours, theirs, metric, scores[ours], scores[theirs], draws, seed, level)
+
+
+def paired_values(
+    ours: GridPoint,
+    theirs: GridPoint,
+    metric: str,
+    our_values: Mapping[str, float],
+    their_values: Mapping[str, float],
+    draws: int = 10_000,
+    seed: int = 0,
+    level: float = 0.95,
+) -> PairedDifference | None:
+    """:func:`paired_difference` of any per-record values (record id -> value), e.g. a judge's grades."""
+    records = sorted(set(our_values) & set(their_values))
     if not records:
         return None
-    differences = [scores[(ours, record)] - scores[(theirs, record)] for record in records]
+    differences = [our_values[record] - their_values[record] for record in records]
     low, high = bootstrap_interval(differences, draws, seed, level)
     return PairedDifference(
         ours,

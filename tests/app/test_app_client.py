@@ -26,6 +26,8 @@ from specsteer.stores.generations import RATING_CRITERIA  # noqa: E402
 from testkit import API_GENERATE  # noqa: E402
 from ui.compare_handlers import MAX_SLOTS  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the app served on loopback, driven by gradio_client
+
 GENERATE = API_GENERATE
 
 

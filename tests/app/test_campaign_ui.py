@@ -17,6 +17,8 @@ from ui.judge_tab import MAX_SLOTS, SHORTCUTS_JS
 
 gradio_client = pytest.importorskip("gradio_client")
 
+pytestmark = pytest.mark.slow  # the app served on loopback, two annotators' sessions
+
 RATINGS = [None] * (MAX_SLOTS * 2)
 
 

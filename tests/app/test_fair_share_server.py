@@ -21,6 +21,8 @@ import pytest
 
 from specsteer.service.limits import PUBLIC_LIMITS
 
+pytestmark = pytest.mark.slow  # the public app served on loopback, flooded from several addresses
+
 API = "/gradio_api"
 SHARE = PUBLIC_LIMITS.queue_share
 MAX_WAITING = 6  # the model jobs' whole-queue cap, made small so that two clients fill it

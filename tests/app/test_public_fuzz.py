@@ -18,6 +18,8 @@ import pytest
 
 from specsteer.models.tiny import TEST_PAIRING_ID
 
+pytestmark = pytest.mark.slow  # the public app served on loopback and every endpoint fuzzed over HTTP
+
 MEGABYTE_STRING = "x" * 1_000_000
 MARKUP = '<img src=x onerror="window.__pwned=1"><script>alert(1)</script>{{7*7}}'
 SERVER_FILE = {"path": "/etc/passwd", "meta": {"_type": "gradio.FileData"}}

@@ -16,6 +16,8 @@ import pytest
 
 from specsteer.service.limits import PUBLIC_LIMITS
 
+pytestmark = pytest.mark.slow  # the public app served on loopback
+
 LIMITS = replace(
     PUBLIC_LIMITS,
     header_timeout_s=1.5,

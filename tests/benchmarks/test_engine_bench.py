@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.dry_run
+pytestmark = [pytest.mark.dry_run, pytest.mark.slow]  # the benchmark's CPU dry run: a child process
 
 
 @pytest.fixture(scope="module")

@@ -124,11 +124,13 @@ def test_hub_model_offline_fails_fast_naming_the_offline_pair(monkeypatch, capsy
     assert code == 1 and "offline-qwen2.5-coder" in err
 
 
+@pytest.mark.slow  # a child process
 def test_module_entry_point_prints_help():
     result = subprocess.run([sys.executable, "-m", "specsteer", "generate", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "--draft-len" in result.stdout
 
 
+@pytest.mark.slow  # a child process
 def test_a_deeply_nested_history_is_a_named_error_not_a_traceback(tmp_path):
     deep = tmp_path / "deep.json"
     deep.write_text("[" * 10_000 + "]" * 10_000)

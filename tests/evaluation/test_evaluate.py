@@ -358,6 +358,7 @@ def test_retrieval_depth_sets_the_number_of_profile_items():
 # --------------------------------------------------------------------------- command line
 
 
+@pytest.mark.slow  # a child process
 def test_cli_json_contract_and_plot(tmp_path):
     plot = tmp_path / "plot.html"
     command = [

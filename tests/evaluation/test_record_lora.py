@@ -36,7 +36,7 @@ CANARY = "WOMBAT-canary-5521 teal accordion"
 REFERENCE = "Dear guests, you are warmly invited to our spring gala."
 FAST = LoraSettings(rank=4, alpha=8, dropout=0.0, learning_rate=5e-3, epochs=1, max_length=128)
 
-pytestmark = pytest.mark.usefixtures("fresh_engines")
+pytestmark = [pytest.mark.usefixtures("fresh_engines"), pytest.mark.slow]  # a LoRA adapter trained per record
 
 
 def cogenesis_record(number: int, texts: list[str] | None = None) -> dict:

@@ -46,6 +46,7 @@ def test_the_childs_report_is_judged_agreement_first_then_the_whole_prompt():
     assert stopped.tok_s is None and "over 64 tokens, under half fp32's 230: stopped" in stopped.detail
 
 
+@pytest.mark.slow  # a child process
 def test_bf16_runs_in_a_child_process_and_agrees_with_fp32():
     """The real child on the tiny model's shapes: bf16 computes on any x86 CPU (slowly without AVX512-BF16)."""
     outcome = bf16_reading(TINY_SHAPE, tokens=96, fp32_tok_s=1e-3)

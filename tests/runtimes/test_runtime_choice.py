@@ -129,6 +129,7 @@ def test_the_decode_path_passes_on_a_real_gguf_in_every_configuration(tmp_path, 
     assert "CPU" in buffers  # llama.cpp's load log was read
 
 
+@pytest.mark.slow  # a child process
 def test_the_child_process_runs_the_decode_path(tmp_path):
     require_llamacpp()
     path = tmp_path / "tiny.gguf"

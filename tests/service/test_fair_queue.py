@@ -20,6 +20,8 @@ import storage  # noqa: E402
 from testkit import API_GENERATE  # noqa: E402
 from ui import pairs  # noqa: E402
 
+pytestmark = pytest.mark.slow  # the app served on loopback, grids queued by several clients
+
 # 10 SpecSteer settings + SLM + LLM = 12 points × 3 records = 36 cells.
 GRID = dict(
     source="sample",

@@ -794,6 +794,7 @@ def _write_the_grid_in_another_process(url: str, run_id: int, start, results) ->
     results.put(inserted)
 
 
+@pytest.mark.slow  # a child process
 def test_two_processes_writing_one_runs_cells_store_each_once(db_url):
     """Two workers on one run (``--shard`` overlapping completely, the worst case): each process has its own
     engine and tries every one of the 20 cells at the same moment as the other."""

@@ -159,7 +159,7 @@ def test_compare_annotate_and_export(server, tmp_path):
 
 def test_dashboard_one_record_run(server):
     client = client_for(server)
-    status, quality, acceptance, table, runs = client.predict(
+    status, quality, acceptance, table, _differences, runs = client.predict(
         source="sample",
         upload=None,
         task="review",

@@ -100,7 +100,8 @@ def test_cogenesis_json_rows_carry_the_privacy_shares_the_dashboard_shows(url, t
     assert evaluate(url, "cogenesis", "--prompt-style", "clean", "--json", data=data, task="cogenesis") == 0
     captured = capsys.readouterr()
     rows = json.loads(captured.out)["rows"]
-    assert [tuple(row) for row in rows] == [grid.JSON_ROW_KEYS + grid.PRIVACY_ROW_KEYS] * len(rows)
+    expected = grid.JSON_ROW_KEYS + grid.PRIVACY_ROW_KEYS + grid.CROSSING_ROW_KEYS  # every cell audited
+    assert [tuple(row) for row in rows] == [expected] * len(rows)
     # The same function gives the Dashboard's rows of the stored run: the same shares.
     monkeypatch.setenv("DATABASE_URL", url)
     run = storage.get_run_by_name("cogenesis", url=url)

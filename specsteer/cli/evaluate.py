@@ -14,9 +14,14 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 from specsteer.cli import DATABASE_HELP
-from specsteer.cli.generate import acceptance_arguments, add_lora_argument, p3_arguments, runtime_argument
+from specsteer.cli.generate import (
+    acceptance_arguments,
+    add_lora_argument,
+    p3_arguments,
+    prompt_style_argument,
+    runtime_argument,
+)
 from specsteer.data.datasets import EVALUATION_TASKS, resolve_data_source
-from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
 from specsteer.edge.lora import LoraSettings
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, failures_text, json_rows, run_grid_events
 from specsteer.evaluation.grid.ray_executor import RayCluster, connected, run_grid_on_ray
@@ -115,13 +120,7 @@ def build_parser() -> argparse.ArgumentParser:
     acceptance_arguments(parser, several=True)
     parser.add_argument("--retrieval-k", type=int, default=3, help="profile items retrieved by BM25")
     parser.add_argument("--noise", type=int, default=0, help="low-similarity items of other users appended")
-    parser.add_argument(
-        "--prompt-style",
-        choices=PROMPT_STYLES,
-        default=DEFAULT_PROMPT_STYLE,
-        help="paper: the paper's Table 13 templates (default, comparable); clean: the retrieved "
-        "texts without their field labels, and an instruction to write only the text",
-    )
+    prompt_style_argument(parser)
     parser.add_argument(
         "--private-guard",
         type=int,

@@ -90,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     gen.add_argument("--no-bonus", action="store_true", help="no steered bonus token after a fully accepted round")
     gen.add_argument("--exact", action="store_true", help="exact-target sampling variant of SpecSteer")
     gen.add_argument("--retrieval-k", type=int, default=3, help="history items retrieved by BM25")
+    prompt_style_argument(gen)
     gen.add_argument(
         "--private-guard",
         type=int,
@@ -290,6 +291,19 @@ def _list_pairings() -> int:
     return 0
 
 
+def prompt_style_argument(parser: argparse.ArgumentParser) -> None:
+    """``--prompt-style``, as generate and evaluate read it."""
+    from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
+
+    parser.add_argument(
+        "--prompt-style",
+        choices=PROMPT_STYLES,
+        default=DEFAULT_PROMPT_STYLE,
+        help="paper: the paper's Table 13 templates (default, comparable); clean: the retrieved "
+        "texts without their field labels, and an instruction to write only the text (the app's persona default)",
+    )
+
+
 def p3_arguments(parser: argparse.ArgumentParser) -> None:
     """P³'s two settings (method p3; specsteer.method.p3), for generate, evaluate and bench alike."""
     from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU
@@ -393,6 +407,7 @@ def _generate(args) -> int:
             history=history.items,
             retrieval_k=args.retrieval_k,
             profile=history.profile,
+            prompt_style=args.prompt_style,
         )
         from specsteer.engine.generate import prepare
 

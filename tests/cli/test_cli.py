@@ -11,7 +11,7 @@ import pytest
 
 from specsteer import cli
 from specsteer.models.tiny import tiny_pair
-from testkit import force_drafts
+from testkit import force_drafts, generate_cli
 
 SAMPLE = Path(__file__).resolve().parents[2] / "assets" / "samples" / "review_user.jsonl"
 
@@ -145,3 +145,19 @@ def test_a_deeply_nested_history_is_a_named_error_not_a_traceback(tmp_path):
     assert done.returncode == 2
     assert done.stderr.startswith("error: line 1: the JSON is nested more than"), done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_generate_reads_the_prompt_style_the_app_defaults_to(capsys):
+    """``--prompt-style clean`` (the app's persona default) reaches the prompts: the plain prompt the Cloud is
+    opened with differs from the paper templates' (so a command line can reproduce what the app generated)."""
+
+    def opened_prompt(style: str) -> list[int]:
+        code, out, err = generate_cli(capsys, "--max-new-tokens", "2", "--prompt-style", style, "--json")
+        assert code == 0, err
+        uplink = [m for m in json.loads(out)["transcript"] if m["direction"] == "uplink"]
+        return uplink[0]["payload"]["prompt"]
+
+    assert opened_prompt("clean") != opened_prompt("paper")
+    with pytest.raises(SystemExit) as refused:
+        generate_cli(capsys, "--prompt-style", "fancy")
+    assert refused.value.code == 2 and "invalid choice" in capsys.readouterr().err

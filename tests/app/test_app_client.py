@@ -243,15 +243,16 @@ def test_a_server_path_sent_as_a_file_is_refused(server, tmp_path):
 
 
 def test_a_refused_input_names_the_file_as_sent_and_logs_one_warning_line(server, caplog, capfd):
-    """Issue 35: a refused server path came back resolved ("../../etc/hostname" as "/tmp/etc/hostname"), and
-    every refused input wrote a ~20-line traceback to the server's log."""
+    """A refused server path came back resolved ("../../etc/hostname" as "/tmp/etc/hostname"), and every refused
+    input wrote a ~20-line traceback to the server's log."""
     named = {"path": "../../etc/hostname", "meta": {"_type": "gradio.FileData"}}
     capfd.readouterr()
     with caplog.at_level(logging.WARNING, logger="ui.safe_inputs"):
         answer = call_raw(server, "upload_history", named)
         refused_choice = call_raw(server, "load_sample", "<b>no such sample</b>")
     assert "event: error" in answer and "../../etc/hostname: this file was not uploaded to the app" in answer, answer
-    assert os.path.abspath("../../etc/hostname") not in answer
+    # Never the path resolved on the server (which, from a shallow working directory, is a tail of the one sent).
+    assert os.path.abspath("../../etc/hostname") not in answer.replace("../../etc/hostname", "")
     assert "event: error" in refused_choice and "no such sample" in refused_choice
     lines = [record for record in caplog.records if record.name == "ui.safe_inputs"]
     assert [record.levelno for record in lines] == [logging.WARNING, logging.WARNING]

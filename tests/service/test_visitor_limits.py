@@ -100,7 +100,7 @@ def test_a_grid_beyond_the_visitor_cap_needs_the_operator_token(public):
 
 
 def test_a_visitor_over_every_cap_is_told_the_visitors_cap_and_the_operator_the_operators(public):
-    """Issue 35: a visitor whose grid was beyond the operator's cap too was told that cap ("2000 cells over at
+    """A visitor whose grid was beyond the operator's cap too was told that cap ("2000 cells over at
     most 50 records"), which the visitor cannot reach without the token, instead of its own (24 over 8)."""
     huge = grid(alphas=tuple(float(i) for i in range(1, 17)), betas=tuple(float(i) for i in range(1, 17)), limit=50)
     for spec in (huge, replace_spec(huge, limit=None)):

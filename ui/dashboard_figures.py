@@ -32,7 +32,7 @@ _CELL_PADDING_PX = 24
 _RUN_COLUMN = "run"
 
 
-_RUN_COLUMN_WIDTH = "240px"
+_RUN_COLUMN_WIDTH = "200px"
 
 
 def table_update(table: pd.DataFrame) -> dict:

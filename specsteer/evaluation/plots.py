@@ -52,7 +52,7 @@ TABLE_NOTE = (
     "Porter stemmer. tok/s: total new tokens / total seconds. acceptance: accepted / drafted tokens. "
     "speedup: tok/s over LLM's on the same records in the same run. rounds, bytes: mean per generation. "
     "history crossed: generations where a run of 3 words (or a 2-word name) of the user's history, not in the "
-    "input, crossed to the cloud in any message, rejected drafts included; phrases/gen: how many, on average."
+    "input, crossed to the cloud in any message, rejected drafts included (in brackets: phrases per generation)."
 )
 
 
@@ -267,9 +267,12 @@ def display_rows(rows: Sequence[Row]) -> list[dict[str, str]]:
 
 def _crossing_columns(row: Row) -> dict[str, str]:
     """The history that crossed (``specsteer.data.crossing``): the share of generations where any phrase of the
-    history crossed to the cloud, and the phrases per generation; "–" where no cell was audited."""
-    share = None if row.get("history_crossed") is None else 100 * row["history_crossed"]
-    return {"history crossed": _number(share, 0, "%"), "phrases/gen": _number(row.get("history_phrases"), 1)}
+    history crossed to the cloud, with the phrases per generation in brackets; "–" where no cell was audited."""
+    if row.get("history_crossed") is None:
+        return {"history crossed": "–"}
+    # One column (share, then phrases per generation): two would push a compared runs' table past its width.
+    share, phrases = _number(100 * row["history_crossed"], 0, "%"), _number(row.get("history_phrases"), 1)
+    return {"history crossed": f"{share} ({phrases})"}
 
 
 def _privacy_columns(row: Row) -> dict[str, str]:

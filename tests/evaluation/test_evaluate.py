@@ -316,7 +316,7 @@ def test_the_history_that_crossed_is_summarized_over_the_audited_cells():
     assert tuple(json_rows([row])[0]) == JSON_ROW_KEYS + CROSSING_ROW_KEYS
     assert "history_crossed" not in summarize(cells[2:])[0]
     shown = plots.display_rows([row])[0]
-    assert (shown["history crossed"], shown["phrases/gen"]) == ("50%", "1.0")
+    assert shown["history crossed"] == "50% (1.0)"
 
 
 def test_without_llm_speedup_is_null():

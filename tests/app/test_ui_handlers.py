@@ -782,7 +782,7 @@ def test_dashboard_compares_runs_and_shows_their_names_as_text(dashboard):
     table = view.table["value"]
     assert set(table["run"]) == {f'#{ids[0]} <a href="x">two</a>', f"#{ids[1]} <b>one</b>"}
     widths = dict(zip(table.columns, view.table["column_widths"], strict=True))
-    assert widths["run"] == "240px" and widths["acceptance"] == "109px"  # a header word's width, never less
+    assert widths["run"] == "200px" and widths["acceptance"] == "109px"  # a header word's width, never less
     quality, acceptance = view.quality["value"], view.acceptance["value"]
     names = [trace.name for figure in (quality, acceptance) for trace in figure.data]
     assert names and all("<" not in name for name in names)  # plotly would render <b> and <a> as markup

@@ -274,3 +274,31 @@ def broken_header_words(page, table: str) -> list[str]:
     }""",
         table,
     )
+
+
+def set_rtt(page, value: str) -> None:
+    """The round-trip time in the advanced settings (opened if closed), typed until it holds (the accordion's
+    first opening renders its children twice)."""
+    box = page.locator("#rtt-ms input").first
+    if not box.is_visible():
+        page.get_by_text("Sampling and advanced settings").click()
+    for _attempt in range(5):
+        box.fill(value)
+        box.press("Tab")
+        page.wait_for_timeout(500)
+        if box.input_value() == value:
+            return
+    raise AssertionError("the RTT setting did not keep its value")
+
+
+def prompt_rows(model, prompt: list[int], continuation: list[int]):
+    """(the rows of a prompt read in one pass keeping its last 2, the rows of a continuation read after it) on a
+    fresh sequence of ``model``: what the prompt hand-off tests compare between a reader and llama.cpp."""
+    sequence = model.new_sequence(len(prompt) + len(continuation) + 8)
+    try:
+        first = sequence.extend(prompt, 2)
+        after = sequence.extend(continuation, len(continuation))
+        assert sequence.tokens == prompt + continuation
+    finally:
+        sequence.close()
+    return first, after

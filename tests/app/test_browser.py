@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from testkit import broken_header_words
+from testkit import broken_header_words, set_rtt
 
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
@@ -205,21 +205,6 @@ def test_a_persona_generates_and_the_privacy_panel_names_the_facts_that_crossed(
     expect(facts).to_contain_text("named in your task")
     shot(page, "04-persona-privacy-facts")
     assert_not_pwned(page)
-
-
-def set_rtt(page, value: str) -> None:
-    """The round-trip time in the advanced settings (opened if closed), typed until it holds (the accordion's
-    first opening renders its children twice)."""
-    box = page.locator("#rtt-ms input").first
-    if not box.is_visible():
-        page.get_by_text("Sampling and advanced settings").click()
-    for _attempt in range(5):
-        box.fill(value)
-        box.press("Tab")
-        page.wait_for_timeout(500)
-        if box.input_value() == value:
-            return
-    raise AssertionError("the RTT setting did not keep its value")
 
 
 def test_stop_keeps_the_partial_output(page):

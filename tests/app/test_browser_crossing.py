@@ -33,19 +33,13 @@ TRANSPARENT = "rgba(0, 0, 0, 0)"
 
 
 @pytest.fixture
-def page(app_server):
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking"],
-        )
-        context = chromium.new_context(viewport={"width": 1400, "height": 900})
-        page = context.new_page()
-        page.goto(app_server[0])
-        page.wait_for_selector("#generate-button", timeout=WAIT_MS)
-        yield page
-        context.close()
-        chromium.close()
+def page(app_server, chromium):
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.goto(app_server[0])
+    page.wait_for_selector("#generate-button", timeout=WAIT_MS)
+    yield page
+    context.close()
 
 
 def set_value(page, box, value: str) -> None:

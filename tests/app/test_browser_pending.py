@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from testkit import set_rtt
+
 CHROMIUM = Path("/usr/bin/chromium")
 if not CHROMIUM.exists():
     pytest.skip(
@@ -27,33 +29,13 @@ SETTLED = ".ss-tok-accepted, .ss-tok-rejected, .ss-tok-recovered, .ss-tok-bonus"
 
 
 @pytest.fixture(scope="module")
-def page(app_server):
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking"],
-        )
-        context = chromium.new_context(viewport={"width": 1400, "height": 900})
-        page = context.new_page()
-        page.goto(app_server[0])
-        page.wait_for_selector("#generate-button", timeout=WAIT_MS)
-        yield page
-        context.close()
-        chromium.close()
-
-
-def set_rtt(page, value: str) -> None:
-    """Open the advanced settings and type the round-trip time until it holds (the accordion's first
-    opening renders its children twice)."""
-    page.get_by_text("Sampling and advanced settings").click()
-    box = page.locator("#rtt-ms input").first
-    for _attempt in range(5):
-        box.fill(value)
-        box.press("Tab")
-        page.wait_for_timeout(1000)
-        if box.input_value() == value:
-            return
-    raise AssertionError("the RTT setting did not keep its value")
+def page(app_server, chromium):
+    context = chromium.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.goto(app_server[0])
+    page.wait_for_selector("#generate-button", timeout=WAIT_MS)
+    yield page
+    context.close()
 
 
 def test_drafts_show_pending_then_take_the_verdicts_colour(page):

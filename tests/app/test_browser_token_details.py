@@ -31,20 +31,9 @@ def server(app_server):
     return app_server[0]
 
 
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(
-            executable_path=str(CHROMIUM),
-            args=["--no-sandbox", "--disable-gpu", "--disable-quic", "--disable-background-networking"],
-        )
-        yield chromium
-        chromium.close()
-
-
 @pytest.fixture
-def page(browser, server):
-    context = browser.new_context(viewport=VIEWPORT)
+def page(chromium, server):
+    context = chromium.new_context(viewport=VIEWPORT)
     page = context.new_page()
     page.goto(server)
     page.wait_for_selector("#generate-button", timeout=WAIT_MS)

@@ -11,7 +11,7 @@ from specsteer.models.loading import load_pair
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS, converted_cache_ready, package_problems
 from specsteer.runtimes.base import TransformersModel
 from specsteer.runtimes.prompt_handoff import HANDOFF_MIN_TOKENS
-from testkit import require_llamacpp
+from testkit import prompt_rows, require_llamacpp
 
 
 def test_real_default_pair_loads_from_the_cache(monkeypatch):
@@ -78,17 +78,6 @@ def test_real_specialist_on_llamacpp_rolls_back_within_tolerance():
     assert model.output_rows == 151936 and 151645 in model.end_token_ids  # <|im_end|>
 
 
-def _rows(model, prompt: list[int], continuation: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    sequence = model.new_sequence(len(prompt) + len(continuation) + 8)
-    try:
-        first = sequence.extend(prompt, 2)
-        after = sequence.extend(continuation, len(continuation))
-        assert sequence.tokens == prompt + continuation
-    finally:
-        sequence.close()
-    return first, after
-
-
 @pytest.mark.parametrize("dtype", [pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, id="bf16")])
 def test_the_real_specialist_decodes_a_handed_over_prompt_like_its_own_reading(dtype):
     """The offline 0.5B Specialist: llama.cpp Q4_K_M reading a retrieved-history prompt itself, against its
@@ -119,8 +108,8 @@ def test_the_real_specialist_decodes_a_handed_over_prompt_like_its_own_reading(d
     while len(greedy) < 24:
         greedy.append(int(sequence.extend([greedy[-1]], 1)[-1].argmax()))
     sequence.close()
-    expected_first, expected_after = _rows(plain, prompt, greedy[:-1])
-    first, after = _rows(handed, prompt, greedy[:-1])
+    expected_first, expected_after = prompt_rows(plain, prompt, greedy[:-1])
+    first, after = prompt_rows(handed, prompt, greedy[:-1])
     expected, found = torch.cat([expected_first[-1:], expected_after]), torch.cat([first[-1:], after])
     assert (found - expected).abs().max() < 1.0
     top2 = expected.topk(2, -1).values

@@ -23,7 +23,7 @@ from specsteer.runtimes.prompt_handoff import (
     sequence_state,
     state_size,
 )
-from testkit import require_llamacpp
+from testkit import prompt_rows, require_llamacpp
 
 # llama.cpp's f16 cache against transformers' fp32 one on the tiny fp32 model: within the runtime tests' bound.
 TOLERANCE = 5e-3
@@ -60,24 +60,13 @@ def models(tmp_path_factory):
     return plain, handed, bf16
 
 
-def _rows(model, prompt: list[int], continuation: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-    sequence = model.new_sequence(len(prompt) + len(continuation) + 8)
-    try:
-        first = sequence.extend(prompt, 2)
-        after = sequence.extend(continuation, len(continuation))
-        assert sequence.tokens == prompt + continuation
-    finally:
-        sequence.close()
-    return first, after
-
-
 def test_a_handed_over_prompt_decodes_as_if_llama_cpp_had_read_it(models):
     plain, handed, _ = models
     prompt = [(7 * i + 3) % 300 + 10 for i in range(HANDOFF_MIN_TOKENS + 45)]
     continuation = [11, 42, 99, 7, 250]
     before = CountingReader.reads
-    expected_first, expected_after = _rows(plain, prompt, continuation)
-    first, after = _rows(handed, prompt, continuation)
+    expected_first, expected_after = prompt_rows(plain, prompt, continuation)
+    first, after = prompt_rows(handed, prompt, continuation)
     assert CountingReader.reads == before + 1  # the reader read the prompt, llama.cpp the rest
     assert (first - expected_first).abs().max() < TOLERANCE
     # The rows llama.cpp computed over the handed-over cache: attention over every prompt position.
@@ -98,8 +87,8 @@ def test_a_prompt_read_in_bf16_is_handed_over_as_f16_rows_that_agree(models):
     plain, _, bf16 = models
     prompt = [(7 * i + 3) % 300 + 10 for i in range(HANDOFF_MIN_TOKENS + 45)]
     continuation = [11, 42, 99, 7, 250]
-    expected = torch.cat(_rows(plain, prompt, continuation))
-    found = torch.cat(_rows(bf16, prompt, continuation))
+    expected = torch.cat(prompt_rows(plain, prompt, continuation))
+    found = torch.cat(prompt_rows(bf16, prompt, continuation))
     _agree(found, expected, BF16_TOLERANCE, BF16_EPSILON)
     assert (found - expected).abs().max() > TOLERANCE  # bf16 read it: not the fp32 reader's agreement
 
@@ -148,8 +137,8 @@ def test_given_an_avx512_bf16_calibration_auto_hands_over_from_bf16_and_llama_cp
         plain = LlamaCppModel(small, name="tiny-0", threads=1)
         prompt = [(5 * i + 1) % 250 + 3 for i in range(HANDOFF_MIN_TOKENS + 20)]
         continuation = [40, 41, 42, 43]
-        expected = torch.cat(_rows(plain, prompt, continuation))
-        _agree(torch.cat(_rows(pair.specialist, prompt, continuation)), expected, BF16_TOLERANCE, BF16_EPSILON)
+        expected = torch.cat(prompt_rows(plain, prompt, continuation))
+        _agree(torch.cat(prompt_rows(pair.specialist, prompt, continuation)), expected, BF16_TOLERANCE, BF16_EPSILON)
     finally:
         clear_loaded_pairs()
 

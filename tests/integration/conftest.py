@@ -2,9 +2,10 @@
 tokenizers), loaded once per session and runtime.
 
 Every test under this folder is marked ``integration``; a plain ``pytest`` leaves the tier out (pytest.ini)
-and ``bash scripts/test.sh`` (the README's command, which CI runs) includes it. The pairs are session
-fixtures parametrized by runtime: pytest groups the tests by parameter, so each real pair is loaded once and
-released before the next one loads (one real pair of each fixture in memory at a time).
+and ``bash scripts/test.sh`` (the README's command, which CI runs) includes it. The pairs are fixtures
+parametrized by runtime and scoped to the module that uses them (each pair is used by one module, so it is loaded
+once a session): pytest groups the tests by parameter, loads each real pair once, and releases it before the next
+loads and when its module ends, so no two real pairs (8 GB for the default pair in fp32) are held at once.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ def _loaded(pairing_id: str, runtime: str):
         clear_loaded_pairs()
 
 
-@pytest.fixture(scope="session", params=RUNTIMES)
+@pytest.fixture(scope="module", params=RUNTIMES)
 def default_pair(request):
     """The default offline pair (Qwen2.5-Coder 0.5B / 1.5B) on each runtime."""
     from specsteer.models.registry import DEFAULT_PAIRING
@@ -52,7 +53,7 @@ def default_pair(request):
 
 
 @pytest.fixture(
-    scope="session",
+    scope="module",
     params=[(pairing, runtime) for pairing in CROSS_PAIRINGS for runtime in ("transformers", "llama.cpp")],
     ids=lambda param: "-".join(param),
 )

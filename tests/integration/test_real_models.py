@@ -14,6 +14,15 @@ from specsteer.runtimes.prompt_handoff import HANDOFF_MIN_TOKENS
 from testkit import prompt_rows, require_llamacpp
 
 
+@pytest.fixture(autouse=True)
+def released():
+    """Each test's models leave memory with it (load_pair keeps the last pairs loaded for the next request)."""
+    from specsteer.models.loading import clear_loaded_pairs
+
+    yield
+    clear_loaded_pairs()
+
+
 def test_real_default_pair_loads_from_the_cache(monkeypatch):
     # Use the real cache (converting once if needed) rather than this module's temporary one.
     monkeypatch.delenv("SPECSTEER_CACHE", raising=False)

@@ -29,8 +29,8 @@ from specsteer.method.decoding import (
     Sampler,
     Stream,
     draft,
-    draft_log_probs,
     match_test,
+    of_drafts,
     ratio_temperature,
     steering_entries,
     tested_log_probs,
@@ -255,14 +255,14 @@ class Cloud(_CloudStreams):
         CDA each draft's own α, α·exp(−λ·JSD), as the test computed it."""
         temperature = ratio_temperature(scores.sampler)
         drafts = list(scores.drafts)
-        log_large, log_generic = draft_log_probs(scores.large_rows, scores.generic_rows, drafts, temperature)
         k = len(drafts)
+        # The rows' log-distributions once: the drafts' probabilities and, under CDA, the divergence both read them.
+        log_large_rows = tested_log_probs(scores.large_rows[:k], scores.sampler)
+        log_generic_rows = tested_log_probs(scores.generic_rows[:k], scores.sampler)
+        log_large, log_generic = of_drafts(log_large_rows, drafts), of_drafts(log_generic_rows, drafts)
         alphas = None
         if self._cda_lambda is not None and k:
-            divergence = jensen_shannon(
-                tested_log_probs(scores.large_rows[:k], scores.sampler),
-                tested_log_probs(scores.generic_rows[:k], scores.sampler),
-            )
+            divergence = jensen_shannon(log_large_rows, log_generic_rows)
             alphas = cda_log_thresholds(scores.alpha, divergence, self._cda_lambda).exp().tolist()
         return cloud_scores(
             log_large, log_generic, scores.large_rows[:k] / temperature, scores.generic_rows[:k] / temperature, alphas

@@ -69,7 +69,7 @@ from typing import Protocol
 import torch
 
 from specsteer.method.catalog import acceptance_label
-from specsteer.method.decoding import Sampler, ratio_decisions, ratio_test, tested_log_probs
+from specsteer.method.decoding import Sampler, of_drafts, ratio_decisions, ratio_test, tested_log_probs
 from specsteer.method.events import GenerationStats, RoundStep
 
 
@@ -252,8 +252,7 @@ def cda_test(scores: RoundScores, strength: float) -> tuple[int, list[float], li
     log_large = tested_log_probs(scores.large_rows[:k], scores.sampler)
     log_generic = tested_log_probs(scores.generic_rows[:k], scores.sampler)
     divergence = jensen_shannon(log_large, log_generic)
-    index = torch.tensor(drafts)[:, None]
-    log_ratio = log_large.gather(-1, index)[:, 0] - log_generic.gather(-1, index)[:, 0]
+    log_ratio = of_drafts(log_large, drafts) - of_drafts(log_generic, drafts)
     log_ratios = (log_ratio - cda_log_thresholds(scores.alpha, divergence, strength)).tolist()
     accepted, ratios = ratio_decisions(log_ratios, scores.sampler)
     return accepted, ratios, divergence.tolist()

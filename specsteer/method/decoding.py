@@ -362,7 +362,7 @@ def ratio_test(
     """
     if not draft_ids:
         return 0, []
-    log_p_large, log_p_generic = draft_log_probs(generalist_rows, generic_rows, draft_ids, ratio_temperature(sampler))
+    log_p_large, log_p_generic = draft_log_probs(generalist_rows, generic_rows, draft_ids, sampler)
     return ratio_decisions(log_ratio_values(log_p_large, log_p_generic, alpha), sampler)
 
 
@@ -372,15 +372,18 @@ def ratio_temperature(sampler: Sampler) -> float:
 
 
 def draft_log_probs(
-    generalist_rows: torch.Tensor, generic_rows: torch.Tensor, draft_ids: list[int], temperature: float
+    generalist_rows: torch.Tensor, generic_rows: torch.Tensor, draft_ids: list[int], sampler: Sampler
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """log p_L(y) and log p_S0(y) of each draft (``[k]`` each), from the rows before it at ``temperature``:
+    """log p_L(y) and log p_S0(y) of each draft (``[k]`` each), from the rows before it (:func:`tested_log_probs`):
     what the ratio test compares (and what a token's details show)."""
     k = len(draft_ids)
-    index = torch.tensor(draft_ids)[:, None]
-    log_p_large = torch.log_softmax(generalist_rows[:k] / temperature, -1).gather(-1, index)[:, 0]
-    log_p_generic = torch.log_softmax(generic_rows[:k] / temperature, -1).gather(-1, index)[:, 0]
-    return log_p_large, log_p_generic
+    large, generic = tested_log_probs(generalist_rows[:k], sampler), tested_log_probs(generic_rows[:k], sampler)
+    return of_drafts(large, draft_ids), of_drafts(generic, draft_ids)
+
+
+def of_drafts(log_rows: torch.Tensor, draft_ids: list[int]) -> torch.Tensor:
+    """``[k]``: each row's log-probability of its draft (``log_rows`` ``[k, V]``, one row before each draft)."""
+    return log_rows.gather(-1, torch.tensor(draft_ids, dtype=torch.long)[:, None])[:, 0]
 
 
 def tested_log_probs(rows: torch.Tensor, sampler: Sampler) -> torch.Tensor:

@@ -71,6 +71,9 @@ MAX_ANSWER_CHARS = 20_000  # an output longer than this is shown cut (and says s
 # is held to these: up to 600 characters of reasons without brackets, then the grade or the verdict.
 SCORE_ANSWER_PATTERN = r"[^\[\]]{0,600}Rating: \[\[(10|[1-9])\]\]"
 VERDICT_ANSWER_PATTERN = r"[^\[\]]{0,600}Verdict: \[\[(A|B|tie)\]\]"
+# The words each answer pattern ends on, before its grade or verdict: what the local judge is handed to finish an
+# answer its budget cut before the grade (``specsteer.evaluation.judges.LocalJudge``).
+ANSWER_CUES = {SCORE_ANSWER_PATTERN: "Rating: [[", VERDICT_ANSWER_PATTERN: "Verdict: [["}
 
 
 def check_criteria(names: Sequence[str]) -> tuple[Criterion, ...]:

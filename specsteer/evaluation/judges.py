@@ -29,7 +29,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from specsteer.stores.judges import JudgeIdentity, ReasonKind
+from specsteer.evaluation.judge_rubric import ANSWER_CUES
+from specsteer.stores.judges import RUBRIC_VERSION, JudgeIdentity, ReasonKind
 
 if TYPE_CHECKING:
     import httpx
@@ -239,10 +240,20 @@ def _detail(response: httpx.Response) -> str:
 DEFAULT_LOCAL_MAX_TOKENS = 160
 # A grade or a verdict in double brackets, the rubric's end of an answer (not "[[N]]" echoed from the prompt).
 _ANSWERED = re.compile(r"\[\[\s*(?:[+-]?\d+(?:\.\d+)?|A|B|C|tie)\s*\]\]", re.IGNORECASE)
+CUE_TOKENS = 4  # "10]]" or "tie]]" after the cue
+# The local judge's answers are stored under their own rubric name: one cut at the budget is finished from the
+# rubric's cue, which an answer written whole never needs, so its grades are not mixed with grades read without it.
+LOCAL_RUBRIC = f"{RUBRIC_VERSION}+cue"
 
 
 class LocalJudge:
-    """The Generalist of ``pair`` answering greedily, at most ``max_new_tokens`` tokens: a weak judge."""
+    """The Generalist of ``pair`` answering greedily, at most ``max_new_tokens`` tokens: a weak judge.
+
+    A small model often spends its budget on headed analysis and never reaches the grade. Such an answer is
+    finished the way constrained decoding would hold it: the judge's own reasons, then the rubric's cue
+    (``Rating: [[`` or ``Verdict: [[``, :data:`~specsteer.evaluation.judge_rubric.ANSWER_CUES`), and the grade
+    the model writes after it, at most :data:`CUE_TOKENS` more tokens. The stored answer shows the cue where it
+    was added, and the scores are kept under :data:`LOCAL_RUBRIC`."""
 
     def __init__(
         self,
@@ -256,7 +267,7 @@ class LocalJudge:
         self.pair = pair
         self.max_new_tokens = max_new_tokens
         self.cancel = cancel or threading.Event()
-        self._identity = JudgeIdentity(model, "local", weak=True)
+        self._identity = JudgeIdentity(model, "local", weak=True, rubric=LOCAL_RUBRIC)
 
     @property
     def identity(self) -> JudgeIdentity:
@@ -264,27 +275,42 @@ class LocalJudge:
 
     def ask(self, prompt: str, answer_pattern: str) -> str:
         """The Generalist's greedy answer, ended as soon as it holds a complete ``[[…]]`` (what the rubric asks
-        it to end with: what would follow is not read) or at the token budget."""
-        from specsteer.engine.generate import DecodeConfig, chat_ids, generate_ids
-        from specsteer.method.events import Finished
+        it to end with: what would follow is not read); cut at the budget without one, it is finished from the
+        answer pattern's cue."""
+        from specsteer.engine.generate import chat_ids
         from specsteer.protocol.link import CloudRefused
 
-        ids = chat_ids(self.pair.tokenizer, prompt, self.pair.chat)
-        config = DecodeConfig(method="llm", max_new_tokens=self.max_new_tokens)
-        enough = threading.Event()  # this answer's own stop; the run's cancel stops it too
-        text = ""
         try:
-            for event in generate_ids(self.pair, ids, ids, config, enough):
-                if isinstance(event, Finished):
-                    return event.text[:MAX_REPLY_CHARS]
-                text += event.text
-                if self.cancel.is_set() or _ANSWERED.search(text):
-                    enough.set()
+            ids = chat_ids(self.pair.tokenizer, prompt, self.pair.chat)
+            answer = self._greedy(ids, self.max_new_tokens, _ANSWERED.search)
+            cue = ANSWER_CUES.get(answer_pattern)
+            if cue is None or self.cancel.is_set() or _ANSWERED.search(answer):
+                return answer[:MAX_REPLY_CHARS]
+            lead = f"{answer.rstrip()}\n\n{cue}"
+            lead_ids = list(self.pair.tokenizer.encode(lead, add_special_tokens=False))
+            grade = self._greedy(ids + lead_ids, CUE_TOKENS, lambda text: "]]" in text)
         except CloudRefused as error:
             # The in-process Cloud's limits (a prompt longer than a frame holds): asking again would not change
             # it, so the cell is settled without a grade, and the run goes on.
             raise JudgeFailure("refusal", f"the local judge cannot take this prompt: {error}") from None
-        return text[:MAX_REPLY_CHARS]
+        return (lead + grade)[:MAX_REPLY_CHARS]
+
+    def _greedy(self, ids: list[int], max_new_tokens: int, enough_when: Callable[[str], object]) -> str:
+        """The Generalist's greedy continuation of ``ids``: at most ``max_new_tokens``, stopped early once
+        ``enough_when(text)`` holds or the run is cancelled."""
+        from specsteer.engine.generate import DecodeConfig, generate_ids
+        from specsteer.method.events import Finished
+
+        config = DecodeConfig(method="llm", max_new_tokens=max_new_tokens)
+        enough = threading.Event()  # this answer's own stop; the run's cancel stops it too
+        text = ""
+        for event in generate_ids(self.pair, ids, ids, config, enough):
+            if isinstance(event, Finished):
+                return event.text
+            text += event.text
+            if self.cancel.is_set() or enough_when(text):
+                enough.set()
+        return text
 
     def close(self) -> None:
         pass

@@ -15,6 +15,7 @@ from evaluation.test_record_lora import cogenesis_record, write_records
 import storage
 from specsteer.cli import main
 from specsteer.evaluation.grid import run_grid
+from specsteer.evaluation.judges import LOCAL_RUBRIC
 from specsteer.models.tiny import tiny_pair
 from specsteer.stores.judges import JudgeIdentity, JudgeScore
 
@@ -51,7 +52,8 @@ def test_the_local_judge_grades_each_cell_or_says_why_and_resumes(run, capsys, m
     scores = store.scores(run_id)
     # A tiny random model rarely writes [[N]]: each cell holds a grade or the reason it has none.
     assert len(scores) == 9 and all((s.score is None) != (s.reason is None) for s in scores)
-    assert all(s.judge == JudgeIdentity("tiny-test-generalist", "local", weak=True) for s in scores)
+    local = JudgeIdentity("tiny-test-generalist", "local", weak=True, rubric=LOCAL_RUBRIC)
+    assert all(s.judge == local for s in scores)
     assert all(s.prompt.startswith("You are grading writing") and "Privacy_info" in s.prompt for s in scores)
     verdicts = store.verdicts(run_id)
     assert len(verdicts) == 18 and {(v.first.method, v.second.method) for v in verdicts} >= {

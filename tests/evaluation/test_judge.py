@@ -407,3 +407,23 @@ def test_a_prompt_too_long_for_the_local_judge_is_a_refusal_not_a_crash():
         judge.ask("a long profile " * 20_000, SCORE_ANSWER_PATTERN)
     assert failure.value.kind == "refusal"
     assert "larger than this Cloud accepts" in str(failure.value)
+
+
+def test_the_local_judge_finishes_an_answer_cut_at_its_budget_from_the_rubrics_cue():
+    from specsteer.evaluation.judge_rubric import VERDICT_ANSWER_PATTERN
+    from specsteer.evaluation.judges import CUE_TOKENS, LocalJudge
+    from specsteer.models.tiny import shared_test_pair
+
+    pair = shared_test_pair("tiny-test")
+    assert pair is not None
+    judge = LocalJudge(pair, "tiny-test-generalist", max_new_tokens=4)
+    prompt = "Grade this writing."
+    uncued = judge.ask(prompt, r"no cue for this pattern")  # the random tiny model writes no [[N]] in 4 tokens
+    assert "[[" not in uncued
+    for pattern, cue in ((SCORE_ANSWER_PATTERN, "Rating: [["), (VERDICT_ANSWER_PATTERN, "Verdict: [[")):
+        answer = judge.ask(prompt, pattern)
+        lead, added, grade = answer.partition(f"\n\n{cue}")
+        assert added and lead == uncued.rstrip()  # the model's own words, then the cue where it was added
+        assert len(grade) <= CUE_TOKENS  # the tiny tokenizer's tokens are bytes: at most one character each
+    # Grades finished from a cue are never mixed with grades read without one.
+    assert judge.identity.key != JudgeIdentity("tiny-test-generalist", "local", weak=True).key

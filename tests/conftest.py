@@ -177,18 +177,60 @@ def pytest_collection_finish(session):
     }
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """A report of a test on PostgreSQL names the server: the summary below counts them from the reports, which
+    reach the main process from pytest-xdist's workers (where the tests were collected) as they are."""
+    report = yield
+    if item.nodeid in item.config.stash.get(_ON_POSTGRESQL, set()):
+        report.user_properties.append(("postgresql", item.config.stash.get(_POSTGRES_VERSION, "no server")))
+    return report
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """One line saying how the tests on PostgreSQL went, so a run (CI's log) shows they ran and did not skip."""
-    selected = config.stash.get(_ON_POSTGRESQL, set())
-    if not selected:
+    outcomes: dict[str, set[str]] = {}
+    servers: set[str] = set()
+    for outcome in ("passed", "failed", "error", "skipped"):
+        for report in terminalreporter.stats.get(outcome, ()):
+            server = dict(getattr(report, "user_properties", ())).get("postgresql")
+            if server is not None:
+                outcomes.setdefault(outcome, set()).add(report.nodeid)
+                servers.add(server)
+    if not outcomes:
         return
-    outcomes = {
-        outcome: len({report.nodeid for report in terminalreporter.stats.get(outcome, ()) if report.nodeid in selected})
-        for outcome in ("passed", "failed", "error", "skipped")
-    }
-    server = config.stash.get(_POSTGRES_VERSION, "no server")
-    counts = ", ".join(f"{count} {outcome}" for outcome, count in outcomes.items() if count)
-    terminalreporter.write_line(f"on PostgreSQL ({server}): {len(selected)} test(s), {counts or 'none run'}")
+    tests = len(set().union(*outcomes.values()))
+    counts = ", ".join(f"{len(ids)} {outcome}" for outcome, ids in outcomes.items())
+    terminalreporter.write_line(f"on PostgreSQL ({', '.join(sorted(servers))}): {tests} test(s), {counts}")
+
+
+# --------------------------------------------------------------------------- workers (pytest-xdist)
+
+# scripts/test.sh runs the suite on several workers (`-n`, `--dist loadgroup`). Each module stays whole on one
+# worker, so its module-scoped fixtures (an app server, a real pair, a Ray cluster) are built once. The modules that
+# hold real models or a model server share one worker, so no two of them are in memory at once: a real pair in fp32
+# is about 8 GB, vLLM's engine about 6.4 GB, and CI's machine has 24 GiB. The modules that read the GPU cost model's
+# dry run (a session fixture of about a minute) share one as well, so it runs once.
+WORKER_GROUPS = {
+    "real-models": ("tests/integration/", "tests/cloud/test_vllm_cloud.py", "tests/cloud/test_vllm_judge.py"),
+    "gpu-costs-dry-run": ("tests/benchmarks/test_engine_bench.py", "tests/evaluation/test_gpu_costs.py"),
+}
+
+
+def worker_group(path: str) -> str:
+    """The xdist group of the test module at ``path`` (relative to the repository): a shared group, else its own."""
+    for group, prefixes in WORKER_GROUPS.items():
+        if path.startswith(prefixes):
+            return group
+    return path
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the node ids
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            path = Path(item.path).relative_to(config.rootpath).as_posix()
+            item.add_marker(pytest.mark.xdist_group(worker_group(path)))
 
 
 @pytest.fixture(scope="module")

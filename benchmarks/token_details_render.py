@@ -4,7 +4,7 @@
 
 One greedy SpecSteer generation on the tiny fp32 pair (specsteer.models.tiny), with details off and on (the
 same tokens: details decide nothing), then, in the same run, alternating: (1) rendering every settled and
-pending event into the Generate view's growing HTML (ui.render.TokenHtml: add, then read .html, as each
+pending event into the Generate view's growing HTML (ui.token_html.TokenHtml: add, then read .html, as each
 streamed frame does), and (2) the whole generation. Prints and writes benchmarks/results/token_details_render.json:
 the median microseconds per token of each, off and on, the ratio on/off, the HTML bytes per token, the load
 average when taken. Only ratios within this one run are meaningful (a shared 2-core machine).
@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from specsteer.engine.generate import DecodeConfig, generate_ids  # noqa: E402
 from specsteer.method.events import Finished, TokenEvent  # noqa: E402
 from specsteer.models.tiny import tiny_pair  # noqa: E402
-from ui.render import TokenHtml  # noqa: E402
+from ui.token_html import TokenHtml  # noqa: E402
 
 RESULT = Path(__file__).resolve().parent / "results" / "token_details_render.json"
 

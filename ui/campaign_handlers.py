@@ -18,7 +18,8 @@ from specsteer.service.campaigns import CampaignService
 from specsteer.service.evaluation_runs import run_label
 from specsteer.service.events import ExportRefused, Failed
 from ui import campaign_render
-from ui.render import esc, message_box
+from ui.markup import esc
+from ui.render import message_box
 
 ALL = "All campaigns"
 

@@ -10,7 +10,8 @@ from specsteer.method.catalog import method_label
 from specsteer.service.campaign_checks import NEAR_IDENTICAL
 from specsteer.service.campaign_values import CampaignReport, CampaignStatusView, JudgeView
 from specsteer.stores.generations import slot_label
-from ui.render import comparison_slot_html, esc
+from ui.markup import esc
+from ui.render import comparison_slot_html
 
 SHORTCUTS = (
     ("T", "tie"),

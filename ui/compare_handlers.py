@@ -38,6 +38,7 @@ from specsteer.service.judging import (
 from specsteer.stores.generations import RATING_CRITERIA, NamedHistory, slot_label
 from ui import render
 from ui.callers import page_session
+from ui.markup import esc
 from ui.streaming import NOT_YOURS, RUNS, Throttle, Toast
 
 MAX_SLOTS = len(COMPARED_METHODS)
@@ -125,7 +126,7 @@ class JudgedView(NamedTuple):
 
     @classmethod
     def refused(cls, message: str) -> JudgedView:
-        gr.Warning(render.esc(message))
+        gr.Warning(esc(message))
         skip = gr.skip()
         return cls(render.message_box(message, "error"), skip, (skip,) * MAX_SLOTS, skip, skip, skip)
 
@@ -231,7 +232,7 @@ def comparison_frames(
     drafts: list[str] = []  # the slot's drafts awaiting their verdict (shown only when the methods are named)
     for event in events:
         if isinstance(event, Failed):
-            yield Toast(render.esc(event.message))
+            yield Toast(esc(event.message))
             yield CompareView.message(event.message, "error")
         elif isinstance(event, ComparisonStarted):
             blind, order = event.blind, event.methods
@@ -358,7 +359,7 @@ class CompareTab:
         try:
             comparison = self.service.reopen_comparison(judging.comparison_id(comparison_id))
         except ValueError as error:
-            gr.Warning(render.esc(str(error)))
+            gr.Warning(esc(str(error)))
             return CompareView.message(str(error), "error")
         view = ComparisonView.of(comparison)
         status = render.message_box(

@@ -37,6 +37,7 @@ from specsteer.service.events import EvaluationEvent, Failed, Loading, Status
 from specsteer.service.judge_report import JudgeReader, run_table
 from ui import render
 from ui.dashboard_figures import compared_figures, differences_frame, figures, table_update
+from ui.markup import esc
 from ui.streaming import NOT_YOURS, RUNS, Toast
 from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path
 
@@ -75,7 +76,7 @@ def _progress_box(update: GridProgress) -> str:
 
 
 def _fail(message: str) -> DashboardView:
-    gr.Warning(render.esc(message))
+    gr.Warning(esc(message))
     return _failed_view(message)
 
 
@@ -108,7 +109,7 @@ def evaluation_frames(
     ``run_choices`` lists the stored runs afresh."""
     for event in events:
         if isinstance(event, Failed):
-            yield Toast(render.esc(event.message))
+            yield Toast(esc(event.message))
             yield _failed_view(event.message)._replace(runs=gr.update(choices=run_choices()))
         elif isinstance(event, (Status, Loading)):
             yield _status_only(render.message_box(event.message, "busy"))

@@ -31,7 +31,11 @@ from specsteer.service.events import (
 from specsteer.service.page import read_sample
 from specsteer.stores.generations import NamedHistory
 from ui import render
+from ui.markup import esc
+from ui.privacy_html import privacy_html
+from ui.stats_html import StatsView, stats_html
 from ui.streaming import NOT_YOURS, RUNS, LiveStats, Throttle, Toast
+from ui.token_html import TokenHtml, marked_tokens_html, output_html
 from ui.uploads import NOT_AN_UPLOAD, UploadCheck, any_path
 
 WAITING_FOR_TRANSCRIPT = "The transcript appears when the generation ends."
@@ -124,32 +128,32 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
     skip = gr.skip()
     live: LiveStats | None = None
     settings: GenerationSettings | None = None
-    tokens = render.TokenHtml()
+    tokens = TokenHtml()
     throttle = Throttle()
     running = skip
     for event in events:
         if isinstance(event, Failed):
             tokens.end()
-            yield Toast(render.esc(event.message))
+            yield Toast(esc(event.message))
             status = render.message_box(event.message, "error")
             if event.partial is not None:  # the Cloud failed midway: what it had emitted is kept
                 yield GenerateView(
                     status,
-                    render.output_html(render.marked_tokens_html(event.partial.tokens, event.partial.privacy)),
+                    output_html(marked_tokens_html(event.partial.tokens, event.partial.privacy)),
                     _final_stats(event.partial, _after_start(settings)),
                     skip,
-                    render.privacy_html(event.partial.privacy),
+                    privacy_html(event.partial.privacy),
                     privacy_follow_up(event.partial),
                 )
                 continue
-            stats = render.stats_html(live.view("failed")) if live is not None else skip
-            output = render.output_html(tokens.html) if live is not None else skip
+            stats = stats_html(live.view("failed")) if live is not None else skip
+            output = output_html(tokens.html) if live is not None else skip
             yield GenerateView(status, output, stats, skip, skip, skip)
         elif isinstance(event, Started):
             settings = event.settings
             yield GenerateView(
                 render.message_box("Starting…", "busy"),
-                render.output_html(""),
+                output_html(""),
                 "",
                 render.retrieved_html(event.preview),
                 render.message_box(WAITING_FOR_TRANSCRIPT, "info"),
@@ -163,24 +167,24 @@ def generation_frames(events: Iterable[GenerationEvent]) -> Iterator[GenerateVie
                 event.method, event.runtime, event.precision, cloud=started.cloud, link=started.link_conditions()
             )
             running = render.message_box(f"Generating with {method_label(event.method)}…", "busy")
-            yield GenerateView(running, skip, render.stats_html(live.view("running")), skip, skip, skip)
+            yield GenerateView(running, skip, stats_html(live.view("running")), skip, skip, skip)
         elif isinstance(event, (Token, Pending)):
             live = _after_start(live)
             live.add(event.event)
             tokens.add(event.event)
             # Every draft is published: the last one of a round may be on screen for a whole verification.
             if isinstance(event, Pending) or throttle.due():
-                live_stats = render.stats_html(live.view("running"))
-                yield GenerateView(running, render.output_html(tokens.html), live_stats, skip, skip, skip)
+                live_stats = stats_html(live.view("running"))
+                yield GenerateView(running, output_html(tokens.html), live_stats, skip, skip, skip)
         elif isinstance(event, Done):
             result = event.result
             tokens.end()
             yield GenerateView(
                 _done_status(result),
-                render.output_html(render.marked_tokens_html(result.tokens, result.privacy)),
+                output_html(marked_tokens_html(result.tokens, result.privacy)),
                 _final_stats(result, _after_start(settings)),
                 skip,
-                render.privacy_html(result.privacy),
+                privacy_html(result.privacy),
                 privacy_follow_up(result),
             )
 
@@ -193,9 +197,7 @@ def _after_start(value: _V | None) -> _V:
 
 
 def _final_stats(result: GenerationResult, settings: GenerationSettings) -> str:
-    return render.stats_html(
-        render.StatsView.final(result.finished.stats, cloud=settings.cloud, link=settings.link_conditions())
-    )
+    return stats_html(StatsView.final(result.finished.stats, cloud=settings.cloud, link=settings.link_conditions()))
 
 
 def _done_status(result: GenerationResult) -> str:
@@ -236,7 +238,7 @@ class GenerateTab:
             loaded = self.service.read_history(path)
         except (HistoryError, OSError) as error:
             message = sentence(f"Could not read {name}: {error}")
-            gr.Warning(render.esc(message))
+            gr.Warning(esc(message))
             keep = f" Still using {current.name} ({len(current.history)} items)." if current else ""
             return UploadView(skip, render.message_box(message + keep, "error"), skip, skip)
         return UploadView(loaded, history_summary(loaded), TASK_FOR_SCHEMA.get(loaded.history.schema, "free"), None)

@@ -36,6 +36,7 @@ from ui.generate_handlers import (
 from ui.link_settings import link_widgets
 from ui.p3_settings import p3_widgets
 from ui.token_details import POPOVER_JS
+from ui.token_html import legend_html, output_html
 from ui.uploads import gradio_uploads
 from ui.wiring import QUIET, GenerateControls, wire_run
 
@@ -198,8 +199,8 @@ def build(service: AppService) -> GenerateControls:
                 render.message_box("Ready. The models load when the app starts (see above), or on first use.", "info"),
                 elem_id="generate-status",
             )
-            gr.HTML(render.legend_html())
-            output = gr.HTML(render.output_html(""), elem_id="generate-output")
+            gr.HTML(legend_html())
+            output = gr.HTML(output_html(""), elem_id="generate-output")
             stats = gr.HTML(elem_id="generate-stats")
             with gr.Accordion("What the Specialist sees (on your device)", open=True):
                 retrieved = gr.HTML(

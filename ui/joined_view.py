@@ -24,6 +24,7 @@ from specsteer.service.app_service import AppService
 from specsteer.service.evaluation_runs import chosen_run_ids, joined_refusal
 from ui import render
 from ui.dashboard_figures import table_update
+from ui.markup import esc
 
 JOINED_MAX_ROWS = 8
 
@@ -66,8 +67,8 @@ def table_frame(table: JoinedTable) -> pd.DataFrame:
 
 def differences_html(table: JoinedTable) -> str:
     """The paired differences and the notes, as a list (each line escaped: run names are the user's)."""
-    items = "".join(f"<li>{render.esc(difference.text())}</li>" for difference in table.differences)
-    notes = "".join(f"<li>{render.esc(note)}</li>" for note in table.notes)
+    items = "".join(f"<li>{esc(difference.text())}</li>" for difference in table.differences)
+    notes = "".join(f"<li>{esc(note)}</li>" for note in table.notes)
     parts = []
     if items:
         parts.append(

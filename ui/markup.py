@@ -1,4 +1,4 @@
-"""Escaping for HTML: the one function every piece of untrusted text goes through (ui.render's rule)."""
+"""Escaping for HTML: the one function every piece of untrusted text goes through (the rule of every ui module that builds HTML)."""
 
 from __future__ import annotations
 

@@ -1,26 +1,27 @@
-"""HTML for everything the app shows, built from domain objects.
+"""HTML for the app's smaller views, built from domain objects: message boxes, the history that was read and
+what retrieval picked, a comparison's outputs, progress, a remote Cloud's check and a deployment profile. The
+larger views have their own modules: the token stream (:mod:`ui.token_html`), the statistics strip
+(:mod:`ui.stats_html`) and the privacy panel (:mod:`ui.privacy_html`).
 
-The one rule of this module: every piece of text that came from a user, a file or a model goes
-through :func:`esc` before it is placed in markup. Histories, inputs and model outputs are
-untrusted: a history item reading ``<img src=x onerror=...>`` must show up as those characters and
-run nothing. Only this module's own literals (class names, labels, numbers it formats) are trusted.
+The rule of this module, as of every module that builds HTML: each piece of text that came from a user, a
+file or a model goes through :func:`ui.markup.esc` before it is placed in markup. Histories, inputs and
+model outputs are untrusted: a history item reading ``<img src=x onerror=...>`` must show up as those
+characters and run nothing. Only this module's own literals (class names, labels, numbers it formats) are
+trusted.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 
-from specsteer.data.crossing import HistoryCrossing
-from specsteer.data.facts import FactExposure
 from specsteer.evaluation.deployment import DeploymentProfile
-from specsteer.method.catalog import METHOD_INFO, method_label
-from specsteer.method.events import GenerationStats, LinkMessage, TokenEvent
-from specsteer.protocol.emulation import LinkConditions
-from specsteer.service.events import CloudCheck, PrivacyReport, RetrievalPreview
+from specsteer.method.catalog import method_label
+from specsteer.method.events import GenerationStats
+from specsteer.service.events import CloudCheck, RetrievalPreview
 from ui.markup import esc
-from ui.token_details import popover_html
+from ui.stats_html import fmt_rate, link_text, stat_cell
+from ui.token_html import KIND_LABELS
 
 TASK_LABELS = {
     "review": "Product review",
@@ -28,24 +29,6 @@ TASK_LABELS = {
     "writing": "Reddit-style post",
     "free": "Free text",
     "cogenesis": "Persona task (CoGenesis)",
-}
-KIND_LABELS = {
-    "accepted": "accepted draft",
-    "rejected": "rejected draft",
-    "recovered": "recovered",
-    "bonus": "bonus",
-    "plain": "single model",
-    "pending": "pending draft",
-}
-KIND_EXPLANATIONS = {
-    "accepted": "proposed by the on-device Specialist and accepted by the cloud (P³: the cloud's draft, kept by "
-    "the device)",
-    "rejected": "proposed by the Specialist, refused by the cloud, not part of the output (P³: a cloud draft the "
-    "device refused)",
-    "recovered": "chosen on the device from the steered logits after a rejection (P³: the device's correction)",
-    "bonus": "extra steered token after a fully accepted round",
-    "plain": "token of a method without drafting",
-    "pending": "drafted on the device and shown at once; recoloured when the cloud's verdict arrives",
 }
 
 
@@ -63,340 +46,6 @@ def message_box(message: str, kind: str = "info") -> str:
 
 def queued_status() -> str:
     return message_box("Queued: the models serve one request at a time; this one starts when they are free.", "busy")
-
-
-# --------------------------------------------------------------------------- tokens
-
-
-def _visible_whitespace(text: str) -> str:
-    # A struck-through draft made only of spaces or newlines would be invisible.
-    return text.replace(" ", "\u2423").replace("\n", "\u21b5")
-
-
-def marked_text(text: str, marks: Sequence[tuple[int, int]] = ()) -> str:
-    """``text`` escaped, its ``marks`` (character ranges, in order) wrapped as phrases of the history that
-    crossed; the mark sits inside a token's element, so the token keeps its colour."""
-    parts, at = [], 0
-    for start, end in marks:
-        parts.append(esc(text[at:start]))
-        parts.append(f'<mark class="ss-crossed">{esc(text[start:end])}</mark>')
-        at = end
-    parts.append(esc(text[at:]))
-    return "".join(parts)
-
-
-def token_span(event: TokenEvent, marks: Sequence[tuple[int, int]] = ()) -> str:
-    """One token as a span whose CSS class names its kind (ss-tok-accepted, ...); ``marks``: the character
-    ranges of its text that belong to a phrase of the history that crossed."""
-    text = event.text
-    if not text:
-        return ""  # a token ending inside a multi-byte character; a later one carries it
-    if event.kind == "rejected" and not text.strip():
-        text = _visible_whitespace(text)
-    title = f"{KIND_LABELS.get(event.kind, event.kind)} · token {event.id}"
-    if event.round:
-        title += f" · round {event.round}"
-    if event.ratio is not None and math.isfinite(event.ratio):
-        title += f" · ratio {event.ratio:.3g}"
-    tag = "del" if event.kind == "rejected" else "span"
-    place = "" if event.position is None else f' data-round="{event.round}" data-position="{event.position}"'
-    if event.details is not None:  # a popover with its numbers, reached by hover, Tab or a tap (ui.token_details)
-        popover = popover_html(event, KIND_LABELS.get(event.kind, event.kind))
-        return (
-            f'<{tag} class="ss-tok ss-tok-{esc(event.kind)} ss-tip" tabindex="0"{place} aria-label="{esc(title)}">'
-            f"{marked_text(text, marks)}{popover}</{tag}>"
-        )
-    return (
-        f'<{tag} class="ss-tok ss-tok-{esc(event.kind)}"{place} title="{esc(title)}">{marked_text(text, marks)}</{tag}>'
-    )
-
-
-def segment_title(event: TokenEvent) -> str:
-    """The tooltip of a drafted segment on a cross-tokenizer pair (``event`` is its first token)."""
-    size = event.segment.size if event.segment is not None else 1
-    title = (
-        f"{KIND_LABELS.get(event.kind, event.kind)} · one segment of {size} Specialist "
-        f"token{'' if size == 1 else 's'}: the text between two offsets where both tokenizers cut, "
-        "which the cloud accepts or refuses whole"
-    )
-    if event.round:
-        title += f" · round {event.round}"
-    if event.ratio is not None and math.isfinite(event.ratio):
-        title += f" · ratio {event.ratio:.3g}"
-    return title
-
-
-def _segment_open(event: TokenEvent) -> tuple[str, str]:
-    """(the opening tag of a segment's element, its closing tag)."""
-    tag = "del" if event.kind == "rejected" else "span"
-    size = event.segment.size if event.segment is not None else 1
-    return (
-        f'<{tag} class="ss-tok ss-tok-{esc(event.kind)} ss-seg" data-segment-size="{size}" '
-        f'title="{esc(segment_title(event))}">',
-        f"</{tag}>",
-    )
-
-
-def _segment_piece(event: TokenEvent, marks: Sequence[tuple[int, int]] = ()) -> str:
-    """One Specialist token inside its segment's element (the segment's tooltip covers it)."""
-    text = event.text
-    if not text:
-        return ""
-    if event.kind == "rejected" and not text.strip():
-        text = _visible_whitespace(text)
-    return f'<span class="ss-seg-tok" data-token="{event.id}">{marked_text(text, marks)}</span>'
-
-
-class TokenHtml:
-    """The token stream as HTML that only ever grows at its end, but for the pending drafts.
-
-    Appending keeps each update a pure extension of the previous value, so re-rendering stays
-    proportional to what is new on the Python side, and Gradio's diff of a streamed string value
-    is an append. Pending drafts (shown before the Cloud's verdict) are a tail after the settled
-    tokens: a round's settled events replace the whole tail, and :meth:`end` drops what is left
-    (drafts never sent).
-
-    On a cross-tokenizer pair a draft's event names its segment (``TokenEvent.segment``): the
-    segment is one coloured element, opened at its first token and closed after its last, holding
-    a piece per Specialist token. Until it closes, the HTML parser closes it (the output panel is
-    left unclosed the same way, :func:`output_html`).
-    """
-
-    def __init__(self) -> None:
-        self._parts: list[str] = []
-        self._html = ""
-        self._closing = ""  # the open segment's closing tag, "" when none is open
-        self._expected: tuple[int, str, int] | None = None  # (round, kind, position) that continues it
-        self._pending: list[str] = []  # the current round's drafts awaiting their verdict
-
-    def add(self, event: TokenEvent, marks: Sequence[tuple[int, int]] = ()) -> None:
-        """Append a token; ``marks``: the character ranges of its text to highlight (:func:`marked_text`)."""
-        if event.pending:
-            self._pending.append(token_span(event))
-            return
-        self._pending.clear()  # the verdict is back: its settled events take the drafts' place
-        segment = event.segment
-        continues = segment is not None and self._expected == (event.round, event.kind, segment.position)
-        if self._closing and not continues:
-            self._close()
-        if segment is None:
-            self._parts.append(token_span(event, marks))
-            return
-        if not continues:
-            opening, self._closing = _segment_open(event)
-            self._parts.append(opening)
-        self._parts.append(_segment_piece(event, marks))
-        self._expected = (event.round, event.kind, segment.position + 1)
-        if segment.last:
-            self._close()
-
-    def _close(self) -> None:
-        self._parts.append(self._closing)
-        self._closing = ""
-        self._expected = None
-
-    def end(self) -> None:
-        """The output is over: drafts still pending were never sent."""
-        self._pending.clear()
-
-    @property
-    def html(self) -> str:
-        if self._parts:
-            self._html += "".join(self._parts)
-            self._parts.clear()
-        return self._html + "".join(self._pending) if self._pending else self._html
-
-
-def marked_tokens_html(tokens: Sequence[TokenEvent], report: PrivacyReport | None) -> str:
-    """A finished generation's tokens with the phrases of the history that crossed highlighted (in the output
-    and in the refused drafts that carried them); as streamed where none crossed."""
-    crossing = report.crossing if report is not None else None
-    marks = crossing.token_marks(tokens) if crossing is not None and crossing.crossed else {}
-    rendered = TokenHtml()
-    for index, event in enumerate(tokens):
-        rendered.add(event, marks.get(index, ()))
-    rendered.end()
-    return rendered.html
-
-
-def legend_html(kinds: Sequence[str] = ("pending", "accepted", "rejected", "recovered", "bonus", "plain")) -> str:
-    items = "".join(
-        f'<span class="ss-legend-item" title="{esc(KIND_EXPLANATIONS[kind])}">'
-        f'<span class="ss-tok ss-tok-{kind}">{"abc" if kind != "rejected" else "xyz"}</span> '
-        f"{esc(KIND_LABELS[kind])}</span>"
-        for kind in kinds
-    )
-    return f'<div class="ss-legend" aria-label="token colours">{items}</div>'
-
-
-def output_html(body: str, placeholder: str = "The output appears here, token by token.") -> str:
-    """The output panel around token spans (already escaped).
-
-    The wrapper is deliberately left unclosed (the HTML parser closes it): successive values
-    while streaming are then pure extensions of each other, which Gradio sends as an append
-    instead of the whole output again.
-    """
-    if not body:
-        return f'<div class="ss-output ss-output-empty">{esc(placeholder)}</div>'
-    return f'<div class="ss-output">{body}'
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-def _fmt_rate(value: float | None) -> str:
-    return "–" if value is None else f"{value:.0%}"
-
-
-def _fmt_bytes(value: int | None) -> str:
-    if value is None:
-        return "–"
-    if value < 10_000:
-        return f"{value:,} B"
-    return f"{value / 1024:,.1f} KiB"
-
-
-@dataclass(frozen=True)
-class StatsView:
-    """What the statistics strip shows, live (from the token events) or final (from the generation's stats)."""
-
-    method: str
-    tokens: int
-    seconds: float
-    accepted: int
-    drafted: int
-    rounds: int
-    uplink_bytes: int | None  # None while unknown
-    downlink_bytes: int | None
-    state: str  # "running", or the stop reason: "eos", "length", "cancelled", "failed"
-    runtime: str = ""  # "llama.cpp" | "transformers"; "" before the pair is loaded
-    precision: str = ""
-    runtime_choice: str = ""  # why that runtime ran it (auto picks per machine and method)
-    ttft_s: float | None = None  # seconds to the first emitted (verified) token
-    first_visible_s: float | None = None  # seconds to the first token on screen (a pending draft counts)
-    reused_tokens: Mapping[str, int] | None = None  # prompt tokens served from the prefix cache, per stream
-    cloud: str = ""  # GenerationSettings.cloud: "" in process, else the Cloud service's address
-    link: LinkConditions | None = None  # the emulated network, None when none was emulated
-    specialist_lora: str = ""  # the taught Specialist's label (GenerationStats.specialist_lora), "" for the base model
-
-    @classmethod
-    def final(
-        cls, stats: GenerationStats, state: str | None = None, cloud: str = "", link: LinkConditions | None = None
-    ) -> StatsView:
-        return cls(
-            method=stats.method,
-            tokens=stats.new_tokens,
-            seconds=stats.seconds,
-            accepted=stats.accepted,
-            drafted=stats.drafted,
-            rounds=stats.rounds,
-            uplink_bytes=stats.uplink_bytes,
-            downlink_bytes=stats.downlink_bytes,
-            state=state or stats.stop_reason,
-            runtime=stats.runtime,
-            precision=stats.precision,
-            runtime_choice=stats.runtime_choice,
-            ttft_s=stats.ttft_s,
-            first_visible_s=stats.first_visible_s,
-            reused_tokens=dict(stats.reused_tokens),
-            cloud=cloud,
-            link=link,
-            specialist_lora=stats.specialist_lora,
-        )
-
-
-def _specialist_cells(view: StatsView) -> list[tuple[str, str, str]]:
-    """A taught Specialist is named once the generation ends (the live strip does not know it yet)."""
-    if not view.specialist_lora:
-        return []
-    return [("Specialist", "taught (LoRA)", f"the Edge's Specialist with the adapter {view.specialist_lora}")]
-
-
-def _fmt_reused(reused: Mapping[str, int] | None) -> tuple[str, str]:
-    """(the cell's value, a tooltip with the count per model stream)."""
-    if reused is None:
-        return "–", "known when the generation ends"
-    total = sum(reused.values())
-    detail = ", ".join(f"{stream}: {count:,}" for stream, count in reused.items()) or "no model stream"
-    return (f"{total:,} tokens" if total else "none"), f"prompt tokens read from the prefix cache ({detail})"
-
-
-def _kbps(value: float) -> str:
-    return "unlimited" if math.isinf(value) else f"{value:,.0f} kbps"
-
-
-def link_text(link: LinkConditions) -> str:
-    """An emulated network in a few words: "RTT 50 ms · up 2,000 kbps · down unlimited"."""
-    return f"RTT {link.rtt_ms:g} ms · up {_kbps(link.uplink_kbps)} · down {_kbps(link.downlink_kbps)}"
-
-
-def _cloud_cells(view: StatsView) -> list[tuple[str, str, str]]:
-    if METHOD_INFO.get(view.method) is not None and METHOD_INFO[view.method].device_only:
-        return [("cloud", "not used", "this method runs on the device alone: nothing crosses the link")]
-    cells = [
-        (
-            "cloud",
-            view.cloud or "inside this app",
-            "where the Generalist verified: the Cloud service at this address (only the Specialist ran here)"
-            if view.cloud
-            else "where the Generalist verified: inside this app, beside the Specialist (no network between them)",
-        )
-    ]
-    if view.link is not None:
-        cells.append(
-            (
-                "emulated link",
-                link_text(view.link),
-                "every message waited as it would on this network (link_emulation.LinkEmulator)",
-            )
-        )
-    return cells
-
-
-def _stat_cell(name: str, value: str, hint: str) -> str:
-    title = f' title="{esc(hint)}"' if hint else ""
-    return (
-        f'<div class="ss-stat"{title}><div class="ss-stat-name">{esc(name)}</div>'
-        f'<div class="ss-stat-value">{esc(value)}</div></div>'
-    )
-
-
-def stats_html(view: StatsView) -> str:
-    """The live (or final) statistics strip."""
-    speed = view.tokens / view.seconds if view.seconds > 0 else 0.0
-    acceptance = view.accepted / view.drafted if view.drafted else None
-    runtime = " · ".join(part for part in (view.runtime, view.precision) if part) or "–"
-    reused, reused_detail = _fmt_reused(view.reused_tokens)
-    cells = [
-        ("method", method_label(view.method), ""),
-        ("tokens", f"{view.tokens}", ""),
-        ("speed", f"{speed:.1f} tok/s", ""),
-        (
-            "first visible",
-            "–" if view.first_visible_s is None else f"{view.first_visible_s:.2f} s",
-            "time from the request to the first token on screen (a draft awaiting the cloud's verdict counts)",
-        ),
-        (
-            "first token",
-            "–" if view.ttft_s is None else f"{view.ttft_s:.2f} s",
-            "time from the request to the first verified token",
-        ),
-        ("acceptance", f"{_fmt_rate(acceptance)}" + (f" ({view.accepted}/{view.drafted})" if view.drafted else ""), ""),
-        ("rounds", f"{view.rounds}" if view.rounds else "–", ""),
-        ("uplink", _fmt_bytes(view.uplink_bytes), ""),
-        ("downlink", _fmt_bytes(view.downlink_bytes), ""),
-        (
-            "runtime",
-            runtime,
-            view.runtime_choice or "the runtime that computed the logits, and the precision of its weights",
-        ),
-        ("prefix cache", reused, reused_detail),
-        *_specialist_cells(view),
-        *_cloud_cells(view),
-        ("state", view.state, ""),
-    ]
-    body = "".join(_stat_cell(name, value, hint) for name, value, hint in cells)
-    return f'<div class="ss-stats" data-state="{esc(view.state)}">{body}</div>'
 
 
 # --------------------------------------------------------------------------- history and retrieval
@@ -447,181 +96,6 @@ def retrieved_html(preview: RetrievalPreview) -> str:
     )
 
 
-# --------------------------------------------------------------------------- privacy
-
-
-_MAX_TRANSCRIPT_ROWS = 300
-
-
-def _decoded_marked(ids: Sequence[int], decode, marked: frozenset[int], quoted: bool = True) -> str:
-    """The ids decoded (``quoted``: as a Python string literal), the runs at ``marked`` positions (they carried a
-    phrase of the history) highlighted: each run decoded on its own, so a word cut between runs may read a
-    little apart."""
-    runs: list[tuple[bool, list[int]]] = []
-    for position, token in enumerate(ids):
-        inside = position in marked
-        if runs and runs[-1][0] == inside:
-            runs[-1][1].append(token)
-        else:
-            runs.append((inside, [token]))
-    pieces = []
-    for inside, run in runs:
-        decoded = str(decode(run))
-        text = esc(repr(decoded)[1:-1] if quoted else decoded)
-        pieces.append(f'<mark class="ss-crossed">{text}</mark>' if inside else text)
-    return "'" + "".join(pieces) + "'" if quoted else "".join(pieces)
-
-
-def _ids_cell(ids: Sequence[int], decode, marked: frozenset[int] = frozenset()) -> str:
-    if not ids:
-        return '<span class="ss-muted">none</span>'
-    shown = ", ".join(str(int(i)) for i in ids[:64]) + (" …" if len(ids) > 64 else "")
-    text = _decoded_marked(ids, decode, marked) if marked else esc(repr(decode(ids)))
-    return f'<code class="ss-ids">[{esc(shown)}]</code> <span class="ss-decoded">{text}</span>'
-
-
-def _payload_cell(message: LinkMessage, decode, marked: Mapping[str, frozenset[int]] | None = None) -> str:
-    marked = marked or {}
-    payload = message.payload
-    if message.kind == "open":
-        prompt = list(payload.get("prompt", []))
-        settings = ", ".join(
-            f"{key}={payload[key]}"
-            for key in ("rule", "alpha", "beta", "acceptance", "cda_lambda", "top_k", "bonus")
-            if key in payload
-        )
-        return (
-            f'<div>settings: <code>{esc(settings)}</code></div>'
-            f'<details class="ss-details"><summary>plain prompt: {len(prompt)} token ids (no history)</summary>'
-            f'<code class="ss-ids">{esc(prompt)}</code><pre class="ss-pre">{_prompt_text(prompt, decode, marked)}</pre>'
-            "</details>"
-        )
-    if message.kind == "draft":
-        drafted = _ids_cell(list(payload.get("draft", [])), decode, marked.get("draft", frozenset()))
-        parts = [f"<div>drafted: {drafted}</div>"]
-        if payload.get("append"):
-            chosen = _ids_cell(list(payload["append"]), decode, marked.get("append", frozenset()))
-            parts.append(f"<div>chosen on device: {chosen}</div>")
-        return "".join(parts)
-    if message.kind == "verdict":
-        entries = len(payload.get("ids", []))
-        extra = len(payload.get("extra", []))
-        text = f"accepted {payload.get('accepted', 0)} draft(s)"
-        if entries:
-            text += f"; top-{entries} recovery logits (generic, no history)"
-        if extra:
-            text += f"; {extra} extra values"
-        return esc(text)
-    if message.kind == "tokens":
-        return f"Generalist tokens: {_ids_cell(list(payload.get('ids', [])), decode)}"
-    return esc(message.kind)
-
-
-def _prompt_text(prompt: Sequence[int], decode, marked: Mapping[str, frozenset[int]]) -> str:
-    """An opening message's prompt decoded; for a method that sends the private prompt, its phrases of the
-    history highlighted."""
-    if marked.get("prompt"):
-        return _decoded_marked(prompt, decode, marked["prompt"], quoted=False)
-    return esc(decode(prompt))
-
-
-def transcript_html(transcript: Sequence[LinkMessage], decode, crossing: HistoryCrossing | None = None) -> str:
-    """Every message that crossed the device-cloud link: direction, kind, bytes and ids (decoded); the tokens
-    that carried a phrase of the history highlighted."""
-    if not transcript:
-        return message_box("Nothing crossed the link: this method runs entirely on the device.", "ok")
-    shown = transcript[:_MAX_TRANSCRIPT_ROWS]
-    sent = crossing.sent_positions() if crossing is not None else {}
-    marked: dict[int, dict[str, frozenset[int]]] = {}
-    for (message, field), positions in sent.items():
-        marked.setdefault(message, {})[field] = positions
-    rows = "".join(
-        f'<tr class="ss-{esc(message.direction)}"><td>{number}</td>'
-        f'<td>{"↑ up" if message.direction == "uplink" else "↓ down"}</td>'
-        f"<td>{esc(message.kind)}</td><td class=\"ss-num\">{message.bytes:,}</td>"
-        f"<td>{_payload_cell(message, decode, marked.get(number - 1))}</td></tr>"
-        for number, message in enumerate(shown, start=1)
-    )
-    more = ""
-    if len(transcript) > len(shown):
-        more = f'<p class="ss-muted">{len(transcript) - len(shown)} later messages not shown (all are saved).</p>'
-    return (
-        '<div class="ss-transcript"><table><thead><tr><th>#</th><th>direction</th><th>kind</th>'
-        f"<th>bytes</th><th>payload</th></tr></thead><tbody>{rows}</tbody></table>{more}</div>"
-    )
-
-
-def privacy_html(report: PrivacyReport | None) -> str:
-    """The panel's headline (``PrivacyReport.verdict``: amber naming the phrases of the history that crossed,
-    green only when none did), then the facts audit and every message with its ids decoded."""
-    if report is None:
-        return transcript_html([], None)
-    return (
-        f'<div id="privacy-headline">{_headline(report)}</div>'
-        + facts_html(report.facts)
-        + transcript_html(report.transcript, report.token_text, report.crossing)
-    )
-
-
-def _headline(report: PrivacyReport) -> str:
-    audit, crossing, verdict = report.audit, report.crossing, report.verdict
-    if verdict == "failed":
-        prefix = "Not private. " if audit.private_prompt_sent else "Privacy check FAILED. "
-        return message_box(prefix + audit.summary(), "error")
-    if verdict == "not private":
-        return message_box("Not private. " + audit.summary(), "warning")
-    if verdict == "passed":
-        none_crossed = f"{crossing.headline()} " if crossing is not None else ""
-        return message_box("Privacy check passed. " + none_crossed + audit.summary(), "ok")
-    assert crossing is not None  # the verdict says phrases crossed
-    phrases = "".join(
-        f'<li><mark class="ss-crossed">{esc(phrase.text)}</mark> <span class="ss-muted">— {esc(phrase.where())}'
-        "</span></li>"
-        for phrase in crossing.phrases
-    )
-    offer = (
-        f" The button above generates again with the private-span guard on (n = {report.guard_offer.private_guard}"
-        " tokens): the device then never sends a token that would copy that many tokens of your history."
-        if report.guard_offer is not None
-        else ""
-    )
-    return (
-        message_box(f"History crossed. {crossing.headline()}{offer}", "warning")
-        + f'<ul class="ss-crossed-list">{phrases}</ul>'
-        + f'<p class="ss-muted">Protocol check passed: {esc(audit.summary())}</p>'
-    )
-
-
-def facts_html(exposure: FactExposure | None) -> str:
-    """Which of the persona's private facts crossed to the cloud, each named, with where it was found."""
-    if exposure is None:
-        return ""
-    notes = []
-    for fact, task, sent, rejected in zip(
-        exposure.facts, exposure.in_task, exposure.sent, exposure.rejected_only, strict=True
-    ):
-        if not sent:
-            continue
-        where = (
-            "named in your task"
-            if task
-            else "in your private prompt"
-            if exposure.private_prompt_sent
-            else "only in rejected drafts (not in the output)"
-            if rejected
-            else "in the drafted text"
-        )
-        notes.append(f'<li><span class="ss-fact">{esc(fact)}</span> <span class="ss-muted">— {esc(where)}</span></li>')
-    listed = f'<ul class="ss-facts">{"".join(notes)}</ul>' if notes else ""
-    kept = exposure.total - len(exposure.sent_facts)
-    return (
-        f'<div class="ss-facts-box" id="privacy-facts"><p><b>{esc(exposure.headline())}{":" if notes else "."}</b></p>'
-        f"{listed}<p class=\"ss-muted\">{kept} stayed on your device. {sum(exposure.in_output)} of {exposure.total} "
-        "appear in the output. Facts are matched by their content words (docs/research/COGENESIS.md gives the matcher's "
-        "measured precision and recall), so read these as estimates.</p></div>"
-    )
-
-
 # --------------------------------------------------------------------------- comparisons
 
 
@@ -642,7 +116,7 @@ def comparison_slot_html(
     if method and stats is not None:
         footer = (
             f'<div class="ss-slot-stats">{stats.new_tokens} tokens · {stats.tok_per_s:.1f} tok/s · '
-            f'acceptance {esc(_fmt_rate(stats.acceptance_rate))}</div>'
+            f'acceptance {esc(fmt_rate(stats.acceptance_rate))}</div>'
         )
     if state:
         footer += f'<div class="ss-slot-state">{esc(state)}</div>'
@@ -702,7 +176,7 @@ def cloud_check_html(check: CloudCheck) -> str:
         for key, (label, unit) in _LIMITS.items()
         if isinstance(info.limits.get(key), (int, float))
     ]
-    cells = "".join(_stat_cell(name, value, hint) for name, value, hint in facts)
+    cells = "".join(stat_cell(name, value, hint) for name, value, hint in facts)
     return f'{box}<div class="ss-stats ss-cloud-facts" aria-label="what the Cloud serves">{cells}</div>'
 
 

@@ -33,7 +33,7 @@ import gradio as gr
 from specsteer.method.events import TokenEvent
 from specsteer.protocol.emulation import LinkConditions
 from specsteer.util.background import Background
-from ui.render import StatsView
+from ui.stats_html import StatsView
 
 log = logging.getLogger(__name__)
 

@@ -47,10 +47,10 @@ def test_a_stat_is_read_off_the_stats_strip():
         import bench_first_click as bench
     finally:
         sys.path.remove(str(SCRIPT.parent))
-    from ui import render
+    from ui.stats_html import StatsView, stats_html
 
-    view = render.StatsView("specsteer", 3, 1.0, 2, 3, 1, 10, 4, "eos", first_visible_s=0.25)
-    html = render.stats_html(view)
+    view = StatsView("specsteer", 3, 1.0, 2, 3, 1, 10, 4, "eos", first_visible_s=0.25)
+    html = stats_html(view)
     assert bench.stat_seconds(html, "first visible") == 0.25
     assert bench.stat_seconds(html, "first token") is None  # shown as "–"
     with pytest.raises(ValueError, match="no 'speedup' value"):

@@ -94,7 +94,7 @@ def test_a_guarded_generation_says_the_guard_was_on_and_offers_it_no_more(monkey
 def test_markup_in_a_phrase_that_crossed_stays_text():
     from specsteer.data.crossing import CrossedPhrase, Crossing, HistoryCrossing
     from specsteer.method.events import TokenEvent
-    from ui import render
+    from ui.token_html import token_span
 
     phrase = "<b>Zork Quill</b>"
     crossing = HistoryCrossing((CrossedPhrase(phrase, (Crossing(1, "accepted"),), ((0, len(phrase)),)),))
@@ -103,5 +103,5 @@ def test_markup_in_a_phrase_that_crossed_stays_text():
         TokenEvent(2, phrase[6:], "accepted", 1, position=1),
     ]
     marks = crossing.token_marks(tokens)
-    shown = "".join(render.token_span(token, marks.get(index, ())) for index, token in enumerate(tokens))
+    shown = "".join(token_span(token, marks.get(index, ())) for index, token in enumerate(tokens))
     assert "<b>" not in shown and "&lt;b&gt;Zor</mark>" in shown and shown.count('<mark class="ss-crossed">') == 2

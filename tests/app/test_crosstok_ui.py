@@ -21,7 +21,8 @@ from specsteer.service import judging, page, pairings
 from specsteer.service.app_service import AppService
 from specsteer.service.pair_catalog import PairCatalog
 from testkit import widget_settings
-from ui import compare_handlers, dashboard_handlers, generate_handlers, pairs, render
+from ui import compare_handlers, dashboard_handlers, generate_handlers, pairs
+from ui.token_html import TokenHtml
 
 XSS = '<img src=x onerror="window.__pwned=1">'
 SAMPLE = Path(__file__).resolve().parents[2] / "assets" / "samples" / "review_user.jsonl"
@@ -69,7 +70,7 @@ def _segment_events():
 
 
 def test_a_segment_is_one_coloured_element_with_its_size_in_the_tooltip_and_the_html_only_grows():
-    stream = render.TokenHtml()
+    stream = TokenHtml()
     before = stream.html
     for event in _segment_events():
         stream.add(event)
@@ -92,7 +93,7 @@ def test_a_segment_is_one_coloured_element_with_its_size_in_the_tooltip_and_the_
 
 
 def test_a_segment_cut_short_is_closed_by_the_next_token():
-    stream = render.TokenHtml()
+    stream = TokenHtml()
     stream.add(TokenEvent(1, "a", "accepted", 1, 2.0, segment=SegmentPlace(0, 2)))
     stream.add(TokenEvent(2, "b", "recovered", 1))  # e.g. a stop between the two (never in one round)
     assert stream.html.count("</span></span>") == 1 and stream.html.endswith(">b</span>")

@@ -35,7 +35,7 @@ def test_the_panel_shows_progress_then_hands_the_label_to_the_page(url, history)
 
 def test_the_statistics_name_a_taught_specialist_and_only_then():
     from specsteer.method.events import GenerationStats
-    from ui.render import StatsView, stats_html
+    from ui.stats_html import StatsView, stats_html
 
     base = GenerationStats(method="specsteer")
     assert "taught (LoRA)" not in stats_html(StatsView.final(base))

@@ -7,8 +7,9 @@ from __future__ import annotations
 from specsteer.engine.settings import GenerationSettings
 from specsteer.method.events import GenerationStats, TokenEvent
 from specsteer.service.events import ComparisonStarted, Generating, Pending, Token
-from ui import render
 from ui.compare_handlers import comparison_frames
+from ui.stats_html import StatsView, stats_html
+from ui.token_html import TokenHtml, legend_html
 
 
 def event(kind: str, text: str, position: int | None, round_: int = 1, token: int = 7) -> TokenEvent:
@@ -16,7 +17,7 @@ def event(kind: str, text: str, position: int | None, round_: int = 1, token: in
 
 
 def test_pending_drafts_are_a_tail_the_verdict_replaces():
-    html = render.TokenHtml()
+    html = TokenHtml()
     html.add(event("accepted", "Hi", 0))
     settled = html.html
     html.add(event("pending", " the<re", 0, 2))
@@ -36,9 +37,9 @@ def test_pending_drafts_are_a_tail_the_verdict_replaces():
 
 
 def test_the_legend_and_the_statistics_name_the_pending_look():
-    assert "pending draft" in render.legend_html() and "ss-tok-pending" in render.legend_html()
+    assert "pending draft" in legend_html() and "ss-tok-pending" in legend_html()
     stats = GenerationStats(method="specsteer", new_tokens=4, seconds=2.0, ttft_s=1.5, first_visible_s=0.25)
-    strip = render.stats_html(render.StatsView.final(stats))
+    strip = stats_html(StatsView.final(stats))
     assert "first visible" in strip and "0.25 s" in strip and "1.50 s" in strip
 
 

@@ -8,7 +8,8 @@ from evaluation.test_timing_figures import run_cells
 
 import app
 import storage
-from ui import dashboard_handlers, render, sweep_view
+from ui import dashboard_handlers, sweep_view
+from ui.markup import esc
 
 pytestmark = pytest.mark.usefixtures("tiny_app")
 
@@ -52,4 +53,4 @@ def test_the_deployment_view_leaves_a_paused_generation_out_and_says_so(dashboar
 def test_the_sweep_view_says_it_too(dashboard):
     run_id = stored_run("paused", run_cells())
     view = sweep_view.sweep_view(dashboard.service, [run_id])
-    assert render.esc("(SpecSteer α=0.1 β=1: 1)") in view.status or "(SpecSteer α=0.1 β=1: 1)" in view.status
+    assert esc("(SpecSteer α=0.1 β=1: 1)") in view.status or "(SpecSteer α=0.1 β=1: 1)" in view.status

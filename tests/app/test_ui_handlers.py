@@ -32,7 +32,10 @@ from specsteer.service.events import CloudCheck, Done, Failed, Generating, Start
 from specsteer.stores.runs import CellResult, GridPoint
 from testkit import widget_settings
 from ui import compare_handlers, dashboard_handlers, generate_handlers, pairs, render, streaming
+from ui.markup import esc
+from ui.stats_html import StatsView, stats_html
 from ui.streaming import BackgroundRun, Throttle, Toast, merge_frames
+from ui.token_html import TokenHtml, token_span
 
 XSS_SCRIPT = "<script>window.__pwned=1</script>"
 XSS_IMG = '<img src=x onerror="window.__pwned=1">'
@@ -100,7 +103,7 @@ def write(tmp_path, name, content):
 
 def test_everything_rendered_from_text_is_escaped():
     event = TokenEvent(id=5, text=XSS_IMG + "\x15", kind="accepted", round=1, ratio=0.5)
-    span = render.token_span(event)
+    span = token_span(event)
     assert "<img" not in span and "&lt;img src=x onerror=&quot;window.__pwned=1&quot;&gt;" in span
     assert "\u2415" in span  # a control character shown as its control picture
     assert "ss-tok-accepted" in span
@@ -111,12 +114,12 @@ def test_everything_rendered_from_text_is_escaped():
 
 
 def test_rejected_drafts_are_struck_and_whitespace_stays_visible():
-    span = render.token_span(TokenEvent(id=1, text=" \n", kind="rejected", round=2))
+    span = token_span(TokenEvent(id=1, text=" \n", kind="rejected", round=2))
     assert span.startswith("<del") and "\u2423" in span and "\u21b5" in span
 
 
 def test_token_html_only_grows_at_its_end():
-    stream = render.TokenHtml()
+    stream = TokenHtml()
     before = stream.html
     for kind in ("accepted", "rejected", "recovered", "bonus"):
         stream.add(TokenEvent(id=1, text="ab", kind=kind, round=1))
@@ -159,26 +162,26 @@ def test_the_stats_strip_shows_runtime_precision_first_token_and_prefix_reuse():
         ttft_s=0.84,
         reused_tokens={"specialist+": 812, "generalist": 0},
     )
-    strip = render.stats_html(render.StatsView.final(stats))
+    strip = stats_html(StatsView.final(stats))
     assert "llama.cpp · Q4_K_M" in strip and "0.84 s" in strip and "812 tokens" in strip
     assert "specialist+: 812, generalist: 0" in strip and 'data-state="eos"' in strip
     from ui.streaming import LiveStats
 
     live = LiveStats("specsteer", "transformers", "bf16")
-    assert "transformers · bf16" in render.stats_html(live.view("running"))
+    assert "transformers · bf16" in stats_html(live.view("running"))
     live.add(TokenEvent(id=1, text="a", kind="accepted", round=1))
-    assert live.first_token_s is not None and "–" in render.stats_html(live.view("running"))  # reuse known at the end
+    assert live.first_token_s is not None and "–" in stats_html(live.view("running"))  # reuse known at the end
 
 
 def test_the_stats_strip_says_where_the_cloud_ran_and_which_link_was_emulated():
     stats = GenerationStats("specsteer", new_tokens=3, seconds=1.0)
-    here = render.stats_html(render.StatsView.final(stats))
+    here = stats_html(StatsView.final(stats))
     assert ">cloud<" in here and ">inside this app<" in here and "emulated link" not in here
-    remote = render.stats_html(
-        render.StatsView.final(stats, cloud="http://127.0.0.1:8700", link=LinkConditions(rtt_ms=50, uplink_kbps=2000))
+    remote = stats_html(
+        StatsView.final(stats, cloud="http://127.0.0.1:8700", link=LinkConditions(rtt_ms=50, uplink_kbps=2000))
     )
     assert ">http://127.0.0.1:8700<" in remote and "RTT 50 ms · up 2,000 kbps · down unlimited" in remote
-    device = render.stats_html(render.StatsView.final(GenerationStats("slm+"), cloud="http://127.0.0.1:8700"))
+    device = stats_html(StatsView.final(GenerationStats("slm+"), cloud="http://127.0.0.1:8700"))
     assert ">not used<" in device and "8700" not in device
 
 
@@ -861,7 +864,7 @@ def test_the_deployment_view_projects_a_run_with_labels_table_and_escaped_names(
     view = dashboard.deployment([run_id], "phone-4g")
     profile = PROFILES["phone-4g"]
     assert "ss-box-ok" in view.status and "<b>" not in view.status and "&lt;b&gt;deploy&lt;/b&gt;" in view.status
-    assert "Projected 4 traced generations" in view.status and render.esc(profile.label) in view.status
+    assert "Projected 4 traced generations" in view.status and esc(profile.label) in view.status
     figure = view.figure["value"]
     title = figure.layout.title.text
     assert "a projection, not a measurement" in title and "<b>" not in title and "&lt;b&gt;deploy" in title
@@ -890,7 +893,7 @@ def test_the_deployment_view_projects_a_run_with_labels_table_and_escaped_names(
     assert steer[200] < steer[0]  # a round trip per round costs more as the RTT grows
     assert profile.label in view.profile and "Opensignal" in view.profile
     paper = dashboard.deployment([run_id], "paper")
-    assert render.esc(PROFILES["paper"].label) in paper.status and "no network" in paper.profile
+    assert esc(PROFILES["paper"].label) in paper.status and "no network" in paper.profile
 
 
 def test_the_deployment_view_says_why_it_has_nothing_to_show(dashboard):
@@ -926,7 +929,7 @@ def test_a_profile_and_its_sources_are_shown_escaped():
     profile = replace(PROFILES["paper"], label="<script>window.__pwned=1</script>")
     shown = render.profile_html(profile)
     assert "<script" not in shown and "&lt;script&gt;" in shown
-    assert all(render.esc(source.text) in shown for source in profile.sources)
+    assert all(esc(source.text) in shown for source in profile.sources)
 
 
 # --------------------------------------------------------------------------- public callers

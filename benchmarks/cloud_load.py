@@ -31,7 +31,8 @@ import torch  # noqa: E402
 
 from specsteer.cloud.client import HttpTransport, RemoteCloud  # noqa: E402
 from specsteer.cloud.process import start_cloud_process  # noqa: E402
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids  # noqa: E402
+from specsteer.engine.decode_config import DecodeConfig  # noqa: E402
+from specsteer.engine.generate import collect, generate_ids  # noqa: E402
 from specsteer.models.tiny import VLLM_PAIRING_ID, shared_test_pair  # noqa: E402
 from specsteer.protocol import wire  # noqa: E402
 from specsteer.protocol.link import CloudError  # noqa: E402

@@ -26,7 +26,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
 
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids  # noqa: E402
+from specsteer.engine.decode_config import DecodeConfig  # noqa: E402
+from specsteer.engine.generate import collect, generate_ids  # noqa: E402
 from specsteer.models.tiny import tiny_pair  # noqa: E402
 
 RESULT = Path(__file__).resolve().parent / "results" / "compare_concurrency.json"

@@ -24,7 +24,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specsteer.data.history import HistoryItem
-from specsteer.engine.generate import DecodeConfig, Request, collect, generate, prepare
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate
+from specsteer.engine.request import Request, prepare
 from specsteer.evaluation.metrics import rouge_scores
 from specsteer.models.loading import load_pair
 from specsteer.runtimes.hardware import read_cpu

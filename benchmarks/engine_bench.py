@@ -154,7 +154,8 @@ def random_prompts(settings: Settings, vocab: int, torch) -> tuple[list[int], li
 def run_case(pair, prompts, case: Case, settings: Settings, replayed, tokens: int, torch) -> dict:
     """One generation through the engine; its figures and split (see the module)."""
     from specsteer.cloud.in_process import InProcessCloud
-    from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+    from specsteer.engine.decode_config import DecodeConfig
+    from specsteer.engine.generate import collect, generate_ids
     from specsteer.method.acceptance import RATIO_TEST, ScriptedRate
 
     policy = RATIO_TEST

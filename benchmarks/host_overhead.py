@@ -48,7 +48,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from specsteer.cloud.in_process import InProcessCloud  # noqa: E402
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids  # noqa: E402
+from specsteer.engine.decode_config import DecodeConfig  # noqa: E402
+from specsteer.engine.generate import collect, generate_ids  # noqa: E402
 from specsteer.evaluation.deployment import host_rows  # noqa: E402
 from specsteer.method.catalog import METHOD_INFO  # noqa: E402
 from specsteer.method.events import EDGE_STREAM  # noqa: E402
@@ -169,7 +170,7 @@ def build_pair(args):
 
 def prompt_ids(pair, text: str, tokens: int) -> list[int]:
     """A chat prompt of about ``tokens`` ids: ``text`` repeated."""
-    from specsteer.engine.generate import chat_ids
+    from specsteer.engine.request import chat_ids
 
     repeats = max(1, tokens // len(pair.tokenizer(text + " ")["input_ids"]))
     return chat_ids(pair.tokenizer, " ".join([text] * repeats), pair.chat)

@@ -37,7 +37,9 @@ def main(argv: list[str] | None = None) -> int:
 
     sys.path.insert(0, str(ROOT))
     from specsteer.data.datasets import load_cogenesis, shared_cogenesis_path
-    from specsteer.engine.generate import DecodeConfig, chat_ids, collect, generate, prepare
+    from specsteer.engine.decode_config import DecodeConfig
+    from specsteer.engine.generate import collect, generate
+    from specsteer.engine.request import chat_ids, prepare
     from specsteer.evaluation.grid import record_request
     from specsteer.models.loading import load_pair
     from specsteer.models.registry import DEFAULT_PAIRING

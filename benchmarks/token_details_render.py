@@ -22,7 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specsteer.engine.generate import DecodeConfig, generate_ids  # noqa: E402
+from specsteer.engine.decode_config import DecodeConfig  # noqa: E402
+from specsteer.engine.generate import generate_ids  # noqa: E402
 from specsteer.method.events import Finished, TokenEvent  # noqa: E402
 from specsteer.models.tiny import tiny_pair  # noqa: E402
 from ui.token_html import TokenHtml  # noqa: E402

@@ -22,7 +22,7 @@ def canary_request(record):
     """(canary, a prepared review request whose history carries the canary in one retrieved item): what a
     privacy test on real models checks never reaches the Cloud."""
     from specsteer.data.history import HistoryItem
-    from specsteer.engine.generate import Request, prepare
+    from specsteer.engine.request import Request, prepare
 
     canary = "Zyxwvut canary 90210 marmalade-octopus"
     history = list(record.profile[:3]) + [

@@ -20,7 +20,7 @@ from typing import Generic, NamedTuple, TypeVar
 
 import gradio as gr
 
-from specsteer.engine.generate import CROSS_TOKENIZER_METHODS
+from specsteer.engine.decode_config import CROSS_TOKENIZER_METHODS
 from specsteer.method.catalog import METHOD_INFO
 from specsteer.models.registry import PAIRINGS, Pairing
 from specsteer.models.tiny import CROSS_PAIRING_ID as TINY_CROSS_PAIRING_ID

@@ -21,7 +21,7 @@ from specsteer.cli.generate import (
 )
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD, READ_AHEAD_MODES, ReadAhead, parse_read_ahead
 from specsteer.data.datasets import EXAMPLE_RUNS_DB
-from specsteer.engine.generate import DecodeConfig
+from specsteer.engine.decode_config import DecodeConfig
 from specsteer.evaluation.bench import (
     DEFAULT_METHODS,
     auto_rows,
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _speed(args) -> int:
-    from specsteer.engine.generate import cross_tokenizer_problem
+    from specsteer.engine.decode_config import cross_tokenizer_problem
     from specsteer.models.loading import load_planned, with_specialist_lora
     from specsteer.models.planning import lora_plan, runtime_plan
     from specsteer.models.registry import DEFAULT_PAIRING, get_pairing

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     from specsteer.cloud.server import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
     from specsteer.cloud.service import ServiceLimits
     from specsteer.data.tasks import TASKS
-    from specsteer.engine.generate import METHODS
+    from specsteer.method.catalog import METHODS
     from specsteer.protocol.exposure import CLOUD_URL_ENV
 
     parser = argparse.ArgumentParser(
@@ -377,7 +377,9 @@ def _generate(args) -> int:
     from specsteer.data.crossing import history_texts
     from specsteer.data.crossing_replay import history_crossing
     from specsteer.data.history import HistoryError, parse_history
-    from specsteer.engine.generate import DecodeConfig, Request, cross_tokenizer_problem, generate
+    from specsteer.engine.decode_config import DecodeConfig, cross_tokenizer_problem
+    from specsteer.engine.generate import generate
+    from specsteer.engine.request import Request
 
     config = DecodeConfig(
         method=args.method,
@@ -409,7 +411,7 @@ def _generate(args) -> int:
             profile=history.profile,
             prompt_style=args.prompt_style,
         )
-        from specsteer.engine.generate import prepare
+        from specsteer.engine.request import prepare
 
         prepared = prepare(request)
         conditions = LinkConditions.requested(args.rtt_ms, args.uplink_kbps, args.downlink_kbps)

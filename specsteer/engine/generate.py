@@ -25,30 +25,43 @@ CrossEdge and a CrossCloud: ``CROSS_TOKENIZER_METHODS`` only, tokens stay the Sp
 ``llm`` and ``llm+`` baselines' are the Generalist's), and every other method is refused before anything
 runs. A drafted token's event names its place in the segment the cross test accepted or refused
 (``TokenEvent.segment``).
+
+This module is the loops; their parts sit beside it, one job each: ``request`` (the request and its prompts),
+``decode_config`` (the config, validated), ``session_setup`` (what each side's session opens with), ``output``
+(tokens into events), ``details`` (a token's numbers) and ``draft_length`` (each round's k).
 """
 
 from __future__ import annotations
 
-import math
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
 from functools import partial
-from typing import TYPE_CHECKING
 
 import torch
 
 from specsteer.cloud.in_process import InProcessCloud
 from specsteer.edge.p3 import P3Edge
-from specsteer.edge.params import CoSteerParams, EdgeParams
 from specsteer.edge.session import CrossEdge, Edge
-from specsteer.method.catalog import METHOD_INFO, METHODS
-from specsteer.method.costs import PassCost, PassSample, fit_pass_cost, flat_cost, speculative_bound
-from specsteer.method.decoding import Detokenizer, ForwardLog, PrivateSpanGuard
+from specsteer.engine.decode_config import DecodeConfig, cross_tokenizer_problem
+from specsteer.engine.details import draft_details, named_details
+from specsteer.engine.draft_length import DraftLength
+from specsteer.engine.output import Output
+from specsteer.engine.request import Prepared, Request, chat_ids, prepare
+from specsteer.engine.session_setup import (
+    check_acceptance,
+    chooses_every_token,
+    cloud_opening,
+    edge_params,
+    rule_and_beta,
+    shared_vocabulary,
+    span_guard,
+)
+from specsteer.method.catalog import METHOD_INFO
+from specsteer.method.decoding import ForwardLog
 from specsteer.method.events import (
     EDGE_STREAM,
-    GENERALIST_STREAM,
     GENERIC_STREAM,
     Finished,
     GenerationStats,
@@ -57,145 +70,12 @@ from specsteer.method.events import (
     TokenEvent,
     TokenKind,
 )
-from specsteer.method.p3 import P3Params
 from specsteer.method.timing import SYSTEM_CLOCK, StepClock, StepTimes, find_pauses
-from specsteer.method.token_details import TokenDetails, named
-from specsteer.models.chat import PLAIN_CHAT, ChatFormat, prompt_ids
 from specsteer.models.loading import LoadedPair
 from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.link import CloudEndpoint, CloudError, CloudRefused, CloudUnreachable, Link
-from specsteer.protocol.rules import CDA, RULE_SPECS, Rule, cda_problem
-from specsteer.protocol.wire import MAX_DRAFT_LEN, MAX_NEW_TOKENS, CrossOpen, Draft, Open
-
-if TYPE_CHECKING:  # tasks imports the retrieval stack, which prepare() loads only when it is called
-    from specsteer.data.tasks import PromptPair, PromptStyle
-
-# What runs on a cross-tokenizer pair (specsteer.method.crosstok): SpecSteer's ratio rule and LightCoSteer
-# (rounds of no drafts) over the common byte space, the device-only baselines and the Generalist alone
-# (given the plain prompt, or for llm+ the private one, each rendered by its own tokenizer).
-CROSS_TOKENIZER_METHODS = ("slm", "slm+", "llm", "llm+", "lightcosteer", "specsteer")
-# Why the others do not.
-_ONE_VOCABULARY_ONLY = {
-    "sd": "its test asks whether the Generalist would choose the very token id drafted (or, sampling, resamples "
-    "from p_L's residual), which needs one vocabulary",
-    "costeer": "its iterative refinement runs on the three models' distributions over one shared vocabulary",
-    "p3": "the Specialist tests the Generalist's very token ids, which needs one vocabulary",
-}
-
-
-@dataclass
-class DecodeConfig:
-    method: str = "specsteer"
-    alpha: float = 0.1
-    beta: float = 1.0
-    draft_len: int = 4
-    adaptive_draft: bool = False  # choose k <= draft_len each round from the DESIGN §6 bound
-    draft_confidence: float = 0.0  # end a round's drafting after a draft the Specialist gave p < this; 0 = off
-    downlink_top_k: int = 64  # 0 sends the whole vocabulary
-    bonus: bool = True
-    max_new_tokens: int = 256
-    sample: bool = False
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 0
-    exact: bool = False
-    costeer_iters: int = 20
-    costeer_eta: float = 10.0
-    costeer_lambda: float = 2.0
-    # The private-span guard (beyond the paper): no token the Edge sends completes a run of this many
-    # token ids found in the private prompt and not in the plain one (decoding.PrivateSpanGuard); 0 = off.
-    private_guard: int = 0
-    p3: P3Params = P3Params()  # P³'s Cloud draft length and threshold (method p3 only)
-    # The ratio test's threshold: None, the fixed α (the paper); a number, CDA's λ (the Cloud adapts α per draft to
-    # the divergence of p_L and p_S0: specsteer.method.acceptance). SpecSteer's (not exact) only.
-    cda_lambda: float | None = None
-    # Display only: each token's event carries its numbers (method.token_details; what the Edge and an
-    # in-process Cloud computed anyway). Off, the loop computes nothing extra; it never changes a decision.
-    details: bool = False
-
-    def validate(self) -> DecodeConfig:
-        problems = []
-        if self.method not in METHODS:
-            problems.append(f"unknown method {self.method!r}; choose one of {', '.join(METHODS)}")
-        if not (self.alpha >= 0):  # also rejects NaN
-            problems.append("alpha must be >= 0 (0 accepts every draft, inf rejects every draft)")
-        if not (math.isfinite(self.beta) and self.beta >= 0):
-            problems.append("beta must be a finite number >= 0")
-        if not 1 <= self.draft_len <= MAX_DRAFT_LEN:
-            problems.append(f"draft length must be between 1 and {MAX_DRAFT_LEN}")
-        if not 1 <= self.max_new_tokens <= MAX_NEW_TOKENS:
-            problems.append(f"max new tokens must be between 1 and {MAX_NEW_TOKENS}")
-        if not 0 <= self.draft_confidence < 1:
-            problems.append("draft confidence must be in [0, 1) (0 switches the early stop off)")
-        if self.downlink_top_k < 0:
-            problems.append("downlink top-k must be >= 0 (0 = whole vocabulary)")
-        if self.sample and not (self.temperature > 0 and 0 < self.top_p <= 1):
-            problems.append("sampling needs temperature > 0 and 0 < top_p <= 1")
-        if self.costeer_iters < 1:
-            problems.append("CoSteer needs at least one iteration")
-        if self.private_guard and not 2 <= self.private_guard <= 64:
-            problems.append("the private-span guard's n must be between 2 and 64 tokens (0 switches it off)")
-        if self.private_guard and self.exact:
-            problems.append("the private-span guard does not cover the exact-target variant (its residual draw)")
-        if self.method == "p3":
-            problems += self.p3.problems(MAX_DRAFT_LEN)
-        problems += self._acceptance_problems()
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
-
-    def _acceptance_problems(self) -> list[str]:
-        if self.cda_lambda is None:
-            return []
-        problem = cda_problem(self.cda_lambda)
-        if problem:
-            return [problem]
-        if self.method in METHOD_INFO and not METHOD_INFO[self.method].takes_alpha:
-            return [f"CDA adapts SpecSteer's α: {METHOD_INFO[self.method].label} has none (use the fixed acceptance)"]
-        if self.exact:
-            return [
-                "CDA and the exact-target variant exclude each other: the exact variant uses the true partition "
-                "function, not an α to adapt"
-            ]
-        return []
-
-
-@dataclass
-class Request:
-    task: str
-    input_text: str
-    history: Sequence = ()
-    retrieval_k: int = 3
-    noise_items: Sequence = ()  # appended to the Specialist's context (robustness study)
-    prompt_style: PromptStyle = "paper"  # tasks.PROMPT_STYLES: the paper's templates, or "clean" (no field labels)
-    profile: str | None = None  # a persona's user profile text (the cogenesis task); private like the history
-
-
-@dataclass
-class Prepared:
-    prompts: PromptPair
-    retrieved: list = field(default_factory=list)  # the history items BM25 picked, best first, then any noise items
-    scores: list[float] = field(default_factory=list)  # BM25 score of each picked history item (noise has none)
-
-
-def prepare(request: Request) -> Prepared:
-    """Retrieve from the history (on the device) and build both prompts."""
-    from specsteer.data.retrieval import retrieve_scored
-    from specsteer.data.tasks import build_prompts
-
-    scored = retrieve_scored(request.task, request.input_text, list(request.history), request.retrieval_k)
-    retrieved = [item for item, _ in scored] + list(request.noise_items)
-    prompts = build_prompts(
-        request.task, request.input_text, retrieved, style=request.prompt_style, profile=request.profile
-    )
-    return Prepared(prompts, retrieved, [score for _, score in scored])
-
-
-def chat_ids(tokenizer, user_message: str, chat: ChatFormat = PLAIN_CHAT) -> list[int]:
-    """The ids of a one-turn chat prompt that leaves the assistant to reply: the one place a prompt
-    becomes ids. ``chat`` is the pair's format (``pair.chat``): its template options (Qwen3's
-    ``enable_thinking=False``) apply to every stream's prompt alike."""
-    return prompt_ids(tokenizer, user_message, chat)
+from specsteer.protocol.rules import RULE_SPECS, Rule
+from specsteer.protocol.wire import Draft
 
 
 def generate(
@@ -269,30 +149,6 @@ def generate_ids(
     )
 
 
-def cross_tokenizer_problem(pair: LoadedPair, config: DecodeConfig) -> str | None:
-    """Why ``config`` cannot run on ``pair`` because its two models use different tokenizers, or None."""
-    if pair.cross is None:
-        return None
-    if config.method not in CROSS_TOKENIZER_METHODS:
-        reason = _ONE_VOCABULARY_ONLY.get(config.method, "it compares the two models token id by token id")
-        return (
-            f"{METHOD_INFO[config.method].label} is not available on a cross-tokenizer pairing "
-            f"({pair.pairing_id}): {reason}. "
-            f"Available here: {', '.join(METHOD_INFO[m].label for m in CROSS_TOKENIZER_METHODS)}."
-        )
-    if config.method == "specsteer" and config.exact:
-        return (
-            "SpecSteer's exact-target variant is not available on a cross-tokenizer pairing: its residual "
-            "resampling needs the three distributions over one vocabulary."
-        )
-    if config.cda_lambda is not None:
-        return (
-            "SpecSteer's CDA acceptance is not available on a cross-tokenizer pairing: it measures how far p_L and "
-            "p_S0 diverge over one vocabulary."
-        )
-    return None
-
-
 def collect(events: Iterable[TokenEvent | Finished]) -> tuple[list[TokenEvent], Finished]:
     """The settled tokens (pending drafts left out: their verdict's events follow) and the Finished."""
     tokens: list[TokenEvent] = []
@@ -302,120 +158,6 @@ def collect(events: Iterable[TokenEvent | Finished]) -> tuple[list[TokenEvent], 
         if not event.pending:
             tokens.append(event)
     raise RuntimeError("generation ended without a Finished event")
-
-
-# --------------------------------------------------------------------------- the loops
-
-
-class _Output:
-    """Counts emitted tokens, turns them into events and knows when to stop."""
-
-    def __init__(self, tokenizer, max_new_tokens: int, stop_ids: frozenset[int], link: Link, cancel: threading.Event):
-        self.detokenizer = Detokenizer(tokenizer)
-        self.max_new_tokens = max_new_tokens
-        self.stop_ids = stop_ids
-        self.link = link
-        self.cancel = cancel
-        self.pieces: list[str] = []
-        self.stop_reason: str | None = None
-        self.sent: list[str] = []  # the text of every id the Edge sent, in order (GenerationStats.sent_text)
-
-    @property
-    def done(self) -> bool:
-        return self.stop_reason is not None
-
-    def keep_going(self) -> bool:
-        """False once the text ended, the budget is spent or a stop was asked for.
-
-        A stop is honoured here, between rounds and (by the speculative loop) right
-        after drafting, before the drafts are sent: every draft that crossed the
-        link is therefore also shown (and can be audited).
-        """
-        if self.stop_reason is None and self.cancel.is_set():
-            self.stop_reason = "cancelled"
-        return self.stop_reason is None
-
-    def _event(
-        self,
-        token: int,
-        text: str,
-        kind: TokenKind,
-        round_: int,
-        ratio: float | None,
-        segment: SegmentPlace | None = None,
-        position: int | None = None,
-        details: TokenDetails | None = None,
-    ) -> TokenEvent:
-        return TokenEvent(
-            token,
-            text,
-            kind,
-            round_,
-            ratio,
-            self.link.totals["uplink"],
-            self.link.totals["downlink"],
-            segment,
-            position,
-            details,
-        )
-
-    @property
-    def remaining(self) -> int:
-        return self.max_new_tokens - len(self.detokenizer.ids)
-
-    def emit(
-        self,
-        token: int,
-        kind: TokenKind,
-        round_: int,
-        ratio: float | None = None,
-        segment: SegmentPlace | None = None,
-        position: int | None = None,
-        details: TokenDetails | None = None,
-    ) -> TokenEvent:
-        is_end = token in self.stop_ids
-        last = is_end or self.remaining == 1
-        piece = self.detokenizer.push(token, final=last)
-        self.pieces.append(piece)
-        if last:
-            self.stop_reason = "eos" if is_end else "length"
-        return self._event(token, piece, kind, round_, ratio, segment, position, details)
-
-    def pending(self, drafts: list[int], round_: int) -> TokenEvent:
-        """The round's latest draft, shown before its verdict, with the text it would add after the
-        drafts before it."""
-        shown = self.detokenizer.peek(drafts[:-1]) if len(drafts) > 1 else ""
-        text = self.detokenizer.peek(drafts)
-        piece = text[len(shown) :] if text.startswith(shown) else text
-        return self._event(drafts[-1], piece, "pending", round_, None, None, len(drafts) - 1)
-
-    def rejected(
-        self,
-        drafts: list[int],
-        round_: int,
-        ratio: float | None,
-        segments: Sequence[SegmentPlace | None],
-        first_position: int = 0,
-        details: Sequence[TokenDetails | None] = (),
-    ) -> list[TokenEvent]:
-        """The refused draft and the unverified drafts after it, each with the text it would have added;
-        ``first_position``: the refused draft's index in its round; ``details``: their numbers, if asked."""
-        events = []
-        shown = ""
-        for i, (token, segment) in enumerate(zip(drafts, segments)):
-            text = self.detokenizer.peek(drafts[: i + 1])
-            piece = text[len(shown) :] if text.startswith(shown) else text
-            numbers = details[i] if i < len(details) else None
-            events.append(
-                self._event(
-                    token, piece, "rejected", round_, ratio if i == 0 else None, segment, first_position + i, numbers
-                )
-            )
-            shown = text
-        return events
-
-    def ends_text(self, tokens: list[int]) -> bool:
-        return bool(tokens) and tokens[-1] in self.stop_ids
 
 
 def _run(
@@ -445,9 +187,9 @@ def _run(
     if config.details:
         link.ask_details()
     if pair.cross is not None and METHOD_INFO[config.method].cloud_decodes:  # the Generalist's own ids come down
-        output = _Output(pair.cross.tokenizer, config.max_new_tokens, pair.cross.eos_token_ids, link, cancel)
+        output = Output(pair.cross.tokenizer, config.max_new_tokens, pair.cross.eos_token_ids, link, cancel)
     else:
-        output = _Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids, link, cancel)
+        output = Output(pair.tokenizer, config.max_new_tokens, pair.eos_token_ids, link, cancel)
     stats = GenerationStats(method=config.method, cda_lambda=config.cda_lambda)
     # What the Edge sent, rejected drafts included (privacy audits); P³'s loop records its own (the Edge sends
     # the Cloud drafts it kept and its corrections, each round's at the next round's start).
@@ -480,7 +222,7 @@ def _run(
     yield _finished(pair, output, stats, link, steps)
 
 
-def _finished(pair: LoadedPair, output: _Output, stats: GenerationStats, link: Link, steps: StepTimes) -> Finished:
+def _finished(pair: LoadedPair, output: Output, stats: GenerationStats, link: Link, steps: StepTimes) -> Finished:
     forward_log = link.forward_log
     seconds = steps.mark()
     stats.pauses, stats.paused_s = find_pauses(steps.steps)
@@ -519,7 +261,7 @@ class _Prompts:
 
 
 def _loop(
-    pair: LoadedPair, prompts: _Prompts, config: DecodeConfig, output: _Output, link: Link, stats: GenerationStats
+    pair: LoadedPair, prompts: _Prompts, config: DecodeConfig, output: Output, link: Link, stats: GenerationStats
 ) -> Iterator[TokenEvent]:
     if METHOD_INFO[config.method].device_only:
         return _device_only(pair, prompts.plain, prompts.private, config, link.forward_log, output)
@@ -530,46 +272,16 @@ def _loop(
     return _speculative(pair, prompts, config, output, link, stats)
 
 
-def _temperature(config: DecodeConfig) -> float:
-    """The sampling temperature both sides use: 0 (greedy) unless the config samples."""
-    return config.temperature if config.sample else 0.0
-
-
-def _edge_params(
-    config: DecodeConfig,
-    pair: LoadedPair,
-    rule: Rule,
-    beta: float,
-    stream_name: str = EDGE_STREAM,
-    guard: PrivateSpanGuard | None = None,
-) -> EdgeParams:
-    """The Edge's settings for a session of ``rule`` under ``config``."""
-    return EdgeParams(
-        rule=rule,
-        beta=beta,
-        stop_ids=pair.eos_token_ids,
-        max_new_tokens=config.max_new_tokens,
-        temperature=_temperature(config),
-        top_p=config.top_p,
-        seed=config.seed,
-        draft_confidence=config.draft_confidence,
-        costeer=CoSteerParams(config.costeer_iters, config.costeer_eta, config.costeer_lambda),
-        stream_name=stream_name,
-        guard=guard,
-        details=config.details,
-    )
-
-
 def _device_only(
     pair: LoadedPair,
     plain_ids: list[int],
     private_ids: list[int],
     config: DecodeConfig,
     forward_log: ForwardLog,
-    output: _Output,
+    output: Output,
 ) -> Iterator[TokenEvent]:
     personal = config.method == "slm+"
-    params = _edge_params(config, pair, Rule.MATCH, 0.0, EDGE_STREAM if personal else GENERIC_STREAM)
+    params = edge_params(config, pair, Rule.MATCH, 0.0, EDGE_STREAM if personal else GENERIC_STREAM)
     edge = Edge(pair.specialist, private_ids if personal else plain_ids, pair.vocab_size, forward_log, params)
     try:
         while output.keep_going():
@@ -578,72 +290,16 @@ def _device_only(
         edge.close()
 
 
-def _opening(
-    pair: LoadedPair,
-    link: Link,
-    plain_ids: list[int],
-    config: DecodeConfig,
-    rule: Rule,
-    beta: float,
-    plain_large_ids: list[int] | None = None,
-) -> Open:
-    """The session's Open; a cross-tokenizer pair's carries the Generalist's prompt too (CrossOpen)."""
-    opening = Open(
-        session=link.session,
-        rule=rule,
-        prompt=tuple(plain_ids),
-        max_new_tokens=config.max_new_tokens,
-        alpha=min(config.alpha, 1e300),
-        beta=beta,
-        temperature=_temperature(config),
-        top_p=config.top_p,
-        top_k=config.downlink_top_k,
-        bonus=config.bonus or _every_token(config),
-        seed=config.seed,
-        stop_ids=tuple(sorted(pair.eos_token_ids)),
-        cda_lambda=config.cda_lambda if rule is Rule.RATIO else None,
-    )
-    if pair.cross is not None:
-        if plain_large_ids is None:
-            raise ValueError("a cross-tokenizer pair's Open needs the plain prompt in the Generalist's ids")
-        return CrossOpen.extending(opening, plain_large_ids)
-    return opening
-
-
-def _shared_vocabulary(pair: LoadedPair, link: Link) -> int:
-    """The ids both sides score. The Cloud must serve the Specialist the Edge runs (its generic copy)."""
-    info = link.info()
-    if info.pairing != pair.pairing_id:
-        raise CloudRefused(
-            f"The Cloud serves the pairing {info.pairing!r} but this Edge runs {pair.pairing_id!r}; "
-            "start the Cloud with the Edge's pairing.",
-            "pairing",
-        )
-    return min(pair.vocab_size, info.vocab_size)
-
-
-def _check_acceptance(config: DecodeConfig, link: Link) -> None:
-    """CDA needs a Cloud that applies it (its description says so); one that predates it, or cannot (a vLLM
-    Cloud, a cross-tokenizer pair), is named before the session opens."""
-    if config.cda_lambda is not None and CDA not in link.info().acceptance:
-        raise CloudRefused(
-            f"This Cloud applies {', '.join(link.info().acceptance)} acceptance only, not CDA (an older Cloud, a "
-            "vLLM Cloud or a cross-tokenizer pair): generate with the fixed α, or serve the pairing with a Cloud "
-            "that offers CDA.",
-            "acceptance",
-        )
-
-
 def _cloud_only(
-    pair: LoadedPair, prompts: _Prompts, config: DecodeConfig, output: _Output, link: Link
+    pair: LoadedPair, prompts: _Prompts, config: DecodeConfig, output: Output, link: Link
 ) -> Iterator[TokenEvent]:
     """The ``llm`` and ``llm+`` baselines: the Cloud decodes alone and streams its tokens down (no round
     trip per token). llm+ is the privacy-violating reference: the Cloud is opened on the private prompt."""
-    _shared_vocabulary(pair, link)
+    shared_vocabulary(pair, link)
     if METHOD_INFO[config.method].sends_private_context:
-        opening = _opening(pair, link, prompts.private, config, Rule.GENERATE, 0.0, prompts.private_large)
+        opening = cloud_opening(pair, link, prompts.private, config, Rule.GENERATE, 0.0, prompts.private_large)
     else:
-        opening = _opening(pair, link, prompts.plain, config, Rule.GENERATE, 0.0, prompts.plain_large)
+        opening = cloud_opening(pair, link, prompts.plain, config, Rule.GENERATE, 0.0, prompts.plain_large)
     stream = link.open(opening)
     try:
         for message in stream:
@@ -657,34 +313,17 @@ def _cloud_only(
         raise CloudUnreachable("The Cloud's token stream ended before the generation did.", "stream-ended")
 
 
-def _rule_and_beta(config: DecodeConfig) -> tuple[Rule, float]:
-    """The verification rule of a speculative method's session, and the steering strength it sends."""
-    if config.method == "sd":
-        return (Rule.EXACT if config.sample else Rule.MATCH), 0.0
-    if config.method == "costeer":
-        return Rule.COSTEER, config.beta
-    if config.method == "specsteer" and config.exact:
-        return Rule.EXACT, config.beta
-    return Rule.RATIO, config.beta
-
-
-def _every_token(config: DecodeConfig) -> bool:
-    """Rounds of draft length 0, a chosen token each (LightCoSteer, CoSteer): a Cloud method that does not draft."""
-    info = METHOD_INFO[config.method]
-    return not (info.speculative or info.device_only or info.cloud_decodes or info.cloud_drafts)
-
-
 def _speculative(
-    pair: LoadedPair, prompts: _Prompts, config: DecodeConfig, output: _Output, link: Link, stats: GenerationStats
+    pair: LoadedPair, prompts: _Prompts, config: DecodeConfig, output: Output, link: Link, stats: GenerationStats
 ) -> Iterator[TokenEvent]:
     """The Edge of a speculative method and its session on the Cloud; the Edge's cache is given back at the end."""
-    rule, beta = _rule_and_beta(config)
-    every_token = _every_token(config)  # rounds of draft length 0
-    vocab_size = _shared_vocabulary(pair, link)
-    _check_acceptance(config, link)
-    link.open(_opening(pair, link, prompts.plain, config, rule, beta, prompts.plain_large))
-    guard = PrivateSpanGuard(prompts.private, prompts.plain, config.private_guard) if config.private_guard else None
-    params = _edge_params(config, pair, rule, beta, guard=guard)
+    rule, beta = rule_and_beta(config)
+    every_token = chooses_every_token(config)  # rounds of draft length 0
+    vocab_size = shared_vocabulary(pair, link)
+    check_acceptance(config, link)
+    link.open(cloud_opening(pair, link, prompts.plain, config, rule, beta, prompts.plain_large))
+    guard = span_guard(config, prompts.private, prompts.plain)
+    params = edge_params(config, pair, rule, beta, guard=guard)
     places: Callable[[list[int]], list[SegmentPlace | None]] = _no_segments
     edge: Edge
     if pair.cross is not None:
@@ -700,16 +339,16 @@ def _speculative(
 
 
 def _p3(
-    pair: LoadedPair, prompts: _Prompts, config: DecodeConfig, output: _Output, link: Link, stats: GenerationStats
+    pair: LoadedPair, prompts: _Prompts, config: DecodeConfig, output: Output, link: Link, stats: GenerationStats
 ) -> Iterator[TokenEvent]:
     """P³ (specsteer.method.p3): each round the Cloud drafts k tokens from the plain prompt and what the Edge
     sent; the Edge keeps them while p/max p >= tau and corrects the first one below. Events name them as
     SpecSteer's do (a kept Cloud draft accepted, a refused one rejected, the correction recovered); the
     kept drafts and the correction cross the uplink at the next round's start."""
-    vocab_size = _shared_vocabulary(pair, link)
-    opening = _opening(pair, link, prompts.plain, config, Rule.CLOUD_DRAFT, 0.0)
+    vocab_size = shared_vocabulary(pair, link)
+    opening = cloud_opening(pair, link, prompts.plain, config, Rule.CLOUD_DRAFT, 0.0)
     link.open(replace(opening, top_k=config.p3.draft_len, bonus=False))
-    guard = PrivateSpanGuard(prompts.private, prompts.plain, config.private_guard) if config.private_guard else None
+    guard = span_guard(config, prompts.private, prompts.plain)
     edge = P3Edge(
         pair.specialist, prompts.private, vocab_size, link.forward_log, config.p3.tau, config.max_new_tokens, guard
     )
@@ -773,13 +412,14 @@ def _rounds(
     edge: Edge,
     config: DecodeConfig,
     every_token: bool,
-    output: _Output,
+    output: Output,
     link: Link,
     stats: GenerationStats,
     places: Callable[[list[int]], list[SegmentPlace | None]] = _no_segments,
 ) -> Iterator[TokenEvent]:
     """Draft -> Verify -> Recover, one round per iteration. ``places``: each draft's segment place."""
     forward_log = link.forward_log
+    tokenizer = output.detokenizer.tokenizer  # names the alternatives in a token's details
     chosen_kind: TokenKind | None = "plain" if every_token else None
     append: list[int] = []
     keep = -1
@@ -807,7 +447,7 @@ def _rounds(
         stats.accepted += settled.accepted
         stats.verified += min(settled.accepted + 1, len(drafts))
         segments = places(drafts) if drafts else []
-        numbers = _draft_details(edge, drafts, link, config, output) if config.details else [None] * len(drafts)
+        numbers = draft_details(edge, drafts, link, config.alpha, tokenizer) if config.details else [None] * len(drafts)
         for position, token in enumerate(drafts[: settled.accepted]):
             yield output.emit(
                 token, "accepted", round_, _at(ratios, position), segments[position], position, numbers[position]
@@ -826,40 +466,10 @@ def _rounds(
         if settled.chosen is not None:
             kind = chosen_kind or ("recovered" if settled.accepted < len(drafts) else "bonus")
             # A recovered token takes the refused draft's place; a bonus the one after the last draft.
-            choice = _named_details(edge.last_choice, output) if config.details else None
+            choice = named_details(edge.last_choice, tokenizer) if config.details else None
             yield output.emit(settled.chosen, kind, round_, position=settled.accepted, details=choice)
         append = [settled.chosen] if settled.chosen is not None else []
         keep = settled.accepted if RULE_SPECS[edge.params.rule].reports_kept else -1
-
-
-def _draft_details(
-    edge: Edge, drafts: list[int], link: Link, config: DecodeConfig, output: _Output
-) -> list[TokenDetails | None]:
-    """Each draft's numbers: the Edge's p_S+ and top alternatives, with the Cloud's p_L, p_S0 and theirs when
-    an in-process Cloud gave them (``link.last_scores``: the instrumentation of this round's verdict)."""
-    scores = link.last_scores if len(link.last_scores) == len(drafts) else []
-    numbers: list[TokenDetails | None] = []
-    for position, edge_numbers in enumerate(edge.draft_details(drafts)):
-        cloud = scores[position] if scores else None
-        combined = replace(edge_numbers, alpha=config.alpha, cloud=cloud)
-        numbers.append(_named_details(combined, output))
-    return numbers
-
-
-def _named_details(details: TokenDetails | None, output: _Output) -> TokenDetails | None:
-    """``details`` with the text of every alternative it lists (one id decoded at a time)."""
-    if details is None:
-        return None
-
-    def decode(token: int) -> str:
-        return output.detokenizer.tokenizer.decode([token], skip_special_tokens=False)
-
-    cloud = details.cloud
-    if cloud is not None:
-        cloud = replace(cloud, top_large=named(cloud.top_large, decode), top_generic=named(cloud.top_generic, decode))
-    return replace(
-        details, cloud=cloud, top_private=named(details.top_private, decode), top_drawn=named(details.top_drawn, decode)
-    )
 
 
 def _log_round(
@@ -869,55 +479,6 @@ def _log_round(
     stats' round log (a few steps summed: cheap beside a round)."""
     seconds = time.perf_counter() - started
     stats.round_log.append(RoundStep.of(drafted, accepted, seconds, forward_log.trace[first_step:]))
-
-
-class DraftLength:
-    """The draft length of each round: fixed, or the k that maximises the bound right now.
-
-    Adaptive mode uses this generation's own measurements: the per-token
-    acceptance so far, a Specialist step's mean time, and each Cloud model's
-    pass time as a function of the tokens in the pass (fitted on this
-    generation's passes). A transformers pass over a few tokens costs about
-    one step; a llama.cpp pass on a CPU grows with its tokens, which makes
-    long drafts expensive there. It starts at the maximum until there is data.
-    """
-
-    MIN_VERIFIED = 8
-
-    def __init__(self, maximum: int, adaptive: bool):
-        self.maximum = maximum
-        self.adaptive = adaptive
-
-    def choose(self, stats: GenerationStats, log: ForwardLog) -> int:
-        if not self.adaptive or stats.verified < self.MIN_VERIFIED:
-            return self.maximum
-        draft_cost, large_cost = pass_cost(log.trace, EDGE_STREAM), pass_cost(log.trace, GENERALIST_STREAM)
-        if draft_cost is None or large_cost is None:
-            return self.maximum
-        if len({sample.tokens for sample in _passes(log.trace, GENERALIST_STREAM)}) < 2:
-            # Every verification so far read as many tokens, so how a pass's time grows with its
-            # tokens is unknown: probe a shorter round once to learn it.
-            return max(1, self.maximum // 2)
-        generic_cost = pass_cost(log.trace, GENERIC_STREAM) or PassCost(0.0, 0.0)
-        acceptance = min(max(stats.accepted / stats.verified, 0.01), 0.99)
-        return max(
-            range(1, self.maximum + 1),
-            key=lambda k: speculative_bound(
-                acceptance, k, draft_cost.seconds(1), large_cost.seconds(k + 1), generic_cost.seconds(k + 1)
-            ),
-        )
-
-
-def _passes(trace: Sequence, stream: str) -> list[PassSample]:
-    """A stream's passes after its first (the prefill)."""
-    return [PassSample(step.size, step.seconds) for step in trace if step.kind == "forward" and step.who == stream][1:]
-
-
-def pass_cost(trace: Sequence, stream: str) -> PassCost | None:
-    """The deployment projection's least-squares line through a stream's passes after its prefill (flat
-    when they all read as many tokens); None before the stream has had two passes."""
-    points = _passes(trace, stream)
-    return fit_pass_cost(points, flat_cost) if points else None
 
 
 def _at(values: list[float], index: int) -> float | None:

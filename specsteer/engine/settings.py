@@ -22,7 +22,7 @@ from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU, P3Params
 from specsteer.protocol.exposure import IN_PROCESS, cloud_address
 
 if TYPE_CHECKING:
-    from specsteer.engine.generate import DecodeConfig
+    from specsteer.engine.decode_config import DecodeConfig
     from specsteer.protocol.emulation import LinkConditions
 
 Decoding = Literal["greedy", "sampling"]
@@ -225,7 +225,7 @@ class GenerationSettings:
 
     def decode_config(self) -> DecodeConfig:
         """The engine's config; the exact-target variant applies only when sampling."""
-        from specsteer.engine.generate import DecodeConfig
+        from specsteer.engine.decode_config import DecodeConfig
 
         return DecodeConfig(
             method=self.method,

@@ -46,22 +46,16 @@ import torch
 from specsteer.cloud.in_process import InProcessCloud
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD, ReadAhead, read_ahead_mode
 from specsteer.data.tasks import PromptPair
-from specsteer.engine.generate import (
-    MAX_DRAFT_LEN,
-    DecodeConfig,
-    Prepared,
-    Request,
-    chat_ids,
-    collect,
-    generate,
-    prepare,
-    speculative_bound,
-)
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate
+from specsteer.engine.request import Prepared, Request, chat_ids, prepare
 from specsteer.evaluation.timing import left_out_sentence
 from specsteer.method.catalog import METHOD_INFO, SPEED_REFERENCE, method_info
+from specsteer.method.costs import speculative_bound
 from specsteer.method.events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM
 from specsteer.method.p3 import P3Params
 from specsteer.models.runtime_plan import PLAN_KEY, RuntimePlan, plan_record
+from specsteer.protocol.wire import MAX_DRAFT_LEN
 from specsteer.runtimes.base import TransformersModel
 from specsteer.runtimes.machine import machine_info
 

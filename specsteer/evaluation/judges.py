@@ -277,7 +277,7 @@ class LocalJudge:
         """The Generalist's greedy answer, ended as soon as it holds a complete ``[[…]]`` (what the rubric asks
         it to end with: what would follow is not read); cut at the budget without one, it is finished from the
         answer pattern's cue."""
-        from specsteer.engine.generate import chat_ids
+        from specsteer.engine.request import chat_ids
         from specsteer.protocol.link import CloudRefused
 
         try:
@@ -298,7 +298,8 @@ class LocalJudge:
     def _greedy(self, ids: list[int], max_new_tokens: int, enough_when: Callable[[str], object]) -> str:
         """The Generalist's greedy continuation of ``ids``: at most ``max_new_tokens``, stopped early once
         ``enough_when(text)`` holds or the run is cancelled."""
-        from specsteer.engine.generate import DecodeConfig, generate_ids
+        from specsteer.engine.decode_config import DecodeConfig
+        from specsteer.engine.generate import generate_ids
         from specsteer.method.events import Finished
 
         config = DecodeConfig(method="llm", max_new_tokens=max_new_tokens)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from specsteer.data.tasks import TASKS
-from specsteer.engine.generate import Prepared, Request, prepare
+from specsteer.engine.request import Prepared, Request, prepare
 from specsteer.engine.settings import GenerationSettings, SettingsError
 from specsteer.protocol.exposure import ADMIN_TOKEN_ENV, Exposure
 from specsteer.service.events import ExportRefused

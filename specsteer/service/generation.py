@@ -28,7 +28,9 @@ from specsteer.data.facts import method_exposure, split_private_facts
 from specsteer.data.history import MAX_UPLOAD_BYTES, HistoryError, parse_history
 from specsteer.data.privacy import audit_uplink
 from specsteer.data.tasks import PromptStyle, as_prompt_style, render_item
-from specsteer.engine.generate import Prepared, Request, chat_ids, cross_tokenizer_problem, generate, prepare
+from specsteer.engine.decode_config import cross_tokenizer_problem
+from specsteer.engine.generate import generate
+from specsteer.engine.request import Prepared, Request, chat_ids, prepare
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS, method_label
 from specsteer.method.events import Finished, TokenEvent

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from functools import partial
 
-from specsteer.engine.generate import CROSS_TOKENIZER_METHODS
+from specsteer.engine.decode_config import CROSS_TOKENIZER_METHODS
 from specsteer.method.catalog import METHODS
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS
 from specsteer.models.tiny import CROSS_PAIRING_ID as TINY_CROSS_PAIRING_ID

@@ -21,7 +21,8 @@ from typing import Literal
 
 from specsteer.cloud.in_process import InProcessCloud
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD
-from specsteer.engine.generate import Prepared, generate
+from specsteer.engine.generate import generate
+from specsteer.engine.request import Prepared
 from specsteer.engine.settings import GenerationSettings
 from specsteer.method.events import Finished
 from specsteer.service.pair_catalog import PairCatalog

@@ -13,7 +13,7 @@ import pytest
 import app
 import storage
 from specsteer import cli
-from specsteer.engine.generate import CROSS_TOKENIZER_METHODS
+from specsteer.engine.decode_config import CROSS_TOKENIZER_METHODS
 from specsteer.method.catalog import METHOD_INFO, METHODS, method_label
 from specsteer.method.events import SegmentPlace, TokenEvent
 from specsteer.models.tiny import CROSS_PAIRING_ID, narrow_cross_pair

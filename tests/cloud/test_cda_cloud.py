@@ -8,7 +8,8 @@ import pytest
 
 from specsteer.cloud.in_process import InProcessCloud, LocalTransport
 from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
-from specsteer.engine.generate import DecodeConfig, collect, cross_tokenizer_problem, generate_ids
+from specsteer.engine.decode_config import DecodeConfig, cross_tokenizer_problem
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.method.acceptance import ScriptedRate
 from specsteer.models.tiny import tiny_cross_pair, tiny_pair
 from specsteer.protocol.link import CloudRefused

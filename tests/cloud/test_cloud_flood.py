@@ -23,7 +23,8 @@ from specsteer.cloud.api import EXCHANGE_PATH
 from specsteer.cloud.client import RemoteCloud
 from specsteer.cloud.process import start_cloud_process
 from specsteer.cloud.service import CloudService
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.protocol.wire import MAX_NEW_TOKENS, Draft, Open, encode
 
 pytestmark = pytest.mark.slow

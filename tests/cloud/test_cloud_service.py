@@ -6,7 +6,8 @@ import pytest
 
 from specsteer.cloud.in_process import LocalTransport
 from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.protocol.link import CloudRefused, CloudUnreachable, SessionGone, VersionMismatch, cloud_error
 from specsteer.protocol.wire import PROTOCOL_VERSION, Draft, Open, Tokens, Verdict, decode, encode
 

@@ -10,7 +10,8 @@ import time
 import pytest
 
 from specsteer.cloud.in_process import InProcessCloud
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.method.events import GENERALIST_STREAM, GENERIC_STREAM
 
 

@@ -12,7 +12,8 @@ from cloud.test_read_ahead import prompts
 
 from specsteer.cloud.in_process import InProcessCloud
 from specsteer.cloud.read_ahead import READ_AHEAD_MODES, parse_read_ahead, read_ahead_mode
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.method.events import Finished
 from specsteer.models.tiny import tiny_pair
 from specsteer.protocol.link import Link

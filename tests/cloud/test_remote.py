@@ -23,7 +23,9 @@ from specsteer.cloud.process import free_loopback_port, start_cloud_process
 from specsteer.cloud.server import bind_problem, read_capture
 from specsteer.data.history import HistoryItem
 from specsteer.data.privacy import audit_wire
-from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, generate_ids, prepare
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate, generate_ids
+from specsteer.engine.request import Request, chat_ids, prepare
 from specsteer.method.p3 import P3Params
 from specsteer.models.tiny import tiny_pair
 from specsteer.protocol import wire

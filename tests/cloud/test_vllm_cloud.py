@@ -16,7 +16,8 @@ import pytest
 
 from specsteer.cloud.in_process import LocalTransport
 from specsteer.cloud.vllm import ENGINE_NAME, EngineSettings, VllmCloudService, launch_cloud, save_pair, vllm_available
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.models.tiny import VLLM_PAIRING_ID, shared_test_pair
 from specsteer.protocol.link import CloudEngineFailed, CloudError, CloudRefused
 from specsteer.protocol.wire import DRAFT_HEADROOM, Open, encode

@@ -10,7 +10,9 @@ from specsteer.data.datasets import DataError, load_cogenesis, resolve_data_sour
 from specsteer.data.history import HistoryError, parse_history
 from specsteer.data.privacy import audit_uplink
 from specsteer.data.tasks import build_prompts
-from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate
+from specsteer.engine.request import Request, chat_ids, prepare
 from specsteer.method.catalog import METHOD_INFO
 from specsteer.models.tiny import tiny_pair
 

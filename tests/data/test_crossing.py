@@ -7,21 +7,16 @@ fp32 pair, with the Specialist made to draft a canary, checks it end to end thro
 from __future__ import annotations
 
 import pytest
-from testkit import force_drafts
 
-from specsteer.data.crossing import (
-    CrossedPhrase,
-    Crossing,
-    HistoryCrossing,
-    PhraseIndex,
-    SentSpan,
-    history_texts,
-)
+from specsteer.data.crossing import CrossedPhrase, Crossing, HistoryCrossing, PhraseIndex, SentSpan, history_texts
 from specsteer.data.crossing_replay import crossed_phrases, history_crossing
 from specsteer.data.history import HistoryItem
-from specsteer.engine.generate import DecodeConfig, Request, collect, generate, prepare
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate
+from specsteer.engine.request import Request, prepare
 from specsteer.method.events import LinkMessage, TokenEvent
 from specsteer.models.tiny import tiny_pair, tiny_tokenizer
+from testkit import force_drafts
 
 HISTORY = ["Gregory works at InnovTech Solutions in Austin, Texas, as a senior HR manager. I am a reader of the news."]
 TASK = "Write an article on balancing work and family life."
@@ -200,9 +195,7 @@ def run(pair, alpha: float, task_input: str, guard: int = 0):
     assert CANARY in prepared.prompts.private
     config = DecodeConfig(method="specsteer", alpha=alpha, draft_len=16, max_new_tokens=40, private_guard=guard)
     tokens, finished = collect(generate(pair, prepared, config))
-    crossing = history_crossing(
-        finished, tokens, pair.tokenizer, history_texts(history), prepared.prompts.plain, guard
-    )
+    crossing = history_crossing(finished, tokens, pair.tokenizer, history_texts(history), prepared.prompts.plain, guard)
     return tokens, finished, crossing
 
 

@@ -21,7 +21,9 @@ from specsteer.edge.lora import (
     train_lora,
     training_items,
 )
-from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate
+from specsteer.engine.request import Request, chat_ids, prepare
 from specsteer.models.loading import load_pair, with_specialist_lora
 from specsteer.models.lora import ADAPTER_WEIGHTS, LORA_RUNTIME_MESSAGE, LoraError, read_lora
 from specsteer.models.planning import lora_plan

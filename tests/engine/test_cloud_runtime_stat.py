@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from specsteer.cloud.in_process import InProcessCloud
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 
 
 class NamedCloud:

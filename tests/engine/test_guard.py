@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from specsteer.engine.generate import DecodeConfig, chat_ids, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
+from specsteer.engine.request import chat_ids
 from specsteer.method.decoding import PrivateSpanGuard
 
 N = 2  # short spans, so that the tiny random models copy some of them when unguarded (the control)

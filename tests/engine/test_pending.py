@@ -10,7 +10,8 @@ from itertools import groupby
 import pytest
 
 from specsteer.cli.terminal import TerminalStream
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.method.events import TokenEvent
 
 

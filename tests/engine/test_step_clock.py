@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.method.timing import StepClock
 
 JUMP_S = 300.0

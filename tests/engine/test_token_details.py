@@ -12,7 +12,8 @@ import torch
 
 import specsteer.edge.session as edge_session
 import specsteer.method.decoding as decoding
-from specsteer.engine.generate import DecodeConfig, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import generate_ids
 
 
 def prompts(pair):

@@ -8,7 +8,10 @@ import math
 import pytest
 
 from specsteer.cli import bench as bench_cli
-from specsteer.engine.generate import DecodeConfig, DraftLength, Request, collect, generate, prepare
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.draft_length import DraftLength
+from specsteer.engine.generate import collect, generate
+from specsteer.engine.request import Request, prepare
 from specsteer.evaluation import bench
 from specsteer.method.costs import speculative_bound
 from specsteer.method.decoding import ForwardLog

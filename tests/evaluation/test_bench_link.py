@@ -8,7 +8,8 @@ import pytest
 
 from specsteer.cli import bench as bench_cli
 from specsteer.data.datasets import EXAMPLE_RUNS_DB
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.evaluation.bench_link import link_rows
 from specsteer.evaluation.deployment import project_runs
 from specsteer.evaluation.deployment_profiles import PROFILES

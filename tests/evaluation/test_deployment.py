@@ -10,7 +10,8 @@ from dataclasses import replace
 import pytest
 
 from specsteer.engine import generate as engine
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.evaluation.bench_link import measured_profile
 from specsteer.evaluation.deployment import (
     AS_RECORDED,

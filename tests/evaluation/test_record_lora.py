@@ -17,7 +17,7 @@ import storage
 from specsteer.data.datasets import load_cogenesis, shared_cogenesis_path
 from specsteer.edge.lora import LoraSettings
 from specsteer.engine import generate as engine_generate
-from specsteer.engine.generate import chat_ids
+from specsteer.engine.request import chat_ids
 from specsteer.evaluation.grid import (
     EvalResult,
     EvalSpec,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from specsteer.engine.generate import DecodeConfig
+from specsteer.engine.decode_config import DecodeConfig
 from specsteer.evaluation import plots
 from specsteer.evaluation.bench import BenchCase, Tally, _rows, format_table
 from specsteer.evaluation.deployment_rows import TracedGeneration, deployment_rows, timed_runs

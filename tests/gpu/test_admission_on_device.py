@@ -7,7 +7,8 @@ import torch
 
 from specsteer.cloud import admission
 from specsteer.cloud.service import CloudService, ServiceLimits, available_memory_bytes, default_memory_budget
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.models.tiny import tiny_pair, tiny_tokenizer
 from specsteer.protocol.wire import DRAFT_HEADROOM
 

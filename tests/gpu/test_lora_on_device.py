@@ -7,7 +7,9 @@ import torch
 
 from specsteer.data.history import HistoryItem
 from specsteer.edge.lora import LoraSettings, encode_examples, example_loss, train_lora, training_items
-from specsteer.engine.generate import DecodeConfig, chat_ids, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
+from specsteer.engine.request import chat_ids
 from specsteer.models.loading import with_specialist_lora
 from specsteer.models.tiny import tiny_pair
 

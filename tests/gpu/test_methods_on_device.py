@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from specsteer.cloud.in_process import InProcessCloud
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.method.catalog import METHOD_INFO, METHODS
 from specsteer.method.p3 import P3Params
 from specsteer.models.loading import on_streams

@@ -17,7 +17,8 @@ import warnings
 import pytest
 import torch
 
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.method.decoding import ForwardLog, Stream
 from specsteer.models.tiny import tiny_model, tiny_pair, tiny_tokenizer
 from specsteer.runtimes.base import TransformersModel, TransformersSequence

@@ -8,7 +8,9 @@ from __future__ import annotations
 import pytest
 
 from specsteer.data.privacy import audit_uplink
-from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate
+from specsteer.engine.request import Request, chat_ids, prepare
 from testkit import canary_request
 
 

@@ -13,7 +13,9 @@ import math
 import pytest
 
 from specsteer.cloud.in_process import InProcessCloud
-from specsteer.engine.generate import DecodeConfig, chat_ids, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
+from specsteer.engine.request import chat_ids
 from specsteer.method import acceptance
 from specsteer.method.acceptance import RATIO_TEST, ReplayedRounds, ScriptedRate
 from specsteer.method.events import RoundStep

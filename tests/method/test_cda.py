@@ -14,7 +14,9 @@ import math
 import pytest
 import torch
 
-from specsteer.engine.generate import DecodeConfig, chat_ids, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
+from specsteer.engine.request import chat_ids
 from specsteer.method.acceptance import DivergenceAdaptive, RoundScores, cda_log_thresholds, cda_test, jensen_shannon
 from specsteer.method.decoding import Sampler, ratio_test
 from specsteer.method.reference import specsteer

@@ -11,7 +11,9 @@ import torch
 
 from specsteer.cloud.service import CloudService, ServiceError
 from specsteer.data.privacy import audit_uplink
-from specsteer.engine.generate import DecodeConfig, chat_ids, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
+from specsteer.engine.request import chat_ids
 from specsteer.method.crosstok import (
     END,
     SYMBOLS,
@@ -487,7 +489,8 @@ def test_a_specialist_missing_some_bytes_recovers_only_into_bytes_it_can_spell(v
 
 def test_a_cross_tokenizer_pairing_loads_each_tokenizer_and_generates_from_a_request(tmp_path):
     from specsteer.data.history import HistoryItem
-    from specsteer.engine.generate import Request, generate
+    from specsteer.engine.generate import generate
+    from specsteer.engine.request import Request
     from specsteer.models.loading import clear_loaded_pairs, load_pair
     from specsteer.models.registry import ModelSpec, Pairing
     from specsteer.models.weights import ModelLoadError
@@ -600,7 +603,8 @@ def test_an_http_cloud_of_a_cross_pair_gives_the_in_process_output_and_sees_no_h
     from specsteer.cloud.server import read_capture
     from specsteer.data.history import HistoryItem
     from specsteer.data.privacy import audit_wire
-    from specsteer.engine.generate import Request, generate, prepare
+    from specsteer.engine.generate import generate
+    from specsteer.engine.request import Request, prepare
 
     cross = tiny_cross_pair()  # what the Cloud process builds for tiny-cross-test
     canary = "QUOKKA-canary-4417 purple kazoo"

@@ -7,7 +7,8 @@ import math
 import pytest
 import torch
 
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.method.decoding import (
     Detokenizer,
     ForwardLog,

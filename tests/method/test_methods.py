@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 
 from specsteer.data.history import HistoryItem
-from specsteer.engine import generate as engine
-from specsteer.engine.generate import DecodeConfig, Request, collect, generate
+from specsteer.engine import decode_config as engine
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate
+from specsteer.engine.request import Request
 from specsteer.method.catalog import METHOD_INFO, METHODS, method_info, method_label
 
 REQUEST = Request(

@@ -13,7 +13,9 @@ import math
 import pytest
 import torch
 
-from specsteer.engine.generate import DecodeConfig, chat_ids, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
+from specsteer.engine.request import chat_ids
 from specsteer.method.p3 import P3Params, log_ratios, p3_check
 from specsteer.method.reference import p3
 from specsteer.models.tiny import tiny_pair
@@ -198,7 +200,7 @@ def test_the_audit_flags_a_token_the_output_does_not_hold(pair, prompts):
 
 
 def test_a_cross_tokenizer_pairing_is_refused():
-    from specsteer.engine.generate import cross_tokenizer_problem
+    from specsteer.engine.decode_config import cross_tokenizer_problem
     from specsteer.models.tiny import shared_test_pair
 
     cross = shared_test_pair("tiny-cross-test")

@@ -11,7 +11,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specsteer.engine.generate import DecodeConfig, chat_ids, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
+from specsteer.engine.request import chat_ids
 from specsteer.method.reference import specsteer
 
 

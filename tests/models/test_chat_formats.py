@@ -16,7 +16,9 @@ import pytest
 import storage
 from specsteer.data.datasets import sample_history_path
 from specsteer.data.history import parse_history
-from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate
+from specsteer.engine.request import Request, chat_ids, prepare
 from specsteer.models import loading
 from specsteer.models import weights as models
 from specsteer.models.chat import CHATML_CHAT, LLAMA3_CHAT, PLAIN_CHAT, QWEN3_CHAT, ChatFormat, family_chat_format

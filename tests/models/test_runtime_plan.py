@@ -7,7 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.method.catalog import METHODS, method_info
 from specsteer.models import calibration as cal
 from specsteer.models import loading, planning

@@ -15,7 +15,9 @@ from specsteer.cloud.verifier import Cloud
 from specsteer.data.history import HistoryItem
 from specsteer.data.privacy import audit_uplink, audit_wire
 from specsteer.engine import generate as engine
-from specsteer.engine.generate import DecodeConfig, Request, chat_ids, collect, generate, prepare
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate
+from specsteer.engine.request import Request, chat_ids, prepare
 from specsteer.protocol.link import Link, Reply
 from specsteer.protocol.rules import Rule
 from specsteer.protocol.wire import (
@@ -260,9 +262,9 @@ def test_audit_catches_a_leaking_edge(pair, monkeypatch):
     prepared = prepare(request)
     plain_ids = chat_ids(pair.tokenizer, prepared.prompts.plain)
     private_ids = chat_ids(pair.tokenizer, prepared.prompts.private)
-    honest_opening = engine._opening
+    honest_opening = engine.cloud_opening
     monkeypatch.setattr(
-        engine, "_opening", lambda pair_, link, plain, *rest: honest_opening(pair_, link, private_ids, *rest)
+        engine, "cloud_opening", lambda pair_, link, plain, *rest: honest_opening(pair_, link, private_ids, *rest)
     )
     cloud = CapturingCloud(pair)
     tokens, finished = collect(generate(pair, prepared, DecodeConfig(max_new_tokens=8), cloud=cloud))

@@ -13,7 +13,8 @@ import threading
 import pytest
 import torch
 
-from specsteer.engine.generate import DecodeConfig, collect, generate_ids
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate_ids
 from specsteer.method.decoding import ForwardLog, Stream
 from specsteer.models.loading import assemble_pair
 from specsteer.models.tiny import IM_END_ID, tiny_model, tiny_tokenizer, write_tiny_gguf
@@ -169,7 +170,7 @@ def test_a_two_tokenizer_pair_agrees_on_both_runtimes(gguf_dir):
     the same tiny fp32 weights on both runtimes: the same tokens, of the same kinds, over whole
     generations in which drafts are refused and recovered."""
     require_llamacpp()
-    from specsteer.engine.generate import chat_ids
+    from specsteer.engine.request import chat_ids
     from specsteer.models.chat import CHATML_CHAT
     from specsteer.models.loading import assemble_cross_pair
     from specsteer.models.tiny import CHAT_QUIET_IDS, tiny_merged_tokenizer

@@ -17,7 +17,7 @@ import storage
 from specsteer.cloud.process import free_loopback_port, start_cloud_process
 from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_path, sample_history_path
 from specsteer.data.history import parse_history
-from specsteer.engine.generate import Request, chat_ids, prepare
+from specsteer.engine.request import Request, chat_ids, prepare
 from specsteer.engine.settings import SUGGESTED_PRIVATE_GUARD, GenerationSettings, SettingsError
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress
 from specsteer.method.catalog import METHOD_INFO

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from specsteer.edge.lora import TrainingStopped
-from specsteer.engine.generate import Prepared
+from specsteer.engine.request import Prepared
 from specsteer.evaluation.grid.events import CellFailure, EvalResult, GridProgress
 from specsteer.evaluation.grid.plan import GridCell
 from specsteer.evaluation.grid.runner import (

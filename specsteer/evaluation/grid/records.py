@@ -18,7 +18,7 @@ from specsteer.data.datasets import DataError, Record, load_task_records
 from specsteer.data.history import HistoryItem
 from specsteer.data.retrieval import low_similarity_items
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PromptPair, as_prompt_style
-from specsteer.engine.generate import Prepared, Request, prepare
+from specsteer.engine.request import Prepared, Request, prepare
 from specsteer.evaluation.grid.spec import EvalSpec, spec_from_config
 
 NOISE_POOL_RECORDS = 64

@@ -36,7 +36,9 @@ from specsteer.data.crossing import history_texts
 from specsteer.data.crossing_replay import history_crossing
 from specsteer.data.datasets import Record
 from specsteer.edge.lora import TrainingStopped
-from specsteer.engine.generate import DecodeConfig, Prepared, collect, generate
+from specsteer.engine.decode_config import DecodeConfig
+from specsteer.engine.generate import collect, generate
+from specsteer.engine.request import Prepared
 from specsteer.evaluation.grid.events import CellFailure, EvalResult, GridProgress, failures_text
 from specsteer.evaluation.grid.plan import (
     GridCell,
@@ -147,7 +149,7 @@ def open_grid_run(
 
 def grid_method_problem(pair: LoadedPair, spec: EvalSpec) -> str | None:
     """Why the grid holds a method the pair cannot run (a cross-tokenizer pair runs only some), or None."""
-    from specsteer.engine.generate import cross_tokenizer_problem
+    from specsteer.engine.decode_config import cross_tokenizer_problem
 
     for point in spec.points():
         problem = cross_tokenizer_problem(pair, decode_config(point, spec))

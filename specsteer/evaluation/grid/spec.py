@@ -25,7 +25,7 @@ from typing import Any
 from specsteer.data.datasets import EVALUATION_TASKS
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PROMPT_STYLES
 from specsteer.edge.lora import LoraSettings, LoraTrainingError
-from specsteer.engine.generate import DecodeConfig
+from specsteer.engine.decode_config import DecodeConfig
 from specsteer.evaluation.record_lora import per_record_root, settings_from_document
 from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS
 from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU, P3Params

@@ -211,6 +211,8 @@ def _edge_key(args) -> int:
 
 
 def _cloud_pair(args):
+    """The pair ``--pairing`` names, its listed models (the Cloud takes no overrides), loading progress on stderr;
+    or the exit status of a refusal, already printed."""
     args.specialist = args.generalist = None
     args.json = False
     return pair_from_arguments(args)

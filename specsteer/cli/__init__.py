@@ -15,11 +15,17 @@ from typing import NamedTuple
 DATABASE_HELP = "database URL, or a SQLite file's path (default: DATABASE_URL or data/specsteer.db)"
 
 
+def fail(message: str, code: int) -> int:
+    """How every command refuses: ``error: message`` on stderr, and ``code``, its exit status, returned."""
+    print(f"error: {message}", file=sys.stderr)
+    return code
+
+
 class Command(NamedTuple):
     module: str  # specsteer.cli.<module>, whose main(argv) runs the command
     summary: str
-    # The module parses the command's name itself (generate, cloud and pairings share one parser, whose
-    # subcommands they are); otherwise its main gets the arguments after the name.
+    # The module parses the command's name itself (generate and pairings share one parser, cloud and edge-key
+    # another, whose subcommands they are); otherwise its main gets the arguments after the name.
     parses_name: bool = False
 
 
@@ -28,10 +34,10 @@ COMMANDS: dict[str, Command] = {
         "generate", "personalized text from a history file (both sides here, or the Edge with --cloud)", True
     ),
     "cloud": Command(
-        "generate", "serve the Cloud (Generalist and generic Specialist) over HTTP for Edges elsewhere", True
+        "cloud", "serve the Cloud (Generalist and generic Specialist) over HTTP for Edges elsewhere", True
     ),
     "edge-key": Command(
-        "generate", "the key of one Edge on a Cloud with a secret (its own credential for admission)", True
+        "cloud", "the key of one Edge on a Cloud with a secret (its own credential for admission)", True
     ),
     "pairings": Command(
         "generate", "the model pairings, whether each can load here and which runtime auto picks", True

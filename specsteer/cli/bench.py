@@ -10,15 +10,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specsteer.cli.generate import (
+from specsteer.cli.arguments import (
     acceptance_arguments,
     acceptance_rules,
     add_lora_argument,
     p3_arguments,
     p3_params,
     runtime_argument,
-    specialist_lora_arg,
 )
+from specsteer.cli.loading import specialist_lora_arg
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD, READ_AHEAD_MODES, ReadAhead, parse_read_ahead
 from specsteer.data.datasets import EXAMPLE_RUNS_DB
 from specsteer.engine.decode_config import DecodeConfig
@@ -40,7 +40,7 @@ from specsteer.util.jsonable import to_jsonable
 
 
 def _runtimes(text: str) -> list[str]:
-    """Comma-separated runtime requests, each as every command spells one (cli.generate.runtime_argument)."""
+    """Comma-separated runtime requests, each as every command spells one (cli.arguments.runtime_argument)."""
     names = [runtime_argument(name) for name in text.split(",") if name.strip()]
     if not names:
         raise argparse.ArgumentTypeError("name at least one runtime, comma-separated")

@@ -13,8 +13,8 @@ import threading
 from collections.abc import Iterator
 from dataclasses import replace
 
-from specsteer.cli import DATABASE_HELP
-from specsteer.cli.generate import (
+from specsteer.cli import DATABASE_HELP, fail
+from specsteer.cli.arguments import (
     acceptance_arguments,
     add_lora_argument,
     p3_arguments,
@@ -276,15 +276,15 @@ def main(argv: list[str] | None = None) -> int:
             with connected(cluster), _cancel_on_signals(cancel):  # ray.init first: it takes SIGTERM
                 result = _print_progress(run_grid_on_ray(spec, store, cluster, pair, cancel, args.shard))
     except LoraError as error:  # the adapter given is bad input
-        return _fail(str(error), 2)
+        return fail(str(error), 2)
     except ModelLoadError as error:
-        return _fail(str(error), 1)
+        return fail(str(error), 1)
     except ValueError as error:  # bad data (DataError), arguments, unknown pairing, reused run name
-        return _fail(str(error), 2)
+        return fail(str(error), 2)
     except KeyboardInterrupt:
-        return _fail("aborted; run again with the same --run-name to resume", 130)
+        return fail("aborted; run again with the same --run-name to resume", 130)
     except Exception as error:  # noqa: BLE001 -- a message, not a traceback; the stored cells survive
-        return _fail(f"{type(error).__name__}: {error} (run again with the same --run-name to resume)", 1)
+        return fail(f"{type(error).__name__}: {error} (run again with the same --run-name to resume)", 1)
     _report(result, spec, args)
     if result.failures:
         print(f"error: {failures_text(result.failures)}", file=sys.stderr)
@@ -295,11 +295,6 @@ def main(argv: list[str] | None = None) -> int:
     if result.status == "running":
         print(f"this shard is done; run {result.run_name!r} finishes when the other shards do", file=sys.stderr)
     return 0
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return code
 
 
 def _report(result: EvalResult, spec: EvalSpec, args: argparse.Namespace) -> None:

@@ -27,7 +27,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from specsteer.cli import DATABASE_HELP
+from specsteer.cli import DATABASE_HELP, fail
 
 JUDGE_CHOICES = ("auto", "endpoint", "local")
 
@@ -74,11 +74,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--summary", action="store_true", help="judge nothing: sum up what is stored")
     parser.add_argument("--json", action="store_true", help="print the summary as one JSON document")
     return parser
-
-
-def _fail(message: str, code: int) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return code
 
 
 def selected_points(cells: Sequence, methods: str, alpha: float | None, beta: float | None) -> list:
@@ -143,12 +138,12 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     missing = storage.missing_sqlite_file(args.database)
     if missing is not None:
-        return _fail(f"no database file at {missing}", 2)
+        return fail(f"no database file at {missing}", 2)
     # Summing up writes nothing: the database (the example runs' read-only file, say) is opened for reading.
     url = storage.read_only_url(args.database) if args.summary else args.database
     run = storage.get_run_by_name(args.run, url=url)
     if run is None:
-        return _fail(f"no run named {args.run!r} in this database", 2)
+        return fail(f"no run named {args.run!r} in this database", 2)
     cells = storage.run_cells(run.id, url=url)
     store = storage.SqlJudgeStore(url)
     cancel = threading.Event()
@@ -184,11 +179,11 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"judged {done.asked} ({outcomes}); {done.skipped} already settled{reread}", file=sys.stderr)
                 if done.cancelled:
                     _summary(args, run, cells, store, url, plan)
-                    return _fail(f"stopped; run the same command to continue judging {run.name!r}", 130)
+                    return fail(f"stopped; run the same command to continue judging {run.name!r}", 130)
     except ModelLoadError as error:
-        return _fail(str(error), 1)
+        return fail(str(error), 1)
     except ValueError as error:  # DataError too: the records file is not here
-        return _fail(str(error), 2)
+        return fail(str(error), 2)
     _summary(args, run, cells, store, url, plan)
     return 0
 

@@ -17,7 +17,7 @@ import json
 import sys
 from pathlib import Path
 
-from specsteer.cli import DATABASE_HELP
+from specsteer.cli import DATABASE_HELP, fail
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,18 +81,13 @@ def main(argv: list[str] | None = None) -> int:
     return _train(args)
 
 
-def _fail(message: str, code: int) -> int:
-    print(f"error: {message}", file=sys.stderr)
-    return code
-
-
 def _show(directory: str) -> int:
     from specsteer.models.lora import LoraError, read_lora
 
     try:
         lora = read_lora(directory)
     except LoraError as error:
-        return _fail(str(error), 2)
+        return fail(str(error), 2)
     print(json.dumps({"label": lora.label, **lora.details()}, indent=1))
     return 0
 
@@ -106,12 +101,12 @@ def _table(args) -> int:
 
     missing = storage.missing_sqlite_file(args.database)
     if missing is not None:
-        return _fail(f"no database file at {missing}", 2)
+        return fail(f"no database file at {missing}", 2)
     url = storage.read_only_url(args.database)  # a read-only command: the file is never changed
     runs = {name: storage.get_run_by_name(name, url=url) for name in (args.base, args.lora)}
     absent = [name for name, run in runs.items() if run is None]
     if absent:
-        return _fail(f"no run named {absent[0]!r} in this database", 2)
+        return fail(f"no run named {absent[0]!r} in this database", 2)
     base, lora = runs[args.base], runs[args.lora]
     assert base is not None and lora is not None
     try:
@@ -128,7 +123,7 @@ def _table(args) -> int:
             beta=args.beta,
         )
     except (DataError, ValueError) as error:
-        return _fail(str(error), 2)
+        return fail(str(error), 2)
     if args.json:
         print(json.dumps({"base": base.name, "lora": lora.name, **table_json(table)}, ensure_ascii=False))
     else:
@@ -154,9 +149,9 @@ def _train(args) -> int:
         ).validate()
         history = parse_history(Path(args.history).read_bytes(), filename=args.history)
     except FileNotFoundError:
-        return _fail(f"history file not found: {args.history}", 2)
+        return fail(f"history file not found: {args.history}", 2)
     except (HistoryError, LoraTrainingError, ValueError) as error:
-        return _fail(str(error), 2)
+        return fail(str(error), 2)
     pair = _specialist(args)
     if isinstance(pair, int):
         return pair
@@ -184,9 +179,9 @@ def _train(args) -> int:
             progress=report,
         )
     except LoraTrainingError as error:
-        return _fail(str(error), 2)
+        return fail(str(error), 2)
     except (KeyboardInterrupt, TrainingStopped):
-        return _fail(f"stopped; nothing was written to {args.out}", 130)
+        return fail(f"stopped; nothing was written to {args.out}", 130)
     details = result.lora.details()
     print(
         f"adapter {result.lora.label} written to {result.lora.path}: {details['items_used']} items, "
@@ -198,10 +193,10 @@ def _train(args) -> int:
 
 def _specialist(args):
     """The pairing's Specialist on transformers (a test pairing's tiny model as it is)."""
-    from specsteer.cli.generate import _test_pair_or_load
+    from specsteer.cli.loading import pair_from_arguments
 
     args.generalist, args.runtime, args.json, args.method = None, "transformers", False, "slm+"
-    return _test_pair_or_load(args, edge_only=True)
+    return pair_from_arguments(args, edge_only=True)
 
 
 def _base_identity(args) -> tuple[str, str]:

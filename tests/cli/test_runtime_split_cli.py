@@ -12,6 +12,7 @@ from models.test_runtime_plan import _split_pair, cache, gguf_dir  # noqa: F401 
 
 from specsteer import cli
 from specsteer.cli import bench as bench_cli
+from specsteer.cli import cloud as cloud_cli
 from specsteer.cli import evaluate as evaluate_cli
 from specsteer.cli import generate as generate_cli
 from specsteer.evaluation.grid import EvalSpec
@@ -39,17 +40,20 @@ def test_the_one_spelling_refuses_the_rest_saying_what_is_accepted(name):
 
 def test_every_command_parses_the_split_and_refuses_a_bad_name_the_same_way(capsys):
     split = "transformers/llama.cpp"
-    parser = generate_cli.build_parser()
+    generate_parser, cloud_parser = generate_cli.build_parser(), cloud_cli.build_parser()
     common = ["--history", "h", "--task", "review", "--input", "x"]
-    assert parser.parse_args(["generate", *common, "--runtime", split]).runtime == split
-    assert parser.parse_args(["cloud", "--runtime", split]).runtime == split
+    assert generate_parser.parse_args(["generate", *common, "--runtime", split]).runtime == split
+    assert cloud_parser.parse_args(["cloud", "--runtime", split]).runtime == split
     assert (
         evaluate_cli.build_parser().parse_args(["--data", "sample", "--task", "review", "--runtime", split]).runtime
         == split
     )
     assert bench_cli._runtimes(f"auto,{split}") == ["auto", split]
     refusals = []
-    for argv in (["generate", *common, "--runtime", "gpu"], ["cloud", "--runtime", "gpu"]):
+    for parser, argv in (
+        (generate_parser, ["generate", *common, "--runtime", "gpu"]),
+        (cloud_parser, ["cloud", "--runtime", "gpu"]),
+    ):
         with pytest.raises(SystemExit):
             parser.parse_args(argv)
         refusals.append(capsys.readouterr().err)
@@ -119,10 +123,10 @@ def test_generate_runs_the_split_asked_for_and_its_stats_name_both_runtimes(spli
 
 
 def test_cloud_loads_the_split_asked_for(split_loads):
-    args = generate_cli.build_parser().parse_args(
+    args = cloud_cli.build_parser().parse_args(
         ["cloud", "--pairing", DEFAULT_PAIRING, "--runtime", "transformers/llama.cpp"]
     )
-    pair = generate_cli._cloud_pair(args)
+    pair = cloud_cli._cloud_pair(args)
     assert not isinstance(pair, int) and pair.runtime == "transformers/llama.cpp"
 
 
@@ -131,10 +135,10 @@ def test_a_split_that_cannot_load_is_refused_the_same_way_by_generate_cloud_and_
     assert _generate() == 1
     message = capsys.readouterr().err
     assert "disagree on 2 of 259 ids" in message and "cannot run on llama.cpp beside a transformers" in message
-    args = generate_cli.build_parser().parse_args(
+    args = cloud_cli.build_parser().parse_args(
         ["cloud", "--pairing", DEFAULT_PAIRING, "--runtime", "transformers/llama.cpp"]
     )
-    assert generate_cli._cloud_pair(args) == 1
+    assert cloud_cli._cloud_pair(args) == 1
     assert "disagree on 2 of 259 ids" in capsys.readouterr().err
     code = evaluate_cli.main(
         [

@@ -9,7 +9,7 @@ import tempfile
 import pytest
 
 import specsteer.cli.vllm_cloud as vllm_command
-from specsteer.cli.generate import main
+from specsteer.cli.cloud import main
 from specsteer.cloud.vllm import pairing_model_dirs
 from specsteer.models.registry import CACHE_MARKER, DEFAULT_PAIRING, PAIRINGS, converted_model_dir, get_pairing
 

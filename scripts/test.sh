@@ -10,4 +10,4 @@ bash scripts/setup.sh --dev
 workers="${SPECSTEER_TEST_WORKERS:-$(nproc)}"
 if (( workers > 4 )); then workers=4; fi
 if (( workers < 2 )); then workers=0; fi
-exec .venv/bin/python -m pytest -m "" -n "$workers" --dist loadgroup "$@"
+exec .venv/bin/python -m pytest -m "" -n "$workers" --dist loadfile "$@"

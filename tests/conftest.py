@@ -206,31 +206,38 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 # --------------------------------------------------------------------------- workers (pytest-xdist)
 
-# scripts/test.sh runs the suite on several workers (`-n`, `--dist loadgroup`). Each module stays whole on one
-# worker, so its module-scoped fixtures (an app server, a real pair, a Ray cluster) are built once. The modules that
-# hold real models or a model server share one worker, so no two of them are in memory at once: a real pair in fp32
-# is about 8 GB, vLLM's engine about 6.4 GB, and CI's machine has 24 GiB. The modules that read the GPU cost model's
-# dry run (a session fixture of about a minute) share one as well, so it runs once.
+# scripts/test.sh runs the suite on several workers (`-n N --dist loadfile`), each module whole on one worker so its
+# module-scoped fixtures (an app server, a real pair, a Ray cluster) are built once. The modules that hold real models
+# or a model server go to one worker together, so no two of them are in memory at once: a real pair in fp32 is about
+# 8 GB, vLLM's engine about 6.4 GB, and CI's machine has 24 GiB. The modules that read the GPU cost model's dry run
+# (a session fixture of about a minute) share one worker too, so it runs once. (pytest-xdist's own `loadgroup` would
+# say this with marks, but under pytest 9 it leaves the node ids, and so the groups, as they were.)
 WORKER_GROUPS = {
     "real-models": ("tests/integration/", "tests/cloud/test_vllm_cloud.py", "tests/cloud/test_vllm_judge.py"),
     "gpu-costs-dry-run": ("tests/benchmarks/test_engine_bench.py", "tests/evaluation/test_gpu_costs.py"),
 }
 
 
-def worker_group(path: str) -> str:
-    """The xdist group of the test module at ``path`` (relative to the repository): a shared group, else its own."""
+def worker_group(module: str) -> str:
+    """The unit of work a test module (its path from the repository's root) belongs to: a shared group, else
+    itself."""
     for group, prefixes in WORKER_GROUPS.items():
-        if path.startswith(prefixes):
+        if module.startswith(prefixes):
             return group
-    return path
+    return module
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups into the node ids
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            path = Path(item.path).relative_to(config.rootpath).as_posix()
-            item.add_marker(pytest.mark.xdist_group(worker_group(path)))
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, which the GPU machines' pytest runs without
+def pytest_xdist_make_scheduler(config, log):
+    if config.getvalue("dist") != "loadfile":
+        return None  # any other distribution asked for on the command line is pytest-xdist's own
+    from xdist.scheduler import LoadFileScheduling
+
+    class ModulesInGroups(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_group(nodeid.split("::", 1)[0])
+
+    return ModulesInGroups(config, log)
 
 
 @pytest.fixture(scope="module")

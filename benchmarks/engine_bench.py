@@ -2,7 +2,7 @@
 
 For a GPU machine with PyTorch and transformers (and nothing else: no model files, no network, no gradio or
 sqlalchemy). Each of the paper's pairs (Qwen3-0.6B -> Qwen3-32B first, then Qwen2.5-1.5B -> 32B and Llama-3.2-1B
--> 3.1-8B as the time budget allows) is built from its published shape (``specsteer/evaluation/gpu_costs.py``'s ``SHAPES``,
+-> 3.1-8B as the time budget allows) is built from its published shape (``specsteer/evaluation/gpu_shapes.py``'s ``SHAPES``,
 read from there) with random bf16 weights created on the device; prompts are random token ids of the lengths a
 recorded CoGenesis generation read (its private and plain prompts), spelled by a tokenizer made in code. Then:
 
@@ -58,14 +58,15 @@ SHARED_GPU = (
 SHARED_CPU = "the Edge and the Cloud in one process on the CPU (no streams, no link)"
 
 
-def _gpu_costs():
-    """``specsteer.evaluation.gpu_costs``: the paper's shapes, their tiny stand-ins and the on-device builder (one
-    copy), imported from this checkout."""
+def _gpu_harness():
+    """``specsteer.evaluation.gpu_shapes`` (the paper's shapes, their tiny stand-ins and the on-device builder) and
+    ``specsteer.evaluation.gpu_timing`` (the run's budget, log, device and result file), one copy each, imported from
+    this checkout."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    from specsteer.evaluation import gpu_costs
+    from specsteer.evaluation import gpu_shapes, gpu_timing
 
-    return gpu_costs
+    return gpu_shapes, gpu_timing
 
 
 @dataclass(frozen=True)
@@ -118,20 +119,20 @@ def bench_tokenizer(vocab_size: int):
     return PreTrainedTokenizerFast(tokenizer_object=core)
 
 
-def build_pair(name: str, settings: Settings, costs, torch, transformers):
-    """The pair ``name`` (gpu_costs.PAIRS) with random bf16 weights on the device, the Edge's Specialist on one
+def build_pair(name: str, settings: Settings, shapes, torch, transformers):
+    """The pair ``name`` (gpu_shapes.PAIRS) with random bf16 weights on the device, the Edge's Specialist on one
     CUDA stream and the Cloud's Generalist and generic copy (the same weights) on another."""
     from specsteer.models.loading import assemble_pair, on_streams
     from specsteer.runtimes.base import TransformersModel
 
-    small_name, large_name = costs.PAIRS[name]
-    shape = costs.tiny_shape if settings.dry_run else costs.SHAPES.__getitem__
+    small_name, large_name = shapes.PAIRS[name]
+    shape = shapes.tiny_shape if settings.dry_run else shapes.SHAPES.__getitem__
     small_shape, large_shape = shape(small_name), shape(large_name)
     on_cuda = settings.device.startswith("cuda")
     edge_stream = torch.cuda.Stream(settings.device) if on_cuda else None
     cloud_stream = torch.cuda.Stream(settings.device) if on_cuda else None
-    small = costs.build_model(small_shape, settings.device, torch.bfloat16, torch, transformers)
-    large = costs.build_model(large_shape, settings.device, torch.bfloat16, torch, transformers)
+    small = shapes.build_model(small_shape, settings.device, torch.bfloat16, torch, transformers)
+    large = shapes.build_model(large_shape, settings.device, torch.bfloat16, torch, transformers)
     if on_cuda:
         torch.cuda.synchronize()  # the weights are written before two streams read them
     vocab = min(small_shape.vocab_size, large_shape.vocab_size)
@@ -258,8 +259,8 @@ def load_replay(path: Path):
 
 
 def run(settings: Settings, trace_path: Path, out: Path) -> dict:
-    costs = _gpu_costs()
-    budget = costs.Budget(settings.budget_s)
+    shapes, timing = _gpu_harness()
+    budget = timing.Budget(settings.budget_s)
     import torch
     import transformers
 
@@ -278,7 +279,7 @@ def run(settings: Settings, trace_path: Path, out: Path) -> dict:
             if settings.dry_run
             else "the paper's shapes, random bf16 weights, the real engine"
         ),
-        "device": costs.device_info(settings.device, torch),
+        "device": timing.device_info(settings.device, torch),
         "driver": driver_version() if settings.device.startswith("cuda") else None,
         "host": machine_info().to_dict(),
         "torch": torch.__version__,
@@ -299,34 +300,36 @@ def run(settings: Settings, trace_path: Path, out: Path) -> dict:
         "runs": [],
         "skipped": [],
     }
-    costs.log(budget, f"{result['device']['name']}, torch {torch.__version__}, transformers {transformers.__version__}")
+    timing.log(
+        budget, f"{result['device']['name']}, torch {torch.__version__}, transformers {transformers.__version__}"
+    )
     for name in settings.pairs:
-        _run_pair(name, settings, replayed, result, budget, out, costs, torch, transformers)
+        _run_pair(name, settings, replayed, result, budget, out, shapes, timing, torch, transformers)
     result["complete"] = not result["skipped"]
-    costs._write(result, budget, str(out), final=True)
-    costs.log(budget, f"done ({'complete' if result['complete'] else 'incomplete'}): {out}")
+    timing.write_result(result, budget, str(out), final=True)
+    timing.log(budget, f"done ({'complete' if result['complete'] else 'incomplete'}): {out}")
     print(markdown_table(result))
     return result
 
 
-def _run_pair(name, settings, replayed, result, budget, out, costs, torch, transformers) -> None:
-    small_name, large_name = costs.PAIRS[name]
+def _run_pair(name, settings, replayed, result, budget, out, shapes, timing, torch, transformers) -> None:
+    small_name, large_name = shapes.PAIRS[name]
     done = [row["seconds"] for row in result["runs"]]
     if done and budget.left() < 2 * max(done):
         result["skipped"].append(f"{name}: the time budget left ({budget.left():.0f} s) would not hold its runs")
         return
-    large_shape = costs.tiny_shape(large_name) if settings.dry_run else costs.SHAPES[large_name]
-    reason = costs.fits(large_shape, settings.device, torch)
+    large_shape = shapes.tiny_shape(large_name) if settings.dry_run else shapes.SHAPES[large_name]
+    reason = shapes.fits(large_shape, settings.device, torch)
     if reason:
         result["skipped"].append(f"{name}: {reason}")
         return
     began = budget.elapsed()
-    pair, shapes = build_pair(name, settings, costs, torch, transformers)
+    pair, built = build_pair(name, settings, shapes, torch, transformers)
     entry = {
         "pair": name,
         "small": small_name,
         "large": large_name,
-        "shapes": [{k: v for k, v in shape.__dict__.items()} for shape in shapes],
+        "shapes": [{k: v for k, v in shape.__dict__.items()} for shape in built],
         "build_s": budget.elapsed() - began,
     }
     result["pairs"].append(entry)
@@ -336,7 +339,7 @@ def _run_pair(name, settings, replayed, result, budget, out, costs, torch, trans
         for case in (Case("llm", "llm"), Case("specsteer", "specsteer", 0.6)):  # kernels and allocator warmed
             run_case(pair, prompts, case, settings, replayed, settings.warmup_tokens, torch)
         entry["warmup_s"] = budget.elapsed() - began
-        costs.log(budget, f"{name}: built in {entry['build_s']:.1f}s, warmed up in {entry['warmup_s']:.1f}s")
+        timing.log(budget, f"{name}: built in {entry['build_s']:.1f}s, warmed up in {entry['warmup_s']:.1f}s")
         longest = 0.0
         for case in cases(settings):
             if budget.left() < 1.5 * longest:
@@ -345,8 +348,8 @@ def _run_pair(name, settings, replayed, result, budget, out, costs, torch, trans
             row = {"pair": name, **run_case(pair, prompts, case, settings, replayed, settings.tokens, torch)}
             longest = max(longest, row["seconds"])
             result["runs"].append(row)
-            costs._write(result, budget, str(out), final=False)
-            costs.log(budget, f"{name} {case.name}: {row['tok_per_s']:.2f} tok/s over {row['tokens']} tokens")
+            timing.write_result(result, budget, str(out), final=False)
+            timing.log(budget, f"{name} {case.name}: {row['tok_per_s']:.2f} tok/s over {row['tokens']} tokens")
     finally:
         del pair
         gc.collect()
@@ -418,11 +421,11 @@ def main(argv: list[str] | None = None) -> int:
     trace_path = Path(args.trace).resolve()
     recorded = json.loads(trace_path.read_text(encoding="utf-8"))["prompt_tokens"]
     dry = args.dry_run
-    costs = _gpu_costs()
-    pairs = tuple(p.strip() for p in (args.pairs or ",".join(costs.PAIRS)).split(",") if p.strip())
-    unknown = [p for p in pairs if p not in costs.PAIRS]
+    shapes, _ = _gpu_harness()
+    pairs = tuple(p.strip() for p in (args.pairs or ",".join(shapes.PAIRS)).split(",") if p.strip())
+    unknown = [p for p in pairs if p not in shapes.PAIRS]
     if unknown or not pairs:
-        parser.error(f"--pairs: some of {', '.join(costs.PAIRS)}")
+        parser.error(f"--pairs: some of {', '.join(shapes.PAIRS)}")
     settings = Settings(
         device=args.device or ("cpu" if dry else "cuda"),
         pairs=pairs,

@@ -12,17 +12,19 @@ import sys
 from specsteer.evaluation.deployment import GENERALIST, GENERIC, DeploymentProfile
 from specsteer.evaluation.deployment_profiles import PROFILES, get_profile
 from specsteer.evaluation.deployment_rows import DEFAULT_RTTS_MS
-from specsteer.evaluation.gpu_profile import (
+from specsteer.evaluation.gpu_engine_bench import (
     bench_comparison,
+    format_bench_comparison,
+    load_engine_bench,
+    one_gpu_profile,
+)
+from specsteer.evaluation.gpu_profile import (
     choose_context,
     cost_rows,
-    format_bench_comparison,
     format_costs,
     format_projection,
     load_costs,
-    load_engine_bench,
     measured_cloud_profile,
-    one_gpu_profile,
     projection_comparison,
 )
 

@@ -2,7 +2,7 @@
 
 For a GPU machine with PyTorch and transformers and nothing else: no model files, no vLLM, nothing
 downloaded. Each model of the paper's pairs (Qwen3-0.6B / Qwen3-32B, Qwen2.5-1.5B / Qwen2.5-32B,
-Llama-3.2-1B / Llama-3.1-8B) is built from its published config.json shape (``SHAPES`` below) with
+Llama-3.2-1B / Llama-3.1-8B) is built from its published config.json shape (``gpu_shapes.SHAPES``) with
 random bf16 weights created on the device itself, one model at a time (a 32B model is ~65 GB in bf16:
 it fits an 80 GB H100 alone), and timed with CUDA events after warm-up:
 
@@ -24,8 +24,9 @@ torch.compile, batch 1): an upper bound on what a serving engine's pass costs on
 ``--tiny`` runs the same code on tiny shapes of each family (the CPU dry run: its numbers are not a GPU
 figure). ``specsteer.evaluation.gpu_profile`` turns the JSON into a deployment profile.
 
-One measurement, whole: the shapes, the timing, the passes and the JSON they make (hence its length). It
-imports only the standard library at import time (torch and transformers when it runs), so a bare GPU
+This module is the measurement: its settings, the passes of one model and the run's JSON. The shapes are
+``specsteer.evaluation.gpu_shapes``'s, the clock, repetitions and result file ``specsteer.evaluation.gpu_timing``'s.
+All three import only the standard library at import time (torch and transformers when it runs), so a bare GPU
 machine with the repository runs it through its benchmark entry:
 
     python benchmarks/gpu_costs.py --device cuda --out results/gpu_costs_h100.json
@@ -36,98 +37,18 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import math
 import platform
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import partial
-from pathlib import Path
+
+from specsteer.evaluation.gpu_shapes import PAIRS, SHAPES, Shape, build_model, fits, tiny_shape
+from specsteer.evaluation.gpu_timing import Budget, Timer, device_info, device_slug, log, repeat, summary, write_result
 
 SCHEMA = "specsteer.gpu_costs/1"
-
-# --------------------------------------------------------------------------- the shapes
-#
-# The values of each model's public config.json on the Hugging Face hub (the repositories
-# specsteer/models/registry.py names for the paper's pairings). Only what sets a pass's cost is kept:
-# widths, depths, head counts, vocabulary, whether the output matrix is the embedding's (tied),
-# and the attention biases Qwen2 has. Rotary settings and norm epsilons are left at the library's
-# defaults: they change no kernel's size (the rotary frequencies are computed once, at build).
-
-
-@dataclass(frozen=True)
-class Shape:
-    family: str  # "qwen3" | "qwen2" | "llama": which transformers class builds it
-    hidden_size: int
-    num_hidden_layers: int
-    num_attention_heads: int
-    num_key_value_heads: int
-    head_dim: int
-    intermediate_size: int
-    vocab_size: int
-    tie_word_embeddings: bool
-    source: str
-
-    def parameters(self) -> int:
-        """Parameter count from the shape (embeddings, attention, MLP, norms, the output matrix)."""
-        h, heads, kv, d = self.hidden_size, self.num_attention_heads, self.num_key_value_heads, self.head_dim
-        attention = h * heads * d + 2 * h * kv * d + heads * d * h
-        if self.family == "qwen2":
-            attention += heads * d + 2 * kv * d  # q/k/v biases
-        if self.family == "qwen3":
-            attention += 2 * d  # q_norm, k_norm
-        layer = attention + 3 * h * self.intermediate_size + 2 * h
-        embeddings = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
-        return self.num_hidden_layers * layer + embeddings + h
-
-
-def _hub(repo: str) -> str:
-    return f"config.json of {repo} on the Hugging Face hub, https://huggingface.co/{repo}/blob/main/config.json"
-
-
-SHAPES: dict[str, Shape] = {
-    "Qwen3-0.6B": Shape("qwen3", 1024, 28, 16, 8, 128, 3072, 151936, True, _hub("Qwen/Qwen3-0.6B")),
-    "Qwen3-32B": Shape("qwen3", 5120, 64, 64, 8, 128, 25600, 151936, False, _hub("Qwen/Qwen3-32B")),
-    "Qwen2.5-1.5B": Shape("qwen2", 1536, 28, 12, 2, 128, 8960, 151936, True, _hub("Qwen/Qwen2.5-1.5B-Instruct")),
-    "Qwen2.5-32B": Shape("qwen2", 5120, 64, 40, 8, 128, 27648, 152064, False, _hub("Qwen/Qwen2.5-32B-Instruct")),
-    "Llama-3.2-1B": Shape("llama", 2048, 16, 32, 8, 64, 8192, 128256, True, _hub("meta-llama/Llama-3.2-1B-Instruct")),
-    "Llama-3.1-8B": Shape(
-        "llama", 4096, 32, 32, 8, 128, 14336, 128256, False, _hub("meta-llama/Llama-3.1-8B-Instruct")
-    ),
-}
-
-# The paper's pairs: (device Specialist, cloud Generalist). In the Cloud both run: the Generalist
-# verifies, and the small model is the generic Specialist.
-PAIRS: dict[str, tuple[str, str]] = {
-    "qwen3": ("Qwen3-0.6B", "Qwen3-32B"),
-    "qwen2.5": ("Qwen2.5-1.5B", "Qwen2.5-32B"),
-    "llama3": ("Llama-3.2-1B", "Llama-3.1-8B"),
-}
-
-_TINY_SOURCE = "tiny shape of the same family for the CPU dry run (not a real model's shape)"
-
-
-def tiny_shape(name: str) -> Shape:
-    """A tiny model of the family of ``name`` (the large one of a pair twice as wide and deep)."""
-    real = SHAPES[name]
-    large = name in {large for _, large in PAIRS.values()}
-    scale = 2 if large else 1
-    return Shape(
-        real.family,
-        hidden_size=64 * scale,
-        num_hidden_layers=2 * scale,
-        num_attention_heads=4 * scale,
-        num_key_value_heads=2,
-        head_dim=16,
-        intermediate_size=128 * scale,
-        vocab_size=512,
-        tie_word_embeddings=real.tie_word_embeddings,
-        source=f"{_TINY_SOURCE}; stands in for {name}",
-    )
-
 
 # --------------------------------------------------------------------------- settings
 
@@ -176,166 +97,6 @@ TINY = Settings(
     min_reps=2,
     unit_seconds=0.3,
 )
-
-
-# --------------------------------------------------------------------------- statistics
-
-
-def quantile(values: Sequence[float], q: float) -> float:
-    """The q-quantile with linear interpolation between order statistics."""
-    if not values:
-        raise ValueError("no values")
-    ordered = sorted(values)
-    position = q * (len(ordered) - 1)
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def summary(seconds: Sequence[float]) -> dict:
-    return {
-        "reps": len(seconds),
-        "median_s": quantile(seconds, 0.5),
-        "p90_s": quantile(seconds, 0.9),
-        "min_s": min(seconds),
-        "mean_s": sum(seconds) / len(seconds),
-    }
-
-
-# --------------------------------------------------------------------------- the clock
-
-
-class Budget:
-    """The whole run's time: measurements stop when it is spent."""
-
-    def __init__(self, seconds: float):
-        self.start = time.monotonic()
-        self.seconds = seconds
-
-    def elapsed(self) -> float:
-        return time.monotonic() - self.start
-
-    def left(self) -> float:
-        return self.seconds - self.elapsed()
-
-    def spent(self) -> bool:
-        return self.left() <= 0
-
-
-def log(budget: Budget, message: str) -> None:
-    print(f"[{budget.elapsed():7.1f}s] {message}", file=sys.stderr, flush=True)
-
-
-class Timer:
-    """Seconds of one call: CUDA events on a GPU (the device's own clock), perf_counter on the CPU."""
-
-    def __init__(self, torch, device: str):
-        self.torch = torch
-        self.cuda = device.startswith("cuda")
-
-    def sync(self) -> None:
-        if self.cuda:
-            self.torch.cuda.synchronize()
-
-    def time(self, call: Callable[[], object]) -> float:
-        self.sync()  # nothing queued before the pass is charged to it
-        if self.cuda:
-            start = self.torch.cuda.Event(enable_timing=True)
-            end = self.torch.cuda.Event(enable_timing=True)
-            start.record()
-            call()
-            end.record()
-            end.synchronize()
-            return start.elapsed_time(end) / 1000.0
-        began = time.perf_counter()
-        call()
-        return time.perf_counter() - began
-
-
-def repeat(
-    timer: Timer,
-    call: Callable[[], object],
-    after: Callable[[], object],
-    warmup: int,
-    reps: int,
-    min_reps: int,
-    unit_seconds: float,
-    budget: Budget,
-) -> list[float]:
-    """Time ``call`` up to ``reps`` times after ``warmup`` untimed calls, running ``after`` (untimed)
-    after each; stop early once ``min_reps`` are done and ``unit_seconds`` passed, or once the budget
-    is spent (a measurement that started always gets one timed call)."""
-    for _ in range(warmup):
-        call()
-        after()
-    timer.sync()
-    began = time.monotonic()
-    times: list[float] = []
-    while len(times) < reps:
-        if times and budget.spent():
-            break
-        if len(times) >= min_reps and time.monotonic() - began > unit_seconds:
-            break
-        times.append(timer.time(call))
-        after()
-    return times
-
-
-# --------------------------------------------------------------------------- building a model
-
-
-def model_config(shape: Shape, transformers):
-    common = dict(
-        hidden_size=shape.hidden_size,
-        num_hidden_layers=shape.num_hidden_layers,
-        num_attention_heads=shape.num_attention_heads,
-        num_key_value_heads=shape.num_key_value_heads,
-        intermediate_size=shape.intermediate_size,
-        vocab_size=shape.vocab_size,
-        tie_word_embeddings=shape.tie_word_embeddings,
-        max_position_embeddings=32768,
-        use_cache=True,
-    )
-    if shape.family == "qwen3":
-        return transformers.Qwen3Config(head_dim=shape.head_dim, **common)
-    if shape.family == "qwen2":
-        if shape.head_dim != shape.hidden_size // shape.num_attention_heads:
-            raise ValueError("Qwen2 derives its head size from the hidden size")
-        return transformers.Qwen2Config(**common)
-    if shape.family == "llama":
-        return transformers.LlamaConfig(head_dim=shape.head_dim, **common)
-    raise ValueError(f"unknown family {shape.family!r}")
-
-
-def build_model(shape: Shape, device: str, dtype, torch, transformers):
-    """The model with random weights, created on ``device`` directly.
-
-    The model is constructed under the device as the default device and the dtype as the default
-    dtype, so every parameter is allocated once, where it runs, and initialised there by the modules'
-    own random init (a 32B model never passes through host memory). (A meta-device build followed by
-    ``to_empty`` would leave the rotary frequency buffers, computed in the constructor, empty.)
-    """
-    config = model_config(shape, transformers)
-    config._attn_implementation = "sdpa"
-    if int(transformers.__version__.split(".")[0]) >= 5:
-        config.dtype = dtype
-    else:
-        config.torch_dtype = dtype
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            model = transformers.AutoModelForCausalLM.from_config(config)
-    finally:
-        torch.set_default_dtype(previous)
-    model.eval()
-    for name, parameter in model.named_parameters():
-        # Checked, not converted: a model built in float32 would have needed twice the memory already.
-        if parameter.dtype != dtype or parameter.device.type != torch.device(device).type:
-            raise RuntimeError(f"{name} was built as {parameter.dtype} on {parameter.device}, not {dtype} on {device}")
-        if not torch.isfinite(parameter).all():
-            raise RuntimeError(f"random init left a non-finite value in {name}")
-    return model
 
 
 def _forward_kwargs(model) -> dict:
@@ -507,37 +268,6 @@ def _prefill(model, costs, settings, length, tokens, timer, budget, last_logits)
 # --------------------------------------------------------------------------- the run
 
 
-def device_info(device: str, torch) -> dict:
-    if device.startswith("cuda"):
-        index = torch.device(device).index or 0
-        properties = torch.cuda.get_device_properties(index)
-        return {
-            "kind": "cuda",
-            "name": torch.cuda.get_device_name(index),
-            "memory_gib": properties.total_memory / 2**30,
-            "capability": list(torch.cuda.get_device_capability(index)),
-            "cuda": torch.version.cuda,
-        }
-    name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return {"kind": "cpu", "name": name, "threads": torch.get_num_threads()}
-
-
-def device_slug(info: dict, tiny: bool) -> str:
-    """A short name for file names: ``h100`` for "NVIDIA H100 80GB HBM3", ``cpu`` or ``cpu_dryrun``."""
-    if info["kind"] != "cuda":
-        return "cpu_dryrun" if tiny else "cpu"
-    words = [w for w in info["name"].lower().replace("-", " ").split() if w not in {"nvidia", "geforce", "tesla"}]
-    slug = "".join(ch for ch in (words[0] if words else "cuda") if ch.isalnum())
-    return slug + ("_dryrun" if tiny else "")
-
-
 def models_to_measure(pairs: Sequence[str]) -> list[str]:
     """Each pair's models, the large one first (its verification cost is the number that matters most)."""
     names: list[str] = []
@@ -545,18 +275,6 @@ def models_to_measure(pairs: Sequence[str]) -> list[str]:
         small, large = PAIRS[pair]
         names += [n for n in (large, small) if n not in names]
     return names
-
-
-def fits(shape: Shape, device: str, torch) -> str | None:
-    """Why a model cannot be built on the device, or None: its weights plus 4 GiB for activations,
-    caches and the allocator must fit in the free memory."""
-    if not device.startswith("cuda"):
-        return None
-    free, _ = torch.cuda.mem_get_info(torch.device(device))
-    needed = shape.parameters() * 2 + 4 * 2**30
-    if needed > free:
-        return f"needs about {needed / 2**30:.1f} GiB, {free / 2**30:.1f} GiB free"
-    return None
 
 
 def run(args) -> dict:
@@ -612,11 +330,11 @@ def run(args) -> dict:
         costs = ModelCosts(name, shape, bool(args.tiny))
         measure_model(costs, settings, args.device, budget, torch, transformers)
         result["models"][name] = costs.to_json()
-        _write(result, budget, args.out, final=False)  # what is measured survives a crash of the next model
+        write_result(result, budget, args.out, final=False)  # what is measured survives a crash of the next model
     result["complete"] = not result["skipped"] and all(
         not m["skipped"] and m["error"] is None for m in result["models"].values()
     )
-    _write(result, budget, args.out, final=True)
+    write_result(result, budget, args.out, final=True)
     log(budget, f"done ({'complete' if result['complete'] else 'incomplete'}): {args.out}")
     print(markdown_table(result))
     return result
@@ -656,16 +374,6 @@ def markdown_table(result: dict) -> str:
 
 def _ms(seconds: float | None) -> str:
     return "" if seconds is None else f"{seconds * 1e3:.2f}"
-
-
-def _write(result: dict, budget: Budget, out: str, final: bool) -> None:
-    result["elapsed_s"] = budget.elapsed()
-    result["finished"] = final
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_suffix(path.suffix + ".partial")
-    partial.write_text(json.dumps(result, indent=1) + "\n")
-    partial.replace(path)
 
 
 def _pairs(text: str) -> list[str]:

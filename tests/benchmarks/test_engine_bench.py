@@ -84,7 +84,8 @@ def test_the_table_names_every_run(bench, result):
 def test_gpu_profile_sets_the_projection_beside_each_run(result, gpu_costs_dry_run, tmp_path, capsys):
     from specsteer.cli import gpu_profile as gpu_profile_cli
     from specsteer.evaluation.deployment import NO_HOST_OVERHEAD
-    from specsteer.evaluation.gpu_profile import bench_comparison, load_costs, one_gpu_profile, parse_engine_bench
+    from specsteer.evaluation.gpu_engine_bench import bench_comparison, one_gpu_profile, parse_engine_bench
+    from specsteer.evaluation.gpu_profile import load_costs
 
     bench_file = tmp_path / "bench.json"
     bench_file.write_text(json.dumps(result))

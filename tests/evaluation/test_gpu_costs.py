@@ -1,5 +1,5 @@
-"""specsteer.evaluation.gpu_costs (benchmarks/gpu_costs.py) on tiny shapes on the CPU, and the deployment profile
-specsteer.evaluation.gpu_profile makes of it."""
+"""specsteer.evaluation.gpu_costs (benchmarks/gpu_costs.py, over gpu_shapes and gpu_timing) on tiny shapes on the CPU,
+and the deployment profile specsteer.evaluation.gpu_profile makes of it."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 
 from specsteer.cli import gpu_profile as gpu_profile_cli
 from specsteer.data.datasets import EXAMPLE_RUNS_DB
-from specsteer.evaluation import gpu_costs, gpu_profile
+from specsteer.evaluation import gpu_costs, gpu_profile, gpu_shapes, gpu_timing
 from specsteer.evaluation.deployment import GENERALIST, GENERIC, NO_HOST_OVERHEAD, SPECIALIST, MeasuredRun, project_runs
 from specsteer.evaluation.deployment_profiles import get_profile
 from specsteer.evaluation.deployment_rows import DEFAULT_RUNS, group_runs, projection_rows
@@ -84,7 +84,7 @@ def test_a_spent_budget_stops_cleanly_and_still_writes_the_json(tmp_path):
 
 
 def test_repetitions_stop_at_the_budget_and_at_the_unit_time():
-    script = gpu_costs
+    script = gpu_timing
 
     class Clock:
         def __init__(self, left_for: int):
@@ -106,18 +106,18 @@ def test_repetitions_stop_at_the_budget_and_at_the_unit_time():
 
 
 def test_quantiles_and_the_shape_table():
-    script = gpu_costs
-    assert script.quantile([3.0, 1.0, 2.0], 0.5) == 2.0
-    assert script.quantile([1.0, 2.0, 3.0, 4.0], 0.9) == pytest.approx(3.7)
+    timing, shapes = gpu_timing, gpu_shapes
+    assert timing.quantile([3.0, 1.0, 2.0], 0.5) == 2.0
+    assert timing.quantile([1.0, 2.0, 3.0, 4.0], 0.9) == pytest.approx(3.7)
     # The parameter counts the published model cards give (to their rounding).
-    counts = {name: shape.parameters() / 1e9 for name, shape in script.SHAPES.items()}
+    counts = {name: shape.parameters() / 1e9 for name, shape in shapes.SHAPES.items()}
     assert counts["Qwen3-0.6B"] == pytest.approx(0.596, abs=0.005)
     assert counts["Qwen3-32B"] == pytest.approx(32.8, abs=0.05)
     assert counts["Qwen2.5-1.5B"] == pytest.approx(1.54, abs=0.01)
     assert counts["Qwen2.5-32B"] == pytest.approx(32.76, abs=0.05)
     assert counts["Llama-3.2-1B"] == pytest.approx(1.24, abs=0.01)
     assert counts["Llama-3.1-8B"] == pytest.approx(8.03, abs=0.01)
-    assert all("config.json" in shape.source for shape in script.SHAPES.values())
+    assert all("config.json" in shape.source for shape in shapes.SHAPES.values())
 
 
 # --------------------------------------------------------------------------- the profile made of it
@@ -297,7 +297,7 @@ def test_the_real_shapes_build_the_published_models_on_the_meta_device():
     import torch
     import transformers
 
-    script = gpu_costs
+    script = gpu_shapes
     published = {  # parameters, to the model cards' rounding
         "Qwen3-0.6B": 0.6e9,
         "Qwen3-32B": 32.8e9,

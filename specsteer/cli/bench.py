@@ -22,16 +22,9 @@ from specsteer.cli.loading import specialist_lora_arg
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD, READ_AHEAD_MODES, ReadAhead, parse_read_ahead
 from specsteer.data.datasets import EXAMPLE_RUNS_DB
 from specsteer.engine.decode_config import DecodeConfig
-from specsteer.evaluation.bench import (
-    DEFAULT_METHODS,
-    auto_rows,
-    bench_cases,
-    format_rows,
-    format_table,
-    load_prompts,
-    prefix_reuse,
-    run_speed,
-)
+from specsteer.evaluation.bench import load_prompts, prefix_reuse, run_speed
+from specsteer.evaluation.bench_plan import DEFAULT_METHODS, bench_cases
+from specsteer.evaluation.bench_report import auto_rows, format_rows, format_table
 from specsteer.evaluation.deployment_profiles import PROFILES, get_profile
 from specsteer.evaluation.deployment_rows import DEFAULT_RTTS_MS, DEFAULT_RUNS
 from specsteer.runtimes.base import TransformersModel, parse_split

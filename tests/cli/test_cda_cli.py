@@ -6,7 +6,8 @@ from __future__ import annotations
 import json
 
 from specsteer.cli import bench
-from specsteer.evaluation.bench import bench_cases, format_table
+from specsteer.evaluation.bench_plan import bench_cases
+from specsteer.evaluation.bench_report import format_table
 from testkit import generate_cli
 
 

@@ -44,7 +44,7 @@ def test_the_terminal_stats_line_names_the_share_chosen_on_the_device(capsys):
 
 def test_evaluate_and_bench_take_p3s_settings():
     from specsteer.cli import evaluate
-    from specsteer.evaluation.bench import bench_cases
+    from specsteer.evaluation.bench_plan import bench_cases
     from specsteer.evaluation.grid import decode_config, run_config
     from specsteer.method.p3 import P3Params
     from specsteer.stores.runs import GridPoint

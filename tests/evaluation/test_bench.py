@@ -12,7 +12,7 @@ from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.draft_length import DraftLength
 from specsteer.engine.generate import collect, generate
 from specsteer.engine.request import Request, prepare
-from specsteer.evaluation import bench
+from specsteer.evaluation import bench, bench_plan
 from specsteer.method.costs import speculative_bound
 from specsteer.method.decoding import ForwardLog
 from specsteer.method.events import GenerationStats
@@ -93,24 +93,24 @@ def test_adaptive_generation_keeps_the_greedy_output():
 
 def test_draft_length_specs():
     specs = ["4", "auto", "12@0.4", "auto@0.3", "auto:12", "auto:6@0.4"]
-    cases = bench.bench_cases(["sd"], [0.1], specs, max_new_tokens=8)
+    cases = bench_plan.bench_cases(["sd"], [0.1], specs, max_new_tokens=8)
     assert [(c.config.draft_len, c.config.adaptive_draft, c.config.draft_confidence) for c in cases] == [
         (4, False, 0.0),
-        (bench.MAX_AUTO_DRAFT, True, 0.0),
+        (bench_plan.MAX_AUTO_DRAFT, True, 0.0),
         (12, False, 0.4),
-        (bench.MAX_AUTO_DRAFT, True, 0.3),
+        (bench_plan.MAX_AUTO_DRAFT, True, 0.3),
         (12, True, 0.0),
         (6, True, 0.4),
     ]
-    assert [bench._draft_label(c.config) for c in cases] == specs
+    assert [bench_plan.draft_label(c.config) for c in cases] == specs
     with pytest.raises(ValueError, match="draft confidence"):
-        bench.bench_cases(["sd"], [0.1], ["4@1.5"], max_new_tokens=8)
+        bench_plan.bench_cases(["sd"], [0.1], ["4@1.5"], max_new_tokens=8)
 
 
 def test_speed_report_shape_on_tiny_models():
     pair = tiny_pair(generalist_vocab=320)  # transformers' assisted generation wants equal vocab sizes
     prompts = [prepare(Request(task="free", input_text=f"Topic {i}: rivers.")) for i in range(2)]
-    cases = bench.bench_cases(["llm", "specsteer", "sd-plain"], [0.5], ["3", "auto"], max_new_tokens=6)
+    cases = bench_plan.bench_cases(["llm", "specsteer", "sd-plain"], [0.5], ["3", "auto"], max_new_tokens=6)
     assert [(c.name, c.config.adaptive_draft) for c in cases] == [
         ("llm", False),
         ("specsteer", False),

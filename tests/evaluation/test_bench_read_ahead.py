@@ -9,7 +9,7 @@ import pytest
 
 from specsteer.cli import bench as bench_cli
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD
-from specsteer.evaluation import bench
+from specsteer.evaluation import bench_report
 from specsteer.models.tiny import TEST_PAIRING_ID
 
 BASE = [
@@ -35,7 +35,7 @@ def test_each_policy_is_a_case_of_the_run_with_its_own_llm_reference(capsys):
             assert row["speedup"] == pytest.approx(1.0)
     # the same tokens under each policy
     assert len({row["tokens"] for row in result["rows"] if row["method"] == "specsteer"}) == 1
-    table = bench.format_table(result)
+    table = bench_report.format_table(result)
     assert "after-first-draft" in table and " off " in table
 
 

@@ -10,7 +10,7 @@ from models.test_runtime_plan import PROMPT_HEAVY, _save, _split_pair, cache, gg
 
 import storage
 from specsteer.data.datasets import bundled_sample_path
-from specsteer.evaluation.bench import auto_rows
+from specsteer.evaluation.bench_report import auto_rows
 from specsteer.evaluation.grid import EvalSpec, open_or_resume, run_config, run_grid
 from specsteer.models import loading
 from specsteer.models.calibration import RuntimeChoice

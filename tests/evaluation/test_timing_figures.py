@@ -8,7 +8,8 @@ import pytest
 
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.evaluation import plots
-from specsteer.evaluation.bench import BenchCase, Tally, _rows, format_table
+from specsteer.evaluation.bench_plan import BenchCase
+from specsteer.evaluation.bench_report import Tally, format_table, speed_rows
 from specsteer.evaluation.deployment_rows import TracedGeneration, deployment_rows, timed_runs
 from specsteer.evaluation.grid import json_rows, summarize
 from specsteer.evaluation.joined import StoredRun, join_runs, table_json, table_text
@@ -155,7 +156,7 @@ def test_bench_speed_rows_count_a_disturbed_generation_and_leave_it_out_of_their
         stats.drafted, stats.accepted, stats.verified, stats.rounds = 8, 6, 7, 2
         stats.step_seconds = {"specialist+": 0.01, "generalist": 0.04, "specialist0": 0.01}
         (steered if stats.method == "specsteer" else llm).add(stats)
-    rows = rows_by_method(_rows([llm, steered]))
+    rows = rows_by_method(speed_rows([llm, steered]))
     assert rows["specsteer"]["left_out"] == 1 and rows["llm"]["left_out"] == 0
     assert rows["specsteer"]["tok_per_s"] == pytest.approx(100.0) and rows["specsteer"]["tokens"] == 200
     assert rows["specsteer"]["speedup"] == pytest.approx(2.0)

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from specsteer.evaluation.bench import auto_rows
+from specsteer.evaluation.bench_report import auto_rows
 from specsteer.models import calibration as cal
 from specsteer.models.model_timing import random_twin, time_model
 from specsteer.models.planning import runtime_choice, runtime_plan

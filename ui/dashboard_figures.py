@@ -10,9 +10,9 @@ from collections.abc import Sequence
 import gradio as gr
 import pandas as pd
 
-from specsteer.evaluation import plots
+from specsteer.evaluation import plots, result_table
 
-TABLE_HEADERS = list(plots.display_rows([{"method": "x"}])[0])
+TABLE_HEADERS = list(result_table.display_rows([{"method": "x"}])[0])
 
 
 SPEED = "tok_per_s"
@@ -49,7 +49,7 @@ def table_update(table: pd.DataFrame) -> dict:
 
 def table_frame(rows: Sequence[dict]) -> pd.DataFrame:
     """The rows as the results table: the standard columns, and the privacy columns where rows have them."""
-    shown = plots.display_rows(rows)
+    shown = result_table.display_rows(rows)
     return pd.DataFrame(shown, columns=list(shown[0]) if shown else TABLE_HEADERS)
 
 

@@ -12,7 +12,7 @@ import pandas as pd
 
 from specsteer.data.datasets import DataError
 from specsteer.engine.settings import sentence
-from specsteer.evaluation import plots
+from specsteer.evaluation import deployment_plots
 from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.evaluation.grid import EvalResult, GridProgress
 from specsteer.evaluation.timing import left_out_sentence
@@ -272,8 +272,8 @@ class DashboardTab:
         takeaway = deployment_takeaway(report.rows, shown, report.profile.label, rtt)
         return DeploymentView(
             render.message_box(" ".join(notes), "ok"),
-            _shown(plots.deployment_figure(rows, report.profile.label, name)),
-            table_update(pd.DataFrame(plots.speedup_rows(rows, report.table_rtts_ms))),
+            _shown(deployment_plots.deployment_figure(rows, report.profile.label, name)),
+            table_update(pd.DataFrame(deployment_plots.speedup_rows(rows, report.table_rtts_ms))),
             sources,
             gr.update(choices=every, value=shown, visible=len(every) > 1),
             render.message_box(takeaway, "info") if takeaway else "",

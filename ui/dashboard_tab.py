@@ -10,8 +10,8 @@ events into frames (streamed from a ``ui.streaming.BackgroundRun``, which
 Cancel stops), and draws the figures of ``specsteer.evaluation.plots`` and the table.
 
 The Deployment view projects a stored run onto a bundled deployment profile: the service's
-``deployment`` (the run's traces replayed at RTT 0–200 ms), ``plots.deployment_figure`` and
-``plots.speedup_rows`` for at most six series at a time, a line read off the numbers, and the profile's sources
+``deployment`` (the run's traces replayed at RTT 0–200 ms), ``deployment_plots.deployment_figure`` and
+``deployment_plots.speedup_rows`` for at most six series at a time, a line read off the numbers, and the profile's sources
 (``render.profile_html``).
 
 A page opens on one of the example runs that ship with the app (``evaluation_runs.default_run_ids``), shown;
@@ -29,7 +29,7 @@ import gradio as gr
 
 from specsteer.data.datasets import EVALUATION_TASKS
 from specsteer.engine.settings import GenerationSettings
-from specsteer.evaluation import plots
+from specsteer.evaluation import deployment_plots, result_table
 from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.method.catalog import CORE_METHODS, METHODS, method_label
 from specsteer.service.app_service import AppService
@@ -157,7 +157,7 @@ def build(
         pinned_columns=1,
         visible=False,
     )
-    gr.Markdown(plots.TABLE_NOTE, elem_classes="ss-note")
+    gr.Markdown(result_table.TABLE_NOTE, elem_classes="ss-note")
     differences = gr.Dataframe(
         interactive=False,
         label="Paired differences, record by record: each SpecSteer setting against SLM+ and LLM on the records "
@@ -213,7 +213,7 @@ def build(
             visible=False,
             elem_id="deployment-series",
         )
-        gr.Markdown(plots.PROJECTION_CAPTION, elem_classes="ss-note")
+        gr.Markdown(deployment_plots.PROJECTION_CAPTION, elem_classes="ss-note")
         with gr.Accordion("The profile's numbers and their sources", open=False, elem_id="deployment-sources"):
             profile_sources = gr.HTML(render.profile_html(PROFILES[DEFAULT_PROFILE]), elem_id="deployment-profile-note")
 

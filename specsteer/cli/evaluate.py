@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _report(result: EvalResult, spec: EvalSpec, args: argparse.Namespace) -> None:
-    from specsteer.evaluation import plots
+    from specsteer.evaluation import plots, result_table
     from specsteer.evaluation.claims import claim_sentences
 
     # What the run's own intervals show against SLM+ and LLM: after the table, or on stderr beside --json.
@@ -308,7 +308,7 @@ def _report(result: EvalResult, spec: EvalSpec, args: argparse.Namespace) -> Non
         if claims:
             print("\n".join(claims), file=sys.stderr)
     else:
-        print(plots.text_table(result.rows))
+        print(result_table.text_table(result.rows))
         if claims:
             print("\n" + "\n".join(claims))
     print(

@@ -10,26 +10,21 @@ so the dashboard shows exactly what ``python -m specsteer evaluate --plot`` writ
   quality), the two ends a personalized fast method should beat.
 * :func:`acceptance_figure` — acceptance against alpha, one line per (method, beta); methods that
   draft without alpha (standard SD) are a dotted reference line.
-* :func:`display_rows` / :func:`table_figure` / :func:`text_table` — the per-row table.
+* :func:`table_figure` — the per-row table (``specsteer.evaluation.result_table``, which also prints it as text).
 * :func:`sweep_figure` — the α × β view of a ``sweep.SweepReport``: mean ROUGE-L of each SpecSteer setting
   against its tokens/s with bootstrap 95 % error bars, SLM+ and LLM as reference points and lines, the
   Pareto front marked; with LLM cells, a second panel of the paired difference SpecSteer − LLM.
 * :func:`write_html` — all of them as one standalone page with plotly.js inline (works offline).
 * :func:`plot_text` — user text (run names) made safe for plotly's labels.
 
-The deployment view takes the rows of ``deployment_rows.projection_rows`` instead (one per (method, α, β,
-acceptance rule) and RTT, with ``projected_tok_per_s``, ``measured_tok_per_s`` and ``projected_speedup``):
-
-* :func:`deployment_figure` — projected tokens/s against RTT under a profile, beside the speed the
-  same generations were measured at here; titled, labelled and captioned as a projection.
-* :func:`speedup_rows` — each SpecSteer point's projected speed and speedup over LLM at each RTT.
+The deployment view's figure, over the projection's rows, is ``specsteer.evaluation.deployment_plots``'.
 """
 
 from __future__ import annotations
 
 import html
 import textwrap
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,22 +33,13 @@ from plotly.colors import qualitative
 from plotly.subplots import make_subplots
 
 from specsteer.evaluation.metrics import ROUGE_LABELS
+from specsteer.evaluation.result_table import TABLE_NOTE, Row, display_rows
 from specsteer.evaluation.sweep import PointSummary, SweepReport
-from specsteer.evaluation.timing import left_out_sentence
-from specsteer.method.catalog import BASELINES, METHODS, method_label
+from specsteer.method.catalog import BASELINES, METHODS
 from specsteer.stores.runs import GridPoint
-
-Row = Mapping[str, Any]
 
 METHOD_COLORS = dict(zip(METHODS, qualitative.Plotly))
 SPEED_LABELS = {"tok_per_s": "tokens / s", "speedup": "speedup over LLM (×, same records, same run)"}
-TABLE_NOTE = (
-    "ROUGE: F-measure × 100, mean over records; R-1 / R-L unstemmed (LaMP protocol), 'stem' with the "
-    "Porter stemmer. tok/s: total new tokens / total seconds. acceptance: accepted / drafted tokens. "
-    "speedup: tok/s over LLM's on the same records in the same run. rounds, bytes: mean per generation. "
-    "history crossed: generations where a run of 3 words (or a 2-word name) of the user's history, not in the "
-    "input, crossed to the cloud in any message, rejected drafts included (in brackets: phrases per generation)."
-)
 
 
 def plot_text(text: object) -> str:
@@ -222,71 +208,6 @@ def acceptance_figure(rows: Sequence[Row]) -> go.Figure:
     return figure
 
 
-def _number(value: Any, digits: int, suffix: str = "") -> str:
-    return "–" if value is None else f"{value:.{digits}f}{suffix}"
-
-
-def _parameter(value: Any) -> str:
-    return "–" if value is None else f"{value:g}"
-
-
-def display_rows(rows: Sequence[Row]) -> list[dict[str, str]]:
-    """The table as strings, one dict per row, keyed by column header (what the UI and CLI show).
-    Runs over records with private facts (CoGenesis) add the privacy audit's shares; rows that left cells out
-    of their speed figures (disturbed timing, ``grid.summarize``'s ``speed_left_out``) add how many; rows with
-    an LLM judge's grades (``judge_scores.row_columns``) add a column per judge and criterion."""
-    with_privacy = any("facts_sent" in row for row in rows)
-    with_left_out = any(row.get("speed_left_out") for row in rows)
-    with_cda = any(row.get("cda_lambda") is not None for row in rows)
-    return [
-        {
-            "method": method_label(row["method"]),
-            "α": _parameter(row.get("alpha")),
-            "β": _parameter(row.get("beta")),
-            **({"CDA λ": _parameter(row.get("cda_lambda"))} if with_cda else {}),
-            "n": str(row.get("records", "")),
-            "R-1": _number(row.get("rouge1"), 2),
-            "R-L": _number(row.get("rougeL"), 2),
-            "R-1 stem": _number(row.get("rouge1_stemmed"), 2),
-            "R-L stem": _number(row.get("rougeL_stemmed"), 2),
-            "acceptance": _number(None if row.get("acceptance") is None else 100 * row["acceptance"], 1, "%"),
-            "tok/s": _number(row.get("tok_per_s"), 2),
-            "speedup": _number(row.get("speedup"), 2, "×"),
-            **({"left out of speed": str(row.get("speed_left_out") or 0)} if with_left_out else {}),
-            "rounds": _number(row.get("rounds"), 1),
-            "up B": _number(row.get("uplink_bytes"), 0),
-            "down B": _number(row.get("downlink_bytes"), 0),
-            **(_privacy_columns(row) if with_privacy else {}),
-            **(_crossing_columns(row) if any("history_crossed" in other for other in rows) else {}),
-            # An LLM judge's grades, mean [interval] per criterion (judge_scores.row_columns), where the run has any.
-            **row.get("judge", {}),
-        }
-        for row in rows
-    ]
-
-
-def _crossing_columns(row: Row) -> dict[str, str]:
-    """The history that crossed (``specsteer.data.crossing``): the share of generations where any phrase of the
-    history crossed to the cloud, with the phrases per generation in brackets; "–" where no cell was audited."""
-    if row.get("history_crossed") is None:
-        return {"history crossed": "–"}
-    # One column (share, then phrases per generation): two would push a compared runs' table past its width.
-    share, phrases = _number(100 * row["history_crossed"], 0, "%"), _number(row.get("history_phrases"), 1)
-    return {"history crossed": f"{share} ({phrases})"}
-
-
-def _privacy_columns(row: Row) -> dict[str, str]:
-    """Shares of the records' private facts: sent to the cloud (all; those the task did not name), in
-    the output, and sent only in rejected drafts (``specsteer.data.facts``)."""
-    share = lambda key: _number(None if row.get(key) is None else 100 * row[key], 0, "%")  # noqa: E731
-    return {
-        "facts → cloud": share("facts_sent"),
-        "→ cloud, not in task": share("facts_sent_beyond_task"),
-        "facts in output": share("facts_in_output"),
-        "only in rejected drafts": share("facts_rejected_only"),
-    }
-
-
 def table_figure(rows: Sequence[Row]) -> go.Figure:
     shown = display_rows(rows)
     headers = list(shown[0]) if shown else ["no results"]
@@ -298,19 +219,6 @@ def table_figure(rows: Sequence[Row]) -> go.Figure:
     )
     figure.update_layout(title="Per-method results", height=120 + 28 * len(shown))
     return figure
-
-
-def text_table(rows: Sequence[Row]) -> str:
-    """A fixed-width table for the terminal, with the note on what each column means."""
-    shown = display_rows(rows)
-    if not shown:
-        return "no results"
-    headers = list(shown[0])
-    widths = {header: max(len(header), *(len(row[header]) for row in shown)) for header in headers}
-    lines = ["  ".join(header.ljust(widths[header]) for header in headers)]
-    lines += ["  ".join(row[header].ljust(widths[header]) for header in headers) for row in shown]
-    left_out = left_out_sentence(sum(row.get("speed_left_out") or 0 for row in rows))
-    return "\n".join([*lines, "", TABLE_NOTE, *([left_out] if left_out else [])])
 
 
 def write_html(
@@ -482,126 +390,3 @@ def sweep_figure(report: SweepReport) -> go.Figure:
             y=0.5,
         )
     return figure.update_traces(cliponaxis=False)
-
-
-# --------------------------------------------------------------------------- deployment projection
-
-PROJECTION_CAPTION = (
-    "A projection, not a measurement: each generation's recorded forward passes and link messages are "
-    "replayed with the profile's step times and bandwidths at the round-trip time on the x axis. "
-    "Measured here: the same generations on this machine, both models in one process."
-)
-_DASHES = ("solid", "dash", "dot", "dashdot", "longdash")
-
-
-def _groups(rows: Sequence[Row]) -> dict[tuple, list[Row]]:
-    """Rows by (method, α, β), in the order they first appear."""
-    groups: dict[tuple, list[Row]] = {}
-    for row in rows:
-        groups.setdefault((row["method"], row.get("alpha"), row.get("beta")), []).append(row)
-    return groups
-
-
-def deployment_figure(rows: Sequence[Row], profile_label: str, run_name: str = "") -> go.Figure:
-    """Projected tokens/s of each (method, α, β) against RTT (left), and what the same generations were
-    measured at here (right, one horizontal bar each, named on its axis). The legend under the plot names each
-    line; draw a few at a time (the Dashboard draws at most six). ``profile_label`` and ``run_name`` are escaped
-    for plotly."""
-    figure = make_subplots(
-        rows=1,
-        cols=2,
-        column_widths=[0.66, 0.34],
-        horizontal_spacing=0.2,
-        subplot_titles=("Projected under the profile", "Measured here (this machine, both models inside this app)"),
-    )
-    seen: dict[str, int] = {}
-    for (method, _, _), group in _groups(rows).items():
-        group = sorted(group, key=lambda row: row["rtt_ms"])
-        label = point_label(group[0])
-        variant = seen.get(method, 0)
-        seen[method] = variant + 1
-        style = {"color": _color(method), "dash": _DASHES[variant % len(_DASHES)]}
-        figure.add_trace(
-            go.Scatter(
-                x=[row["rtt_ms"] for row in group],
-                y=[row["projected_tok_per_s"] for row in group],
-                mode="lines+markers",
-                name=label,
-                legendgroup=label,
-                line=style,
-                marker={"size": 5, "color": _color(method)},
-                hovertemplate=f"{label}<br>RTT %{{x:g}} ms: %{{y:.2f}} tok/s projected<extra></extra>",
-            ),
-            row=1,
-            col=1,
-        )
-        figure.add_trace(
-            go.Bar(
-                y=[label],
-                x=[group[0]["measured_tok_per_s"]],
-                orientation="h",
-                name=f"{label} (measured here)",
-                legendgroup=label,
-                showlegend=False,
-                marker={"color": _color(method), "opacity": 0.75},
-                hovertemplate=f"{label}: %{{x:.2f}} tok/s measured here<extra></extra>",
-            ),
-            row=1,
-            col=2,
-        )
-    subtitle = " · ".join(
-        [f"profile: {plot_text(profile_label)}", *([f"run {plot_text(run_name)}"] if run_name else [])]
-    )
-    title = f"Projected tokens/s against round-trip time — a projection, not a measurement<br><sup>{subtitle}</sup>"
-    figure.update_layout(
-        title=title,
-        template="plotly_white",
-        height=640,
-        margin={"t": 110, "b": 220},
-        legend={"orientation": "h", "yanchor": "top", "y": -0.16, "x": 0, "title": {"text": "projected: "}},
-    )
-    figure.update_xaxes(title_text="round-trip time Edge ↔ Cloud (ms)", row=1, col=1)
-    figure.update_yaxes(title_text="projected tokens / s", rangemode="tozero", row=1, col=1)
-    figure.update_xaxes(title_text="measured tokens / s (here)", rangemode="tozero", row=1, col=2)
-    figure.update_yaxes(autorange="reversed", automargin=True, row=1, col=2)
-    figure.add_annotation(
-        text="<br>".join(textwrap.wrap(PROJECTION_CAPTION, 130)),
-        showarrow=False,
-        xref="paper",
-        yref="paper",
-        x=0,
-        y=0,
-        yshift=-150,
-        xanchor="left",
-        yanchor="top",
-        align="left",
-        font={"size": 11},
-    )
-    if not rows:
-        figure.add_annotation(text="nothing to project", showarrow=False, xref="paper", yref="paper", x=0.5, y=0.5)
-    return figure
-
-
-def speedup_rows(
-    rows: Sequence[Row], rtts_ms: Sequence[float], method: str = "specsteer", reference: str = "llm"
-) -> list[dict[str, str]]:
-    """One row per RTT: the reference's projected tokens/s, then each ``method`` point's projected tokens/s
-    and its speedup over the reference ("–" where the run has no reference)."""
-    groups = _groups(rows)
-    references = [group for (name, _, _), group in groups.items() if name == reference]
-    points = [group for (name, _, _), group in groups.items() if name == method]
-    table = []
-    for rtt in rtts_ms:
-        line = {"RTT (ms)": f"{rtt:g}"}
-        if references:
-            line[f"{method_label(reference)} (tok/s)"] = _number(_at_rtt(references[0], rtt, "projected_tok_per_s"), 2)
-        for group in points:
-            label = point_label(group[0])
-            line[f"{label} (tok/s)"] = _number(_at_rtt(group, rtt, "projected_tok_per_s"), 2)
-            line[f"{label} speedup"] = _number(_at_rtt(group, rtt, "projected_speedup"), 2, "×")
-        table.append(line)
-    return table
-
-
-def _at_rtt(group: Sequence[Row], rtt: float, key: str) -> Any:
-    return next((row.get(key) for row in group if row["rtt_ms"] == rtt), None)

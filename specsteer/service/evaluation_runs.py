@@ -19,7 +19,7 @@ from specsteer.evaluation.grid import EvalSpec, run_facts, run_prompts, summariz
 from specsteer.evaluation.metrics import bootstrap_interval
 from specsteer.evaluation.sweep import SweepReport, config_points, run_record_count, sweep_report
 from specsteer.evaluation.timing import disturbed_count, left_out_sentence
-from specsteer.method.catalog import BASELINES, METHODS
+from specsteer.method.catalog import BASELINES, METHODS, method_label
 from specsteer.method.p3 import DEFAULT_DRAFT_LEN, DEFAULT_TAU
 from specsteer.models.runtime_plan import StoredPlan
 from specsteer.service.example_runs import DEFAULT_EXAMPLE
@@ -373,7 +373,7 @@ def default_series(rows: Sequence[Mapping], rtt_ms: float) -> list[str]:
     profile's round-trip time."""
     at = nearest_rtt(rows, rtt_ms)
     speeds = {series_label(row): row["projected_tok_per_s"] or 0.0 for row in rows if row["rtt_ms"] == at}
-    references = [label for label in series_labels(rows) if label in {plots.method_label(m) for m in BASELINES}]
+    references = [label for label in series_labels(rows) if label in {method_label(m) for m in BASELINES}]
     others = sorted(
         (label for label in series_labels(rows) if label not in references), key=lambda label: -speeds.get(label, 0.0)
     )

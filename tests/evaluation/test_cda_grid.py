@@ -12,7 +12,7 @@ import storage
 from specsteer.cli import evaluate as evaluate_cli
 from specsteer.cli import report as report_cli
 from specsteer.cli import sweep as sweep_cli
-from specsteer.evaluation import plots
+from specsteer.evaluation import plots, result_table
 from specsteer.evaluation.deployment_rows import deployment_rows
 from specsteer.evaluation.grid import EvalSpec, grid_points, run_config, spec_from_config
 from specsteer.stores.runs import GridPoint, cell_key
@@ -124,6 +124,6 @@ def test_the_figures_and_the_table_keep_the_rules_apart():
     names = [trace.name for trace in plots.acceptance_figure(rows).data]
     assert names == ["SpecSteer β=1", "SpecSteer β=1 CDA λ=1"]  # one line per rule, each over both α
     assert [list(trace.x) for trace in plots.acceptance_figure(rows).data] == [[0.1, 1.0], [0.1, 1.0]]
-    assert [row["CDA λ"] for row in plots.display_rows(rows)] == ["–", "–", "1", "1"]
-    assert "CDA λ" not in plots.display_rows(rows[:2])[0]  # a run without CDA keeps its columns
+    assert [row["CDA λ"] for row in result_table.display_rows(rows)] == ["–", "–", "1", "1"]
+    assert "CDA λ" not in result_table.display_rows(rows[:2])[0]  # a run without CDA keeps its columns
     assert plots.point_label(rows[2]) == "SpecSteer α=0.1 β=1 CDA λ=1"

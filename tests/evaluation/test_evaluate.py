@@ -17,7 +17,7 @@ import storage
 from specsteer.cli import evaluate as evaluate_cli
 from specsteer.data.crossing import CrossedPhrase, Crossing, HistoryCrossing
 from specsteer.data.datasets import DataError, bundled_sample_path
-from specsteer.evaluation import plots
+from specsteer.evaluation import result_table
 from specsteer.evaluation.grid import (
     CROSSING_ROW_KEYS,
     JSON_ROW_KEYS,
@@ -315,7 +315,7 @@ def test_the_history_that_crossed_is_summarized_over_the_audited_cells():
     assert row["history_crossed"] == pytest.approx(0.5) and row["history_phrases"] == pytest.approx(1.0)
     assert tuple(json_rows([row])[0]) == JSON_ROW_KEYS + CROSSING_ROW_KEYS
     assert "history_crossed" not in summarize(cells[2:])[0]
-    shown = plots.display_rows([row])[0]
+    shown = result_table.display_rows([row])[0]
     assert shown["history crossed"] == "50% (1.0)"
 
 

@@ -388,10 +388,10 @@ def test_a_weak_judge_says_so_wherever_its_grades_appear():
 
 
 def test_the_dashboard_table_shows_the_judge_column():
-    from specsteer.evaluation import plots
+    from specsteer.evaluation import result_table
 
     rows = row_columns([{"method": "llm", "records": 4}], graded_run())
-    shown = plots.display_rows(rows)
+    shown = result_table.display_rows(rows)
     assert shown[0]["weak judge: personalization"] == "6.00 [6.00, 6.00]"
 
 

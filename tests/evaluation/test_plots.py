@@ -7,7 +7,7 @@ import re
 import plotly.graph_objects as go
 import pytest
 
-from specsteer.evaluation import plots
+from specsteer.evaluation import deployment_plots, plots, result_table
 
 
 def _row(method, alpha=None, beta=None, rouge=30.0, tok_per_s=5.0, speedup=1.0, acceptance=None):
@@ -106,14 +106,14 @@ def test_acceptance_against_alpha_one_line_per_beta():
 
 
 def test_table_rows_and_figure():
-    shown = plots.display_rows(ROWS)
+    shown = result_table.display_rows(ROWS)
     assert shown[0]["method"] == "SLM+" and shown[0]["α"] == "–" and shown[0]["acceptance"] == "–"
     assert shown[5]["α"] == "0.1" and shown[5]["acceptance"] == "80.0%" and shown[5]["speedup"] == "1.14×"
     table = plots.table_figure(ROWS).data[0]
     assert isinstance(table, go.Table)
     assert list(table.header.values)[:3] == ["method", "α", "β"]
     assert len(table.cells.values[0]) == len(ROWS)
-    text = plots.text_table(ROWS)
+    text = result_table.text_table(ROWS)
     assert text.splitlines()[0].split()[:4] == ["method", "α", "β", "n"]
     assert "LaMP protocol" in text
 
@@ -144,7 +144,7 @@ def test_the_deployment_figure_is_labelled_a_projection_and_escapes_what_it_is_g
         _projected("specsteer", 0.1, rtt, 30.0 - rtt / 10, 1.1, (30.0 - rtt / 10) / (20.0 - rtt / 50))
         for rtt in (200.0, 0.0, 100.0)
     ]  # any order: each line is drawn by RTT
-    figure = plots.deployment_figure(rows, "<b>Phone</b>", run_name="<a href='x'>run</a>")
+    figure = deployment_plots.deployment_figure(rows, "<b>Phone</b>", run_name="<a href='x'>run</a>")
     texts = [figure.layout.title.text, *(note.text for note in figure.layout.annotations)]
     assert not any("<b>Phone" in text or "<a " in text for text in texts)
     assert "profile: &lt;b&gt;Phone&lt;/b&gt; · run &lt;a href='x'&gt;run&lt;/a&gt;" in texts[0]
@@ -154,7 +154,7 @@ def test_the_deployment_figure_is_labelled_a_projection_and_escapes_what_it_is_g
     bars = [bar for bar in figure.data if bar.type == "bar"]
     assert [list(bar.x) for bar in bars] == [[3.0], [1.1]] and {bar.orientation for bar in bars} == {"h"}
     assert "a projection, not a measurement" in figure.layout.title.text
-    table = plots.speedup_rows(rows, [0.0, 200.0])
+    table = deployment_plots.speedup_rows(rows, [0.0, 200.0])
     assert table == [
         {
             "RTT (ms)": "0",
@@ -169,7 +169,7 @@ def test_the_deployment_figure_is_labelled_a_projection_and_escapes_what_it_is_g
             "SpecSteer α=0.1 β=1 speedup": "0.62×",
         },
     ]
-    without_llm = plots.speedup_rows([{**row, "projected_speedup": None} for row in rows[3:]], [0.0])
+    without_llm = deployment_plots.speedup_rows([{**row, "projected_speedup": None} for row in rows[3:]], [0.0])
     assert without_llm == [
         {"RTT (ms)": "0", "SpecSteer α=0.1 β=1 (tok/s)": "30.00", "SpecSteer α=0.1 β=1 speedup": "–"}
     ]

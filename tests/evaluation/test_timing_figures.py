@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from specsteer.engine.decode_config import DecodeConfig
-from specsteer.evaluation import plots
+from specsteer.evaluation import result_table
 from specsteer.evaluation.bench_plan import BenchCase
 from specsteer.evaluation.bench_report import Tally, format_table, speed_rows
 from specsteer.evaluation.deployment_rows import TracedGeneration, deployment_rows, timed_runs
@@ -79,14 +79,14 @@ def test_a_paused_reference_cell_leaves_its_record_out_of_the_speedup():
 
 
 def test_the_table_says_how_many_cells_it_left_out_of_speed():
-    text = plots.text_table(summarize(run_cells()))
+    text = result_table.text_table(summarize(run_cells()))
     assert "left out of speed" in text.splitlines()[0]
     assert "1 cell whose timing was disturbed" in text and "quality figures keep it" in text
-    shown = {row["method"]: row for row in plots.display_rows(summarize(run_cells()))}
+    shown = {row["method"]: row for row in result_table.display_rows(summarize(run_cells()))}
     assert shown["SpecSteer"]["left out of speed"] == "1" and shown["LLM"]["left out of speed"] == "0"
     steady = [cell for cell in run_cells() if not cell.stats.timing_disturbed]
-    assert "left out of speed" not in plots.text_table(summarize(steady))
-    assert "disturbed" not in plots.text_table(summarize(steady))
+    assert "left out of speed" not in result_table.text_table(summarize(steady))
+    assert "disturbed" not in result_table.text_table(summarize(steady))
 
 
 def test_the_cell_helpers_and_the_sentence():

@@ -8,9 +8,10 @@ in-process link (``specsteer.cloud.in_process.LocalTransport``) calls these dire
 Session lifecycle
 -----------------
 * An :class:`~specsteer.protocol.wire.Open` creates the session named by the id the Edge chose. Its
-  limits (``specsteer.cloud.limits``) are checked first; the id must be new (a Cloud never reuses one); there must be room
-  (``max_sessions``). A lockstep rule answers nothing; the ``generate`` rule answers with a stream of
-  :class:`~specsteer.protocol.wire.Tokens` frames, one per token, ending at the token budget or an end id.
+  limits (``specsteer.cloud.limits``) are checked first; the id must be new (a Cloud never reuses one);
+  there must be room (``max_sessions``). A lockstep rule answers nothing; the ``generate`` rule answers with
+  a stream of :class:`~specsteer.protocol.wire.Tokens` frames, one per token, ending at the token budget or
+  an end id.
 * Each :class:`~specsteer.protocol.wire.Draft` is answered by one :class:`~specsteer.protocol.wire.Verdict`.
   Requests of one session are served one at a time; different sessions interleave pass by pass.
 * ``close`` ends a session and returns the last of its report. A session with no request for
@@ -36,8 +37,8 @@ the caches hold stays under it. A session ends at ``max_session_life_s`` after i
 it does, and a server whose client went away mid-stream ends it at once (:meth:`CloudService.abandon`).
 
 Every refusal is a ``ServiceError`` with an HTTP status, a short code and a message meant for the person
-running the Edge (``specsteer.cloud.refusals``); the service itself keeps serving. A failure inside a model pass drops
-that session only.
+running the Edge (``specsteer.cloud.refusals``); the service itself keeps serving. A failure inside a model
+pass drops that session only.
 
 One model pass runs at a time (``_compute``): on a CPU two passes side by side only share the same
 cores, and the runtimes' caches are then never touched by two threads at once. Batching the passes

@@ -20,8 +20,8 @@ from specsteer.cli.loading import pair_from_arguments
 def build_parser() -> argparse.ArgumentParser:
     from specsteer.cloud.admission import CLOUD_CLIENT_SHARE
     from specsteer.cloud.api import CLOUD_SECRET_ENV, DEFAULT_PORT
+    from specsteer.cloud.limits import ServiceLimits
     from specsteer.cloud.server import BODY_TIMEOUT_S, HEADER_TIMEOUT_S
-    from specsteer.cloud.service import ServiceLimits
 
     parser = argparse.ArgumentParser(
         prog="specsteer", description="SpecSteer: personalized device-cloud speculative decoding"
@@ -140,8 +140,9 @@ def main(argv: list[str] | None = None) -> int:
 def _serve_cloud(args) -> int:
     from dataclasses import replace
 
+    from specsteer.cloud.limits import ServiceLimits, default_memory_budget
     from specsteer.cloud.server import bind_problem, serve
-    from specsteer.cloud.service import CloudService, ServiceLimits, default_memory_budget
+    from specsteer.cloud.service import CloudService
     from specsteer.protocol.exposure import secret_problem
 
     secret = None

@@ -8,7 +8,8 @@ import shutil
 import sys
 from pathlib import Path
 
-from specsteer.cloud.service import ServiceError, ServiceLimits
+from specsteer.cloud.limits import ServiceLimits
+from specsteer.cloud.refusals import ServiceError
 from specsteer.cloud.vllm import (
     ENGINE_NAME,
     EngineSettings,

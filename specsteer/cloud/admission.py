@@ -107,7 +107,7 @@ def gpu_memory_budget(free_bytes: int, total_bytes: int, share: float = 0.5) -> 
 
 
 class AdmissionLimits(Protocol):
-    """What admission reads of ``cloud_service.ServiceLimits``."""
+    """What admission reads of ``specsteer.cloud.limits.ServiceLimits``."""
 
     @property
     def max_sessions(self) -> int: ...

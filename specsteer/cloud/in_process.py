@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 
+from specsteer.cloud.limits import ServiceLimits
 from specsteer.cloud.read_ahead import ReadAhead, read_ahead_mode
-from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
+from specsteer.cloud.refusals import ServiceError
+from specsteer.cloud.service import CloudService
 from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy
 from specsteer.models.loading import LoadedPair
 from specsteer.protocol.link import Arrival, Reply, Transport, cloud_error

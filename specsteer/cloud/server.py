@@ -29,7 +29,8 @@ from pathlib import Path
 
 from specsteer.cloud.admission import bearer_token, credential
 from specsteer.cloud.api import DEFAULT_PORT, EXCHANGE_PATH, OCTET_STREAM, REPORT_HEADER
-from specsteer.cloud.service import CloudService, ServiceError
+from specsteer.cloud.refusals import ServiceError
+from specsteer.cloud.service import CloudService
 from specsteer.protocol.exposure import is_loopback, secret_problem
 from specsteer.protocol.wire import PROTOCOL_VERSION, SESSION_BYTES
 from specsteer.util.background import stop_signals_handled

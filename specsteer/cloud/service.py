@@ -8,9 +8,10 @@ in-process link (``specsteer.cloud.in_process.LocalTransport``) calls these dire
 Session lifecycle
 -----------------
 * An :class:`~specsteer.protocol.wire.Open` creates the session named by the id the Edge chose. Its
-  limits are checked first; the id must be new (a Cloud never reuses one); there must be room
-  (``max_sessions``). A lockstep rule answers nothing; the ``generate`` rule answers with a stream of
-  :class:`~specsteer.protocol.wire.Tokens` frames, one per token, ending at the token budget or an end id.
+  limits (``specsteer.cloud.limits``) are checked first; the id must be new (a Cloud never reuses one);
+  there must be room (``max_sessions``). A lockstep rule answers nothing; the ``generate`` rule answers with
+  a stream of :class:`~specsteer.protocol.wire.Tokens` frames, one per token, ending at the token budget or
+  an end id.
 * Each :class:`~specsteer.protocol.wire.Draft` is answered by one :class:`~specsteer.protocol.wire.Verdict`.
   Requests of one session are served one at a time; different sessions interleave pass by pass.
 * ``close`` ends a session and returns the last of its report. A session with no request for
@@ -35,9 +36,9 @@ prefix caches' idle sequences when they and the sessions together would pass the
 the caches hold stays under it. A session ends at ``max_session_life_s`` after its Open whatever
 it does, and a server whose client went away mid-stream ends it at once (:meth:`CloudService.abandon`).
 
-Every refusal is a :class:`ServiceError` with an HTTP status, a short code and a message meant for
-the person running the Edge; the service itself keeps serving. A failure inside a model pass drops
-that session only.
+Every refusal is a ``ServiceError`` with an HTTP status, a short code and a message meant for the person
+running the Edge (``specsteer.cloud.refusals``); the service itself keeps serving. A failure inside a model
+pass drops that session only.
 
 One model pass runs at a time (``_compute``): on a CPU two passes side by side only share the same
 cores, and the runtimes' caches are then never touched by two threads at once. Batching the passes
@@ -46,144 +47,37 @@ of several sessions (what a GPU server would do) is left for later.
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 
 import torch
 
 from specsteer.cloud import admission
+from specsteer.cloud.limits import ServiceLimits
 from specsteer.cloud.read_ahead import ReadAhead, read_ahead_mode
-from specsteer.cloud.verifier import Cloud, CrossCloud, acceptance_problem, finite_settings_problem
+from specsteer.cloud.refusals import (
+    ServiceError,
+    acceptance_refusal,
+    draft_problem,
+    gone_error,
+    open_problem,
+    read_uplink,
+)
+from specsteer.cloud.session_record import SessionRecord
+from specsteer.cloud.verifier import Cloud, CrossCloud
 from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy
 from specsteer.method.decoding import ForwardLog
-from specsteer.method.token_details import CloudScores
 from specsteer.models.loading import LoadedPair
-from specsteer.protocol.rules import ACCEPTANCE_RULES, CROSS_RULES, FIXED, RULE_SPECS, Rule
-from specsteer.protocol.wire import (
-    DRAFT_HEADROOM,
-    MAX_DRAFT_LEN,
-    MAX_NEW_TOKENS,
-    PROTOCOL_VERSION,
-    SESSION_BYTES,
-    UPLINK,
-    CloudInfo,
-    CloudPass,
-    CloudReport,
-    CrossOpen,
-    Draft,
-    FrameError,
-    Open,
-    UnsupportedVersion,
-    decode,
-    encode,
-)
+from specsteer.protocol.rules import ACCEPTANCE_RULES, FIXED, RULE_SPECS
+from specsteer.protocol.wire import DRAFT_HEADROOM, CloudInfo, CloudReport, Draft, Open, encode
 from specsteer.runtimes.base import ModelRuntime
 
 _REMEMBERED_ENDED = 4096  # ended session ids kept to tell "expired" and "closed" apart from "unknown"
-
-
-@dataclass(frozen=True)
-class ServiceLimits:
-    """What one Cloud accepts. ``max_frame_bytes`` follows from the others (the largest legal Open)."""
-
-    max_sessions: int = 32
-    max_prompt_tokens: int = 8192
-    max_draft_len: int = MAX_DRAFT_LEN
-    max_new_tokens: int = MAX_NEW_TOKENS
-    max_stop_ids: int = 64
-    # None: a session never expires for idleness (a Cloud in process: its only Edge may be paused, a laptop asleep).
-    idle_timeout_s: float | None = 300.0
-    # Sessions one credential may hold at once, whatever its source addresses (specsteer.cloud.admission).
-    max_sessions_per_client: int = 8
-    # Sessions' caches together, in bytes; None: no budget (a Cloud in process serves one generation).
-    memory_budget_bytes: int | None = None
-    # A session that has not drafted (nor read a token) this long after its Open makes room for a new one.
-    unstarted_timeout_s: float = 30.0
-    # A session idle this long gives its room to an Open that needs it, oldest-idle first.
-    reclaim_idle_s: float = 30.0
-    # A session's whole life, from its Open; None: unbounded (a Cloud in process).
-    max_session_life_s: float | None = 3600.0
-    # The share of the memory budget one credential's sessions may reserve together.
-    max_client_share: float = 1.0
-
-    def __post_init__(self) -> None:
-        for name in (
-            "max_sessions",
-            "max_prompt_tokens",
-            "max_draft_len",
-            "max_new_tokens",
-            "max_stop_ids",
-            "max_sessions_per_client",
-        ):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1")
-        if self.max_draft_len > MAX_DRAFT_LEN:
-            raise ValueError(f"max_draft_len is at most {MAX_DRAFT_LEN}")
-        for name in ("unstarted_timeout_s", "reclaim_idle_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be > 0")
-        for name in ("idle_timeout_s", "max_session_life_s"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be > 0 (or None: never)")
-        if not 0 < self.max_client_share <= 1:
-            raise ValueError("max_client_share must be in (0, 1]")
-        if self.memory_budget_bytes is not None and self.memory_budget_bytes < 1:
-            raise ValueError("memory_budget_bytes must be at least 1 (or None: no budget)")
-
-    @property
-    def max_frame_bytes(self) -> int:
-        # The largest legal Open names an acceptance rule (the extension's bytes) as well as its longest prompt.
-        empty_open = Open(bytes(SESSION_BYTES), Rule.RATIO, (), 1, cda_lambda=0.0)
-        return len(encode(empty_open)) + 4 * (self.max_prompt_tokens + self.max_stop_ids)
-
-    @property
-    def max_cross_frame_bytes(self) -> int:
-        """A cross-tokenizer pair's largest legal Open: a CrossOpen carries the plain prompt twice."""
-        empty_open = CrossOpen(bytes(SESSION_BYTES), Rule.RATIO, (), 1, cda_lambda=0.0)
-        return len(encode(empty_open)) + 4 * (2 * self.max_prompt_tokens + self.max_stop_ids)
-
-    def to_json(self) -> dict:
-        return {**asdict(self), "max_frame_bytes": self.max_frame_bytes}
-
-
-def default_memory_budget(share: float = 0.5, device: str = "cpu") -> int:
-    """``share`` of the memory available now where the caches live (call it once the models are loaded):
-    the ``cloud`` command's budget for the sessions' caches when none is given. ``device``: the Generalist's
-    (``ModelRuntime.device``); on a GPU the budget is the card's free memory, not the host's."""
-    if device.startswith("cuda"):
-        free, total = torch.cuda.mem_get_info(torch.device(device))
-        return admission.gpu_memory_budget(free, total, share)
-    return admission.memory_budget(available_memory_bytes(), share)
-
-
-def available_memory_bytes() -> int:
-    """MemAvailable of /proc/meminfo (what can be allocated without swapping), else the free pages."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-class ServiceError(Exception):
-    """A request the Cloud refuses: ``status`` (HTTP), ``code`` (for the Edge's exception type), message, and
-    for a Cloud without room the seconds after which trying again may succeed (HTTP's Retry-After)."""
-
-    def __init__(self, status: int, code: str, message: str, retry_after_s: int | None = None):
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.retry_after_s = retry_after_s
 
 
 @dataclass(frozen=True)
@@ -194,45 +88,6 @@ class Answer:
     frames: Iterable[bytes]
     report: CloudReport | None
     session: bytes | None = None  # a stream's session: what the server ends when its reader goes away
-
-
-@dataclass(eq=False)
-class _Session:
-    id: bytes
-    opened: Open
-    cloud: Cloud | CrossCloud
-    log: ForwardLog
-    last_used: float
-    client: str = ""  # who opened it (the credential, specsteer.cloud.admission): the per-client caps count these
-    reserved: int = 0  # bytes of the budget its caches may come to hold
-    started: bool = False  # it has drafted or read a token since its Open
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    messages: int = 0  # frames received and sent so far; a pass is tagged with it
-    passes: list[CloudPass] = field(default_factory=list)
-    logged: int = 0  # trace steps of ``log`` already turned into passes
-    delivered: int = 0  # passes already reported
-    reused_reported: bool = False
-    emitted: int = 0  # tokens streamed (generate rule)
-    finished: bool = False  # the stream reached its budget or an end id
-    closed: bool = False
-    opened_at: float = 0.0  # its life is bounded from here (ServiceLimits.max_session_life_s)
-    reading: threading.Thread | None = None  # the read-ahead of its prompts (CloudService.read_ahead)
-    read_error: BaseException | None = None
-    # The read-ahead starts once this is set: at once, or (after-first-draft) when the Edge has drafted.
-    read_gate: threading.Event = field(default_factory=threading.Event)
-    skip_reading: bool = False  # closing before the read-ahead began: it reads nothing
-
-    def collect_passes(self) -> None:
-        for step in self.log.trace[self.logged :]:
-            self.passes.append(CloudPass(self.messages, step.who, step.size, step.seconds))
-        self.logged = len(self.log.trace)
-
-    def report(self, ratios: Iterable[float] = (), details: Iterable[CloudScores] = ()) -> CloudReport:
-        self.collect_passes()
-        passes, self.delivered = tuple(self.passes[self.delivered :]), len(self.passes)
-        reused = () if self.reused_reported else tuple(sorted(self.log.reused.items()))
-        self.reused_reported = True
-        return CloudReport(passes, tuple(ratios), reused, tuple(details))
 
 
 class CloudService:
@@ -272,7 +127,7 @@ class CloudService:
         self.read_ahead: ReadAhead = read_ahead_mode(read_ahead)
         self.instance = secrets.token_hex(8)  # a restarted Cloud has another
         self._clock = clock
-        self._sessions: dict[bytes, _Session] = {}
+        self._sessions: dict[bytes, SessionRecord] = {}
         self._ended: OrderedDict[bytes, str] = OrderedDict()
         self._table = threading.Lock()
         self._compute = threading.Lock()
@@ -302,7 +157,7 @@ class CloudService:
         """Answer one uplink frame from ``client`` (who is asking: the credential the server saw,
         ``specsteer.cloud.admission``; the per-client caps count by it); raises ServiceError for anything the
         Cloud refuses."""
-        message = self._decode(frame)
+        message = read_uplink(frame, self.frame_limit)
         self.expire_idle()
         if isinstance(message, Open):
             return self._open(message, client)
@@ -383,7 +238,7 @@ class CloudService:
             self._end(session, "closed-session")
         return True
 
-    def _expire(self, due: Callable[[_Session, float], bool], reason: str) -> int:
+    def _expire(self, due: Callable[[SessionRecord, float], bool], reason: str) -> int:
         now = self._clock()
         with self._table:
             idle = [s for s in self._sessions.values() if due(s, now)]
@@ -410,32 +265,16 @@ class CloudService:
 
     # ----------------------------------------------------------------------- messages
 
-    def _decode(self, frame: bytes):
-        limit = self.frame_limit
-        if len(frame) > limit:
-            raise ServiceError(
-                413, "too-large", f"A frame of {len(frame)} bytes is larger than this Cloud accepts ({limit} bytes)."
-            )
-        try:
-            return decode(frame, UPLINK)
-        except UnsupportedVersion as error:
-            raise ServiceError(
-                400,
-                "version",
-                f"The frame is in protocol version {error.version}; this Cloud speaks version {PROTOCOL_VERSION}.",
-            ) from None
-        except FrameError as error:
-            raise ServiceError(400, error.code, f"The Cloud could not read the frame: {error}.") from None
-
     def _open(self, message: Open, client: str) -> Answer:
-        if self.pair.generalist is None:
-            raise ValueError("a Cloud needs the Generalist: this pair was loaded for the Edge only")
+        self._generalist()  # a Cloud serves only a pair loaded with its Generalist
         problem = self._open_problem(message)
         if problem:
             raise ServiceError(400, "invalid", problem)
         log = ForwardLog()
         cloud = self._new_cloud(log)
-        session = _Session(message.session, message, cloud, log, self._clock(), client, self.session_bytes(message))
+        session = SessionRecord(
+            message.session, message, cloud, log, self._clock(), client, self.session_bytes(message)
+        )
         session.opened_at = session.last_used
         with session.lock:
             with self._admission:
@@ -486,7 +325,7 @@ class CloudService:
             if self._past_life(session):
                 self._end(session, "lifetime-session")
                 raise self._gone(message.session)
-            problem = self._draft_problem(message) or session.cloud.problem(message)
+            problem = draft_problem(message, self.limits, self.pair.vocab_size) or session.cloud.problem(message)
             if problem:
                 raise ServiceError(400, "invalid", problem)
             session.started = True
@@ -497,7 +336,7 @@ class CloudService:
             session.last_used = self._clock()
         return Answer((encode(verdict),), report)
 
-    def _stream(self, session: _Session) -> Iterator[bytes]:
+    def _stream(self, session: SessionRecord) -> Iterator[bytes]:
         """The ``generate`` rule: one Tokens frame per token, each computed when the previous was taken."""
         # A cross-tokenizer Generalist decodes in its own ids (the Open's end ids are the Specialist's).
         cross = self.pair.cross
@@ -521,7 +360,7 @@ class CloudService:
 
     # ----------------------------------------------------------------------- admission
 
-    def _make_room(self, session: _Session) -> None:
+    def _make_room(self, session: SessionRecord) -> None:
         """Admit ``session`` (specsteer.cloud.admission), ending the idle sessions whose room it takes; raises
         409 for a known id and 503 (with Retry-After) when there is no room. The caller holds ``_admission``."""
         with self._table:
@@ -531,7 +370,7 @@ class CloudService:
         for _ in range(3):  # a victim that became busy meanwhile is left alone, and the room decided again
             now = self._clock()
             with self._table:
-                holdings = [self._holding(other) for other in self._sessions.values()]
+                holdings = [other.holding() for other in self._sessions.values()]
             decision = admission.admit(candidate, holdings, self.limits, now)
             if decision.refusal is not None:
                 retry = decision.retry_after_s
@@ -539,11 +378,6 @@ class CloudService:
             if all(self._reclaim(victim, session.client, now) for victim in decision.victims):
                 return
         raise ServiceError(503, "busy", "The Cloud's sessions are all in use. Try again in 1 s.", retry_after_s=1)
-
-    @staticmethod
-    def _holding(session: _Session) -> admission.Holding:
-        busy = session.lock.locked()
-        return admission.Holding(session.id, session.client, session.reserved, session.last_used, session.started, busy)
 
     def _reclaim(self, session_id: bytes, claimant: str, now: float) -> bool:
         """End a session whose room an Open takes; False when it is being served now (then it stays)."""
@@ -566,7 +400,7 @@ class CloudService:
             session.lock.release()
         return True
 
-    def _past_life(self, session: _Session) -> bool:
+    def _past_life(self, session: SessionRecord) -> bool:
         life = self.limits.max_session_life_s
         return life is not None and self._clock() - session.opened_at > life
 
@@ -585,87 +419,17 @@ class CloudService:
     # ----------------------------------------------------------------------- checks
 
     def _open_problem(self, message: Open) -> str | None:
-        limits, vocab = self.limits, self.pair.vocab_size
-        if not message.prompt:
-            return "The prompt is empty."
-        if len(message.prompt) > limits.max_prompt_tokens:
-            return f"The prompt has {len(message.prompt)} tokens; this Cloud takes at most {limits.max_prompt_tokens}."
-        if not 1 <= message.max_new_tokens <= limits.max_new_tokens:
-            return f"The token budget must be between 1 and {limits.max_new_tokens} on this Cloud."
-        if len(message.stop_ids) > limits.max_stop_ids:
-            return f"At most {limits.max_stop_ids} end ids are accepted."
-        if _out_of_vocabulary(message.prompt + message.stop_ids, vocab):
-            return f"A token id is outside the Cloud's vocabulary of {vocab}: do both sides run the same pairing?"
-        cross_problem = self._cross_problem(message)
-        if cross_problem:
-            return cross_problem
-        if RULE_SPECS[message.rule].cloud_drafts and message.top_k > limits.max_draft_len:
-            return f"The Cloud drafts at most {limits.max_draft_len} tokens a round here; ask for fewer."
-        settings = finite_settings_problem(message)
-        if settings:
-            return f"Invalid decoding settings: {settings}."
-        return self._acceptance_problem(message)
-
-    def _acceptance_problem(self, message: Open) -> str | None:
-        """Whether this Cloud applies the acceptance rule the Open names (see :attr:`acceptance_rules`)."""
-        problem = acceptance_problem(message)
-        if problem:
-            return f"{problem}."
-        if message.acceptance not in self.acceptance_rules:
-            return (
-                f"This Cloud applies the fixed α only, not {message.acceptance.upper()}: {self._fixed_only_reason()}."
-            )
-        return None
+        problem = open_problem(message, self.limits, self.pair.vocab_size, self.pair.cross)
+        return problem or acceptance_refusal(message, self.acceptance_rules, self._fixed_only_reason())
 
     def _fixed_only_reason(self) -> str:
         if self.pair.cross is not None:
             return "across two tokenizers there is no one vocabulary to compare p_L and p_S0 over"
         return f"its rounds are decided by {self.acceptance.label} (a measurement)"
 
-    def _cross_problem(self, message: Open) -> str | None:
-        """Whether the kind of Open fits the pair: a cross-tokenizer pair needs the Generalist's prompt too."""
-        cross = self.pair.cross
-        if cross is None:
-            if isinstance(message, CrossOpen):
-                return (
-                    "This Cloud serves a pairing whose models share one tokenizer; it takes a plain Open, "
-                    "not a cross-tokenizer one."
-                )
-            return None
-        if not isinstance(message, CrossOpen):
-            return (
-                "This Cloud serves a cross-tokenizer pairing: open the session with the Generalist's prompt "
-                "too (a cross-open message)."
-            )
-        if not RULE_SPECS[message.rule].cross_tokenizer:
-            return (
-                f"The {message.rule.value!r} rule is not available across tokenizers; this Cloud offers "
-                f"{', '.join(CROSS_RULES)}."
-            )
-        if not message.large_prompt:
-            return "The Generalist's prompt is empty."
-        if len(message.large_prompt) > self.limits.max_prompt_tokens:
-            return (
-                f"The Generalist's prompt has {len(message.large_prompt)} tokens; this Cloud takes at most "
-                f"{self.limits.max_prompt_tokens}."
-            )
-        if _out_of_vocabulary(message.large_prompt, cross.vocab_size):
-            return f"A Generalist token id is outside its vocabulary of {cross.vocab_size}."
-        return None
-
-    def _draft_problem(self, message: Draft) -> str | None:
-        limits = self.limits
-        if len(message.draft) > limits.max_draft_len:
-            return f"{len(message.draft)} drafts in one round; this Cloud takes at most {limits.max_draft_len}."
-        if len(message.append) > limits.max_draft_len + 1:
-            return "Too many chosen tokens in one round."
-        if _out_of_vocabulary(message.append + message.draft, self.pair.vocab_size):
-            return f"A token id is outside the Cloud's vocabulary of {self.pair.vocab_size}."
-        return None
-
     # ----------------------------------------------------------------------- sessions
 
-    def _read_ahead(self, session: _Session) -> None:
+    def _read_ahead(self, session: SessionRecord) -> None:
         """A session's prompts read in their own thread (``read_ahead``) once its gate opens; its passes join
         the session's report placed before its first Draft, where they ran. A failure ends the session."""
         session.read_gate.wait()
@@ -682,7 +446,7 @@ class CloudService:
         with session.lock:
             session.collect_passes()
 
-    def _await_reading(self, session: _Session) -> None:
+    def _await_reading(self, session: SessionRecord) -> None:
         """Wait for the read-ahead; a request that needs the prompts opens its gate first."""
         session.read_gate.set()
         reading = session.reading
@@ -691,7 +455,7 @@ class CloudService:
             if session.read_error is not None:
                 raise ServiceError(500, "error", f"The Cloud failed to read the prompt: {session.read_error}")
 
-    def _run(self, session: _Session, step, *args):
+    def _run(self, session: SessionRecord, step, *args):
         """One model step of a session, alone on the models; a failure ends the session (its caches
         may be half written) and propagates."""
         try:
@@ -706,7 +470,7 @@ class CloudService:
         with self._compute, torch.inference_mode():
             yield
 
-    def _find(self, session_id: bytes) -> _Session:
+    def _find(self, session_id: bytes) -> SessionRecord:
         with self._table:
             session = self._sessions.get(session_id)
         if session is None:
@@ -716,37 +480,9 @@ class CloudService:
     def _gone(self, session_id: bytes) -> ServiceError:
         with self._table:
             reason = self._ended.get(session_id)
-        if reason == "expired-session":
-            idle = self.limits.idle_timeout_s
-            idle = self.limits.unstarted_timeout_s if idle is None else idle
-            return ServiceError(
-                410, reason, f"The Cloud ended this generation's session after {idle:g} s without a message."
-            )
-        if reason == "reclaimed-session":
-            return ServiceError(
-                410,
-                reason,
-                "The Cloud gave this generation's session's room to a new one: it had been "
-                f"{self.limits.reclaim_idle_s:g} s or more without a message while the Cloud was full.",
-            )
-        if reason == "lifetime-session":
-            return ServiceError(
-                410,
-                reason,
-                f"The Cloud ended this generation's session at its limit of {self.limits.max_session_life_s:g} s "
-                "for one session.",
-            )
-        if reason == "closed-session":
-            return ServiceError(410, reason, "This generation's session on the Cloud has already ended.")
-        return ServiceError(
-            404,
-            "unknown-session",
-            f"The Cloud (instance {self.instance}) does not know this "
-            "generation's session; it may have restarted since the "
-            "generation began.",
-        )
+        return gone_error(reason, self.limits, self.instance)
 
-    def _end(self, session: _Session, reason: str) -> None:
+    def _end(self, session: SessionRecord, reason: str) -> None:
         """Forget a session and give its caches back (the caller holds the session's lock)."""
         session.closed = True
         session.read_gate.set()  # a read-ahead still waiting ends without reading
@@ -759,7 +495,3 @@ class CloudService:
             session.cloud.close()
             if not self.reuse_prefixes:
                 self.pair.clear_prefix_caches()
-
-
-def _out_of_vocabulary(ids: tuple[int, ...], vocab_size: int) -> bool:
-    return bool(ids) and max(ids) >= vocab_size

@@ -39,6 +39,7 @@ from specsteer.service.campaign_checks import (
     outputs_similarity,
     record_history,
 )
+from specsteer.service.campaign_records import valid_record_limit
 from specsteer.service.campaign_values import CampaignError, CreatedCampaign
 from specsteer.service.campaigns import CampaignService
 from specsteer.service.join_codes import issue_codes
@@ -203,9 +204,7 @@ def _records_path(config: Mapping[str, Any]) -> tuple[str, str]:
 def select_from_run(run: StoredRun, cells: Sequence[CellResult], request: RunCampaignRequest) -> RunSelection:
     """Everything a campaign from ``run`` holds, or a CampaignError saying why there is none. Reads the run's
     records file; stores nothing."""
-    limit = request.limit
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RECORDS):
-        raise CampaignError(f"The number of records is 1 to {MAX_RECORDS}.")
+    limit = valid_record_limit(request.limit)
     try:
         spec = spec_from_config(run.config)
     except (TypeError, ValueError, KeyError) as error:

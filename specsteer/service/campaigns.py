@@ -23,17 +23,14 @@
   (``specsteer.service.judge_report.export_fields``).
 
 What campaigns take and give is ``specsteer.service.campaign_values``; their limits, the checks of what a
-person types and the blind order are ``specsteer.service.campaign_checks``.
+person types and the blind order are ``specsteer.service.campaign_checks``; the records they read,
+``specsteer.service.campaign_records``; the export's rows and file, ``specsteer.service.campaign_export``.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
-import re
-import shutil
-import tempfile
 import threading
 import time
 import unicodedata
@@ -41,7 +38,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from specsteer.data.datasets import COGENESIS_TASK, EVALUATION_TASKS, DataError, load_task_records, resolve_data_source
+from specsteer.data.datasets import EVALUATION_TASKS, DataError, load_task_records
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.evaluation.preference import CampaignJudgement, as_campaign_judgement, preference_report
 from specsteer.method.catalog import PRIVATE_METHODS
@@ -61,6 +58,8 @@ from specsteer.service.campaign_checks import (
     valid_rationale,
 )
 from specsteer.service.campaign_estimate import CampaignEstimate, StoredPaces, calibrated_pace, estimate
+from specsteer.service.campaign_export import export_file, judgement_row
+from specsteer.service.campaign_records import campaign_records, record_count, records_source, valid_record_limit
 from specsteer.service.campaign_values import (
     CampaignError,
     CampaignEvent,
@@ -86,28 +85,13 @@ from specsteer.stores.campaigns import (
     StoredCampaign,
     StoredCampaignJudgement,
 )
-from specsteer.stores.generations import (
-    RATING_CRITERIA,
-    SPECIAL_PREFERENCES,
-    StoredComparison,
-    StoredOutput,
-    slot_label,
-)
+from specsteer.stores.generations import SPECIAL_PREFERENCES, StoredComparison, StoredOutput, slot_label
 from specsteer.stores.protocols import CampaignStore, GenerationStore, JudgeReader, RunStore
 from specsteer.util.jsonable import to_jsonable
 
 log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------- the service
-
-
-@functools.lru_cache(maxsize=32)
-def _record_count(path: str, task: str, limit: int) -> int:
-    """How many records a campaign over ``path`` would take (a form asks on every change: read once)."""
-    try:
-        return len(load_task_records(path, task, limit=limit))
-    except (DataError, ValueError, OSError, RecursionError) as error:
-        raise CampaignError(sentence(f"The records do not read: {error}")) from None
 
 
 class CampaignService:
@@ -162,20 +146,13 @@ class CampaignService:
             )
         if len(methods) < 2:
             raise CampaignError("Choose at least two methods to compare.")
-        limit = request.limit
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RECORDS
-        ):
-            raise CampaignError(f"The number of records is 1 to {MAX_RECORDS}.")
+        limit = valid_record_limit(request.limit)
         try:
             settings = self.checks.runnable({**dict(request.settings), "method": methods[0]})
         except ValueError as error:
             raise CampaignError(sentence(str(error))) from None
-        source, path = self._data(request.data, request.task)
-        try:
-            records = load_task_records(path, request.task, limit=limit or MAX_RECORDS)
-        except (DataError, ValueError, OSError, RecursionError) as error:
-            raise CampaignError(sentence(f"The records do not read: {error}")) from None
+        source, path = records_source(request.data, request.task)
+        records = campaign_records(path, request.task, limit or MAX_RECORDS)
         if not records:
             raise CampaignError("The records file holds no record for this task.")
         names = tuple(dict.fromkeys(clean_name(annotator, "annotator's name") for annotator in request.annotators))
@@ -212,15 +189,11 @@ class CampaignService:
             or not 1 <= tokens <= self.checks.limits.max_new_tokens
         ):
             raise CampaignError(f"Max new tokens is 1 to {self.checks.limits.max_new_tokens}.")
-        limit = request.limit
-        if limit is not None and (
-            isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_RECORDS
-        ):
-            raise CampaignError(f"The number of records is 1 to {MAX_RECORDS}.")
+        limit = valid_record_limit(request.limit)
         note = ""
         if request.data in ("sample", "shared", "shared:dev"):
-            _source, path = self._data(request.data, request.task)
-            records = _record_count(path, request.task, limit or MAX_RECORDS)
+            _source, path = records_source(request.data, request.task)
+            records = record_count(path, request.task, limit or MAX_RECORDS)
         else:  # an upload: counted when the campaign is created
             records = limit or MAX_RECORDS
             note = f"The uploaded file's records are counted when the campaign is created: up to {records} here."
@@ -230,21 +203,6 @@ class CampaignService:
             if method not in paces and (pace := calibrated_pace(pairing, method)) is not None:
                 paces[method] = pace
         return estimate(records, methods, tokens, paces, note)
-
-    @staticmethod
-    def _data(data: str, task: str) -> tuple[str, str]:
-        if not isinstance(data, str) or not data.strip():
-            raise CampaignError("Choose the records: the bundled sample, the shared records or an uploaded file.")
-        if data in ("sample", "shared", "shared:dev"):
-            if data == "shared:dev" and task != COGENESIS_TASK:
-                raise CampaignError("Only CoGenesis has a dev split; choose the shared records.")
-            try:
-                return data, resolve_data_source(data, task)
-            except (DataError, ValueError) as error:
-                raise CampaignError(sentence(str(error))) from None
-        if not Path(data).is_file():  # an uploaded file, kept by EvaluationService.keep_records
-            raise CampaignError("The uploaded records file is gone; upload it again.")
-        return "upload", str(Path(data))
 
     def generate(
         self, name: str, cancel: threading.Event | None = None, shard: tuple[int, int] = (0, 1)
@@ -519,31 +477,7 @@ class CampaignService:
             scores = self.judges.scores(source.run_id) if source is not None and self.judges is not None else []
             records = {item.comparison_id: item.record_key for item in self.store.items(campaign.id)} if scores else {}
             for judgement in self.store.judgements(campaign.id):
-                stored = self.comparisons.comparison(judgement.comparison_id)
-                texts = {output.method: output.text for output in stored.outputs} if stored else {}
-                row: dict[str, Any] = {
-                    "campaign": campaign.name,
-                    "open_to_anyone": campaign.open_to_anyone,
-                    "judgement_id": judgement.id,
-                    "comparison_id": judgement.comparison_id,
-                    "annotator": judgement.annotator,
-                    "task": campaign.task,
-                    "pairing": campaign.pairing,
-                    "input_text": stored.input_text if stored else "",
-                    "slot_order": ";".join(f"{slot_label(i)}={m}" for i, m in enumerate(judgement.slots)),
-                    "preference": judgement.preference,
-                    "preferred_method": judgement.preferred_method,
-                    "rationale": judgement.rationale,
-                    "seconds": judgement.seconds,
-                    "saves": judgement.saves,
-                    "created_at": judgement.created_at.isoformat() if judgement.created_at else None,
-                    "updated_at": judgement.updated_at.isoformat() if judgement.updated_at else None,
-                }
-                for slot, method in enumerate(judgement.slots):
-                    row[f"output:{slot_label(slot)}"] = texts.get(method, "")
-                for method in judgement.slots:
-                    for criterion in RATING_CRITERIA:
-                        row[f"rating:{method}:{criterion}"] = judgement.ratings.get(method, {}).get(criterion)
+                row = judgement_row(campaign, judgement, self.comparisons.comparison(judgement.comparison_id))
                 if source is not None and judgement.comparison_id in records:
                     row |= export_fields(scores, records[judgement.comparison_id], campaign.methods, source)
                 rows.append(row)
@@ -553,15 +487,4 @@ class CampaignService:
         """A fresh CSV (formula cells neutralised) or JSON-lines file of :meth:`export_rows`."""
         if kind not in ("csv", "jsonl"):
             raise CampaignError(f"Unknown export format {str(kind)[:20]!r}: choose csv or jsonl.")
-        rows = self.export_rows(name, token)
-        if not rows:
-            return AnnotationExport(None, 0)
-        folder = Path(tempfile.mkdtemp(prefix="specsteer-campaign-"))
-        label = re.sub(r"[^\w.-]", "_", name or "all-campaigns")
-        path = folder / f"{label}-{time.strftime('%Y%m%d-%H%M%S')}.{kind}"
-        try:
-            count = self.store.write_export(kind, rows, path)
-        except Exception:
-            shutil.rmtree(folder, ignore_errors=True)
-            raise
-        return AnnotationExport(path, count)
+        return export_file(kind, self.export_rows(name, token), name, self.store.write_export)

@@ -5,10 +5,11 @@ The steps are always: validate the settings (``specsteer.service.checks``) → p
 and prompts, on the device) → reach the Cloud when the settings name a remote one (it must answer and serve
 the chosen pairing before anything loads: ``specsteer.service.remote_clouds``) → load the pair (with
 progress; only the Specialist for a remote Cloud: ``specsteer.service.pair_loading``) → generate → audit what
-crossed the link → save through the :class:`GenerationStore`. Nothing raises out of a workflow for bad input,
-a model that cannot load, a Cloud that cannot be reached or a model that fails: each ends with one ``Failed``
-event (``specsteer.service.events``). A remote Cloud that fails midway ends a generation with
-``Failed(message, partial)``: what was emitted before, audited and saved like a stopped generation.
+crossed the link (``specsteer.service.privacy_report``) → save through the :class:`GenerationStore`. Nothing
+raises out of a workflow for bad input, a model that cannot load, a Cloud that cannot be reached or a model that
+fails: each ends with one ``Failed`` event (``specsteer.service.events``). A remote Cloud that fails midway ends
+a generation with ``Failed(message, partial)``: what was emitted before, audited and saved like a stopped
+generation.
 """
 
 from __future__ import annotations
@@ -22,17 +23,13 @@ from pathlib import Path
 
 from specsteer.cloud.in_process import InProcessCloud
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD
-from specsteer.data.crossing import history_texts
-from specsteer.data.crossing_replay import history_crossing
-from specsteer.data.facts import method_exposure, split_private_facts
 from specsteer.data.history import MAX_UPLOAD_BYTES, HistoryError, parse_history
-from specsteer.data.privacy import audit_uplink
 from specsteer.data.tasks import PromptStyle, as_prompt_style, render_item
 from specsteer.engine.decode_config import cross_tokenizer_problem
 from specsteer.engine.generate import generate
-from specsteer.engine.request import Prepared, Request, chat_ids, prepare
+from specsteer.engine.request import Prepared, Request, prepare
 from specsteer.engine.settings import GenerationSettings, sentence
-from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS, method_label
+from specsteer.method.catalog import METHODS, PRIVATE_METHODS, method_label
 from specsteer.method.events import Finished, TokenEvent
 from specsteer.models.loading import LoadedPair
 from specsteer.models.weights import ModelLoadError
@@ -49,7 +46,6 @@ from specsteer.service.events import (
     GenerationResult,
     OutputDone,
     Pending,
-    PrivacyReport,
     RetrievalPreview,
     SavedComparison,
     ScoredItem,
@@ -59,6 +55,7 @@ from specsteer.service.events import (
 )
 from specsteer.service.pair_catalog import PairCatalog
 from specsteer.service.pair_loading import PairLoader
+from specsteer.service.privacy_report import privacy_report
 from specsteer.service.remote_clouds import RemoteClouds
 from specsteer.service.warmup import WarmUp, warm
 from specsteer.stores.generations import NamedHistory, NewComparison, NewGeneration
@@ -233,9 +230,7 @@ class GenerationService:
         finished: Finished,
     ) -> GenerationResult:
         """Audit a generation's uplink and save it; a failed save still returns the output."""
-        facts = split_private_facts(history.history.profile or "") if history is not None else ()
-        texts = history_texts(history.history.items, history.history.profile) if history is not None else []
-        privacy = self._privacy(pair, prepared, tokens, finished, settings, facts, texts)
+        privacy = privacy_report(history, pair, prepared, tokens, finished, settings)
         saved_id, save_error = None, None
         try:
             history_id = self.store.save_history(history) if history is not None else None
@@ -406,48 +401,6 @@ class GenerationService:
                 tokens.append(event)
                 yield Token(event, slot)
         raise RuntimeError("the generation ended without its statistics")
-
-    @staticmethod
-    def _privacy(
-        pair: LoadedPair,
-        prepared: Prepared,
-        tokens: Sequence[TokenEvent],
-        finished: Finished,
-        settings: GenerationSettings,
-        facts: Sequence[str] = (),
-        history: Sequence[str] = (),
-    ) -> PrivacyReport | None:
-        if METHOD_INFO[finished.stats.method].device_only:
-            return None
-        tokenizer = pair.tokenizer
-        sends_private = METHOD_INFO[finished.stats.method].sends_private_context
-        # The prompt the Cloud should have been given (llm+: the private one), in each model's ids.
-        expected = prepared.prompts.private if sends_private else prepared.prompts.plain
-        large_ids = chat_ids(pair.cross.tokenizer, expected, pair.cross.chat) if pair.cross else None
-        private = chat_ids(tokenizer, prepared.prompts.private, pair.chat) if sends_private else None
-        audit = audit_uplink(
-            finished.transcript,
-            chat_ids(tokenizer, prepared.prompts.plain, pair.chat),
-            tokens,
-            large_ids,
-            private_prompt_ids=private,
-        )
-        exposure = (
-            method_exposure(finished.stats.method, facts, prepared.prompts, finished.stats.sent_text, finished.text)
-            if facts
-            else None
-        )
-        crossing = history_crossing(
-            finished, tokens, tokenizer, history, prepared.prompts.plain, settings.private_guard
-        )
-        return PrivacyReport(
-            audit,
-            tuple(finished.transcript),
-            lambda ids: str(tokenizer.decode(list(ids), skip_special_tokens=False)),
-            exposure,
-            crossing,
-            settings.guarded() if crossing.crossed else None,
-        )
 
     def _save_generation(
         self,

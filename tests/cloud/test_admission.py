@@ -16,7 +16,9 @@ from specsteer.cli import evaluate as evaluate_cli
 from specsteer.cloud import admission
 from specsteer.cloud import service as cloud_service
 from specsteer.cloud.admission import ANONYMOUS, SHARED, Holding, admit, credential, edge_key
-from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
+from specsteer.cloud.limits import ServiceLimits
+from specsteer.cloud.refusals import ServiceError
+from specsteer.cloud.service import CloudService
 from specsteer.data.datasets import bundled_sample_path
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import collect, generate_ids

@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 
 from specsteer.cloud.in_process import InProcessCloud, LocalTransport
-from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
+from specsteer.cloud.limits import ServiceLimits
+from specsteer.cloud.refusals import ServiceError
+from specsteer.cloud.service import CloudService
 from specsteer.engine.decode_config import DecodeConfig, cross_tokenizer_problem
 from specsteer.engine.generate import collect, generate_ids
 from specsteer.method.acceptance import ScriptedRate

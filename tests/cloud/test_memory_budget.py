@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from specsteer.cloud import admission
-from specsteer.cloud import service as cloud_service
+from specsteer.cloud import limits as cloud_limits
 
 GIB = 2**30
 
@@ -23,10 +23,10 @@ def test_a_gpu_budget_is_a_share_of_its_free_memory_past_the_headroom():
 def test_the_default_budget_asks_the_device_where_the_generalist_is(monkeypatch):
     asked = []
     monkeypatch.setattr(
-        cloud_service.torch.cuda, "mem_get_info", lambda device: asked.append(str(device)) or (20 * GIB, 80 * GIB)
+        cloud_limits.torch.cuda, "mem_get_info", lambda device: asked.append(str(device)) or (20 * GIB, 80 * GIB)
     )
-    monkeypatch.setattr(cloud_service, "available_memory_bytes", lambda: 100 * GIB)
-    assert cloud_service.default_memory_budget(0.5, "cuda:1") == admission.gpu_memory_budget(20 * GIB, 80 * GIB, 0.5)
+    monkeypatch.setattr(cloud_limits, "available_memory_bytes", lambda: 100 * GIB)
+    assert cloud_limits.default_memory_budget(0.5, "cuda:1") == admission.gpu_memory_budget(20 * GIB, 80 * GIB, 0.5)
     assert asked == ["cuda:1"]
-    assert cloud_service.default_memory_budget(0.5, "cpu") == 50 * GIB  # the host's memory for a CPU pair
+    assert cloud_limits.default_memory_budget(0.5, "cpu") == 50 * GIB  # the host's memory for a CPU pair
     assert asked == ["cuda:1"]

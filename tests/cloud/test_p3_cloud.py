@@ -6,7 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
+from specsteer.cloud.limits import ServiceLimits
+from specsteer.cloud.refusals import ServiceError
+from specsteer.cloud.service import CloudService
 from specsteer.protocol.wire import Draft, Open, Tokens, decode, encode
 
 SESSION = (1).to_bytes(16, "little")

@@ -168,7 +168,7 @@ def test_rules_a_vllm_cloud_cannot_run_are_refused_clearly(pair, service):
 def test_admission_counts_the_engines_kv_cache(pair, launched):
     from dataclasses import replace
 
-    from specsteer.cloud.service import ServiceLimits
+    from specsteer.cloud.limits import ServiceLimits
 
     plain, _private = prompts(pair)
     service = VllmCloudService(launched.pair)

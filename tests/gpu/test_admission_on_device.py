@@ -6,7 +6,8 @@ from __future__ import annotations
 import torch
 
 from specsteer.cloud import admission
-from specsteer.cloud.service import CloudService, ServiceLimits, available_memory_bytes, default_memory_budget
+from specsteer.cloud.limits import ServiceLimits, available_memory_bytes, default_memory_budget
+from specsteer.cloud.service import CloudService
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import collect, generate_ids
 from specsteer.models.tiny import tiny_pair, tiny_tokenizer

@@ -9,7 +9,8 @@ import random
 import pytest
 import torch
 
-from specsteer.cloud.service import CloudService, ServiceError
+from specsteer.cloud.refusals import ServiceError
+from specsteer.cloud.service import CloudService
 from specsteer.data.privacy import audit_uplink
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import collect, generate_ids

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from specsteer.cloud.service import ServiceError
+from specsteer.cloud.refusals import ServiceError
 
 _ENGINE_ERROR_CHARS = 300  # of an engine's error message relayed to the Edge
 

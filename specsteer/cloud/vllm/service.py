@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import contextlib
 
-from specsteer.cloud.service import CloudService, ServiceLimits
+from specsteer.cloud.limits import ServiceLimits
+from specsteer.cloud.service import CloudService
 from specsteer.cloud.vllm.pair import ENGINE_NAME, EngineStats, VllmPair
 from specsteer.cloud.vllm.session import VllmCloud
 from specsteer.method.decoding import ForwardLog

@@ -48,7 +48,7 @@ class DecodeConfig:
     costeer_eta: float = 10.0
     costeer_lambda: float = 2.0
     # The private-span guard (beyond the paper): no token the Edge sends completes a run of this many
-    # token ids found in the private prompt and not in the plain one (decoding.PrivateSpanGuard); 0 = off.
+    # token ids found in the private prompt and not in the plain one (drafting.PrivateSpanGuard); 0 = off.
     private_guard: int = 0
     p3: P3Params = P3Params()  # P³'s Cloud draft length and threshold (method p3 only)
     # The ratio test's threshold: None, the fixed α (the paper); a number, CDA's λ (the Cloud adapts α per draft to

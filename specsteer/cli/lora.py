@@ -95,7 +95,7 @@ def _show(directory: str) -> int:
 def _table(args) -> int:
     """Read-only: the two runs' cells, their prompts and the records' facts rebuilt from the records file."""
     import storage  # the composition root: the one place here that reads the SQL store
-    from specsteer.data.datasets import DataError
+    from specsteer.data.record_files import DataError
     from specsteer.evaluation.grid import run_facts, run_prompts
     from specsteer.evaluation.lora_table import lora_table, table_json, table_text
 

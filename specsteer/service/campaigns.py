@@ -41,7 +41,9 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from specsteer.data.datasets import COGENESIS_TASK, EVALUATION_TASKS, DataError, load_task_records, resolve_data_source
+from specsteer.data.datasets import COGENESIS_TASK, EVALUATION_TASKS, load_task_records
+from specsteer.data.record_files import DataError
+from specsteer.data.sources import resolve_data_source
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.evaluation.preference import CampaignJudgement, as_campaign_judgement, preference_report
 from specsteer.method.catalog import PRIVATE_METHODS

@@ -19,8 +19,8 @@ import pytest
 import app
 import storage
 from specsteer.cloud.process import free_loopback_port
-from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_path
 from specsteer.data.history import MAX_UPLOAD_BYTES
+from specsteer.data.sources import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_path
 from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.method.catalog import METHOD_INFO, METHODS, method_label
 from specsteer.method.events import GenerationStats, TokenEvent

@@ -17,7 +17,7 @@ from specsteer.cloud import admission
 from specsteer.cloud import service as cloud_service
 from specsteer.cloud.admission import ANONYMOUS, SHARED, Holding, admit, credential, edge_key
 from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
-from specsteer.data.datasets import bundled_sample_path
+from specsteer.data.sources import bundled_sample_path
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import collect, generate_ids
 from specsteer.evaluation.grid import EvalSpec, run_grid

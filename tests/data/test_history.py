@@ -10,7 +10,6 @@ import pickle
 import pytest
 
 from specsteer.data import history
-from specsteer.data.datasets import SAMPLE_USERS, sample_history_path, shared_data_path
 from specsteer.data.history import (
     MAX_ITEM_CHARS,
     MAX_ITEMS,
@@ -20,6 +19,7 @@ from specsteer.data.history import (
     HistoryItem,
     parse_history,
 )
+from specsteer.data.sources import SAMPLE_USERS, sample_history_path, shared_data_path
 
 REVIEW = {"description": "A kettle", "overall": "4.0", "reviewText": "Boils fast!", "summary": "Quick"}
 WRITING = {"author": "sam", "content": "bread again", "id": "x1", "summary": "bread"}

@@ -9,7 +9,7 @@ import pytest
 from models.test_runtime_plan import PROMPT_HEAVY, _save, _split_pair, cache, gguf_dir  # noqa: F401 -- fixtures
 
 import storage
-from specsteer.data.datasets import bundled_sample_path
+from specsteer.data.sources import bundled_sample_path
 from specsteer.evaluation.bench import auto_rows
 from specsteer.evaluation.grid import EvalSpec, open_or_resume, run_config, run_grid
 from specsteer.models import loading

@@ -133,7 +133,8 @@ def _table(args) -> int:
 
 
 def _train(args) -> int:
-    from specsteer.data.history import HistoryError, parse_history
+    from specsteer.data.history import HistoryError
+    from specsteer.data.history_upload import parse_history
     from specsteer.edge.lora import LoraSettings, LoraTrainingError, TrainingProgress, TrainingStopped, train_lora
 
     try:

@@ -25,7 +25,8 @@ from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD
 from specsteer.data.crossing import history_texts
 from specsteer.data.crossing_replay import history_crossing
 from specsteer.data.facts import method_exposure, split_private_facts
-from specsteer.data.history import MAX_UPLOAD_BYTES, HistoryError, parse_history
+from specsteer.data.history import HistoryError
+from specsteer.data.history_upload import MAX_UPLOAD_BYTES, parse_history
 from specsteer.data.privacy import audit_uplink
 from specsteer.data.tasks import PromptStyle, as_prompt_style, render_item
 from specsteer.engine.decode_config import cross_tokenizer_problem

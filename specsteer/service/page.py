@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from specsteer.data.history import parse_history
+from specsteer.data.history_upload import parse_history
 from specsteer.data.sources import SAMPLE_USERS, sample_history_path
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.protocol.exposure import CLOUD_URL_ENV, cloud_address

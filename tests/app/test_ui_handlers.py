@@ -19,7 +19,7 @@ import pytest
 import app
 import storage
 from specsteer.cloud.process import free_loopback_port
-from specsteer.data.history import MAX_UPLOAD_BYTES
+from specsteer.data.history_upload import MAX_UPLOAD_BYTES
 from specsteer.data.sources import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_path
 from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.method.catalog import METHOD_INFO, METHODS, method_label

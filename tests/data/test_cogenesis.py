@@ -7,7 +7,8 @@ import json
 import pytest
 
 from specsteer.data.datasets import load_cogenesis
-from specsteer.data.history import HistoryError, parse_history
+from specsteer.data.history import HistoryError
+from specsteer.data.history_upload import parse_history
 from specsteer.data.privacy import audit_uplink
 from specsteer.data.record_files import DataError
 from specsteer.data.sources import resolve_data_source, shared_cogenesis_path

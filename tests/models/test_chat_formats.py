@@ -14,7 +14,7 @@ import huggingface_hub.constants
 import pytest
 
 import storage
-from specsteer.data.history import parse_history
+from specsteer.data.history_upload import parse_history
 from specsteer.data.sources import sample_history_path
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import collect, generate

@@ -9,7 +9,7 @@ import pytest
 from service.test_service import MemoryStore, values
 
 import storage
-from specsteer.data.history import parse_history
+from specsteer.data.history_upload import parse_history
 from specsteer.data.sources import sample_history_path
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
 from specsteer.service.app_service import AppService

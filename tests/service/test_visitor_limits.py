@@ -13,7 +13,8 @@ import pytest
 import storage
 from specsteer.cli.evaluate import main as evaluate_main
 from specsteer.data.datasets import load_records
-from specsteer.data.history import HistoryError, parse_history
+from specsteer.data.history import HistoryError
+from specsteer.data.history_upload import parse_history
 from specsteer.data.record_files import DataError
 from specsteer.data.sources import bundled_sample_path
 from specsteer.evaluation.grid import EvalSpec

@@ -16,7 +16,7 @@ from specsteer.models.calibration import RuntimeChoice
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS
 from specsteer.models.runtime_plan import PROMPT_READER, RuntimePlan, plan_costs, plan_streams
 from specsteer.models.tiny import tiny_pair, tiny_tokenizer, write_tiny_gguf
-from specsteer.runtimes import llamacpp
+from specsteer.runtimes import llamacpp_build
 from specsteer.runtimes import llamacpp_probe as probe
 from specsteer.runtimes.base import RUNTIMES, TransformersModel
 from testkit import require_llamacpp
@@ -159,7 +159,7 @@ def test_the_specialist_pair_is_one_choice():
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path))
     monkeypatch.delenv(probe.ENV_FORCE, raising=False)
-    monkeypatch.setattr(llamacpp, "status", lambda models=(): (True, "llama-cpp-python (test)"))
+    monkeypatch.setattr(llamacpp_build, "status", lambda models=(): (True, "llama-cpp-python (test)"))
     monkeypatch.setattr(planning, "converted_ready", lambda pairing: True)
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     yield tmp_path

@@ -9,7 +9,7 @@ from collections.abc import Iterable, Iterator
 from specsteer.cloud.read_ahead import ReadAhead, read_ahead_mode
 from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
 from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy
-from specsteer.models.loading import LoadedPair
+from specsteer.models.pair import LoadedPair
 from specsteer.protocol.link import Arrival, Reply, Transport, cloud_error
 from specsteer.protocol.wire import CloudInfo, CloudReport
 

@@ -63,7 +63,7 @@ from specsteer.cloud.verifier import Cloud, CrossCloud, acceptance_problem, fini
 from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy
 from specsteer.method.decoding import ForwardLog
 from specsteer.method.token_details import CloudScores
-from specsteer.models.loading import LoadedPair
+from specsteer.models.pair import LoadedPair
 from specsteer.protocol.rules import ACCEPTANCE_RULES, CROSS_RULES, FIXED, RULE_SPECS, Rule
 from specsteer.protocol.wire import (
     DRAFT_HEADROOM,

@@ -13,7 +13,7 @@ from specsteer.protocol.rules import cda_problem
 from specsteer.protocol.wire import MAX_DRAFT_LEN, MAX_NEW_TOKENS
 
 if TYPE_CHECKING:  # loading a pair loads torch; the config only reads one's tokenizer facts
-    from specsteer.models.loading import LoadedPair
+    from specsteer.models.pair import LoadedPair
 
 # What runs on a cross-tokenizer pair (specsteer.method.crosstok): SpecSteer's ratio rule and LightCoSteer
 # (rounds of no drafts) over the common byte space, the device-only baselines and the Generalist alone

@@ -60,7 +60,7 @@ from specsteer.runtimes.base import TransformersModel
 from specsteer.runtimes.machine import machine_info
 
 if TYPE_CHECKING:
-    from specsteer.models.loading import LoadedPair
+    from specsteer.models.pair import LoadedPair
 
 DEFAULT_METHODS = "slm,slm+,llm,sd,sd-plain,lightcosteer,costeer,specsteer"
 # The adaptive chooser picks k from the bound, so it gets the whole range: at the ~99 % per-token

@@ -35,7 +35,7 @@ from specsteer.engine.request import Prepared, Request, chat_ids, prepare
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.method.catalog import METHOD_INFO, METHODS, PRIVATE_METHODS, method_label
 from specsteer.method.events import Finished, TokenEvent
-from specsteer.models.loading import LoadedPair
+from specsteer.models.pair import LoadedPair
 from specsteer.models.weights import ModelLoadError
 from specsteer.protocol.link import CloudEndpoint, CloudError
 from specsteer.service.checks import RequestChecks

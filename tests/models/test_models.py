@@ -18,7 +18,8 @@ import torch
 from specsteer.cli import models as models_cli
 from specsteer.models import loading, planning
 from specsteer.models import weights as models
-from specsteer.models.loading import check_tokenizers_match, load_pair, shared_vocab_size
+from specsteer.models.loading import load_pair
+from specsteer.models.pair import check_tokenizers_match, shared_vocab_size
 from specsteer.models.registry import (
     CACHE_MARKER,
     DEFAULT_PAIRING,

@@ -10,8 +10,8 @@ from specsteer.cloud.read_ahead import ReadAhead, read_ahead_mode
 from specsteer.cloud.service import CloudService, ServiceError, ServiceLimits
 from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy
 from specsteer.models.pair import LoadedPair
+from specsteer.protocol.cloud_reports import CloudInfo, CloudReport
 from specsteer.protocol.link import Arrival, Reply, Transport, cloud_error
-from specsteer.protocol.wire import CloudInfo, CloudReport
 
 
 class LocalTransport:

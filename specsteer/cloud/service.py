@@ -64,6 +64,7 @@ from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy
 from specsteer.method.decoding import ForwardLog
 from specsteer.method.token_details import CloudScores
 from specsteer.models.pair import LoadedPair
+from specsteer.protocol.cloud_reports import CloudInfo, CloudPass, CloudReport
 from specsteer.protocol.rules import ACCEPTANCE_RULES, CROSS_RULES, FIXED, RULE_SPECS, Rule
 from specsteer.protocol.wire import (
     DRAFT_HEADROOM,
@@ -72,9 +73,6 @@ from specsteer.protocol.wire import (
     PROTOCOL_VERSION,
     SESSION_BYTES,
     UPLINK,
-    CloudInfo,
-    CloudPass,
-    CloudReport,
     CrossOpen,
     Draft,
     FrameError,

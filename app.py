@@ -51,7 +51,7 @@ import gradio as gr  # noqa: E402
 
 import storage  # noqa: E402
 from specsteer.cloud.api import CLOUD_SECRET_ENV  # noqa: E402
-from specsteer.data.datasets import EXAMPLE_RUNS_DB  # noqa: E402
+from specsteer.data.sources import EXAMPLE_RUNS_DB  # noqa: E402
 from specsteer.protocol.exposure import Exposure, secret_problem  # noqa: E402
 from specsteer.service import pairings  # noqa: E402
 from specsteer.service.app_service import AppService  # noqa: E402

@@ -36,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS  # noqa: E402
+from specsteer.data.sources import DEFAULT_SAMPLE, SAMPLE_USERS  # noqa: E402
 from specsteer.models.tiny import TEST_PAIRING_ID  # noqa: E402
 
 TARGET_RATIO = 1.2  # the first click's first visible token <= the second's plus 20 %

@@ -27,7 +27,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import storage  # noqa: E402  (the repository root on the path first)
-from specsteer.data.datasets import EXAMPLE_RUNS_DB  # noqa: E402
+from specsteer.data.sources import EXAMPLE_RUNS_DB  # noqa: E402
 from storage.runs import copy_run  # noqa: E402
 
 

@@ -27,18 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from specsteer.data.crossing import PhraseIndex, history_texts, phrase_key  # noqa: E402
-from specsteer.data.datasets import (  # noqa: E402
-    DEFAULT_SAMPLE,
-    LONGLAMP_TASKS,
-    SAMPLE_USERS,
-    SAMPLES_DIR,
-    Record,
-    bundled_sample_path,
-    load_cogenesis,
-    load_records,
-    shared_cogenesis_path,
-)
+from specsteer.data.datasets import LONGLAMP_TASKS, Record, load_cogenesis, load_records  # noqa: E402
 from specsteer.data.history import persona_history  # noqa: E402
+from specsteer.data.sources import DEFAULT_SAMPLE, SAMPLE_USERS, SAMPLES_DIR, bundled_sample_path, shared_cogenesis_path  # noqa: E402
 
 Finder = Callable[[Sequence[str], str, str], list[str]]  # (history texts, input, output) -> phrases found
 

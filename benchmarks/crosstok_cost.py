@@ -17,9 +17,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from specsteer.data.datasets import resolve_data_source
+from specsteer.data.sources import resolve_data_source
 from specsteer.evaluation.grid import EvalSpec, run_grid
-from specsteer.models.loading import cross_tokenizer_view, load_pair
+from specsteer.models.loading import load_pair
+from specsteer.models.pair import cross_tokenizer_view
 from specsteer.models.registry import DEFAULT_PAIRING
 from storage import SqlRunStore
 

@@ -122,7 +122,8 @@ def bench_tokenizer(vocab_size: int):
 def build_pair(name: str, settings: Settings, shapes, torch, transformers):
     """The pair ``name`` (gpu_shapes.PAIRS) with random bf16 weights on the device, the Edge's Specialist on one
     CUDA stream and the Cloud's Generalist and generic copy (the same weights) on another."""
-    from specsteer.models.loading import assemble_pair, on_streams
+    from specsteer.models.loading import on_streams
+    from specsteer.models.pair import assemble_pair
     from specsteer.runtimes.base import TransformersModel
 
     small_name, large_name = shapes.PAIRS[name]

@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from sqlalchemy import Connection, create_engine, text  # noqa: E402
 
 import storage  # noqa: E402
-from specsteer.data.datasets import DataError  # noqa: E402
 from specsteer.data.hygiene import GridVerdict, HygieneShares, classify_output, hygiene_shares  # noqa: E402
+from specsteer.data.record_files import DataError  # noqa: E402
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE  # noqa: E402
 from specsteer.evaluation.grid import run_prompts  # noqa: E402
 

@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 
 import storage  # noqa: E402
-from specsteer.data.datasets import bundled_sample_path  # noqa: E402
+from specsteer.data.sources import bundled_sample_path  # noqa: E402
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, run_grid_events  # noqa: E402
 from specsteer.evaluation.grid.ray_executor import RayCluster, run_grid_on_ray  # noqa: E402
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair  # noqa: E402

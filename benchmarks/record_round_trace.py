@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     sys.path.insert(0, str(ROOT))
-    from specsteer.data.datasets import load_cogenesis, shared_cogenesis_path
+    from specsteer.data.datasets import load_cogenesis
+    from specsteer.data.sources import shared_cogenesis_path
     from specsteer.engine.decode_config import DecodeConfig
     from specsteer.engine.generate import collect, generate
     from specsteer.engine.request import chat_ids, prepare

@@ -25,7 +25,8 @@ import torch  # noqa: E402
 
 from specsteer.cloud.verifier import Cloud  # noqa: E402
 from specsteer.cloud.vllm import EngineSettings, VllmCloud, launch_cloud, save_pair  # noqa: E402
-from specsteer.method.decoding import ForwardLog, Sampler, Stream, draft  # noqa: E402
+from specsteer.method.decoding import ForwardLog, Sampler, Stream  # noqa: E402
+from specsteer.method.drafting import draft  # noqa: E402
 from specsteer.models.tiny import VLLM_PAIRING_ID, shared_test_pair  # noqa: E402
 from specsteer.protocol.wire import Draft, Open  # noqa: E402
 

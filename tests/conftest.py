@@ -23,7 +23,8 @@ torch.set_num_threads(1)
 def record():
     """One real LongLaMP review record (the shared data where present, else the bundled sample), for the
     tests on real models."""
-    from specsteer.data.datasets import bundled_sample_path, load_records, shared_data_path
+    from specsteer.data.datasets import load_records
+    from specsteer.data.sources import bundled_sample_path, shared_data_path
 
     path = shared_data_path("review") or bundled_sample_path("review")
     return load_records(path, limit=1)[0]

@@ -117,9 +117,9 @@ LLAMA_REQUIRED_ENV = "SPECSTEER_REQUIRE_LLAMA_CPP"
 def require_llamacpp() -> None:
     """Skip a llama.cpp test where llama-cpp-python is not built; fail instead where the run says it
     must be there (CI sets SPECSTEER_REQUIRE_LLAMA_CPP=1, so a broken build cannot pass as skips)."""
-    from specsteer.runtimes import llamacpp
+    from specsteer.runtimes import llamacpp_build
 
-    usable, reason = llamacpp.status()
+    usable, reason = llamacpp_build.status()
     if usable:
         return
     if os.environ.get(LLAMA_REQUIRED_ENV, "").strip() in ("1", "true", "yes"):

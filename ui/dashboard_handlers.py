@@ -10,7 +10,7 @@ from typing import Generic, NamedTuple, TypeVar
 import gradio as gr
 import pandas as pd
 
-from specsteer.data.datasets import DataError
+from specsteer.data.record_files import DataError
 from specsteer.engine.settings import sentence
 from specsteer.evaluation import deployment_plots
 from specsteer.evaluation.deployment_profiles import PROFILES

@@ -10,8 +10,8 @@ from typing import Generic, NamedTuple, TypeVar
 
 import gradio as gr
 
-from specsteer.data.datasets import SAMPLE_USERS
 from specsteer.data.history import HistoryError
+from specsteer.data.sources import SAMPLE_USERS
 from specsteer.data.tasks import TASK_FOR_SCHEMA
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.method.catalog import method_label

@@ -16,8 +16,9 @@ from functools import partial
 import gradio as gr
 
 from specsteer.cloud.api import CLOUD_SECRET_ENV
-from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS
-from specsteer.data.history import MAX_ITEMS, MAX_UPLOAD_BYTES
+from specsteer.data.history import MAX_ITEMS
+from specsteer.data.history_upload import MAX_UPLOAD_BYTES
+from specsteer.data.sources import DEFAULT_SAMPLE, SAMPLE_USERS
 from specsteer.data.tasks import TASK_FOR_SCHEMA, TASKS
 from specsteer.method.catalog import METHOD_INFO, METHODS
 from specsteer.service.app_service import AppService

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import gradio as gr
 
-from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS
+from specsteer.data.sources import DEFAULT_SAMPLE, SAMPLE_USERS
 from specsteer.data.tasks import TASK_FOR_SCHEMA
 from specsteer.service import pairings
 from specsteer.service.app_service import AppService

@@ -20,7 +20,7 @@ from specsteer.cli.arguments import (
 )
 from specsteer.cli.loading import specialist_lora_arg
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD, READ_AHEAD_MODES, ReadAhead, parse_read_ahead
-from specsteer.data.datasets import EXAMPLE_RUNS_DB
+from specsteer.data.sources import EXAMPLE_RUNS_DB
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.evaluation.bench import load_prompts, prefix_reuse, run_speed
 from specsteer.evaluation.bench_plan import DEFAULT_METHODS, bench_cases

@@ -21,7 +21,8 @@ from specsteer.cli.arguments import (
     prompt_style_argument,
     runtime_argument,
 )
-from specsteer.data.datasets import EVALUATION_TASKS, resolve_data_source
+from specsteer.data.datasets import EVALUATION_TASKS
+from specsteer.data.sources import resolve_data_source
 from specsteer.edge.lora import LoraSettings
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress, failures_text, json_rows, run_grid_events
 from specsteer.evaluation.grid.ray_executor import RayCluster, connected, run_grid_on_ray

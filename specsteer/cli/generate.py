@@ -171,7 +171,8 @@ def _list_pairings() -> int:
 def _generate(args) -> int:
     from specsteer.data.crossing import history_texts
     from specsteer.data.crossing_replay import history_crossing
-    from specsteer.data.history import HistoryError, parse_history
+    from specsteer.data.history import HistoryError
+    from specsteer.data.history_upload import parse_history
     from specsteer.engine.decode_config import DecodeConfig, cross_tokenizer_problem
     from specsteer.engine.generate import generate
     from specsteer.engine.request import Request

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from specsteer.runtimes.hardware import cpu_key
-from specsteer.runtimes.llamacpp import LlamaCppUnavailable, bindings, check, write_build_stamp
+from specsteer.runtimes.llamacpp_build import LlamaCppUnavailable, bindings, check, write_build_stamp
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -95,7 +95,7 @@ def _show(directory: str) -> int:
 def _table(args) -> int:
     """Read-only: the two runs' cells, their prompts and the records' facts rebuilt from the records file."""
     import storage  # the composition root: the one place here that reads the SQL store
-    from specsteer.data.datasets import DataError
+    from specsteer.data.record_files import DataError
     from specsteer.evaluation.grid import run_facts, run_prompts
     from specsteer.evaluation.lora_table import lora_table, table_json, table_text
 
@@ -133,7 +133,8 @@ def _table(args) -> int:
 
 
 def _train(args) -> int:
-    from specsteer.data.history import HistoryError, parse_history
+    from specsteer.data.history import HistoryError
+    from specsteer.data.history_upload import parse_history
     from specsteer.edge.lora import LoraSettings, LoraTrainingError, TrainingProgress, TrainingStopped, train_lora
 
     try:

@@ -8,7 +8,7 @@ socket carries (besides HTTP's own headers):
 
 ================================  ==========================================================
 ``GET /v1/health``                ``{"ok": true, "sessions": n, "instance": ...}`` (no secret needed)
-``GET /v1/info``                  the Cloud's :class:`~specsteer.protocol.wire.CloudInfo` as JSON
+``GET /v1/info``                  the Cloud's :class:`~specsteer.protocol.cloud_reports.CloudInfo` as JSON
 ``POST /v1/exchange``             body: one uplink frame. 200: the answering frames -- none (an
                                   Open), one Verdict (a Draft), or, after an Open with the
                                   ``generate`` rule, a streamed body of Tokens frames, each sent

@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 
 from specsteer.cloud.api import CLOUD_SECRET_ENV, EXCHANGE_PATH, OCTET_STREAM, REPORT_HEADER
+from specsteer.protocol.cloud_reports import CloudInfo, CloudReport
 from specsteer.protocol.exposure import CLOUD_URL_ENV, secret_problem
 from specsteer.protocol.link import (
     Arrival,
@@ -24,15 +25,7 @@ from specsteer.protocol.link import (
     VersionMismatch,
     cloud_error,
 )
-from specsteer.protocol.wire import (
-    DOWNLINK,
-    PROTOCOL_VERSION,
-    CloudInfo,
-    CloudReport,
-    FrameError,
-    TruncatedFrame,
-    decode_prefix,
-)
+from specsteer.protocol.wire import DOWNLINK, PROTOCOL_VERSION, FrameError, TruncatedFrame, decode_prefix
 
 
 class RemoteCloud:

@@ -11,9 +11,9 @@ from specsteer.cloud.read_ahead import ReadAhead, read_ahead_mode
 from specsteer.cloud.refusals import ServiceError
 from specsteer.cloud.service import CloudService
 from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy
-from specsteer.models.loading import LoadedPair
+from specsteer.models.pair import LoadedPair
+from specsteer.protocol.cloud_reports import CloudInfo, CloudReport
 from specsteer.protocol.link import Arrival, Reply, Transport, cloud_error
-from specsteer.protocol.wire import CloudInfo, CloudReport
 
 
 class LocalTransport:

@@ -72,9 +72,10 @@ from specsteer.cloud.session_record import SessionRecord
 from specsteer.cloud.verifier import Cloud, CrossCloud
 from specsteer.method.acceptance import RATIO_TEST, AcceptancePolicy
 from specsteer.method.decoding import ForwardLog
-from specsteer.models.loading import LoadedPair
+from specsteer.models.pair import LoadedPair
+from specsteer.protocol.cloud_reports import CloudInfo, CloudReport
 from specsteer.protocol.rules import ACCEPTANCE_RULES, FIXED, RULE_SPECS
-from specsteer.protocol.wire import DRAFT_HEADROOM, CloudInfo, CloudReport, Draft, Open, encode
+from specsteer.protocol.wire import DRAFT_HEADROOM, Draft, Open, encode
 from specsteer.runtimes.base import ModelRuntime
 
 _REMEMBERED_ENDED = 4096  # ended session ids kept to tell "expired" and "closed" apart from "unknown"

@@ -24,20 +24,13 @@ from specsteer.method.acceptance import (
     cda_log_thresholds,
     jensen_shannon,
 )
-from specsteer.method.decoding import (
-    ForwardLog,
-    Sampler,
-    Stream,
-    draft,
-    match_test,
-    of_drafts,
-    ratio_temperature,
-    steering_entries,
-    tested_log_probs,
-)
+from specsteer.method.decoding import ForwardLog, Sampler, Stream
+from specsteer.method.drafting import draft
 from specsteer.method.events import GENERALIST_STREAM, GENERIC_STREAM
+from specsteer.method.steering import steering_entries
 from specsteer.method.token_details import CloudScores
 from specsteer.method.token_numbers import cloud_scores
+from specsteer.method.verification import match_test, of_drafts, ratio_temperature, tested_log_probs
 from specsteer.protocol.rules import RULE_SPECS, CoSteerCandidates, PublicRows, Rule, SteeredTopK, cda_problem
 from specsteer.protocol.wire import DRAFT_HEADROOM, MAX_DRAFT_LEN, CrossOpen, Draft, Open, Tokens, Verdict
 

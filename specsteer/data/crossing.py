@@ -257,7 +257,7 @@ class HistoryCrossing:
     CLI's JSON, an evaluation cell).
 
     ``linked``: whether anything crossed the link at all (False for a device-only method). ``guard``: the
-    private-span guard's n in tokens (0: off; ``decoding.PrivateSpanGuard``), which the generation ran with.
+    private-span guard's n in tokens (0: off; ``drafting.PrivateSpanGuard``), which the generation ran with.
     ``private_prompt_sent``: the opening prompt was the private one (``llm+``)."""
 
     phrases: tuple[CrossedPhrase, ...] = ()

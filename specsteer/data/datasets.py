@@ -6,8 +6,9 @@
 ``shared/data/longlamp/`` is this schema plus a ``bge_score`` per profile item
 (ignored). Files may be JSONL, a JSON list, or parquet (needs pyarrow or
 fastparquet); JSON and JSONL in UTF-8, UTF-16 or UTF-32, with or without a byte
-order mark, read as histories are (``specsteer.data.text_encoding``). The task is the one given, or else detected from the first
-profile item's keys; all records of a file must share it.
+order mark, read as histories are (``specsteer.data.record_files`` reads the file). The task is the one given,
+or else detected from the first profile item's keys; all records of a file must share it. Where records are
+found (the bundled samples, the shared data folder) is ``specsteer.data.sources``.
 
 ``split``: for a directory, the file ``{path}/{split}.jsonl`` (or ``.json`` /
 ``.parquet``) is read — the layout ``{config}/{split}.jsonl`` of a Hugging Face
@@ -17,7 +18,7 @@ export, with ``path`` the config folder. For a file, records are kept whose
 Records come back in file order, filtered by ``split`` and ``user``, at most
 ``limit`` of them (reading stops once ``limit`` are found). Every selected
 record is validated in full before anything is returned; the message of a
-:class:`DataError` names the file, the line or record number (1-based), the
+:class:`~specsteer.data.record_files.DataError` names the file, the line or record number (1-based), the
 record's id and the field.
 
 ``load_lamp`` reads LaMP-4/5/7: a questions file (JSON list of ``{id, input,
@@ -27,89 +28,20 @@ output}]}``). LaMP has no user key, so ``Record.user_id`` is None.
 
 from __future__ import annotations
 
-import importlib.util
-import json
 import os
-from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 from specsteer.data.facts import split_private_facts
 from specsteer.data.history import USER_KEYS, HistoryError, HistoryItem, build_items, persona_history
-from specsteer.data.json_limits import RECORDS_LIMITS, JsonLimits, too_deep
-from specsteer.data.text_encoding import SNIFF_BYTES, UTF8, TextEncodingError, decode_text, encoding_of, is_utf8, not_utf8
+from specsteer.data.json_limits import RECORDS_LIMITS, JsonLimits
+from specsteer.data.record_files import DataError, load_json, read_raw_records, split_file
 
 LONGLAMP_TASKS = ("review", "abstract", "writing")
 COGENESIS_TASK = "cogenesis"
 EVALUATION_TASKS = (*LONGLAMP_TASKS, COGENESIS_TASK)  # the tasks the evaluation grid reads records of
 COGENESIS_SPLITS = ("dev", "test")
 LAMP_TASK_NAMES = {"LaMP_4": "lamp4", "LaMP_5": "lamp5", "LaMP_7": "lamp7"}
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
-SAMPLES_DIR = REPO_ROOT / "assets" / "samples"
-# Evaluation runs the docs cite, read-only beside the user's own in the app's Dashboard and the default traces of
-# `specsteer gpu-profile` (built by benchmarks/build_example_runs.py).
-EXAMPLE_RUNS_DB = REPO_ROOT / "assets" / "example_runs.db"
-@dataclass(frozen=True)
-class SampleUser:
-    """A bundled synthetic user (assets/samples): the history file and an input that suits it."""
-
-    file: str
-    label: str  # how the app's sample picker names the user
-    input_text: str
-
-
-# The one catalogue of sample users. The first four are CoGenesis personas from the dev split (records as
-# published: a profile and four texts, private; the input is the record's task).
-SAMPLE_USERS: dict[str, SampleUser] = {
-    'persona-hr': SampleUser(
-        'persona_hr_manager.json',
-        'Gregory, HR manager (persona, CoGenesis)',
-        'Write an article on balancing work and family life: Share personal insights and professional advice on how working remotely on Fridays has improved your work-life balance and family relationships.',
-    ),
-    'persona-principal': SampleUser(
-        'persona_retired_principal.json',
-        'Martha, retired school principal (persona, CoGenesis)',
-        'Heirloom Tomato Article: Prepare an informative article for your gardening club, detailing the process of cultivating heirloom tomatoes, your personal tips, and the emotional significance of this tradition.',
-    ),
-    'persona-developer': SampleUser(
-        'persona_software_developer.json',
-        'Ava, software developer (persona, CoGenesis)',
-        'Write a Spanish language learning article: She can share her experience learning Spanish, the apps she uses, methodologies, study routine, and how it might help in her professional life, possibly for internal cultural diversification materials.',
-    ),
-    'persona-gamedev': SampleUser(
-        'persona_game_developer.json',
-        'Alex, indie game developer (persona, CoGenesis)',
-        'Creative Patch Notes: Craft creative patch notes for your latest game update.',
-    ),
-    'review': SampleUser(
-        'review_user.jsonl',
-        'Gadget reviewer (review, JSONL)',
-        'Generate the review text written by a reviewer who has given an overall rating of "5.0" for a product with description "Portable power bank, 20000 mAh, two USB-C ports, 65 W fast charging.". The summary of the review text is "Charges my laptop twice!".',
-    ),
-    'writing': SampleUser(
-        'writing_user.json',
-        'Home baker (writing, JSON)',
-        'Generate the content for a reddit post first time making croissants',
-    ),
-    'abstract': SampleUser(
-        'abstract_user.csv',
-        'Sensor-network researcher (abstract, CSV)',
-        'Generate an abstract for the title "Detecting Faulty Soil Sensors from Neighbour Agreement" using the following items: 1. sensor faults 2. spatial correlation 3. fault detection accuracy',
-    ),
-    'plain': SampleUser(
-        'plain_user.txt',
-        'Hiking club organiser (plain text)',
-        "Write a short message to the club announcing Sunday's lake walk and what to bring.",
-    ),
-}
-DEFAULT_SAMPLE = "persona-hr"
-SHARED_DATA_ENV = "SPECSTEER_SHARED_DATA"
-_SPLIT_SUFFIXES = (".jsonl", ".json", ".parquet")
-
-
-class DataError(ValueError):
-    """A dataset file that cannot be used; the message names the record and field."""
 
 
 @dataclass(frozen=True)
@@ -139,9 +71,9 @@ def load_records(
         raise ValueError(f"unknown LongLaMP task {task!r}; choose one of {', '.join(LONGLAMP_TASKS)}")
     _check_limit(limit)
     source = Path(path)
-    file = _split_file(source, split) if source.is_dir() else source
+    file = split_file(source, split) if source.is_dir() else source
     split_column = split if not source.is_dir() else None
-    raw_records = _read_raw_records(file, json_limits)
+    raw_records = read_raw_records(file, json_limits)
     if limit == 0:
         return []
     records: list[Record] = []
@@ -175,10 +107,10 @@ def load_lamp(
         raise ValueError(f"unknown LaMP task {task!r}; choose one of {', '.join(LAMP_TASK_NAMES.values())}")
     _check_limit(limit)
     questions_file, outputs_file = Path(questions_path), Path(outputs_path)
-    questions = _load_json(questions_file)
+    questions = load_json(questions_file)
     if not isinstance(questions, list) or not questions:
         raise DataError(f"{questions_file.name}: expected a non-empty JSON list of questions")
-    outputs = _expect_object(_load_json(outputs_file), outputs_file.name)
+    outputs = _expect_object(load_json(outputs_file), outputs_file.name)
     lamp_task = _lamp_task(outputs, outputs_file.name, task, questions[0], questions_file.name)
     golds = _gold_outputs(outputs, outputs_file.name)
     selected = questions if limit is None else questions[:limit]
@@ -209,7 +141,7 @@ def load_cogenesis(
     """CoGenesis records from a JSON list as published (see module doc), in file order."""
     _check_limit(limit)
     file = Path(path)
-    document = _load_json(file, json_limits)
+    document = load_json(file, json_limits)
     if not isinstance(document, list) or not document:
         raise DataError(f"{file.name}: expected a non-empty JSON list of CoGenesis records")
     records: list[Record] = []
@@ -272,166 +204,9 @@ def load_task_records(
     return load_records(path, task, limit=limit, json_limits=json_limits)
 
 
-def bundled_sample_path(task: str) -> Path:
-    """The small synthetic LongLaMP-schema dataset shipped in assets/samples/."""
-    if task not in LONGLAMP_TASKS:
-        raise ValueError(f"no bundled sample for task {task!r}; choose one of {', '.join(LONGLAMP_TASKS)}")
-    return SAMPLES_DIR / f"longlamp_sample_{task}.jsonl"
-
-
-def sample_history_path(schema: str) -> Path:
-    """A synthetic sample history upload of the given schema."""
-    if schema not in SAMPLE_USERS:
-        raise ValueError(f"no sample history for schema {schema!r}; choose one of {', '.join(SAMPLE_USERS)}")
-    return SAMPLES_DIR / SAMPLE_USERS[schema].file
-
-
-def shared_data_path(task: str) -> Path | None:
-    """The real LongLaMP records of ``task`` in the shared data folder, if present.
-
-    Looked for in ``$SPECSTEER_SHARED_DATA`` (the folder holding the files, or
-    its parent holding ``longlamp/``), then in ``../shared/data/longlamp/``
-    beside the repository.
-    """
-    if task not in LONGLAMP_TASKS:
-        raise ValueError(f"unknown LongLaMP task {task!r}; choose one of {', '.join(LONGLAMP_TASKS)}")
-    return _shared_file("longlamp", f"longlamp_{task}.jsonl")
-
-
 def _check_limit(limit: int | None) -> None:
     if limit is not None and limit < 0:
         raise ValueError(f"limit must be >= 0 or None, got {limit}")
-
-
-def _split_file(folder: Path, split: str | None) -> Path:
-    if split is None:
-        raise DataError(f"{folder} is a folder: pass split= to read {{split}}.jsonl inside it")
-    for suffix in _SPLIT_SUFFIXES:
-        candidate = folder / f"{split}{suffix}"
-        if candidate.is_file():
-            return candidate
-    present = ", ".join(sorted(path.name for path in folder.iterdir())) or "nothing"
-    raise DataError(f"{folder} has no {split}.jsonl, {split}.json or {split}.parquet (it holds {present})")
-
-
-def _read_raw_records(file: Path, limits: JsonLimits = RECORDS_LIMITS) -> Iterator[tuple[str, object]]:
-    """(place, parsed record) pairs in file order; JSONL is read lazily."""
-    if not file.is_file():
-        raise DataError(f"{file}: no such file")
-    suffix = file.suffix.lower()
-    if suffix in (".jsonl", ".ndjson"):
-        return _read_jsonl(file, limits)
-    if suffix == ".json":
-        document = _load_json(file, limits)
-        if not isinstance(document, list):
-            raise DataError(f"{file.name}: expected a JSON list of records")
-        return ((f"record {number}", raw) for number, raw in enumerate(document, start=1))
-    if suffix == ".parquet":
-        return ((f"row {number}", raw) for number, raw in enumerate(_read_parquet(file), start=1))
-    raise DataError(f"{file.name}: unsupported file type {suffix!r}; use .jsonl, .json or .parquet")
-
-
-def _read_jsonl(file: Path, limits: JsonLimits = RECORDS_LIMITS) -> Iterator[tuple[str, object]]:
-    _check_size(file, limits)
-    count = 0
-    for number, line in _text_lines(file):
-        if not line.strip():
-            continue
-        count += 1
-        if limits.max_items is not None and count > limits.max_items:
-            raise DataError(f"{file.name}: more than {limits.max_items:,} records; the limit is {limits.max_items:,}")
-        if too_deep(line, limits.max_depth) is not None:
-            raise DataError(_too_deep(file, number, limits))
-        try:
-            yield f"line {number}", json.loads(line)
-        except json.JSONDecodeError as error:
-            raise DataError(f"{file.name} line {number}, column {error.colno}: malformed JSON ({error.msg})") from None
-
-
-def _text_lines(file: Path) -> Iterator[tuple[int, str]]:
-    """A text file's lines, numbered from 1, in the encoding ``specsteer.data.text_encoding`` finds. UTF-8
-    (shared records files are, and may be large) is read a line at a time; a UTF-16 or UTF-32 file (saved by
-    a Windows editor) is decoded whole, as its lines cannot be found in its bytes."""
-    with file.open("rb") as handle:
-        wide = not is_utf8(encoding_of(handle.read(SNIFF_BYTES)))
-        handle.seek(0)
-        if wide:
-            yield from enumerate(_decoded(file, handle.read()).split("\n"), start=1)
-            return
-        offset = 0
-        for number, raw_line in enumerate(handle, start=1):
-            try:
-                line = raw_line.decode(UTF8 if number == 1 else "utf-8")
-            except UnicodeDecodeError as error:
-                raise DataError(f"{file.name}: {not_utf8(number, offset + error.start)}") from None
-            offset += len(raw_line)
-            yield number, line
-
-
-def _decoded(file: Path, data: bytes) -> str:
-    try:
-        return decode_text(data)
-    except TextEncodingError as error:
-        raise DataError(f"{file.name}: {error}") from None
-
-
-def _load_json(file: Path, limits: JsonLimits = RECORDS_LIMITS) -> object:
-    if not file.is_file():
-        raise DataError(f"{file}: no such file")
-    _check_size(file, limits)
-    text = _decoded(file, file.read_bytes())
-    try:
-        line = too_deep(text, limits.max_depth)
-        if line is not None:
-            raise DataError(_too_deep(file, line, limits))
-        document = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise DataError(
-            f"{file.name} line {error.lineno}, column {error.colno}: malformed JSON ({error.msg})"
-        ) from None
-    except RecursionError:  # too_deep counts brackets as the parser does; this stays a message all the same
-        raise DataError(f"{file.name}: the JSON nests too deep to read") from None
-    if limits.max_items is not None and isinstance(document, list) and len(document) > limits.max_items:
-        raise DataError(f"{file.name}: {len(document):,} records; the limit is {limits.max_items:,}")
-    return document
-
-
-def _check_size(file: Path, limits: JsonLimits) -> None:
-    size = file.stat().st_size
-    if limits.max_bytes is not None and size > limits.max_bytes:
-        raise DataError(f"{file.name} is {size / 1e6:.1f} MB; the limit is {limits.max_bytes / 1e6:.1f} MB")
-
-
-def _too_deep(file: Path, line: int, limits: JsonLimits) -> str:
-    return (
-        f"{file.name} line {line}: the JSON is nested more than {limits.max_depth} levels deep; a records "
-        "file is a list of records (objects whose profile is a list of flat items)"
-    )
-
-
-def _read_parquet(file: Path) -> list[dict]:
-    if not any(importlib.util.find_spec(engine) for engine in ("pyarrow", "fastparquet")):
-        raise DataError(
-            f"{file.name}: reading parquet needs pyarrow (pip install pyarrow) or fastparquet; "
-            "or export the split as JSONL"
-        )
-    import pandas
-
-    return [
-        {str(key): _plain_python(item) for key, item in row.items()}
-        for row in pandas.read_parquet(file).to_dict("records")
-    ]
-
-
-def _plain_python(value: object) -> object:
-    """Nested parquet values (numpy arrays, numpy scalars) as lists, dicts and scalars."""
-    if isinstance(value, Mapping):
-        return {key: _plain_python(item) for key, item in value.items()}
-    if hasattr(value, "tolist"):
-        return _plain_python(value.tolist())
-    if isinstance(value, list):
-        return [_plain_python(item) for item in value]
-    return value
 
 
 def _expect_object(raw: object, where: str) -> dict:
@@ -557,51 +332,3 @@ def _gold_outputs(outputs: dict, outputs_name: str) -> dict[str, str]:
             raise DataError(f"{where} (id {gold_id}): the id appears twice")
         by_id[gold_id] = _text_field(gold, "output", f"{where} (id {gold_id})")
     return by_id
-
-
-def shared_cogenesis_path(split: str = "test") -> Path | None:
-    """The CoGenesis records of ``split`` (dev or test) in the shared data folder, if present
-    (``$SPECSTEER_SHARED_DATA``, the folder or its parent holding ``cogenesis/``, then
-    ``../shared/data/cogenesis/``)."""
-    if split not in COGENESIS_SPLITS:
-        raise ValueError(f"unknown CoGenesis split {split!r}; choose one of {', '.join(COGENESIS_SPLITS)}")
-    return _shared_file("cogenesis", f"cogenesis_{split}.json")
-
-
-def _shared_file(dataset: str, name: str) -> Path | None:
-    """``name`` in ``$SPECSTEER_SHARED_DATA`` (the dataset's folder or its parent), then in
-    ``../shared/data/<dataset>/`` beside the repository; None where it is in neither."""
-    folders = []
-    if os.environ.get(SHARED_DATA_ENV):
-        configured = Path(os.environ[SHARED_DATA_ENV])
-        folders += [configured, configured / dataset]
-    folders.append(REPO_ROOT.parent / "shared" / "data" / dataset)
-    for folder in folders:
-        candidate = folder / name
-        if candidate.is_file():
-            return candidate
-    return None
-
-
-def resolve_data_source(source: str, task: str) -> str:
-    """A records file from a source name: ``sample`` (bundled), ``shared`` (the real records) or a path.
-
-    For ``cogenesis``, ``shared`` is the test split and ``shared:dev`` the dev split; there is no
-    bundled sample dataset (the bundled personas are app sample users)."""
-    if task == COGENESIS_TASK and source in ("shared", "shared:dev", "shared:test"):
-        split = source.partition(":")[2] or "test"
-        found = shared_cogenesis_path(split)
-        if found is None:
-            raise DataError(f"no CoGenesis {split} records here (../shared/data/cogenesis/ or $SPECSTEER_SHARED_DATA)")
-        return str(found)
-    if source == "sample":
-        return str(bundled_sample_path(task))
-    if source == "shared":
-        found = shared_data_path(task)
-        if found is None:
-            raise DataError(
-                f"no real LongLaMP records for the {task} task here (../shared/data/longlamp/ or "
-                "$SPECSTEER_SHARED_DATA); use the bundled sample or another file"
-            )
-        return str(found)
-    return source

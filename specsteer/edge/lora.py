@@ -39,7 +39,6 @@ import torch
 from specsteer.data.history import HistoryItem
 from specsteer.data.tasks import build_prompts
 from specsteer.models.chat import prompt_ids
-from specsteer.models.loading import LoadedPair
 from specsteer.models.lora import (
     ADAPTER_WEIGHTS,
     MANIFEST,
@@ -49,6 +48,7 @@ from specsteer.models.lora import (
     file_sha256,
     read_lora,
 )
+from specsteer.models.pair import LoadedPair
 from specsteer.runtimes.base import TransformersModel
 
 TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specsteer.method.decoding import ForwardLog, PrivateSpanGuard, Stream
+from specsteer.method.decoding import ForwardLog, Stream
+from specsteer.method.drafting import PrivateSpanGuard
 from specsteer.method.events import EDGE_STREAM
 from specsteer.method.p3 import P3Check, p3_check
 from specsteer.protocol.wire import DRAFT_HEADROOM

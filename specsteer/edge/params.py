@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from specsteer.method.decoding import PrivateSpanGuard, Sampler
+from specsteer.method.decoding import Sampler
+from specsteer.method.drafting import PrivateSpanGuard
 from specsteer.method.events import EDGE_STREAM
 from specsteer.protocol.rules import Rule
 
 
 @dataclass(frozen=True)
 class CoSteerParams:
-    """CoSteer's per-token refinement on the Edge (``decoding.costeer_refine``)."""
+    """CoSteer's per-token refinement on the Edge (``steering.costeer_refine``)."""
 
     iterations: int = 20
     step: float = 10.0  # eta
@@ -24,7 +25,7 @@ class EdgeParams:
 
     ``temperature`` 0 is greedy; otherwise the Edge samples with ``top_p`` from its own generator seeded
     with ``seed`` (each Edge makes its own: a params value holds no state). ``guard``, when set, keeps
-    drafts and chosen tokens from completing a private n-gram (decoding.PrivateSpanGuard; read-only).
+    drafts and chosen tokens from completing a private n-gram (drafting.PrivateSpanGuard; read-only).
     """
 
     rule: Rule  # the session's verification rule: which payload its verdicts carry

@@ -20,17 +20,12 @@ import torch
 
 from specsteer.edge.params import EdgeParams
 from specsteer.method.crosstok import SYMBOLS, ByteVocabulary, allowed_ids, choose_symbol, complete_symbol
-from specsteer.method.decoding import (
-    ForwardLog,
-    Stream,
-    costeer_refine,
-    drafting,
-    ratio_temperature,
-    recover,
-    residual_test,
-)
+from specsteer.method.decoding import ForwardLog, Stream
+from specsteer.method.drafting import drafting
+from specsteer.method.steering import costeer_refine, recover
 from specsteer.method.token_details import TokenDetails
 from specsteer.method.token_numbers import probability, steered_choice, top_alternatives
+from specsteer.method.verification import ratio_temperature, residual_test
 from specsteer.protocol.rules import CoSteerCandidates, PayloadError, PublicRows, SteeredTopK
 from specsteer.protocol.wire import DRAFT_HEADROOM, Verdict
 from specsteer.runtimes.base import ModelRuntime
@@ -61,7 +56,7 @@ class Edge:
         params: EdgeParams,
     ):
         self.params = params
-        # Drafts and chosen tokens never complete a private n-gram (decoding.PrivateSpanGuard).
+        # Drafts and chosen tokens never complete a private n-gram (drafting.PrivateSpanGuard).
         self.guard = params.guard
         self.stream = Stream(
             specialist,

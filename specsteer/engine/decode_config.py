@@ -13,7 +13,7 @@ from specsteer.protocol.rules import cda_problem
 from specsteer.protocol.wire import MAX_DRAFT_LEN, MAX_NEW_TOKENS
 
 if TYPE_CHECKING:  # loading a pair loads torch; the config only reads one's tokenizer facts
-    from specsteer.models.loading import LoadedPair
+    from specsteer.models.pair import LoadedPair
 
 # What runs on a cross-tokenizer pair (specsteer.method.crosstok): SpecSteer's ratio rule and LightCoSteer
 # (rounds of no drafts) over the common byte space, the device-only baselines and the Generalist alone
@@ -48,7 +48,7 @@ class DecodeConfig:
     costeer_eta: float = 10.0
     costeer_lambda: float = 2.0
     # The private-span guard (beyond the paper): no token the Edge sends completes a run of this many
-    # token ids found in the private prompt and not in the plain one (decoding.PrivateSpanGuard); 0 = off.
+    # token ids found in the private prompt and not in the plain one (drafting.PrivateSpanGuard); 0 = off.
     private_guard: int = 0
     p3: P3Params = P3Params()  # P³'s Cloud draft length and threshold (method p3 only)
     # The ratio test's threshold: None, the fixed α (the paper); a number, CDA's λ (the Cloud adapts α per draft to

@@ -71,7 +71,7 @@ from specsteer.method.events import (
     TokenKind,
 )
 from specsteer.method.timing import SYSTEM_CLOCK, StepClock, StepTimes, find_pauses
-from specsteer.models.loading import LoadedPair
+from specsteer.models.pair import LoadedPair
 from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.link import CloudEndpoint, CloudError, CloudRefused, CloudUnreachable, Link
 from specsteer.protocol.rules import RULE_SPECS, Rule

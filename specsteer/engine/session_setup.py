@@ -6,9 +6,9 @@ from __future__ import annotations
 from specsteer.edge.params import CoSteerParams, EdgeParams
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.method.catalog import METHOD_INFO
-from specsteer.method.decoding import PrivateSpanGuard
+from specsteer.method.drafting import PrivateSpanGuard
 from specsteer.method.events import EDGE_STREAM
-from specsteer.models.loading import LoadedPair
+from specsteer.models.pair import LoadedPair
 from specsteer.protocol.link import CloudRefused, Link
 from specsteer.protocol.rules import CDA, Rule
 from specsteer.protocol.wire import CrossOpen, Open

@@ -41,20 +41,14 @@ from specsteer.runtimes.base import TransformersModel
 from specsteer.runtimes.machine import machine_info
 
 if TYPE_CHECKING:
-    from specsteer.models.loading import LoadedPair
+    from specsteer.models.pair import LoadedPair
 
 
 def load_prompts(count: int, data: str | None, task: str | None = None) -> list[Prepared]:
     """``count`` real LongLaMP records (review and writing alternately), prepared with BM25 top-3;
     with ``task="cogenesis"``, CoGenesis test records (or those of ``data``) with their profiles."""
-    from specsteer.data.datasets import (
-        COGENESIS_TASK,
-        bundled_sample_path,
-        load_records,
-        load_task_records,
-        resolve_data_source,
-        shared_data_path,
-    )
+    from specsteer.data.datasets import COGENESIS_TASK, load_records, load_task_records
+    from specsteer.data.sources import bundled_sample_path, resolve_data_source, shared_data_path
 
     if task == COGENESIS_TASK:
         records = load_task_records(resolve_data_source(data or "shared", task), task, limit=count)

@@ -29,7 +29,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
 
-from specsteer.data.datasets import DataError, Record, load_task_records
+from specsteer.data.datasets import Record, load_task_records
+from specsteer.data.record_files import DataError
 from specsteer.evaluation.grid import spec_from_config
 from specsteer.evaluation.judge_rubric import (
     CRITERIA,

@@ -35,7 +35,7 @@ from specsteer.stores.judges import RUBRIC_VERSION, JudgeIdentity, ReasonKind
 if TYPE_CHECKING:
     import httpx
 
-    from specsteer.models.loading import LoadedPair
+    from specsteer.models.pair import LoadedPair
 
 JUDGE_URL_ENV = "SPECSTEER_JUDGE_URL"
 JUDGE_MODEL_ENV = "SPECSTEER_JUDGE_MODEL"

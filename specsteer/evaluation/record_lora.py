@@ -30,8 +30,9 @@ from typing import Any
 from specsteer.data.datasets import Record
 from specsteer.edge.lora import LoraSettings, TrainingProgress, TrainingResult, train_lora, training_items
 from specsteer.method.events import GenerationStats
-from specsteer.models.loading import LoadedPair, release_specialist_lora, with_specialist_lora
+from specsteer.models.loading import release_specialist_lora, with_specialist_lora
 from specsteer.models.lora import LORA_RUNTIME_MESSAGE, MANIFEST, LoraError, SpecialistLora, base_fingerprint, read_lora
+from specsteer.models.pair import LoadedPair
 from specsteer.runtimes.base import TransformersModel
 
 PER_RECORD_PREFIX = "per-record:"

@@ -4,7 +4,7 @@ Under SpecSteer's rule the Cloud scores a round's ``k`` drafts with both of its 
 keeps the first ``accepted``. A policy makes that decision from what the Cloud holds then
 (:class:`RoundScores`: both models' rows, the drafts, α, the session's sampler):
 
-* :class:`RatioTest`, the default: the paper's ratio test (Eq. 7, ``decoding.ratio_test``), exactly as the
+* :class:`RatioTest`, the default: the paper's ratio test (Eq. 7, ``verification.ratio_test``), exactly as the
   Cloud always ran it.
 * :class:`ScriptedRate` and :class:`ReplayedRounds` measure the engine rather than generate: they run the
   ratio test all the same (its cost is paid, its ratios reported) and replace its verdict, with each draft
@@ -69,8 +69,9 @@ from typing import Protocol
 import torch
 
 from specsteer.method.catalog import acceptance_label
-from specsteer.method.decoding import Sampler, of_drafts, ratio_decisions, ratio_test, tested_log_probs
+from specsteer.method.decoding import Sampler
 from specsteer.method.events import GenerationStats, RoundStep
+from specsteer.method.verification import of_drafts, ratio_decisions, ratio_test, tested_log_probs
 
 
 @dataclass(frozen=True, eq=False)

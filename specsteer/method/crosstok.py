@@ -57,7 +57,7 @@ ids themselves (always so for a byte-level vocabulary, whose encoding is unique)
 boundary is aligned: each segment is one draft ``d_i = g_i``, ``n_j = 1``, and the rule reads
 ``accept d_i w.p. min(1, p_L(d_i) / (alpha p_S0(d_i)))``, tested in order and stopping at the
 first refusal: paper Eq. 7 exactly, with the same accepted count and the same rows at the
-refusal. (``test_crosstok.py`` checks it on random rows against ``decoding.ratio_test``.) With
+refusal. (``test_crosstok.py`` checks it on random rows against ``verification.ratio_test``.) With
 unequal tokenizations a segment is the shortest stretch of text both models can be asked about;
 the rule is then Eq. 7 applied to the text of that stretch.
 

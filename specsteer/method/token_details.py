@@ -5,7 +5,7 @@ computed it anyway, only when a generation asks for details (``DecodeConfig.deta
 
 * **Cloud** (:class:`CloudScores`, per draft): p_L(y) and p_S0(y), the probabilities of the draft under the
   Generalist and the generic Specialist copy, read from the very log-probabilities the ratio test compares
-  (:func:`specsteer.method.decoding.draft_log_probs`), and each model's top 3 at that position. An in-process
+  (:func:`specsteer.method.verification.draft_log_probs`), and each model's top 3 at that position. An in-process
   Cloud hands them back with its instrumentation (``CloudReport.details``: never a protocol message, never
   counted in the link's bytes); a remote Cloud is never asked, and its drafts show no Cloud numbers.
 * **Edge**: p_S+(y), the Specialist's probability of its own draft (the row it drafted from), with its top 3;

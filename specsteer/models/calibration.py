@@ -260,13 +260,13 @@ def calibrate(pairing_id: str, say=print) -> Calibration:
     from specsteer.models.prompt_reading import measure_prompt_reading
     from specsteer.models.registry import PAIRINGS
     from specsteer.models.weights import prepared_ggufs
-    from specsteer.runtimes import llamacpp
+    from specsteer.runtimes import llamacpp_build
     from specsteer.runtimes.hardware import read_cpu
 
     pairing = PAIRINGS[pairing_id]
     started = time.monotonic()
     timings, skipped, reading = [], [], None
-    usable, reason = llamacpp.status(prepared_ggufs((pairing.specialist, pairing.generalist)))
+    usable, reason = llamacpp_build.status(prepared_ggufs((pairing.specialist, pairing.generalist)))
     if not usable:
         # Nothing to choose between: auto runs transformers wherever llama.cpp does not work.
         skipped.append(f"llama.cpp is unavailable: {reason}")

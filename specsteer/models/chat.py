@@ -12,7 +12,7 @@ Two facts about a chat model are not in its weights and are not reliably in its 
 
 A :class:`ChatFormat` records both for one model (``registry.ModelSpec.chat``). A loaded pair
 carries one format for all its prompts (``LoadedPair.chat``, see :meth:`ChatFormat.joined`), which
-``engine.chat_ids`` applies and ``loading.end_token_ids`` reads. This module imports nothing heavy:
+``engine.chat_ids`` applies and ``pair.end_token_ids`` reads. This module imports nothing heavy:
 the registry uses it while drawing the pairing dropdown.
 """
 

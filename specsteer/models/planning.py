@@ -28,7 +28,7 @@ from specsteer.models.lora import LORA_RUNTIME_MESSAGE, LORA_RUNTIME_REASON, Lor
 from specsteer.models.registry import Pairing, converted_cache_ready, cross_tokenizer_message
 from specsteer.models.runtime_plan import RuntimePlan, plan_streams
 from specsteer.models.weights import ModelLoadError, Progress, gguf_path, prepared_ggufs, quiet
-from specsteer.runtimes import llamacpp
+from specsteer.runtimes import llamacpp_build
 from specsteer.runtimes.base import RUNTIME_CHOICES, RUNTIMES, check_runtime, parse_split
 
 if TYPE_CHECKING:
@@ -48,7 +48,7 @@ class Machine:
 
     def llamacpp(self, pairing: Pairing) -> tuple[bool, str]:
         """(works here, why): the check runs on the pairing's GGUF files when it has not run here yet."""
-        return llamacpp.status(prepared_ggufs((pairing.specialist, pairing.generalist)))
+        return llamacpp_build.status(prepared_ggufs((pairing.specialist, pairing.generalist)))
 
     def calibration(self, pairing: Pairing) -> Calibration | None:
         from specsteer.models import calibration

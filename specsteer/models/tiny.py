@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from specsteer.models.chat import CHATML_CHAT
-from specsteer.models.loading import LoadedPair, assemble_pair
+from specsteer.models.pair import LoadedPair, assemble_pair
 
 SPECIAL_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
 ENDOFTEXT_ID, IM_START_ID, IM_END_ID = 256, 257, 258
@@ -290,7 +290,7 @@ def tiny_cross_pair(
 ) -> LoadedPair:
     """Two tiny models with different tokenizers: by default the Specialist reads tiny_tokenizer()
     (one id per byte) and the Generalist tiny_merged_tokenizer() (merged pairs over the same bytes)."""
-    from specsteer.models.loading import assemble_cross_pair
+    from specsteer.models.pair import assemble_cross_pair
 
     small_tokenizer = specialist_tokenizer or tiny_tokenizer()
     large_tokenizer = generalist_tokenizer or tiny_merged_tokenizer()

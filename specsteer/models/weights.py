@@ -55,6 +55,7 @@ from specsteer.models.registry import (
 from specsteer.runtimes import llamacpp
 from specsteer.runtimes.base import ModelRuntime
 from specsteer.runtimes.hardware import default_device, resolve_dtype
+from specsteer.runtimes.llamacpp_build import LlamaCppUnavailable
 from specsteer.util.paths import cache_root
 
 if TYPE_CHECKING:
@@ -418,7 +419,7 @@ def load_llamacpp(spec: ModelSpec, progress: Progress | None = None) -> ModelRun
     (progress or quiet)(f"loading {spec.name} (llama.cpp)…")
     try:
         return llamacpp.LlamaCppModel(path, name=spec.name)
-    except llamacpp.LlamaCppUnavailable as error:
+    except LlamaCppUnavailable as error:
         raise ModelLoadError(str(error)) from error
     except (ValueError, MemoryError) as error:
         raise ModelLoadError(f"could not load {spec.name} with llama.cpp: {error}") from error

@@ -32,14 +32,13 @@ from typing import NamedTuple, Protocol, TypeVar, runtime_checkable
 from specsteer.method.decoding import ForwardLog
 from specsteer.method.events import Finished, LinkMessage, TraceStep
 from specsteer.method.token_details import CloudScores
+from specsteer.protocol.cloud_reports import CloudInfo, CloudReport
 from specsteer.protocol.emulation import LinkConditions, LinkEmulator
 from specsteer.protocol.wire import (
     DOWNLINK,
     PROTOCOL_VERSION,
     SESSION_BYTES,
     UPLINK,
-    CloudInfo,
-    CloudReport,
     Draft,
     FrameError,
     Message,

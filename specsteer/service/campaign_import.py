@@ -28,7 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from specsteer.data.datasets import DataError, Record, load_task_records, resolve_data_source
+from specsteer.data.datasets import Record, load_task_records
+from specsteer.data.record_files import DataError
+from specsteer.data.sources import resolve_data_source
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.evaluation.grid import spec_from_config
 from specsteer.method.catalog import METHOD_INFO, PRIVATE_METHODS, method_label

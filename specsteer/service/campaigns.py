@@ -38,7 +38,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from specsteer.data.datasets import EVALUATION_TASKS, DataError, load_task_records
+from specsteer.data.datasets import EVALUATION_TASKS, load_task_records
+from specsteer.data.record_files import DataError
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.evaluation.preference import CampaignJudgement, as_campaign_judgement, preference_report
 from specsteer.method.catalog import PRIVATE_METHODS

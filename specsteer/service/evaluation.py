@@ -16,9 +16,10 @@ import threading
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from specsteer.data.datasets import DataError, load_records
-from specsteer.data.history import MAX_UPLOAD_BYTES
+from specsteer.data.datasets import load_records
+from specsteer.data.history_upload import MAX_UPLOAD_BYTES
 from specsteer.data.json_limits import RECORDS_LIMITS, JsonLimits
+from specsteer.data.record_files import DataError
 from specsteer.engine.settings import sentence
 from specsteer.evaluation.deployment_profiles import get_profile
 from specsteer.evaluation.deployment_rows import DEFAULT_RTTS_MS, deployment_rows

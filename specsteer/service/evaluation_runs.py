@@ -12,7 +12,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TypeVar
 
-from specsteer.data.datasets import LONGLAMP_TASKS, resolve_data_source, shared_cogenesis_path, shared_data_path
+from specsteer.data.datasets import LONGLAMP_TASKS
+from specsteer.data.sources import resolve_data_source, shared_cogenesis_path, shared_data_path
 from specsteer.evaluation import plots
 from specsteer.evaluation.claims import claim_counts, claim_row, claim_sentences, claims
 from specsteer.evaluation.grid import EvalSpec, run_facts, run_prompts, summarize

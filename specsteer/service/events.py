@@ -27,7 +27,7 @@ from specsteer.engine.settings import GenerationSettings
 from specsteer.evaluation.deployment import DeploymentProfile
 from specsteer.evaluation.grid import EvalResult, GridProgress
 from specsteer.method.events import Finished, LinkMessage, TokenEvent
-from specsteer.protocol.wire import CloudInfo
+from specsteer.protocol.cloud_reports import CloudInfo
 from specsteer.stores.generations import StoredOutput
 from specsteer.stores.runs import CellResult, StoredRun
 

@@ -23,7 +23,8 @@ from pathlib import Path
 
 from specsteer.cloud.in_process import InProcessCloud
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD
-from specsteer.data.history import MAX_UPLOAD_BYTES, HistoryError, parse_history
+from specsteer.data.history import HistoryError
+from specsteer.data.history_upload import MAX_UPLOAD_BYTES, parse_history
 from specsteer.data.tasks import PromptStyle, as_prompt_style, render_item
 from specsteer.engine.decode_config import cross_tokenizer_problem
 from specsteer.engine.generate import generate
@@ -31,7 +32,7 @@ from specsteer.engine.request import Prepared, Request, prepare
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.method.catalog import METHODS, PRIVATE_METHODS, method_label
 from specsteer.method.events import Finished, TokenEvent
-from specsteer.models.loading import LoadedPair
+from specsteer.models.pair import LoadedPair
 from specsteer.models.weights import ModelLoadError
 from specsteer.protocol.link import CloudEndpoint, CloudError
 from specsteer.service.checks import RequestChecks

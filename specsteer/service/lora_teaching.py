@@ -27,8 +27,8 @@ from specsteer.edge.lora import (
     TrainingStopped,
     train_lora,
 )
-from specsteer.models.loading import LoadedPair
 from specsteer.models.lora import LoraError, SpecialistLora
+from specsteer.models.pair import LoadedPair
 from specsteer.models.weights import ModelLoadError
 from specsteer.stores.generations import NamedHistory
 from specsteer.util.background import Background

@@ -1,13 +1,13 @@
 """What a page of the app starts from, GUI-free: the settings its widgets start at, the bundled sample users (one
-catalogue, ``specsteer.data.datasets.SAMPLE_USERS``) read as named histories, and the Cloud setting's starting
+catalogue, ``specsteer.data.sources.SAMPLE_USERS``) read as named histories, and the Cloud setting's starting
 value from the environment. The Generate tab starts from these, and the start-up warm-up reads the same request."""
 
 from __future__ import annotations
 
 import os
 
-from specsteer.data.datasets import SAMPLE_USERS, sample_history_path
-from specsteer.data.history import parse_history
+from specsteer.data.history_upload import parse_history
+from specsteer.data.sources import SAMPLE_USERS, sample_history_path
 from specsteer.engine.settings import GenerationSettings, sentence
 from specsteer.protocol.exposure import CLOUD_URL_ENV, cloud_address
 from specsteer.stores.generations import NamedHistory

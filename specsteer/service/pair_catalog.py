@@ -11,7 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from specsteer.engine.settings import sentence
-from specsteer.models.loading import LoadedPair, load_pair
+from specsteer.models.loading import load_pair
+from specsteer.models.pair import LoadedPair
 from specsteer.models.planning import runtime_plan
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS, Pairing, model_status, pairing_status
 from specsteer.models.weights import ModelLoadError

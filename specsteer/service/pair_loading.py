@@ -8,7 +8,8 @@ import time
 from collections.abc import Generator
 
 from specsteer.engine.settings import GenerationSettings
-from specsteer.models.loading import LoadedPair, with_specialist_lora
+from specsteer.models.loading import with_specialist_lora
+from specsteer.models.pair import LoadedPair
 from specsteer.models.planning import lora_plan
 from specsteer.models.weights import ModelLoadError
 from specsteer.service.events import Loading

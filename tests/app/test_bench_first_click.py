@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from specsteer.data.datasets import DEFAULT_SAMPLE
+from specsteer.data.sources import DEFAULT_SAMPLE
 
 pytest.importorskip("gradio_client")
 

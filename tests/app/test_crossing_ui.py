@@ -11,7 +11,7 @@ import gradio as gr
 import pytest
 
 import app
-from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS
+from specsteer.data.sources import DEFAULT_SAMPLE, SAMPLE_USERS
 from specsteer.engine.settings import SUGGESTED_PRIVATE_GUARD
 from specsteer.models.tiny import TEST_PAIRING_ID
 from specsteer.service.page import read_sample

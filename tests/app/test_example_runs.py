@@ -14,7 +14,7 @@ import pytest
 
 import app
 import storage
-from specsteer.data.datasets import EXAMPLE_RUNS_DB
+from specsteer.data.sources import EXAMPLE_RUNS_DB
 from specsteer.method.events import GenerationStats, TraceStep
 from specsteer.stores.runs import CellResult, GridPoint
 from ui import dashboard_handlers, sweep_view

@@ -19,14 +19,14 @@ import pytest
 import app
 import storage
 from specsteer.cloud.process import free_loopback_port
-from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_path
-from specsteer.data.history import MAX_UPLOAD_BYTES
+from specsteer.data.history_upload import MAX_UPLOAD_BYTES
+from specsteer.data.sources import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_path
 from specsteer.evaluation.deployment_profiles import PROFILES
 from specsteer.method.catalog import METHOD_INFO, METHODS, method_label
 from specsteer.method.events import GenerationStats, TokenEvent
+from specsteer.protocol.cloud_reports import CloudInfo
 from specsteer.protocol.emulation import LinkConditions
 from specsteer.protocol.exposure import CLOUD_URL_ENV
-from specsteer.protocol.wire import CloudInfo
 from specsteer.service import judging, page
 from specsteer.service.events import CloudCheck, Done, Failed, Generating, Started, Token
 from specsteer.stores.runs import CellResult, GridPoint

@@ -17,6 +17,7 @@ from specsteer.cli import evaluate as evaluate_cli
 from specsteer.cli import generate as generate_cli
 from specsteer.evaluation.grid import EvalSpec
 from specsteer.models import loading
+from specsteer.models.pair import assemble_pair
 from specsteer.models.registry import DEFAULT_PAIRING
 from specsteer.runtimes.base import check_runtime
 
@@ -84,7 +85,7 @@ def split_loads(cache, gguf_dir, monkeypatch):  # noqa: F811 -- the imported fix
         swapped = [texts[1], texts[0], *texts[2:]] if state["refuse"] else texts
         monkeypatch.setattr(generalist, "token_texts", lambda: swapped)
         large = generalist if len(runtimes) > 1 else None
-        return loading.assemble_pair(pairing.id, pair.specialist, large, pair.tokenizer)
+        return assemble_pair(pairing.id, pair.specialist, large, pair.tokenizer)
 
     monkeypatch.setattr(loading, "_load_pair_uncached", fake_load)
     loading.clear_loaded_pairs()

@@ -19,7 +19,7 @@ from specsteer.cloud.admission import ANONYMOUS, SHARED, Holding, admit, credent
 from specsteer.cloud.limits import ServiceLimits
 from specsteer.cloud.refusals import ServiceError
 from specsteer.cloud.service import CloudService
-from specsteer.data.datasets import bundled_sample_path
+from specsteer.data.sources import bundled_sample_path
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import collect, generate_ids
 from specsteer.evaluation.grid import EvalSpec, run_grid

@@ -14,8 +14,9 @@ from specsteer.engine.decode_config import DecodeConfig, cross_tokenizer_problem
 from specsteer.engine.generate import collect, generate_ids
 from specsteer.method.acceptance import ScriptedRate
 from specsteer.models.tiny import tiny_cross_pair, tiny_pair
+from specsteer.protocol.cloud_reports import CloudInfo
 from specsteer.protocol.link import CloudRefused
-from specsteer.protocol.wire import CloudInfo, CrossOpen, Draft, Open, Verdict, decode, encode
+from specsteer.protocol.wire import CrossOpen, Draft, Open, Verdict, decode, encode
 
 SESSION = bytes(range(16))
 PLAIN, PRIVATE = [1, 2, 3, 4], [9, 8, 1, 2, 3, 4]

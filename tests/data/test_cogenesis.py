@@ -6,9 +6,12 @@ import json
 
 import pytest
 
-from specsteer.data.datasets import DataError, load_cogenesis, resolve_data_source, shared_cogenesis_path
-from specsteer.data.history import HistoryError, parse_history
+from specsteer.data.datasets import load_cogenesis
+from specsteer.data.history import HistoryError
+from specsteer.data.history_upload import parse_history
 from specsteer.data.privacy import audit_uplink
+from specsteer.data.record_files import DataError
+from specsteer.data.sources import resolve_data_source, shared_cogenesis_path
 from specsteer.data.tasks import build_prompts
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import collect, generate

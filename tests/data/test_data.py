@@ -9,16 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from specsteer.data.datasets import (
-    LONGLAMP_TASKS,
-    DataError,
-    Record,
-    bundled_sample_path,
-    load_lamp,
-    load_records,
-    shared_data_path,
-)
+from specsteer.data.datasets import LONGLAMP_TASKS, Record, load_lamp, load_records
 from specsteer.data.history import HistoryItem
+from specsteer.data.record_files import DataError
+from specsteer.data.sources import bundled_sample_path, shared_data_path
 
 REVIEW_ITEM = {"description": "A kettle", "overall": "4.0", "reviewText": "Boils fast!", "summary": "Quick"}
 WRITING_ITEM = {"author": "sam", "content": "Rye again.", "id": "a", "summary": "Bread"}

@@ -9,17 +9,10 @@ import pickle
 
 import pytest
 
-from specsteer.data import history
-from specsteer.data.datasets import SAMPLE_USERS, sample_history_path, shared_data_path
-from specsteer.data.history import (
-    MAX_ITEM_CHARS,
-    MAX_ITEMS,
-    MAX_UPLOAD_BYTES,
-    History,
-    HistoryError,
-    HistoryItem,
-    parse_history,
-)
+from specsteer.data import history_upload
+from specsteer.data.history import MAX_ITEM_CHARS, MAX_ITEMS, History, HistoryError, HistoryItem
+from specsteer.data.history_upload import MAX_JSON_DEPTH, MAX_UPLOAD_BYTES, parse_history
+from specsteer.data.sources import SAMPLE_USERS, sample_history_path, shared_data_path
 
 REVIEW = {"description": "A kettle", "overall": "4.0", "reviewText": "Boils fast!", "summary": "Quick"}
 WRITING = {"author": "sam", "content": "bread again", "id": "x1", "summary": "bread"}
@@ -239,7 +232,7 @@ def test_oversized_upload_is_rejected_before_parsing(monkeypatch):
     def fail(*_args, **_kwargs):
         raise AssertionError("parsed an oversized upload")
 
-    monkeypatch.setattr(history, "_parse_plain", fail)
+    monkeypatch.setattr(history_upload, "_parse_plain", fail)
     with pytest.raises(HistoryError, match="larger than 5 MB"):
         parse_history(b"a" * (MAX_UPLOAD_BYTES + 1), "big.txt")
     with pytest.raises(HistoryError, match="larger than"):
@@ -280,7 +273,7 @@ def test_overlong_item_is_rejected_with_its_place():
 @pytest.mark.parametrize("filename", ["deep.json", "deep.jsonl", None])
 def test_json_nested_too_deep_is_refused_by_name(filename):
     deep = "[" * 10_000 + "]" * 10_000
-    with pytest.raises(HistoryError, match=rf"line 1: the JSON is nested more than {history.MAX_JSON_DEPTH} levels"):
+    with pytest.raises(HistoryError, match=rf"line 1: the JSON is nested more than {MAX_JSON_DEPTH} levels"):
         parse_history(deep, filename)
 
 

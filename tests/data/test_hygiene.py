@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from specsteer.data.datasets import bundled_sample_path
 from specsteer.data.history import HistoryItem
 from specsteer.data.hygiene import (
     GridVerdict,
@@ -24,6 +23,7 @@ from specsteer.data.hygiene import (
     preamble_evidence,
     refusal_evidence,
 )
+from specsteer.data.sources import bundled_sample_path
 from specsteer.data.tasks import build_prompts
 
 REPO = Path(__file__).resolve().parents[2]

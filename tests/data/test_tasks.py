@@ -249,8 +249,9 @@ def test_paper_prompts_are_pinned(task):
 
 @pytest.mark.parametrize("source, task", sorted(_PINNED_FILE_DIGESTS))
 def test_paper_prompts_of_whole_record_files_are_pinned(source, task):
-    from specsteer.data.datasets import bundled_sample_path, load_records, shared_data_path
+    from specsteer.data.datasets import load_records
     from specsteer.data.retrieval import retrieve
+    from specsteer.data.sources import bundled_sample_path, shared_data_path
 
     path = bundled_sample_path(task) if source == "bundled" else shared_data_path(task)
     if path is None:

@@ -7,7 +7,7 @@ import pytest
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import collect, generate_ids
 from specsteer.engine.request import chat_ids
-from specsteer.method.decoding import PrivateSpanGuard
+from specsteer.method.drafting import PrivateSpanGuard
 
 N = 2  # short spans, so that the tiny random models copy some of them when unguarded (the control)
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import specsteer.edge.session as edge_session
-import specsteer.method.decoding as decoding
+import specsteer.method.verification as verification
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import generate_ids
 
@@ -33,7 +33,7 @@ def instrumented(monkeypatch):
     """Records the ratio test's inputs (each round's log p_L, log p_S0) and every draft's row on the Edge."""
     tested: list[tuple[list[float], list[float]]] = []
     drafted: list[tuple[int, torch.Tensor]] = []
-    original_values = decoding.log_ratio_values
+    original_values = verification.log_ratio_values
     original_drafting = edge_session.drafting
 
     def log_ratio_values(log_p_large, log_p_generic, alpha):
@@ -45,7 +45,7 @@ def instrumented(monkeypatch):
             drafted.append((token, row.clone()))
             yield token, row
 
-    monkeypatch.setattr(decoding, "log_ratio_values", log_ratio_values)
+    monkeypatch.setattr(verification, "log_ratio_values", log_ratio_values)
     monkeypatch.setattr(edge_session, "drafting", drafting)
     return tested, drafted
 

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from specsteer.cli import bench as bench_cli
-from specsteer.data.datasets import EXAMPLE_RUNS_DB
+from specsteer.data.sources import EXAMPLE_RUNS_DB
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import collect, generate_ids
 from specsteer.evaluation.bench_link import link_rows

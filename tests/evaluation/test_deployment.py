@@ -33,9 +33,10 @@ from specsteer.evaluation.deployment_rows import summarize_speedups
 from specsteer.method import costs
 from specsteer.method.costs import PassCost, PassSample, fit_pass_cost
 from specsteer.method.events import TraceStep
+from specsteer.protocol.cloud_reports import CloudInfo, CloudReport
 from specsteer.protocol.emulation import NO_LINK, LinkConditions, LinkEmulator
 from specsteer.protocol.link import Arrival, Link, Reply
-from specsteer.protocol.wire import DOWNLINK, UPLINK, CloudInfo, CloudReport, Draft, Open, Verdict, decode, encode
+from specsteer.protocol.wire import DOWNLINK, UPLINK, Draft, Open, Verdict, decode, encode
 
 # --------------------------------------------------------------------------- helpers
 

@@ -16,7 +16,8 @@ import pytest
 import storage
 from specsteer.cli import evaluate as evaluate_cli
 from specsteer.data.crossing import CrossedPhrase, Crossing, HistoryCrossing
-from specsteer.data.datasets import DataError, bundled_sample_path
+from specsteer.data.record_files import DataError
+from specsteer.data.sources import bundled_sample_path
 from specsteer.evaluation import result_table
 from specsteer.evaluation.grid import (
     CROSSING_ROW_KEYS,

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from specsteer.cli import gpu_profile as gpu_profile_cli
-from specsteer.data.datasets import EXAMPLE_RUNS_DB
+from specsteer.data.sources import EXAMPLE_RUNS_DB
 from specsteer.evaluation import gpu_costs, gpu_profile, gpu_shapes, gpu_timing
 from specsteer.evaluation.deployment import GENERALIST, GENERIC, NO_HOST_OVERHEAD, SPECIALIST, MeasuredRun, project_runs
 from specsteer.evaluation.deployment_profiles import get_profile

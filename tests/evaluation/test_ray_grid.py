@@ -16,7 +16,7 @@ import pytest
 
 import storage
 from specsteer.cli import evaluate as evaluate_cli
-from specsteer.data.datasets import bundled_sample_path
+from specsteer.data.sources import bundled_sample_path
 from specsteer.evaluation.grid import (
     EvalResult,
     EvalSpec,

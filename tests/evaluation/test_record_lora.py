@@ -14,7 +14,8 @@ import pytest
 from evaluation.test_evaluate import MemoryStore
 
 import storage
-from specsteer.data.datasets import load_cogenesis, shared_cogenesis_path
+from specsteer.data.datasets import load_cogenesis
+from specsteer.data.sources import shared_cogenesis_path
 from specsteer.edge.lora import LoraSettings
 from specsteer.engine import generate as engine_generate
 from specsteer.engine.request import chat_ids

@@ -9,11 +9,12 @@ import pytest
 from models.test_runtime_plan import PROMPT_HEAVY, _save, _split_pair, cache, gguf_dir  # noqa: F401 -- fixtures
 
 import storage
-from specsteer.data.datasets import bundled_sample_path
+from specsteer.data.sources import bundled_sample_path
 from specsteer.evaluation.bench_report import auto_rows
 from specsteer.evaluation.grid import EvalSpec, open_or_resume, run_config, run_grid
 from specsteer.models import loading
 from specsteer.models.calibration import RuntimeChoice
+from specsteer.models.pair import assemble_pair
 from specsteer.models.registry import DEFAULT_PAIRING
 from specsteer.models.runtime_plan import PLAN_KEY, RuntimePlan, StoredPlan, plan_record
 from specsteer.models.tiny import tiny_pair
@@ -120,10 +121,10 @@ def loads(cache, gguf_dir, monkeypatch):  # noqa: F811 -- the imported fixtures
         state["loaded"].append(runtimes)
         if runtimes == ("llama.cpp", "llama.cpp"):
             small = LlamaCppModel(gguf_dir / "small.gguf", threads=1)
-            return loading.assemble_pair(pairing.id, small, generalist, pair.tokenizer)
+            return assemble_pair(pairing.id, small, generalist, pair.tokenizer)
         swapped = [texts[1], texts[0], *texts[2:]] if state["refuse"] else texts
         monkeypatch.setattr(generalist, "token_texts", lambda: swapped)
-        return loading.assemble_pair(pairing.id, pair.specialist, generalist, pair.tokenizer)
+        return assemble_pair(pairing.id, pair.specialist, generalist, pair.tokenizer)
 
     monkeypatch.setattr(loading, "_load_pair_uncached", fake_load)
     loading.clear_loaded_pairs()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import storage
 from specsteer.data.crossing import CrossedPhrase, Crossing, HistoryCrossing
-from specsteer.data.datasets import bundled_sample_path
+from specsteer.data.sources import bundled_sample_path
 from specsteer.evaluation.claims import claim_sentences
 from specsteer.evaluation.grid import EvalSpec, load_evaluation_records, run_config
 from specsteer.method.events import GenerationStats

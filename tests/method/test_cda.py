@@ -18,8 +18,9 @@ from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import collect, generate_ids
 from specsteer.engine.request import chat_ids
 from specsteer.method.acceptance import DivergenceAdaptive, RoundScores, cda_log_thresholds, cda_test, jensen_shannon
-from specsteer.method.decoding import Sampler, ratio_test
+from specsteer.method.decoding import Sampler
 from specsteer.method.reference import specsteer
+from specsteer.method.verification import ratio_test
 from specsteer.models.tiny import tiny_pair
 
 PLAIN = "Write about rivers."

@@ -26,7 +26,8 @@ from specsteer.method.crosstok import (
     segment_test,
     symbol_log_probs,
 )
-from specsteer.method.decoding import Sampler, ratio_test
+from specsteer.method.decoding import Sampler
+from specsteer.method.verification import ratio_test
 from specsteer.models.chat import CHATML_CHAT
 from specsteer.models.tiny import (
     CHAT_QUIET_IDS,

@@ -9,16 +9,10 @@ import torch
 
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import collect, generate_ids
-from specsteer.method.decoding import (
-    Detokenizer,
-    ForwardLog,
-    Sampler,
-    Stream,
-    draft,
-    recover,
-    residual_test,
-    steering_entries,
-)
+from specsteer.method.decoding import Detokenizer, ForwardLog, Sampler, Stream
+from specsteer.method.drafting import draft
+from specsteer.method.steering import recover, steering_entries
+from specsteer.method.verification import residual_test
 from specsteer.models.tiny import tiny_pair
 
 

@@ -79,7 +79,8 @@ def test_the_guard_keeps_a_correction_off_a_private_span():
     """The private-span guard masks the row the Edge corrects from: here the Specialist's best token would
     complete a private 2-gram, so the correction is its second best."""
     from specsteer.edge.p3 import P3Edge
-    from specsteer.method.decoding import ForwardLog, PrivateSpanGuard
+    from specsteer.method.decoding import ForwardLog
+    from specsteer.method.drafting import PrivateSpanGuard
 
     pair = tiny_pair(seed=5, generalist_seed=6)
     private, plain = [3, 4, 5, 6], [3, 4]

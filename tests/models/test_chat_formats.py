@@ -14,8 +14,8 @@ import huggingface_hub.constants
 import pytest
 
 import storage
-from specsteer.data.datasets import sample_history_path
-from specsteer.data.history import parse_history
+from specsteer.data.history_upload import parse_history
+from specsteer.data.sources import sample_history_path
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import collect, generate
 from specsteer.engine.request import Request, chat_ids, prepare

@@ -18,7 +18,8 @@ import torch
 from specsteer.cli import models as models_cli
 from specsteer.models import loading, planning
 from specsteer.models import weights as models
-from specsteer.models.loading import check_tokenizers_match, load_pair, shared_vocab_size
+from specsteer.models.loading import load_pair
+from specsteer.models.pair import check_tokenizers_match, shared_vocab_size
 from specsteer.models.registry import (
     CACHE_MARKER,
     DEFAULT_PAIRING,
@@ -32,6 +33,7 @@ from specsteer.models.registry import (
 )
 from specsteer.models.tiny import IM_END_ID, TOKENIZER_SIZE, tiny_model, tiny_pair, tiny_tokenizer, write_tiny_gguf
 from specsteer.models.weights import ModelLoadError, load_model, prepare_offline
+from specsteer.runtimes import llamacpp_build
 from specsteer.runtimes.base import TransformersModel
 from specsteer.runtimes.hardware import default_dtype, resolve_dtype
 
@@ -278,7 +280,7 @@ def test_prepare_command_skips_hub_models_and_refuses_cross_tokenizer_pairings(c
 
 def test_prepare_command_readies_the_gguf_files_of_an_offline_cross_pairing_for_llama_cpp(capsys, monkeypatch):
     # Both models of a two-tokenizer pairing run on llama.cpp: prepare verifies both GGUF files, converts nothing.
-    monkeypatch.setattr(loading.llamacpp, "status", lambda paths: (True, "llama.cpp works here"))
+    monkeypatch.setattr(llamacpp_build, "status", lambda paths: (True, "llama.cpp works here"))
     monkeypatch.setattr(models_cli, "load_tokenizer", lambda spec, say: None)
     monkeypatch.setattr(models_cli, "prepare_offline", _must_not_be_called)
     ready = []
@@ -404,13 +406,13 @@ def test_an_offline_cross_pairing_refuses_a_split_without_touching_packages(monk
 def test_auto_runs_an_offline_cross_pairing_on_llama_cpp_without_a_calibration(monkeypatch):
     from specsteer.models import calibration
 
-    monkeypatch.setattr(loading.llamacpp, "status", lambda paths: (True, "llama.cpp works here"))
+    monkeypatch.setattr(llamacpp_build, "status", lambda paths: (True, "llama.cpp works here"))
     monkeypatch.setattr(calibration, "saved_calibration", _must_not_be_called)
     monkeypatch.setattr(loading.torch.cuda, "is_available", lambda: False)
     plan = planning.runtime_plan(PAIRINGS["offline-smollm2__qwen2.5-coder"], "auto")
     assert plan.runtime == "llama.cpp" and not plan.specialist.prompt_reader
     assert planning.CROSS_RUNTIME_NOTE in plan.reason
-    monkeypatch.setattr(loading.llamacpp, "status", lambda paths: (False, "llama.cpp failed its check here."))
+    monkeypatch.setattr(llamacpp_build, "status", lambda paths: (False, "llama.cpp failed its check here."))
     assert planning.runtime_plan(PAIRINGS["offline-smollm2__qwen2.5-coder"], "auto").runtime == "transformers"
 
 

@@ -75,11 +75,11 @@ def test_a_crashing_bf16_kernel_is_named_and_fp32_reads(monkeypatch):
 @pytest.mark.parametrize("proven", ["bf16", "fp32"])
 def test_the_runtimes_are_compared_whole_only_where_bf16_was_proven_fast(tmp_path, monkeypatch, proven):
     """The CPU's flags say fast bf16 either way here; only the child's proof decides."""
-    from specsteer.runtimes import hardware, llamacpp
+    from specsteer.runtimes import hardware, llamacpp_build
 
     monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path))
     monkeypatch.setattr(hardware, "default_dtype", lambda: "bf16")
-    monkeypatch.setattr(llamacpp, "status", lambda models=(): (True, "llama.cpp (test)"))
+    monkeypatch.setattr(llamacpp_build, "status", lambda models=(): (True, "llama.cpp (test)"))
     alternative = "fp32 230 tok/s" if proven == "bf16" else "bf16 crashed with SIGILL in a child process"
     measured = cal.PromptReading(512, 259.0, 449.0 if proven == "bf16" else 230.0, proven, alternative)
     monkeypatch.setattr(reading, "measure_prompt_reading", lambda pairing, say: measured)

@@ -13,10 +13,11 @@ from specsteer.method.catalog import METHODS, method_info
 from specsteer.models import calibration as cal
 from specsteer.models import loading, planning
 from specsteer.models.calibration import RuntimeChoice
+from specsteer.models.pair import SplitVocabularyError, assemble_pair
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS
 from specsteer.models.runtime_plan import PROMPT_READER, RuntimePlan, plan_costs, plan_streams
 from specsteer.models.tiny import tiny_pair, tiny_tokenizer, write_tiny_gguf
-from specsteer.runtimes import llamacpp
+from specsteer.runtimes import llamacpp_build
 from specsteer.runtimes import llamacpp_probe as probe
 from specsteer.runtimes.base import RUNTIMES, TransformersModel
 from testkit import require_llamacpp
@@ -159,7 +160,7 @@ def test_the_specialist_pair_is_one_choice():
 def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SPECSTEER_CACHE", str(tmp_path))
     monkeypatch.delenv(probe.ENV_FORCE, raising=False)
-    monkeypatch.setattr(llamacpp, "status", lambda models=(): (True, "llama-cpp-python (test)"))
+    monkeypatch.setattr(llamacpp_build, "status", lambda models=(): (True, "llama-cpp-python (test)"))
     monkeypatch.setattr(planning, "converted_ready", lambda pairing: True)
     monkeypatch.setattr("torch.cuda.is_available", lambda: False)
     yield tmp_path
@@ -267,7 +268,7 @@ def test_a_refused_split_falls_back_to_one_runtime(cache, monkeypatch):
         runtimes = tuple(model.runtime for model in planned)
         loaded.append(runtimes)
         if len(set(runtimes)) > 1:
-            raise loading.SplitVocabularyError("ids disagree")
+            raise SplitVocabularyError("ids disagree")
         return tiny_pair()
 
     monkeypatch.setattr(loading, "_load_pair_uncached", fake_load)
@@ -278,7 +279,7 @@ def test_a_refused_split_falls_back_to_one_runtime(cache, monkeypatch):
     assert pair.runtime_plan is not None and not pair.runtime_plan.mixed
     assert "a split was refused: ids disagree" in pair.runtime_choice
     assert any("running both models on llama.cpp instead" in line for line in said)
-    with pytest.raises(loading.SplitVocabularyError):
+    with pytest.raises(SplitVocabularyError):
         loading.load_pair(DEFAULT_PAIRING, runtime="transformers/llama.cpp")
     loading.clear_loaded_pairs()
 
@@ -306,7 +307,7 @@ def _split_pair(gguf_dir):
     specialist = TransformersModel(write_tiny_gguf(gguf_dir / "small.gguf", 8), "tiny-8")
     write_tiny_gguf(gguf_dir / "large.gguf", 9)
     generalist = LlamaCppModel(gguf_dir / "large.gguf", name="tiny-9", threads=1)
-    return loading.assemble_pair("split", specialist, generalist, tiny_tokenizer()), generalist
+    return assemble_pair("split", specialist, generalist, tiny_tokenizer()), generalist
 
 
 def test_a_split_pair_generates_and_its_stats_name_both_runtimes(gguf_dir):
@@ -328,7 +329,7 @@ def test_a_split_pair_generates_and_its_stats_name_both_runtimes(gguf_dir):
     from specsteer.runtimes.llamacpp import LlamaCppModel
 
     one = [LlamaCppModel(gguf_dir / f"{name}.gguf", threads=1) for name in ("small", "large")]
-    uniform = loading.assemble_pair("one", one[0], one[1], tiny_tokenizer())
+    uniform = assemble_pair("one", one[0], one[1], tiny_tokenizer())
     assert uniform.runtime == "llama.cpp"
     assert collect(generate_ids(uniform, ids, ids, config))[1].token_ids == finished.token_ids
 
@@ -339,5 +340,5 @@ def test_a_split_whose_token_ids_disagree_is_refused(gguf_dir, monkeypatch):
     assert texts[: len(tiny_tokenizer())] == tiny_tokenizer().convert_ids_to_tokens(list(range(len(tiny_tokenizer()))))
     swapped = [texts[1], texts[0], *texts[2:]]
     monkeypatch.setattr(generalist, "token_texts", lambda: swapped)
-    with pytest.raises(loading.SplitVocabularyError, match="disagree on 2 of 259 ids"):
-        loading.assemble_pair("split", pair.specialist, generalist, tiny_tokenizer())
+    with pytest.raises(SplitVocabularyError, match="disagree on 2 of 259 ids"):
+        assemble_pair("split", pair.specialist, generalist, tiny_tokenizer())

@@ -18,6 +18,7 @@ from specsteer.engine import generate as engine
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import collect, generate
 from specsteer.engine.request import Request, chat_ids, prepare
+from specsteer.protocol.cloud_reports import CloudReport
 from specsteer.protocol.link import Link, Reply
 from specsteer.protocol.rules import Rule
 from specsteer.protocol.wire import (
@@ -25,7 +26,6 @@ from specsteer.protocol.wire import (
     PROTOCOL_VERSION,
     RULES,
     UPLINK,
-    CloudReport,
     CrossOpen,
     Draft,
     FrameError,

@@ -16,7 +16,7 @@ import torch
 from specsteer.engine.decode_config import DecodeConfig
 from specsteer.engine.generate import collect, generate_ids
 from specsteer.method.decoding import ForwardLog, Stream
-from specsteer.models.loading import assemble_pair
+from specsteer.models.pair import assemble_pair
 from specsteer.models.tiny import IM_END_ID, tiny_model, tiny_tokenizer, write_tiny_gguf
 from specsteer.runtimes.base import PrefixCache, Sequence, TransformersModel
 from testkit import require_llamacpp
@@ -172,7 +172,7 @@ def test_a_two_tokenizer_pair_agrees_on_both_runtimes(gguf_dir):
     require_llamacpp()
     from specsteer.engine.request import chat_ids
     from specsteer.models.chat import CHATML_CHAT
-    from specsteer.models.loading import assemble_cross_pair
+    from specsteer.models.pair import assemble_cross_pair
     from specsteer.models.tiny import CHAT_QUIET_IDS, tiny_merged_tokenizer
     from specsteer.runtimes.llamacpp import LlamaCppModel
 

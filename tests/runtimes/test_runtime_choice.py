@@ -21,7 +21,7 @@ from specsteer.models.planning import runtime_choice, runtime_plan
 from specsteer.models.registry import DEFAULT_PAIRING, PAIRINGS
 from specsteer.models.tiny import tiny_model, write_tiny_gguf
 from specsteer.models.weights import ModelLoadError
-from specsteer.runtimes import llamacpp, llamacpp_child
+from specsteer.runtimes import llamacpp_build, llamacpp_child
 from specsteer.runtimes import llamacpp_probe as probe
 from specsteer.runtimes.base import TransformersModel
 from specsteer.runtimes.machine import machine_info
@@ -66,10 +66,10 @@ def test_no_working_configuration_makes_llamacpp_unavailable_and_auto_falls_back
     assert report.chosen is None and "no configuration passed" in report.describe()
     probe.forget()
     try:
-        llamacpp.bindings()
-    except llamacpp.LlamaCppUnavailable:
+        llamacpp_build.bindings()
+    except llamacpp_build.LlamaCppUnavailable:
         pytest.skip("llama-cpp-python is not built here: its availability has another reason")
-    usable, reason = llamacpp.status()
+    usable, reason = llamacpp_build.status()
     assert not usable and "SIGSEGV" in reason
     pairing = PAIRINGS[DEFAULT_PAIRING]
     assert runtime_plan(pairing, "auto", lambda line: None).runtime == "transformers"
@@ -182,7 +182,7 @@ def test_the_estimate_charges_what_each_method_reads_and_decodes():
 
 
 def test_auto_uses_the_saved_calibration(cache, monkeypatch):
-    monkeypatch.setattr(llamacpp, "status", lambda models=(): (True, "llama-cpp-python (test)"))
+    monkeypatch.setattr(llamacpp_build, "status", lambda models=(): (True, "llama-cpp-python (test)"))
     monkeypatch.setattr("specsteer.models.planning.converted_ready", lambda pairing: True)
     pairing = PAIRINGS[DEFAULT_PAIRING]
     assert runtime_choice(pairing, method="specsteer").runtime == "llama.cpp"  # nothing measured yet

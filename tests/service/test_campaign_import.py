@@ -12,7 +12,8 @@ import json
 import pytest
 
 import storage
-from specsteer.data.datasets import bundled_sample_path, load_task_records
+from specsteer.data.datasets import load_task_records
+from specsteer.data.sources import bundled_sample_path
 from specsteer.evaluation.grid import EvalSpec, run_grid
 from specsteer.models.tiny import TEST_PAIRING_ID, tiny_pair
 from specsteer.service.app_service import AppService

@@ -322,7 +322,7 @@ def test_cli_create_status_leaderboard_export(tmp_path, capsys, fresh_engines):
 
 
 def test_a_campaigns_leaderboard_beside_a_run_of_the_same_records(service, db):
-    from specsteer.data.datasets import bundled_sample_path
+    from specsteer.data.sources import bundled_sample_path
     from ui.campaign_beside_run import beside_html
 
     sample = str(bundled_sample_path("review").resolve())

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import app
-from specsteer.data.datasets import bundled_sample_path
+from specsteer.data.sources import bundled_sample_path
 from specsteer.evaluation.grid import MAX_RUN_NAME_CHARS, EvalSpec
 from ui import compare_handlers
 

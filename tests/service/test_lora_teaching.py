@@ -9,8 +9,8 @@ import pytest
 from service.test_service import MemoryStore, values
 
 import storage
-from specsteer.data.datasets import sample_history_path
-from specsteer.data.history import parse_history
+from specsteer.data.history_upload import parse_history
+from specsteer.data.sources import sample_history_path
 from specsteer.models.tiny import TEST_PAIRING_ID, shared_tiny_pair
 from specsteer.service.app_service import AppService
 from specsteer.service.events import Done, Failed

@@ -15,8 +15,8 @@ import pytest
 
 import storage
 from specsteer.cloud.process import free_loopback_port, start_cloud_process
-from specsteer.data.datasets import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_path, sample_history_path
-from specsteer.data.history import parse_history
+from specsteer.data.history_upload import parse_history
+from specsteer.data.sources import DEFAULT_SAMPLE, SAMPLE_USERS, bundled_sample_path, sample_history_path
 from specsteer.engine.request import Request, chat_ids, prepare
 from specsteer.engine.settings import SUGGESTED_PRIVATE_GUARD, GenerationSettings, SettingsError
 from specsteer.evaluation.grid import EvalResult, EvalSpec, GridProgress

@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 import storage
-from specsteer.data.datasets import bundled_sample_path
 from specsteer.data.history import HistoryError
+from specsteer.data.sources import bundled_sample_path
 from specsteer.method.events import GenerationStats
 from specsteer.protocol.exposure import Exposure
 from specsteer.service.app_service import AppService

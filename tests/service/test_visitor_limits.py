@@ -12,8 +12,11 @@ import pytest
 
 import storage
 from specsteer.cli.evaluate import main as evaluate_main
-from specsteer.data.datasets import DataError, bundled_sample_path, load_records
-from specsteer.data.history import HistoryError, parse_history
+from specsteer.data.datasets import load_records
+from specsteer.data.history import HistoryError
+from specsteer.data.history_upload import parse_history
+from specsteer.data.record_files import DataError
+from specsteer.data.sources import bundled_sample_path
 from specsteer.evaluation.grid import EvalSpec
 from specsteer.models.tiny import TEST_PAIRING_ID
 from specsteer.protocol.exposure import Exposure

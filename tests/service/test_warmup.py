@@ -9,8 +9,8 @@ import threading
 import pytest
 
 import storage
-from specsteer.data.datasets import sample_history_path
-from specsteer.data.history import parse_history
+from specsteer.data.history_upload import parse_history
+from specsteer.data.sources import sample_history_path
 from specsteer.method.events import EDGE_STREAM, GENERALIST_STREAM, GENERIC_STREAM
 from specsteer.models.tiny import TEST_PAIRING_ID, tiny_pair
 from specsteer.service.app_service import AppService

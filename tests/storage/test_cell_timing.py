@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text, update
 
 import storage
-from specsteer.data.datasets import bundled_sample_path
+from specsteer.data.sources import bundled_sample_path
 from specsteer.evaluation.grid import EvalSpec, run_grid
 from specsteer.method.events import GenerationStats
 from specsteer.models.tiny import tiny_pair

@@ -20,8 +20,9 @@ from specsteer.cloud.service import CloudService
 from specsteer.cloud.vllm.pair import ENGINE_NAME, EngineStats, VllmPair
 from specsteer.cloud.vllm.session import VllmCloud
 from specsteer.method.decoding import ForwardLog
+from specsteer.protocol.cloud_reports import CloudInfo
 from specsteer.protocol.rules import FIXED, RULE_SPECS
-from specsteer.protocol.wire import DRAFT_HEADROOM, CloudInfo, Open
+from specsteer.protocol.wire import DRAFT_HEADROOM, Open
 
 VLLM_RULES = ("ratio", "match", "generate")
 

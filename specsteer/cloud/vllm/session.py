@@ -21,7 +21,7 @@ response's ``usage.prompt_tokens_details.cached_tokens`` and reported as the ses
   temperature needs ``log softmax(z / T)``, whose normalizer no log-probability at temperature 1 gives:
   such an Open is refused. ``rule="match"`` reads the Generalist's top-1: exact up to ties.
 * The recovery (and bonus) sends ``z_L - beta z_S0`` on the Generalist's ``top_k`` likeliest tokens, as
-  :func:`~specsteer.method.decoding.steering_entries` does in process. Here the candidates are the Generalist
+  :func:`~specsteer.method.steering.steering_entries` does in process. Here the candidates are the Generalist
   engine's top ``top_k`` log-probabilities at the recovery position (``logprobs=top_k``: the same set as
   the full-vocabulary top-k, up to ties and the engines' rounding), and the generic copy's values on
   exactly those ids come from one more request to its engine (``logprob_token_ids``: the prefix is
@@ -48,8 +48,9 @@ import torch
 from specsteer.cloud.verifier import _CloudStreams
 from specsteer.cloud.vllm.client import Completion, EngineUnavailable
 from specsteer.cloud.vllm.pair import VllmPair
-from specsteer.method.decoding import ForwardLog, Sampler, log_ratio_values, ratio_decisions
+from specsteer.method.decoding import ForwardLog, Sampler
 from specsteer.method.events import GENERALIST_STREAM, GENERIC_STREAM
+from specsteer.method.verification import log_ratio_values, ratio_decisions
 from specsteer.protocol.rules import RULE_SPECS, Rule
 from specsteer.protocol.wire import DRAFT_HEADROOM, Draft, Open, Tokens, Verdict
 

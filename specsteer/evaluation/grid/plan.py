@@ -29,7 +29,7 @@ from specsteer.stores.runs import GridPoint, cell_key
 from specsteer.util.jsonable import to_jsonable
 
 if TYPE_CHECKING:
-    from specsteer.models.loading import LoadedPair
+    from specsteer.models.pair import LoadedPair
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ from specsteer.stores.protocols import RunStore
 from specsteer.stores.runs import CellResult
 
 if TYPE_CHECKING:
-    from specsteer.models.loading import LoadedPair
+    from specsteer.models.pair import LoadedPair
 
 LOCAL = "auto"  # --ray auto: ray.init()'s own search (RAY_ADDRESS, a `ray start` on this machine), else a new local one
 WORKER_RESTARTS = 3  # a worker process that dies is started again this many times, then is lost for good

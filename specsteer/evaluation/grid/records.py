@@ -14,8 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from specsteer.data.datasets import DataError, Record, load_task_records
+from specsteer.data.datasets import Record, load_task_records
 from specsteer.data.history import HistoryItem
+from specsteer.data.record_files import DataError
 from specsteer.data.retrieval import low_similarity_items
 from specsteer.data.tasks import DEFAULT_PROMPT_STYLE, PromptPair, as_prompt_style
 from specsteer.engine.request import Prepared, Request, prepare

@@ -60,7 +60,7 @@ from specsteer.stores.protocols import RunStore
 from specsteer.stores.runs import CellResult, RunStatus
 
 if TYPE_CHECKING:
-    from specsteer.models.loading import LoadedPair
+    from specsteer.models.pair import LoadedPair
     from specsteer.models.registry import Pairing
 
 WARMUP_TOKENS = 8

@@ -22,8 +22,9 @@ from specsteer.data.datasets import Record
 from specsteer.edge.lora import LoraSettings, TrainingStopped
 from specsteer.evaluation.grid.spec import EvalSpec
 from specsteer.evaluation.record_lora import RecordAdapter, RecordAdapters
-from specsteer.models.loading import LoadedPair, load_planned, with_specialist_lora
+from specsteer.models.loading import load_planned, with_specialist_lora
 from specsteer.models.lora import LORA_RUNTIME_MESSAGE, LoraError, SpecialistLora, read_lora
+from specsteer.models.pair import LoadedPair
 from specsteer.models.planning import lora_plan, runtime_plan
 from specsteer.models.runtime_plan import RuntimePlan
 from specsteer.runtimes.base import TransformersModel

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from specsteer.cloud.limits import ServiceLimits
 from specsteer.cloud.verifier import acceptance_problem, finite_settings_problem
-from specsteer.models.loading import GeneralistTokens
+from specsteer.models.pair import GeneralistTokens
 from specsteer.protocol.rules import CROSS_RULES, RULE_SPECS
 from specsteer.protocol.wire import (
     PROTOCOL_VERSION,

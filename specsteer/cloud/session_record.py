@@ -14,7 +14,8 @@ from specsteer.cloud import admission
 from specsteer.cloud.verifier import Cloud, CrossCloud
 from specsteer.method.decoding import ForwardLog
 from specsteer.method.token_details import CloudScores
-from specsteer.protocol.wire import CloudPass, CloudReport, Open
+from specsteer.protocol.cloud_reports import CloudPass, CloudReport
+from specsteer.protocol.wire import Open
 
 
 @dataclass(eq=False)

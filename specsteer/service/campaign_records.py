@@ -10,7 +10,9 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
-from specsteer.data.datasets import COGENESIS_TASK, DataError, Record, load_task_records, resolve_data_source
+from specsteer.data.datasets import COGENESIS_TASK, Record, load_task_records
+from specsteer.data.record_files import DataError
+from specsteer.data.sources import resolve_data_source
 from specsteer.engine.settings import sentence
 from specsteer.service.campaign_checks import MAX_RECORDS
 from specsteer.service.campaign_values import CampaignError

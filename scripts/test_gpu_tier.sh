@@ -3,6 +3,7 @@
 # the version the GPU machines this project is lent have (.venv-tf517, built here idempotently from the same pins
 # but transformers): a GPU session then meets tests already proven under both. Its arguments go to pytest.
 #   bash scripts/test_gpu_tier.sh -q
+#   bash scripts/test_gpu_tier.sh --setup-only    builds .venv-tf517 and runs nothing (CI builds it beside .venv)
 # On a GPU machine run `bash benchmarks/gpu_session.sh` instead (the tier on CUDA, then the engine benchmark).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,8 @@ PY
   rm -f "$venv"/.installed-*
   touch "$stamp"
 fi
+
+[[ ${1:-} == --setup-only ]] && { echo "[gpu-tier] $venv is ready"; exit 0; }
 
 export SPECSTEER_GPU_TIER_DEVICE=cpu
 status=0

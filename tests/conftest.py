@@ -208,28 +208,25 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # --------------------------------------------------------------------------- workers (pytest-xdist)
 
 # scripts/test.sh runs the suite on several workers (`-n N --dist loadfile`), each module whole on one worker so its
-# module-scoped fixtures (an app server, a Ray cluster) are built once. The real-model tier (tests/integration) is the
-# suite's long pole, so it is cut by runtime rather than by module: one unit holds every test on transformers (the
-# default pair in fp32 is about 8 GB, the SmolLM2/Qwen cross pair about 6.5 GB: one at a time), the other every test
-# on llama.cpp (GGUF files and a 0.5B fp32 prompt reader, a few GB), and the two start first, on two workers, while the
-# other workers drain the rest. A runtime's pair is a module-scoped fixture parametrized by runtime, so each unit loads
-# only its own pairs, and CI's machine (24 GiB) holds both units' peaks at once. The vLLM modules serve tiny fp32 models
-# (well under 1 GB an engine) and go wherever a worker is free. The modules that read the GPU cost model's dry run (a
-# session fixture of about a minute) share one worker, so it runs once. (pytest-xdist's own `loadgroup` would say this
-# with marks, but under pytest 9 it leaves the node ids, and so the groups, as they were.)
-REAL_MODEL_TIER = "tests/integration/"
-REAL_MODEL_UNITS = ("real-models-transformers", "real-models-llama.cpp")  # scheduled before any other unit
-WORKER_GROUPS = {"gpu-costs-dry-run": ("tests/benchmarks/test_engine_bench.py", "tests/evaluation/test_gpu_costs.py")}
+# module-scoped fixtures (an app server, a real pair, a Ray cluster) are built once. The real-model tier
+# (tests/integration) is one unit on one worker, so no two real pairs are in memory at once (the default pair in fp32
+# is about 8 GB; CI's machine has 24 GiB), and it is scheduled first: it is the suite's long pole, and the other
+# workers drain every other module meanwhile. Measured on 2 cores, cutting it in two by runtime (each unit loading only
+# its own pairs) was slower, 25 min 52 s against 22 min 46 s: both halves do two-thread matrix work and only contended
+# for the same two cores. The vLLM modules serve tiny fp32 models (well under 1 GB an engine) and go wherever a worker
+# is free. The modules that read the GPU cost model's dry run (a session fixture of about a minute) share one worker,
+# so it runs once. (pytest-xdist's own `loadgroup` would say this with marks, but under pytest 9 it leaves the node
+# ids, and so the groups, as they were.)
+REAL_MODEL_UNIT = "real-models"
+WORKER_GROUPS = {
+    REAL_MODEL_UNIT: ("tests/integration/",),
+    "gpu-costs-dry-run": ("tests/benchmarks/test_engine_bench.py", "tests/evaluation/test_gpu_costs.py"),
+}
 
 
-def worker_group(nodeid: str) -> str:
-    """The unit of work a test (its node id from the repository's root) belongs to: a real-model runtime's unit, a
-    shared group, else its module."""
-    module, _, name = nodeid.partition("::")
-    if module.startswith(REAL_MODEL_TIER):
-        # The runtime is in the parameter's id: `[transformers]`, `[offline-smollm2__gemma3-transformers]`; the tests
-        # without one (the handoff from a transformers reader to llama.cpp, the cache) read llama.cpp's files.
-        return REAL_MODEL_UNITS[0] if "transformers]" in name else REAL_MODEL_UNITS[1]
+def worker_group(module: str) -> str:
+    """The unit of work a test module (its path from the repository's root) belongs to: a shared group, else
+    itself."""
     for group, prefixes in WORKER_GROUPS.items():
         if module.startswith(prefixes):
             return group
@@ -244,13 +241,12 @@ def pytest_xdist_make_scheduler(config, log):
 
     class ModulesInGroups(LoadFileScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            return worker_group(nodeid)
+            return worker_group(nodeid.split("::", 1)[0])
 
         def _assign_work_unit(self, node) -> None:
-            # The longest units first, whatever their number of tests: the run ends when its longest unit does.
-            for unit in reversed(REAL_MODEL_UNITS):
-                if unit in self.workqueue:
-                    self.workqueue.move_to_end(unit, last=False)
+            # The longest unit first, whatever its number of tests: the run ends when its longest unit does.
+            if REAL_MODEL_UNIT in self.workqueue:
+                self.workqueue.move_to_end(REAL_MODEL_UNIT, last=False)
             super()._assign_work_unit(node)
 
     return ModulesInGroups(config, log)

@@ -106,9 +106,19 @@ def test_compare_shows_progress_with_elapsed_time_and_disables_submit_once_judge
     submit = page.locator("#submit-judgement")
     page.click("#compare-button")
     status = page.locator("#compare-status")
-    expect(status).to_contain_text(re.compile(r"tokens · \d+ s on this output, \d+ s elapsed in all"), timeout=WAIT_MS)
-    expect(status).to_contain_text(re.compile("estimated ≈|no estimate"))
-    expect(submit).to_be_disabled()  # nothing to judge while the outputs come
+    # Nothing to judge while the outputs come: the progress and the disabled Submit seen in one look, polled on every
+    # frame in the page (the tiny pair's three outputs may all be saved before a second round trip from here could
+    # look at the button, and once saved it is rightly enabled).
+    page.wait_for_function(
+        """() => {
+            const status = document.querySelector("#compare-status")?.innerText ?? "";
+            return /tokens · \\d+ s on this output, \\d+ s elapsed in all/.test(status)
+                && /estimated ≈|no estimate/.test(status)
+                && document.querySelector("#submit-judgement")?.disabled === true;
+        }""",
+        polling="raf",
+        timeout=WAIT_MS,
+    )
     expect(status).to_contain_text("Saved as comparison", timeout=WAIT_MS)
     expect(submit).to_be_enabled()
     for label in "ABC":

@@ -44,9 +44,9 @@ def _loaded(pairing_id: str, runtime: str):
 
 
 def _return_freed_memory() -> None:
-    """Gives a released pair's memory back to the system: its weights' gigabytes sit in freed heap that glibc keeps
-    for the process, and the next pair on this worker would then be loaded on top of it (another worker runs the
-    other runtime's pairs meanwhile, in the same 24 GiB)."""
+    """Gives a released pair's memory back to the system: glibc keeps freed heap for the process (measured: 2.4 GB
+    of the default pair's 9.5 GB on transformers, 0.6 GB after the trim), which the other workers, running the rest
+    of the suite in the same 24 GiB, could otherwise not use."""
     import ctypes
     import ctypes.util
     import gc

@@ -4,10 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh --dev
-# On several workers where the machine has the cores (pytest-xdist): tests/conftest.py keeps each module whole on one
-# worker and the modules with real models or a model server together on one, so the memory they need is held once.
-# At most 4 workers (each imports torch and builds its own tiny pairs); SPECSTEER_TEST_WORKERS=1 runs in this process.
-workers="${SPECSTEER_TEST_WORKERS:-$(nproc)}"
-if (( workers > 4 )); then workers=4; fi
-if (( workers < 2 )); then workers=0; fi
-exec .venv/bin/python -m pytest -m "" -n "$workers" --dist loadfile "$@"
+# On a pytest-xdist worker per core (at most 4; SPECSTEER_TEST_WORKERS=1 runs in this process): tests/conftest.py
+# decides it for every run of the configured test paths, keeps each module whole on one worker and the real-model
+# tier (tests/integration) on one, scheduled first. Naming tests in the arguments runs them in this process (add -n 2).
+exec .venv/bin/python -m pytest -m "" "$@"

@@ -209,17 +209,17 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 
 # scripts/test.sh runs the suite on several workers (`-n N --dist loadfile`), each module whole on one worker so its
 # module-scoped fixtures (an app server, a real pair, a Ray cluster) are built once. The real-model tier
-# (tests/integration) is one unit on one worker, so no two real pairs are in memory at once (the default pair in fp32
-# is about 8 GB; CI's machine has 24 GiB), and it is scheduled first: it is the suite's long pole, and the other
-# workers drain every other module meanwhile. Measured on 2 cores, cutting it in two by runtime (each unit loading only
-# its own pairs) was slower, 25 min 52 s against 22 min 46 s: both halves do two-thread matrix work and only contended
-# for the same two cores. The vLLM modules serve tiny fp32 models (well under 1 GB an engine) and go wherever a worker
-# is free. The modules that read the GPU cost model's dry run (a session fixture of about a minute) share one worker,
-# so it runs once. (pytest-xdist's own `loadgroup` would say this with marks, but under pytest 9 it leaves the node
-# ids, and so the groups, as they were.)
+# (tests/integration) and the vLLM modules are one unit on one worker, scheduled first: it is the suite's long pole,
+# and the other workers drain every other module meanwhile. One unit, because on CI's 2 cores they only contend:
+# measured from fresh clones, the whole suite took 22 min 46 s with them together, 25 min 52 s with the tier cut in two
+# by runtime (both halves do two-thread matrix work), 24 min 04 s with the vLLM modules on the other worker (vLLM's
+# engine processes beside a real pair drove the load average to 14); one unit also holds one real pair at a time (the
+# default pair in fp32 is about 8 GB; CI's machine has 24 GiB). The modules that read the GPU cost model's dry run (a
+# session fixture of about a minute) share one worker, so it runs once. (pytest-xdist's own `loadgroup` would say
+# this with marks, but under pytest 9 it leaves the node ids, and so the groups, as they were.)
 REAL_MODEL_UNIT = "real-models"
 WORKER_GROUPS = {
-    REAL_MODEL_UNIT: ("tests/integration/",),
+    REAL_MODEL_UNIT: ("tests/integration/", "tests/cloud/test_vllm_cloud.py", "tests/cloud/test_vllm_judge.py"),
     "gpu-costs-dry-run": ("tests/benchmarks/test_engine_bench.py", "tests/evaluation/test_gpu_costs.py"),
 }
 
@@ -231,6 +231,33 @@ def worker_group(module: str) -> str:
         if module.startswith(prefixes):
             return group
     return module
+
+
+MAX_TEST_WORKERS = 4  # each worker imports torch and builds its own tiny pairs: past four, memory, not cores, binds
+
+
+def worker_count() -> int:
+    """How many pytest-xdist workers a run without `-n` gets: one per core this process may use, at most
+    ``MAX_TEST_WORKERS``, or ``SPECSTEER_TEST_WORKERS``; 0 (this process) below two."""
+    workers = int(os.environ.get("SPECSTEER_TEST_WORKERS") or len(os.sched_getaffinity(0)))
+    workers = min(workers, MAX_TEST_WORKERS)
+    return workers if workers >= 2 else 0
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own, which turns the worker count into worker processes
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """A run of the configured test paths (plain `pytest`, `bash scripts/test.sh`) spreads its modules over
+    :func:`worker_count` workers; naming tests, or `-n`, `--pdb`, `--collect-only`, keeps pytest's own choice."""
+    if (
+        config.pluginmanager.hasplugin("xdist")  # the GPU machines' pytest runs without it
+        and config.option.numprocesses is None
+        and config.args_source == pytest.Config.ArgsSource.TESTPATHS
+        and "PYTEST_XDIST_WORKER" not in os.environ
+        and not config.getoption("usepdb")
+        and not config.getoption("collectonly")
+    ):
+        config.option.numprocesses = worker_count()
+        config.option.dist = "loadfile" if config.option.numprocesses else "no"
 
 
 @pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, which the GPU machines' pytest runs without

@@ -211,7 +211,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
 # module-scoped fixtures (an app server, a real pair, a Ray cluster) are built once. The real-model tier
 # (tests/integration) and the vLLM modules are one unit on one worker, scheduled first: it is the suite's long pole,
 # and the other workers drain every other module meanwhile. One unit, because on CI's 2 cores they only contend:
-# measured from fresh clones, the whole suite took 22 min 46 s with them together, 25 min 52 s with the tier cut in two
+# measured from fresh clones, the whole suite took 20 min 31 s with them together, 25 min 52 s with the tier cut in two
 # by runtime (both halves do two-thread matrix work), 24 min 04 s with the vLLM modules on the other worker (vLLM's
 # engine processes beside a real pair drove the load average to 14); one unit also holds one real pair at a time (the
 # default pair in fp32 is about 8 GB; CI's machine has 24 GiB). The modules that read the GPU cost model's dry run (a

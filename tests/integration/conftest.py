@@ -52,9 +52,10 @@ def _return_freed_memory() -> None:
     import gc
 
     gc.collect()
-    libc = ctypes.util.find_library("c")
-    if libc and hasattr(ctypes.CDLL(libc), "malloc_trim"):  # glibc's; other C libraries return memory their own way
-        ctypes.CDLL(libc).malloc_trim(0)
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is not None and hasattr(libc, "malloc_trim"):  # glibc's; other C libraries return memory their own way
+        libc.malloc_trim(0)
 
 
 @pytest.fixture(scope="module", params=RUNTIMES)

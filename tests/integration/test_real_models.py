@@ -88,14 +88,18 @@ def test_real_specialist_on_llamacpp_rolls_back_within_tolerance():
 
 
 @pytest.mark.parametrize("dtype", [pytest.param(torch.float32, id="fp32"), pytest.param(torch.bfloat16, id="bf16")])
-def test_the_real_specialist_decodes_a_handed_over_prompt_like_its_own_reading(dtype):
+def test_the_real_specialist_decodes_a_handed_over_prompt_like_its_own_reading(dtype, record):
     """The offline 0.5B Specialist: llama.cpp Q4_K_M reading a retrieved-history prompt itself, against its
     conversion reading it (fp32, or bf16 as on a CPU with fast bf16; bf16 computes on any x86 CPU, slowly
     without AVX512-BF16) and handing it over. The weights are the same; llama.cpp's 4-bit products round
     activations, fp32 does not, bf16 rounds its own way, so this is agreement, measured: every row within a
-    logit, and a greedy choice that differs only where llama.cpp's own top two were nearly tied."""
+    logit, and a greedy choice that differs only where llama.cpp's own top two were nearly tied.
+
+    The prompt is the shortest retrieval above the hand-off's minimum (one item of the shared data's first
+    record, about 400 tokens, against 826 for three): reading it is what this test costs on a CPU without fast
+    bf16."""
     require_llamacpp()
-    from specsteer.evaluation.bench import load_prompts
+    from specsteer.engine.request import Request, prepare
     from specsteer.models.weights import load_model, load_tokenizer, offline_gguf
     from specsteer.runtimes.llamacpp import LlamaCppModel
 
@@ -106,11 +110,14 @@ def test_the_real_specialist_decodes_a_handed_over_prompt_like_its_own_reading(d
     plain = LlamaCppModel(offline_gguf(spec), name=spec.name)
     handed = LlamaCppModel(offline_gguf(spec), name=spec.name)
     handed.attach_prompt_reader(TransformersModel(load_model(spec, dtype, None, "cpu"), str(dtype)))
-    (prepared,) = load_prompts(1, None, "review")
-    ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prepared.prompts.private}], add_generation_prompt=True, tokenize=True
-    )
-    prompt = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+    for items in range(1, len(record.profile) + 1):
+        request = Request(task=record.task, input_text=record.input, history=record.profile, retrieval_k=items)
+        ids = tokenizer.apply_chat_template(
+            [{"role": "user", "content": prepare(request).prompts.private}], add_generation_prompt=True, tokenize=True
+        )
+        prompt = list(ids["input_ids"] if hasattr(ids, "keys") else ids)
+        if len(prompt) >= HANDOFF_MIN_TOKENS:
+            break
     assert len(prompt) >= HANDOFF_MIN_TOKENS
     sequence = plain.new_sequence(len(prompt) + 32)
     greedy = [int(sequence.extend(prompt, 1)[-1].argmax())]

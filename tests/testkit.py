@@ -236,6 +236,35 @@ API_GENERATE = dict(
 )
 
 
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's; never ``playwright install``
+APP_VIEWPORT = {"width": 1400, "height": 900}
+
+
+def browser_api():
+    """Playwright's sync API, for a browser test module to call at import: skips the module without Debian's
+    Chromium or the playwright package (the ``chromium`` fixture in conftest.py launches it)."""
+    if not CHROMIUM.exists():
+        pytest.skip(
+            "Debian's Chromium is not installed at /usr/bin/chromium (apt-get install chromium)",
+            allow_module_level=True,
+        )
+    return pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+
+
+@contextmanager
+def app_page(browser, url: str, wait_ms: float) -> Iterator[Any]:
+    """A page of the app at ``url`` in a fresh 1400×900 browser context, once its Generate button is there;
+    the context is closed after."""
+    context = browser.new_context(viewport=APP_VIEWPORT)
+    try:
+        page = context.new_page()
+        page.goto(url)
+        page.wait_for_selector("#generate-button", timeout=wait_ms)
+        yield page
+    finally:
+        context.close()
+
+
 SCREENS = Path(__file__).resolve().parents[1] / "test-artifacts" / "screens"
 
 

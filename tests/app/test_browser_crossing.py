@@ -15,14 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from testkit import force_drafts
+from testkit import app_page, browser_api, force_drafts
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(
-        "Debian's Chromium is not installed at /usr/bin/chromium (apt-get install chromium)", allow_module_level=True
-    )
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+sync_api = browser_api()
 
 pytestmark = pytest.mark.browser
 
@@ -34,12 +29,8 @@ TRANSPARENT = "rgba(0, 0, 0, 0)"
 
 @pytest.fixture
 def page(app_server, chromium):
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.goto(app_server[0])
-    page.wait_for_selector("#generate-button", timeout=WAIT_MS)
-    yield page
-    context.close()
+    with app_page(chromium, app_server[0], WAIT_MS) as page:
+        yield page
 
 
 def set_value(page, box, value: str) -> None:

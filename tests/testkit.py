@@ -305,19 +305,24 @@ def broken_header_words(page, table: str) -> list[str]:
     )
 
 
-def set_rtt(page, value: str) -> None:
-    """The round-trip time in the advanced settings (opened if closed), typed until it holds (the accordion's
-    first opening renders its children twice)."""
-    box = page.locator("#rtt-ms input").first
-    if not box.is_visible():
-        page.get_by_text("Sampling and advanced settings").click()
+def type_until_kept(page, box, value: str) -> None:
+    """Type ``value`` into ``box`` and leave it, again until it holds (a loaded machine may render the box
+    again meanwhile, as an accordion's first opening does its children)."""
     for _attempt in range(5):
         box.fill(value)
         box.press("Tab")
         page.wait_for_timeout(500)
         if box.input_value() == value:
             return
-    raise AssertionError("the RTT setting did not keep its value")
+    raise AssertionError(f"the box did not keep {value!r}")
+
+
+def set_rtt(page, value: str) -> None:
+    """The round-trip time in the advanced settings (opened if closed), typed until it holds."""
+    box = page.locator("#rtt-ms input").first
+    if not box.is_visible():
+        page.get_by_text("Sampling and advanced settings").click()
+    type_until_kept(page, box, value)
 
 
 def prompt_rows(model, prompt: list[int], continuation: list[int]):

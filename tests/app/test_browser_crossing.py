@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from testkit import app_page, browser_api, force_drafts
+from testkit import app_page, browser_api, force_drafts, type_until_kept
 
 sync_api = browser_api()
 
@@ -33,17 +33,6 @@ def page(app_server, chromium):
         yield page
 
 
-def set_value(page, box, value: str) -> None:
-    """Type into a box and leave it, again until it holds (a loaded machine may re-render it meanwhile)."""
-    for _attempt in range(5):
-        box.fill(value)
-        box.press("Tab")
-        page.wait_for_timeout(500)
-        if box.input_value() == value:
-            return
-    raise AssertionError(f"the box did not keep {value!r}")
-
-
 def test_a_planted_phrase_that_crossed_is_named_amber_highlighted_and_the_guard_is_one_click(
     page, tmp_path, monkeypatch
 ):
@@ -52,9 +41,9 @@ def test_a_planted_phrase_that_crossed_is_named_amber_highlighted_and_the_guard_
     history.write_text(f"Signed, {CANARY}, in the garden.\n\nTomatoes need sun.\n", encoding="utf-8")
     page.set_input_files("#history-upload input[type=file]", str(history))
     expect(page.locator("#history-summary")).to_contain_text("canary-history.txt", timeout=WAIT_MS)
-    set_value(page, page.locator("#task-input textarea"), "Write a note about the garden.")
-    set_value(page, page.get_by_label("number input for Draft length k"), "16")
-    set_value(page, page.locator("#max-new-tokens input[type=number]"), "24")
+    type_until_kept(page, page.locator("#task-input textarea"), "Write a note about the garden.")
+    type_until_kept(page, page.get_by_label("number input for Draft length k"), "16")
+    type_until_kept(page, page.locator("#max-new-tokens input[type=number]"), "24")
     force_drafts(monkeypatch, f" {CANARY} ".encode())  # the Specialist's first round copies the phrase
 
     page.click("#generate-button")

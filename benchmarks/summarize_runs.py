@@ -43,6 +43,15 @@ def _share(value) -> str:
     return "–" if value is None else f"{100 * value:.0f}%"
 
 
+def _markdown_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
+def _setting_cells(row: dict) -> list[str]:
+    """A row's first columns: its method, α and β."""
+    return [method_label(row["method"]), _value(row["alpha"], "{:g}"), _value(row["beta"], "{:g}")]
+
+
 def table(rows: list[dict]) -> list[str]:
     lines = [
         "| method | α | β | R-1 | R-L | R-1 stem | R-L stem | acceptance | tok/s | vs llm | decode tok/s "
@@ -51,12 +60,9 @@ def table(rows: list[dict]) -> list[str]:
     ]
     for row in rows:
         lines.append(
-            "| "
-            + " | ".join(
+            _markdown_row(
                 [
-                    method_label(row["method"]),
-                    _value(row["alpha"], "{:g}"),
-                    _value(row["beta"], "{:g}"),
+                    *_setting_cells(row),
                     f"{row['rouge1']:.2f}",
                     f"{row['rougeL']:.2f}",
                     f"{row['rouge1_stemmed']:.2f}",
@@ -72,7 +78,6 @@ def table(rows: list[dict]) -> list[str]:
                     _share(row.get("refusal")),
                 ]
             )
-            + " |"
         )
     return lines
 
@@ -86,30 +91,16 @@ def privacy_table(rows: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    method_label(row["method"]),
-                    _value(row["alpha"], "{:g}"),
-                    _value(row["beta"], "{:g}"),
-                    _share(row.get("facts_sent")),
-                    _share(row.get("facts_sent_beyond_task")),
-                    _share(row.get("facts_in_output")),
-                    _share(row.get("facts_rejected_only")),
-                ]
-            )
-            + " |"
-        )
+        facts = ("facts_sent", "facts_sent_beyond_task", "facts_in_output", "facts_rejected_only")
+        lines.append(_markdown_row([*_setting_cells(row), *(_share(row.get(name)) for name in facts)]))
     return lines
 
 
 def crossing_table(rows: list[dict]) -> list[str]:
     lines = ["| method | α | β | history crossed | phrases per generation |", "|---|---|---|---|---|"]
     for row in rows:
-        cells = [method_label(row["method"]), _value(row["alpha"], "{:g}"), _value(row["beta"], "{:g}")]
-        cells += [_share(row.get("history_crossed")), _value(row.get("history_phrases"), "{:.1f}")]
-        lines.append("| " + " | ".join(cells) + " |")
+        crossed = [_share(row.get("history_crossed")), _value(row.get("history_phrases"), "{:.1f}")]
+        lines.append(_markdown_row([*_setting_cells(row), *crossed]))
     return lines
 
 
@@ -118,16 +109,13 @@ def claims_table(cells: list[CellResult], baselines: list[str]) -> list[str]:
     records won, the mean difference (0-100) and its 95 % bootstrap interval), and the verdict."""
     found = {(claim.difference.ours, claim.difference.theirs.method): claim for claim in claims(cells)}
     lines = [
-        "| SpecSteer R-L, record by record | " + " | ".join(f"vs {method_label(b)}" for b in baselines) + " |",
+        _markdown_row(["SpecSteer R-L, record by record", *(f"vs {method_label(b)}" for b in baselines)]),
         "|---|" + "---|" * len(baselines),
     ]
     for point in steered_points(cells):
         found_here = [found.get((point, baseline)) for baseline in baselines]
-        lines.append(
-            f"| α={point.alpha:g} β={point.beta:g} | "
-            + " | ".join("–" if c is None else f"{c.difference.describe()}: {c.verdict}" for c in found_here)
-            + " |"
-        )
+        verdicts = ["–" if c is None else f"{c.difference.describe()}: {c.verdict}" for c in found_here]
+        lines.append(_markdown_row([f"α={point.alpha:g} β={point.beta:g}", *verdicts]))
     return lines
 
 

@@ -12,7 +12,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import pytest  # noqa: E402
 import torch  # noqa: E402  (after the environment is set)
 
-from testkit import serve_app  # noqa: E402
+from testkit import CHROMIUM, browser_api, serve_app  # noqa: E402
 
 # The tiny test models are dominated by per-op overhead, where a second thread only
 # adds synchronisation; the integration tests on the real pair ask for two themselves.
@@ -340,15 +340,11 @@ def gpu_costs_dry_run(tmp_path_factory):
 
 # --------------------------------------------------------------------------- browser tests
 
-CHROMIUM = Path("/usr/bin/chromium")
-
 
 @pytest.fixture(scope="module")
 def chromium():
     """Debian's Chromium through Playwright (never ``playwright install``); the test is skipped without it."""
-    if not CHROMIUM.exists():
-        pytest.skip("Debian's Chromium is not installed at /usr/bin/chromium")
-    sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+    sync_api = browser_api()
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(
             executable_path=str(CHROMIUM),

@@ -236,6 +236,35 @@ API_GENERATE = dict(
 )
 
 
+CHROMIUM = Path("/usr/bin/chromium")  # Debian's; never ``playwright install``
+APP_VIEWPORT = {"width": 1400, "height": 900}
+
+
+def browser_api():
+    """Playwright's sync API, for a browser test module to call at import: skips the module without Debian's
+    Chromium or the playwright package (the ``chromium`` fixture in conftest.py launches it)."""
+    if not CHROMIUM.exists():
+        pytest.skip(
+            "Debian's Chromium is not installed at /usr/bin/chromium (apt-get install chromium)",
+            allow_module_level=True,
+        )
+    return pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+
+
+@contextmanager
+def app_page(browser, url: str, wait_ms: float) -> Iterator[Any]:
+    """A page of the app at ``url`` in a fresh 1400×900 browser context, once its Generate button is there;
+    the context is closed after."""
+    context = browser.new_context(viewport=APP_VIEWPORT)
+    try:
+        page = context.new_page()
+        page.goto(url)
+        page.wait_for_selector("#generate-button", timeout=wait_ms)
+        yield page
+    finally:
+        context.close()
+
+
 SCREENS = Path(__file__).resolve().parents[1] / "test-artifacts" / "screens"
 
 
@@ -276,19 +305,24 @@ def broken_header_words(page, table: str) -> list[str]:
     )
 
 
-def set_rtt(page, value: str) -> None:
-    """The round-trip time in the advanced settings (opened if closed), typed until it holds (the accordion's
-    first opening renders its children twice)."""
-    box = page.locator("#rtt-ms input").first
-    if not box.is_visible():
-        page.get_by_text("Sampling and advanced settings").click()
+def type_until_kept(page, box, value: str) -> None:
+    """Type ``value`` into ``box`` and leave it, again until it holds (a loaded machine may render the box
+    again meanwhile, as an accordion's first opening does its children)."""
     for _attempt in range(5):
         box.fill(value)
         box.press("Tab")
         page.wait_for_timeout(500)
         if box.input_value() == value:
             return
-    raise AssertionError("the RTT setting did not keep its value")
+    raise AssertionError(f"the box did not keep {value!r}")
+
+
+def set_rtt(page, value: str) -> None:
+    """The round-trip time in the advanced settings (opened if closed), typed until it holds."""
+    box = page.locator("#rtt-ms input").first
+    if not box.is_visible():
+        page.get_by_text("Sampling and advanced settings").click()
+    type_until_kept(page, box, value)
 
 
 def prompt_rows(model, prompt: list[int], continuation: list[int]):

@@ -11,10 +11,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from functools import partial
+from typing import TYPE_CHECKING
 
 from specsteer.cli import fail
 from specsteer.cli.arguments import float_argument, runtime_argument
 from specsteer.cli.loading import pair_from_arguments
+
+if TYPE_CHECKING:
+    from specsteer.cloud.service import CloudService
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -141,7 +146,7 @@ def _serve_cloud(args) -> int:
     from dataclasses import replace
 
     from specsteer.cloud.limits import ServiceLimits, default_memory_budget
-    from specsteer.cloud.server import bind_problem, serve
+    from specsteer.cloud.server import bind_problem
     from specsteer.cloud.service import CloudService
     from specsteer.protocol.exposure import secret_problem
 
@@ -173,7 +178,7 @@ def _serve_cloud(args) -> int:
     if args.engine == "vllm":
         from specsteer.cli.vllm_cloud import serve_from_arguments
 
-        return serve_from_arguments(args, limits, secret, args.header_timeout_s, args.body_timeout_s)
+        return serve_from_arguments(args, limits, partial(_serve_over_http, args, secret))
     pair = _cloud_pair(args)
     if isinstance(pair, int):
         return pair
@@ -188,6 +193,15 @@ def _serve_cloud(args) -> int:
         notice=lambda line: print(f"[cloud] {line}", file=sys.stderr, flush=True),
         read_ahead="concurrent",
     )
+    _serve_over_http(args, secret, service)
+    return 0
+
+
+def _serve_over_http(args, secret: str | None, service: CloudService) -> None:
+    """Serve ``service`` at ``--host``:``--port`` with the command's secret, capture file and timeouts, until
+    stopped; whichever engine verifies."""
+    from specsteer.cloud.server import serve
+
     serve(
         service,
         args.host,
@@ -198,7 +212,6 @@ def _serve_cloud(args) -> int:
         header_timeout_s=args.header_timeout_s,
         body_timeout_s=args.body_timeout_s,
     )
-    return 0
 
 
 def _edge_key(args) -> int:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from specsteer.cloud.limits import ServiceLimits
@@ -60,12 +61,12 @@ def add_arguments(parser) -> None:
     parser.add_argument("--vllm-start-timeout-s", type=float, default=900.0)
 
 
-def serve_from_arguments(args, limits: ServiceLimits, secret: str | None, header_timeout_s, body_timeout_s) -> int:
-    """``python -m specsteer cloud --engine vllm``: connect to or launch the engines, then serve."""
+def serve_from_arguments(args, limits: ServiceLimits, serve: Callable[[VllmCloudService], None]) -> int:
+    """``python -m specsteer cloud --engine vllm``: connect to or launch the engines, then ``serve`` the service
+    over them (the command's HTTP server, as for the local engine)."""
     import tempfile
     from dataclasses import replace
 
-    from specsteer.cloud.server import serve
     from specsteer.models.tiny import shared_test_pair
 
     def fail(message: str) -> int:
@@ -137,18 +138,7 @@ def serve_from_arguments(args, limits: ServiceLimits, secret: str | None, header
             limits = replace(limits, memory_budget_bytes=admission_budget(dirs[0], dirs[1], settings))
     service = VllmCloudService(pair, limits)
     try:
-        serve(
-            service,
-            args.host,
-            args.port,
-            secret,
-            args.capture,
-            announce=lambda line: print(
-                f"[cloud] {line} on http://{args.host}:{args.port}", file=sys.stderr, flush=True
-            ),
-            header_timeout_s=header_timeout_s,
-            body_timeout_s=body_timeout_s,
-        )
+        serve(service)
     finally:
         stats = pair.stats()
         _progress_to_stderr(

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specsteer.method.decoding import ForwardLog, Stream
+from specsteer.edge.session import specialist_stream
+from specsteer.method.decoding import ForwardLog
 from specsteer.method.drafting import PrivateSpanGuard
 from specsteer.method.events import EDGE_STREAM
 from specsteer.method.p3 import P3Check, p3_check
-from specsteer.protocol.wire import DRAFT_HEADROOM
 from specsteer.runtimes.base import ModelRuntime
 
 
@@ -33,13 +33,8 @@ class P3Edge:
     ):
         self.tau = tau
         self.guard = guard  # a correction never completes a private n-gram (the Cloud's own drafts pass)
-        self.stream = Stream(
-            specialist,
-            private_prompt,
-            vocab_size,
-            forward_log,
-            EDGE_STREAM,
-            len(private_prompt) + max_new_tokens + DRAFT_HEADROOM,
+        self.stream = specialist_stream(
+            specialist, private_prompt, vocab_size, forward_log, EDGE_STREAM, max_new_tokens
         )
 
     def check(self, drafts: list[int]) -> P3Check:

@@ -31,6 +31,21 @@ from specsteer.protocol.wire import DRAFT_HEADROOM, Verdict
 from specsteer.runtimes.base import ModelRuntime
 
 
+def specialist_stream(
+    specialist: ModelRuntime,
+    private_prompt: list[int],
+    vocab_size: int,
+    forward_log: ForwardLog,
+    name: str,
+    max_new_tokens: int,
+) -> Stream:
+    """The Specialist reading ``private_prompt``, its cache sized for ``max_new_tokens`` and the headroom past
+    them (``wire.DRAFT_HEADROOM``: a round's drafts are read before the budget check ends the generation)."""
+    return Stream(
+        specialist, private_prompt, vocab_size, forward_log, name, len(private_prompt) + max_new_tokens + DRAFT_HEADROOM
+    )
+
+
 @dataclass
 class Settlement:
     """What the Edge makes of a verdict: drafts kept, the token it chose (if any), ratios."""
@@ -58,13 +73,8 @@ class Edge:
         self.params = params
         # Drafts and chosen tokens never complete a private n-gram (drafting.PrivateSpanGuard).
         self.guard = params.guard
-        self.stream = Stream(
-            specialist,
-            private_prompt,
-            vocab_size,
-            forward_log,
-            params.stream_name,
-            len(private_prompt) + params.max_new_tokens + DRAFT_HEADROOM,
+        self.stream = specialist_stream(
+            specialist, private_prompt, vocab_size, forward_log, params.stream_name, params.max_new_tokens
         )
         self.sampler = params.sampler()
         self.beta = params.beta

@@ -17,9 +17,11 @@ from __future__ import annotations
 import logging
 import random
 import threading
-from collections.abc import Generator, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import TypeVar
 
 from specsteer.cloud.in_process import InProcessCloud
 from specsteer.cloud.read_ahead import DEFAULT_READ_AHEAD
@@ -45,6 +47,7 @@ from specsteer.service.events import (
     Generating,
     GenerationEvent,
     GenerationResult,
+    Loading,
     OutputDone,
     Pending,
     RetrievalPreview,
@@ -64,6 +67,20 @@ from specsteer.stores.protocols import GenerationStore
 from specsteer.util.turns import ModelTurns
 
 log = logging.getLogger(__name__)
+
+Event = TypeVar("Event")  # a generation's or a comparison's events
+
+
+@dataclass(frozen=True)
+class _CheckedRequest:
+    """A generation's or a comparison's request once it passed the checks: what was asked, the valid settings
+    and the prompts prepared from them."""
+
+    history: NamedHistory | None
+    task: str
+    input_text: str
+    settings: GenerationSettings
+    prepared: Prepared
 
 
 def _cross_tokenizer_problems(pair: LoadedPair, settings: GenerationSettings, methods: Sequence[str]) -> str | None:
@@ -157,54 +174,32 @@ class GenerationService:
         generation emitted before its remote Cloud failed (``Failed.partial``, "cloud-error")."""
         cancel = cancel or threading.Event()
         try:
-            settings = self.checks.valid(settings)
-            self.checks.check_input(input_text)
-            prepared = self.checks.prepare(history, task, input_text, settings)
-            self.pairs.check(settings.pairing, edge_only=settings.remote)
+            request = self._checked(history, task, input_text, settings)
         except ValueError as error:  # SettingsError and PairingUnavailable are ValueErrors
             yield Failed(sentence(str(error)))
             return
-        total = len(history.history) if history is not None else 0
-        yield Started(settings, _preview_of(prepared, task, total, settings.retrieval_k, settings.prompt_style))
-        try:
-            cloud = self.clouds.connect(settings, (settings.method,))
-        except CloudError as error:
-            yield Failed(sentence(str(error)))
-            return
-        try:
-            yield from self._generation(history, task, input_text, settings, prepared, cloud, cancel)
-        finally:
-            if cloud is not None:
-                cloud.close()
+        valid, total = request.settings, len(history.history) if history is not None else 0
+        yield Started(valid, _preview_of(request.prepared, task, total, valid.retrieval_k, valid.prompt_style))
+        yield from self._over_cloud(valid, (valid.method,), lambda cloud: self._generation(request, cloud, cancel))
 
     def _generation(
-        self,
-        history: NamedHistory | None,
-        task: str,
-        input_text: str,
-        settings: GenerationSettings,
-        prepared: Prepared,
-        cloud: CloudEndpoint | None,
-        cancel: threading.Event,
+        self, request: _CheckedRequest, cloud: CloudEndpoint | None, cancel: threading.Event
     ) -> Iterator[GenerationEvent]:
-        try:
-            pair = yield from self.loader.for_settings(settings, settings.method)
-        except ModelLoadError as error:
-            yield Failed(sentence(str(error)))
-            return
-        unavailable = _cross_tokenizer_problems(pair, settings, (settings.method,))
-        if unavailable:
-            yield Failed(sentence(unavailable))
+        settings = request.settings
+        pair = yield from self._usable_pair(
+            self.loader.for_settings(settings, settings.method), settings, (settings.method,)
+        )
+        if pair is None:
             return
         yield Generating(settings.method, pair.runtime, pair.precision)
         tokens: list[TokenEvent] = []
         try:
-            finished = yield from self._run(pair, prepared, settings, cancel, tokens, slot=0, cloud=cloud)
+            finished = yield from self._run(pair, request.prepared, settings, cancel, tokens, slot=0, cloud=cloud)
         except CloudError as error:  # what was emitted before is kept, audited and saved
             if error.partial is None:
                 yield Failed(sentence(str(error)))
                 return
-            result = self._keep(history, task, input_text, settings, pair, prepared, tokens, error.partial)
+            result = self._keep(request, pair, tokens, error.partial)
             kept = f"The {result.finished.stats.new_tokens} tokens generated before it failed are kept"
             kept += (
                 f" and saved as generation #{result.saved_id}"
@@ -217,25 +212,18 @@ class GenerationService:
             log.exception("generation failed")
             yield Failed(sentence(f"Generation failed ({type(error).__name__}): {error}"))
             return
-        yield Done(self._keep(history, task, input_text, settings, pair, prepared, tokens, finished))
+        yield Done(self._keep(request, pair, tokens, finished))
 
     def _keep(
-        self,
-        history: NamedHistory | None,
-        task: str,
-        input_text: str,
-        settings: GenerationSettings,
-        pair: LoadedPair,
-        prepared: Prepared,
-        tokens: Sequence[TokenEvent],
-        finished: Finished,
+        self, request: _CheckedRequest, pair: LoadedPair, tokens: Sequence[TokenEvent], finished: Finished
     ) -> GenerationResult:
         """Audit a generation's uplink and save it; a failed save still returns the output."""
-        privacy = privacy_report(history, pair, prepared, tokens, finished, settings)
+        history = request.history
+        privacy = privacy_report(history, pair, request.prepared, tokens, finished, request.settings)
         saved_id, save_error = None, None
         try:
             history_id = self.store.save_history(history) if history is not None else None
-            saved_id = self._save_generation(history, history_id, task, input_text, settings, finished, tokens)
+            saved_id = self._save_generation(request, history_id, finished, tokens)
         except Exception as error:  # the output is still shown; the result says it was not saved
             log.exception("saving the generation failed")
             save_error = sentence(f"saving it failed: {error}")
@@ -272,50 +260,30 @@ class GenerationService:
             yield Failed("Choose at least one method to compare.")
             return
         try:
-            settings = self.checks.valid(settings)
-            self.checks.check_input(input_text)
-            prepared = self.checks.prepare(history, task, input_text, settings)
-            self.pairs.check(settings.pairing, edge_only=settings.remote)
+            request = self._checked(history, task, input_text, settings)
         except ValueError as error:
             yield Failed(sentence(str(error)))
             return
         order = list(chosen)
         if blind:
             random.SystemRandom().shuffle(order)
-        yield ComparisonStarted(settings, tuple(order), bool(blind))
-        try:
-            cloud = self.clouds.connect(settings, order)
-        except CloudError as error:
-            yield Failed(sentence(str(error)))
-            return
-        try:
-            yield from self._comparison(
-                history, task, input_text, settings, prepared, order, bool(blind), cloud, cancel
-            )
-        finally:
-            if cloud is not None:
-                cloud.close()
+        yield ComparisonStarted(request.settings, tuple(order), bool(blind))
+        yield from self._over_cloud(
+            request.settings, order, lambda cloud: self._comparison(request, order, bool(blind), cloud, cancel)
+        )
 
     def _comparison(
         self,
-        history: NamedHistory | None,
-        task: str,
-        input_text: str,
-        settings: GenerationSettings,
-        prepared: Prepared,
+        request: _CheckedRequest,
         order: Sequence[str],
         blind: bool,
         cloud: CloudEndpoint | None,
         cancel: threading.Event,
     ) -> Iterator[ComparisonEvent]:
-        try:
-            pair = yield from self.loader.for_settings(settings)
-        except ModelLoadError as error:
-            yield Failed(sentence(str(error)))
-            return
-        unavailable = _cross_tokenizer_problems(pair, settings, order)
-        if unavailable:  # before any output runs: a comparison is saved whole or not at all
-            yield Failed(sentence(unavailable))
+        settings = request.settings
+        # Checked before any output runs: a comparison is saved whole or not at all.
+        pair = yield from self._usable_pair(self.loader.for_settings(settings), settings, order)
+        if pair is None:
             return
         finished: list[Finished] = []
         tokens: list[list[TokenEvent]] = []
@@ -325,7 +293,7 @@ class GenerationService:
             tokens.append([])
             try:
                 result = yield from self._run(
-                    pair, prepared, settings.for_method(method), cancel, tokens[slot], slot, cloud=cloud
+                    pair, request.prepared, settings.for_method(method), cancel, tokens[slot], slot, cloud=cloud
                 )
             except CloudError as error:
                 yield Failed(sentence(str(error)) + " Nothing of this comparison was saved.")
@@ -344,12 +312,65 @@ class GenerationService:
                 yield Stopped()
                 return
         try:
-            saved = self._save_comparison(history, task, input_text, settings, order, finished, tokens, blind)
+            saved = self._save_comparison(request, order, finished, tokens, blind)
         except Exception as error:
             log.exception("saving the comparison failed")
             yield Failed(sentence(f"The outputs could not be saved: {error}"))
             return
         yield ComparisonSaved(saved)
+
+    # ----------------------------------------------------------------------- the steps both share
+
+    def _checked(
+        self,
+        history: NamedHistory | None,
+        task: str,
+        input_text: str,
+        settings: GenerationSettings | Mapping[str, object],
+    ) -> _CheckedRequest:
+        """The request with valid settings and its prompts prepared, its pairing one this service offers;
+        a ValueError (SettingsError, PairingUnavailable) saying what is wrong otherwise."""
+        valid = self.checks.valid(settings)
+        self.checks.check_input(input_text)
+        prepared = self.checks.prepare(history, task, input_text, valid)
+        self.pairs.check(valid.pairing, edge_only=valid.remote)
+        return _CheckedRequest(history, task, input_text, valid, prepared)
+
+    def _over_cloud(
+        self,
+        settings: GenerationSettings,
+        methods: Sequence[str],
+        work: Callable[[CloudEndpoint | None], Iterator[Event]],
+    ) -> Iterator[Event | Failed]:
+        """``work``'s events, given the remote Cloud ``settings`` name (None: in process), closed after it; one
+        Failed when that Cloud cannot be reached or does not serve ``methods``."""
+        try:
+            cloud = self.clouds.connect(settings, methods)
+        except CloudError as error:
+            yield Failed(sentence(str(error)))
+            return
+        try:
+            yield from work(cloud)
+        finally:
+            if cloud is not None:
+                cloud.close()
+
+    @staticmethod
+    def _usable_pair(
+        loading: Generator[Loading, None, LoadedPair], settings: GenerationSettings, methods: Sequence[str]
+    ) -> Generator[Loading | Failed, None, LoadedPair | None]:
+        """For ``pair = yield from ...``: the pair ``loading`` loads, or None after a Failed when it cannot load
+        or cannot run ``methods``."""
+        try:
+            pair = yield from loading
+        except ModelLoadError as error:
+            yield Failed(sentence(str(error)))
+            return None
+        unavailable = _cross_tokenizer_problems(pair, settings, methods)
+        if unavailable:
+            yield Failed(sentence(unavailable))
+            return None
+        return pair
 
     # ----------------------------------------------------------------------- warming up at start
 
@@ -404,21 +425,15 @@ class GenerationService:
         raise RuntimeError("the generation ended without its statistics")
 
     def _save_generation(
-        self,
-        history: NamedHistory | None,
-        history_id: int | None,
-        task: str,
-        input_text: str,
-        settings: GenerationSettings,
-        finished: Finished,
-        tokens: Sequence[TokenEvent],
+        self, request: _CheckedRequest, history_id: int | None, finished: Finished, tokens: Sequence[TokenEvent]
     ) -> int:
         """One output saved with what reproduces it (``history_id`` from ``save_history``); its new id."""
+        history = request.history
         return self.store.save_generation(
             NewGeneration(
-                task=task,
-                input_text=input_text,
-                settings=settings,
+                task=request.task,
+                input_text=request.input_text,
+                settings=request.settings,
                 text=finished.text,
                 tokens=tuple(tokens),
                 stats=finished.stats,
@@ -430,24 +445,22 @@ class GenerationService:
 
     def _save_comparison(
         self,
-        history: NamedHistory | None,
-        task: str,
-        input_text: str,
-        settings: GenerationSettings,
+        request: _CheckedRequest,
         order: Sequence[str],
         finished: Sequence[Finished],
         tokens: Sequence[Sequence[TokenEvent]],
         blind: bool,
     ) -> SavedComparison:
+        history, settings = request.history, request.settings
         history_id = self.store.save_history(history) if history is not None else None
         generation_ids = tuple(
-            self._save_generation(history, history_id, task, input_text, settings.for_method(method), result, shown)
+            self._save_generation(replace(request, settings=settings.for_method(method)), history_id, result, shown)
             for method, result, shown in zip(order, finished, tokens, strict=True)
         )
         comparison_id = self.store.save_comparison(
             NewComparison(
-                task=task,
-                input_text=input_text,
+                task=request.task,
+                input_text=request.input_text,
                 settings=settings,
                 generation_ids=generation_ids,
                 methods=tuple(order),

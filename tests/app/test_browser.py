@@ -18,14 +18,9 @@ from urllib.parse import urlparse
 
 import pytest
 
-from testkit import broken_header_words, set_rtt
+from testkit import APP_VIEWPORT, broken_header_words, browser_api, set_rtt
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(
-        "Debian's Chromium is not installed at /usr/bin/chromium (apt-get install chromium)", allow_module_level=True
-    )
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+sync_api = browser_api()
 
 
 pytestmark = pytest.mark.browser
@@ -35,7 +30,6 @@ XSS_SCRIPT = "<script>window.__pwned=1</script>"
 XSS_IMG = '<img src=x onerror="window.__pwned=1">'
 XSS_TEMPLATE = "${window.__pwned=1}"  # gr.HTML renders through a JS template: data must not be evaluated
 WAIT_MS = 60_000
-VIEWPORT = {"width": 1400, "height": 900}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +45,7 @@ def browser(chromium):
 @pytest.fixture
 def page(browser, server):
     """A fresh page on the app; fails the test if the page asks anything of a host other than the app."""
-    context = browser.new_context(viewport=VIEWPORT, permissions=["clipboard-read", "clipboard-write"])
+    context = browser.new_context(viewport=APP_VIEWPORT, permissions=["clipboard-read", "clipboard-write"])
     page = context.new_page()
     outside: list[str] = []
     page.on(

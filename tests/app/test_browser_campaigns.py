@@ -11,18 +11,14 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from urllib.parse import urljoin
 
 import pytest
 
 from specsteer.evaluation.preference import MIN_COMPARISONS_TO_RANK
-from testkit import save_screen
+from testkit import app_page, browser_api, save_screen
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip("Debian's Chromium is not installed at /usr/bin/chromium", allow_module_level=True)
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+sync_api = browser_api()
 
 pytestmark = pytest.mark.browser
 
@@ -66,15 +62,6 @@ def browser(chromium):
     return chromium
 
 
-def open_judge(browser, url: str):
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.goto(url)
-    page.wait_for_selector("#generate-button", timeout=WAIT_MS)
-    page.get_by_role("tab", name="Judge").click()
-    return context, page
-
-
 def join_by_keyboard(page, name: str, code: str) -> None:
     """Name, join code and campaign typed, Start pressed with Enter: no mouse."""
     page.locator("#judge-name input, #judge-name textarea").first.focus()
@@ -111,11 +98,7 @@ def open_results(page) -> None:
 def test_the_form_starts_small_estimates_its_time_and_shows_each_sources_field(browser, campaign):
     url, _codes = campaign
     expect = sync_api.expect
-    context = browser.new_context(viewport={"width": 1400, "height": 900})
-    try:
-        page = context.new_page()
-        page.goto(url)
-        page.wait_for_selector("#generate-button", timeout=WAIT_MS)
+    with app_page(browser, url, WAIT_MS) as page:
         page.get_by_role("tab", name="Campaigns").click()
         page.locator("#campaign-create").get_by_text("New campaign").click()
         assert 2 <= page.locator("#campaign-methods input:checked").count() <= 3
@@ -134,16 +117,14 @@ def test_the_form_starts_small_estimates_its_time_and_shows_each_sources_field(b
         page.locator("#campaign-data").get_by_text("Uploaded file").click()
         expect(page.locator("#campaign-upload")).to_be_visible(timeout=WAIT_MS)
         expect(page.locator("#campaign-run")).to_be_hidden()
-    finally:
-        context.close()
 
 
 def test_two_annotators_judge_from_the_keyboard_and_the_results_and_export_show_them(browser, campaign):
     url, codes = campaign
     expect = sync_api.expect
-    first_context, first = open_judge(browser, url)
-    second_context, second = open_judge(browser, url)
-    try:
+    with app_page(browser, url, WAIT_MS) as first, app_page(browser, url, WAIT_MS) as second:
+        for page in (first, second):
+            page.get_by_role("tab", name="Judge").click()
         open_results(second)
         expect(second.locator("#campaign-judged")).to_contain_text("0 of 2 comparisons judged", timeout=WAIT_MS)
         second.get_by_role("tab", name="Judge").click()
@@ -197,6 +178,3 @@ def test_two_annotators_judge_from_the_keyboard_and_the_results_and_export_show_
         assert {row["annotator"] for row in rows} == {"ann", "bob"} and len(rows) == 4
         assert all(row["seconds"] is not None and row["seconds"] >= 1.0 for row in rows)
         assert {row["preference"] for row in rows} == {"A", "tie", "B", "all_bad"}
-    finally:
-        first_context.close()
-        second_context.close()

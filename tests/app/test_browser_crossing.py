@@ -15,14 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from testkit import force_drafts
+from testkit import app_page, browser_api, force_drafts, type_until_kept
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(
-        "Debian's Chromium is not installed at /usr/bin/chromium (apt-get install chromium)", allow_module_level=True
-    )
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+sync_api = browser_api()
 
 pytestmark = pytest.mark.browser
 
@@ -34,23 +29,8 @@ TRANSPARENT = "rgba(0, 0, 0, 0)"
 
 @pytest.fixture
 def page(app_server, chromium):
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.goto(app_server[0])
-    page.wait_for_selector("#generate-button", timeout=WAIT_MS)
-    yield page
-    context.close()
-
-
-def set_value(page, box, value: str) -> None:
-    """Type into a box and leave it, again until it holds (a loaded machine may re-render it meanwhile)."""
-    for _attempt in range(5):
-        box.fill(value)
-        box.press("Tab")
-        page.wait_for_timeout(500)
-        if box.input_value() == value:
-            return
-    raise AssertionError(f"the box did not keep {value!r}")
+    with app_page(chromium, app_server[0], WAIT_MS) as page:
+        yield page
 
 
 def test_a_planted_phrase_that_crossed_is_named_amber_highlighted_and_the_guard_is_one_click(
@@ -61,9 +41,9 @@ def test_a_planted_phrase_that_crossed_is_named_amber_highlighted_and_the_guard_
     history.write_text(f"Signed, {CANARY}, in the garden.\n\nTomatoes need sun.\n", encoding="utf-8")
     page.set_input_files("#history-upload input[type=file]", str(history))
     expect(page.locator("#history-summary")).to_contain_text("canary-history.txt", timeout=WAIT_MS)
-    set_value(page, page.locator("#task-input textarea"), "Write a note about the garden.")
-    set_value(page, page.get_by_label("number input for Draft length k"), "16")
-    set_value(page, page.locator("#max-new-tokens input[type=number]"), "24")
+    type_until_kept(page, page.locator("#task-input textarea"), "Write a note about the garden.")
+    type_until_kept(page, page.get_by_label("number input for Draft length k"), "16")
+    type_until_kept(page, page.locator("#max-new-tokens input[type=number]"), "24")
     force_drafts(monkeypatch, f" {CANARY} ".encode())  # the Specialist's first round copies the phrase
 
     page.click("#generate-button")

@@ -10,14 +10,13 @@ import re
 
 import pytest
 
-from testkit import broken_header_words, save_screen
+from testkit import app_page, broken_header_words, browser_api, save_screen
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+sync_api = browser_api()
 
 pytestmark = pytest.mark.browser
 
 WAIT_MS = 240_000  # the first page of a process bootstraps the example's intervals on a shared CPU
-VIEWPORT = {"width": 1400, "height": 900}
 
 
 @pytest.fixture(scope="module")
@@ -27,13 +26,9 @@ def server(app_server):
 
 @pytest.fixture
 def dashboard(chromium, server):
-    context = chromium.new_context(viewport=VIEWPORT)
-    page = context.new_page()
-    page.goto(server)
-    page.wait_for_selector("#generate-button", timeout=WAIT_MS)
-    page.get_by_role("tab", name="Dashboard").click()
-    yield page
-    context.close()
+    with app_page(chromium, server, WAIT_MS) as page:
+        page.get_by_role("tab", name="Dashboard").click()
+        yield page
 
 
 def choose_runs(page, *names: str) -> None:

@@ -8,18 +8,11 @@ Debian's Chromium driven by Playwright's Python package, as tests/test_browser.p
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
-from testkit import set_rtt
+from testkit import app_page, browser_api, set_rtt
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(
-        "Debian's Chromium is not installed at /usr/bin/chromium (apt-get install chromium)", allow_module_level=True
-    )
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+sync_api = browser_api()
 
 pytestmark = pytest.mark.browser
 
@@ -30,12 +23,8 @@ SETTLED = ".ss-tok-accepted, .ss-tok-rejected, .ss-tok-recovered, .ss-tok-bonus"
 
 @pytest.fixture(scope="module")
 def page(app_server, chromium):
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
-    page = context.new_page()
-    page.goto(app_server[0])
-    page.wait_for_selector("#generate-button", timeout=WAIT_MS)
-    yield page
-    context.close()
+    with app_page(chromium, app_server[0], WAIT_MS) as page:
+        yield page
 
 
 def test_drafts_show_pending_then_take_the_verdicts_colour(page):

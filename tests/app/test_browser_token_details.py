@@ -11,18 +11,14 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = Path("/usr/bin/chromium")
-if not CHROMIUM.exists():
-    pytest.skip(
-        "Debian's Chromium is not installed at /usr/bin/chromium (apt-get install chromium)", allow_module_level=True
-    )
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+from testkit import app_page, browser_api
+
+sync_api = browser_api()
 
 pytestmark = pytest.mark.browser
 
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "test-artifacts" / "screenshots"
 WAIT_MS = 120_000
-VIEWPORT = {"width": 1400, "height": 900}
 NUMBER = r"[0-9][0-9.e+-]*"
 
 
@@ -33,12 +29,8 @@ def server(app_server):
 
 @pytest.fixture
 def page(chromium, server):
-    context = chromium.new_context(viewport=VIEWPORT)
-    page = context.new_page()
-    page.goto(server)
-    page.wait_for_selector("#generate-button", timeout=WAIT_MS)
-    yield page
-    context.close()
+    with app_page(chromium, server, WAIT_MS) as page:
+        yield page
 
 
 def shot(page, name: str) -> None:

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="the playwright Python package is not installed")
+from testkit import app_page, browser_api
+
+sync_api = browser_api()
 
 pytestmark = pytest.mark.browser
 
@@ -15,11 +17,7 @@ WAIT_MS = 120_000
 
 def test_the_page_says_the_cloud_runs_inside_this_app(chromium, app_server):
     expect = sync_api.expect
-    context = chromium.new_context(viewport={"width": 1400, "height": 900})
-    try:
-        page = context.new_page()
-        page.goto(app_server[0])
-        page.wait_for_selector("#generate-button", timeout=WAIT_MS)
+    with app_page(chromium, app_server[0], WAIT_MS) as page:
         page.get_by_text("Sampling and advanced settings").click()
         address = page.locator("#cloud-url input, #cloud-url textarea").first
         expect(address).to_be_visible(timeout=WAIT_MS)
@@ -36,5 +34,3 @@ def test_the_page_says_the_cloud_runs_inside_this_app(chromium, app_server):
         stats = page.locator("#generate-stats")
         expect(stats).to_contain_text("inside this app")
         assert "in process" not in stats.inner_text().lower()
-    finally:
-        context.close()

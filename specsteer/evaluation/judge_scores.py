@@ -152,7 +152,7 @@ def scale_note(scores: Sequence[JudgeScore]) -> str:
     if not scores:
         return ""
     failures = Counter(str(score.reason_kind) for score in scores if score.score is None)
-    who = "; ".join(judge.label for judge in judges(scores))
+    who = "; ".join(dict.fromkeys(judge.label for judge in judges(scores)))  # a model under two rubrics: once
     counted = ", ".join(f"{failures[kind]} {kind}" for kind in REASON_KINDS if failures[kind])
     missing = f" Without a grade: {counted}." if counted else ""
     weak = (
@@ -186,14 +186,15 @@ def rouge_beside(
 def summary_lines(
     scores: Sequence[JudgeScore], records: Collection[str] | None = None, cells: Sequence[CellResult] = ()
 ) -> list[str]:
-    """The judge section of a text report: per judge, criterion and point its grades (beside the point's ROUGE-L
-    over the same graded records, when ``cells`` are given), then SpecSteer against the baselines, each a
-    sentence (empty without scores)."""
+    """The judge section of a text report: per judge (model and rubric), its grades per criterion and point
+    (beside the point's ROUGE-L over the same graded records, when ``cells`` are given), then SpecSteer against the
+    baselines under that judge, each a sentence (empty without scores)."""
     chosen = _selected(scores, records)
     summaries = score_summaries(chosen)
     if not summaries:
         return []
     lines = [scale_note(chosen)]
+    differences = paired_differences(chosen)
     for judge in judges(chosen):
         lines.append(f"{judge.label}, rubric {judge.rubric}:")
         for summary in (s for s in summaries if s.judge == judge):
@@ -210,7 +211,7 @@ def summary_lines(
                 f"  {CRITERION_LABELS.get(summary.criterion, summary.criterion):<22} {summary.point.display:<22} "
                 f"{summary.text()}{why}{beside}"
             )
-    lines += [claim_sentence(Claim(difference)) for _, difference in paired_differences(chosen)]
+        lines += [f"  {claim_sentence(Claim(d))}" for by, d in differences if by == judge]
     return lines
 
 

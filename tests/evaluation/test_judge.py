@@ -387,6 +387,23 @@ def test_a_weak_judge_says_so_wherever_its_grades_appear():
     assert row_columns([{"method": "llm"}], []) == [{"method": "llm"}]
 
 
+def test_each_rubrics_differences_stand_under_its_heading_and_the_model_is_named_once():
+    from dataclasses import replace
+
+    scores = graded_run()
+    older = [replace(s, judge=replace(s.judge, rubric="older"), score=None if s.score is None else 1.0) for s in scores]
+    lines = summary_lines(scores + older)
+    assert lines[0].count("small (local, weak judge)") == 1
+    headings = [i for i, line in enumerate(lines) if line.endswith(":") and ", rubric " in line]
+    assert len(headings) == 2
+    for start, end in zip(headings, [*headings[1:], len(lines)]):
+        section = lines[start:end]
+        differences = [line for line in section if "better" in line]
+        assert len(differences) == 2 and all(line.startswith("  ") for line in differences)
+        # The older rubric's grades are all 1, so its differences are 0; the current one's are not.
+        assert all("+0.00" in line for line in differences) == ("older" in section[0])
+
+
 def test_the_dashboard_table_shows_the_judge_column():
     from specsteer.evaluation import result_table
 

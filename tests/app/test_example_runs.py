@@ -125,7 +125,7 @@ def test_without_the_file_the_app_lists_the_users_runs_alone(tmp_path, monkeypat
 
 
 def test_the_committed_file_holds_every_example_whole_and_the_docs_cite_each():
-    assert EXAMPLE_RUNS_DB.stat().st_size < 10_000_000
+    assert EXAMPLE_RUNS_DB.stat().st_size < 12_000_000  # the judge's prompts (~8 kB a grade) are most of the growth
     with sqlite3.connect(f"file:{EXAMPLE_RUNS_DB}?mode=ro&immutable=1", uri=True) as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "delete"  # reads with no -wal/-shm
     url = storage.read_only_url(EXAMPLE_RUNS_DB, immutable=True)

@@ -7,12 +7,14 @@ stored; a row without one (a timeout, a malformed answer) is replaced by the nex
 or the stored answer read again by a better reader). Which results are *settled*, so that a run does not ask
 again, is :attr:`JudgeScore.settled`'s rule: all but the failures on the way to the judge.
 
-Reading a database that has no judge tables (the example runs' file, opened read-only and made before judges)
-gives no results rather than an error.
+Reading a database that has no judge tables (an example runs' file, opened read-only and made before judges)
+gives no results rather than an error. :func:`copy_judgements` copies a run's results as they are stored onto a
+run of another database (the example runs' builder, after :func:`storage.runs.copy_run`).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy import delete, inspect, or_, select
@@ -31,6 +33,14 @@ from specsteer.stores.runs import GridPoint
 from storage.db import insert_unless_present, retry_on_locked, session_scope
 from storage.models import EvalRun, JudgeScoreRow, JudgeVerdictRow
 from storage.values import fitting, require_text
+
+_JudgeTable = type[JudgeScoreRow] | type[JudgeVerdictRow]
+_JUDGE_TABLES: tuple[_JudgeTable, ...] = (JudgeScoreRow, JudgeVerdictRow)
+# What copy_judgements takes of a stored row: every column but the ids (the target gives its own, and its run's).
+_COPIED_COLUMNS = {
+    table: tuple(column.key for column in table.__table__.columns if column.key not in ("id", "run_id"))
+    for table in _JUDGE_TABLES
+}
 
 
 def _has(session: Session, table: type[JudgeScoreRow] | type[JudgeVerdictRow]) -> bool:
@@ -203,3 +213,41 @@ def run_verdicts(run_id: int, *, url: str | None = None) -> list[PairVerdict]:
             )
             for row in session.scalars(query)
         ]
+
+
+# --------------------------------------------------------------------------- copying a run's results
+
+
+@dataclass(frozen=True)
+class CopiedJudgements:
+    """How many grades and pairwise verdicts :func:`copy_judgements` copied."""
+
+    scores: int
+    verdicts: int
+
+
+def _stored_rows(session: Session, table: _JudgeTable, run_id: int) -> list[dict[str, Any]]:
+    if not _has(session, table):
+        return []
+    rows = session.scalars(select(table).where(table.run_id == run_id).order_by(table.id))
+    return [{column: getattr(row, column) for column in _COPIED_COLUMNS[table]} for row in rows]
+
+
+def copy_judgements(run_id: int, target_run_id: int, *, source: str | None, target: str) -> CopiedJudgements:
+    """Copy every judge grade and pairwise verdict of run ``run_id`` of the database ``source`` onto run
+    ``target_run_id`` of the database ``target``, as stored (judge, rubric, criterion, cell keys, prompt, answer,
+    grade or verdict, reason, time), in order. ValueError when either run is missing or the target run has judge
+    results already (its own would be mixed with the copies)."""
+    with session_scope(source) as session:
+        if session.get(EvalRun, run_id) is None:
+            raise ValueError(f"run {run_id} does not exist in the source database")
+        rows = {table: _stored_rows(session, table, run_id) for table in _JUDGE_TABLES}
+    with session_scope(target) as session:
+        if session.get(EvalRun, target_run_id) is None:
+            raise ValueError(f"run {target_run_id} does not exist in the target database")
+        for table in _JUDGE_TABLES:
+            if session.scalar(select(table.id).where(table.run_id == target_run_id).limit(1)) is not None:
+                raise ValueError(f"run {target_run_id} already has judge results ({table.__tablename__}); none copied")
+        for table, stored in rows.items():
+            session.add_all(table(**{**row, "run_id": target_run_id}) for row in stored)
+    return CopiedJudgements(len(rows[JudgeScoreRow]), len(rows[JudgeVerdictRow]))

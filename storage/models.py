@@ -371,7 +371,7 @@ class JudgeScoreRow(Base):
     """One judge's grade (1-10) of one cell of a run on one criterion, with the prompt and the answer; no grade
     where ``reason_kind`` says why (specsteer.stores.judges.JudgeScore). A table of its own beside
     eval_cells: a database made before judges gains it when opened for writing, and one opened read-only
-    (the example runs) simply has no judge scores."""
+    without it (an example runs' file built before judges) simply has no judge scores."""
 
     __tablename__ = "judge_scores"
     __table_args__ = (UniqueConstraint("run_id", "cell_key", "judge_key", "criterion", name="uq_judge_score_once"),)

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:  # DataError too: the records file is not here
         return _fail(str(error))
     # An LLM judge's grades of the same records, where a run has any (specsteer judge); none in a database made
-    # before judges (the example runs' file), which reads as none.
+    # before judges (an example runs' file built before them), which reads as none.
     records = set(table.records)
     judged = [
         (run, cells, storage.run_scores(run.id, url=url)) for run, (_, _, cells) in zip(found, joined, strict=True)

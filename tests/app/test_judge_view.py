@@ -1,6 +1,6 @@
 """The Dashboard's run table shows a run's LLM-judge grades beside ROUGE (a column per judge and criterion, mean
-and record bootstrap interval; a weak judge named so) and says who judged; an example run, whose read-only file
-has no judge tables, opens as before with no judge column."""
+and record bootstrap interval; a weak judge named so) and says who judged; an example run opens with the grades its
+judge gave, copied into the examples' read-only file with it (benchmarks/build_example_runs.py, JUDGED)."""
 
 from __future__ import annotations
 
@@ -49,11 +49,12 @@ def test_a_judged_run_shows_its_grades_beside_rouge(dashboard):
     assert list(both["weak judge: personalization"])[:2] == ["6.00 [5.00, 7.00]", "7.00 [7.00, 7.00]"]
 
 
-def test_an_example_run_opens_without_grades(dashboard):
+def test_an_example_run_opens_with_the_grades_copied_with_it(dashboard):
     example = next(
         run_id for label, run_id in dashboard.run_choices() if label.startswith("example: cogenesis-retest ")
     )
     view = dashboard.open_runs([example])
-    assert "ss-box-ok" in view.status and "judge" not in view.status
-    assert not [column for column in view.table["value"].columns if "judge" in column]
-    storage.reset_engines()
+    assert "ss-box-ok" in view.status and "(local, weak judge)" in view.status and "flip with the order" in view.status
+    table = view.table["value"]
+    graded = [column for column in table.columns if column.endswith("weak judge: overall")]
+    assert len(graded) == 1 and all(value != "–" for value in table[graded[0]])  # SLM+, LLM and SpecSteer graded

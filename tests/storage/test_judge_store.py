@@ -1,6 +1,7 @@
 """LLM judges' grades and verdicts stored beside a run's cells (storage.SqlJudgeStore), on SQLite and PostgreSQL:
 a settled result is kept, one that failed on the way is replaced, every judge's stays its own; a read-only
-database made before judges (the example runs' file) reads as having none."""
+database made before judges (an example runs' file) reads as having none; a run's results copy onto a run of another
+database as they are stored (storage.judge_scores.copy_judgements)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ import storage
 from specsteer.method.events import GenerationStats
 from specsteer.stores.judges import JudgeIdentity, JudgeScore, PairVerdict
 from specsteer.stores.runs import CellResult, GridPoint
+from storage.judge_scores import CopiedJudgements, copy_judgements
 from storage.judge_store import SqlJudgeStore
+from storage.runs import copy_run
 
 ENDPOINT = JudgeIdentity("gpt-judge", "endpoint")
 WEAK = JudgeIdentity("small-model", "local", weak=True)
@@ -109,7 +112,7 @@ def test_a_read_only_database_made_before_judges_has_no_grades(tmp_path, fresh_e
     url = f"sqlite:///{path}"
     run_id = a_run(url)
     storage.reset_engines()
-    with sqlite3.connect(path) as connection:  # as the example runs' file was built: no judge tables
+    with sqlite3.connect(path) as connection:  # as the example runs' file was built before judges
         connection.execute("DROP TABLE judge_scores")
         connection.execute("DROP TABLE judge_verdicts")
         connection.execute("PRAGMA journal_mode = DELETE")
@@ -123,3 +126,33 @@ def test_a_read_only_database_made_before_judges_has_no_grades(tmp_path, fresh_e
     writable = SqlJudgeStore(url)
     assert writable.save_score(run_id, grade())
     assert [s.score for s in writable.scores(run_id)] == [7.0]
+
+
+def test_a_runs_results_are_copied_as_stored_onto_a_run_of_another_database(tmp_path, db_url):
+    source = f"sqlite:///{tmp_path / 'judged.db'}"
+    judged = SqlJudgeStore(source)
+    run_id = a_run(source)
+    judged.save_score(run_id, grade())
+    judged.save_score(run_id, grade(judge=WEAK, score=4.0))
+    judged.save_score(run_id, grade(point=STEERED, score=None, kind="timeout"))  # unsettled rows go as they are
+    judged.save_verdict(run_id, PairVerdict("r1", LLM, STEERED, "overall", WEAK, "second", prompt="p", answer="[[B]]"))
+    another = storage.create_run("another", {"task": "review"}, url=db_url)  # the copy's id is not its source's
+    target_run = copy_run(run_id, source=source, target=db_url)
+    assert target_run != run_id
+
+    assert copy_judgements(run_id, target_run, source=source, target=db_url) == CopiedJudgements(3, 1)
+    copied = SqlJudgeStore(db_url)
+    assert copied.scores(target_run) == judged.scores(run_id)  # judge, weak flag, prompt, answer, reason and time
+    assert copied.verdicts(target_run) == judged.verdicts(run_id)
+    assert copied.settled_scores(target_run, WEAK.key) == judged.settled_scores(run_id, WEAK.key)
+    assert copied.settled_scores(target_run, ENDPOINT.key) == judged.settled_scores(run_id, ENDPOINT.key)
+
+    with pytest.raises(ValueError, match="already has judge results"):  # twice would mix two copies
+        copy_judgements(run_id, target_run, source=source, target=db_url)
+    with pytest.raises(ValueError, match="run 10000 does not exist in the source"):
+        copy_judgements(10_000, target_run, source=source, target=db_url)
+    with pytest.raises(ValueError, match="run 10000 does not exist in the target"):
+        copy_judgements(run_id, 10_000, source=source, target=db_url)
+    assert len(copied.scores(target_run)) == 3  # the refusals added nothing
+    unjudged = storage.create_run("unjudged", {"task": "review"}, url=source)
+    assert copy_judgements(unjudged, another, source=source, target=db_url) == CopiedJudgements(0, 0)

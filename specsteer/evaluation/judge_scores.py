@@ -119,11 +119,15 @@ def paired_differences(
 # --------------------------------------------------------------------------- how they are shown
 
 
-def column_header(judge: JudgeIdentity, criterion: str, several_judges: bool = False) -> str:
-    """The results table's header of a judge's criterion, e.g. ``weak judge: personalization``."""
-    name = f"{judge.model} " if several_judges else ""
+def column_header(judge: JudgeIdentity, criterion: str, shown: Collection[JudgeIdentity] = ()) -> str:
+    """The results table's header of a judge's criterion, e.g. ``weak judge: personalization``; among the judges
+    ``shown`` in one table, the model is named when there are several, and the rubric when one model graded under
+    several (a rubric's new version), so that no two judges share a column."""
+    name = f"{judge.model} " if len({other.model for other in shown}) > 1 else ""
     who = f"{name}{WEAK_JUDGE}" if judge.weak else f"{name}judge".strip()
-    return f"{who}: {CRITERION_LABELS.get(criterion, criterion)}"
+    rubrics = {other.rubric for other in shown if other.model == judge.model}
+    version = f" ({judge.rubric})" if len(rubrics) > 1 else ""
+    return f"{who}{version}: {CRITERION_LABELS.get(criterion, criterion)}"
 
 
 def row_columns(rows: Sequence[Mapping[str, Any]], scores: Sequence[JudgeScore]) -> list[dict[str, Any]]:
@@ -132,18 +136,18 @@ def row_columns(rows: Sequence[Mapping[str, Any]], scores: Sequence[JudgeScore])
     summaries = score_summaries(scores)
     if not summaries:
         return [dict(row) for row in rows]
-    several = len({summary.judge for summary in summaries}) > 1
-    headers = list(dict.fromkeys(column_header(s.judge, s.criterion, several) for s in summaries))
+    shown = {summary.judge for summary in summaries}
+    headers = list(dict.fromkeys(column_header(s.judge, s.criterion, shown) for s in summaries))
     by_point: dict[GridPoint, dict[str, str]] = defaultdict(dict)
     for summary in summaries:
         text = summary.text() if summary.mean is None else f"{summary.mean:.2f} [{summary.low:.2f}, {summary.high:.2f}]"
-        by_point[summary.point][column_header(summary.judge, summary.criterion, several)] = text
-    shown = []
+        by_point[summary.point][column_header(summary.judge, summary.criterion, shown)] = text
+    result = []
     for row in rows:
         point = GridPoint(row["method"], row.get("alpha"), row.get("beta"))
         found = by_point.get(point, {})
-        shown.append({**row, "judge": {header: found.get(header, "–") for header in headers}})
-    return shown
+        result.append({**row, "judge": {header: found.get(header, "–") for header in headers}})
+    return result
 
 
 def scale_note(scores: Sequence[JudgeScore]) -> str:
@@ -240,6 +244,7 @@ def summary_json(scores: Sequence[JudgeScore], records: Collection[str] | None =
         {
             "judge": judge.model,
             "weak_judge": judge.weak,
+            "rubric": judge.rubric,
             "metric": d.metric,
             "ours": {"method": d.ours.method, "alpha": d.ours.alpha, "beta": d.ours.beta},
             "theirs": d.theirs.method,

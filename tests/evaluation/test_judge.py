@@ -402,6 +402,13 @@ def test_each_rubrics_differences_stand_under_its_heading_and_the_model_is_named
         assert len(differences) == 2 and all(line.startswith("  ") for line in differences)
         # The older rubric's grades are all 1, so its differences are 0; the current one's are not.
         assert all("+0.00" in line for line in differences) == ("older" in section[0])
+    # The Dashboard's table: a column per rubric, neither overwriting the other.
+    (row,) = row_columns([{"method": "llm"}], scores + older)
+    assert row["judge"] == {
+        f"weak judge ({scores[0].judge.rubric}): personalization": "6.00 [6.00, 6.00]",
+        "weak judge (older): personalization": "1.00 [1.00, 1.00]",
+    }
+    assert {d["rubric"] for d in summary_json(scores + older)["differences"]} == {scores[0].judge.rubric, "older"}
 
 
 def test_the_dashboard_table_shows_the_judge_column():

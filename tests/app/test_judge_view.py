@@ -56,5 +56,13 @@ def test_an_example_run_opens_with_the_grades_copied_with_it(dashboard):
     view = dashboard.open_runs([example])
     assert "ss-box-ok" in view.status and "(local, weak judge)" in view.status and "flip with the order" in view.status
     table = view.table["value"]
-    graded = [column for column in table.columns if column.endswith("weak judge: overall")]
-    assert len(graded) == 1 and all(value != "–" for value in table[graded[0]])  # SLM+, LLM and SpecSteer graded
+    # A column per rubric version the judge graded under (the first version's few grades kept beside); the local
+    # judge's current one filled for SLM+, LLM and SpecSteer.
+    from specsteer.evaluation.judges import LOCAL_RUBRIC
+    from specsteer.stores.judges import RUBRIC_VERSION
+
+    assert {column for column in table.columns if column.endswith(": overall")} == {
+        f"weak judge ({RUBRIC_VERSION}): overall",
+        f"weak judge ({LOCAL_RUBRIC}): overall",
+    }
+    assert all(value != "–" for value in table[f"weak judge ({LOCAL_RUBRIC}): overall"])

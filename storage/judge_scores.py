@@ -43,15 +43,15 @@ _COPIED_COLUMNS = {
 }
 
 
-def _has(session: Session, table: type[JudgeScoreRow] | type[JudgeVerdictRow]) -> bool:
+def _has(session: Session, table: _JudgeTable) -> bool:
     return inspect(session.get_bind()).has_table(table.__tablename__)
 
 
-def _answered(table: type[JudgeScoreRow] | type[JudgeVerdictRow]) -> Any:
+def _answered(table: _JudgeTable) -> Any:
     return table.score.is_not(None) if table is JudgeScoreRow else table.winner.is_not(None)  # type: ignore[union-attr]
 
 
-def _settled(table: type[JudgeScoreRow] | type[JudgeVerdictRow]) -> Any:
+def _settled(table: _JudgeTable) -> Any:
     return or_(_answered(table), table.reason_kind.is_(None), table.reason_kind.not_in(sorted(TRANSIENT_REASONS)))
 
 

@@ -85,7 +85,6 @@ def joined_view(service: AppService, run_ids: Any) -> JoinedView:
     ids = chosen_run_ids(run_ids)
     if ids is None:
         return _refused("Choose one or more stored runs above.", "info")
-    ids = list(dict.fromkeys(ids))
     if len(ids) > JOINED_MAX_ROWS:
         return _refused(f"{len(ids)} runs are chosen; a joined table takes at most {JOINED_MAX_ROWS}.")
     chosen = []

@@ -193,7 +193,9 @@ def runtime_note(config: Mapping[str, object]) -> str:
 
 
 def chosen_run_ids(run_ids: Sequence[int] | int | None) -> list[int] | None:
-    """The run picker's value as run ids; None when nothing (or something that is not an id) is chosen."""
+    """The run picker's value as run ids, each once in the order chosen (an API caller may repeat one as often as
+    it likes: the work a view does stays bounded by the runs stored); None when nothing (or something that is not
+    an id) is chosen."""
     if isinstance(run_ids, (int, str)):
         ids = [run_ids]
     elif isinstance(run_ids, (list, tuple)):
@@ -202,7 +204,7 @@ def chosen_run_ids(run_ids: Sequence[int] | int | None) -> list[int] | None:
         ids = []
     if not ids or not all(isinstance(run_id, (int, str)) and str(run_id).strip().isdigit() for run_id in ids):
         return None
-    return [int(str(run_id).strip()) for run_id in ids]
+    return list(dict.fromkeys(int(str(run_id).strip()) for run_id in ids))
 
 
 # --------------------------------------------------------------------------- what the Dashboard shows of a run

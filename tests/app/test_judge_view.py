@@ -47,6 +47,9 @@ def test_a_judged_run_shows_its_grades_beside_rouge(dashboard):
     storage.save_cell(plain, CellResult("r1", LLM, "out", {"rougeL": 0.2}, GenerationStats("llm")))
     both = dashboard.open_runs([run_id, plain]).table["value"]
     assert list(both["weak judge: personalization"])[:2] == ["6.00 [5.00, 7.00]", "7.00 [7.00, 7.00]"]
+    # A caller repeating a run (the picker never does) gets each run once: the work stays bounded by the runs stored.
+    repeated = dashboard.open_runs([str(run_id)] * 500 + [plain, run_id])
+    assert repeated.table["value"].equals(both) and repeated.status.count("Showing") == 1
 
 
 def test_an_example_run_opens_with_the_grades_copied_with_it(dashboard):
